@@ -1,0 +1,69 @@
+"""The ``aitb`` command line: one typer app; each command group lives in aitb/commands/.
+
+Errors that are the user's (bad files, unknown names) and failures while running are printed as
+one clear message without a traceback; the exit code is 2 for bad input and 1 for a failure.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from aitb import __version__
+from aitb.commands import register_all
+from aitb.models.errors import AitbError, SpecError
+
+app = typer.Typer(
+    name="aitb",
+    help="AI traffic testbed: emulated networks, AI workload traffic, measurements.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+err_console = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"aitb {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """AI traffic testbed."""
+
+
+register_all(app)
+
+
+def report_error(exc: AitbError) -> None:
+    """Print ``exc`` for a person: one line per issue, prefixed with ``error:``."""
+    if isinstance(exc, SpecError):
+        for issue in exc.issues:
+            err_console.print(f"[bold red]error:[/] {issue}", markup=True, highlight=False,
+                              soft_wrap=True)
+    else:
+        err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False,
+                          soft_wrap=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``aitb`` console script; exits with the command's status."""
+    try:
+        app(args=argv, prog_name="aitb")
+    except AitbError as exc:
+        report_error(exc)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,1 @@
+"""Pure data shared by every layer: units, shaping, the resolved lab plan, errors. No I/O."""

@@ -1,0 +1,1 @@
+"""Orchestration: experiment and campaign runners (issue 6)."""

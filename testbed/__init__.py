@@ -1,0 +1,1 @@
+"""testbed layer of aitb (see ARCHITECTURE: layers)."""

@@ -1,0 +1,1 @@
+"""topologies layer of aitb (see ARCHITECTURE: layers)."""

@@ -1,0 +1,1 @@
+"""traffic_gen layer of aitb (see ARCHITECTURE: layers)."""

@@ -1,0 +1,1 @@
+"""workloads layer of aitb (see ARCHITECTURE: layers)."""
