@@ -1,0 +1,188 @@
+"""A workload's schedule: what every rank does, in program order (pure data, no I/O).
+
+Produced by workloads/ (from model parameters or an imported AICB file) and replayed by
+traffic_gen/ over real sockets. Like an SPMD program (and like AICB's workload tables), the
+schedule is ONE ordered list of operations; every rank walks it in order and takes part in the
+operations that name it. A collective or send/recv step waits for the data it depends on, so
+ranks synchronise through data, not through a global barrier.
+
+Sizes follow nccl-tests' convention (nccl-tests doc/PERFORMANCE.md): ``size_bytes`` of an
+all_reduce, broadcast and reduce is the buffer each rank holds; of an all_gather, gather,
+reduce_scatter and scatter the full (gathered) buffer; of an all_to_all the send buffer of one
+rank (size_bytes / n to each peer).
+
+Placement (rank -> host) is separate: the same schedule can be placed on many labs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "CollectiveKind", "COLLECTIVES", "Protocol", "Group", "Collective", "SendRecv", "Compute",
+    "Flow", "Burst", "Op", "Schedule", "ScheduleError", "Placement",
+]
+
+CollectiveKind = Literal[
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+    "gather", "scatter", "barrier",
+]
+COLLECTIVES: tuple[str, ...] = (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+    "gather", "scatter", "barrier",
+)
+Protocol = Literal["tcp", "udp"]
+
+
+class ScheduleError(ValueError):
+    """A schedule is inconsistent (unknown group, rank out of range, negative size...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A communicator: ``name`` unique in the schedule (e.g. ``"tp3"``), ``kind`` the
+    parallelism it serves (``dp``, ``tp``, ``pp``, ``ep``, or a file's own name), ``ranks`` in
+    communicator order (rank i of the group is ``ranks[i]``)."""
+
+    name: str
+    kind: str
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """A collective on ``group``: ``algorithm`` None means the traffic generator's default for
+    ``op``; ``chunk_bytes`` None means no chunking beyond the algorithm's own steps; ``root`` is
+    a group-local index for rooted ops (broadcast, reduce, gather, scatter)."""
+
+    op: CollectiveKind
+    group: str
+    size_bytes: int
+    algorithm: str | None = None
+    chunk_bytes: int | None = None
+    root: int = 0
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SendRecv:
+    """A point-to-point transfer from rank ``src`` to rank ``dst`` (e.g. a pipeline hand-off)."""
+
+    src: int
+    dst: int
+    size_bytes: int
+    group: str | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """Compute time (no traffic) on ``ranks`` (None: every rank), in seconds before any
+    per-rank slowdown the run applies (stragglers)."""
+
+    duration_s: float
+    ranks: tuple[int, ...] | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """One transfer of a burst: ``src`` rank sends ``size_bytes`` to ``dst`` rank; UDP flows
+    are paced at ``rate_bps`` and carry sequence numbers."""
+
+    src: int
+    dst: int
+    size_bytes: int
+    protocol: Protocol = "tcp"
+    rate_bps: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Burst:
+    """Flows that start together at one absolute instant (incast, permutation, all-pairs...)."""
+
+    flows: tuple[Flow, ...]
+    label: str = ""
+
+
+Op = Collective | SendRecv | Compute | Burst
+Placement = Mapping[int, str]  # rank -> host node name
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """``iterations`` repetitions of ``ops`` over ``world_size`` ranks with ``groups``.
+
+    Raises :class:`ScheduleError` on construction when an op names an unknown group, a rank
+    outside ``range(world_size)``, a negative size or duration, or an unknown collective.
+    """
+
+    name: str
+    world_size: int
+    groups: Mapping[str, Group]
+    ops: tuple[Op, ...]
+    iterations: int = 1
+    source: str = "<generated>"
+    meta: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1:
+            raise ScheduleError(f"{self.name}: world_size must be at least 1")
+        if self.iterations < 1:
+            raise ScheduleError(f"{self.name}: iterations must be at least 1")
+        for g in self.groups.values():
+            self._check_ranks(g.ranks, f"group {g.name}")
+            if len(set(g.ranks)) != len(g.ranks):
+                raise ScheduleError(f"{self.name}: group {g.name} repeats a rank")
+        for i, op in enumerate(self.ops):
+            self._check_op(i, op)
+
+    def _check_ranks(self, ranks: tuple[int, ...], what: str) -> None:
+        bad = [r for r in ranks if not 0 <= r < self.world_size]
+        if bad:
+            raise ScheduleError(f"{self.name}: {what} names rank(s) {bad} outside "
+                                f"0..{self.world_size - 1}")
+
+    def _check_op(self, i: int, op: Op) -> None:
+        where = f"op {i} ({type(op).__name__}{' ' + op.label if op.label else ''})"
+        if isinstance(op, Collective):
+            if op.op not in COLLECTIVES:
+                raise ScheduleError(f"{self.name}: {where}: unknown collective {op.op!r}; "
+                                    f"known: {', '.join(COLLECTIVES)}")
+            if op.group not in self.groups:
+                raise ScheduleError(f"{self.name}: {where}: unknown group {op.group!r}")
+            if not 0 <= op.root < len(self.groups[op.group].ranks):
+                raise ScheduleError(f"{self.name}: {where}: root {op.root} outside the group")
+            _nonneg(self.name, where, op.size_bytes, "size_bytes")
+            if op.chunk_bytes is not None and op.chunk_bytes <= 0:
+                raise ScheduleError(f"{self.name}: {where}: chunk_bytes must be positive")
+        elif isinstance(op, SendRecv):
+            self._check_ranks((op.src, op.dst), where)
+            _nonneg(self.name, where, op.size_bytes, "size_bytes")
+        elif isinstance(op, Compute):
+            _nonneg(self.name, where, op.duration_s, "duration_s")
+            if op.ranks is not None:
+                self._check_ranks(op.ranks, where)
+        elif isinstance(op, Burst):
+            for f in op.flows:
+                self._check_ranks((f.src, f.dst), where)
+                _nonneg(self.name, where, f.size_bytes, "size_bytes")
+        else:
+            raise ScheduleError(f"{self.name}: {where}: not a schedule operation")
+
+    def ranks_of(self, op: Op) -> tuple[int, ...]:
+        """The ranks that take part in ``op``, in ascending order."""
+        if isinstance(op, Collective):
+            return tuple(sorted(self.groups[op.group].ranks))
+        if isinstance(op, SendRecv):
+            return tuple(sorted({op.src, op.dst}))
+        if isinstance(op, Compute):
+            return tuple(range(self.world_size)) if op.ranks is None else tuple(sorted(op.ranks))
+        return tuple(sorted({r for f in op.flows for r in (f.src, f.dst)}))
+
+
+def _nonneg(name: str, where: str, value: float, key: str) -> None:
+    if value < 0:
+        raise ScheduleError(f"{name}: {where}: {key} {value} is negative")
