@@ -1,0 +1,98 @@
+"""Training iterations from model parameters: one iteration's Schedule in Megatron order.
+
+``training_schedule(model, parallelism, accelerator)`` builds the per-stage steps
+(workloads.training.megatron), orders them with 1F1B (workloads.training.pipeline) and expands
+each step over the group instances of its stage in Megatron's rank layout (workloads.layout).
+``ideal_iteration`` reports the numbers a perfect network would give.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aitb.models.errors import SpecError
+from aitb.models.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
+from workloads.layout import Layout
+from workloads.training.flops import iteration_model_flops, params_per_tp_rank
+from workloads.training.megatron import StageBuilder, Step
+from workloads.training.params import Accelerator, Parallelism, TransformerModel, check_training
+from workloads.training.pipeline import merge_stages, stage_sequence
+
+__all__ = ["TransformerModel", "Parallelism", "Accelerator", "training_schedule",
+           "ideal_iteration", "check_training"]
+
+_KINDS = ("tp", "dp", "pp", "ep", "embedding")
+
+
+def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None = None, *,
+                      iterations: int = 1, file: str | None = None) -> Schedule:
+    """One training iteration of ``m`` under ``p`` (repeated ``iterations`` times).
+
+    Raises :class:`SpecError` listing every inconsistency (see check_training), each naming
+    its key. ``meta`` records the layout, micro-batches and per-rank parameter count.
+    """
+    issues = check_training(m, p, file=file)
+    if issues:
+        raise SpecError(issues)
+    a = a or Accelerator()
+    layout = Layout(tp=p.tp, dp=p.data_parallel, pp=p.pp, ep=p.ep)
+    b = StageBuilder(m, p, a)
+    steps = merge_stages([stage_sequence(b, s) for s in range(p.pp)])
+    groups = {n: g for k in _KINDS if _used(k, p) for n, g in layout.groups(k).items()}
+    by_stage = _groups_by_stage(layout, groups)
+    ops = tuple(op for s, st in steps for op in _expand(layout, by_stage, s, st, b))
+    meta = {"model": m.name, "tp": p.tp, "dp": layout.dp, "pp": p.pp, "ep": p.ep,
+            "zero_stage": p.zero_stage, "sequence_parallel": p.sequence_parallel,
+            "microbatches": p.microbatches, "params_per_tp_rank": params_per_tp_rank(m, p.tp),
+            "scale": 1.0}
+    return Schedule(name=m.name, world_size=layout.world_size, groups=groups, ops=ops,
+                    iterations=iterations, source=file or "<training>", meta=meta)
+
+
+def _used(kind: str, p: Parallelism) -> bool:
+    return {"tp": p.tp > 1, "dp": p.data_parallel > 1, "pp": p.pp > 1, "ep": p.ep > 1,
+            "embedding": p.pp > 1}[kind]
+
+
+def _groups_by_stage(layout: Layout, groups: dict[str, Group]) -> dict[tuple[int, str], list]:
+    out: dict[tuple[int, str], list[Group]] = {}
+    for s in range(layout.pp):
+        stage = set(layout.stage_ranks(s))
+        for g in groups.values():
+            if g.kind == "embedding" or stage.issuperset(g.ranks):
+                out.setdefault((s, g.kind), []).append(g)
+    return out
+
+
+def _expand(layout: Layout, by_stage: dict, s: int, st: Step, b: StageBuilder) -> list[Op]:
+    if st.kind == "compute":
+        ranks = None if layout.pp == 1 else layout.stage_ranks(s)
+        return [Compute(st.duration_s, ranks, st.label)]
+    if st.kind == "xfer":
+        step = 1 if st.op == "act" else -1
+        return [SendRecv(layout.rank(t, d, s), layout.rank(t, d, s + step), b.handoff_bytes(),
+                         f"pp{d * layout.tp + t}", f"{st.op}.mb{st.mb}")
+                for d in range(layout.dp) for t in range(layout.tp)]
+    return [Collective(st.op, g.name, st.size_bytes, label=st.label)  # type: ignore[arg-type]
+            for g in by_stage.get((s, st.group), [])]
+
+
+def ideal_iteration(s: Schedule, m: TransformerModel, p: Parallelism,
+                    a: Accelerator | None = None) -> dict[str, Any]:
+    """What a perfect network would give for schedule ``s`` of ``m`` under ``p``.
+
+    Returns compute seconds per iteration of the busiest rank (pipeline bubbles not counted),
+    bytes per group kind moved by one communicator of that kind per iteration, the job's
+    model FLOPs per iteration (forward + backward, Narayanan et al. 2021) and the MFU a
+    compute-only iteration would reach, ``flops / (world * flops_per_s * compute_s)``.
+    """
+    from workloads.summary import collective_table, compute_per_rank_s
+
+    a = a or Accelerator()
+    compute_s = max(compute_per_rank_s(s))
+    volume: dict[str, int] = {}
+    for row in collective_table(s):
+        volume[row["group"]] = volume.get(row["group"], 0) + row["total_bytes"]
+    flops = iteration_model_flops(m, p)
+    return {"compute_s": compute_s, "bytes_per_group_kind": volume, "model_flops": flops,
+            "mfu_compute_only": flops / (s.world_size * a.flops_per_s * compute_s)}

@@ -1,0 +1,89 @@
+"""FLOPs, parameter counts and message sizes of a Megatron-style transformer (pure formulas).
+
+FLOPs: Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
+Using Megatron-LM" (SC'21), section 5.1 and appendix: a transformer layer's forward pass costs
+``24 B s h^2 + 4 B s^2 h`` FLOPs with ffn = 4h (QKV 6Bsh^2, scores 2Bs^2h, attention over
+values 2Bs^2h, output projection 2Bsh^2, MLP 16Bsh^2), the logit layer ``2 B s h V``; the
+backward pass costs twice the forward. Summed over ``l`` layers this is the paper's
+``F = 24 B s l h^2 (1 + s/(6h) + V/(12 l h))`` per forward pass; with backward and activation
+recomputation the paper's eq. (3) ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))``. Here ffn is
+general: MLP = ``4 B s h ffn``.
+
+Parameters: the same paper's eq. (2) ``P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h))``, with
+ffn general: per layer ``4h^2 + 2 h ffn`` weights, ``3h + ffn`` sharded biases (QKV, fc1),
+``6h`` replicated (projection and fc2 biases, two layer norms); embedding ``V h`` (sharded)
+and position embedding ``s h`` (replicated).
+
+Message sizes: AICB's Megatron workload generator (aliyun/aicb
+workload_generator/mocked_model/training/MockedMegatron.py and
+workload_generator/generate_megatron_workload.py, commit 23eec3c): TP collectives of a
+linear layer ``2 * seq * mbs * hidden`` bytes (``comm_size``), PP hand-offs the same,
+cross-entropy all-reduces ``mbs * seq * 4``, the DP loss all-reduce 4 bytes, DP gradient
+reduce-scatter ``4 * params / pp`` and parameter all-gather ``2 * params / pp`` (distributed
+optimizer) or all-reduce ``4 * params / pp``, where ``params`` counts one TP rank's model.
+"""
+
+from __future__ import annotations
+
+import math
+
+from workloads.training.params import Parallelism, TransformerModel
+
+__all__ = ["padded_vocab", "attention_fwd_flops", "mlp_fwd_flops", "logits_fwd_flops",
+           "layer_params", "params_per_tp_rank", "iteration_model_flops", "tp_comm_bytes"]
+
+
+def padded_vocab(m: TransformerModel, tp: int) -> int:
+    """Megatron pads the vocabulary to a multiple of ``make_vocab_size_divisible_by * tp``
+    (megatron/training/tokenizer ``_vocab_size_with_padding``; AICB ``get_padded_vocab_size``)."""
+    mult = m.make_vocab_size_divisible_by * tp
+    return math.ceil(m.vocab_size / mult) * mult
+
+
+def attention_fwd_flops(m: TransformerModel, mbs: int) -> float:
+    """Forward FLOPs of one attention block for ``mbs`` sequences: 8Bsh^2 + 4Bs^2h."""
+    b, s, h = mbs, m.seq_length, m.hidden_size
+    return 8 * b * s * h * h + 4 * b * s * s * h
+
+
+def mlp_fwd_flops(m: TransformerModel, mbs: int) -> float:
+    """Forward FLOPs of one MLP block: 4 B s h ffn, times ``moe_topk`` for an MoE layer."""
+    k = m.moe_topk if m.num_experts else 1
+    return 4 * mbs * m.seq_length * m.hidden_size * m.ffn * k
+
+
+def logits_fwd_flops(m: TransformerModel, mbs: int, tp: int = 1) -> float:
+    """Forward FLOPs of the output (logit) layer: 2 B s h V (padded V)."""
+    return 2 * mbs * m.seq_length * m.hidden_size * padded_vocab(m, tp)
+
+
+def layer_params(m: TransformerModel, tp: int) -> int:
+    """Parameters of one transformer layer held by one TP rank (experts: all of them)."""
+    h, f = m.hidden_size, m.ffn
+    experts = max(m.num_experts, 1)
+    attn = (4 * h * h + 3 * h) // tp + h + 4 * h
+    mlp = experts * ((2 * h * f + f) // tp + h)
+    return attn + mlp
+
+
+def params_per_tp_rank(m: TransformerModel, tp: int) -> int:
+    """Parameters held by one TP rank over all pipeline stages (AICB's ``_get_total_params``):
+    ``ceil(parameters / tp)`` when the model states ``parameters``, else derived."""
+    if m.parameters is not None:
+        return math.ceil(m.parameters / tp)
+    emb = padded_vocab(m, tp) * m.hidden_size // tp + m.seq_length * m.hidden_size
+    return m.num_layers * layer_params(m, tp) + emb
+
+
+def iteration_model_flops(m: TransformerModel, p: Parallelism) -> float:
+    """Model FLOPs of one iteration over the whole job (forward + 2x backward, no
+    recomputation): 3 x (l x (attention + MLP) + logits) x micro-batches x dp."""
+    fwd = m.num_layers * (attention_fwd_flops(m, p.micro_batch_size)
+                          + mlp_fwd_flops(m, p.micro_batch_size))
+    fwd += logits_fwd_flops(m, p.micro_batch_size, p.tp)
+    return 3 * fwd * p.microbatches * p.data_parallel
+
+
+def tp_comm_bytes(m: TransformerModel, mbs: int) -> int:
+    """AICB's ``comm_size`` of a TP collective: activation_bytes x seq x mbs x hidden."""
+    return m.activation_bytes * m.seq_length * mbs * m.hidden_size

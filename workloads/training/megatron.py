@@ -1,0 +1,158 @@
+"""What one pipeline stage does per micro-batch in Megatron/DeepSpeed order (pure).
+
+Steps are stage-local templates (:class:`Step`): a collective on "every group of kind k in this
+stage", compute on this stage's ranks, or a pipeline hand-off. Order and sizes follow AICB's
+Megatron generator (workload_generator/generate_megatron_workload.py ``forward``/``step`` and
+mocked_model/training/MockedMegatron.py, commit 23eec3c), with two deliberate differences:
+the backward pass walks each layer MLP-first (Megatron's real order; AICB walks attention
+first, which changes no count or size), and MoE layers communicate in the backward pass too
+(AICB's ``MOEMLP.backward`` builds its list but returns an empty one). Sizes: see
+workloads.training.flops. Compute time = FLOPs / tp / (flops_per_s x efficiency).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads.training.flops import (
+    attention_fwd_flops,
+    layer_params,
+    logits_fwd_flops,
+    mlp_fwd_flops,
+    padded_vocab,
+    params_per_tp_rank,
+    tp_comm_bytes,
+)
+from workloads.training.params import Accelerator, Parallelism, TransformerModel
+
+__all__ = ["Step", "StageBuilder"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """``kind`` "coll" (``op`` on every ``group`` kind instance of the stage, ``size_bytes``),
+    "compute" (``duration_s`` on the stage's ranks) or "xfer" (pipeline hand-off ``op`` =
+    "act"/"grad" of micro-batch ``mb`` to the next/previous stage)."""
+
+    kind: str
+    op: str = ""
+    group: str = ""
+    size_bytes: int = 0
+    duration_s: float = 0.0
+    label: str = ""
+    mb: int = 0
+
+
+class StageBuilder:
+    """Builds the steps of each stage for model ``m`` under layout ``p`` on accelerator ``a``."""
+
+    def __init__(self, m: TransformerModel, p: Parallelism, a: Accelerator) -> None:
+        self.m, self.p, self.a = m, p, a
+        self.comm = tp_comm_bytes(m, p.micro_batch_size)
+        self.layers = m.num_layers // p.pp
+        self.rate = a.flops_per_s * a.efficiency
+
+    def _coll(self, op: str, group: str, size: int, label: str) -> list[Step]:
+        width = {"tp": self.p.tp, "dp": self.p.data_parallel, "ep": self.p.ep}.get(group, 2)
+        return [Step("coll", op, group, size, label=label)] if width > 1 else []
+
+    def _compute(self, flops: float, label: str) -> Step:
+        return Step("compute", duration_s=flops / self.p.tp / self.rate, label=label)
+
+    def forward(self, stage: int) -> list[Step]:
+        """One micro-batch's forward pass on ``stage`` (loss included on the last stage)."""
+        m, p, out = self.m, self.p, []
+        out += self._coll("broadcast", "tp", 5 * 8, "forward_step")
+        out += self._coll("broadcast", "tp", 8 * (p.tp * p.data_parallel * p.pp
+                                                  + m.seq_length * p.micro_batch_size),
+                          "forward_step")
+        if stage == 0:
+            out += self._coll("all_reduce", "tp", self.comm, "forward.embedding")
+        for i in range(self.layers):
+            out += self._block(attention_fwd_flops(m, p.micro_batch_size), f"attention{i}",
+                               "forward", moe=False)
+            out += self._block(mlp_fwd_flops(m, p.micro_batch_size), f"mlp{i}", "forward",
+                               moe=bool(m.num_experts))
+        if stage == p.pp - 1:
+            out.append(self._compute(logits_fwd_flops(m, p.micro_batch_size, p.tp), "logits"))
+            for _ in range(3):  # _VocabParallelCrossEntropy: max, sum exp, predicted logit
+                out += self._coll("all_reduce", "tp", p.micro_batch_size * m.seq_length * 4,
+                                  "forward_step.cross_entropy")
+            out += self._coll("all_reduce", "dp", 4, "forward_step.average_losses")
+        return out
+
+    def backward(self, stage: int) -> list[Step]:
+        """One micro-batch's backward pass on ``stage`` (2x the forward FLOPs)."""
+        m, p, out = self.m, self.p, []
+        if stage == p.pp - 1:
+            out.append(self._compute(2 * logits_fwd_flops(m, p.micro_batch_size, p.tp),
+                                     "backward.logits"))
+        for i in reversed(range(self.layers)):
+            out += self._block(2 * mlp_fwd_flops(m, p.micro_batch_size), f"mlp{i}",
+                               "backward", moe=bool(m.num_experts))
+            out += self._block(2 * attention_fwd_flops(m, p.micro_batch_size),
+                               f"attention{i}", "backward", moe=False)
+        if stage == 0:
+            out += self._coll("all_reduce", "tp", self.comm, "backward.embedding")
+        return out
+
+    def _block(self, flops: float, name: str, phase: str, moe: bool) -> list[Step]:
+        label = f"{phase}.{name}"
+        body = [self._compute(flops, label)]
+        if moe:
+            return self._moe(body, label, phase)
+        z3 = self._zero3(name, phase)
+        if self.p.sequence_parallel:
+            if phase == "forward":  # column: all-gather input; row: reduce-scatter output
+                return z3 + self._coll("all_gather", "tp", self.comm, label) + body + \
+                    self._coll("reduce_scatter", "tp", self.comm, label)
+            return (z3 + self._coll("all_gather", "tp", self.comm, label) + body
+                    + self._coll("all_gather", "tp", self.comm, label)
+                    + self._coll("reduce_scatter", "tp", self.comm, label))
+        return z3 + body + self._coll("all_reduce", "tp", self.comm, label)
+
+    def _moe(self, body: list[Step], label: str, phase: str) -> list[Step]:
+        m, p = self.m, self.p
+        tokens = self.comm * m.moe_topk  # AICB MOEMLP: 2*h*topk*mbs*s
+        a2a = tokens // p.tp
+        pre = self._coll("all_gather", "ep", 2 * p.ep * m.num_experts * p.tp, label) \
+            if phase == "forward" else []
+        return (pre + self._coll("all_to_all", "ep", a2a, label + ".dispatch")
+                + self._coll("all_gather", "tp", tokens, label) + body
+                + self._coll("reduce_scatter", "tp", tokens, label)
+                + self._coll("all_to_all", "ep", a2a, label + ".combine"))
+
+    def _zero3(self, name: str, phase: str) -> list[Step]:
+        """ZeRO-3 (Rajbhandari et al. 2020, ZeRO, section 7.2.2): gather a block's parameters
+        before its forward and its backward, reduce-scatter its gradients after backward."""
+        if self.p.zero_stage != 3:
+            return []
+        share = layer_params(self.m, self.p.tp) // 2  # attention and MLP: half a layer each
+        out = self._coll("all_gather", "dp", self.m.param_bytes * share, f"{phase}.{name}.z3")
+        if phase == "backward":
+            out += self._coll("reduce_scatter", "dp", self.m.grad_bytes * share,
+                              f"{phase}.{name}.z3")
+        return out
+
+    def step(self, stage: int) -> list[Step]:
+        """The optimizer step of ``stage``: DP gradient sync, embedding and TP syncs."""
+        m, p, out = self.m, self.p, []
+        stage_params = params_per_tp_rank(m, p.tp) // p.pp
+        if p.zero_stage == 0:
+            out += self._coll("all_reduce", "dp", m.grad_bytes * stage_params,
+                              "step.finish_grad_sync")
+        elif p.zero_stage in (1, 2):
+            out += self._coll("reduce_scatter", "dp", m.grad_bytes * stage_params, "step")
+            out += self._coll("all_gather", "dp", m.param_bytes * stage_params, "step")
+        if p.pp > 1 and stage == 0:  # tied word embeddings: first with last stage, once
+            out += self._coll("all_reduce", "embedding", m.grad_bytes * padded_vocab(m, p.tp)
+                              * m.hidden_size // p.tp, "step.embedding_grads")
+        if p.sequence_parallel:  # layer-norm grads of sequence-parallel regions
+            out += self._coll("all_reduce", "tp", m.grad_bytes * 4 * m.hidden_size
+                              * self.layers, "step.layernorm_grads")
+        out += self._coll("all_reduce", "tp", 4, "step.check_for_nan")
+        return out
+
+    def handoff_bytes(self) -> int:
+        """Bytes of one pipeline hand-off (AICB: 2 * hidden * seq * mbs)."""
+        return self.comm
