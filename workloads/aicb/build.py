@@ -119,6 +119,9 @@ def _layout(f: AicbFile, o: AicbOptions) -> Layout:
                           "and no DP group size; give the option world_size")
         world = tp * (pp or 1) * dp
     if pp is None:
+        if dp is not None and world % (tp * dp):
+            raise _err(f, f"the rows' group sizes tp={tp}, dp={dp} do not divide "
+                          f"world_size {world}")
         pp = world // (tp * dp) if dp else 1
     if world % (tp * pp):
         raise _err(f, f"world_size {world} is not a multiple of tp*pp = {tp}*{pp}")
