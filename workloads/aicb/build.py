@@ -115,8 +115,9 @@ def _layout(f: AicbFile, o: AicbOptions) -> Layout:
     dp = _one(f, "dp")
     if world is None:
         if dp is None:
-            raise _err(f, "the file states no world size ([rank0 ~ rankN] line or all_gpus:) "
-                          "and no DP group size; give the option world_size")
+            raise _err(f, "the file states no world size (no 'rank0 ~ rankN' first line, no "
+                          "all_gpus:) and no DP group size; give the option world_size "
+                          "(--world-size)")
         world = tp * (pp or 1) * dp
     if pp is None:
         if dp is not None and world % (tp * dp):

@@ -25,8 +25,10 @@ _KINDS = ("tp", "dp", "pp", "ep", "embedding")
 
 
 def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None = None, *,
-                      iterations: int = 1, file: str | None = None) -> Schedule:
-    """One training iteration of ``m`` under ``p`` (repeated ``iterations`` times).
+                      iterations: int = 1, file: str | None = None,
+                      name: str | None = None) -> Schedule:
+    """One training iteration of ``m`` under ``p`` (repeated ``iterations`` times), named
+    ``name`` (default: the model's name).
 
     Raises :class:`SpecError` listing every inconsistency (see check_training), each naming
     its key. ``meta`` records the layout, micro-batches and per-rank parameter count.
@@ -45,7 +47,7 @@ def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None
             "zero_stage": p.zero_stage, "sequence_parallel": p.sequence_parallel,
             "microbatches": p.microbatches, "params_per_tp_rank": params_per_tp_rank(m, p.tp),
             "scale": 1.0}
-    return Schedule(name=m.name, world_size=layout.world_size, groups=groups, ops=ops,
+    return Schedule(name=name or m.name, world_size=layout.world_size, groups=groups, ops=ops,
                     iterations=iterations, source=file or "<training>", meta=meta)
 
 

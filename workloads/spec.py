@@ -1,0 +1,161 @@
+"""The small YAML workload spec, shared with experiment files (pydantic, extra keys refused).
+
+Two kinds::
+
+    kind: training            # a Megatron/DeepSpeed iteration from model parameters
+    name: gpt13b
+    model: {num_layers: 40, hidden_size: 5120, num_attention_heads: 32, seq_length: 2048}
+    parallelism: {tp: 8, world_size: 128, zero_stage: 1}
+    accelerator: {flops_per_s: 312e12, efficiency: 0.5}   # optional
+    iterations: 1                                         # optional
+
+    kind: aicb                # an AICB file; a relative path is relative to the spec file
+    file: G13B-M1-C01_GPT13B_megatron_tp8_pp1_mbs1.csv
+    options: {scale: 1000, dp_replicas: 2}                # workloads.aicb.AicbOptions
+
+Experiment files embed the same mapping and call :func:`parse_workload` with their own file
+name and key prefix, so errors name the experiment file and the full key path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, TypeAdapter, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from aitb.models.errors import SpecError, SpecIssue
+from aitb.models.schedule import Schedule
+from workloads.aicb import AicbOptions, load_aicb
+from workloads.training import Accelerator, Parallelism, TransformerModel, training_schedule
+from workloads.transform import scale_schedule
+
+__all__ = ["TrainingWorkload", "AicbWorkload", "WorkloadSpec", "parse_workload",
+           "read_workload_file", "build_workload", "load_schedule"]
+
+
+class TrainingWorkload(BaseModel):
+    """``kind: training``: model, parallelism, accelerator, iterations."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["training"]
+    name: str = "training"
+    model: TransformerModel
+    parallelism: Parallelism
+    accelerator: Accelerator = Field(default_factory=Accelerator)
+    iterations: PositiveInt = 1
+
+
+class AicbWorkload(BaseModel):
+    """``kind: aicb``: an AICB CSV or SimAI text ``file`` and import ``options``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["aicb"]
+    file: str
+    options: AicbOptions = Field(default_factory=AicbOptions)
+
+
+WorkloadSpec = Annotated[TrainingWorkload | AicbWorkload, Field(discriminator="kind")]
+_ADAPTER: TypeAdapter[TrainingWorkload | AicbWorkload] = TypeAdapter(WorkloadSpec)
+
+
+def parse_workload(data: Any, *, file: str | None = None, prefix: Sequence[str | int] = (),
+                   lines: Mapping[tuple, int] | None = None) -> TrainingWorkload | AicbWorkload:
+    """Validate ``data`` (a mapping from YAML) as a workload spec.
+
+    ``prefix`` is the key path of ``data`` inside its file; ``lines`` maps key paths to line
+    numbers where known. Raises :class:`SpecError` with one issue per problem, each naming
+    ``file`` and the full key path.
+    """
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        issues = []
+        for e in exc.errors():
+            loc = tuple(p for p in e["loc"] if p not in ("training", "aicb"))
+            if e["type"] in ("union_tag_invalid", "union_tag_not_found"):
+                loc = ("kind",)
+            path = (*prefix, *loc)
+            issues.append(SpecIssue(e["msg"], file=file, key_path=path,
+                                    line=_line_of(lines or {}, tuple(path))))
+        raise SpecError(issues) from None
+
+
+def _line_of(lines: Mapping[tuple, int], path: tuple) -> int | None:
+    """The line of ``path``, else of its nearest ancestor that has one (a missing key)."""
+    for n in range(len(path), 0, -1):
+        if path[:n] in lines:
+            return lines[path[:n]]
+    return None
+
+
+def _lines(node: Any, path: tuple = ()) -> dict[tuple, int]:
+    """Key path -> 1-based line of every key in a ruamel round-trip tree."""
+    out: dict[tuple, int] = {}
+    if hasattr(node, "lc") and isinstance(node, Mapping):
+        for k in node:
+            out[(*path, k)] = node.lc.key(k)[0] + 1
+            out.update(_lines(node[k], (*path, k)))
+    return out
+
+
+def read_workload_file(path: str | Path) -> TrainingWorkload | AicbWorkload:
+    """Read and validate the YAML workload spec at ``path``; errors name file, key, line."""
+    try:
+        data = YAML(typ="rt").load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, YAMLError) as exc:
+        raise SpecError(f"cannot read workload spec: {exc}", file=str(path)) from exc
+    if not isinstance(data, Mapping):
+        raise SpecError("a workload spec is a mapping with a 'kind' key", file=str(path))
+    return parse_workload(data, file=str(path), lines=_lines(data))
+
+
+def build_workload(spec: TrainingWorkload | AicbWorkload, *, base_dir: str | Path = ".",
+                   file: str | None = None, scale: float | None = None,
+                   dp_replicas: int | None = None) -> Schedule:
+    """The Schedule of ``spec``; ``scale`` and ``dp_replicas`` override the spec's own.
+
+    Reads the AICB file of a ``kind: aicb`` spec. Raises :class:`SpecError` for bad input.
+    """
+    if isinstance(spec, AicbWorkload):
+        opts = _override(spec.options, {"scale": scale, "dp_replicas": dp_replicas}, file,
+                         "options")
+        path = Path(spec.file) if Path(spec.file).is_absolute() else Path(base_dir) / spec.file
+        return load_aicb(path, opts)
+    par = spec.parallelism
+    if dp_replicas is not None:
+        par = _override(par, {"dp": dp_replicas, "world_size": None}, file, "parallelism")
+    s = training_schedule(spec.model, par, spec.accelerator, iterations=spec.iterations,
+                          file=file, name=spec.name)
+    return scale_schedule(s, scale) if scale else s
+
+
+def _override(m: Any, updates: dict[str, Any], file: str | None, key: str) -> Any:
+    """``m`` re-validated with the non-None ``updates`` (command-line overrides)."""
+    data = {**m.model_dump(), **{k: v for k, v in updates.items()
+                                 if v is not None or k == "world_size"}}
+    try:
+        return type(m).model_validate(data)
+    except ValidationError as exc:
+        raise SpecError([SpecIssue(e["msg"] + " (command-line override)", file=file,
+                                   key_path=(key, *e["loc"])) for e in exc.errors()]) from None
+
+
+def load_schedule(path: str | Path, *, scale: float | None = None,
+                  dp_replicas: int | None = None, world_size: int | None = None) -> Schedule:
+    """A Schedule from an AICB file (.csv, .txt) or a YAML workload spec (.yaml, .yml)."""
+    p = Path(path)
+    if p.suffix.lower() in (".csv", ".txt"):
+        spec: TrainingWorkload | AicbWorkload = AicbWorkload(
+            kind="aicb", file=str(p), options=AicbOptions(world_size=world_size))
+        return build_workload(spec, scale=scale, dp_replicas=dp_replicas)
+    if p.suffix.lower() in (".yaml", ".yml"):
+        return build_workload(read_workload_file(p), base_dir=p.parent, file=str(p),
+                              scale=scale, dp_replicas=dp_replicas)
+    raise SpecError(f"unknown workload file type {p.suffix!r}; expected .csv or .txt (AICB) "
+                    "or .yaml (workload spec)", file=str(p))
