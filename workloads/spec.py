@@ -1,6 +1,6 @@
 """The small YAML workload spec, shared with experiment files (pydantic, extra keys refused).
 
-Two kinds::
+Three kinds (``kind: fedavg`` takes workloads.federated.FedAvg's keys plus ``name``)::
 
     kind: training            # a Megatron/DeepSpeed iteration from model parameters
     name: gpt13b
@@ -30,10 +30,11 @@ from ruamel.yaml.error import YAMLError
 from aitb.models.errors import SpecError, SpecIssue
 from aitb.models.schedule import Schedule
 from workloads.aicb import AicbOptions, load_aicb
+from workloads.federated import FedAvg, fedavg_schedule
 from workloads.training import Accelerator, Parallelism, TransformerModel, training_schedule
 from workloads.transform import scale_schedule
 
-__all__ = ["TrainingWorkload", "AicbWorkload", "WorkloadSpec", "parse_workload",
+__all__ = ["TrainingWorkload", "AicbWorkload", "FedAvgWorkload", "WorkloadSpec", "parse_workload",
            "read_workload_file", "build_workload", "load_schedule"]
 
 
@@ -60,12 +61,20 @@ class AicbWorkload(BaseModel):
     options: AicbOptions = Field(default_factory=AicbOptions)
 
 
-WorkloadSpec = Annotated[TrainingWorkload | AicbWorkload, Field(discriminator="kind")]
-_ADAPTER: TypeAdapter[TrainingWorkload | AicbWorkload] = TypeAdapter(WorkloadSpec)
+class FedAvgWorkload(FedAvg):
+    """``kind: fedavg``: FedAvg rounds (workloads.federated.FedAvg's keys) and a ``name``."""
+
+    kind: Literal["fedavg"]
+    name: str = "fedavg"
+
+
+AnySpec = TrainingWorkload | AicbWorkload | FedAvgWorkload
+WorkloadSpec = Annotated[AnySpec, Field(discriminator="kind")]
+_ADAPTER: TypeAdapter[AnySpec] = TypeAdapter(WorkloadSpec)
 
 
 def parse_workload(data: Any, *, file: str | None = None, prefix: Sequence[str | int] = (),
-                   lines: Mapping[tuple, int] | None = None) -> TrainingWorkload | AicbWorkload:
+                   lines: Mapping[tuple, int] | None = None) -> AnySpec:
     """Validate ``data`` (a mapping from YAML) as a workload spec.
 
     ``prefix`` is the key path of ``data`` inside its file; ``lines`` maps key paths to line
@@ -104,7 +113,7 @@ def _lines(node: Any, path: tuple = ()) -> dict[tuple, int]:
     return out
 
 
-def read_workload_file(path: str | Path) -> TrainingWorkload | AicbWorkload:
+def read_workload_file(path: str | Path) -> AnySpec:
     """Read and validate the YAML workload spec at ``path``; errors name file, key, line."""
     try:
         data = YAML(typ="rt").load(Path(path).read_text(encoding="utf-8"))
@@ -115,7 +124,7 @@ def read_workload_file(path: str | Path) -> TrainingWorkload | AicbWorkload:
     return parse_workload(data, file=str(path), lines=_lines(data))
 
 
-def build_workload(spec: TrainingWorkload | AicbWorkload, *, base_dir: str | Path = ".",
+def build_workload(spec: AnySpec, *, base_dir: str | Path = ".",
                    file: str | None = None, scale: float | None = None,
                    dp_replicas: int | None = None) -> Schedule:
     """The Schedule of ``spec``; ``scale`` and ``dp_replicas`` override the spec's own.
@@ -127,6 +136,12 @@ def build_workload(spec: TrainingWorkload | AicbWorkload, *, base_dir: str | Pat
                          "options")
         path = Path(spec.file) if Path(spec.file).is_absolute() else Path(base_dir) / spec.file
         return load_aicb(path, opts)
+    if isinstance(spec, FedAvgWorkload):
+        if dp_replicas is not None:
+            raise SpecError(SpecIssue("--subset applies to training and AICB workloads, not "
+                                      "fedavg", file=file, key_path=("kind",)))
+        fl = fedavg_schedule(spec, name=spec.name)
+        return scale_schedule(fl, scale) if scale else fl
     par = spec.parallelism
     if dp_replicas is not None:
         par = _override(par, {"dp": dp_replicas, "world_size": None}, file, "parallelism")
@@ -151,7 +166,7 @@ def load_schedule(path: str | Path, *, scale: float | None = None,
     """A Schedule from an AICB file (.csv, .txt) or a YAML workload spec (.yaml, .yml)."""
     p = Path(path)
     if p.suffix.lower() in (".csv", ".txt"):
-        spec: TrainingWorkload | AicbWorkload = AicbWorkload(
+        spec: AnySpec = AicbWorkload(
             kind="aicb", file=str(p), options=AicbOptions(world_size=world_size))
         return build_workload(spec, scale=scale, dp_replicas=dp_replicas)
     if p.suffix.lower() in (".yaml", ".yml"):

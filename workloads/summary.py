@@ -5,7 +5,7 @@ Counts are per communicator: a TP all-reduce that every one of 16 TP groups runs
 of view). ``total_bytes`` is the sum of ``size_bytes`` (nccl-tests' convention, see
 aitb.models.schedule) of one communicator's calls; multiply by ``instances`` for the whole
 job. Point-to-point transfers are listed as op ``send_recv`` on their group (``pp``...), their
-count per pipeline.
+count per pipeline; bursts as op ``burst``, group ``flows``, with the bytes of all their flows.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from aitb.models.schedule import Collective, Compute, Schedule, SendRecv
+from aitb.models.schedule import Burst, Collective, Compute, Schedule, SendRecv
 
 __all__ = ["summarise", "collective_table"]
 
@@ -28,10 +28,11 @@ def collective_table(s: Schedule) -> list[dict[str, Any]]:
         if key is None:
             continue
         row = acc.setdefault(key, {"ops": 0, "bytes": 0, "names": set(), "sizes": set()})
+        size = _size(op)
         row["ops"] += 1
-        row["bytes"] += op.size_bytes  # type: ignore[union-attr]
+        row["bytes"] += size
         row["names"].add(name)
-        row["sizes"].add(op.size_bytes)  # type: ignore[union-attr]
+        row["sizes"].add(size)
     out = []
     for (op_name, kind, gsize), row in sorted(acc.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         n = len(row["names"])
@@ -49,7 +50,15 @@ def _key(s: Schedule, op: object) -> tuple[tuple[str, str, int] | None, str]:
         g = s.groups.get(op.group) if op.group else None
         kind = g.kind if g else "p2p"
         return ("send_recv", kind, len(g.ranks) if g else 2), g.name if g else "p2p"
+    if isinstance(op, Burst):
+        return ("burst", "flows", len(s.ranks_of(op))), "flows"
     return None, ""
+
+
+def _size(op: object) -> int:
+    if isinstance(op, Burst):
+        return sum(f.size_bytes for f in op.flows)
+    return op.size_bytes  # type: ignore[attr-defined]
 
 
 def compute_per_rank_s(s: Schedule) -> list[float]:

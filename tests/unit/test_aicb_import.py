@@ -149,3 +149,25 @@ def test_bad_simai_lines_name_file_and_line(tmp_path, body, line, needle):
     with pytest.raises(SpecError, match=needle) as exc:
         load_aicb(p, AicbOptions(world_size=16))
     assert exc.value.issues[0].line == line
+
+
+def test_pipeline_rows_become_hand_offs_over_every_stage_boundary(tmp_path):
+    # stage 0's view, as AICB writes it: activations to the next stage, gradients back
+    rows = [
+        "CommType.all_reduce,CommGroup.dp_group,2,8,init,None,None,,None,None,None,1",
+        "CommType.epoch_end,None,None,0,,None,None,,None,None,None,1",
+        "CommType.isend,CommGroup.pp_group,1,64,forward_step,None,None,send_next,None,None,"
+        "None,1",
+        "CommType.irecv,CommGroup.pp_group,1,64,backward_step,None,None,recv_next,None,None,"
+        "None,1",
+        "CommType.all_reduce,CommGroup.tp_group,2,32,step,None,None,,None,None,None,1",
+        "CommType.epoch_end,None,None,0,,None,None,,None,None,None,1",
+    ]
+    p = _bad(tmp_path, "[rank0 ~ rank11]\n" + HEADER + "\n" + "\n".join(rows) + "\n")
+    s = load_aicb(p)
+    assert (s.meta["tp"], s.meta["dp"], s.meta["pp"]) == (2, 2, 3)
+    hand = [(op.src, op.dst, op.label) for op in s.ops if hasattr(op, "src")]
+    # pipeline (tp 0, dp 0) is ranks 0, 4, 8
+    assert (0, 4, "forward_step") in hand and (4, 8, "forward_step") in hand
+    assert (8, 4, "backward_step") in hand and (4, 0, "backward_step") in hand
+    assert len(hand) == 4 * 2 * 2  # 4 pipelines x 2 boundaries x (activation + gradient)

@@ -102,3 +102,18 @@ def test_cli_refuses_a_bad_subset():
     r = _inspect(CSV, "--subset", "tp=2")
     assert r.exit_code != 0
     assert isinstance(r.exception, SpecError) and "dp=N" in str(r.exception)
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "workloads" / "examples").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_example_spec_builds(example):
+    s = load_schedule(example)
+    assert s.ops and s.world_size > 1
+
+
+def test_fedavg_spec_inspect_counts_downloads_and_uploads():
+    out = json.loads(_inspect(ROOT / "workloads/examples/fedavg_10_clients.yaml", "--json").output)
+    rows = {(c["op"], c["group"]): c for c in out["collectives"]}
+    assert rows[("burst", "flows")]["count"] == 5
+    assert rows[("send_recv", "p2p")]["count"] == 25  # 5 rounds x 5 clients
+    assert rows[("send_recv", "p2p")]["total_bytes"] == 25 * 10_000_000
