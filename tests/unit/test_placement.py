@@ -42,3 +42,15 @@ def test_too_few_hosts_names_both_numbers():
 def test_unknown_policy():
     with pytest.raises(SpecError, match="unknown placement policy 'ring'"):
         place(2, SITES, "ring")  # type: ignore[arg-type]
+
+
+def test_sites_of_plan_groups_hosts_by_site_label_then_group():
+    from aitb.models.plan import LabPlan, NodePlan
+    from workloads.placement import sites_of_plan
+
+    plan = LabPlan("lab", nodes=(
+        NodePlan("a1", "host", labels={"site": "east"}), NodePlan("r", "router"),
+        NodePlan("b1", "host", group="west"), NodePlan("a2", "host", labels={"site": "east"}),
+    ), links=())
+    assert sites_of_plan(plan) == {"east": ["a1", "a2"], "west": ["b1"]}
+    assert place(3, sites_of_plan(plan)) == {0: "a1", 1: "a2", 2: "b1"}
