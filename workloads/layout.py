@@ -73,7 +73,7 @@ class Layout:
         return tuple(range(base, base + self.tp * self.dp))
 
     def groups(self, kind: str) -> dict[str, Group]:
-        """Every group of ``kind`` (tp, dp, pp, ep, ep_dp, embedding, world) by name.
+        """Every group of ``kind`` (tp, dp, pp, ep, ep_tp, ep_dp, embedding, world) by name.
 
         Names are ``kind`` + index (``tp0``, ``dp5``...). Raises :class:`LayoutError` for an
         unknown kind.
@@ -92,6 +92,9 @@ class Layout:
         if kind == "ep":
             return [tuple(self.rank(t, b * ep + e, p) for e in range(ep))
                     for p in range(pp) for b in range(dp // ep) for t in range(tp)]
+        if kind == "ep_tp":  # the TP x EP block of an expert layer
+            return [tuple(self.rank(t, b * ep + e, p) for e in range(ep) for t in range(tp))
+                    for p in range(pp) for b in range(dp // ep)]
         if kind == "ep_dp":
             return [tuple(self.rank(t, b * ep + e, p) for b in range(dp // ep))
                     for p in range(pp) for e in range(ep) for t in range(tp)]
@@ -100,5 +103,5 @@ class Layout:
                     for d in range(dp) for t in range(tp)]
         if kind == "world":
             return [tuple(range(self.world_size))]
-        raise LayoutError(f"unknown group kind {kind!r}; known: tp, dp, pp, ep, ep_dp, "
-                          "embedding, world")
+        raise LayoutError(f"unknown group kind {kind!r}; known: tp, dp, pp, ep, ep_tp, "
+                          "ep_dp, embedding, world")

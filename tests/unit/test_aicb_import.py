@@ -171,3 +171,10 @@ def test_pipeline_rows_become_hand_offs_over_every_stage_boundary(tmp_path):
     assert (0, 4, "forward_step") in hand and (4, 8, "forward_step") in hand
     assert (8, 4, "backward_step") in hand and (4, 0, "backward_step") in hand
     assert len(hand) == 4 * 2 * 2  # 4 pipelines x 2 boundaries x (activation + gradient)
+
+
+def test_rows_then_one_epoch_end_are_the_iteration(tmp_path):
+    row = "CommType.all_reduce,CommGroup.dp_group,4,16,x,None,None,,None,None,None,2"
+    end = "CommType.epoch_end,None,None,0,,None,None,,None,None,None,1"
+    s = load_aicb(_bad(tmp_path, f"[rank0 ~ rank3]\n{HEADER}\n{row}\n{end}\n"))
+    assert _table(s)[("all_reduce", "dp")]["count"] == 2  # the count column repeats the row

@@ -18,7 +18,7 @@ def test_megatron_docstring_example_16_gpus_tp2_pp4():
 @pytest.mark.parametrize("tp,dp,pp,ep", [(2, 4, 2, 2), (8, 16, 1, 1), (1, 8, 1, 4)])
 def test_groups_partition_the_world(tp, dp, pp, ep):
     lay = Layout(tp=tp, dp=dp, pp=pp, ep=ep)
-    for kind in ("tp", "dp", "pp", "ep"):
+    for kind in ("tp", "dp", "pp", "ep", "ep_tp", "ep_dp"):
         ranks = sorted(r for g in lay.groups(kind).values() for r in g.ranks)
         assert ranks == list(range(lay.world_size)), kind
 

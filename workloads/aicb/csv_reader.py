@@ -83,9 +83,10 @@ def _file(path: str, segments: list[list[AicbRow]], world: int | None) -> AicbFi
     if len(segments) == 1:  # no epoch_end at all: the whole file is one iteration
         return AicbFile(path, "csv", (), tuple(segments[0]), 1, world)
     iters = [s for s in segments[1:] if s]
-    if not iters:
-        raise SpecError(SpecIssue("no training rows after the first CommType.epoch_end",
-                                  file=path))
+    if not iters:  # rows, then one epoch_end: those rows are the iteration
+        if not segments[0]:
+            raise SpecError(SpecIssue("the file has no operation rows", file=path))
+        return AicbFile(path, "csv", (), tuple(segments[0]), 1, world)
     return AicbFile(path, "csv", tuple(segments[0]), tuple(iters[0]), len(iters), world)
 
 
