@@ -76,7 +76,8 @@ def read_simai(path: str | Path) -> AicbFile:
 def _header(lines: list[str], path: str) -> dict[str, str]:
     tokens = lines[0].split() if lines else []
     if not tokens or tokens[0] not in POLICIES:
-        raise SpecError(SpecIssue(f"unknown parallelism policy {tokens[:1]}; aitb reads "
+        got = repr(tokens[0]) if tokens else "an empty first line"
+        raise SpecError(SpecIssue(f"unknown parallelism policy {got}; aitb reads "
                                   f"{', '.join(POLICIES)}", file=path, line=1))
     info = {"policy": tokens[0]}
     for key, value in zip(tokens[1:], tokens[2:], strict=False):
