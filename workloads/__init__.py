@@ -1,1 +1,10 @@
-"""workloads layer of aitb (see ARCHITECTURE: layers)."""
+"""workloads layer of aitb (see ARCHITECTURE: layers): parameters in, Schedule out (pure).
+
+* ``workloads.aicb``: import AICB's CSV and SimAI text workload files.
+* ``workloads.training``: a Megatron/DeepSpeed training iteration from model parameters.
+* ``workloads.federated``: FedAvg rounds between an aggregator and clients.
+* ``workloads.layout``: Megatron's rank layout (TP, DP, PP, EP groups).
+* ``workloads.placement``: ranks onto the hosts of a (multi-site) lab.
+* ``workloads.spec``: the YAML workload spec embedded by experiment files.
+* ``workloads.summary``, ``workloads.transform``: per-collective summaries, scaled emulation.
+"""
