@@ -3,7 +3,10 @@
 FedAvg (McMahan et al. 2017, "Communication-Efficient Learning of Deep Networks from
 Decentralized Data", Algorithm 1): each round the server selects a fraction C of the K
 clients, sends them the model, each trains locally, uploads its update, and the server
-averages. Rank 0 is the aggregator, ranks 1..N the clients. Per round: one :class:`Burst` of
+averages. Rank 0 is the aggregator, ranks 1..N the clients (with ``clusters`` = k > 0, ranks
+1..k are cluster aggregators, client c is rank k + c and belongs to cluster (c-1) mod k: a
+hierarchical FL round sends the model 0 -> cluster aggregators -> clients and the updates back
+the same way, one aggregated update per cluster). Per round: one :class:`Burst` of
 model downloads (all start together), per selected client a :class:`Compute` (its local
 training) and a :class:`SendRecv` upload to rank 0 (the incast), then the aggregation
 :class:`Compute` on rank 0. Uploads are listed in the order the clients are expected to finish
@@ -72,6 +75,7 @@ class FedAvg(BaseModel):
     overcommit: float = Field(1.0, ge=1.0)
     deadline_s: float | None = Field(None, gt=0)
     aggregate_s: float = Field(0.0, ge=0)
+    clusters: int = Field(0, ge=0)
     train_time: TrainTime = Field(default_factory=TrainTime)
     seed: int = 0
 
@@ -83,7 +87,18 @@ class FedAvg(BaseModel):
                              f"{self.clients} clients")
         if t.dist == "uniform" and t.low_s > t.high_s:
             raise ValueError(f"train_time.low_s {t.low_s} exceeds high_s {t.high_s}")
+        if self.clusters > self.clients:
+            raise ValueError(f"clusters ({self.clusters}) exceed clients ({self.clients})")
         return self
+
+    @property
+    def first_client(self) -> int:
+        """Rank of client 1: after the global aggregator and the cluster aggregators."""
+        return 1 + self.clusters
+
+    def aggregator_of(self, client: int) -> int:
+        """The rank a client (1-based) uploads to: its cluster's aggregator, or rank 0."""
+        return 1 + (client - 1) % self.clusters if self.clusters else 0
 
     @property
     def model_bytes(self) -> int:
@@ -119,16 +134,24 @@ def fedavg_schedule(p: FedAvg, name: str = "fedavg") -> Schedule:
                        "target": math.ceil(p.fraction * p.clients)})
     meta = {"kind": "fedavg", "aggregator": 0, "model_bytes": p.model_bytes,
             "upload_bytes": p.upload_bytes, "rounds": rounds, "seed": p.seed, "scale": 1.0}
-    return Schedule(name=name, world_size=p.clients + 1, groups={}, ops=tuple(ops),
+    return Schedule(name=name, world_size=p.first_client + p.clients, groups={}, ops=tuple(ops),
                     source="<fedavg>", meta=meta)
 
 
 def _round(p: FedAvg, r: int, chosen: list[int], train: dict[int, float]) -> list[Op]:
-    ops: list[Op] = [Burst(tuple(Flow(0, c, p.model_bytes) for c in chosen),
-                           label=f"round{r}.download")]
-    ops += [Compute(train[c], (c,), f"round{r}.train") for c in chosen]
-    ops += [SendRecv(c, 0, p.upload_bytes, label=f"round{r}.upload")
+    rank = {c: p.first_client + c - 1 for c in chosen}
+    ops: list[Op] = []
+    if p.clusters:  # hierarchical: the global model first reaches the cluster aggregators
+        ops.append(Burst(tuple(Flow(0, a, p.model_bytes) for a in range(1, p.first_client)),
+                         label=f"round{r}.download.clusters"))
+    ops.append(Burst(tuple(Flow(p.aggregator_of(c), rank[c], p.model_bytes) for c in chosen),
+                     label=f"round{r}.download"))
+    ops += [Compute(train[c], (rank[c],), f"round{r}.train") for c in chosen]
+    ops += [SendRecv(rank[c], p.aggregator_of(c), p.upload_bytes, label=f"round{r}.upload")
             for c in sorted(chosen, key=lambda c: (train[c], c))]
+    if p.clusters:
+        ops += [SendRecv(a, 0, p.upload_bytes, label=f"round{r}.upload.clusters")
+                for a in range(1, p.first_client)]
     if p.aggregate_s > 0:
         ops.append(Compute(p.aggregate_s, (0,), f"round{r}.aggregate"))
     return ops

@@ -45,3 +45,14 @@ def test_uploads_in_expected_finish_order_from_a_trace():
 def test_invalid_parameters_name_the_key(kw, needle):
     with pytest.raises(ValidationError, match=needle):
         FedAvg(clients=3, model_parameters=10, **kw)
+
+
+def test_hierarchical_rounds_go_through_cluster_aggregators():
+    p = FedAvg(clients=6, model_parameters=100, bits_per_parameter=8, clusters=2)
+    s = fedavg_schedule(p)
+    assert s.world_size == 9  # global + 2 cluster aggregators + 6 clients
+    uploads = [(op.src, op.dst) for op in s.ops if isinstance(op, SendRecv)]
+    assert sorted(uploads[:6]) == [(3, 1), (4, 2), (5, 1), (6, 2), (7, 1), (8, 2)]
+    assert uploads[6:] == [(1, 0), (2, 0)]
+    first = next(op for op in s.ops if isinstance(op, Burst))
+    assert [(f.src, f.dst) for f in first.flows] == [(0, 1), (0, 2)]
