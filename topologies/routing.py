@@ -1,0 +1,215 @@
+"""Static routes by shortest path over the L3 graph, with equal-cost multipath.
+
+Model (as OSPF's): a node leaving through an interface pays that link's ``cost``. Only routers
+forward: hosts never appear as transit (they have no ip_forward), so distances are computed over
+routers only, and a host uses the routers on its own segments as gateways.
+
+For a destination segment S with routers R(S), a router M is at distance 0 if M is on S, else
+min over R in R(S) of the router-graph distance M -> R (Dijkstra from every router over the
+reversed graph). A node X not on S uses every gateway (interface i, router G on i's segment)
+that reaches the minimum of cost(i) + d_S(G): one next hop, or an ECMP route where costs tie.
+
+Tables are kept compact where that is exact: destinations with the same next hops are merged
+into covering prefixes only when those prefixes contain nothing else (``collapse_addresses``),
+and a host whose every destination has the same next hops gets ONE route to the whole pool
+(never a default route).
+"""
+
+from __future__ import annotations
+
+import heapq
+import ipaddress
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from aitb.models.plan import NextHop, Route
+from topologies.addressing import Segment
+from topologies.graph import Port
+
+__all__ = ["RoutingResult", "compute_routes"]
+
+INF = float("inf")
+Addr = tuple[ipaddress.IPv4Interface, ipaddress.IPv6Interface | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingResult:
+    """Routes per node and, per L3 node, the indices of the segments it can reach."""
+
+    routes: dict[str, tuple[Route, ...]]
+    reach: dict[str, frozenset[int]]
+
+
+class _Graph:
+    """Interfaces of L3 nodes, gateways per interface, router-to-router distances."""
+
+    def __init__(self, segments: list[Segment], kinds: Mapping[str, str],
+                 cost: Mapping[Port, int]) -> None:
+        self.segments = [s for s in segments if s.v4 is not None]
+        self.ifaces: dict[str, list[tuple[int, Port]]] = defaultdict(list)
+        for k, seg in enumerate(self.segments):
+            for port in seg.ports:
+                self.ifaces[port.node].append((k, port))
+        self.routers = sorted({n for n in self.ifaces if kinds[n] == "router"})
+        self.router_set = set(self.routers)
+        self.seg_routers = [frozenset(p.node for p in s.ports if kinds[p.node] == "router")
+                            for s in self.segments]
+        self.cost = cost
+        self.dist_to = {r: self._dijkstra_to(r) for r in self.routers}
+        self._dvec: dict[frozenset[str], dict[str, float]] = {}
+
+    def own(self, node: str) -> frozenset[int]:
+        """The segments ``node`` has an interface on."""
+        return frozenset(k for k, _ in self.ifaces[node])
+
+    def gateways(self, node: str) -> list[tuple[int, Port, Port]]:
+        """(segment, own port, gateway router's port) for every router next to ``node``."""
+        out = []
+        for k, own in self.ifaces[node]:
+            out += [(k, own, p) for p in self.segments[k].ports
+                    if p.node != node and p.node in self.router_set]
+        return out
+
+    def _dijkstra_to(self, target: str) -> dict[str, float]:
+        """Distance from every router to ``target`` through routers only."""
+        dist = {target: 0.0}
+        heap = [(0.0, target)]
+        while heap:
+            d, y = heapq.heappop(heap)
+            if d > dist.get(y, INF):
+                continue
+            for k, _ in self.ifaces[y]:
+                for x in self.segments[k].ports:  # x can send to y over segment k
+                    if x.node == y or x.node not in self.router_set:
+                        continue
+                    nd = d + self.cost[x]
+                    if nd < dist.get(x.node, INF):
+                        dist[x.node] = nd
+                        heapq.heappush(heap, (nd, x.node))
+        return dist
+
+    def dvec(self, targets: frozenset[str]) -> dict[str, float]:
+        """Router -> distance to the nearest router in ``targets``."""
+        if targets not in self._dvec:
+            vec: dict[str, float] = {}
+            for r in targets:
+                for m, d in self.dist_to[r].items():
+                    if d < vec.get(m, INF):
+                        vec[m] = d
+            self._dvec[targets] = vec
+        return self._dvec[targets]
+
+
+def _best(gws: list[tuple[int, Port, Port]], g: _Graph, targets: frozenset[str]
+          ) -> tuple[tuple[Port, Port], ...]:
+    """The (own port, gateway port) pairs on a shortest path towards ``targets``."""
+    vec = g.dvec(targets)
+    scored = [(g.cost[own] + vec.get(gw.node, INF), own, gw) for _, own, gw in gws]
+    best = min((s for s, _, _ in scored), default=INF)
+    if best == INF:
+        return ()
+    return tuple(sorted(((own, gw) for s, own, gw in scored if s == best),
+                        key=lambda pg: (pg[0].ifname, pg[1].node)))
+
+
+def _nexthops(hops: Iterable[tuple[Port, Port]], addr: Mapping[Port, Addr], v6: bool
+              ) -> tuple[NextHop, ...]:
+    return tuple(NextHop(ifname=own.ifname, via=(addr[gw][1].ip if v6 else addr[gw][0].ip))
+                 for own, gw in hops)
+
+
+def _node_table(node: str, g: _Graph) -> dict[int, tuple[tuple[Port, Port], ...]]:
+    """Destination segment -> best (own port, gateway port) pairs, for every reachable segment
+    ``node`` is not on."""
+    own = g.own(node)
+    gws = g.gateways(node)
+    cache: dict[frozenset[str], tuple] = {}
+    canon: dict[tuple, tuple] = {}  # equal next-hop sets share one object (grouped by id)
+    out = {}
+    for k, targets in enumerate(g.seg_routers):
+        if k in own or not targets:
+            continue
+        if targets not in cache:
+            best = _best(gws, g, targets)
+            cache[targets] = canon.setdefault(best, best)
+        if cache[targets]:
+            out[k] = cache[targets]
+    return out
+
+
+def aggregate(nets: list) -> list:
+    """Merge disjoint networks of one family into the fewest prefixes covering exactly the
+    same addresses: two sibling halves (same prefix length, same parent) become their parent,
+    repeatedly. Like ``ipaddress.collapse_addresses`` for disjoint input, but on integers."""
+    if len(nets) < 2:
+        return list(nets)
+    cls, bits = type(nets[0]), nets[0].max_prefixlen
+    stack: list[tuple[int, int]] = []
+    for net in sorted(nets, key=lambda n: int(n.network_address)):
+        stack.append((int(net.network_address), net.prefixlen))
+        while len(stack) >= 2:
+            (a, la), (b, lb) = stack[-2], stack[-1]
+            size = 1 << (bits - la)
+            if la != lb or la == 0 or a & size or a + size != b:
+                break
+            stack[-2:] = [(a, la - 1)]
+    return [cls((a, plen)) for a, plen in stack]
+
+
+def _pool_routes(hops: tuple[tuple[Port, Port], ...], addr: Mapping[Port, Addr],
+                 pools: tuple[ipaddress.IPv4Network, ipaddress.IPv6Network | None]
+                 ) -> tuple[Route, ...]:
+    """One route per address family to the whole pool (never 0.0.0.0/0)."""
+    return tuple(Route(dst=pool, nexthops=_nexthops(hops, addr, v6=i == 1))
+                 for i, pool in enumerate(pools) if pool is not None)
+
+
+def _routes(table: Mapping[int, tuple], g: _Graph, addr: Mapping[Port, Addr],
+            pools: tuple[ipaddress.IPv4Network, ipaddress.IPv6Network | None], compact: bool
+            ) -> tuple[Route, ...]:
+    groups: dict[int, list[int]] = defaultdict(list)
+    by_id: dict[int, tuple] = {}
+    for k, hops in table.items():  # next-hop tuples are canonical objects: group by identity
+        groups[id(hops)].append(k)
+        by_id[id(hops)] = hops
+    if compact and len(groups) == 1:
+        return _pool_routes(next(iter(by_id.values())), addr, pools)
+    out = []
+    for hid, ks in groups.items():
+        hops = by_id[hid]
+        for net in aggregate([g.segments[k].v4 for k in ks]):
+            out.append(Route(dst=net, nexthops=_nexthops(hops, addr, v6=False)))
+        if pools[1] is not None:
+            for net in aggregate([g.segments[k].v6 for k in ks]):
+                out.append(Route(dst=net, nexthops=_nexthops(hops, addr, v6=True)))
+    return tuple(sorted(out, key=lambda r: (r.dst.version, int(r.dst.network_address))))
+
+
+def compute_routes(segments: list[Segment], kinds: Mapping[str, str], cost: Mapping[Port, int],
+                   addr: Mapping[Port, Addr],
+                   pools: tuple[ipaddress.IPv4Network, ipaddress.IPv6Network | None]
+                   ) -> RoutingResult:
+    """Routes for every host and router.
+
+    segments: with subnets allocated; kinds: node -> kind; cost: port -> cost of leaving
+    through it; addr: port -> (IPv4, IPv6 or None) interface; pools: (IPv4 pool, IPv6 pool or
+    None) for the compact host route. Returns routes and reachable segment indices per node.
+    """
+    g = _Graph(segments, kinds, cost)
+    routes, reach = {}, {}
+    for node in g.routers:
+        table = _node_table(node, g)
+        routes[node] = _routes(table, g, addr, pools, compact=False)
+        reach[node] = frozenset(table) | g.own(node)
+    for node in sorted(set(g.ifaces) - g.router_set):
+        gws, own = g.gateways(node), g.own(node)
+        if len(gws) == 1:  # one gateway: one route to the pool, reach what it reaches
+            far = reach[gws[0][2].node] - own
+            routes[node] = _pool_routes(((gws[0][1], gws[0][2]),), addr, pools) if far else ()
+            reach[node] = far | own
+            continue
+        table = _node_table(node, g)
+        routes[node] = _routes(table, g, addr, pools, compact=True)
+        reach[node] = frozenset(table) | own
+    return RoutingResult(routes=routes, reach=reach)
