@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -43,15 +43,17 @@ def _print_summary(s: dict[str, Any]) -> None:
     typer.echo(f"{s['source']}: ok: lab {s['name']!r}")
     typer.echo(f"  nodes:   {kinds}")
     typer.echo(f"  links:   {s['links']} ({s['shaped_links']} shaped)")
-    typer.echo(f"  netem:   {'needed (delay or impairments)' if s['needs_netem'] else 'not needed'}")
+    netem = "needed (delay or impairments)" if s["needs_netem"] else "not needed"
+    typer.echo(f"  netem:   {netem}")
     typer.echo(f"  subnets: {s['subnets']}, static routes: {s['routes']}")
 
 
 @topo_app.command("validate")
 def validate(
-    file: Path = typer.Argument(..., help="Topology file (YAML)."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON object."),
-    plan: bool = typer.Option(False, "--plan", help="With --json: include the resolved plan."),
+    file: Annotated[Path, typer.Argument(help="Topology file (YAML).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object.")] = False,
+    plan: Annotated[bool, typer.Option("--plan", help="With --json: add the resolved plan.")]
+    = False,
 ) -> None:
     """Check FILE and resolve it (addresses, routes, shaping); create nothing.
 
@@ -77,7 +79,8 @@ def validate(
 
 @topo_app.command("schema")
 def schema(
-    write: bool = typer.Option(False, "--write", help="Rewrite the committed schema file."),
+    write: Annotated[bool, typer.Option("--write", help="Rewrite the committed schema file.")]
+    = False,
 ) -> None:
     """Print the JSON Schema of topology files (or rewrite topologies/schema/ with --write)."""
     from topologies.schema_gen import schema_text, write_schema

@@ -1,11 +1,10 @@
 """Every bad input is reported with file, key path, line and a clear message; all at once."""
 
 import pytest
+from topo_helpers import find_issue, issues, write
 
 from aitb.models.errors import SpecError
 from topologies import load_topology, parse_topology
-
-from topo_helpers import find_issue, issues, write
 
 GOOD_NODES = """
 nodes:
