@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from aitb.models.errors import SpecIssue
 from aitb.models.shaping import Shaping
@@ -20,9 +21,8 @@ DEFAULT_MTU = 1500
 DEFAULT_COST = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Port:
-    """One end of a link: node and interface name inside it."""
+class Port(NamedTuple):
+    """One end of a link: node and interface name inside it (a tuple: cheap to hash)."""
 
     node: str
     ifname: str

@@ -56,6 +56,9 @@ class _Graph:
         self.seg_routers = [frozenset(p.node for p in s.ports if kinds[p.node] == "router")
                             for s in self.segments]
         self.cost = cost
+        self.v4_int = [(int(s.v4.network_address), s.v4.prefixlen) for s in self.segments]
+        self.v6_int = [(int(s.v6.network_address), s.v6.prefixlen) if s.v6 else (0, 0)
+                       for s in self.segments]
         self.dist_to = {r: self._dijkstra_to(r) for r in self.routers}
         self._dvec: dict[frozenset[str], dict[str, float]] = {}
 
@@ -103,14 +106,19 @@ class _Graph:
 
 def _best(gws: list[tuple[int, Port, Port]], g: _Graph, targets: frozenset[str]
           ) -> tuple[tuple[Port, Port], ...]:
-    """The (own port, gateway port) pairs on a shortest path towards ``targets``."""
-    vec = g.dvec(targets)
-    scored = [(g.cost[own] + vec.get(gw.node, INF), own, gw) for _, own, gw in gws]
-    best = min((s for s, _, _ in scored), default=INF)
-    if best == INF:
-        return ()
-    return tuple(sorted(((own, gw) for s, own, gw in scored if s == best),
-                        key=lambda pg: (pg[0].ifname, pg[1].node)))
+    """The (own port, gateway port) pairs on a shortest path towards ``targets``, sorted by
+    interface name."""
+    get, cost = g.dvec(targets).get, g.cost
+    best, hops = INF, []
+    for _, own, gw in gws:
+        d = cost[own] + get(gw.node, INF)
+        if d < best:
+            best, hops = d, [(own, gw)]
+        elif d == best and d != INF:
+            hops.append((own, gw))
+    if len(hops) > 1:
+        hops.sort(key=lambda pg: (pg[0].ifname, pg[1].node))
+    return tuple(hops)
 
 
 def _nexthops(hops: Iterable[tuple[Port, Port]], addr: Mapping[Port, Addr], v6: bool
@@ -138,23 +146,23 @@ def _node_table(node: str, g: _Graph) -> dict[int, tuple[tuple[Port, Port], ...]
     return out
 
 
-def aggregate(nets: list) -> list:
-    """Merge disjoint networks of one family into the fewest prefixes covering exactly the
-    same addresses: two sibling halves (same prefix length, same parent) become their parent,
-    repeatedly. Like ``ipaddress.collapse_addresses`` for disjoint input, but on integers."""
+def aggregate(nets: list[tuple[int, int]], bits: int) -> list[tuple[int, int]]:
+    """Merge disjoint networks ``(network address as int, prefix length)`` of one family with
+    ``bits``-bit addresses into the fewest prefixes covering exactly the same addresses: two
+    sibling halves (same prefix length, same parent) become their parent, repeatedly. Like
+    ``ipaddress.collapse_addresses`` for disjoint input, on integers for speed."""
     if len(nets) < 2:
         return list(nets)
-    cls, bits = type(nets[0]), nets[0].max_prefixlen
     stack: list[tuple[int, int]] = []
-    for net in sorted(nets, key=lambda n: int(n.network_address)):
-        stack.append((int(net.network_address), net.prefixlen))
+    for net in sorted(nets):
+        stack.append(net)
         while len(stack) >= 2:
             (a, la), (b, lb) = stack[-2], stack[-1]
             size = 1 << (bits - la)
             if la != lb or la == 0 or a & size or a + size != b:
                 break
             stack[-2:] = [(a, la - 1)]
-    return [cls((a, plen)) for a, plen in stack]
+    return stack
 
 
 def _pool_routes(hops: tuple[tuple[Port, Port], ...], addr: Mapping[Port, Addr],
@@ -178,12 +186,15 @@ def _routes(table: Mapping[int, tuple], g: _Graph, addr: Mapping[Port, Addr],
     out = []
     for hid, ks in groups.items():
         hops = by_id[hid]
-        for net in aggregate([g.segments[k].v4 for k in ks]):
-            out.append(Route(dst=net, nexthops=_nexthops(hops, addr, v6=False)))
+        v4 = _nexthops(hops, addr, v6=False)
+        out += [(4, a, Route(dst=ipaddress.IPv4Network((a, plen)), nexthops=v4))
+                for a, plen in aggregate([g.v4_int[k] for k in ks], 32)]
         if pools[1] is not None:
-            for net in aggregate([g.segments[k].v6 for k in ks]):
-                out.append(Route(dst=net, nexthops=_nexthops(hops, addr, v6=True)))
-    return tuple(sorted(out, key=lambda r: (r.dst.version, int(r.dst.network_address))))
+            v6 = _nexthops(hops, addr, v6=True)
+            out += [(6, a, Route(dst=ipaddress.IPv6Network((a, plen)), nexthops=v6))
+                    for a, plen in aggregate([g.v6_int[k] for k in ks], 128)]
+    out.sort(key=lambda t: t[:2])
+    return tuple(r for _, _, r in out)
 
 
 def compute_routes(segments: list[Segment], kinds: Mapping[str, str], cost: Mapping[Port, int],

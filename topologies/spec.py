@@ -15,7 +15,7 @@ import ipaddress
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from aitb.models.shaping import AQMS, JITTER_DISTRIBUTIONS
 from aitb.models.units import (
@@ -185,11 +185,22 @@ class AddressingSpec(_Strict):
 
     ipv4_pool: ipaddress.IPv4Network = Field(
         default=ipaddress.IPv4Network(DEFAULT_IPV4_POOL),
-        description="Pool for every subnet (default RFC 2544's 198.18.0.0/15).")
+        description="Pool for every subnet, inside RFC 2544's 198.18.0.0/15 (the default).")
     ipv6: bool = Field(default=False, description="Also give every interface an IPv6 address.")
     ipv6_pool: ipaddress.IPv6Network = Field(
         default=ipaddress.IPv6Network(DEFAULT_IPV6_POOL),
-        description="IPv6 pool (default RFC 5180's 2001:2::/48); /64 per segment, /127 p2p.")
+        description="IPv6 pool inside 2001:2::/48 (RFC 5180); a /64 per segment.")
+
+    @field_validator("ipv4_pool", "ipv6_pool")
+    @classmethod
+    def _inside_benchmark_range(cls, net: ipaddress.IPv4Network | ipaddress.IPv6Network
+                                ) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        allowed = ipaddress.ip_network(DEFAULT_IPV4_POOL if net.version == 4
+                                       else DEFAULT_IPV6_POOL)
+        if not net.subnet_of(allowed):  # type: ignore[arg-type]
+            raise ValueError(f"{net} is outside {allowed}: lab addresses come from the "
+                             "benchmarking range so they never clash with real networks")
+        return net
 
 
 class GeneratorRef(_Strict):

@@ -172,3 +172,13 @@ def test_parse_topology_on_a_dict_reports_key_paths():
                        "experiment.yaml")
     issue = info.value.issues[0]
     assert issue.file == "experiment.yaml" and issue.to_dict()["key"] == "nodes.h1.colour"
+
+
+@pytest.mark.parametrize("pool,key", [("10.0.0.0/8", "addressing.ipv4_pool"),
+                                      ("fd00::/48", "addressing.ipv6_pool"),
+                                      ("198.18.0.1/24", "addressing.ipv4_pool")])
+def test_pool_must_be_a_benchmarking_range(tmp_path, pool, key):
+    field = key.split(".")[1]
+    found = issues(tmp_path, lab(f"addressing: {{{field}: '{pool}'}}\nlinks:\n"
+                                 "  - endpoints: [h1, s1]\n  - endpoints: [h2, s1]\n"))
+    assert any(i.to_dict()["key"] == key for i in found), found
