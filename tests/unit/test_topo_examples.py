@@ -45,3 +45,13 @@ def test_schema_rejects_what_the_loader_rejects():
 def test_committed_schema_is_current():
     assert SCHEMA_PATH.read_text() == schema_text(), (
         "topologies/schema/topology.schema.json is stale: run `aitb topo schema --write`")
+
+
+def test_readme_examples_are_valid(tmp_path):
+    readme = (Path(topologies.__file__).parent / "README.md").read_text()
+    blocks = [b.split("```")[0] for b in readme.split("```yaml\n")[1:]]
+    assert len(blocks) == 2
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"readme{i}.yaml"
+        path.write_text(block)
+        assert topologies.load_topology(path).hosts()

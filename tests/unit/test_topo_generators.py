@@ -19,7 +19,9 @@ def test_leaf_spine_benchmark_size():
     fabric = [lk for lk in plan.links if lk.a.node.startswith("l") and "-h" not in lk.a.node
               and lk.b.node.startswith("s")]
     assert len(fabric) == 16 * 4 and len(plan.links) == 256 + 64
-    assert len({n.name for n in plan.nodes if n.name.startswith("s")}) == 4
+    routers = {n.name for n in plan.nodes if n.kind == "router"}
+    assert len({n for n in routers if n.startswith("s")}) == 4
+    assert len({n for n in routers if n.startswith("l")}) == 16
 
 
 def test_1024_hosts_are_generable():
