@@ -70,7 +70,13 @@ def _message(root: type[BaseModel], err: Mapping[str, Any]) -> str:
     if kind == "value_error":
         return msg.removeprefix("Value error, ")
     if kind == "missing":
+        if err["loc"] and isinstance(err["loc"][-1], int):
+            return "an item is missing here (endpoints need exactly two entries)"
         return "required key is missing"
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return f"expected a mapping of keys; got {err['input']!r}"
+    if kind == "list_type" or kind == "tuple_type":
+        return f"expected a list; got {err['input']!r}"
     if kind == "literal_error":
         return f"{msg}; got {err['input']!r}"
     if kind in ("string_pattern_mismatch", "string_too_long", "int_parsing", "int_type",

@@ -15,7 +15,14 @@ import ipaddress
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+)
 
 from aitb.models.shaping import AQMS, JITTER_DISTRIBUTIONS
 from aitb.models.units import (
@@ -74,6 +81,18 @@ Buffer = _unit(parse_buffer, "Queue limit: packets ('100p') or bytes ('256KiB').
 JitterDist = Literal[JITTER_DISTRIBUTIONS]  # type: ignore[valid-type]
 AqmName = Literal[AQMS]  # type: ignore[valid-type]
 Kind = Literal["host", "switch", "router"]
+
+
+def _sysctl_value(value: object) -> object:
+    """Numbers become strings (sysctl values are written as text); anything else is kept
+    for the string check."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+SysctlValue = Annotated[str, BeforeValidator(_sysctl_value),
+                        WithJsonSchema({"type": ["string", "integer", "number"]})]
 
 
 class _Strict(BaseModel):
@@ -150,7 +169,7 @@ class NodeSettings(_Strict):
     tcp_congestion_control: str | None = Field(
         default=None, pattern=r"^[a-z0-9_]+$", examples=["cubic", "bbr"],
         description="net.ipv4.tcp_congestion_control inside the node (hosts and routers).")
-    sysctls: dict[str, str | int] | None = Field(
+    sysctls: dict[str, SysctlValue] | None = Field(
         default=None, description="sysctl key -> value inside the node; merged key by key.")
     ecmp_hash: Literal["l3", "l4"] | None = Field(
         default=None, description="Routers: multipath hash over addresses (l3) or ports (l4).")

@@ -182,3 +182,13 @@ def test_pool_must_be_a_benchmarking_range(tmp_path, pool, key):
     found = issues(tmp_path, lab(f"addressing: {{{field}: '{pool}'}}\nlinks:\n"
                                  "  - endpoints: [h1, s1]\n  - endpoints: [h2, s1]\n"))
     assert any(i.to_dict()["key"] == key for i in found), found
+
+
+def test_wrong_shapes_get_plain_messages(tmp_path):
+    text = ("name: t\nnodes:\n  a: {kind: host, sysctls: {net.core.rmem_max: [1]}}\n  b: host\n"
+            "links:\n  - endpoints: [a]\n")
+    found = issues(tmp_path, text)
+    find_issue(found, "nodes.a.sysctls.net.core.rmem_max", "valid string")
+    find_issue(found, "nodes.b", "expected a mapping")
+    find_issue(found, "links[0].endpoints[1]", "exactly two")
+    assert len(found) == 3  # one issue per problem, no per-union-member duplicates
