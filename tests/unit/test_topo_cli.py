@@ -21,6 +21,8 @@ BAD = {
     "syntax.yaml": ("name: t\nnodes: [\n", "syntax.yaml:"),
     "bad_name.yaml": ("name: t\nnodes:\n  'a@b': {kind: host}\n  b: {kind: host}\nlinks:\n"
                       "  - endpoints: ['a@b', b]\n", "nodes.a@b"),
+    # the expected pattern is printed literally, not eaten as rich markup
+    "lab_name.yaml": ("name: Bad_Lab\nnodes: {}\n", "^[a-z0-9][a-z0-9-]*$"),
     "unreachable.yaml": ("name: t\nnodes:\n  a: {kind: host}\n  b: {kind: host}\n"
                          "  c: {kind: host}\n  d: {kind: host}\nlinks:\n"
                          "  - endpoints: [a, b]\n  - endpoints: [c, d]\n", "cannot reach"),
