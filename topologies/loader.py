@@ -17,6 +17,7 @@ from ruamel.yaml.nodes import MappingNode, Node, SequenceNode
 
 from aitb.models.errors import SpecError, SpecIssue
 from topologies.issues import issues_from_validation, with_lines
+from topologies.lenient import structural_issues
 from topologies.spec import TopologySpec
 
 __all__ = ["read_yaml", "parse_topology"]
@@ -81,10 +82,13 @@ def parse_topology(data: Mapping[str, Any], source: str) -> TopologySpec:
     """Validate a topology mapping (from YAML, JSON, or embedded in an experiment file).
 
     Raises :class:`SpecError` with every problem pydantic finds (unknown key, wrong type, bad
-    unit, value out of range), each with key path and, for ruamel documents, line number.
+    unit, value out of range) and the structural problems of the parts that are valid (see
+    :mod:`topologies.lenient`), each with key path and, for ruamel documents, line number.
     """
     try:
         return TopologySpec.model_validate(data)
     except ValidationError as exc:
-        err = SpecError(issues_from_validation(exc, TopologySpec, source))
-        raise with_lines(err, data, source) from None
+        issues = issues_from_validation(exc, TopologySpec, source)
+        seen = {(i.key_path, i.message) for i in issues}
+        issues += [i for i in structural_issues(data) if (i.key_path, i.message) not in seen]
+        raise with_lines(SpecError(issues), data, source) from None

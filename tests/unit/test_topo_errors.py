@@ -192,3 +192,24 @@ def test_wrong_shapes_get_plain_messages(tmp_path):
     find_issue(found, "nodes.b", "expected a mapping")
     find_issue(found, "links[0].endpoints[1]", "exactly two")
     assert len(found) == 3  # one issue per problem, no per-union-member duplicates
+
+
+def test_schema_and_structural_issues_are_reported_together(tmp_path):
+    text = """name: mixed
+nodes:
+  h1: {kind: host, colour: red}
+  h2: {kind: host}
+  r1: {kind: router}
+links:
+  - endpoints: [h1, r1]
+    rate: 100
+  - endpoints: [h2, ghost]
+  - endpoints: [h2, r1]
+    profile: nope
+"""
+    found = issues(tmp_path, text)
+    assert find_issue(found, "nodes.h1.colour", "unknown key").line == 3
+    assert find_issue(found, "links[0].rate", "no unit").line == 8
+    assert find_issue(found, "links[1].endpoints[1]", "'ghost'").line == 9
+    assert find_issue(found, "links[2].profile", "unknown profile").line == 11
+    assert not any("has no links" in i.message for i in found)  # h1's link still counts
