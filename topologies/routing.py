@@ -4,13 +4,14 @@ Model (as OSPF's): a node leaving through an interface pays that link's ``cost``
 forward: hosts never appear as transit (they have no ip_forward), so distances are computed over
 routers only, and a host uses the routers on its own segments as gateways.
 
-For a destination segment S with routers R(S), a router M is at distance 0 if M is on S, else
-min over R in R(S) of the router-graph distance M -> R (Dijkstra from every router over the
-reversed graph). A node X not on S uses every gateway (interface i, router G on i's segment)
-that reaches the minimum of cost(i) + d_S(G): one next hop, or an ECMP route where costs tie.
+For a destination segment S with routers R(S), the cost of router M to reach S is
+d_S(M) = min over R in R(S) of dist(M -> R) + cost(R's port on S), where dist is the shortest
+path through routers only (Dijkstra from every router over the reversed graph). A node X not
+on S uses every gateway (interface i, router G on i's segment) that reaches the minimum of
+cost(i) + d_S(G): one next hop, or an ECMP route where costs tie.
 
 Tables are kept compact where that is exact: destinations with the same next hops are merged
-into covering prefixes only when those prefixes contain nothing else (``collapse_addresses``),
+into covering prefixes only when those prefixes contain nothing else (:func:`aggregate`),
 and a host whose every destination has the same next hops gets ONE route to the whole pool
 (never a default route).
 """
@@ -53,14 +54,15 @@ class _Graph:
                 self.ifaces[port.node].append((k, port))
         self.routers = sorted({n for n in self.ifaces if kinds[n] == "router"})
         self.router_set = set(self.routers)
-        self.seg_routers = [frozenset(p.node for p in s.ports if kinds[p.node] == "router")
-                            for s in self.segments]
+        # per segment: its routers with the cost of their port onto it (delivery costs it)
+        self.seg_routers = [frozenset((p.node, cost[p]) for p in s.ports
+                                      if kinds[p.node] == "router") for s in self.segments]
         self.cost = cost
         self.v4_int = [(int(s.v4.network_address), s.v4.prefixlen) for s in self.segments]
         self.v6_int = [(int(s.v6.network_address), s.v6.prefixlen) if s.v6 else (0, 0)
                        for s in self.segments]
         self.dist_to = {r: self._dijkstra_to(r) for r in self.routers}
-        self._dvec: dict[frozenset[str], dict[str, float]] = {}
+        self._dvec: dict[frozenset[tuple[str, int]], dict[str, float]] = {}
 
     def own(self, node: str) -> frozenset[int]:
         """The segments ``node`` has an interface on."""
@@ -92,19 +94,20 @@ class _Graph:
                         heapq.heappush(heap, (nd, x.node))
         return dist
 
-    def dvec(self, targets: frozenset[str]) -> dict[str, float]:
-        """Router -> distance to the nearest router in ``targets``."""
+    def dvec(self, targets: frozenset[tuple[str, int]]) -> dict[str, float]:
+        """Router -> cost to reach a segment whose routers and their port costs onto it are
+        ``targets``: min over (r, c) in targets of distance(router -> r) + c."""
         if targets not in self._dvec:
             vec: dict[str, float] = {}
-            for r in targets:
+            for r, c in targets:
                 for m, d in self.dist_to[r].items():
-                    if d < vec.get(m, INF):
-                        vec[m] = d
+                    if d + c < vec.get(m, INF):
+                        vec[m] = d + c
             self._dvec[targets] = vec
         return self._dvec[targets]
 
 
-def _best(gws: list[tuple[int, Port, Port]], g: _Graph, targets: frozenset[str]
+def _best(gws: list[tuple[int, Port, Port]], g: _Graph, targets: frozenset[tuple[str, int]]
           ) -> tuple[tuple[Port, Port], ...]:
     """The (own port, gateway port) pairs on a shortest path towards ``targets``, sorted by
     interface name."""
@@ -132,7 +135,7 @@ def _node_table(node: str, g: _Graph) -> dict[int, tuple[tuple[Port, Port], ...]
     ``node`` is not on."""
     own = g.own(node)
     gws = g.gateways(node)
-    cache: dict[frozenset[str], tuple] = {}
+    cache: dict[frozenset[tuple[str, int]], tuple] = {}
     canon: dict[tuple, tuple] = {}  # equal next-hop sets share one object (grouped by id)
     out = {}
     for k, targets in enumerate(g.seg_routers):

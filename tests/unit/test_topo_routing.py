@@ -117,3 +117,27 @@ def test_the_walker_catches_missing_routes_and_host_transit():
                                   Endpoint("h3", "eth0", ip_interface("198.18.0.3/31")))))
     with pytest.raises(AssertionError, match="non-router transit"):
         walk(bad, "h1", "h3")
+
+
+def test_cost_of_the_last_link_counts(tmp_path):
+    # r1 reaches h2's LAN through r2 (last link cost 10) or r3 (cost 1): only r3 is shortest
+    text = """
+name: t
+nodes:
+  r1: {kind: router}
+  r2: {kind: router}
+  r3: {kind: router}
+  s1: {kind: switch}
+  h1: {kind: host}
+  h2: {kind: host}
+links:
+  - endpoints: [h1, r1]
+  - endpoints: [r1, r2]
+  - endpoints: [r1, r3]
+  - endpoints: [r2, s1]
+    cost: 10
+  - endpoints: [r3, s1]
+  - endpoints: [h2, s1]
+"""
+    plan = load(tmp_path, text)
+    assert walk(plan, "h1", "h2") == [["h1", "r1", "r3", "h2"]]
