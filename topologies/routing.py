@@ -61,8 +61,21 @@ class _Graph:
         self.v4_int = [(int(s.v4.network_address), s.v4.prefixlen) for s in self.segments]
         self.v6_int = [(int(s.v6.network_address), s.v6.prefixlen) if s.v6 else (0, 0)
                        for s in self.segments]
+        self.nets = {(int(s.v4.network_address), s.v4.prefixlen): s.v4 for s in self.segments}
+        self.nets.update({(int(s.v6.network_address), s.v6.prefixlen): s.v6
+                          for s in self.segments if s.v6})
+        self.senders = self._senders()
         self.dist_to = {r: self._dijkstra_to(r) for r in self.routers}
         self._dvec: dict[frozenset[tuple[str, int]], dict[str, float]] = {}
+
+    def network(self, addr: int, plen: int, version: int
+                ) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        """The network ``addr/plen``: a segment's own object when it is one (cheaper)."""
+        net = self.nets.get((addr, plen))
+        if net is None or net.version != version:
+            cls = ipaddress.IPv4Network if version == 4 else ipaddress.IPv6Network
+            net = cls((addr, plen))
+        return net
 
     def own(self, node: str) -> frozenset[int]:
         """The segments ``node`` has an interface on."""
@@ -76,6 +89,16 @@ class _Graph:
                     if p.node != node and p.node in self.router_set]
         return out
 
+    def _senders(self) -> dict[str, list[tuple[str, int]]]:
+        """Router y -> (router x, cost of x's port) for every router x that can send to y
+        over a shared segment."""
+        out: dict[str, list[tuple[str, int]]] = {r: [] for r in self.routers}
+        for seg in self.segments:
+            ports = [p for p in seg.ports if p.node in self.router_set]
+            for y in ports:
+                out[y.node] += [(x.node, self.cost[x]) for x in ports if x.node != y.node]
+        return out
+
     def _dijkstra_to(self, target: str) -> dict[str, float]:
         """Distance from every router to ``target`` through routers only."""
         dist = {target: 0.0}
@@ -84,14 +107,10 @@ class _Graph:
             d, y = heapq.heappop(heap)
             if d > dist.get(y, INF):
                 continue
-            for k, _ in self.ifaces[y]:
-                for x in self.segments[k].ports:  # x can send to y over segment k
-                    if x.node == y or x.node not in self.router_set:
-                        continue
-                    nd = d + self.cost[x]
-                    if nd < dist.get(x.node, INF):
-                        dist[x.node] = nd
-                        heapq.heappush(heap, (nd, x.node))
+            for x, c in self.senders[y]:
+                if d + c < dist.get(x, INF):
+                    dist[x] = d + c
+                    heapq.heappush(heap, (d + c, x))
         return dist
 
     def dvec(self, targets: frozenset[tuple[str, int]]) -> dict[str, float]:
@@ -190,11 +209,11 @@ def _routes(table: Mapping[int, tuple], g: _Graph, addr: Mapping[Port, Addr],
     for hid, ks in groups.items():
         hops = by_id[hid]
         v4 = _nexthops(hops, addr, v6=False)
-        out += [(4, a, Route(dst=ipaddress.IPv4Network((a, plen)), nexthops=v4))
+        out += [(4, a, Route(dst=g.network(a, plen, 4), nexthops=v4))
                 for a, plen in aggregate([g.v4_int[k] for k in ks], 32)]
         if pools[1] is not None:
             v6 = _nexthops(hops, addr, v6=True)
-            out += [(6, a, Route(dst=ipaddress.IPv6Network((a, plen)), nexthops=v6))
+            out += [(6, a, Route(dst=g.network(a, plen, 6), nexthops=v6))
                     for a, plen in aggregate([g.v6_int[k] for k in ks], 128)]
     out.sort(key=lambda t: t[:2])
     return tuple(r for _, _, r in out)
