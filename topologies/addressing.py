@@ -162,7 +162,8 @@ def _v6_subnets(spec: AddressingSpec, count: int):
 
 
 def _member_addresses(seg: Segment):
-    base = int(seg.v4.network_address)  # type: ignore[union-attr] + (0 if seg.p2p else 1)
+    assert seg.v4 is not None  # set by allocate() just before
+    base = int(seg.v4.network_address) + (0 if seg.p2p else 1)  # skip the network address
     for k, port in enumerate(seg.ports):
         v4 = ipaddress.IPv4Interface((base + k, seg.v4.prefixlen))
         v6 = (ipaddress.IPv6Interface((int(seg.v6.network_address) + k + 1, 64))

@@ -24,6 +24,9 @@ def check_addressing(plan):
             assert (ep.ipv4 is None) == (kinds[ep.node] == "switch"), (lk.name, ep)
         if kinds[lk.a.node] != "switch" and kinds[lk.b.node] != "switch":
             assert lk.a.ipv4.network == lk.b.ipv4.network and lk.a.ipv4.network.prefixlen == 31
+    for a in addresses(plan):  # a LAN member never holds the network or broadcast address
+        if a.network.prefixlen < 31:
+            assert a.ip not in (a.network.network_address, a.network.broadcast_address), a
     nets = {a.network for a in addresses(plan)}
     for x in nets:  # subnets never overlap
         assert not any(x != y and x.overlaps(y) for y in nets)
@@ -60,6 +63,7 @@ links:
 """
     plan = load(tmp_path, text)
     check_addressing(plan)
+    assert plan.address_of("h1") == ipaddress.ip_address("198.18.0.1")  # first LAN member
     lan = {lk.endpoint(n).ipv4.network for lk in plan.links for n in ("h1", "h2", "h3", "h4",
                                                                         "h6", "r1")
            if n in (lk.a.node, lk.b.node) and lk.endpoint(n).ipv4
