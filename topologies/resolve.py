@@ -53,6 +53,7 @@ def _unreachable(plan_nodes: dict[str, NodePlan], segments: list[Segment],
                  rr: RoutingResult) -> list[SpecIssue]:
     """Host pairs where one cannot reach the other's first address."""
     primary: dict[str, int] = {}
+    # numbered as in routing: the segments that got a subnet, in order
     for k, seg in enumerate(s for s in segments if s.v4 is not None):
         for p in seg.ports:
             primary.setdefault(p.node, k)
