@@ -141,3 +141,15 @@ links:
 """
     plan = load(tmp_path, text)
     assert walk(plan, "h1", "h2") == [["h1", "r1", "r3", "h2"]]
+
+
+def test_ipv6_routes_reach_every_host_pair(tmp_path):
+    text = """
+name: t
+addressing: {ipv6: true}
+generator: {name: multi_dc_leaf_spine, params: {n_dcs: 2, dci_links_per_pair: 2}}
+"""
+    plan = load(tmp_path, text)
+    walk_all(plan, version=6)
+    leaf = plan.node("dc1-l1")
+    assert {r.dst.version for r in leaf.routes} == {4, 6}

@@ -46,16 +46,18 @@ class Unreachable(AssertionError):
 class _Walker:
     """Follows a plan's connected subnets and routes hop by hop, over every ECMP branch."""
 
-    def __init__(self, plan: LabPlan) -> None:
+    def __init__(self, plan: LabPlan, version: int = 4) -> None:
         self.plan = plan
+        self.version = version
         self.owner: dict[ipaddress.IPv4Address, str] = {}
         self.ifaces: dict[str, dict[str, ipaddress.IPv4Interface]] = {}
         for lk in plan.links:
             for ep in (lk.a, lk.b):
-                if ep.ipv4 is not None:
-                    assert ep.ipv4.ip not in self.owner, f"duplicate address {ep.ipv4.ip}"
-                    self.owner[ep.ipv4.ip] = ep.node
-                    self.ifaces.setdefault(ep.node, {})[ep.ifname] = ep.ipv4
+                addr = ep.ipv4 if version == 4 else ep.ipv6
+                if addr is not None:
+                    assert addr.ip not in self.owner, f"duplicate address {addr.ip}"
+                    self.owner[addr.ip] = ep.node
+                    self.ifaces.setdefault(ep.node, {})[ep.ifname] = addr
         self.kind = {n.name: n.kind for n in plan.nodes}
         self.routes = {n.name: n.routes for n in plan.nodes}
 
@@ -66,7 +68,7 @@ class _Walker:
                 if dst not in self.owner:
                     raise Unreachable(f"{node}: {dst} is on-link but nobody has it")
                 return [self.owner[dst]]
-        match = [r for r in self.routes[node] if r.dst.version == 4 and dst in r.dst]
+        match = [r for r in self.routes[node] if r.dst.version == self.version and dst in r.dst]
         if not match:
             raise Unreachable(f"{node} has no route to {dst}")
         best = max(match, key=lambda r: r.dst.prefixlen)
@@ -92,11 +94,13 @@ class _Walker:
         return done
 
 
-def walk(plan: LabPlan, src: str, dst: str) -> list[list[str]]:
-    """Every path from host ``src`` to host ``dst``'s first address, checking that only
-    routers are transit nodes. Raises Unreachable when a packet would be dropped."""
-    walker = _Walker(plan)
-    dst_addr = plan.address_of(dst)
+def walk(plan: LabPlan, src: str, dst: str, version: int = 4) -> list[list[str]]:
+    """Every path from host ``src`` to host ``dst``'s first address (IPv4, or IPv6 with
+    ``version=6``), checking that only routers are transit nodes. Raises Unreachable when a
+    packet would be dropped."""
+    walker = _Walker(plan, version)
+    dst_addr = plan.address_of(dst) if version == 4 else next(
+        lk.endpoint(dst).ipv6.ip for lk in plan.links_of(dst))
     paths = walker.paths(src, dst_addr)
     for path in paths:
         assert path[-1] == dst
@@ -105,8 +109,8 @@ def walk(plan: LabPlan, src: str, dst: str) -> list[list[str]]:
     return paths
 
 
-def walk_all(plan: LabPlan, pairs=None) -> None:
+def walk_all(plan: LabPlan, pairs=None, version: int = 4) -> None:
     """Every host pair (or ``pairs``) reachable in both directions through routers only."""
     hosts = [h.name for h in plan.hosts()]
     for a, b in pairs or [(a, b) for a in hosts for b in hosts if a != b]:
-        assert walk(plan, a, b)
+        assert walk(plan, a, b, version)
