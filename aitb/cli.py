@@ -47,11 +47,11 @@ def report_error(exc: AitbError) -> None:
     """Print ``exc`` for a person: one line per issue, prefixed with ``error:``."""
     if isinstance(exc, SpecError):
         for issue in exc.issues:
-            err_console.print(f"[bold red]error:[/] {escape(str(issue))}", markup=True, highlight=False,
-                              soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {escape(str(issue))}", markup=True,
+                              highlight=False, soft_wrap=True)
     else:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False,
-                          soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True,
+                          highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> None:

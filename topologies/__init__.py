@@ -1,1 +1,56 @@
-"""topologies layer of aitb (see ARCHITECTURE: layers)."""
+"""Topologies: files and generators -> checked, addressed, routed, shaped :class:`LabPlan`.
+
+Pure (no root, no network). The runtime and the CLI use these four functions:
+
+* :func:`load_topology` -- a YAML file -> plan
+* :func:`parse_topology` -- a mapping (e.g. embedded in an experiment file) -> spec
+* :func:`resolve` -- spec -> plan
+* :func:`generate` -- a registered generator with parameters -> plan
+
+All raise :class:`aitb.models.errors.SpecError` listing every problem found, each with file,
+key path and (for files) line number.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aitb.models.errors import SpecError
+from aitb.models.plan import LabPlan
+from topologies.generators import GENERATORS, build_spec
+from topologies.issues import with_lines
+from topologies.loader import parse_topology, read_yaml
+from topologies.resolve import resolve
+from topologies.spec import TopologySpec
+
+__all__ = ["load_topology", "parse_topology", "resolve", "generate", "GENERATORS",
+           "TopologySpec", "SpecError"]
+
+
+def load_topology(path: str | Path) -> LabPlan:
+    """Read, check and resolve the topology file ``path`` (YAML).
+
+    Returns the :class:`LabPlan`. Raises :class:`SpecError` with every problem (missing file,
+    YAML syntax, unknown key, bad unit, dangling endpoint, unreachable hosts, ...), each
+    naming the file, key path and line. Reads only ``path``; creates nothing.
+    """
+    source = str(path)
+    doc, issues = read_yaml(path)
+    try:
+        plan = resolve(parse_topology(doc, source), source)
+    except SpecError as exc:
+        issues += with_lines(exc, doc, source).issues
+    if issues:
+        raise SpecError(issues)
+    return plan
+
+
+def generate(name: str, **params: Any) -> LabPlan:
+    """Resolve generator ``name`` (one of :data:`GENERATORS`) called with ``params``.
+
+    Raises :class:`SpecError` for an unknown generator (listing the known ones), bad
+    parameters, or a topology that does not resolve.
+    """
+    source = f"<generator {name}>"
+    return resolve(build_spec(name, params, source), source)

@@ -1,0 +1,94 @@
+"""Topology generators: pure functions returning a :class:`TopologySpec`, which then goes through
+the same validation and resolution as a file. The registry is explicit: add a generator by
+adding one line to :data:`GENERATORS`."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import ValidationError
+
+from aitb.models.errors import SpecError, SpecIssue
+from topologies.generators.edge_star import edge_star
+from topologies.generators.leaf_spine import leaf_spine
+from topologies.generators.multi_dc import multi_dc_leaf_spine
+from topologies.generators.single_switch import single_switch
+from topologies.spec import TopologySpec
+
+__all__ = ["GENERATORS", "build_spec", "expand"]
+
+GENERATORS: Mapping[str, Callable[..., TopologySpec]] = MappingProxyType({
+    "multi_dc_leaf_spine": multi_dc_leaf_spine,
+    "leaf_spine": leaf_spine,
+    "edge_star": edge_star,
+    "single_switch": single_switch,
+})
+
+
+def _param_issues(exc: ValidationError, name: str, source: str) -> list[SpecIssue]:
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = [p for p in err["loc"] if isinstance(p, str) and not p.startswith("function")]
+        param = loc[0] if loc else "?"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "unexpected_keyword_argument":
+            known = ", ".join(inspect.signature(GENERATORS[name]).parameters)
+            msg = f"unknown parameter {param!r} of generator {name!r}; known: {known}"
+        elif "input" in err:
+            msg = f"{msg}; got {err['input']!r}"
+        out.append(SpecIssue(msg, file=source, key_path=("generator", "params", param)))
+    return out
+
+
+def build_spec(name: str, params: Mapping[str, Any], source: str = "<generator>"
+               ) -> TopologySpec:
+    """Run generator ``name`` with keyword ``params``.
+
+    Raises :class:`SpecError` for an unknown generator (listing the valid ones) or bad
+    parameters (key path ``generator.params.<param>``).
+    """
+    gen = GENERATORS.get(name)
+    if gen is None:
+        raise SpecError(SpecIssue(f"unknown generator {name!r}; known: {', '.join(GENERATORS)}",
+                                  file=source, key_path=("generator", "name")))
+    try:
+        return gen(**params)
+    except ValidationError as exc:
+        raise SpecError(_param_issues(exc, name, source)) from None
+
+
+def _merge_model(base: Any, over: Any) -> Any:
+    """``over``'s set keys on top of ``base`` (both pydantic models of one type; nested models
+    merged key by key)."""
+    if base is None or over is None:
+        return over if over is not None else base
+    data = base.model_dump(exclude_none=True)
+    for key in over.model_fields_set:
+        value = getattr(over, key)
+        if hasattr(value, "model_fields_set"):
+            data[key] = _merge_model(getattr(base, key), value).model_dump(exclude_none=True)
+        elif value is not None:
+            data[key] = value.model_dump() if hasattr(value, "model_dump") else value
+    return type(base).model_validate(data)
+
+
+def expand(spec: TopologySpec, source: str) -> TopologySpec:
+    """Replace ``spec.generator`` by what it generates. The file's name, description,
+    addressing, profiles, groups and defaults override the generated ones; nodes and links in
+    the file are added to the generated ones (a node name used by both is an error)."""
+    if spec.generator is None:
+        return spec
+    gen = build_spec(spec.generator.name, spec.generator.params, source)
+    clash = sorted(set(gen.nodes) & set(spec.nodes))
+    if clash:
+        raise SpecError([SpecIssue(f"node {n!r} is also made by generator "
+                                   f"{spec.generator.name!r}", file=source,
+                                   key_path=("nodes", n)) for n in clash])
+    return TopologySpec(
+        name=spec.name, description=spec.description or gen.description,
+        addressing=spec.addressing, profiles={**gen.profiles, **spec.profiles},
+        groups={**gen.groups, **spec.groups}, defaults=_merge_model(gen.defaults, spec.defaults),
+        nodes={**gen.nodes, **spec.nodes}, links=[*gen.links, *spec.links])

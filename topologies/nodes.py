@@ -1,0 +1,50 @@
+"""Node settings with precedence node > group > ``defaults.<kind>`` -> :class:`NodePlan`
+(without routes; routing adds them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aitb.models.plan import NodePlan
+from topologies.spec import NodeSettings, TopologySpec
+from topologies.validate import node_kind
+
+__all__ = ["node_plans"]
+
+
+def _pick(layers: list[NodeSettings | None], key: str) -> Any:
+    """The value of ``key`` in the most specific layer that sets it (layers: most specific
+    first), else None."""
+    for layer in layers:
+        value = getattr(layer, key, None) if layer is not None else None
+        if value is not None:
+            return value
+    return None
+
+
+def _merged_map(layers: list[NodeSettings | None], key: str) -> dict[str, str]:
+    """Dict settings merged key by key; the most specific layer wins per key."""
+    out: dict[str, str] = {}
+    for layer in reversed(layers):
+        values = getattr(layer, key, None) if layer is not None else None
+        out.update({k: str(v) for k, v in (values or {}).items()})
+    return out
+
+
+def node_plans(spec: TopologySpec) -> dict[str, NodePlan]:
+    """Name -> :class:`NodePlan` (no routes yet) for every node of a checked ``spec``."""
+    out = {}
+    for name, node in spec.nodes.items():
+        kind = node_kind(spec, name)
+        group = spec.groups.get(node.group) if node.group else None
+        layers: list[NodeSettings | None] = [node, group, getattr(spec.defaults, str(kind))]
+        out[name] = NodePlan(
+            name=name, kind=kind,  # type: ignore[arg-type]
+            sysctls=_merged_map(layers, "sysctls"),
+            tcp_congestion_control=_pick(layers, "tcp_congestion_control"),
+            ecmp_hash=_pick(layers, "ecmp_hash") or "l3",
+            stp=bool(_pick(layers, "stp")),
+            group=node.group,
+            labels=_merged_map(layers, "labels"),
+        )
+    return out

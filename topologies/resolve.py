@@ -1,0 +1,114 @@
+"""spec -> :class:`LabPlan`: generator expansion, checks, shaping, addressing, routing.
+
+Every stage collects all the problems it finds; the first stage with problems raises them
+together as one :class:`SpecError` (later stages need the earlier ones to be sound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from aitb.models.errors import SpecError, SpecIssue
+from aitb.models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from topologies.addressing import Segment, allocate, check_segments, find_segments
+from topologies.generators import expand
+from topologies.graph import Edge, Port, build_edges
+from topologies.nodes import node_plans
+from topologies.profiles import known_profiles
+from topologies.routing import RoutingResult, compute_routes
+from topologies.spec import TopologySpec
+from topologies.validate import check_spec
+
+__all__ = ["resolve"]
+
+MAX_PAIRS_SHOWN = 10
+
+
+class _Stage:
+    """Raises the issues of a stage, with ``source`` and generated items explained."""
+
+    def __init__(self, source: str, generated_links: int, generated_nodes: set[str]) -> None:
+        self.source = source
+        self.n_links = generated_links
+        self.gen_nodes = generated_nodes
+
+    def _place(self, issue: SpecIssue) -> SpecIssue:
+        path, msg = issue.key_path, issue.message
+        if len(path) >= 2 and path[0] == "links" and isinstance(path[1], int) and self.n_links:
+            if path[1] < self.n_links:
+                path, msg = ("generator",), f"generated links[{path[1]}]: {msg}"
+            else:
+                path = ("links", path[1] - self.n_links, *path[2:])
+        elif len(path) >= 2 and path[0] == "nodes" and path[1] in self.gen_nodes:
+            path, msg = ("generator",), f"generated node {path[1]}: {msg}"
+        return SpecIssue(msg, file=issue.file or self.source, key_path=path, line=issue.line)
+
+    def check(self, issues: Sequence[SpecIssue]) -> None:
+        if issues:
+            raise SpecError([self._place(i) for i in issues])
+
+
+def _unreachable(plan_nodes: dict[str, NodePlan], segments: list[Segment],
+                 rr: RoutingResult) -> list[SpecIssue]:
+    """Host pairs where one cannot reach the other's first address."""
+    primary: dict[str, int] = {}
+    # numbered as in routing: the segments that got a subnet, in order
+    for k, seg in enumerate(s for s in segments if s.v4 is not None):
+        for p in seg.ports:
+            primary.setdefault(p.node, k)
+    hosts = [n for n, p in plan_nodes.items() if p.kind == "host" and n in primary]
+    on_seg: dict[int, list[str]] = {}
+    for h in hosts:
+        on_seg.setdefault(primary[h], []).append(h)
+    bad: set[tuple[str, str]] = set()
+    all_segs = set(on_seg)
+    for a in hosts:
+        for k in all_segs - rr.reach[a]:
+            bad.update(tuple(sorted((a, b))) for b in on_seg[k])  # type: ignore[misc]
+    pairs = sorted(bad)
+    out = [SpecIssue(f"hosts {a} and {b} cannot reach each other (hosts do not forward; "
+                     "connect them through a router or switch)", key_path=("nodes", a))
+           for a, b in pairs[:MAX_PAIRS_SHOWN]]
+    if len(pairs) > MAX_PAIRS_SHOWN:
+        out.append(SpecIssue(f"... and {len(pairs) - MAX_PAIRS_SHOWN} more unreachable host "
+                             "pairs", key_path=("links",)))
+    return out
+
+
+def _link_plans(edges: list[Edge], addr: dict) -> tuple[LinkPlan, ...]:
+    def ep(port: Port) -> Endpoint:
+        v4, v6 = addr.get(port, (None, None))
+        return Endpoint(node=port.node, ifname=port.ifname, ipv4=v4, ipv6=v6)
+
+    return tuple(LinkPlan(name=e.name, a=ep(e.a), b=ep(e.b), a_to_b=e.a_to_b, b_to_a=e.b_to_a,
+                          mtu=e.mtu) for e in edges)
+
+
+def resolve(spec: TopologySpec, source: str = "<spec>") -> LabPlan:
+    """Resolve ``spec`` into a :class:`LabPlan` ready for the runtime (pure; no root).
+
+    source: file name or description used in error messages and kept in ``plan.source``.
+    Raises :class:`SpecError` listing every problem of the first failing stage.
+    """
+    n_file_links, file_nodes = len(spec.links), set(spec.nodes)
+    spec = expand(spec, source)
+    stage = _Stage(source, len(spec.links) - n_file_links, set(spec.nodes) - file_nodes)
+    profiles = known_profiles(spec.profiles)
+    stage.check(check_spec(spec, profiles))
+    nodes = node_plans(spec)
+    edges, issues = build_edges(spec, profiles)
+    stage.check(issues)
+    kinds = {n: p.kind for n, p in nodes.items()}
+    segments = find_segments(edges, kinds)
+    stage.check(check_segments(segments, edges, {n: p.stp for n, p in nodes.items()}))
+    addr, issues = allocate(segments, spec.addressing)
+    stage.check(issues)
+    cost = {port: e.cost for e in edges for port in (e.a, e.b)}
+    pools = (spec.addressing.ipv4_pool, spec.addressing.ipv6_pool if spec.addressing.ipv6
+             else None)
+    rr = compute_routes(segments, kinds, cost, addr, pools)
+    stage.check(_unreachable(nodes, segments, rr))
+    plan_nodes = tuple(replace(p, routes=rr.routes.get(name, ())) for name, p in nodes.items())
+    return LabPlan(name=spec.name, nodes=plan_nodes, links=_link_plans(edges, addr),
+                   source=source)

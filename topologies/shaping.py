@@ -1,0 +1,118 @@
+"""Link shaping: merge the layers of a link's settings per direction and convert the result to
+:class:`aitb.models.shaping.Shaping` with the parsers of :mod:`aitb.models.units`.
+
+Precedence for one direction, most specific first (later layers in :func:`layers` win):
+``a_to_b``/``b_to_a`` on the link > the link's own keys > the profile's ``up``/``down`` > the
+profile's keys > ``defaults.link``'s keys > its profile's ``up``/``down`` > its profile's keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from aitb.models.shaping import GilbertElliott, Shaping
+from aitb.models.units import (
+    UnitError,
+    parse_buffer,
+    parse_duration_s,
+    parse_pct,
+    parse_rate_bps,
+)
+from topologies.spec import LinkDefaults, LinkSpec, ProfileSpec, ShapingSpec
+
+__all__ = ["Direction", "merged", "to_shaping", "link_shaping"]
+
+Direction = Literal["a_to_b", "b_to_a"]
+_FIELDS = tuple(ShapingSpec.model_fields)
+_LOSS_KEYS = ("loss", "loss_gemodel")
+
+
+def _keys(spec: ShapingSpec | None) -> dict[str, Any]:
+    """The shaping keys ``spec`` sets (None means not set)."""
+    if spec is None:
+        return {}
+    return {k: getattr(spec, k) for k in _FIELDS if getattr(spec, k) is not None}
+
+
+def _profile_layers(profile: ProfileSpec | None, direction: Direction) -> list[dict[str, Any]]:
+    if profile is None:
+        return []
+    side = profile.up if direction == "a_to_b" else profile.down
+    return [_keys(profile), _keys(side)]
+
+
+def layers(link: LinkSpec, profile: ProfileSpec | None, default: LinkDefaults | None,
+           default_profile: ProfileSpec | None, direction: Direction) -> list[dict[str, Any]]:
+    """The setting layers for one direction, least specific first."""
+    own = link.a_to_b if direction == "a_to_b" else link.b_to_a
+    return [*_profile_layers(default_profile, direction), _keys(default),
+            *_profile_layers(profile, direction), _keys(link), _keys(own)]
+
+
+def merged(stack: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge layers (later wins). Setting ``loss`` or ``loss_gemodel`` in a layer clears the
+    other one from the layers below it, so a link can replace a profile's loss model."""
+    out: dict[str, Any] = {}
+    for layer in stack:
+        if any(k in layer for k in _LOSS_KEYS):
+            for k in _LOSS_KEYS:
+                out.pop(k, None)
+        out.update(layer)
+    return out
+
+
+def _gemodel(spec: Any) -> GilbertElliott:
+    def pct(value: str | None, default: float) -> float:
+        return default if value is None else parse_pct(value)
+
+    return GilbertElliott(p_pct=parse_pct(spec.p), r_pct=pct(spec.r, 100.0),
+                          bad_loss_pct=pct(spec.bad_loss, 100.0),
+                          good_loss_pct=pct(spec.good_loss, 0.0))
+
+
+_CONVERT: Mapping[str, tuple[str, Any]] = {
+    "rate": ("rate_bps", parse_rate_bps),
+    "delay": ("delay_s", parse_duration_s),
+    "jitter": ("jitter_s", parse_duration_s),
+    "jitter_distribution": ("jitter_distribution", str),
+    "delay_correlation": ("delay_correlation_pct", parse_pct),
+    "loss": ("loss_pct", parse_pct),
+    "loss_gemodel": ("loss_gemodel", _gemodel),
+    "reorder": ("reorder_pct", parse_pct),
+    "duplicate": ("duplicate_pct", parse_pct),
+    "corrupt": ("corrupt_pct", parse_pct),
+    "buffer": ("buffer", parse_buffer),
+    "aqm": ("aqm", str),
+    "ecn": ("ecn", bool),
+}
+
+
+def to_shaping(keys: Mapping[str, Any]) -> Shaping:
+    """Convert merged file keys to a :class:`Shaping` (numbers with units in their names).
+
+    Raises :class:`UnitError` when a value cannot be read or the combination is invalid
+    (jitter above delay, ecn with fifo, reorder without delay, loss and loss_gemodel both).
+    """
+    return Shaping(**{_CONVERT[k][0]: _CONVERT[k][1](v) for k, v in keys.items()})
+
+
+def link_shaping(link: LinkSpec, profiles: Mapping[str, ProfileSpec],
+                 default: LinkDefaults | None) -> tuple[Shaping, Shaping]:
+    """Both directions of ``link`` resolved: ``(a_to_b, b_to_a)``.
+
+    ``profiles`` must contain every profile named (checked beforehand). Raises
+    :class:`UnitError` whose message names the direction that is invalid.
+    """
+    profile = profiles.get(link.profile) if link.profile else None
+    dprofile = profiles.get(default.profile) if default and default.profile else None
+    out = []
+    a, b = (e.split(":", 1)[0] for e in link.endpoints)
+    for direction in ("a_to_b", "b_to_a"):
+        stack = layers(link, profile, default, dprofile, direction)  # type: ignore[arg-type]
+        try:
+            out.append(to_shaping(merged(stack)))
+        except UnitError as exc:
+            src, dst = (a, b) if direction == "a_to_b" else (b, a)
+            raise UnitError(f"{direction} ({src} -> {dst}): {exc}") from None
+    return out[0], out[1]

@@ -1,0 +1,243 @@
+"""The topology file format as pydantic v2 models (the raw, unresolved spec).
+
+A topology file (YAML) or a generator produces a :class:`TopologySpec`; ``topologies.resolve``
+turns it into an addressed, routed, shaped :class:`aitb.models.plan.LabPlan`. Every model
+forbids unknown keys, so a misspelt key is an error, not a silently ignored setting.
+
+Unit strings ("10Gbit", "5ms", "0.1%", "100p") stay strings here; they are checked on input by
+the parsers of :mod:`aitb.models.units` (the only place that reads units) and converted to
+numbers when the spec is resolved (:mod:`topologies.shaping`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+)
+
+from aitb.models.shaping import AQMS, JITTER_DISTRIBUTIONS
+from aitb.models.units import (
+    UnitError,
+    parse_buffer,
+    parse_duration_s,
+    parse_pct,
+    parse_rate_bps,
+)
+
+__all__ = [
+    "DEFAULT_IPV4_POOL", "DEFAULT_IPV6_POOL", "NAME_PATTERN",
+    "ShapingSpec", "GilbertElliottSpec", "ProfileSpec", "LinkSpec", "LinkDefaults",
+    "NodeSettings", "NodeSpec", "GroupSpec", "Defaults", "AddressingSpec", "GeneratorRef",
+    "TopologySpec",
+]
+
+DEFAULT_IPV4_POOL = "198.18.0.0/15"  # RFC 2544 benchmarking range
+DEFAULT_IPV6_POOL = "2001:2::/48"  # RFC 5180 benchmarking range
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+LAB_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+
+
+def _unit_checker(parse: Callable[[str], object]) -> Callable[[object], object]:
+    """A before-validator that runs a units parser and keeps the original string."""
+
+    def check(value: object) -> object:
+        if value is None:
+            return None
+        try:
+            parse(value)  # type: ignore[arg-type]
+        except UnitError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    return check
+
+
+def _unit(parse: Callable[[str], object], description: str, example: str,
+          required: bool = False) -> Any:
+    if required:
+        return Annotated[str, BeforeValidator(_unit_checker(parse)),
+                         Field(description=description, examples=[example])]
+    return Annotated[
+        str | None,
+        BeforeValidator(_unit_checker(parse)),
+        Field(default=None, description=description, examples=[example]),
+    ]
+
+
+Rate = _unit(parse_rate_bps, "Line rate, decimal bits per second (tc spelling).", "10Gbit")
+Duration = _unit(parse_duration_s, "A duration with a unit (s, ms, us, ns).", "5ms")
+Pct = _unit(parse_pct, "A percentage in [0%, 100%].", "0.1%")
+Buffer = _unit(parse_buffer, "Queue limit: packets ('100p') or bytes ('256KiB').", "100p")
+
+JitterDist = Literal[JITTER_DISTRIBUTIONS]  # type: ignore[valid-type]
+AqmName = Literal[AQMS]  # type: ignore[valid-type]
+Kind = Literal["host", "switch", "router"]
+
+
+def _sysctl_value(value: object) -> object:
+    """Numbers become strings (sysctl values are written as text); anything else is kept
+    for the string check."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+SysctlValue = Annotated[str, BeforeValidator(_sysctl_value),
+                        WithJsonSchema({"type": ["string", "integer", "number"]})]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GilbertElliottSpec(_Strict):
+    """Gilbert-Elliott burst loss (netem ``loss gemodel p r 1-h 1-k``), all percent strings."""
+
+    p: _unit(parse_pct, "P(good -> bad), percent.", "1%", required=True)  # type: ignore[valid-type]
+    r: Pct = Field(default=None, description="P(bad -> good), percent; default 100%.")
+    bad_loss: Pct = Field(default=None, description="Loss in the bad state (1-h); default 100%.")
+    good_loss: Pct = Field(default=None, description="Loss in the good state (1-k); default 0%.")
+
+
+class ShapingSpec(_Strict):
+    """What one direction of a link does, as written in a file (every key optional)."""
+
+    rate: Rate
+    delay: Duration
+    jitter: Duration
+    jitter_distribution: JitterDist | None = None
+    delay_correlation: Pct
+    loss: Pct
+    loss_gemodel: GilbertElliottSpec | None = None
+    reorder: Pct
+    duplicate: Pct
+    corrupt: Pct
+    buffer: Buffer
+    aqm: AqmName | None = None
+    ecn: bool | None = None
+
+
+class ProfileSpec(ShapingSpec):
+    """A named shaping profile: symmetric keys, and ``up`` (a->b) / ``down`` (b->a) overrides."""
+
+    description: str | None = None
+    up: ShapingSpec | None = Field(default=None, description="What endpoint a sends to b.")
+    down: ShapingSpec | None = Field(default=None, description="What endpoint b sends to a.")
+
+
+_Mtu = Annotated[int, Field(ge=68, le=65535, description="Link MTU in bytes.")]
+_Cost = Annotated[int, Field(ge=1, le=65535, description="Routing cost (default 1).")]
+
+
+class LinkDefaults(ShapingSpec):
+    """``defaults.link``: applied to every link below its own settings and its profile's."""
+
+    profile: str | None = None
+    mtu: _Mtu | None = None
+    cost: _Cost | None = None
+
+
+class LinkSpec(ShapingSpec):
+    """A link between two nodes: ``endpoints: [a, b]`` or ``["a:ifname", "b:ifname"]``.
+
+    Shaping precedence for each direction, most specific first: ``a_to_b``/``b_to_a`` on the
+    link, the link's own keys, the profile's ``up``/``down``, the profile's keys, then
+    ``defaults.link`` (its profile below its own keys).
+    """
+
+    endpoints: tuple[str, str] = Field(description="The two ends: 'node' or 'node:ifname'.")
+    name: str | None = Field(default=None, description="Link name; default 'a-b'.")
+    profile: str | None = None
+    a_to_b: ShapingSpec | None = None
+    b_to_a: ShapingSpec | None = None
+    mtu: _Mtu | None = None
+    cost: _Cost | None = None
+
+
+class NodeSettings(_Strict):
+    """Settings a node takes from itself, else its group, else ``defaults.<kind>``."""
+
+    tcp_congestion_control: str | None = Field(
+        default=None, pattern=r"^[a-z0-9_]+$", examples=["cubic", "bbr"],
+        description="net.ipv4.tcp_congestion_control inside the node (hosts and routers).")
+    sysctls: dict[str, SysctlValue] | None = Field(
+        default=None, description="sysctl key -> value inside the node; merged key by key.")
+    ecmp_hash: Literal["l3", "l4"] | None = Field(
+        default=None, description="Routers: multipath hash over addresses (l3) or ports (l4).")
+    stp: bool | None = Field(default=None, description="Switches: run STP on the bridge.")
+    labels: dict[str, str] | None = None
+
+
+class NodeSpec(NodeSettings):
+    """A node; ``kind`` may come from its group."""
+
+    kind: Kind | None = None
+    group: str | None = None
+
+
+class GroupSpec(NodeSettings):
+    """A named group of nodes sharing settings (and optionally their kind)."""
+
+    kind: Kind | None = None
+
+
+class Defaults(_Strict):
+    """Defaults per link and per node kind."""
+
+    link: LinkDefaults | None = None
+    host: NodeSettings | None = None
+    router: NodeSettings | None = None
+    switch: NodeSettings | None = None
+
+
+class AddressingSpec(_Strict):
+    """Where addresses come from."""
+
+    ipv4_pool: ipaddress.IPv4Network = Field(
+        default=ipaddress.IPv4Network(DEFAULT_IPV4_POOL),
+        description="Pool for every subnet, inside RFC 2544's 198.18.0.0/15 (the default).")
+    ipv6: bool = Field(default=False, description="Also give every interface an IPv6 address.")
+    ipv6_pool: ipaddress.IPv6Network = Field(
+        default=ipaddress.IPv6Network(DEFAULT_IPV6_POOL),
+        description="IPv6 pool inside 2001:2::/48 (RFC 5180); a /64 per segment.")
+
+    @field_validator("ipv4_pool", "ipv6_pool")
+    @classmethod
+    def _inside_benchmark_range(cls, net: ipaddress.IPv4Network | ipaddress.IPv6Network
+                                ) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        allowed = ipaddress.ip_network(DEFAULT_IPV4_POOL if net.version == 4
+                                       else DEFAULT_IPV6_POOL)
+        if not net.subnet_of(allowed):  # type: ignore[arg-type]
+            raise ValueError(f"{net} is outside {allowed}: lab addresses come from the "
+                             "benchmarking range so they never clash with real networks")
+        return net
+
+
+class GeneratorRef(_Strict):
+    """Build nodes and links with a registered generator instead of listing them."""
+
+    name: str = Field(description="A generator name, e.g. multi_dc_leaf_spine.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Its keyword arguments.")
+
+
+class TopologySpec(_Strict):
+    """A whole topology file."""
+
+    name: str = Field(pattern=LAB_NAME_PATTERN, max_length=32, description="Lab name.")
+    description: str | None = None
+    addressing: AddressingSpec = Field(default_factory=AddressingSpec)
+    profiles: dict[str, ProfileSpec] = Field(default_factory=dict)
+    defaults: Defaults = Field(default_factory=Defaults)
+    groups: dict[str, GroupSpec] = Field(default_factory=dict)
+    nodes: dict[str, NodeSpec] = Field(default_factory=dict)
+    links: list[LinkSpec] = Field(default_factory=list)
+    generator: GeneratorRef | None = None
