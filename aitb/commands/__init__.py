@@ -10,6 +10,7 @@ import typer
 MODULES: tuple[str, ...] = (
     "aitb.commands.topo",
     "aitb.commands.workload",
+    "aitb.commands.run",
 )
 
 

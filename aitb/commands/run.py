@@ -1,0 +1,46 @@
+"""``aitb run [EXPERIMENT]``: run one experiment and print its run directory last."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def run(experiment: Path = typer.Argument(None, help="Experiment file (YAML); default: the "
+                                          "built-in quickstart.", show_default=False),
+        results: Path = typer.Option(Path("results"), "--results",
+                                     help="Folder that receives results/<experiment>/<run-id>/."),
+        as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the run directory."),
+        check: bool = typer.Option(False, "--check", help="Validate and build the experiment, "
+                                   "create nothing, and exit.")) -> None:
+    """Deploy the experiment's lab, replay its workloads over real sockets, record, tear down."""
+    from aitb.orchestration.defaults import default_experiment
+    from aitb.orchestration.runner import execute, prepare
+
+    path = experiment or default_experiment()
+    prep = prepare(path)
+    if check:
+        typer.echo(f"{path}: ok ({len(prep.plan.nodes)} nodes, {len(prep.workloads)} workloads)")
+        return
+    say = (lambda m: None) if quiet or as_json else (lambda m: console.print(f"[dim]{m}[/]"))
+    outcome = execute(prep, results, progress=say)
+    if as_json:
+        typer.echo(json.dumps({"ok": outcome.ok, "run_dir": str(outcome.run_dir),
+                               "error": outcome.error, "workloads": outcome.workloads}))
+    elif not outcome.ok:
+        console.print(f"[bold red]run failed:[/] {outcome.error}", markup=True, highlight=False)
+    if not as_json:
+        typer.echo(str(outcome.run_dir))
+    if not outcome.ok:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``run`` to ``app``."""
+    app.command("run")(run)

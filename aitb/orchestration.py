@@ -1,1 +1,0 @@
-"""Orchestration: experiment and campaign runners (issue 6)."""

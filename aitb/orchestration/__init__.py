@@ -1,0 +1,1 @@
+"""Orchestration: experiment files, runs and (later) campaigns. Imports every layer."""

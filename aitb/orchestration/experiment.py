@@ -1,0 +1,193 @@
+"""Experiment files: topology + workloads + transport, validated before anything is created.
+
+An experiment file (YAML)::
+
+    name: ring-allreduce               # [a-z0-9-], names the results folder
+    seed: 1
+    scale: 1                           # divide rates, sizes and buffers by this (keep delays)
+    topology: {file: ../topologies/examples/single_switch.yaml}   # or {generator: NAME,
+                                       #   params: {...}}, or the topology mapping inline
+    transport: {tcp_congestion_control: cubic, nodelay: true, sndbuf: 4MiB}
+    workloads:
+      - kind: collective               # collective | incast | one_to_many | permutation |
+        op: all_reduce                 # all_pairs | training | aicb | fedavg
+        algorithm: ring
+        size: 16MiB
+        hosts: [h1, h2, h3, h4]        # rank i on hosts[i]; or placement: {policy: packed}
+        iterations: 3
+        compute: 10ms                  # compute time before each collective (per rank)
+        stragglers: {fixed: {3: 2.0}}  # rank 3 computes twice as slowly
+
+Relative paths are relative to the experiment file. Errors name the file, key path and line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from aitb.models.errors import SpecError, SpecIssue
+from aitb.models.schedule import COLLECTIVES
+from topologies.issues import issues_from_validation, with_lines
+from topologies.loader import read_yaml
+
+__all__ = ["ExperimentSpec", "load_experiment", "parse_experiment", "NAME_PATTERN"]
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+_Forbid = ConfigDict(extra="forbid")
+
+
+class TopologyRef(BaseModel):
+    """Where the lab comes from: a topology ``file``, a ``generator`` with ``params``, or an
+    ``inline`` topology mapping (the topology file format)."""
+
+    model_config = _Forbid
+    file: str | None = None
+    generator: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    inline: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TopologyRef:
+        given = [k for k in ("file", "generator", "inline") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of file, generator, inline (got {given or 'none'})")
+        if self.params and self.generator is None:
+            raise ValueError("params go with generator")
+        return self
+
+
+class PlacementSpec(BaseModel):
+    """Ranks onto hosts: explicit ``hosts`` (rank i on hosts[i]) or a ``policy`` over the
+    lab's hosts grouped by site (workloads.placement)."""
+
+    model_config = _Forbid
+    hosts: list[str] | None = None
+    policy: Literal["packed", "spread"] = "packed"
+    slots: PositiveInt = 1
+    block: PositiveInt = 1
+
+
+class StragglerSpecModel(BaseModel):
+    """Slow workers: ``fixed`` rank -> compute slowdown factor (> 0), and/or a lognormal
+    factor per rank and compute op with ``lognormal_sigma`` (traffic_gen.stragglers)."""
+
+    model_config = _Forbid
+    fixed: dict[int, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    lognormal_sigma: Annotated[float, Field(ge=0)] | None = None
+
+
+class _Common(BaseModel):
+    model_config = _Forbid
+    name: str | None = None
+    hosts: list[str] | None = None
+    placement: PlacementSpec | None = None
+    stragglers: StragglerSpecModel = Field(default_factory=StragglerSpecModel)
+
+
+class CollectiveEntry(_Common):
+    """``kind: collective``: one collective over all placed ranks, ``iterations`` times, each
+    after ``compute`` of compute time."""
+
+    kind: Literal["collective"]
+    op: str
+    algorithm: str | None = None
+    size: str
+    chunk: str | None = None
+    ranks: PositiveInt | None = None
+    iterations: PositiveInt = 1
+    compute: str | None = None
+
+    @model_validator(mode="after")
+    def _known_op(self) -> CollectiveEntry:
+        if self.op not in COLLECTIVES:
+            raise ValueError(f"unknown collective {self.op!r}; known: {', '.join(COLLECTIVES)}")
+        return self
+
+
+class PatternEntry(_Common):
+    """Point-to-point patterns: ``incast`` (every other placed host sends ``size`` to
+    ``receiver``), ``one_to_many`` (``sender`` to every other), ``permutation``, ``all_pairs``;
+    ``repeats`` bursts separated by ``gap``."""
+
+    kind: Literal["incast", "one_to_many", "permutation", "all_pairs"]
+    size: str
+    receiver: str | None = None
+    sender: str | None = None
+    repeats: PositiveInt = 1
+    gap: str | None = None
+    protocol: Literal["tcp", "udp"] = "tcp"
+    rate: str | None = None
+
+
+class ImportedEntry(BaseModel):
+    """``kind: training | aicb | fedavg``: the workload spec of workloads/spec.py, plus
+    ``hosts``/``placement`` and ``stragglers`` (checked by workloads.spec)."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["training", "aicb", "fedavg"]
+
+
+WorkloadEntry = Annotated[CollectiveEntry | PatternEntry | ImportedEntry,
+                          Field(discriminator="kind")]
+
+
+class TransportSpec(BaseModel):
+    """TCP knobs of every workload socket: congestion control (what the kernel offers),
+    socket buffers (unit strings; None = autotuning), TCP_NODELAY, connections per peer."""
+
+    model_config = _Forbid
+    tcp_congestion_control: str | None = None
+    sndbuf: str | None = None
+    rcvbuf: str | None = None
+    nodelay: bool = True
+    conns_per_peer: PositiveInt = 1
+
+
+class TimeoutSpec(BaseModel):
+    """Longest a transfer (after its first byte) and a phase may take (duration strings)."""
+
+    model_config = _Forbid
+    transfer: str = "60s"
+    phase: str = "600s"
+
+
+class ExperimentSpec(BaseModel):
+    """One experiment (see the module docstring)."""
+
+    model_config = _Forbid
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    description: str = ""
+    seed: int = 0
+    scale: Annotated[float, Field(ge=1)] = 1.0
+    topology: TopologyRef
+    workloads: Annotated[list[WorkloadEntry], Field(min_length=1)]
+    transport: TransportSpec = Field(default_factory=TransportSpec)
+    timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
+
+
+def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:
+    """Validate an experiment mapping. Raises :class:`SpecError` with one issue per problem,
+    each with ``source``, the key path and (for ruamel documents) the line."""
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValidationError as exc:
+        issues = issues_from_validation(exc, ExperimentSpec, source)
+        raise with_lines(SpecError(issues), data, source) from None
+
+
+def load_experiment(path: str | Path) -> tuple[ExperimentSpec, Any]:
+    """Read and validate the experiment file ``path``; returns the spec and the ruamel
+    document (for line numbers in later errors). Raises :class:`SpecError` naming the file."""
+    doc, dups = read_yaml(path)
+    if dups:
+        raise SpecError(dups)
+    return parse_experiment(doc, str(path)), doc
+
+
+def spec_issue(source: str, doc: Any, key_path: tuple[str | int, ...], message: str) -> SpecError:
+    """A :class:`SpecError` for one problem found after parsing, with its line in ``doc``."""
+    return with_lines(SpecError(SpecIssue(message, file=source, key_path=key_path)), doc, source)

@@ -1,0 +1,91 @@
+"""Run directories ``results/<experiment>/<run-id>/``: created exclusively (runs never
+overwrite each other), written atomically (a reader never sees half a file), and described by
+``manifest.json`` (what ran, where, with which software and kernel)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import secrets
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from aitb import __version__
+
+__all__ = ["new_run_id", "create_run_dir", "write_json_atomic", "write_text_atomic",
+           "host_facts", "git_revision"]
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+
+
+def new_run_id() -> str:
+    """``YYYYmmddTHHMMSS-xxxxxx``: sortable by start time; the 6 hex digits (also the lab's
+    owner mark) make two runs started in the same second distinct."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def create_run_dir(results_dir: Path, experiment: str, run_id: str) -> Path:
+    """Create ``results_dir/experiment/run_id`` and return it. Raises FileExistsError if it
+    already exists (never reuses a run directory)."""
+    parent = results_dir / experiment
+    parent.mkdir(parents=True, exist_ok=True)
+    path = parent / run_id
+    path.mkdir()
+    return path
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and
+    os.replace, so the file is either the old or the complete new content."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """:func:`write_text_atomic` of ``data`` as indented JSON."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def git_revision() -> str | None:
+    """The checkout's commit (with ``-dirty`` if modified), or None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(PROJECT_DIR), "describe", "--always", "--dirty",
+                              "--abbrev=12"], capture_output=True, text=True, timeout=10,
+                             check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def host_facts() -> Mapping[str, Any]:
+    """aitb version, git revision, kernel release, CPU model and count, whether this runs in
+    the stock-kernel VM (AITB_IN_VM) and with which acceleration."""
+    return {"aitb_version": __version__, "git_revision": git_revision(),
+            "kernel": platform.release(), "machine": platform.machine(),
+            "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "vm": os.environ.get("AITB_IN_VM") or None}

@@ -1,0 +1,48 @@
+"""Scaled emulation (ARCHITECTURE decision 8): divide every rate and buffer of a plan by a
+factor and keep every delay, so a 100 Gbit/s DCI runs at 1 Gbit/s with the same ratio of
+serialization time to propagation time. Sizes of the workload are divided by the same factor
+(workloads.transform.scale_schedule), so a transfer takes as long as it would unscaled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from aitb.models.plan import LabPlan, LinkPlan
+from aitb.models.shaping import Shaping
+from aitb.models.units import BufferSize
+
+__all__ = ["scale_plan"]
+
+
+def _buffer(buf: BufferSize | None, factor: float, mtu: int) -> BufferSize | None:
+    if buf is None:
+        return None
+    if buf.packets is not None:
+        return BufferSize(packets=max(1, math.ceil(buf.packets / factor)))
+    return BufferSize(size_bytes=max(mtu + 14, math.ceil((buf.size_bytes or 0) / factor)))
+
+
+def _shaping(s: Shaping, factor: float, mtu: int) -> Shaping:
+    rate = None if s.rate_bps is None else max(1, round(s.rate_bps / factor))
+    return dataclasses.replace(s, rate_bps=rate, buffer=_buffer(s.buffer, factor, mtu))
+
+
+def _link(lk: LinkPlan, factor: float) -> LinkPlan:
+    return dataclasses.replace(lk, a_to_b=_shaping(lk.a_to_b, factor, lk.mtu),
+                               b_to_a=_shaping(lk.b_to_a, factor, lk.mtu))
+
+
+def scale_plan(plan: LabPlan, factor: float) -> LabPlan:
+    """``plan`` with rates and buffers divided by ``factor`` (>= 1), delays and losses kept.
+
+    A packet-count buffer keeps its drain time (packets/factor, at least 1); a byte buffer is
+    divided but never below one full-size frame (MTU + 14 bytes of Ethernet header). Raises
+    ValueError for a factor below 1.
+    """
+    if factor < 1:
+        raise ValueError(f"scale factor {factor} must be at least 1")
+    if factor == 1:
+        return plan
+    return dataclasses.replace(plan, links=tuple(_link(lk, factor) for lk in plan.links))
