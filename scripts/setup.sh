@@ -50,12 +50,16 @@ fi
 echo "setup: done (.venv/bin/aitb)"
 
 if [ "$VM_MODE" = auto ]; then
-  # The probe tries to add a netem qdisc in a throwaway namespace (testbed/capabilities.py).
-  if .venv/bin/python -m testbed.capabilities --has netem; then
-    echo "setup: host kernel has sch_netem; the VM path is not needed (make vm installs it anyway)"
-    exit 0
-  fi
-  echo "setup: host kernel lacks sch_netem: installing the stock-kernel VM path"
+  # The probe tries to add a netem qdisc in a throwaway namespace (testbed/capabilities.py):
+  # exit 0 = present, 3 = absent, anything else = the probe failed (stop here, loudly).
+  status=0
+  .venv/bin/python -m testbed.capabilities --has netem || status=$?
+  case $status in
+    0) echo "setup: host kernel has sch_netem; the VM path is not needed (make vm installs it anyway)"
+       exit 0 ;;
+    3) echo "setup: host kernel lacks sch_netem: installing the stock-kernel VM path" ;;
+    *) echo "setup: the capability probe failed (exit $status)" >&2; exit 1 ;;
+  esac
 fi
 [ "$VM_MODE" = no ] && exit 0
 bash scripts/setup-vm.sh
