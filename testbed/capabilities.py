@@ -32,7 +32,7 @@ __all__ = ["Capability", "CapabilityReport", "probe", "probe_kernel", "needs_vm"
            "QDISCS", "LINK_KINDS", "PROGRAMS"]
 
 ABSENT_ERRNOS = {errno.ENOENT, errno.EOPNOTSUPP}
-VM_HINT = "use `aitb --vm ...` (or `make vm` to install the stock-kernel VM)"
+VM_HINT = "run under `aitb --vm ...` (`make vm` installs the stock-kernel VM)"
 
 # Each qdisc is added as root qdisc of the probe namespace's loopback, replacing the one before.
 # red gets no options: a kernel that knows red answers EINVAL (missing parameters), one that does

@@ -21,7 +21,7 @@ from aitb.models.errors import CommandError, LabError
 from testbed.vm_boot import boot, guest_script, vng_argv
 from testbed.vm_kernel import require_vm, scripts_dir
 
-__all__ = ["VmResult", "run_in_vm", "detect_accel", "ACCEL_CACHE"]
+__all__ = ["VmResult", "run_in_vm", "detect_accel", "cached_accel", "ACCEL_CACHE"]
 
 ACCEL_CACHE = Path("/run/aitb/vm-accel")
 # A working KVM boots vng and runs `true` in 1-3 s; a nested KVM that hangs never finishes.
@@ -145,7 +145,8 @@ def _boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
-def _cached_accel() -> str | None:
+def cached_accel() -> str | None:
+    """The accelerator verdict cached for this host boot (``"kvm"``/``"tcg"``), or None."""
     try:
         verdict, boot_id = ACCEL_CACHE.read_text().split()
     except (OSError, ValueError):
@@ -181,7 +182,7 @@ def detect_accel() -> str:
     ACCEL_CACHE.parent.mkdir(parents=True, exist_ok=True)
     with open(ACCEL_CACHE.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        verdict = _cached_accel()
+        verdict = cached_accel()
         if verdict is None:
             verdict = "kvm" if _kvm_boots() else "tcg"
             ACCEL_CACHE.write_text(f"{verdict} {_boot_id()}\n")
