@@ -28,7 +28,8 @@ from pyroute2.netlink.generic import GenericNetlinkSocket
 from aitb.models.errors import LabError
 from testbed.vm_kernel import SETUP_REMEDY, vm_problems
 
-__all__ = ["Capability", "CapabilityReport", "probe", "probe_kernel", "needs_vm", "in_vm",
+__all__ = ["Capability", "CapabilityReport", "probe", "probe_kernel", "needs_vm", "require_kernel",
+           "in_vm",
            "QDISCS", "LINK_KINDS", "PROGRAMS"]
 
 ABSENT_ERRNOS = {errno.ENOENT, errno.EOPNOTSUPP}
@@ -233,6 +234,24 @@ def needs_vm(required: Iterable[str]) -> bool:
         raise ValueError(f"unknown kernel capabilities {sorted(unknown)}; "
                          f"known: {sorted(kernel)}")
     return in_vm() is None and any(not kernel[n].present for n in required)
+
+
+def require_kernel(required: Iterable[str], *, what: str = "this lab") -> None:
+    """Check that the kernel here has every ``required`` capability (e.g. {"netem", "htb"}).
+
+    For commands that realise a plan: call before creating anything.
+
+    Raises:
+        LabError: naming each missing capability and offering ``aitb --vm`` (which re-runs the
+            same command on the stock kernel), or ``make vm`` when the VM is not installed.
+    """
+    if not needs_vm(required):
+        return
+    kernel = {c.name: c for c in probe_kernel()}
+    missing = sorted(n for n in required if not kernel[n].present)
+    raise LabError(f"{what} needs {', '.join(missing)}, which the kernel here "
+                   f"({os.uname().release}) lacks: re-run the same command as `aitb --vm ...` "
+                   f"to run it on the stock kernel in a VM (`make vm` installs it)")
 
 
 MISSING_EXIT = 3

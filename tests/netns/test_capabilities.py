@@ -9,7 +9,8 @@ import sys
 import pytest
 from pyroute2 import netns
 
-from testbed.capabilities import needs_vm, probe
+from aitb.models.errors import LabError
+from testbed.capabilities import needs_vm, probe, require_kernel
 
 pytestmark = pytest.mark.netns
 
@@ -62,3 +63,11 @@ def test_doctor_json_names_every_capability_with_a_remedy_for_each_missing():
     assert set(report["remedies"]) == missing
     assert all(report["remedies"][k] for k in missing)
     assert report["kernel_release"] == os.uname().release
+
+
+def test_require_kernel_names_what_is_missing_and_offers_the_vm():
+    if not needs_vm({"netem"}):
+        require_kernel({"netem", "htb"})  # present here (or inside the VM): no error
+        return
+    with pytest.raises(LabError, match=r"lab x needs netem, which .* lacks: .*aitb --vm"):
+        require_kernel({"netem", "htb"}, what="lab x")
