@@ -121,6 +121,8 @@ def run_in_vm(argv: Sequence[str], *, rwdirs: Sequence[str | os.PathLike[str]] =
     """
     if not argv:
         raise CommandError(argv, None, "nothing to run in the VM (empty argv)")
+    if accel not in (None, "kvm", "tcg"):
+        raise ValueError(f"accel={accel!r}: expected 'kvm' or 'tcg'")
     vng, kernel = require_vm()
     dirs = _check_rwdirs(rwdirs)
     accel = accel or detect_accel()

@@ -5,6 +5,8 @@ stock-kernel VM (scripts/run_vm_tier.py). Run directly on a host that lacks nete
 errors with the reason, so that a missing VM can never look like a pass.
 """
 
+import os
+
 import pytest
 
 VM_TIER_MESSAGE = ("this test needs sch_netem, which this host kernel lacks: it must run inside "
@@ -16,5 +18,7 @@ def pytest_runtest_setup(item):
         return
     from testbed.capabilities import needs_vm
 
+    if os.geteuid() != 0:
+        pytest.fail("vm tests need root (namespaces, tc); run `sudo make test-vm`", pytrace=False)
     if needs_vm({"netem"}):
         pytest.fail(VM_TIER_MESSAGE, pytrace=False)
