@@ -5,7 +5,7 @@ PYTEST  := .venv/bin/pytest
 
 .PHONY: setup run test test-unit test-netns test-vm lint bench clean vm
 
-setup:            ## install Debian packages and the Python environment (.venv)
+setup:            ## Debian packages, .venv, and the stock-kernel VM if the host kernel lacks netem
 	bash scripts/setup.sh
 
 run:              ## bring up the default example lab, measure it, tear it down
