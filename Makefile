@@ -5,14 +5,14 @@ PYTEST  := .venv/bin/pytest
 
 .PHONY: setup run test test-unit test-netns test-vm lint bench clean vm
 
-setup:            ## install Debian packages and the Python environment (.venv)
+setup:            ## Debian packages, .venv, and the stock-kernel VM if the host kernel lacks netem
 	bash scripts/setup.sh
 
 run:              ## bring up the default example lab, measure it, tear it down
 	$(AITB) topo demo
 
 lint:             ## style, import contracts between layers
-	.venv/bin/ruff check aitb testbed topologies workloads traffic_gen analysis tests bench
+	.venv/bin/ruff check aitb testbed topologies workloads traffic_gen analysis tests bench scripts
 	.venv/bin/lint-imports
 
 test-unit:        ## no root, no network
@@ -21,8 +21,8 @@ test-unit:        ## no root, no network
 test-netns:       ## root: real namespaces on the host kernel
 	$(PYTEST) -m "netns" tests
 
-test-vm:          ## netem and friends: inside the stock-kernel VM when the host lacks them
-	$(PYTEST) -m "vm" tests
+test-vm:          ## netem and friends: on the host if it has netem, else in ONE stock-kernel VM boot
+	$(PY) scripts/run_vm_tier.py tests
 
 test: lint test-unit test-netns test-vm   ## everything CI runs
 
@@ -32,5 +32,5 @@ bench:            ## benchmarks against their named peers (prints ratios)
 clean:            ## remove every lab aitb left behind (by owner mark)
 	$(AITB) clean
 
-vm:               ## fetch the stock kernel for the VM path
+vm:               ## install the stock-kernel VM path (qemu, kernel, modules), even if the host has netem
 	bash scripts/setup.sh --vm

@@ -15,6 +15,7 @@ from rich.markup import escape
 from aitb import __version__
 from aitb.commands import register_all
 from aitb.models.errors import AitbError, SpecError
+from aitb.vm_rerun import rerun_in_vm, wants_vm
 
 app = typer.Typer(
     name="aitb",
@@ -24,6 +25,7 @@ app = typer.Typer(
     add_completion=False,
 )
 err_console = Console(stderr=True)
+_argv: list[str] | None = None  # the command line main() was given, for --vm to re-execute
 
 
 def _version(value: bool) -> None:
@@ -36,8 +38,12 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
+    vm: bool = typer.Option(False, "--vm", help="Run this command inside the stock-kernel VM "
+                            "(for qdiscs the host kernel lacks, e.g. netem)."),
 ) -> None:
     """AI traffic testbed."""
+    if wants_vm(vm):
+        raise typer.Exit(rerun_in_vm(_argv if _argv is not None else sys.argv[1:]))
 
 
 register_all(app)
@@ -56,6 +62,8 @@ def report_error(exc: AitbError) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``aitb`` console script; exits with the command's status."""
+    global _argv
+    _argv = argv
     try:
         app(args=argv, prog_name="aitb")
     except AitbError as exc:

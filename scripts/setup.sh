@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
 # Install what aitb needs on a fresh Debian 12 / Ubuntu 24.04 machine (run as root):
-# Debian packages, then the project's Python environment in .venv.
-# Used by `make setup`, by .ci/run and by the Vagrantfile, so all three install the same.
+# Debian packages, then the project's Python environment in .venv, then -- when the host kernel
+# lacks sch_netem, or with --vm -- the stock-kernel VM path (qemu, busybox, the distribution's
+# kernel under .vm/kernel/ and its modules under /lib/modules/<release>).
+# Used by `make setup`, `make vm`, by .ci/run and by the Vagrantfile, so all install the same.
+#   scripts/setup.sh        packages + .venv; the VM path only if the host kernel lacks netem
+#   scripts/setup.sh --vm   the same, and the VM path unconditionally
+#   scripts/setup.sh --no-vm  never the VM path
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+VM_MODE=auto
+case "${1:-}" in
+  --vm) VM_MODE=yes ;;
+  --no-vm) VM_MODE=no ;;
+  "") ;;
+  *) echo "scripts/setup.sh: unknown option $1 (expected --vm or --no-vm)" >&2; exit 2 ;;
+esac
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "scripts/setup.sh: run as root (it installs Debian packages and aitb needs root for namespaces)" >&2
@@ -11,20 +24,22 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-APT_PACKAGES=(
-  python3 python3-venv python3-dev gcc make git
-  iproute2 iputils-ping ethtool procps kmod
-  tcpdump iperf3 tshark
-)
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
+APT_UPDATED=no
+
+apt_install() {  # install the Debian packages named in "$@" that are not installed yet
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
   echo "setup: installing Debian packages: ${missing[*]}"
-  apt-get update -qq
+  if [ "$APT_UPDATED" = no ]; then apt-get update -qq; APT_UPDATED=yes; fi
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+}
+
+apt_install python3 python3-venv python3-dev gcc make git \
+  iproute2 iputils-ping ethtool procps kmod \
+  tcpdump iperf3 tshark
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -33,3 +48,18 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev,vm]'
 echo "setup: done (.venv/bin/aitb)"
+
+if [ "$VM_MODE" = auto ]; then
+  # The probe tries to add a netem qdisc in a throwaway namespace (testbed/capabilities.py):
+  # exit 0 = present, 3 = absent, anything else = the probe failed (stop here, loudly).
+  status=0
+  .venv/bin/python -m testbed.capabilities --has netem || status=$?
+  case $status in
+    0) echo "setup: host kernel has sch_netem; the VM path is not needed (make vm installs it anyway)"
+       exit 0 ;;
+    3) echo "setup: host kernel lacks sch_netem: installing the stock-kernel VM path" ;;
+    *) echo "setup: the capability probe failed (exit $status)" >&2; exit 1 ;;
+  esac
+fi
+[ "$VM_MODE" = no ] && exit 0
+bash scripts/setup-vm.sh

@@ -11,6 +11,7 @@ MODULES: tuple[str, ...] = (
     "aitb.commands.topo",
     "aitb.commands.workload",
     "aitb.commands.run",
+    "aitb.commands.doctor",
 )
 
 

@@ -1,0 +1,278 @@
+"""What this host can emulate, found by trying it, not by reading kernel config files.
+
+Kernel features are probed in ONE throwaway network namespace (``aitb-probe-<pid>-<hex>``),
+removed afterwards also on error: veth, bridge and IFB links are created there, and each qdisc
+is put on that namespace's loopback. ENOENT/EOPNOTSUPP from the kernel means absent; any other
+error means the probe itself is wrong and is raised. Programs are looked up on PATH; the VM path
+is checked by :func:`testbed.vm_kernel.vm_problems` (boots nothing).
+
+``python -m testbed.capabilities --has netem`` exits 0 when the host has every named capability
+(used by scripts/setup.sh to decide whether to install the VM path).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from pyroute2 import NetNS, netns
+from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.generic import GenericNetlinkSocket
+
+from aitb.models.errors import LabError
+from testbed.vm_kernel import SETUP_REMEDY, vm_problems
+
+__all__ = ["Capability", "CapabilityReport", "probe", "probe_kernel", "needs_vm", "require_kernel",
+           "in_vm",
+           "QDISCS", "LINK_KINDS", "PROGRAMS"]
+
+ABSENT_ERRNOS = {errno.ENOENT, errno.EOPNOTSUPP}
+VM_HINT = "run under `aitb --vm ...` (`make vm` installs the stock-kernel VM)"
+
+# Each qdisc is added as root qdisc of the probe namespace's loopback, replacing the one before.
+# red gets no options: a kernel that knows red answers EINVAL (missing parameters), one that does
+# not answers ENOENT (unknown kind); pyroute2 0.9 has no red encoder.
+QDISCS: dict[str, dict[str, object] | None] = {
+    "htb": {"handle": "1:", "default": 0x10},
+    "tbf": {"rate": 1_000_000, "burst": 256 * 1024, "latency": 50},  # bit/s, bytes, ms
+    "netem": {"delay": 10_000},  # microseconds
+    "fq_codel": {},
+    "red": None,
+    "pfifo": {"limit": 100},
+    "bfifo": {},
+}
+LINK_KINDS: dict[str, dict[str, object]] = {
+    "veth": {"peer": "aitbprb1"},
+    "bridge": {},
+    "ifb": {},
+}
+PROGRAMS = ("tcpdump", "iperf3", "tshark")
+APT_NAME = {"tcpdump": "tcpdump", "iperf3": "iperf3", "tshark": "tshark"}
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One probed capability: ``present`` or not, what was seen, and how to get it."""
+
+    name: str
+    present: bool
+    detail: str = ""
+    remedy: str | None = None
+
+
+@dataclass(frozen=True)
+class CapabilityReport:
+    """Everything probed on one host; ``in_vm`` is ``"kvm"``/``"tcg"`` inside aitb's VM."""
+
+    kernel_release: str
+    in_vm: str | None
+    capabilities: dict[str, Capability] = field(default_factory=dict)
+
+    def missing(self) -> list[str]:
+        """Names of the absent capabilities, in probe order."""
+        return [c.name for c in self.capabilities.values() if not c.present]
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready: ``capabilities`` {name: bool}, ``remedies`` {missing name: text}, ..."""
+        caps = self.capabilities.values()
+        return {
+            "kernel_release": self.kernel_release,
+            "in_vm": self.in_vm,
+            "capabilities": {c.name: c.present for c in caps},
+            "remedies": {c.name: c.remedy for c in caps if not c.present},
+            "details": {c.name: c.detail for c in caps if c.detail},
+        }
+
+
+def in_vm() -> str | None:
+    """``"kvm"`` or ``"tcg"`` when running inside aitb's stock-kernel VM, else None."""
+    return os.environ.get("AITB_IN_VM") or None
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _kernel_remedy(name: str) -> str:
+    return f"host kernel lacks {name}: {VM_HINT}"
+
+
+def _absent_or_raise(exc: NetlinkError, what: str) -> str:
+    if exc.code in ABSENT_ERRNOS:
+        return os.strerror(exc.code)
+    raise LabError(f"capability probe {what} failed unexpectedly: "
+                   f"errno {exc.code} ({os.strerror(exc.code)})") from exc
+
+
+def _probe_qdisc(ns: NetNS, lo: int, kind: str, args: dict[str, object] | None) -> Capability:
+    remedy = _kernel_remedy(f"sch_{kind}")
+    try:
+        ns.tc("replace", kind, lo, **(args or {}))
+    except NetlinkError as exc:
+        if args is None and exc.code == errno.EINVAL:
+            return Capability(kind, True, "kernel knows the kind (EINVAL without options)")
+        return Capability(kind, False, _absent_or_raise(exc, f"qdisc {kind}"), remedy)
+    return Capability(kind, True, "added on loopback of the probe namespace")
+
+
+def _probe_link(ns: NetNS, kind: str, args: dict[str, object]) -> Capability:
+    try:
+        ns.link("add", ifname=f"aitbprb-{kind}"[:15], kind=kind, **args)
+    except NetlinkError as exc:
+        return Capability(kind, False, _absent_or_raise(exc, f"link kind {kind}"),
+                          _kernel_remedy(f"{kind} links"))
+    return Capability(kind, True, "created in the probe namespace")
+
+
+def _probe_openvswitch() -> Capability:
+    sock = GenericNetlinkSocket()
+    sock.module_err_level = "debug"  # absence is an answer here, not an error to log
+    try:
+        sock.discovery("ovs_datapath")
+    except NetlinkError as exc:
+        return Capability("openvswitch", False,
+                          "genl family ovs_datapath: " + _absent_or_raise(exc, "openvswitch"),
+                          _kernel_remedy("the openvswitch kernel datapath"))
+    finally:
+        sock.close()
+    return Capability("openvswitch", True, "genl family ovs_datapath resolved")
+
+
+def _in_throwaway_netns(body: Callable[[NetNS], list[Capability]]) -> list[Capability]:
+    name = f"aitb-probe-{os.getpid()}-{secrets.token_hex(3)}"
+    try:
+        ns = NetNS(name, flags=os.O_CREAT | os.O_EXCL)
+    except (OSError, NetlinkError) as exc:
+        if name in netns.listnetns():
+            netns.remove(name)
+        return [Capability("netns", False, f"cannot create a namespace: {exc}",
+                           _kernel_remedy("network namespaces"))]
+    try:
+        return [Capability("netns", True, "created and removed a throwaway namespace"),
+                *body(ns)]
+    finally:
+        ns.close()
+        netns.remove(name)
+
+
+def _probe_in_netns(ns: NetNS) -> list[Capability]:
+    caps = [_probe_link(ns, kind, args) for kind, args in LINK_KINDS.items()]
+    lo = ns.link_lookup(ifname="lo")[0]
+    ns.link("set", index=lo, state="up")
+    caps += [_probe_qdisc(ns, lo, kind, args) for kind, args in QDISCS.items()]
+    return caps
+
+
+@functools.lru_cache(maxsize=1)
+def probe_kernel() -> tuple[Capability, ...]:
+    """Probe netns, link kinds, qdiscs and the openvswitch datapath (cached per process).
+
+    Needs root; without it every kernel capability is reported absent with remedy "run as root".
+    Side effects: creates and removes one namespace ``aitb-probe-<pid>-<hex>``.
+
+    Raises:
+        LabError: when the kernel answers a probe with an unexpected errno.
+    """
+    names = ["netns", *LINK_KINDS, *QDISCS, "openvswitch"]
+    if not _is_root():
+        return tuple(Capability(n, False, "not probed: needs root",
+                                "run aitb as root (sudo): namespaces and tc need CAP_NET_ADMIN")
+                     for n in names)
+    caps = _in_throwaway_netns(_probe_in_netns)
+    if not caps[0].present:
+        caps += [Capability(n, False, "no namespace to probe in", caps[0].remedy)
+                 for n in names[1:-1]]
+    return (*caps, _probe_openvswitch())
+
+
+def _probe_programs() -> list[Capability]:
+    return [Capability(p, shutil.which(p) is not None, shutil.which(p) or "not on PATH",
+                       f"apt-get install {APT_NAME[p]}") for p in PROGRAMS]
+
+
+def _probe_vm() -> Capability:
+    problems = vm_problems()
+    if problems:
+        return Capability("vm", False, "; ".join(problems), SETUP_REMEDY)
+    return Capability("vm", True, "qemu, vng and the stock kernel are installed")
+
+
+def probe() -> CapabilityReport:
+    """Probe everything aitb may need on this host: root, kernel, programs, the VM path.
+
+    Returns:
+        A report whose capabilities are, in order: root, netns, veth, bridge, ifb, the qdiscs
+        of :data:`QDISCS`, openvswitch, the programs of :data:`PROGRAMS`, vm.
+
+    Raises:
+        LabError: a probe failed in an unexpected way (see :func:`probe_kernel`).
+    """
+    root = Capability("root", _is_root(), f"euid {os.geteuid()}",
+                      "run aitb as root (sudo): namespaces and tc need CAP_NET_ADMIN")
+    caps = [root, *probe_kernel(), *_probe_programs(), _probe_vm()]
+    return CapabilityReport(os.uname().release, in_vm(), {c.name: c for c in caps})
+
+
+def needs_vm(required: Iterable[str]) -> bool:
+    """True when this host lacks one of the ``required`` kernel capabilities (e.g. {"netem"}).
+
+    Inside aitb's VM it is always False (the VM is the answer already). Probes the kernel once
+    per process (needs root; see :func:`probe_kernel`).
+
+    Raises:
+        ValueError: a name that is not a kernel capability probed here.
+    """
+    kernel = {c.name: c for c in probe_kernel()}
+    unknown = set(required) - kernel.keys()
+    if unknown:
+        raise ValueError(f"unknown kernel capabilities {sorted(unknown)}; "
+                         f"known: {sorted(kernel)}")
+    return in_vm() is None and any(not kernel[n].present for n in required)
+
+
+def require_kernel(required: Iterable[str], *, what: str = "this lab") -> None:
+    """Check that the kernel here has every ``required`` capability (e.g. {"netem", "htb"}).
+
+    For commands that realise a plan: call before creating anything.
+
+    Raises:
+        LabError: naming each missing capability and offering ``aitb --vm`` (which re-runs the
+            same command on the stock kernel), or ``make vm`` when the VM is not installed.
+    """
+    if not needs_vm(required):
+        return
+    kernel = {c.name: c for c in probe_kernel()}
+    missing = sorted(n for n in required if not kernel[n].present)
+    raise LabError(f"{what} needs {', '.join(missing)}, which the kernel here "
+                   f"({os.uname().release}) lacks: re-run the same command as `aitb --vm ...` "
+                   f"to run it on the stock kernel in a VM (`make vm` installs it)")
+
+
+MISSING_EXIT = 3
+
+
+def main(argv: list[str]) -> int:
+    """``--has NAME...``: exit 0 if all are present, 3 if one is absent (prints which).
+
+    Any other status (2 usage, 1 a failed probe) means the probe did not answer.
+    """
+    if len(argv) < 2 or argv[0] != "--has":
+        print("usage: python -m testbed.capabilities --has NAME...", file=sys.stderr)
+        return 2
+    report = probe()
+    missing = [n for n in argv[1:] if n not in report.capabilities
+               or not report.capabilities[n].present]
+    for name in missing:
+        cap = report.capabilities.get(name)
+        print(f"missing {name}: {cap.remedy if cap else 'unknown capability'}", file=sys.stderr)
+    return MISSING_EXIT if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
