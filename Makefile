@@ -8,8 +8,8 @@ PYTEST  := .venv/bin/pytest
 setup:            ## Debian packages, .venv, and the stock-kernel VM if the host kernel lacks netem
 	bash scripts/setup.sh
 
-run:              ## bring up the default example lab, measure it, tear it down
-	$(AITB) topo demo
+run:              ## run the built-in default experiment (aitb run) and print its run directory
+	$(AITB) run
 
 lint:             ## style, import contracts between layers
 	.venv/bin/ruff check aitb testbed topologies workloads traffic_gen analysis tests bench scripts
