@@ -82,4 +82,5 @@ def tcp_info_delta(before: Mapping[str, int], after: Mapping[str, int],
         snd_cwnd=after["snd_cwnd"],
         delivery_rate_bps=after["delivery_rate"] * 8,
         congestion_control=congestion_control,
+        dsack_dups=after["dsack_dups"] - before["dsack_dups"],
     )

@@ -67,7 +67,10 @@ class TcpInfo(_Record):
     """TCP_INFO of the sending socket at the end of a transfer (linux/tcp.h ``struct
     tcp_info``). Counters (``total_retrans``, ``bytes_retrans``, ``bytes_sent``, ``lost``
     where cumulative) are deltas over this transfer on a persistent connection; ``rtt_s``,
-    ``rttvar_s``, ``snd_cwnd`` (segments), ``delivery_rate_bps`` (bit/s) are the values then."""
+    ``rttvar_s``, ``snd_cwnd`` (segments), ``delivery_rate_bps`` (bit/s) are the values then.
+    ``dsack_dups`` (delta): retransmitted segments the receiver reported as duplicates (D-SACK,
+    RFC 2883), i.e. spurious retransmissions such as tail-loss probes (RFC 8985) fired while
+    the data sat in a deep queue; ``total_retrans - dsack_dups`` estimates real losses."""
 
     total_retrans: int
     bytes_retrans: int
@@ -78,6 +81,7 @@ class TcpInfo(_Record):
     snd_cwnd: int
     delivery_rate_bps: int
     congestion_control: str = ""
+    dsack_dups: int = 0
 
 
 @dataclass(frozen=True, slots=True)
