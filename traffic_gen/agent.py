@@ -23,6 +23,8 @@ from traffic_gen.wire import Channel
 
 __all__ = ["Agent", "main"]
 
+_SETTLE_S = 0.02  # no end-of-phase work until this long after the phase's start instant
+
 
 class Agent:
     """The agent's state machine; ``channel`` is its control connection."""
@@ -66,7 +68,7 @@ class Agent:
     def _on_setup(self, msg: dict[str, Any]) -> None:
         self.setup = msg
         opts = msg["options"]
-        self.shared = Shared(self.emit, self.fail, opts["transfer_timeout_s"])
+        self.shared = Shared(self.emit, self.fail, opts["transfer_timeout_s"], opts["spin_s"])
         self.eps = Endpoints(self.node, msg["ip"], set(msg["allowed"]), self.shared, opts)
         ports = self.eps.listen(msg["udp_in"])
         self.ch.send({"type": "listening", "node": self.node, **ports})
@@ -92,6 +94,8 @@ class Agent:
             t.join()
         if self.shared.aborted.is_set():
             return
+        # stay quiet while other agents may still be starting their burst (few cores)
+        time.sleep(max(0.0, t0 + _SETTLE_S - time.time()))
         self.eps.flush()
         with self.rlock:
             recs, self.records = self.records, []

@@ -23,7 +23,7 @@ from traffic_gen.tcpinfo import read_tcp_info, tcp_info_delta
 __all__ = ["Job", "Abort", "Shared", "TcpSender", "TcpReceiver", "BUFFER_BYTES", "sleep_until"]
 
 BUFFER_BYTES = 4 << 20  # one send or recv call moves at most this much
-_POLL_S = 0.02  # how often a waiting worker checks whether the run was aborted
+_POLL_S = 0.1  # how often a waiting worker checks whether the run was aborted
 
 
 class Abort(Exception):
@@ -37,6 +37,7 @@ class Shared:
     emit: Callable[[dict[str, Any]], None]
     fail: Callable[[dict[str, Any]], None]
     transfer_timeout_s: float
+    spin_s: float = 0.0
     aborted: threading.Event = field(default_factory=threading.Event)
     send_buf: memoryview = field(default_factory=lambda: memoryview(bytes(BUFFER_BYTES)))
     recv_buf: memoryview = field(default_factory=lambda: memoryview(bytearray(BUFFER_BYTES)))
@@ -61,9 +62,11 @@ class Job:
     start_at: float = 0.0
 
 
-def sleep_until(t: float, spin_s: float = 0.0005) -> None:
-    """Sleep until host-clock time ``t`` (s): a coarse sleep, then a short busy spin of at
-    most ``spin_s`` to hit ``t`` closely (Linux timer slack is 50 us)."""
+def sleep_until(t: float, spin_s: float = 0.0) -> None:
+    """Sleep until host-clock time ``t`` (s): a coarse sleep, then a busy spin of at most
+    ``spin_s`` to hit ``t`` closely (Linux timer slack is 50 us). Spinning helps only when
+    there are more free cores than agents waiting for the same instant; with many agents on
+    few cores it delays the others, so it is off by default."""
     left = t - time.time()
     if left > spin_s:
         time.sleep(left - spin_s)
@@ -90,8 +93,9 @@ class _Worker(threading.Thread):
                     continue
                 for ev in job.deps:
                     self.shared.wait(ev)
+                self.prepare(job)
                 if job.start_at:
-                    sleep_until(job.start_at)
+                    sleep_until(job.start_at, self.shared.spin_s)
                 self.transfer(job)
                 job.done()
             except Abort:
@@ -103,6 +107,9 @@ class _Worker(threading.Thread):
 
     def flush(self) -> None:
         """Hook for the end of a phase."""
+
+    def prepare(self, job: Job) -> None:
+        """Hook run before waiting for the start time (keep work off the critical instant)."""
 
     def transfer(self, job: Job) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -127,10 +134,14 @@ class TcpSender(_Worker):
             self.shared.emit(rec)
             self.pending = None
 
+    def prepare(self, job: Job) -> None:
+        """Read TCP_INFO and close the previous transfer's record before the start time."""
+        self.before = read_tcp_info(self.sock)
+        self._close_pending(self.before)
+
     def transfer(self, job: Job) -> None:
         """Move ``job.size_bytes`` (see the class docstring)."""
-        before = read_tcp_info(self.sock)
-        self._close_pending(before)
+        before = self.before
         t0 = time.time()
         deadline, left, buf = t0 + self.shared.transfer_timeout_s, job.size_bytes, \
             self.shared.send_buf

@@ -22,7 +22,7 @@ def run_rank(rank: int, node: str, ops: list[dict[str, Any]], t0: float, eps: En
     for n, op in enumerate(ops):
         if op["t"] == "compute":
             if n == 0:
-                sleep_until(t0)
+                sleep_until(t0, shared.spin_s)
             ts = time.time()
             time.sleep(op["duration_s"])
         else:

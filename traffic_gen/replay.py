@@ -36,7 +36,8 @@ class ReplayOptions:
     controller sets each phase's absolute start; ``transfer_timeout_s``: longest a single
     transfer may take once its first byte moved; ``phase_timeout_s``: longest a phase may take;
     ``conns_per_peer``: TCP connections per ordered rank pair (steps are striped over them);
-    ``sites``: host -> sub-group label for hierarchical algorithms (default: the host)."""
+    ``sites``: host -> sub-group label for hierarchical algorithms (default: the host);
+    ``spin_s``: busy-wait before each absolute start (see datapath.sleep_until)."""
 
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
     knobs: TcpKnobs = field(default_factory=TcpKnobs)
@@ -49,12 +50,13 @@ class ReplayOptions:
     agent_start_timeout_s: float = 20.0
     stop_timeout_s: float = 5.0
     udp_payload_bytes: int = 1400
+    spin_s: float = 0.0
     python: str = sys.executable
 
     def agent_options(self) -> dict[str, Any]:
         """What agents need to know (JSON-ready)."""
         return {"transfer_timeout_s": self.transfer_timeout_s, "knobs": asdict(self.knobs),
-                "udp_payload_bytes": self.udp_payload_bytes}
+                "udp_payload_bytes": self.udp_payload_bytes, "spin_s": self.spin_s}
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,11 @@ def _ethtool_off(ns: str, ifname: str) -> None:
 
 class Star:
     """``n`` hosts h0..h{n-1}; host i is 198.18.0.{i+1}, its interface ``eth0``; the switch
-    side of its link is ``p{i}`` in the switch namespace."""
+    side of its link is ``p{i}`` in the switch namespace. ``offloads`` keeps TSO/GSO/GRO on
+    (fast, for goodput benchmarks); off by default (per-MTU packets in the qdiscs)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, offloads: bool = False) -> None:
+        self.offloads = offloads
         self.rid = secrets.token_hex(3)
         self.n = n
         self.sw = f"tg{self.rid}sw"
@@ -57,8 +59,9 @@ class Star:
         with NetNS(self.sw) as sw:
             idx = sw.link_lookup(ifname=f"p{i}")[0]
             sw.link("set", index=idx, master=sw.link_lookup(ifname="br0")[0], state="up")
-        _ethtool_off(ns, "eth0")
-        _ethtool_off(self.sw, f"p{i}")
+        if not self.offloads:
+            _ethtool_off(ns, "eth0")
+            _ethtool_off(self.sw, f"p{i}")
 
     def host_stats(self, node: str) -> dict[str, int]:
         """IFLA_STATS64 of the host's eth0 (bytes and packets, both directions)."""
