@@ -19,6 +19,7 @@ from typing import Any
 from traffic_gen.datapath import Abort, Shared
 from traffic_gen.endpoints import Endpoints
 from traffic_gen.ranks import run_rank
+from traffic_gen.tcpinfo import namespace_sysctls
 from traffic_gen.wire import Channel
 
 __all__ = ["Agent", "main"]
@@ -81,7 +82,8 @@ class Agent:
         except (OSError, ValueError) as exc:
             self.fail({"detail": f"connection setup failed: {exc}", "op": "connect"})
             return
-        self.ch.send({"type": "connected", "node": self.node, "knobs": knobs})
+        self.ch.send({"type": "connected", "node": self.node,
+                      "knobs": {"sysctls": namespace_sysctls(), "connections": knobs}})
 
     def _run_phase(self, phase: int, t0: float) -> None:
         assert self.shared is not None and self.eps is not None

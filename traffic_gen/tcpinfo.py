@@ -10,10 +10,18 @@ import socket
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from aitb.models.records import TcpInfo
 
-__all__ = ["TcpKnobs", "apply_knobs", "read_tcp_info", "tcp_info_delta", "TCP_INFO_FIELDS"]
+__all__ = ["TcpKnobs", "apply_knobs", "read_tcp_info", "tcp_info_delta", "TCP_INFO_FIELDS",
+           "namespace_sysctls", "SYSCTLS"]
+
+# per-namespace TCP settings worth recording with every run (read, never written, here:
+# the lab sets them from NodePlan.sysctls); tcp_ecn: 0 off, 1 request and accept, 2 accept
+SYSCTLS = ("net.ipv4.tcp_congestion_control", "net.ipv4.tcp_ecn", "net.ipv4.tcp_rmem",
+           "net.ipv4.tcp_wmem", "net.ipv4.tcp_early_retrans", "net.ipv4.tcp_no_metrics_save",
+           "net.core.default_qdisc")
 
 _FMT = "=8B24I4Q6I4Q2I2Q2I"
 _SIZE = struct.calcsize(_FMT)  # 224
@@ -84,3 +92,15 @@ def tcp_info_delta(before: Mapping[str, int], after: Mapping[str, int],
         congestion_control=congestion_control,
         dsack_dups=after["dsack_dups"] - before["dsack_dups"],
     )
+
+
+def namespace_sysctls() -> dict[str, str]:
+    """The :data:`SYSCTLS` of the calling process's network namespace (/proc/sys/net is per
+    namespace); a key the kernel lacks reads as ""."""
+    out = {}
+    for key in SYSCTLS:
+        try:
+            out[key] = Path("/proc/sys", *key.split(".")).read_text().strip()
+        except OSError:
+            out[key] = ""
+    return out

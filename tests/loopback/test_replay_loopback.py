@@ -15,6 +15,7 @@ from traffic_gen.algorithms import PlanRequest, build_plan
 from traffic_gen.algorithms.check import bytes_sent
 from traffic_gen.jsonl import read_records
 from traffic_gen.stragglers import StragglerSpec
+from traffic_gen.tcpinfo import TcpKnobs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,7 +52,25 @@ def test_ring_all_reduce_moves_closed_form_bytes(launcher, addresses, tmp_path):
     (c,) = read_records(res.paths["collectives"], CollectiveRecord)
     assert c.algorithm == "ring" and c.busbw_factor == 1.5
     assert c.cct_s == pytest.approx(max(c.rank_t_end) - min(c.rank_t_start))
-    assert json.loads((tmp_path / "transport.json").read_text())["h0"][0]["nodelay"] is True
+    transport = json.loads((tmp_path / "transport.json").read_text())["h0"]
+    assert transport["connections"][0]["nodelay"] is True
+    assert transport["sysctls"]["net.ipv4.tcp_congestion_control"] in ("bbr", "cubic", "reno")
+
+
+def test_steps_striped_over_connections_and_knobs_read_back(launcher, addresses, tmp_path):
+    n, size = 3, 3 << 20
+    opts = ReplayOptions(conns_per_peer=2, knobs=TcpKnobs(congestion_control="cubic",
+                                                          sndbuf_bytes=1 << 20))
+    res = replay(_sched([Collective("all_gather", "g", size)], n=n), _place(n), launcher,
+                 tmp_path, addresses, opts)
+    assert res.ok, res.failures
+    flows = _flows(res)
+    assert len(flows) == n * (n - 1) * 2  # n-1 steps per rank, each over 2 connections
+    assert len({(f.sport, f.src_rank) for f in flows}) == 2 * n
+    assert sum(f.size_bytes for f in flows) == (n - 1) * size
+    assert {f.tcp.congestion_control for f in flows} == {"cubic"}
+    conns = json.loads((tmp_path / "transport.json").read_text())["h1"]["connections"]
+    assert {c["sndbuf_bytes"] for c in conns} == {2 << 20}  # the kernel doubles it, socket(7)
 
 
 def test_every_algorithm_completes_with_plan_bytes(launcher, addresses, tmp_path):
