@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=64)
     ap.add_argument("--bursts", type=int, default=10)
     ap.add_argument("--spin-us", type=float, default=0)
+    ap.add_argument("--rt-priority", type=int, default=None,
+                    help="SCHED_FIFO priority for the start instant (default: none)")
     args = ap.parse_args()
     n = args.agents
     t = time.time()
@@ -45,7 +47,8 @@ def main() -> None:
         res = replay(sched, {r: f"h{r}" for r in range(n)}, NetnsExecLauncher(star.hosts),
                      Path(tempfile.mkdtemp(prefix="aitb-bench-")), star.addresses,
                      ReplayOptions(agent_start_timeout_s=120,
-                                           spin_s=args.spin_us * 1e-6))
+                                           spin_s=args.spin_us * 1e-6,
+                                           rt_priority=args.rt_priority))
         print(f"replay of {args.bursts} bursts took {time.time() - t:.1f} s, ok={res.ok}")
     finally:
         star.down()

@@ -69,7 +69,8 @@ class Agent:
     def _on_setup(self, msg: dict[str, Any]) -> None:
         self.setup = msg
         opts = msg["options"]
-        self.shared = Shared(self.emit, self.fail, opts["transfer_timeout_s"], opts["spin_s"])
+        self.shared = Shared(self.emit, self.fail, opts["transfer_timeout_s"], opts["spin_s"],
+                             opts["rt_priority"])
         self.eps = Endpoints(self.node, msg["ip"], set(msg["allowed"]), self.shared, opts)
         ports = self.eps.listen(msg["udp_in"])
         self.ch.send({"type": "listening", "node": self.node, **ports})

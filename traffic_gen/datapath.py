@@ -9,6 +9,7 @@ emits a half flow record (sender or receiver side) that the controller joins by 
 
 from __future__ import annotations
 
+import os
 import queue
 import select
 import socket
@@ -38,6 +39,7 @@ class Shared:
     fail: Callable[[dict[str, Any]], None]
     transfer_timeout_s: float
     spin_s: float = 0.0
+    rt_priority: int | None = None
     aborted: threading.Event = field(default_factory=threading.Event)
     send_buf: memoryview = field(default_factory=lambda: memoryview(bytes(BUFFER_BYTES)))
     recv_buf: memoryview = field(default_factory=lambda: memoryview(bytearray(BUFFER_BYTES)))
@@ -95,8 +97,10 @@ class _Worker(threading.Thread):
                     self.shared.wait(ev)
                 self.prepare(job)
                 if job.start_at:
+                    self.boost()
                     sleep_until(job.start_at, self.shared.spin_s)
                 self.transfer(job)
+                self.unboost()
                 job.done()
             except Abort:
                 return
@@ -104,6 +108,22 @@ class _Worker(threading.Thread):
                 meta = job.meta if isinstance(job, Job) else {}
                 self.shared.fail({**meta, **self.info, "detail": f"{type(exc).__name__}: {exc}"})
                 return
+
+    boosted = False
+
+    def boost(self) -> None:
+        """Wait for a timed start at SCHED_FIFO ``rt_priority`` (if set): on a few cores
+        shared by many agents, the woken senders then run before any other agent's ordinary
+        work. Dropped again right after the first send (:meth:`unboost`). Needs root."""
+        if self.shared.rt_priority:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.shared.rt_priority))
+            self.boosted = True
+
+    def unboost(self) -> None:
+        """Back to the ordinary scheduler (this thread only)."""
+        if self.boosted:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            self.boosted = False
 
     def flush(self) -> None:
         """Hook for the end of a phase."""
@@ -148,6 +168,7 @@ class TcpSender(_Worker):
         while left:
             self.sock.settimeout(max(deadline - time.time(), 1e-3))
             left -= self.sock.send(buf[:min(left, len(buf))])
+            self.unboost()
         rec = {"half": "send", "key": job.key, "t_start": t0, "t_sent": time.time(),
                **job.meta, **self.info}
         self.pending = (rec, before)

@@ -37,7 +37,9 @@ class ReplayOptions:
     transfer may take once its first byte moved; ``phase_timeout_s``: longest a phase may take;
     ``conns_per_peer``: TCP connections per ordered rank pair (steps are striped over them);
     ``sites``: host -> sub-group label for hierarchical algorithms (default: the host);
-    ``spin_s``: busy-wait before each absolute start (see datapath.sleep_until)."""
+    ``spin_s``: busy-wait before each absolute start (see datapath.sleep_until);
+    ``rt_priority``: SCHED_FIFO priority (1-99) for the instant of a timed start, None for
+    none (see datapath._Worker.boost; needs root)."""
 
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
     knobs: TcpKnobs = field(default_factory=TcpKnobs)
@@ -51,12 +53,14 @@ class ReplayOptions:
     stop_timeout_s: float = 5.0
     udp_payload_bytes: int = 1400
     spin_s: float = 0.0
+    rt_priority: int | None = None
     python: str = sys.executable
 
     def agent_options(self) -> dict[str, Any]:
         """What agents need to know (JSON-ready)."""
         return {"transfer_timeout_s": self.transfer_timeout_s, "knobs": asdict(self.knobs),
-                "udp_payload_bytes": self.udp_payload_bytes, "spin_s": self.spin_s}
+                "udp_payload_bytes": self.udp_payload_bytes, "spin_s": self.spin_s,
+                "rt_priority": self.rt_priority}
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,9 @@ def _check_inputs(schedule: Schedule, placement: Mapping[int, str],
         except ValueError:
             issues.append(SpecIssue(f"host {host}: {ip!r} is not an IPv4 address",
                                     key_path=["addresses", host]))
+    if options.rt_priority is not None and not 1 <= options.rt_priority <= 99:
+        issues.append(SpecIssue("rt_priority must be 1 to 99 (SCHED_FIFO)",
+                                key_path=["options", "rt_priority"]))
     if options.conns_per_peer < 1:
         issues.append(SpecIssue("conns_per_peer must be at least 1", key_path=["options"]))
     if issues:

@@ -51,6 +51,7 @@ class UdpSender(_Worker):
                 self.sock.send(memoryview(buf)[:max(size, _HDR.size)])
             except (ConnectionRefusedError, BlockingIOError):
                 pass  # a full or absent receiver is loss, counted at the receiver
+            self.unboost()
         self.shared.emit({"half": "send", "key": job.key, "t_start": t0, "t_sent": time.time(),
                           "packets_sent": npkts, **job.meta, **self.info})
         self.msg += 1
