@@ -179,3 +179,17 @@ def test_bad_input_refused_before_any_process(launcher, addresses, tmp_path, pla
     with pytest.raises(SpecError, match=needle):
         replay(sched, placement, launcher, tmp_path, addresses)
     assert launcher.procs == {}
+
+
+def test_agent_endpoints_refuse_non_lab_addresses():
+    from traffic_gen.datapath import Shared
+    from traffic_gen.endpoints import Endpoints
+
+    shared = Shared(lambda r: None, lambda f: None, 1.0)
+    eps = Endpoints("h0", "127.0.0.1", {"127.0.0.1", "127.0.0.2"}, shared, {})
+    eps.listen([])
+    try:
+        with pytest.raises(ValueError, match="refusing to connect to 127.0.0.99"):
+            eps.connect([[0, 1, 0, "tcp"]], {"1": ["127.0.0.99", 9, "h1"]}, {}, 0)
+    finally:
+        eps.close()
