@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import queue
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ from traffic_gen.program import Program
 from traffic_gen.wire import Channel
 
 __all__ = ["Controller", "RunFailed"]
+
+_SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with the NUL, unix(7)
 
 
 class RunFailed(Exception):
@@ -50,6 +53,7 @@ class Controller:
         self.knobs: dict[str, Any] = {}
         self.phase_t0: list[float] = []
         self.sock_path = run_dir / "ctl.sock"
+        self.sock_dir: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, program: Program, placement: Mapping[int, str], writer: RecordWriter) -> None:
@@ -70,12 +74,13 @@ class Controller:
             self._abort()
 
     def _listen(self) -> socket.socket:
-        path = str(self.sock_path)
-        if len(path.encode()) > 100:  # sun_path holds 108 bytes, see unix(7)
-            raise RunFailed(self._failure("controller", f"control socket path {path} is too "
-                                                         "long for a Unix socket (max 107)"))
+        if len(str(self.sock_path).encode()) > _SUN_PATH_MAX:
+            # too deep a run directory for sun_path: a short private directory instead,
+            # named by the run id and removed at the end of the run
+            self.sock_dir = Path(tempfile.mkdtemp(prefix=f"aitb-{self.run_id}-"))
+            self.sock_path = self.sock_dir / "ctl.sock"
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        srv.bind(path)
+        srv.bind(str(self.sock_path))
         srv.listen(len(self.nodes) + 8)
         return srv
 
@@ -216,6 +221,9 @@ class Controller:
             ch.close()
         self.chans.clear()
         self.sock_path.unlink(missing_ok=True)
+        if self.sock_dir is not None:
+            self.sock_dir.rmdir()
+            self.sock_dir = None
 
 
 def _describe(msg: Mapping[str, Any]) -> str:

@@ -193,3 +193,11 @@ def test_agent_endpoints_refuse_non_lab_addresses():
             eps.connect([[0, 1, 0, "tcp"]], {"1": ["127.0.0.99", 9, "h1"]}, {}, 0)
     finally:
         eps.close()
+
+
+def test_deep_run_dir_gets_a_short_control_socket(launcher, addresses, tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    res = replay(_sched([Collective("all_reduce", "g", 4096)], n=2), _place(2), launcher, deep,
+                 addresses, ReplayOptions(run_id="deadbeef"))
+    assert res.ok, res.failures
+    assert not list(__import__("pathlib").Path("/tmp").glob("aitb-deadbeef-*"))
