@@ -4,6 +4,7 @@ import signal
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -200,4 +201,4 @@ def test_deep_run_dir_gets_a_short_control_socket(launcher, addresses, tmp_path)
     res = replay(_sched([Collective("all_reduce", "g", 4096)], n=2), _place(2), launcher, deep,
                  addresses, ReplayOptions(run_id="deadbeef"))
     assert res.ok, res.failures
-    assert not list(__import__("pathlib").Path("/tmp").glob("aitb-deadbeef-*"))
+    assert not list(Path("/tmp").glob("aitb-deadbeef-*"))
