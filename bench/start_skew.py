@@ -23,7 +23,7 @@ from aitb.models.records import BurstRecord, percentile  # noqa: E402
 from traffic_gen import ReplayOptions, replay  # noqa: E402
 from traffic_gen.jsonl import read_records  # noqa: E402
 from traffic_gen.launch import NetnsExecLauncher  # noqa: E402
-from traffic_gen.patterns import pattern_schedule, permutation  # noqa: E402
+from traffic_gen.patterns import incast, pattern_schedule, permutation  # noqa: E402
 
 
 def main() -> None:
@@ -31,17 +31,24 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=64)
     ap.add_argument("--bursts", type=int, default=10)
     ap.add_argument("--spin-us", type=float, default=0)
+    ap.add_argument("--offloads", action="store_true", help="keep TSO/GSO/GRO on the veths")
+    ap.add_argument("--size", type=int, default=4096, help="bytes per flow")
+    ap.add_argument("--pattern", choices=["permutation", "incast"], default="permutation")
+    ap.add_argument("--verbose", action="store_true", help="print every skew (us)")
     ap.add_argument("--rt-priority", type=int, default=None,
                     help="SCHED_FIFO priority for the start instant (default: none)")
     args = ap.parse_args()
     n = args.agents
     t = time.time()
-    star = Star(n).up()
+    star = Star(n, offloads=args.offloads).up()
     print(f"lab of {n} namespaces up in {time.time() - t:.1f} s")
     try:
         ops = []
         for k in range(args.bursts):
-            ops += permutation(range(n), 4096, seed=k, label=f"perm{k}")
+            if args.pattern == "incast":
+                ops += incast(range(1, n), 0, args.size, label=f"incast{k}")
+            else:
+                ops += permutation(range(n), args.size, seed=k, label=f"perm{k}")
         sched = pattern_schedule("skew", n, ops)
         t = time.time()
         res = replay(sched, {r: f"h{r}" for r in range(n)}, NetnsExecLauncher(star.hosts),
@@ -55,6 +62,9 @@ def main() -> None:
     bursts = list(read_records(res.paths["bursts"], BurstRecord))
     skew = [s for b in bursts for s in b.skew_s]
     print(f"senders x bursts: {len(skew)}")
+    if args.verbose:
+        for b in bursts:
+            print(" ".join(f"{x * 1e6:.0f}" for x in sorted(b.skew_s)))
     for q in (50, 99):
         print(f"p{q} start skew: {percentile(skew, q) * 1e3:.3f} ms")
     for b in bursts:
