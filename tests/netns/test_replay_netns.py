@@ -31,17 +31,21 @@ def test_ring_all_reduce_bytes_per_link_from_interface_counters(star_factory, tm
     n, size = 4, 16 << 20
     star = star_factory(n)
     before = {h: star.host_stats(h) for h in star.hosts}
-    _run(star, _ring(n, size), tmp_path)
+    res = _run(star, _ring(n, size), tmp_path)
     payload = 2 * (n - 1) * size // n  # bytes each rank sends (closed form)
+    resent_by, resent_to = defaultdict(int), defaultdict(int)
+    for f in read_records(res.paths["flows"], FlowRecord):
+        resent_by[f.src_node] += f.tcp.bytes_retrans  # retransmissions also cross the link
+        resent_to[f.dst_node] += f.tcp.bytes_retrans
     for h in star.hosts:
         after = star.host_stats(h)
         sent = after["tx_bytes"] - before[h]["tx_bytes"]
         # wire bytes exceed payload by Ethernet+IP+TCP headers (66 B per 1448 B segment,
         # 4.6 %), the ACKs for the same amount of received data (at most 66 B per 2
         # segments, 2.3 %), and the connection handshakes/ARP (a few kB): 8 % above
-        assert payload <= sent <= payload * 1.08, (h, sent, payload)
+        assert payload <= sent <= (payload + resent_by[h]) * 1.08, (h, sent, payload)
         got = after["rx_bytes"] - before[h]["rx_bytes"]
-        assert payload <= got <= payload * 1.08, (h, got, payload)
+        assert payload <= got <= (payload + resent_to[h]) * 1.08, (h, got, payload)
 
 
 def _slow_bound(r, s, n, slow):
@@ -78,29 +82,33 @@ def test_slow_link_delays_later_steps_of_every_rank(star_factory, tmp_path):
     assert c.cct_s <= 1.25 * 2 * (n - 1) * step_s + 0.1
 
 
-@pytest.mark.parametrize("limit_pkts,expect_loss", [(20, True), (10000, False)])
-def test_incast_drops_and_retransmissions_depend_on_buffer(star_factory, tmp_path, limit_pkts,
-                                                           expect_loss):
-    senders = 16
+def _incast(star_factory, tmp_path, senders, limit_pkts):
     star = star_factory(senders + 1)
     star.shape_to_host("h0", 1_000_000_000, limit_pkts)  # 1 Gbit/s bottleneck to h0
     ops = incast(range(1, senders + 1), 0, 256 << 10, repeats=3, gap_s=0.05)
     res = _run(star, pattern_schedule("incast", senders + 1, ops), tmp_path)
     flows = list(read_records(res.paths["flows"], FlowRecord))
-    assert len(flows) == 3 * senders
-    retrans = sum(f.tcp.total_retrans for f in flows)
-    spurious = sum(f.tcp.dsack_dups for f in flows)
-    drops = star.qdisc_drops("h0")
-    if expect_loss:
-        assert drops > 0 and retrans - spurious > 0, (drops, retrans, spurious)
-    else:
-        # no queue drop; the kernel still sends tail-loss probes (RFC 8985) while ACKs wait
-        # behind 4 MiB of queue (34 ms at 1 Gbit/s): those retransmissions are spurious and
-        # the receiver reports them as D-SACK duplicates. Measured: 120 retrans, 113 D-SACKed
-        # (a D-SACK may cover several segments); allow 20 % + 3 unmatched
-        assert drops == 0, drops
-        assert retrans - spurious <= 0.2 * retrans + 3, (retrans, spurious)
     per_burst = defaultdict(int)
     for f in flows:
         per_burst[f.burst_id] += 1
-    assert set(per_burst.values()) == {senders}
+    assert sorted(per_burst.values()) == [senders] * 3
+    retrans = sum(f.tcp.total_retrans for f in flows)
+    spurious = sum(f.tcp.dsack_dups for f in flows)
+    return star.qdisc_drops("h0"), retrans, retrans - spurious
+
+
+def test_incast_drops_and_retransmissions_depend_on_buffer(star_factory, tmp_path):
+    senders = 16
+    small = _incast(star_factory, tmp_path / "small", senders, 20)
+    large = _incast(star_factory, tmp_path / "large", senders, 10000)
+    drops, retrans, lost = small
+    assert drops > 0 and retrans > 0 and lost > 0, small
+    drops, retrans, lost = large
+    assert drops == 0, large
+    # With the large buffer nothing is dropped at the bottleneck; the kernel still sends
+    # tail-loss probes (RFC 8985) while ACKs wait behind up to 4 MiB of queue (34 ms at
+    # 1 Gbit/s): those retransmissions are spurious and come back as D-SACK duplicates.
+    # A few more can come from drops outside the qdisc (the per-CPU backlog between veths
+    # overflows when softirqs lag on a loaded host). Measured: small buffer ~1600 retransmitted
+    # segments not D-SACKed, large buffer 7-33: require at least a factor 5 between them.
+    assert lost * 5 < small[2], (small, large)
