@@ -70,7 +70,7 @@ def _bursts(run_id: str, sends: list[Mapping[str, Any]], planned: float,
             meta: Mapping[str, Mapping[str, Any]]) -> list[BurstRecord]:
     by_id: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for s in sends:
-        if s["op_kind"] == "burst":
+        if s["op_kind"] == "burst" and s["conn"] == 0:  # a flow's first connection
             by_id[s["id"]].append(s)
     out = []
     for bid, flows in by_id.items():
