@@ -5,11 +5,16 @@ Target (issue 3): p99 start skew < 1 ms. Every agent is one emulated host (its o
 namespace on the netns tests' bridge star); each burst is a permutation (every agent sends
 4 KiB to another) started by the controller at one absolute instant; the skew of a sender is
 its first-byte send time minus that instant (host clock, shared by all namespaces).
+It first measures the machine's floor: the same number of bare processes that only sleep until
+one instant (same sleep, same priority) and read the clock; on 2 cores, every woken process
+delays the next ones by its context switch and interpreter resume.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import os
 import sys
 import tempfile
 import time
@@ -21,9 +26,35 @@ from star import Star  # noqa: E402
 
 from aitb.models.records import BurstRecord, percentile  # noqa: E402
 from traffic_gen import ReplayOptions, replay  # noqa: E402
+from traffic_gen.datapath import sleep_until  # noqa: E402
 from traffic_gen.jsonl import read_records  # noqa: E402
 from traffic_gen.launch import NetnsExecLauncher  # noqa: E402
 from traffic_gen.patterns import incast, pattern_schedule, permutation  # noqa: E402
+
+
+def _bare_child(t0: float, q, rt_priority: int | None, spin_s: float) -> None:
+    if rt_priority:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(rt_priority))
+    sleep_until(t0, spin_s)
+    t = time.time()
+    if rt_priority:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    q.put(t - t0)
+
+
+def bare_wakeup_skew(n: int, rt_priority: int | None, spin_s: float) -> list[float]:
+    """Floor of this machine: n processes that only sleep until one instant and read the
+    clock (no agent, no socket, same sleep as the agents), their lateness in seconds."""
+    q: mp.Queue = mp.Queue()
+    t0 = time.time() + 1.0
+    procs = [mp.Process(target=_bare_child, args=(t0, q, rt_priority, spin_s))
+             for _ in range(n)]
+    for p in procs:
+        p.start()
+    out = sorted(q.get() for _ in procs)
+    for p in procs:
+        p.join()
+    return out
 
 
 def main() -> None:
@@ -39,6 +70,9 @@ def main() -> None:
                     help="SCHED_FIFO priority for the start instant (default: none)")
     args = ap.parse_args()
     n = args.agents
+    floor = bare_wakeup_skew(n, args.rt_priority, args.spin_us * 1e-6)
+    print(f"floor: {n} bare processes waking at one instant (no traffic): "
+          f"p50 {percentile(floor, 50) * 1e3:.3f} ms, p99 {percentile(floor, 99) * 1e3:.3f} ms")
     t = time.time()
     star = Star(n, offloads=args.offloads).up()
     print(f"lab of {n} namespaces up in {time.time() - t:.1f} s")
