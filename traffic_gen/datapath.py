@@ -9,6 +9,7 @@ emits a half flow record (sender or receiver side) that the controller joins by 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import queue
 import select
@@ -25,6 +26,23 @@ __all__ = ["Job", "Abort", "Shared", "TcpSender", "TcpReceiver", "BUFFER_BYTES",
 
 BUFFER_BYTES = 4 << 20  # one send or recv call moves at most this much
 _POLL_S = 0.1  # how often a waiting worker checks whether the run was aborted
+
+
+class _SchedParam(ctypes.Structure):
+    _fields_ = [("sched_priority", ctypes.c_int)]
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _set_scheduler(policy: int, priority: int) -> None:
+    """sched_setscheduler(2) for the calling thread, through ctypes so that the GIL is
+    released during the call: a thread demoted to SCHED_OTHER is preempted inside the
+    syscall, not while holding its agent's GIL (which would stall the agent's other,
+    still real-time threads: priority inversion). Raises OSError (e.g. EPERM without root)."""
+    if _LIBC.sched_setscheduler(0, policy, ctypes.byref(_SchedParam(priority))) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"sched_setscheduler: {os.strerror(err)}")
 
 
 class Abort(Exception):
@@ -98,7 +116,8 @@ class _Worker(threading.Thread):
                 self.prepare(job)
                 if job.start_at:
                     self.boost()
-                    sleep_until(job.start_at, self.shared.spin_s)
+                    if self.sends:
+                        sleep_until(job.start_at, self.shared.spin_s)
                 self.transfer(job)
                 self.unboost()
                 job.done()
@@ -110,19 +129,22 @@ class _Worker(threading.Thread):
                 return
 
     boosted = False
+    sends = False  # senders sleep until a timed start; receivers just wait for data
 
     def boost(self) -> None:
         """Wait for a timed start at SCHED_FIFO ``rt_priority`` (if set): on a few cores
         shared by many agents, the woken senders then run before any other agent's ordinary
-        work. Dropped again right after the first send (:meth:`unboost`). Needs root."""
+        work. Receivers are boosted too, so that one never holds its agent's GIL while
+        preempted by senders (priority inversion). Dropped again right after the first send
+        or receive (:meth:`unboost`). Needs root."""
         if self.shared.rt_priority:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.shared.rt_priority))
+            _set_scheduler(os.SCHED_FIFO, self.shared.rt_priority)
             self.boosted = True
 
     def unboost(self) -> None:
         """Back to the ordinary scheduler (this thread only)."""
         if self.boosted:
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            _set_scheduler(os.SCHED_OTHER, 0)
             self.boosted = False
 
     def flush(self) -> None:
@@ -140,6 +162,8 @@ class TcpSender(_Worker):
     transfer's record is closed with it (on a persistent connection counters are cumulative:
     a transfer's retransmissions are the difference). At a flush the sender waits until all
     sent data is acknowledged (bounded by the transfer timeout) before the last reading."""
+
+    sends = True
 
     def __init__(self, sock: socket.socket, shared: Shared, info: dict[str, Any],
                  congestion_control: str) -> None:
@@ -203,6 +227,7 @@ class TcpReceiver(_Worker):
         while left:
             self.sock.settimeout(max(deadline - time.time(), 1e-3))
             got = self.sock.recv_into(buf, min(left, len(buf)))
+            self.unboost()
             if not got:
                 raise ConnectionError("peer closed the connection mid-transfer")
             left -= got

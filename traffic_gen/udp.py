@@ -28,6 +28,8 @@ GRACE_S = 1.0  # extra wait beyond the paced duration before declaring a message
 class UdpSender(_Worker):
     """Sends one message per job as paced datagrams of ``payload_bytes``."""
 
+    sends = True
+
     def __init__(self, sock: socket.socket, shared: Shared, info: dict[str, Any],
                  payload_bytes: int) -> None:
         super().__init__(sock, shared, info)
@@ -83,6 +85,7 @@ class UdpReceiver(_Worker):
                 n, addr = self.sock.recvfrom_into(self.buf)
             except TimeoutError:
                 continue
+            self.unboost()
             msg, seq, _ = _HDR.unpack_from(self.buf, 0)
             if msg != self.msg or n < _HDR.size:
                 continue  # a late datagram of an earlier message
