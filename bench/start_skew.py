@@ -57,7 +57,7 @@ def bare_wakeup_skew(n: int, rt_priority: int | None, spin_s: float) -> list[flo
     return out
 
 
-def main() -> None:
+def _main(run_dir: Path) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--agents", type=int, default=64)
     ap.add_argument("--bursts", type=int, default=10)
@@ -86,7 +86,7 @@ def main() -> None:
         sched = pattern_schedule("skew", n, ops)
         t = time.time()
         res = replay(sched, {r: f"h{r}" for r in range(n)}, NetnsExecLauncher(star.hosts),
-                     Path(tempfile.mkdtemp(prefix="aitb-bench-")), star.addresses,
+                     run_dir, star.addresses,
                      ReplayOptions(agent_start_timeout_s=120,
                                            spin_s=args.spin_us * 1e-6,
                                            rt_priority=args.rt_priority))
@@ -105,6 +105,11 @@ def main() -> None:
         print(f"  {b.label}: p50 {b.skew_p50_s * 1e3:.3f} ms  p99 {b.skew_p99_s * 1e3:.3f} ms")
     print(f"max start skew: {max(skew) * 1e3:.3f} ms, min {min(skew) * 1e3:.3f} ms "
           "(target p99 < 1 ms)")
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="aitb-bench-") as tmp:  # records: removed after
+        _main(Path(tmp))
 
 
 if __name__ == "__main__":
