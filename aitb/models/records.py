@@ -1,0 +1,272 @@
+"""Run records (pure data, no I/O): flows, collectives, bursts, per-rank op timelines, failures.
+
+Every record carries ``schema_version`` (:data:`SCHEMA_VERSION`) and round-trips through
+``to_dict``/``from_dict`` (JSON-ready dicts; traffic_gen writes them as JSONL, analysis reads
+them). Times are absolute seconds on the host clock (``time.time()``; all namespaces share it),
+sizes are bytes, rates bytes or bits per second as their names say.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
+
+__all__ = ["SCHEMA_VERSION", "TcpInfo", "UdpStats", "FlowRecord", "CollectiveRecord",
+           "BurstRecord", "RankOpRecord", "FailureRecord", "busbw_factor", "percentile",
+           "RecordError", "skew_summary"]
+
+SCHEMA_VERSION = 1
+T = TypeVar("T", bound="_Record")
+
+
+class RecordError(ValueError):
+    """A dict is not a record of the expected kind or schema version."""
+
+
+class _Record:
+    """to_dict/from_dict for flat dataclasses whose nested records are listed in ``_nested``."""
+
+    _nested: ClassVar[Mapping[str, type]] = {}
+    kind_name: ClassVar[str] = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; ``record`` names the kind."""
+        out: dict[str, Any] = {"record": self.kind_name} if self.kind_name else {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            out[f.name] = v.to_dict() if isinstance(v, _Record) else (
+                list(v) if isinstance(v, tuple) else v)
+        return out
+
+    @classmethod
+    def from_dict(cls: type[T], d: Mapping[str, Any]) -> T:
+        """Inverse of :meth:`to_dict`; raises RecordError on another kind or schema version."""
+        if cls.kind_name and d.get("record", cls.kind_name) != cls.kind_name:
+            raise RecordError(f"expected a {cls.kind_name} record, got {d.get('record')!r}")
+        if d.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+            raise RecordError(f"{cls.__name__}: schema_version {d.get('schema_version')} is not "
+                              f"{SCHEMA_VERSION}")
+        names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        kw = {}
+        for k, v in d.items():
+            if k not in names:
+                continue
+            if k in cls._nested and v is not None:
+                v = cls._nested[k].from_dict(v)
+            elif isinstance(v, list):
+                v = tuple(v)
+            kw[k] = v
+        return cls(**kw)
+
+
+@dataclass(frozen=True, slots=True)
+class TcpInfo(_Record):
+    """TCP_INFO of the sending socket at the end of a transfer (linux/tcp.h ``struct
+    tcp_info``). Counters (``total_retrans``, ``bytes_retrans``, ``bytes_sent``, ``lost``
+    where cumulative) are deltas over this transfer on a persistent connection; ``rtt_s``,
+    ``rttvar_s``, ``snd_cwnd`` (segments), ``delivery_rate_bps`` (bit/s) are the values then.
+    ``dsack_dups`` (delta): retransmitted segments the receiver reported as duplicates (D-SACK,
+    RFC 2883), i.e. spurious retransmissions such as tail-loss probes (RFC 8985) fired while
+    the data sat in a deep queue; ``total_retrans - dsack_dups`` estimates real losses."""
+
+    total_retrans: int
+    bytes_retrans: int
+    bytes_sent: int
+    lost: int
+    rtt_s: float
+    rttvar_s: float
+    snd_cwnd: int
+    delivery_rate_bps: int
+    congestion_control: str = ""
+    dsack_dups: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UdpStats(_Record):
+    """Sequence-number accounting of one UDP transfer: ``reordered`` counts packets that
+    arrived after a higher sequence number."""
+
+    packets_sent: int
+    packets_received: int
+    lost: int
+    reordered: int
+    payload_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRecord(_Record):
+    """One transfer between two ranks. ``t_start``: the sender began (host clock, s);
+    ``t_first_byte``/``t_end``: first and last byte at the receiver; ``fct_s`` = t_end -
+    t_start. ``collective_id`` or ``burst_id`` ties it to its operation."""
+
+    kind_name: ClassVar[str] = "flow"
+    _nested: ClassVar[Mapping[str, type]] = {"tcp": TcpInfo, "udp": UdpStats}
+
+    run_id: str
+    kind: Literal["tcp", "udp"]
+    src_node: str
+    dst_node: str
+    src_rank: int
+    dst_rank: int
+    src_ip: str
+    dst_ip: str
+    sport: int
+    dport: int
+    size_bytes: int
+    t_start: float
+    t_first_byte: float | None
+    t_end: float | None
+    fct_s: float | None
+    iteration: int = 0
+    op_index: int = 0
+    step: str = ""
+    collective_id: str | None = None
+    burst_id: str | None = None
+    tcp: TcpInfo | None = None
+    udp: UdpStats | None = None
+    schema_version: int = SCHEMA_VERSION
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor (nccl-tests doc/PERFORMANCE.md): all_reduce 2(n-1)/n;
+    all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, reduce 1; gather and scatter are
+    given (n-1)/n like all_gather (the root moves (n-1)/n of the buffer); barrier 0."""
+    if n <= 1 or op == "barrier":
+        return 0.0 if op == "barrier" else 1.0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveRecord(_Record):
+    """One collective instance. ``rank_t_start``/``rank_t_end`` are aligned with ``ranks``
+    (global ranks, group order); ``cct_s`` = max end - min start; ``algbw_Bps`` = size_bytes /
+    cct_s; ``busbw_Bps`` = algbw x :func:`busbw_factor` (nccl-tests doc/PERFORMANCE.md)."""
+
+    kind_name: ClassVar[str] = "collective"
+
+    run_id: str
+    collective_id: str
+    op: str
+    algorithm: str
+    group: str
+    group_kind: str
+    ranks: tuple[int, ...]
+    hosts: tuple[str, ...]
+    size_bytes: int
+    iteration: int
+    op_index: int
+    rank_t_start: tuple[float, ...]
+    rank_t_end: tuple[float, ...]
+    cct_s: float
+    algbw_Bps: float  # noqa: N815 - unit in the name (bytes per second)
+    busbw_Bps: float  # noqa: N815
+    busbw_factor: float
+    chunk_bytes: int | None = None
+    label: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def build(cls, *, rank_t_start: Sequence[float], rank_t_end: Sequence[float], op: str,
+              size_bytes: int, ranks: Sequence[int], **kw: Any) -> CollectiveRecord:
+        """Compute cct_s, algbw, busbw from per-rank times (seconds) and size (bytes)."""
+        cct = max(rank_t_end) - min(rank_t_start)
+        algbw = size_bytes / cct if cct > 0 else 0.0
+        factor = busbw_factor(op, len(ranks))
+        return cls(rank_t_start=tuple(rank_t_start), rank_t_end=tuple(rank_t_end), op=op,
+                   size_bytes=size_bytes, ranks=tuple(ranks), cct_s=cct, algbw_Bps=algbw,
+                   busbw_Bps=algbw * factor, busbw_factor=factor, **kw)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) with linear interpolation between closest ranks
+    (numpy's default "linear" method); NaN for no values."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True, slots=True)
+class BurstRecord(_Record):
+    """A synchronized burst: ``planned_start`` (host clock, s) and, per sending flow (aligned
+    lists), its rank and actual start; ``skew_s`` = actual - planned (s)."""
+
+    kind_name: ClassVar[str] = "burst"
+
+    run_id: str
+    burst_id: str
+    label: str
+    iteration: int
+    op_index: int
+    planned_start: float
+    sender_ranks: tuple[int, ...]
+    actual_start: tuple[float, ...]
+    skew_s: tuple[float, ...]
+    skew_p50_s: float
+    skew_p99_s: float
+    skew_max_s: float
+    schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def build(cls, *, planned_start: float, sender_ranks: Sequence[int],
+              actual_start: Sequence[float], **kw: Any) -> BurstRecord:
+        """Compute the skews and their p50/p99/max from the actual starts."""
+        skew = [a - planned_start for a in actual_start]
+        return cls(planned_start=planned_start, sender_ranks=tuple(sender_ranks),
+                   actual_start=tuple(actual_start), skew_s=tuple(skew),
+                   skew_p50_s=percentile(skew, 50), skew_p99_s=percentile(skew, 99),
+                   skew_max_s=max(skew, default=math.nan), **kw)
+
+
+@dataclass(frozen=True, slots=True)
+class RankOpRecord(_Record):
+    """What one rank did for one op (a per-rank timeline row): ``kind`` compute, collective,
+    send_recv or burst; ``slowdown`` the straggler factor applied to compute."""
+
+    kind_name: ClassVar[str] = "rank_op"
+
+    run_id: str
+    rank: int
+    node: str
+    iteration: int
+    op_index: int
+    kind: str
+    label: str
+    t_start: float
+    t_end: float
+    slowdown: float = 1.0
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRecord(_Record):
+    """Why a run failed: the node, rank, peer and op involved where known, and what happened."""
+
+    kind_name: ClassVar[str] = "failure"
+
+    run_id: str
+    node: str
+    detail: str
+    rank: int | None = None
+    peer: int | None = None
+    op: str | None = None
+    t: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+
+def skew_summary(bursts: Sequence[BurstRecord]) -> dict[str, float]:
+    """Start skew over every sender of every burst (seconds): p50, p99, max, and count."""
+    skew = [s for b in bursts for s in b.skew_s]
+    return {"count": float(len(skew)), "p50_s": percentile(skew, 50),
+            "p99_s": percentile(skew, 99), "max_s": max(skew, default=math.nan)}

@@ -1,0 +1,145 @@
+"""One agent per emulated host: ``python -m traffic_gen.agent --control CTL.sock --node NAME``.
+
+Runs inside the host's network namespace. Talks to the controller over the Unix socket
+``--control`` (see controller.py for the message sequence), opens persistent data connections
+bound to the host's lab address (and only to peers whose addresses the controller listed as lab
+addresses), runs the ranks placed on its host phase by phase from an absolute start time, and
+returns half flow records and per-rank op records at the end of every phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from traffic_gen.datapath import Abort, Shared
+from traffic_gen.endpoints import Endpoints
+from traffic_gen.ranks import run_rank
+from traffic_gen.tcpinfo import namespace_sysctls
+from traffic_gen.wire import Channel
+
+__all__ = ["Agent", "main"]
+
+_SETTLE_S = 0.02  # no end-of-phase work until this long after the phase's start instant
+
+
+class Agent:
+    """The agent's state machine; ``channel`` is its control connection."""
+
+    def __init__(self, channel: Channel, node: str) -> None:
+        self.ch, self.node = channel, node
+        self.records: list[dict[str, Any]] = []
+        self.rlock = threading.Lock()
+        self.setup: dict[str, Any] = {}
+        self.shared: Shared | None = None
+        self.eps: Endpoints | None = None
+
+    def emit(self, rec: dict[str, Any]) -> None:
+        """Keep a record until the end of the phase."""
+        with self.rlock:
+            self.records.append(rec)
+
+    def fail(self, info: dict[str, Any]) -> None:
+        """Report a failure once and abort every worker of this agent."""
+        assert self.shared is not None
+        if not self.shared.aborted.is_set():
+            self.shared.aborted.set()
+            self.ch.send({"type": "error", "node": self.node, **info})
+
+    def serve(self) -> int:
+        """Handle control messages until stop (0) or abort (3)."""
+        self.ch.send({"type": "hello", "node": self.node})
+        for msg in self.ch:
+            kind = msg["type"]
+            if kind == "setup":
+                self._on_setup(msg)
+            elif kind == "peers":
+                self._on_peers(msg)
+            elif kind == "start":
+                threading.Thread(target=self._run_phase, args=(msg["phase"], msg["t0"]),
+                                 daemon=True).start()
+            elif kind in ("stop", "abort"):
+                return self._shutdown(0 if kind == "stop" else 3)
+        return self._shutdown(3)  # controller went away
+
+    def _on_setup(self, msg: dict[str, Any]) -> None:
+        self.setup = msg
+        opts = msg["options"]
+        self.shared = Shared(self.emit, self.fail, opts["transfer_timeout_s"], opts["spin_s"],
+                             opts["rt_priority"])
+        self.eps = Endpoints(self.node, msg["ip"], set(msg["allowed"]), self.shared, opts)
+        ports = self.eps.listen(msg["udp_in"])
+        self.ch.send({"type": "listening", "node": self.node, **ports})
+
+    def _on_peers(self, msg: dict[str, Any]) -> None:
+        assert self.eps is not None
+        try:
+            knobs = self.eps.connect(self.setup["out"], msg["rank_ep"], msg["udp_ep"],
+                                     self.setup["in_tcp"])
+        except (OSError, ValueError) as exc:
+            self.fail({"detail": f"connection setup failed: {exc}", "op": "connect"})
+            return
+        self.ch.send({"type": "connected", "node": self.node,
+                      "knobs": {"sysctls": namespace_sysctls(), "connections": knobs}})
+
+    def _run_phase(self, phase: int, t0: float) -> None:
+        assert self.shared is not None and self.eps is not None
+        threads = [threading.Thread(target=self._rank_thread, args=(int(r), prog[phase], t0),
+                                    daemon=True)
+                   for r, prog in self.setup["ranks"].items() if prog[phase]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if self.shared.aborted.is_set():
+            return
+        # stay quiet while other agents may still be starting their burst (few cores)
+        time.sleep(max(0.0, t0 + _SETTLE_S - time.time()))
+        self.eps.flush()
+        with self.rlock:
+            recs, self.records = self.records, []
+        self.ch.send({"type": "phase_done", "node": self.node, "phase": phase, "records": recs})
+
+    def _rank_thread(self, rank: int, ops: list[dict[str, Any]], t0: float) -> None:
+        assert self.shared is not None and self.eps is not None
+        try:
+            run_rank(rank, self.node, ops, t0, self.eps, self.shared, self.emit)
+        except Abort:
+            pass
+        except Exception as exc:  # noqa: BLE001 - any bug must reach the controller
+            self.fail({"rank": rank, "detail": f"{type(exc).__name__}: {exc}"})
+
+    def _shutdown(self, code: int) -> int:
+        if self.shared is not None:
+            self.shared.aborted.set()
+        if self.eps is not None:
+            self.eps.close()
+        self.ch.close()
+        return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: connect to the controller and serve until told to stop."""
+    ap = argparse.ArgumentParser(prog="traffic_gen.agent")
+    ap.add_argument("--control", required=True, help="controller's Unix socket path")
+    ap.add_argument("--node", required=True, help="this emulated host's node name")
+    args = ap.parse_args(argv)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.time() + 10
+    while True:
+        try:
+            sock.connect(args.control)
+            break
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
+    return Agent(Channel(sock), args.node).serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The controller: starts one agent per host, hands out programs, starts phases, collects.
+
+Message sequence on each agent's Unix socket (JSON lines, wire.py):
+agent ``hello`` -> controller ``setup`` (ranks, programs, connections to open, options) ->
+agent ``listening`` (ports) -> controller ``peers`` (every rank's endpoint) -> agent
+``connected`` (TCP settings read back) -> per phase: controller ``start`` (phase, absolute t0)
+-> agent ``phase_done`` (half records) -> controller ``stop``. An agent's ``error``, a closed
+control socket, an exited process or a timeout ends the run: ``abort`` to every agent, then
+every agent process still alive is killed by its pid.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from aitb.models.records import FailureRecord
+from traffic_gen.jsonl import RecordWriter
+from traffic_gen.launch import Launcher
+from traffic_gen.merge import merge_phase
+from traffic_gen.program import Program
+from traffic_gen.wire import Channel
+
+__all__ = ["Controller", "RunFailed"]
+
+_SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with the NUL, unix(7)
+
+
+class RunFailed(Exception):
+    """The run stopped early; ``failure`` says where and why."""
+
+    def __init__(self, failure: FailureRecord) -> None:
+        super().__init__(failure.detail)
+        self.failure = failure
+
+
+class Controller:
+    """Drives one replay. ``nodes``: host -> lab address; ``options``: a ReplayOptions."""
+
+    def __init__(self, run_dir: Path, run_id: str, launcher: Launcher,
+                 nodes: Mapping[str, str], options: Any) -> None:
+        self.run_dir, self.run_id, self.launcher = run_dir, run_id, launcher
+        self.nodes, self.opt = dict(nodes), options
+        self.procs: dict[str, Any] = {}
+        self.chans: dict[str, Channel] = {}
+        self.q: queue.Queue[tuple[str, dict[str, Any] | None]] = queue.Queue()
+        self.knobs: dict[str, Any] = {}
+        self.phase_t0: list[float] = []
+        self.sock_path = run_dir / "ctl.sock"
+        self.sock_dir: Path | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+    def run(self, program: Program, placement: Mapping[int, str], writer: RecordWriter) -> None:
+        """Run every phase; raises RunFailed (after cleanup) on any failure."""
+        try:
+            self._start_agents()
+            self._setup(program, placement)
+            for phase in program.phases:
+                writer.write(self._phase(phase.index, program))
+            for ch in self.chans.values():
+                ch.send({"type": "stop"})
+            self._reap(self.opt.stop_timeout_s)
+        except RunFailed as exc:
+            writer.write([exc.failure])
+            self._abort()
+            raise
+        finally:
+            self._abort()
+
+    def _listen(self) -> socket.socket:
+        if len(str(self.sock_path).encode()) > _SUN_PATH_MAX:
+            # too deep a run directory for sun_path: a short private directory instead,
+            # named by the run id and removed at the end of the run
+            self.sock_dir = Path(tempfile.mkdtemp(prefix=f"aitb-{self.run_id}-"))
+            self.sock_path = self.sock_dir / "ctl.sock"
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(str(self.sock_path))
+        srv.listen(len(self.nodes) + 8)
+        return srv
+
+    def _start_agents(self) -> None:
+        srv = self._listen()
+        threading.Thread(target=self._accept, args=(srv,), daemon=True).start()
+        logs = self.run_dir / "agents"
+        logs.mkdir(exist_ok=True)
+        for node in self.nodes:
+            argv = [self.opt.python, "-m", "traffic_gen.agent", "--control",
+                    str(self.sock_path), "--node", node]
+            with (logs / f"{node}.log").open("w") as log:
+                self.procs[node] = self.launcher.popen(node, argv, stdout=log,
+                                                       stderr=log, stdin=None)
+        self._gather("hello", self.opt.agent_start_timeout_s)
+
+    def _accept(self, srv: socket.socket) -> None:
+        with srv:
+            srv.settimeout(self.opt.agent_start_timeout_s)
+            for _ in self.nodes:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                conn.settimeout(None)
+                threading.Thread(target=self._read, args=(Channel(conn),), daemon=True).start()
+
+    def _read(self, ch: Channel) -> None:
+        node = "?"
+        try:
+            for msg in ch:
+                if msg["type"] == "hello":
+                    node = msg["node"]
+                    self.chans[node] = ch
+                self.q.put((node, msg))
+        except (OSError, ValueError):
+            pass
+        self.q.put((node, None))
+
+    # -- waiting for agents ----------------------------------------------------------
+    def _failure(self, node: str, detail: str, **kw: Any) -> FailureRecord:
+        return FailureRecord(run_id=self.run_id, node=node, detail=detail, t=time.time(), **kw)
+
+    def _gather(self, kind: str, timeout_s: float) -> dict[str, dict[str, Any]]:
+        """Wait until every node sent a ``kind`` message; RunFailed on error, exit or timeout."""
+        got: dict[str, dict[str, Any]] = {}
+        deadline = time.time() + timeout_s
+        while len(got) < len(self.nodes):
+            try:
+                node, msg = self.q.get(timeout=0.05)
+            except queue.Empty:
+                self._check_alive(kind, deadline, got)
+                continue
+            if msg is None:
+                raise RunFailed(self._failure(node, f"agent on {node} closed its control "
+                                                    f"connection while the run waited for "
+                                                    f"{kind!r} {self._exit_note(node)}"))
+            if msg["type"] == "error":
+                raise RunFailed(self._failure(
+                    msg.get("node", node), _describe(msg), rank=msg.get("src_rank", msg.get(
+                        "rank")), peer=msg.get("dst_rank"), op=msg.get("id", msg.get("op")),
+                    extra=msg))
+            if msg["type"] == kind:
+                got[node] = msg
+        return got
+
+    def _exit_note(self, node: str) -> str:
+        p = self.procs.get(node)
+        code = p.poll() if p else None
+        return f"(agent exited with code {code})" if code is not None else ""
+
+    def _check_alive(self, kind: str, deadline: float, got: Mapping[str, Any]) -> None:
+        for node, p in self.procs.items():
+            if p.poll() is not None and node not in got and node not in self.chans:
+                raise RunFailed(self._failure(node, f"agent on {node} exited with code "
+                                                    f"{p.returncode} before {kind!r}"))
+        if time.time() > deadline:
+            late = sorted(set(self.nodes) - set(got))
+            raise RunFailed(self._failure(late[0], f"timeout waiting for {kind!r} from "
+                                                   f"node(s) {', '.join(late)}"))
+
+    # -- phases ------------------------------------------------------------------------
+    def _setup(self, program: Program, placement: Mapping[int, str]) -> None:
+        c = self.opt.conns_per_peer
+        allowed = sorted(set(self.nodes.values()))
+        for node, ch in self.chans.items():
+            out = [[s, d, k, p] for s, d, p in sorted(program.channels) if placement[s] == node
+                   for k in range(c if p == "tcp" else 1)]
+            in_tcp = c * sum(1 for s, d, p in program.channels
+                             if placement[d] == node and p == "tcp")
+            udp_in = [[s, d] for s, d, p in sorted(program.channels)
+                      if placement[d] == node and p == "udp"]
+            ranks = {str(r): prog for r, prog in program.ranks.items() if placement[r] == node}
+            ch.send({"type": "setup", "run_id": self.run_id, "node": node,
+                     "ip": self.nodes[node], "allowed": allowed, "ranks": ranks, "out": out,
+                     "in_tcp": in_tcp, "udp_in": udp_in, "options": self.opt.agent_options()})
+        ports = self._gather("listening", self.opt.agent_start_timeout_s)
+        rank_ep = {str(r): [self.nodes[n], ports[n]["tcp_port"], n] for r, n in placement.items()
+                   if n in ports}
+        udp_ep = {k: [self.nodes[n], port, n] for n, m in ports.items()
+                  for k, port in m["udp_ports"].items()}
+        for ch in self.chans.values():
+            ch.send({"type": "peers", "rank_ep": rank_ep, "udp_ep": udp_ep})
+        done = self._gather("connected", self.opt.agent_start_timeout_s)
+        self.knobs = {n: m["knobs"] for n, m in done.items()}
+
+    def _phase(self, index: int, program: Program) -> list[object]:
+        t0 = time.time() + self.opt.start_margin_s
+        self.phase_t0.append(t0)
+        for ch in self.chans.values():
+            ch.send({"type": "start", "phase": index, "t0": t0})
+        done = self._gather("phase_done", self.opt.phase_timeout_s)
+        halves = [h for m in done.values() for h in m["records"]]
+        return merge_phase(self.run_id, halves, t0, program.collectives, program.bursts)
+
+    # -- teardown ------------------------------------------------------------------------
+    def _reap(self, timeout_s: float) -> None:
+        deadline = time.time() + timeout_s
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=max(deadline - time.time(), 0.01))
+            except Exception:  # noqa: BLE001,S110 - killed below
+                pass
+
+    def _abort(self) -> None:
+        for ch in list(self.chans.values()):
+            try:
+                ch.send({"type": "abort"})
+            except OSError:
+                pass
+        self._reap(self.opt.stop_timeout_s if any(p.poll() is None for p in
+                                                  self.procs.values()) else 0)
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for ch in list(self.chans.values()):
+            ch.close()
+        self.chans.clear()
+        self.sock_path.unlink(missing_ok=True)
+        if self.sock_dir is not None:
+            self.sock_dir.rmdir()
+            self.sock_dir = None
+
+
+def _describe(msg: Mapping[str, Any]) -> str:
+    parts = [f"node {msg.get('node') or msg.get('src_node')}"]
+    if msg.get("src_rank") is not None:
+        parts.append(f"rank {msg['src_rank']} -> peer rank {msg.get('dst_rank')}")
+    elif msg.get("rank") is not None:
+        parts.append(f"rank {msg['rank']}")
+    if msg.get("id") or msg.get("op"):
+        parts.append(f"op {msg.get('id') or msg.get('op')} ({msg.get('op_kind', '')} "
+                     f"{msg.get('step', '')})".replace(" )", ")"))
+    return ", ".join(parts) + f": {msg.get('detail', 'failed')}"
+
+

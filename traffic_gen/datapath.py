@@ -1,0 +1,235 @@
+"""Data-path workers of an agent: one thread per connection direction, fed in channel order.
+
+A :class:`Job` is one piece of a step on one connection: it waits for the events of the steps
+it depends on, moves ``size_bytes``, then calls ``done``. Senders write from one shared,
+preallocated zero buffer (``socket.send`` of a memoryview: no per-transfer allocation);
+receivers ``recv_into`` one shared scratch buffer (its content is never read). Each worker
+emits a half flow record (sender or receiver side) that the controller joins by key.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from traffic_gen.tcpinfo import read_tcp_info, tcp_info_delta
+
+__all__ = ["Job", "Abort", "Shared", "TcpSender", "TcpReceiver", "BUFFER_BYTES", "sleep_until"]
+
+BUFFER_BYTES = 4 << 20  # one send or recv call moves at most this much
+_POLL_S = 0.1  # how often a waiting worker checks whether the run was aborted
+
+
+class _SchedParam(ctypes.Structure):
+    _fields_ = [("sched_priority", ctypes.c_int)]
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _set_scheduler(policy: int, priority: int) -> None:
+    """sched_setscheduler(2) for the calling thread, through ctypes so that the GIL is
+    released during the call: a thread demoted to SCHED_OTHER is preempted inside the
+    syscall, not while holding its agent's GIL (which would stall the agent's other,
+    still real-time threads: priority inversion). Raises OSError (e.g. EPERM without root)."""
+    if _LIBC.sched_setscheduler(0, policy, ctypes.byref(_SchedParam(priority))) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"sched_setscheduler: {os.strerror(err)}")
+
+
+class Abort(Exception):
+    """The run failed elsewhere; stop quietly."""
+
+
+@dataclass
+class Shared:
+    """What every worker of one agent shares: buffers, the abort flag, the record sink."""
+
+    emit: Callable[[dict[str, Any]], None]
+    fail: Callable[[dict[str, Any]], None]
+    transfer_timeout_s: float
+    spin_s: float = 0.0
+    rt_priority: int | None = None
+    aborted: threading.Event = field(default_factory=threading.Event)
+    send_buf: memoryview = field(default_factory=lambda: memoryview(bytes(BUFFER_BYTES)))
+    recv_buf: memoryview = field(default_factory=lambda: memoryview(bytearray(BUFFER_BYTES)))
+
+    def wait(self, ev: threading.Event) -> None:
+        """Wait for ``ev``; raise Abort if the run is aborted meanwhile."""
+        while not ev.wait(_POLL_S):
+            if self.aborted.is_set():
+                raise Abort
+
+
+@dataclass
+class Job:
+    """One piece of a step: ``key`` joins the sender and receiver halves of its flow record;
+    ``meta`` (op, rank, peer, ...) goes into the record and into any failure."""
+
+    size_bytes: int
+    deps: list[threading.Event]
+    done: Callable[[], None]
+    key: str
+    meta: dict[str, Any]
+    start_at: float = 0.0
+
+
+def sleep_until(t: float, spin_s: float = 0.0) -> None:
+    """Sleep until host-clock time ``t`` (s): a coarse sleep, then a busy spin of at most
+    ``spin_s`` to hit ``t`` closely (Linux timer slack is 50 us). Spinning helps only when
+    there are more free cores than agents waiting for the same instant; with many agents on
+    few cores it delays the others, so it is off by default."""
+    left = t - time.time()
+    if left > spin_s:
+        time.sleep(left - spin_s)
+    while time.time() < t:
+        pass
+
+
+class _Worker(threading.Thread):
+    def __init__(self, sock: socket.socket, shared: Shared, info: dict[str, Any]) -> None:
+        super().__init__(daemon=True)
+        self.sock, self.shared, self.info = sock, shared, info
+        self.jobs: queue.Queue[Job | threading.Event | None] = queue.Queue()
+
+    def submit(self, job: Job | threading.Event | None) -> None:
+        """Queue ``job``; an Event means "flush, then set it" (end of phase); None stops."""
+        self.jobs.put(job)
+
+    def run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            try:
+                if isinstance(job, threading.Event):
+                    self.flush()
+                    job.set()
+                    continue
+                for ev in job.deps:
+                    self.shared.wait(ev)
+                self.prepare(job)
+                if job.start_at:
+                    self.boost()
+                    if self.sends:
+                        sleep_until(job.start_at, self.shared.spin_s)
+                self.transfer(job)
+                self.unboost()
+                job.done()
+            except Abort:
+                return
+            except (OSError, TimeoutError) as exc:
+                meta = job.meta if isinstance(job, Job) else {}
+                self.shared.fail({**meta, **self.info, "detail": f"{type(exc).__name__}: {exc}"})
+                return
+
+    boosted = False
+    sends = False  # senders sleep until a timed start; receivers just wait for data
+
+    def boost(self) -> None:
+        """Wait for a timed start at SCHED_FIFO ``rt_priority`` (if set): on a few cores
+        shared by many agents, the woken senders then run before any other agent's ordinary
+        work. Receivers are boosted too, so that one never holds its agent's GIL while
+        preempted by senders (priority inversion). Dropped again right after the first send
+        or receive (:meth:`unboost`). Needs root."""
+        if self.shared.rt_priority:
+            _set_scheduler(os.SCHED_FIFO, self.shared.rt_priority)
+            self.boosted = True
+
+    def unboost(self) -> None:
+        """Back to the ordinary scheduler (this thread only)."""
+        if self.boosted:
+            _set_scheduler(os.SCHED_OTHER, 0)
+            self.boosted = False
+
+    def flush(self) -> None:
+        """Hook for the end of a phase."""
+
+    def prepare(self, job: Job) -> None:
+        """Hook run before waiting for the start time (keep work off the critical instant)."""
+
+    def transfer(self, job: Job) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class TcpSender(_Worker):
+    """Sends jobs on one connection; TCP_INFO is read before each transfer, and the previous
+    transfer's record is closed with it (on a persistent connection counters are cumulative:
+    a transfer's retransmissions are the difference). At a flush the sender waits until all
+    sent data is acknowledged (bounded by the transfer timeout) before the last reading."""
+
+    sends = True
+
+    def __init__(self, sock: socket.socket, shared: Shared, info: dict[str, Any],
+                 congestion_control: str) -> None:
+        super().__init__(sock, shared, info)
+        self.cc = congestion_control
+        self.pending: tuple[dict[str, Any], dict[str, int]] | None = None
+
+    def _close_pending(self, now_info: dict[str, int]) -> None:
+        if self.pending:
+            rec, before = self.pending
+            rec["tcp"] = tcp_info_delta(before, now_info, self.cc).to_dict()
+            self.shared.emit(rec)
+            self.pending = None
+
+    def prepare(self, job: Job) -> None:
+        """Read TCP_INFO and close the previous transfer's record before the start time."""
+        self.before = read_tcp_info(self.sock)
+        self._close_pending(self.before)
+
+    def transfer(self, job: Job) -> None:
+        """Move ``job.size_bytes`` (see the class docstring)."""
+        before = self.before
+        t0 = time.time()
+        deadline, left, buf = t0 + self.shared.transfer_timeout_s, job.size_bytes, \
+            self.shared.send_buf
+        while left:
+            self.sock.settimeout(max(deadline - time.time(), 1e-3))
+            left -= self.sock.send(buf[:min(left, len(buf))])
+            self.unboost()
+        rec = {"half": "send", "key": job.key, "t_start": t0, "t_sent": time.time(),
+               **job.meta, **self.info}
+        self.pending = (rec, before)
+
+    def flush(self) -> None:
+        """Wait for the acknowledgement of everything sent, then close the last record."""
+        deadline = time.time() + self.shared.transfer_timeout_s
+        info = read_tcp_info(self.sock)
+        while (info["unacked"] or info["notsent_bytes"]) and time.time() < deadline:
+            time.sleep(0.001)
+            info = read_tcp_info(self.sock)
+        self._close_pending(info)
+
+
+class TcpReceiver(_Worker):
+    """Receives jobs on one connection. Until the first byte it waits as long as the run is
+    alive (the sender may be a straggler); from the first byte the transfer timeout runs."""
+
+    def transfer(self, job: Job) -> None:
+        """Move ``job.size_bytes`` (see the class docstring)."""
+        if job.size_bytes == 0:
+            now = time.time()
+            self.shared.emit({"half": "recv", "key": job.key, "t_first_byte": now, "t_end": now,
+                              **job.meta, **self.info})
+            return
+        while not select.select([self.sock], [], [], _POLL_S)[0]:
+            if self.shared.aborted.is_set():
+                raise Abort
+        t_first = time.time()
+        deadline, left, buf = t_first + self.shared.transfer_timeout_s, job.size_bytes, \
+            self.shared.recv_buf
+        while left:
+            self.sock.settimeout(max(deadline - time.time(), 1e-3))
+            got = self.sock.recv_into(buf, min(left, len(buf)))
+            self.unboost()
+            if not got:
+                raise ConnectionError("peer closed the connection mid-transfer")
+            left -= got
+        self.shared.emit({"half": "recv", "key": job.key, "t_first_byte": t_first,
+                          "t_end": time.time(), **job.meta, **self.info})

@@ -1,0 +1,172 @@
+"""An agent's data endpoints: the listening socket, persistent connections and their workers.
+
+Connections are opened once per run (like NCCL's and Gloo's persistent peer connections):
+``conns_per_peer`` TCP connections per ordered rank pair that exchanges data (the sender
+connects; a 12-byte header names src rank, dst rank and connection index), one UDP socket pair
+per ordered rank pair with UDP flows. Every socket is bound to the host's lab address, and the
+agent refuses to connect to an address the controller did not list as a lab address.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+from traffic_gen.datapath import Shared, TcpReceiver, TcpSender
+from traffic_gen.tcpinfo import TcpKnobs, apply_knobs
+from traffic_gen.udp import UdpReceiver, UdpSender
+
+__all__ = ["Endpoints"]
+
+_HEADER = struct.Struct("!III")
+_ACCEPT_WAIT_S = 30.0
+
+
+class Endpoints:
+    """Sockets and workers of one agent on node ``node`` with lab address ``ip``."""
+
+    def __init__(self, node: str, ip: str, allowed: set[str], shared: Shared,
+                 options: dict[str, Any]) -> None:
+        self.node, self.ip, self.allowed, self.shared = node, ip, allowed, shared
+        self.knobs = TcpKnobs(**options.get("knobs", {}))
+        self.udp_payload_bytes = options.get("udp_payload_bytes", 1400)
+        self.out: dict[tuple[int, int, str], dict[int, Any]] = {}
+        self.inn: dict[tuple[int, int, str], dict[int, Any]] = {}
+        self.udp_socks: dict[tuple[int, int], socket.socket] = {}
+        self.accepted = 0
+        self.cv = threading.Condition()
+        self.listener: socket.socket | None = None
+
+    def listen(self, udp_in: list[list[int]]) -> dict[str, Any]:
+        """Open the TCP listener and the UDP receive sockets; return their ports."""
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        apply_knobs(ls, self.knobs)
+        ls.bind((self.ip, 0))
+        ls.listen(1024)
+        self.listener = ls
+        threading.Thread(target=self._accept_loop, daemon=True).start()
+        udp_ports = {}
+        for src, dst in udp_in:
+            us = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            us.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+            us.bind((self.ip, 0))
+            self.udp_socks[(src, dst)] = us
+            info = {"dst_node": self.node, "dst_ip": self.ip, "dport": us.getsockname()[1]}
+            self._add(self.inn, (src, dst, "udp"), 0,
+                      UdpReceiver(us, self.shared, info, self.udp_payload_bytes))
+            udp_ports[f"{src},{dst}"] = us.getsockname()[1]
+        return {"tcp_port": ls.getsockname()[1], "udp_ports": udp_ports}
+
+    def _add(self, table: dict, key: tuple, idx: int, worker: Any) -> None:
+        worker.start()
+        with self.cv:
+            table.setdefault(key, {})[idx] = worker
+
+    def _accept_loop(self) -> None:
+        assert self.listener is not None
+        while True:
+            try:
+                s, _ = self.listener.accept()
+                src, dst, c = _HEADER.unpack(_recv_exact(s, _HEADER.size))
+            except OSError:
+                return
+            peer = s.getpeername()
+            info = {"dst_node": self.node, "dst_ip": self.ip, "dport": s.getsockname()[1],
+                    "src_ip": peer[0], "sport": peer[1]}
+            self._add(self.inn, (src, dst, "tcp"), c, TcpReceiver(s, self.shared, info))
+            with self.cv:
+                self.accepted += 1
+                self.cv.notify_all()
+
+    def _check(self, ip: str) -> None:
+        if ip not in self.allowed:
+            raise ValueError(f"node {self.node}: refusing to connect to {ip}: not a lab address")
+
+    def connect(self, out: list[list[Any]], rank_ep: dict[str, list[Any]],
+                udp_ep: dict[str, list[Any]], in_tcp: int) -> list[dict[str, Any]]:
+        """Open the outgoing connections, wait for the ``in_tcp`` incoming ones; return the
+        TCP settings the kernel reports for each outgoing connection."""
+        knobs = []
+        for src, dst, c, proto in out:
+            if proto == "udp":
+                self._connect_udp(src, dst, *udp_ep[f"{src},{dst}"])
+                continue
+            ip, port, dst_node = rank_ep[str(dst)]
+            knobs.append({"src_rank": src, "dst_rank": dst, "conn": c,
+                          **self._connect_tcp(src, dst, c, ip, port, dst_node)})
+        with self.cv:
+            if not self.cv.wait_for(lambda: self.accepted >= in_tcp, _ACCEPT_WAIT_S):
+                raise OSError(f"node {self.node}: only {self.accepted} of {in_tcp} incoming "
+                              f"connections arrived within {_ACCEPT_WAIT_S} s")
+        return knobs
+
+    def _connect_tcp(self, src: int, dst: int, c: int, ip: str, port: int,
+                     dst_node: str) -> dict[str, Any]:
+        self._check(ip)
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((self.ip, 0))
+        readback = apply_knobs(s, self.knobs)
+        s.settimeout(_ACCEPT_WAIT_S)
+        s.connect((ip, port))
+        s.sendall(_HEADER.pack(src, dst, c))
+        info = {"src_node": self.node, "dst_node": dst_node, "src_ip": self.ip,
+                "sport": s.getsockname()[1], "dst_ip": ip, "dport": port}
+        self._add(self.out, (src, dst, "tcp"), c,
+                  TcpSender(s, self.shared, info, str(readback["congestion_control"])))
+        return readback
+
+    def _connect_udp(self, src: int, dst: int, ip: str, port: int, dst_node: str) -> None:
+        self._check(ip)
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((self.ip, 0))
+        s.connect((ip, port))
+        info = {"src_node": self.node, "dst_node": dst_node, "src_ip": self.ip,
+                "sport": s.getsockname()[1], "dst_ip": ip, "dport": port}
+        self._add(self.out, (src, dst, "udp"), 0,
+                  UdpSender(s, self.shared, info, self.udp_payload_bytes))
+
+    def workers(self, kind: str, src: int, dst: int, proto: str) -> list[Any]:
+        """The workers of the (src, dst, proto) channel in connection order."""
+        table = self.out if kind == "send" else self.inn
+        with self.cv:
+            got = table.get((src, dst, proto))
+            if not got:
+                raise OSError(f"node {self.node}: no {proto} connection for rank {src} -> "
+                              f"rank {dst}")
+            return [got[c] for c in sorted(got)]
+
+    def flush(self) -> None:
+        """End of phase: every sender closes its last record (after acknowledgement)."""
+        evs = []
+        for conns in list(self.out.values()):
+            for w in conns.values():
+                ev = threading.Event()
+                w.submit(ev)
+                evs.append(ev)
+        for ev in evs:
+            self.shared.wait(ev)
+
+    def close(self) -> None:
+        """Stop the workers and close every socket."""
+        if self.listener is not None:
+            self.listener.close()
+        for table in (self.out, self.inn):
+            for conns in table.values():
+                for w in conns.values():
+                    w.submit(None)
+                    w.sock.close()
+        time.sleep(0)
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        got = s.recv(n - len(buf))
+        if not got:
+            raise OSError("connection closed during the header")
+        buf += got
+    return buf

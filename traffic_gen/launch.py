@@ -1,0 +1,56 @@
+"""Where agent processes run: a :class:`Launcher` starts argv on an emulated host.
+
+The controller never cares how: :class:`LocalLauncher` runs in the current (root) namespace,
+for loopback tests; :class:`NetnsExecLauncher` wraps argv in ``ip netns exec NS`` (ip(8) execs
+the command, so the pid is the agent's); :class:`LabLauncher` adapts a ``testbed.lab.Lab``
+(its ``popen(node, argv, **kw)`` registers the process with the lab for teardown).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+__all__ = ["Launcher", "LocalLauncher", "NetnsExecLauncher", "LabLauncher"]
+
+
+class Launcher(Protocol):
+    """Starts ``argv`` on emulated host ``node``; returns the Popen (ended by pid)."""
+
+    def popen(self, node: str, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` (a list, never a shell string) on ``node``."""
+        ...
+
+
+class LocalLauncher:
+    """Every node is the current namespace (agents then bind loopback addresses)."""
+
+    def popen(self, node: str, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` here."""
+        return subprocess.Popen(list(argv), **popen_kwargs)
+
+
+class NetnsExecLauncher:
+    """``namespaces`` maps node -> named network namespace (``ip netns``); needs root."""
+
+    def __init__(self, namespaces: Mapping[str, str]) -> None:
+        self.namespaces = dict(namespaces)
+
+    def popen(self, node: str, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` inside ``node``'s namespace; KeyError names an unknown node."""
+        if node not in self.namespaces:
+            raise KeyError(f"no namespace for node {node!r}")
+        return subprocess.Popen(["ip", "netns", "exec", self.namespaces[node], *argv],
+                                **popen_kwargs)
+
+
+class LabLauncher:
+    """Adapter for a running ``testbed.lab.Lab`` (anything with ``popen(node, argv, **kw)``)."""
+
+    def __init__(self, lab: Any) -> None:
+        self.lab = lab
+
+    def popen(self, node: str, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` in ``node``'s namespace through the lab (registered for teardown)."""
+        return self.lab.popen(node, list(argv), **popen_kwargs)

@@ -1,0 +1,184 @@
+"""Compile a Schedule and a placement into per-rank programs (pure; checked before traffic).
+
+A program is cut into phases: within one iteration, consecutive ops that are not bursts form a
+"free" phase (ranks synchronise through data only), and every Burst is its own phase, started
+by the controller at one absolute instant. Every phase starts at an absolute time T0.
+
+Wire form (JSON-ready, sent to agents): for each rank, for each phase, a list of op dicts:
+``{"t": "compute", "op", "it", "label", "duration_s", "slowdown"}`` or
+``{"t": "xfer", "op", "it", "kind": collective|send_recv|burst, "id", "label", "steps"}``
+where each step is ``[kind, peer_rank (global), size_bytes, deps, tag, proto, rate_bps]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aitb.models.errors import SpecError, SpecIssue
+from aitb.models.schedule import Burst, Collective, Compute, Schedule, SendRecv
+from traffic_gen.algorithms import AlgorithmError, PlanRequest, build_plan, resolve
+from traffic_gen.algorithms.rooted import send_recv
+from traffic_gen.algorithms.steps import PlanBuilder
+from traffic_gen.stragglers import SlowdownDraw, StragglerSpec
+
+__all__ = ["Program", "Phase", "compile_program"]
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """Phase ``index`` of iteration ``iteration``; ``burst_id`` set for a burst phase."""
+
+    index: int
+    iteration: int
+    burst_id: str | None = None
+
+
+@dataclass
+class Program:
+    """Everything the controller hands out: ``ranks[r]`` = per phase, r's op dicts;
+    ``collectives``/``bursts``: id -> metadata for records; ``channels``: (src, dst, proto)."""
+
+    phases: list[Phase] = field(default_factory=list)
+    ranks: dict[int, list[list[dict[str, Any]]]] = field(default_factory=dict)
+    collectives: dict[str, dict[str, Any]] = field(default_factory=dict)
+    bursts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    channels: set[tuple[int, int, str]] = field(default_factory=set)
+
+
+def _fail(schedule: Schedule, message: str, key: list[str | int] | None = None) -> SpecError:
+    return SpecError(SpecIssue(message, file=schedule.source, key_path=key or []))
+
+
+def _check_placement(schedule: Schedule, placement: Mapping[int, str]) -> list[int]:
+    used = sorted({r for op in schedule.ops for r in schedule.ranks_of(op)})
+    missing = [r for r in used if r not in placement]
+    if missing:
+        raise _fail(schedule, f"rank(s) {missing} take part in the schedule but are not placed "
+                              f"on any host", ["placement"])
+    return used
+
+
+def _xfer(op_index: int, it: int, kind: str, ident: str, label: str, members: list[int],
+          plan, proto: str = "tcp", rate: int | None = None) -> dict[int, dict[str, Any]]:
+    out = {}
+    for i, steps in enumerate(plan):
+        if not steps:
+            continue
+        out[members[i]] = {"t": "xfer", "op": op_index, "it": it, "kind": kind, "id": ident,
+                           "label": label, "steps": [
+                               [s.kind, members[s.peer], s.size_bytes, list(s.deps), s.tag,
+                                proto, rate] for s in steps]}
+    return out
+
+
+class _Compiler:
+    def __init__(self, schedule: Schedule, placement: Mapping[int, str],
+                 sites: Mapping[str, str], stragglers: StragglerSpec) -> None:
+        self.s, self.placement, self.sites = schedule, placement, sites
+        self.draw = SlowdownDraw(stragglers)
+        self.prog = Program()
+        self.used = _check_placement(schedule, placement)
+
+    def run(self) -> Program:
+        for it in range(self.s.iterations):
+            self._new_phase(it, None)
+            for i, op in enumerate(self.s.ops):
+                if isinstance(op, Burst):
+                    self._burst(i, it, op)
+                    self._new_phase(it, None)
+                else:
+                    self._add(self._op(i, it, op))
+        self._drop_empty_phases()
+        return self.prog
+
+    def _new_phase(self, it: int, burst_id: str | None) -> None:
+        self.prog.phases.append(Phase(len(self.prog.phases), it, burst_id))
+        for r in self.used:
+            self.prog.ranks.setdefault(r, []).append([])
+
+    def _add(self, ops: Mapping[int, dict[str, Any]]) -> None:
+        for r, d in ops.items():
+            self.prog.ranks[r][-1].append(d)
+            if d["t"] == "xfer":
+                self.prog.channels.update(
+                    (r, st[1], st[5]) for st in d["steps"] if st[0] == "send")
+
+    def _op(self, i: int, it: int, op) -> dict[int, dict[str, Any]]:
+        if isinstance(op, Compute):
+            return {r: self._compute(i, it, op, r) for r in self.s.ranks_of(op)}
+        if isinstance(op, SendRecv):
+            if op.src == op.dst:
+                raise _fail(self.s, f"send_recv from rank {op.src} to itself", ["ops", i])
+            return _xfer(i, it, "send_recv", f"p{it}.{i}", op.label, [op.src, op.dst],
+                         send_recv(op.size_bytes))
+        return self._collective(i, it, op)
+
+    def _compute(self, i: int, it: int, op: Compute, r: int) -> dict[str, Any]:
+        f = self.draw.factor(r)
+        return {"t": "compute", "op": i, "it": it, "label": op.label,
+                "duration_s": op.duration_s * f, "slowdown": f}
+
+    def _collective(self, i: int, it: int, op: Collective) -> dict[int, dict[str, Any]]:
+        group = self.s.groups[op.group]
+        members = list(group.ranks)
+        sites = tuple(self.sites.get(self.placement[r], self.placement[r]) for r in members)
+        try:
+            name = resolve(op.op, op.algorithm)
+            plan = build_plan(op.op, name, PlanRequest(len(members), op.size_bytes,
+                                                       op.chunk_bytes, op.root, sites))
+        except AlgorithmError as exc:
+            raise _fail(self.s, str(exc), ["ops", i, "algorithm"]) from exc
+        cid = f"c{it}.{i}"
+        self.prog.collectives[cid] = {
+            "op": op.op, "algorithm": name, "group": group.name, "group_kind": group.kind,
+            "ranks": members, "hosts": [self.placement[r] for r in members],
+            "size_bytes": op.size_bytes, "iteration": it, "op_index": i,
+            "chunk_bytes": op.chunk_bytes, "label": op.label}
+        return _xfer(i, it, "collective", cid, op.label, members, plan)
+
+    def _burst(self, i: int, it: int, op: Burst) -> None:
+        bid = f"b{it}.{i}"
+        self._new_phase(it, bid)
+        self.prog.phases[-1] = Phase(len(self.prog.phases) - 1, it, bid)
+        self.prog.bursts[bid] = {"label": op.label, "iteration": it, "op_index": i}
+        members = sorted({r for f in op.flows for r in (f.src, f.dst)})
+        idx = {r: k for k, r in enumerate(members)}
+        b = PlanBuilder(len(members))
+        protos = {}
+        for f in op.flows:
+            if f.src == f.dst:
+                raise _fail(self.s, f"burst flow from rank {f.src} to itself", ["ops", i])
+            if f.protocol == "udp" and not f.rate_bps:
+                raise _fail(self.s, "a UDP flow needs rate_bps (pacing)", ["ops", i])
+            protos[(idx[f.src], len(b.steps[idx[f.src]]))] = (f.protocol, f.rate_bps)
+            b.send(idx[f.src], idx[f.dst], f.size_bytes, (), "flow")
+            protos[(idx[f.dst], len(b.steps[idx[f.dst]]))] = (f.protocol, f.rate_bps)
+            b.recv(idx[f.dst], idx[f.src], f.size_bytes, (), "flow")
+        ops = _xfer(i, it, "burst", bid, op.label, members, b.plan())
+        for r, d in ops.items():
+            for k, st in enumerate(d["steps"]):
+                st[5], st[6] = protos[(idx[r], k)]
+        self._add(ops)
+
+    def _drop_empty_phases(self) -> None:
+        keep = [k for k, ph in enumerate(self.prog.phases)
+                if any(self.prog.ranks[r][k] for r in self.prog.ranks)]
+        self.prog.phases = [Phase(n, self.prog.phases[k].iteration, self.prog.phases[k].burst_id)
+                            for n, k in enumerate(keep)]
+        for r in self.prog.ranks:
+            self.prog.ranks[r] = [self.prog.ranks[r][k] for k in keep]
+
+
+def compile_program(schedule: Schedule, placement: Mapping[int, str],
+                    sites: Mapping[str, str] | None = None,
+                    stragglers: StragglerSpec | None = None) -> Program:
+    """Per-rank programs of ``schedule`` placed by ``placement`` (rank -> host). ``sites``
+    maps host -> sub-group label for hierarchical algorithms (default: the host itself).
+
+    Raises SpecError (naming the schedule source and op index) for an unplaced rank, an
+    unknown algorithm (listing the known ones), a self-transfer or a UDP flow without a rate.
+    Pure: nothing is started.
+    """
+    return _Compiler(schedule, placement, sites or {}, stragglers or StragglerSpec()).run()

@@ -1,0 +1,129 @@
+"""``replay``: the traffic generator's entry point (wired to ``aitb run`` by the orchestration).
+
+Checks the schedule against the placement and the lab addresses, compiles per-rank programs
+(nothing starts if that fails), runs one agent per host through a :class:`Launcher`, and
+writes records into ``run_dir``: flows.jsonl, collectives.jsonl, bursts.jsonl,
+timeline.jsonl (per-rank ops), failures.jsonl, transport.json (socket settings read back).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import secrets
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aitb.models.errors import SpecError, SpecIssue
+from aitb.models.records import BurstRecord, FailureRecord, skew_summary
+from aitb.models.schedule import Schedule
+from traffic_gen.controller import Controller, RunFailed
+from traffic_gen.jsonl import FILES, RecordWriter, read_records
+from traffic_gen.launch import Launcher
+from traffic_gen.program import compile_program
+from traffic_gen.stragglers import StragglerSpec
+from traffic_gen.tcpinfo import TcpKnobs
+
+__all__ = ["ReplayOptions", "ReplayResult", "replay"]
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Knobs of one replay (units in names). ``start_margin_s``: how far ahead of "now" the
+    controller sets each phase's absolute start; ``transfer_timeout_s``: longest a single
+    transfer may take once its first byte moved; ``phase_timeout_s``: longest a phase may take;
+    ``conns_per_peer``: TCP connections per ordered rank pair (steps are striped over them);
+    ``sites``: host -> sub-group label for hierarchical algorithms (default: the host);
+    ``spin_s``: busy-wait before each absolute start (see datapath.sleep_until);
+    ``rt_priority``: SCHED_FIFO priority (1-99) for the instant of a timed start, None for
+    none (see datapath._Worker.boost; needs root)."""
+
+    run_id: str = field(default_factory=lambda: secrets.token_hex(4))
+    knobs: TcpKnobs = field(default_factory=TcpKnobs)
+    stragglers: StragglerSpec = field(default_factory=StragglerSpec)
+    sites: Mapping[str, str] = field(default_factory=dict)
+    conns_per_peer: int = 1
+    start_margin_s: float = 0.25
+    transfer_timeout_s: float = 30.0
+    phase_timeout_s: float = 600.0
+    agent_start_timeout_s: float = 20.0
+    stop_timeout_s: float = 5.0
+    udp_payload_bytes: int = 1400
+    spin_s: float = 0.0
+    rt_priority: int | None = None
+    python: str = sys.executable
+
+    def agent_options(self) -> dict[str, Any]:
+        """What agents need to know (JSON-ready)."""
+        return {"transfer_timeout_s": self.transfer_timeout_s, "knobs": asdict(self.knobs),
+                "udp_payload_bytes": self.udp_payload_bytes, "spin_s": self.spin_s,
+                "rt_priority": self.rt_priority}
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Where the records are, whether the run completed, and why not."""
+
+    run_dir: Path
+    ok: bool
+    paths: Mapping[str, Path]
+    failures: tuple[FailureRecord, ...]
+    skew: Mapping[str, float]
+
+
+def _check_inputs(schedule: Schedule, placement: Mapping[int, str],
+                  addresses: Mapping[str, str], options: ReplayOptions) -> None:
+    issues = []
+    for rank, host in sorted(placement.items()):
+        if host not in addresses:
+            issues.append(SpecIssue(f"rank {rank} is placed on host {host!r}, which has no lab "
+                                    "address", key_path=["placement", rank]))
+    for host, ip in addresses.items():
+        try:
+            ipaddress.IPv4Address(ip)
+        except ValueError:
+            issues.append(SpecIssue(f"host {host}: {ip!r} is not an IPv4 address",
+                                    key_path=["addresses", host]))
+    if options.rt_priority is not None and not 1 <= options.rt_priority <= 99:
+        issues.append(SpecIssue("rt_priority must be 1 to 99 (SCHED_FIFO)",
+                                key_path=["options", "rt_priority"]))
+    if options.conns_per_peer < 1:
+        issues.append(SpecIssue("conns_per_peer must be at least 1", key_path=["options"]))
+    if issues:
+        raise SpecError(issues)
+
+
+def replay(schedule: Schedule, placement: Mapping[int, str], launcher: Launcher,
+           run_dir: Path, addresses: Mapping[str, str],
+           options: ReplayOptions | None = None) -> ReplayResult:
+    """Replay ``schedule`` with ranks placed by ``placement`` (rank -> host) on hosts reachable
+    at ``addresses`` (host -> lab IPv4; agents bind it and connect only to these).
+
+    Raises SpecError before any process starts for an unplaced rank, a host without address,
+    an unknown algorithm (listing the known ones) or a bad option. A failure while running
+    (agent crash, transfer timeout, error on a connection) is returned as ``ok=False`` with
+    the failure record; records of the phases that completed are kept, and every agent
+    process is ended by pid. Side effects: writes into ``run_dir`` (created if needed);
+    starts processes through ``launcher``.
+    """
+    options = options or ReplayOptions()
+    _check_inputs(schedule, placement, addresses, options)
+    program = compile_program(schedule, placement, options.sites, options.stragglers)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    nodes = {h: addresses[h] for h in sorted({placement[r] for r in program.ranks})}
+    ctl = Controller(run_dir, options.run_id, launcher, nodes, options)
+    writer = RecordWriter(run_dir)
+    failures: tuple[FailureRecord, ...] = ()
+    try:
+        ctl.run(program, placement, writer)
+    except RunFailed as exc:
+        failures = (exc.failure,)
+    finally:
+        writer.close()
+        (run_dir / "transport.json").write_text(json.dumps(ctl.knobs, indent=1))
+    paths = {name.removesuffix(".jsonl"): run_dir / name for name in FILES.values()}
+    bursts = list(read_records(paths["bursts"], BurstRecord))
+    return ReplayResult(run_dir, not failures, paths, failures, skew_summary(bursts))
