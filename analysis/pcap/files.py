@@ -128,7 +128,8 @@ class ClassicReader:
                     if sec0 is None:
                         sec0, frac0 = sec, frac
                         cap.start_ns = sec * 10**9 + int(frac * (1 if self.nano else 1000))
-                    yield (sec - sec0) + (frac - frac0) * scale, link, buf, pos + 16, caplen, wirelen
+                    t = (sec - sec0) + (frac - frac0) * scale
+                    yield t, link, buf, pos + 16, caplen, wirelen
                     pos = nxt
                 base += pos
                 tail = buf[pos:]
