@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -27,8 +28,10 @@ def register(app: typer.Typer) -> None:
 
 
 def pcap(
-    files: list[Path] = typer.Argument(..., help="pcap or pcapng files", show_default=False),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object to stdout."),
+    files: Annotated[list[Path], typer.Argument(help="pcap or pcapng files",
+                                                show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json",
+                                          help="Print one JSON object to stdout.")] = False,
 ) -> None:
     """Inspect captures: per-flow table, retransmission summary and goodput."""
     for path in files:  # check every file before reading any
@@ -39,8 +42,9 @@ def pcap(
     if as_json:
         typer.echo(json.dumps(combined(results), indent=1))
     else:
-        # a pipe gets a wide table rather than rich's 80-column default
-        show(results, Console() if sys.stdout.isatty() else Console(width=200))
+        # never narrower than the table: rich would drop the flow column (a terminal wraps)
+        width = Console().width if sys.stdout.isatty() else 0
+        show(results, Console(width=max(width, 180)))
 
 
 def combined(results: list[CaptureAnalysis]) -> dict[str, object]:
@@ -94,7 +98,7 @@ def _table(flows: list[dict[str, object]]) -> Table:
                 "retx fast/RTO/spur", "dupACK", "0win", "RTT mean"):
         left = col in ("proto", "a -> b")
         table.add_column(col, justify="left" if left else "right", no_wrap=not left,
-                         overflow="fold", min_width=(24 if col == "a -> b" else 5) if left else None)
+                         overflow="fold")
     for f in flows:
         retx = (f"{f['retransmissions']} ({f['fast_retransmissions']}/"
                 f"{f['rto_retransmissions']}/{f['spurious_retransmissions']})")
