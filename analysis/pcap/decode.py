@@ -10,7 +10,7 @@ captured length, so headers-only snap lengths and offload (GSO/TSO) super-segmen
 true payload; an IPv4 total length of 0 (TSO captures) falls back to the wire length.
 
 A decoded TCP frame is the tuple ``(6, src, dst, sport, dport, payload_bytes, seq, ack,
-flags, window, tcp_header_bytes, tcp_offset)``; a UDP frame ``(17, src, dst, sport, dport,
+flags, window, tcp_header_bytes, tcp_offset, frame_end)``; a UDP frame ``(17, src, dst, sport, dport,
 payload_bytes)``; addresses are ``bytes`` (4 or 16). Anything else returns None and is
 counted in :class:`DecodeStats`.
 """
@@ -144,7 +144,7 @@ def _l4(proto: int, src: bytes, dst: bytes, buf: bytes, l4: int, end: int, l4len
         sport, dport, seq, ack, offflags, win = _TCP.unpack_from(buf, l4)
         hlen = (offflags >> 12) * 4
         return (6, src, dst, sport, dport, max(l4len - hlen, 0), seq, ack, offflags & 0x1FF,
-                win, hlen, l4)
+                win, hlen, l4, end)
     if proto == PROTO_UDP:
         if l4 + 4 > end:
             stats.truncated_headers += 1

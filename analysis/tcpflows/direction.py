@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections import deque
 
 M32, HALF = 0xFFFFFFFF, 0x80000000
-MAX_PENDING = 10000  # Wireshark's TCP_MAX_UNACKED_SEGMENTS: bounds RTT bookkeeping per flow
+# RTT bookkeeping per direction holds at most this many unacked segments (Wireshark keeps
+# TCP_MAX_UNACKED_SEGMENTS = 10000); beyond it, later segments give no sample until ACKs drain
+# the queue. It bounds memory per flow (4 KiB per direction in the compiled path).
+MAX_PENDING = 256
 
 
 class Direction:

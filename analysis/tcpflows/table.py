@@ -42,7 +42,7 @@ class FlowTable:
 
     def add_tcp(self, t: float, d: tuple, buf: bytes, wirelen: int) -> None:
         """Account a decoded TCP frame ``d`` (see :mod:`analysis.pcap.decode`) at ``t`` s."""
-        _, src, dst, sport, dport, seglen, seq, ack, flags, win, hlen, l4 = d
+        _, src, dst, sport, dport, seglen, seq, ack, flags, win, hlen, l4, end = d
         key = (src, dst, sport, dport)
         hit = self._tcp.get(key)
         if hit is None or (flags & (SYN | ACK) == SYN and hit[0].closing
@@ -52,8 +52,8 @@ class FlowTable:
         f, r = (conn.a, conn.b) if is_a else (conn.b, conn.a)
         # options: always on a SYN; otherwise skip Linux's timestamp-only layout
         # (NOP NOP TS, hlen 32) so the common case costs one comparison
-        if hlen > 20 and (flags & SYN or hlen != 32 or buf[l4 + 22] != 8):
-            _options(f, buf, l4 + 20, l4 + hlen, flags & SYN)
+        if hlen > 20 and (flags & SYN or hlen != 32 or (l4 + 22 < end and buf[l4 + 22] != 8)):
+            _options(f, buf, l4 + 20, min(l4 + hlen, end), flags & SYN)
         conn.wire_bytes += wirelen
         conn.segment(f, r, t, seglen, seq, ack, flags, win)
 
@@ -100,7 +100,6 @@ class FlowTable:
 def _options(f: Direction, buf: bytes, pos: int, end: int, syn: int) -> None:
     """Read TCP options (RFC 9293 3.1, RFC 7323, RFC 2018): on a SYN, MSS, window scale,
     SACK-permitted and timestamps; on other segments, count those carrying SACK blocks."""
-    end = min(end, len(buf))
     while pos < end:
         kind = buf[pos]
         if kind == 0:
