@@ -10,8 +10,8 @@ captured length, so headers-only snap lengths and offload (GSO/TSO) super-segmen
 true payload; an IPv4 total length of 0 (TSO captures) falls back to the wire length.
 
 A decoded TCP frame is the tuple ``(6, src, dst, sport, dport, payload_bytes, seq, ack,
-flags, window, tcp_header_bytes, tcp_offset, frame_end)``; a UDP frame ``(17, src, dst, sport, dport,
-payload_bytes)``; addresses are ``bytes`` (4 or 16). Anything else returns None and is
+flags, window, tcp_header_bytes, tcp_offset, frame_end)``; a UDP frame ``(17, src, dst,
+sport, dport, payload_bytes)``; addresses are ``bytes`` (4 or 16). Anything else returns None and is
 counted in :class:`DecodeStats`.
 """
 

@@ -138,3 +138,27 @@ def test_fast_retransmission_file_has_rtt_samples_below_its_duration():
     assert big["rtt_samples"] > 100
     assert 0 < big["rtt_min_s"] <= big["rtt_mean_s"] <= big["rtt_max_s"] < big["fct_s"]
     assert big["fct_end"] == "ack"
+
+
+CLASSIC = [p for p in CAPTURES if p.suffix == ".pcap"]
+
+
+@pytest.mark.parametrize("path", CLASSIC, ids=[p.name for p in CLASSIC])
+def test_compiled_kernel_gives_the_reference_records(path):
+    """The numba kernel is a second implementation of the same rules: identical output."""
+    ref = analyse_capture(path, engine="reference")
+    fast = analyse_capture(path, engine="compiled")
+    assert fast.to_dict() == ref.to_dict()
+
+
+@pytest.mark.parametrize("engine", ["reference", "compiled"])
+@pytest.mark.parametrize("name", ["tcp_bulk_fastretx_2flows.pcap", "truncated_midrecord.pcap",
+                                  "pcapng_126idb_vlan_ipv6_tcp.pcapng"])
+def test_results_do_not_depend_on_where_read_chunks_end(monkeypatch, name, engine):
+    """Streaming: records and blocks cut by a chunk boundary are reassembled (97 B chunks)."""
+    whole = analyse_capture(DATA / name, engine=engine).to_dict()
+    from analysis.pcap import files, pcapng
+    from analysis.tcpflows import fast
+    for module in (files, pcapng, fast):
+        monkeypatch.setattr(module, "CHUNK_BYTES", 97)
+    assert analyse_capture(DATA / name, engine=engine).to_dict() == whole

@@ -51,6 +51,12 @@ CASES = {
 }
 
 
+@pytest.fixture(params=["reference", "compiled"])
+def engine(request):
+    """Both implementations must give the hand-derived results on classic pcap files."""
+    return request.param
+
+
 @pytest.fixture(params=sorted(CASES))
 def case(request, tmp_path):
     build, want = CASES[request.param]
@@ -58,9 +64,9 @@ def case(request, tmp_path):
     return request.param, path, want
 
 
-def test_each_retransmission_kind_is_classified_exactly(case):
+def test_each_retransmission_kind_is_classified_exactly(case, engine):
     _, path, want = case
-    (flow,) = analyse_capture(path).flows
+    (flow,) = analyse_capture(path, engine=engine).flows
     assert {k: flow[k] for k in KINDS} == want
     assert flow["retransmitted_bytes"] == MSS
 
@@ -72,9 +78,9 @@ def test_tshark_agrees_with_the_hand_derived_counts(case):
         assert tshark_count(path, flag) == want[ours], flag
 
 
-def test_fct_runs_from_syn_to_the_ack_of_the_last_byte(tmp_path):
+def test_fct_runs_from_syn_to_the_ack_of_the_last_byte(tmp_path, engine):
     path = write_pcap(tmp_path / "f.pcap", fast_retransmission().packets)
-    (flow,) = analyse_capture(path).flows
+    (flow,) = analyse_capture(path, engine=engine).flows
     assert flow["fct_end"] == "ack"
     assert flow["fct_s"] == pytest.approx(0.042, abs=1e-9)  # SYN at 0, ACK of seg(5) at 0.042
     assert flow["payload_bytes_a_to_b"] == 6 * MSS  # 5 segments + 1 retransmission
@@ -82,29 +88,29 @@ def test_fct_runs_from_syn_to_the_ack_of_the_last_byte(tmp_path):
     assert flow["goodput_bps"] == pytest.approx(8 * 5 * MSS / 0.042)
 
 
-def test_rtt_samples_follow_karns_rule(tmp_path):
+def test_rtt_samples_follow_karns_rule(tmp_path, engine):
     """seg 0 is acked at 0.031 (10 ms); the retransmitted seg 1 gives no sample; the final
     cumulative ACK matches the end of seg 4 (sent once at 0.0214): 20.6 ms."""
     path = write_pcap(tmp_path / "f.pcap", fast_retransmission().packets)
-    (flow,) = analyse_capture(path).flows
+    (flow,) = analyse_capture(path, engine=engine).flows
     assert flow["a_to_b"]["rtt_samples"] == 2
     assert flow["rtt_min_s"] == pytest.approx(0.010, abs=1e-9)
     assert flow["rtt_max_s"] == pytest.approx(0.042 - 0.0214, abs=1e-9)
     assert flow["handshake_rtt_s"] == pytest.approx(0.020, abs=1e-9)
 
 
-def test_fct_falls_back_to_fin_when_the_data_is_never_acked(tmp_path):
+def test_fct_falls_back_to_fin_when_the_data_is_never_acked(tmp_path, engine):
     cv = Conv()
     cv.handshake()
     cv.c(0.021, "PA", seg(0), 1, MSS)
     cv.c(0.05, "FA", seg(1), 1)
     path = write_pcap(tmp_path / "f.pcap", cv.packets)
-    (flow,) = analyse_capture(path).flows
+    (flow,) = analyse_capture(path, engine=engine).flows
     assert flow["fct_end"] == "fin"
     assert flow["fct_s"] == pytest.approx(0.05, abs=1e-9)
 
 
-def test_port_reuse_after_fin_opens_a_new_connection(tmp_path):
+def test_port_reuse_after_fin_opens_a_new_connection(tmp_path, engine):
     first, second = fast_retransmission(), rto_retransmission()
     for p in second.packets:
         p.time += 10
@@ -113,40 +119,40 @@ def test_port_reuse_after_fin_opens_a_new_connection(tmp_path):
         if p[IP].src != "198.18.0.1" and p[IP].payload.flags & 0x10:
             p[IP].payload.ack = (p[IP].payload.ack + 77_777) & 0xFFFFFFFF
     path = write_pcap(tmp_path / "f.pcap", first.packets + second.packets)
-    flows = analyse_capture(path).flows
+    flows = analyse_capture(path, engine=engine).flows
     assert [f["fast_retransmissions"] for f in flows] == [1, 0]
     assert [f["rto_retransmissions"] for f in flows] == [0, 1]
     assert flows[1]["start_s"] == pytest.approx(10.0, abs=1e-9)
 
 
-def test_a_truncated_last_record_is_a_warning_not_an_error(tmp_path):
+def test_a_truncated_last_record_is_a_warning_not_an_error(tmp_path, engine):
     path = write_pcap(tmp_path / "f.pcap", fast_retransmission().packets)
     full = path.read_bytes()
     path.write_bytes(full[:-30])  # cut the last frame (a 54-byte ACK) in its middle
-    res = analyse_capture(path)
+    res = analyse_capture(path, engine=engine)
     assert res.packets == len(fast_retransmission().packets) - 1
     (w,) = res.warnings
     assert w.offset == len(full) - 54 - 16 and "ends inside a record" in w.what
     assert res.flows[0]["fast_retransmissions"] == 1
 
 
-def test_a_corrupt_record_length_stops_with_a_warning(tmp_path):
+def test_a_corrupt_record_length_stops_with_a_warning(tmp_path, engine):
     path = write_pcap(tmp_path / "f.pcap", fast_retransmission().packets)
     data = bytearray(path.read_bytes())
     data[24 + 8:24 + 12] = (10**9).to_bytes(4, "little")  # first record's caplen: 1 GB
     path.write_bytes(bytes(data))
-    res = analyse_capture(path)
+    res = analyse_capture(path, engine=engine)
     assert res.packets == 0
     assert res.warnings[0].offset == 24 and "corrupt" in res.warnings[0].what
 
 
-def test_nanosecond_timestamps_keep_nanoseconds(tmp_path):
+def test_nanosecond_timestamps_keep_nanoseconds(tmp_path, engine):
     cv = Conv()
     cv.c(0.000000001, "S", 0, 0)
     cv.s(0.000000790, "SA", 0, 1)  # 789 ns later
     cv.c(0.000001234, "A", 1, 1)
     path = write_pcap(tmp_path / "ns.pcap", cv.packets, nano=True)
-    res = analyse_capture(path)
+    res = analyse_capture(path, engine=engine)
     assert res.format == "pcap-ns"
     assert res.start_ns == int((T0 + Decimal("0.000000001")) * 10**9)
     assert res.flows[0]["handshake_rtt_s"] == pytest.approx(1.233e-6, abs=1e-12)
@@ -160,7 +166,7 @@ def test_nanosecond_times_agree_with_tshark(tmp_path):
     assert res.start_ns == int(times[0] * 10**9)
 
 
-def test_linux_cooked_v2(tmp_path):
+def test_linux_cooked_v2(tmp_path, engine):
     cv = fast_retransmission()
     sll = Conv(link="sll2")
     for p in cv.packets:
@@ -168,7 +174,7 @@ def test_linux_cooked_v2(tmp_path):
                  p[IP].payload.flags, p[IP].payload.seq, p[IP].payload.ack,
                  len(p[IP].payload.payload), p[IP].payload.window)
     path = write_pcap(tmp_path / "sll2.pcap", sll.packets, linktype=276)
-    res = analyse_capture(path)
+    res = analyse_capture(path, engine=engine)
     assert res.linktypes == [276]
     (flow,) = res.flows
     assert {k: flow[k] for k in KINDS} == CASES["fast"][1]
