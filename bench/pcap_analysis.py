@@ -107,10 +107,16 @@ def timed(argv: list[str]) -> tuple[float, float, int, str]:
         return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024, out.read()
 
 
-AITB_CHILD = ("import sys; from analysis.tcpflows import analyse_capture; r = analyse_capture("
-              "sys.argv[1]); t = [f for f in r.flows if f['proto'] == 'tcp']; print(r.packets,"
-              " len(t), sum(f['retransmissions'] for f in t), sum(f['fast_retransmissions'] "
-              "for f in t), sum(f['dup_acks'] for f in t))")
+AITB_CHILD = """
+import sys, time
+from analysis.tcpflows import analyse_capture
+w, c = time.perf_counter(), time.process_time()
+r = analyse_capture(sys.argv[1], engine=sys.argv[2])
+w, c = time.perf_counter() - w, time.process_time() - c
+t = [f for f in r.flows if f['proto'] == 'tcp']
+print(r.packets, len(t), sum(f['retransmissions'] for f in t),
+      sum(f['fast_retransmissions'] for f in t), sum(f['dup_acks'] for f in t), w, c)
+"""
 
 
 def tshark_argv(path: Path) -> list[str]:
@@ -131,23 +137,34 @@ def main() -> None:
         report(path, Path(tmp))
 
 
+def aitb(path: Path, engine: str) -> tuple[float, float, int, list[float]]:
+    wall, cpu, rss, out = timed([sys.executable, "-c", AITB_CHILD, str(path), engine])
+    return wall, cpu, rss, [float(x) for x in out.split()]
+
+
 def report(path: Path, tmp: Path) -> None:
     size = path.stat().st_size
-    wall, cpu, rss, out = timed([sys.executable, "-c", AITB_CHILD, str(path)])
-    pkts, flows, retx, fast, dup = (int(x) for x in out.split())
-    print(f"file: {path} ({size / 1e6:.1f} MB, {pkts} packets, {flows} TCP flows)")
-    print(f"aitb:   {wall:6.2f} s wall, {cpu:6.2f} s CPU, {pkts / wall / 1e6:.3f} Mpkt/s "
-          f"(per core: {pkts / cpu / 1e6:.3f}), peak RSS {rss / 2**20:.0f} MiB; "
-          f"retx {retx}, fast {fast}, dup ACKs {dup}")
+    for engine in ("reference", "compiled"):
+        aitb(path, engine) if engine == "compiled" else None  # warm the numba cache once
+        wall, cpu, rss, (pkts, flows, retx, fast, dup, in_wall, in_cpu) = aitb(path, engine)
+        pkts = int(pkts)
+        print(f"file: {path} ({size / 1e6:.1f} MB, {pkts} packets, {int(flows)} TCP flows)")
+        print(f"aitb {engine}: process {wall:.2f} s wall, {cpu:.2f} s CPU -> "
+              f"{pkts / wall / 1e6:.3f} Mpkt/s ({pkts / cpu / 1e6:.3f} per CPU-second); "
+              f"analysis alone {in_wall:.2f} s wall, {in_cpu:.2f} s CPU -> "
+              f"{pkts / in_wall / 1e6:.3f} Mpkt/s ({pkts / in_cpu / 1e6:.3f} per CPU-second); "
+              f"peak RSS {rss / 2**20:.0f} MiB; retx {int(retx)}, fast {int(fast)}, "
+              f"dup ACKs {int(dup)}")
     t_wall, t_cpu, t_rss, t_out = timed(tshark_argv(path))
     counts = [ln for ln in t_out.splitlines() if "<>" in ln and "<->" not in ln][-1]
     print(f"tshark: {t_wall:6.2f} s wall, {t_cpu:6.2f} s CPU, {pkts / t_wall / 1e6:.3f} Mpkt/s "
           f"(per core: {pkts / t_cpu / 1e6:.3f}), peak RSS {t_rss / 2**20:.0f} MiB; "
           f"io,stat row: {' '.join(counts.split())}")
-    print(f"ratio aitb/tshark: {t_wall / wall:.2f}x faster (wall), {t_cpu / cpu:.2f}x (CPU)")
+    print(f"ratio tshark/aitb (compiled, whole process): {t_wall / wall:.2f}x (wall), "
+          f"{t_cpu / cpu:.2f}x (CPU)")
     tenth = tmp / "tenth.pcap"
     run(["tcpdump", "-r", str(path), "-c", str(pkts // 10), "-w", str(tenth)])
-    _, _, rss10, _ = timed([sys.executable, "-c", AITB_CHILD, str(tenth)])
+    _, _, rss10, _ = aitb(tenth, "compiled")
     print(f"memory: peak RSS {rss10 / 2**20:.0f} MiB on the first {pkts // 10} packets, "
           f"{rss / 2**20:.0f} MiB on all {pkts} (same flows: bounded by flows, not packets)")
 

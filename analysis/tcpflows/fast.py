@@ -7,6 +7,8 @@ flows (never with packets). The result is the same objects the reference path bu
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 from numba import types
 from numba.typed import Dict
@@ -60,31 +62,42 @@ def analyse_classic(cap: Capture, reader: ClassicReader) -> tuple[int, list, Dec
 
 
 def _stream(cap, reader, hdr, st, stats, table, arr) -> None:
-    base, tail = 24, b""
+    """Read CHUNK_BYTES at a time into one reused buffer (no per-chunk allocation or
+    concatenation); a record cut by the chunk end moves to the front of the buffer."""
+    buf = bytearray(CHUNK_BYTES + 16 + int(hdr[3]))  # room for a chunk plus the largest record
+    view, whole = memoryview(buf), np.frombuffer(buf, np.uint8)
+    base, fill = 24, 0
     with open(reader.path, "rb") as fh:
         fh.seek(24)
-        while chunk := fh.read(CHUNK_BYTES):
-            buf = tail + chunk if tail else chunk
-            b = np.frombuffer(buf, np.uint8)
-            pos = 0
-            while True:
-                status, pos = k.run(b, pos, hdr, st, table, arr.DI, arr.DF, arr.CI, arr.CF,
-                                    arr.PE, arr.PT, stats)
-                if status != k.NEED_ROOM:
-                    break
-                arr.grow()
-            if status == k.CORRUPT:
-                caplen = int(k._u32(b, pos + 8, hdr[0]))
+        while n := fh.readinto(view[fill:fill + CHUNK_BYTES]):
+            fill += n
+            pos = _run(whole[:fill], hdr, st, stats, table, arr)
+            if pos < 0:
+                pos = -pos - 1
+                caplen = int(k._u32(whole, pos + 8, hdr[0]))
                 cap.warnings.append(PcapWarning(
                     base + pos, f"record header says {caplen} captured bytes, more than the "
                                 f"maximum {int(hdr[3])}: file is corrupt from here"))
                 return
-            base += pos
-            tail = buf[pos:]
-    if tail:
-        import struct
+            view[:fill - pos] = view[pos:fill]
+            base, fill = base + pos, fill - pos
+    if fill:
         unpack = struct.Struct(reader.endian + "IIII").unpack_from
-        cap.warnings.append(PcapWarning(base, _cut_message(tail, unpack)))
+        cap.warnings.append(PcapWarning(base, _cut_message(bytes(view[:fill]), unpack)))
+
+
+def _run(b, hdr, st, stats, table, arr) -> int:
+    """Run the kernel over ``b``, growing the arrays as needed; return where the first
+    partial record starts, or ``-(pos + 1)`` for a corrupt record at ``pos``."""
+    pos = 0
+    while True:
+        status, pos = k.run(b, pos, hdr, st, table, arr.DI, arr.DF, arr.CI, arr.CF, arr.PE,
+                            arr.PT, stats)
+        if status == k.CORRUPT:
+            return -pos - 1
+        if status == k.NEED_DATA:
+            return pos
+        arr.grow()
 
 
 def _addr(v6: int, hi: int, lo: int) -> bytes:
