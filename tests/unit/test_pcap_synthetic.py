@@ -8,6 +8,7 @@ question as an independent oracle.
 from __future__ import annotations
 
 import shutil
+import struct
 from decimal import Decimal
 
 import pytest
@@ -227,3 +228,25 @@ def test_pcapng_times_agree_with_tshark(tmp_path):
     times = tshark_times(path, "ip")  # the Simple Packet Block has no time: tshark prints none
     assert res.start_ns == int(times[0] * 10**9)
     assert tshark_count(path, "tcp.analysis.spurious_retransmission") == 1
+
+
+def test_a_cut_pcapng_keeps_the_whole_blocks_and_warns(tmp_path):
+    path, *_ = _pcapng_case(tmp_path)
+    full = analyse_capture(path)
+    data = path.read_bytes()
+    path.write_bytes(data[:-20])  # inside the last block (the Simple Packet Block)
+    res = analyse_capture(path)
+    assert res.packets == full.packets - 1
+    (w,) = res.warnings
+    assert "ends inside a block" in w.what and 0 < w.offset < len(data) - 20
+
+
+def test_a_corrupt_pcapng_block_length_stops_with_a_warning(tmp_path):
+    path, eth, *_ = _pcapng_case(tmp_path)
+    data = bytearray(path.read_bytes())
+    first_epb = data.index(struct.pack("<I", 6))  # the first Enhanced Packet Block
+    data[first_epb + 4:first_epb + 8] = struct.pack("<I", 13)  # not a multiple of 4
+    path.write_bytes(bytes(data))
+    res = analyse_capture(path)
+    assert res.packets == 0
+    assert res.warnings[0].offset == first_epb and "impossible" in res.warnings[0].what
