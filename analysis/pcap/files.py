@@ -134,10 +134,11 @@ class ClassicReader:
                 base += pos
                 tail = buf[pos:]
         if tail:
-            cap.warnings.append(PcapWarning(base, _cut_message(tail, unpack)))
+            cap.warnings.append(PcapWarning(base, cut_record_message(tail, unpack)))
 
 
-def _cut_message(tail: bytes, unpack) -> str:
+def cut_record_message(tail: bytes, unpack) -> str:
+    """Warning text for a file that ends inside a record (``tail``: the bytes left over)."""
     if len(tail) < 16:
         return f"file ends inside a record header ({len(tail)} of 16 bytes)"
     caplen = unpack(tail, 0)[2]

@@ -25,7 +25,7 @@ epan/dissectors/packet-tcp.c (wireshark/wireshark @ 0aebd579e3be), step by step:
 
 from __future__ import annotations
 
-from analysis.tcpflows.direction import HALF, M32, Direction
+from analysis.tcpflows.direction import Direction
 
 FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
 FAST_RTX_WINDOW_S = 0.020  # packet-tcp.c: "within 20ms of the last duplicate ack"
@@ -139,4 +139,4 @@ class Connection:
             f.nxt, f.nxt_t = end + synfin, t
 
 
-__all__ = ["Connection", "FIN", "SYN", "RST", "ACK", "M32", "HALF"]
+__all__ = ["Connection", "FIN", "SYN", "RST", "ACK"]

@@ -14,7 +14,7 @@ from numba import types
 from numba.typed import Dict
 
 from analysis.pcap import DecodeStats, PcapWarning
-from analysis.pcap.files import CHUNK_BYTES, MAX_CAPLEN, Capture, ClassicReader, _cut_message
+from analysis.pcap.files import CHUNK_BYTES, MAX_CAPLEN, Capture, ClassicReader, cut_record_message
 from analysis.tcpflows import kernel as k
 from analysis.tcpflows.connection import Connection
 from analysis.tcpflows.direction import MAX_PENDING, Direction
@@ -83,7 +83,7 @@ def _stream(cap, reader, hdr, st, stats, table, arr) -> None:
             base, fill = base + pos, fill - pos
     if fill:
         unpack = struct.Struct(reader.endian + "IIII").unpack_from
-        cap.warnings.append(PcapWarning(base, _cut_message(bytes(view[:fill]), unpack)))
+        cap.warnings.append(PcapWarning(base, cut_record_message(bytes(view[:fill]), unpack)))
 
 
 def _run(b, hdr, st, stats, table, arr) -> int:
