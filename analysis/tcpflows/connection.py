@@ -18,7 +18,10 @@ epan/dissectors/packet-tcp.c (wireshark/wireshark @ 0aebd579e3be), step by step:
     and that ACK came less than 20 ms ago;
   - out of order: less than the first handshake RTT (3 ms without a handshake) after the
     segment that set ``nextseq``, and not ending exactly at ``nextseq``;
-  - otherwise a (timeout, RTO) retransmission.
+  - otherwise a (timeout, RTO) retransmission. Caveat: this is tshark's plain
+    "retransmission" (neither fast nor spurious). For classic TCP it is timer-driven; Linux
+    also resends on RACK reordering timers and tail loss probes (RFC 8985) without the two
+    duplicate ACKs Wireshark looks for, and those land here too.
   tshark's ``tcp.analysis.retransmission`` flag is set on all three retransmission kinds, so
   ``retransmissions`` = fast + spurious + RTO, and SYN/FIN re-sends count as in tshark.
 """
