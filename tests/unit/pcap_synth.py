@@ -165,3 +165,58 @@ def pcapng(path: Path, interfaces, packets) -> Path:
                                      len(data)) + data)
     path.write_bytes(out)
     return path
+
+
+def lossy_bulk(segments: int = 1500, loss: float = 0.03, seed: int = 7) -> Conv:
+    """A bulk transfer simulated event by event, captured at the sender; data segments are
+    lost after the capture point with probability ``loss``. The sender keeps 16 segments in
+    flight, fast-retransmits on the third duplicate ACK (once per recovery, RFC 6582 style)
+    and retransmits the first unacked segment after a 200 ms timeout; the receiver ACKs every
+    segment with its next expected byte. One-way delay 5 ms. Deterministic for a ``seed``."""
+    import heapq
+    import random
+    rng, cv, owd, rto, cwnd = random.Random(seed), Conv(), 0.005, 0.2, 16
+    cv.handshake()
+    ev: list = []
+    st = {"una": 0, "nxt": 0, "dup": 0, "recover": -1, "rcv": 0, "t": 0.021, "n": 0}
+    got: set[int] = set()
+
+    def push(t, kind, arg):
+        st["n"] += 1
+        heapq.heappush(ev, (t, st["n"], kind, arg))
+
+    def send(t, i):
+        cv.c(t, "PA", seg(i), 1, MSS)
+        if rng.random() >= loss:
+            push(t + owd, "arrive", i)
+        push(t + rto, "rto", (i, st["una"]))
+
+    def fill(t):
+        while st["nxt"] < min(st["una"] + cwnd, segments):
+            send(t, st["nxt"])
+            st["nxt"] += 1
+            t += 0.00001
+
+    fill(st["t"])
+    while ev and st["una"] < segments:
+        t, _, kind, arg = heapq.heappop(ev)
+        if kind == "arrive":
+            got.add(arg)
+            while st["rcv"] in got:
+                st["rcv"] += 1
+            push(t + owd, "ack", st["rcv"])
+        elif kind == "ack":
+            cv.s(t, "A", 1, seg(arg))
+            if arg > st["una"]:
+                st["una"], st["dup"] = arg, 0
+                fill(t + 0.00001)
+            elif arg == st["una"] < st["nxt"]:
+                st["dup"] += 1
+                if st["dup"] == 3 and st["una"] > st["recover"]:
+                    st["recover"] = st["nxt"]
+                    send(t + 0.00001, st["una"])
+        elif kind == "rto" and st["una"] == arg[1] and st["una"] < segments:
+            send(t, st["una"])
+    cv.close(t + 0.001, seg(segments))
+    cv.packets.sort(key=lambda p: p.time)
+    return cv

@@ -17,6 +17,7 @@ from pcap_synth import (
     T0,
     Conv,
     fast_retransmission,
+    lossy_bulk,
     pcapng,
     rto_retransmission,
     seg,
@@ -250,3 +251,25 @@ def test_a_corrupt_pcapng_block_length_stops_with_a_warning(tmp_path):
     res = analyse_capture(path)
     assert res.packets == 0
     assert res.warnings[0].offset == first_epb and "impossible" in res.warnings[0].what
+
+
+@pytest.fixture(scope="module")
+def lossy(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lossy") / "lossy.pcap"
+    return write_pcap(path, lossy_bulk().packets)
+
+
+def test_lossy_bulk_transfer_is_rich_enough_to_mean_something(lossy, engine):
+    (flow,) = analyse_capture(lossy, engine=engine).flows
+    assert flow["fast_retransmissions"] >= 10 and flow["rto_retransmissions"] >= 10
+    assert flow["dup_acks"] >= 100 and flow["a_to_b"]["unique_payload_bytes"] == 1500 * MSS
+
+
+@needs_tshark
+def test_lossy_bulk_transfer_counts_equal_tshark(lossy, engine):
+    """Exact: the same algorithm as tshark's, on ~3200 frames with ~150 retransmissions of
+    both kinds, hundreds of duplicate ACKs and losses of retransmissions."""
+    (flow,) = analyse_capture(lossy, engine=engine).flows
+    for ours, flag in TSHARK_FLAGS.items():
+        assert flow[ours] == tshark_count(lossy, flag), flag
+    assert flow["out_of_order"] == tshark_count(lossy, "tcp.analysis.out_of_order")
