@@ -10,8 +10,6 @@ from __future__ import annotations
 import struct
 
 import numpy as np
-from numba import types
-from numba.typed import Dict
 
 from analysis.pcap import DecodeStats, PcapWarning
 from analysis.pcap.files import CHUNK_BYTES, MAX_CAPLEN, Capture, ClassicReader, cut_record_message
@@ -33,11 +31,16 @@ class _Arrays:
         self.DF = np.zeros((2 * flows, k.NDF), np.float64)
         self.PE = np.zeros((2 * flows, MAX_PENDING), np.int64)
         self.PT = np.zeros((2 * flows, MAX_PENDING), np.float64)
+        self.HK = np.zeros((4 * flows, 8), np.int64)  # flow table: 2 keys per flow, load <= 1/2
+        self.HV = np.full(4 * flows, -1, np.int64)
 
     def grow(self) -> None:
         for name in ("CI", "CF", "DI", "DF", "PE", "PT"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
+        hk, hv = np.zeros((2 * len(self.HV), 8), np.int64), np.full(2 * len(self.HV), -1, np.int64)
+        k.rehash(self.HK, self.HV, hk, hv)
+        self.HK, self.HV = hk, hv
 
 
 def analyse_classic(cap: Capture, reader: ClassicReader) -> tuple[int, list, DecodeStats]:
@@ -49,10 +52,9 @@ def analyse_classic(cap: Capture, reader: ClassicReader) -> tuple[int, list, Dec
                     max(reader.snaplen, MAX_CAPLEN)], np.int64)
     st = np.zeros(5, np.int64)  # flows, packets, have_t0, sec0, frac0
     stats = np.zeros(5, np.int64)
-    table = Dict.empty(key_type=types.UniTuple(types.int64, 8), value_type=types.int64)
     arr = _Arrays()
     cap.linktypes.add(reader.linktype)
-    _stream(cap, reader, hdr, st, stats, table, arr)
+    _stream(cap, reader, hdr, st, stats, arr)
     if st[2]:
         cap.start_ns = int(st[3]) * 10**9 + int(st[4]) * (1 if reader.nano else 1000)
     dstats = DecodeStats()
@@ -61,7 +63,7 @@ def analyse_classic(cap: Capture, reader: ClassicReader) -> tuple[int, list, Dec
     return int(st[1]), [_flow(arr, c) for c in range(int(st[0]))], dstats
 
 
-def _stream(cap, reader, hdr, st, stats, table, arr) -> None:
+def _stream(cap, reader, hdr, st, stats, arr) -> None:
     """Read CHUNK_BYTES at a time into one reused buffer (no per-chunk allocation or
     concatenation); a record cut by the chunk end moves to the front of the buffer."""
     buf = bytearray(CHUNK_BYTES + 16 + int(hdr[3]))  # room for a chunk plus the largest record
@@ -71,7 +73,7 @@ def _stream(cap, reader, hdr, st, stats, table, arr) -> None:
         fh.seek(24)
         while n := fh.readinto(view[fill:fill + CHUNK_BYTES]):
             fill += n
-            pos = _run(whole[:fill], hdr, st, stats, table, arr)
+            pos = _run(whole[:fill], hdr, st, stats, arr)
             if pos < 0:
                 pos = -pos - 1
                 caplen = int(k._u32(whole, pos + 8, hdr[0]))
@@ -86,12 +88,12 @@ def _stream(cap, reader, hdr, st, stats, table, arr) -> None:
         cap.warnings.append(PcapWarning(base, cut_record_message(bytes(view[:fill]), unpack)))
 
 
-def _run(b, hdr, st, stats, table, arr) -> int:
+def _run(b, hdr, st, stats, arr) -> int:
     """Run the kernel over ``b``, growing the arrays as needed; return where the first
     partial record starts, or ``-(pos + 1)`` for a corrupt record at ``pos``."""
     pos = 0
     while True:
-        status, pos = k.run(b, pos, hdr, st, table, arr.DI, arr.DF, arr.CI, arr.CF, arr.PE,
+        status, pos = k.run(b, pos, hdr, st, arr.HK, arr.HV, arr.DI, arr.DF, arr.CI, arr.CF, arr.PE,
                             arr.PT, stats)
         if status == k.CORRUPT:
             return -pos - 1

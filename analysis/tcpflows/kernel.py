@@ -41,7 +41,7 @@ NEED_DATA, NEED_ROOM, CORRUPT = 0, 1, 2
 
 
 @njit(cache=True)
-def run(b, pos, hdr, st, table, DI, DF, CI, CF, PE, PT, stats):
+def run(b, pos, hdr, st, HK, HV, DI, DF, CI, CF, PE, PT, stats):
     """Analyse the whole records of ``b`` (uint8 array) from ``pos``.
 
     ``hdr`` = (big_endian, nano, linktype, max caplen); ``st`` = (flows, packets, have_t0,
@@ -70,9 +70,9 @@ def run(b, pos, hdr, st, table, DI, DF, CI, CF, PE, PT, stats):
         if d[0] < 0:
             stats[-d[0] - 1] += 1
         elif d[0] == 6:
-            _tcp(b, t, d, wirelen, st, table, DI, DF, CI, CF, PE, PT)
+            _tcp(b, t, d, wirelen, st, HK, HV, DI, DF, CI, CF, PE, PT)
         else:
-            _udp(t, d, st, table, DI, DF, CI, CF)
+            _udp(t, d, st, HK, HV, DI, DF, CI, CF)
         pos = nxt
     return NEED_DATA, pos
 
@@ -85,11 +85,11 @@ def _u32(b, i, big):
 
 
 @njit(cache=True, inline="always")
-def _open(key, rkey, t, st, table, DI, DF, CI, CF, d):
+def _open(key, rkey, t, st, HK, HV, DI, DF, CI, CF, d):
     c = st[0]
     st[0] += 1
-    table[key] = 2 * c
-    table[rkey] = 2 * c + 1
+    _put(HK, HV, key, 2 * c)
+    _put(HK, HV, rkey, 2 * c + 1)
     CI[c, :] = 0
     CF[c, :] = 0.0
     CI[c, C_PROTO], CI[c, C_V6] = d[0], d[1]
@@ -104,29 +104,29 @@ def _open(key, rkey, t, st, table, DI, DF, CI, CF, d):
 
 
 @njit(cache=True, inline="always")
-def _udp(t, d, st, table, DI, DF, CI, CF):
+def _udp(t, d, st, HK, HV, DI, DF, CI, CF):
     key = (17, d[1], d[2], d[3], d[4], d[5], d[6], d[7])
-    v = table[key] if key in table else -1
+    v = HV[_find(HK, HV, key)]
     if v < 0:
         rkey = (17, d[1], d[4], d[5], d[2], d[3], d[7], d[6])
-        v = _open(key, rkey, t, st, table, DI, DF, CI, CF, d)
+        v = _open(key, rkey, t, st, HK, HV, DI, DF, CI, CF, d)
     CF[v >> 1, C_LAST_T] = t
     DI[v, PACKETS] += 1
     DI[v, PAYLOAD] += d[8]
 
 
 @njit(cache=True, inline="always")
-def _tcp(b, t, d, wirelen, st, table, DI, DF, CI, CF, PE, PT):
+def _tcp(b, t, d, wirelen, st, HK, HV, DI, DF, CI, CF, PE, PT):
     seglen, seq, ack, flags, win, hlen, l4, end = d[8], d[9], d[10], d[11], d[12], d[13], \
         d[14], d[15]
     key = (6, d[1], d[2], d[3], d[4], d[5], d[6], d[7])
-    v = table[key] if key in table else -1
+    v = HV[_find(HK, HV, key)]
     if v >= 0 and (flags & (SYN | ACK)) == SYN and CI[v >> 1, C_CLOSING]:
         if DI[v, D_SYN] == 0 or DI[v, HAS_ISN] == 0 or ((DI[v, ISN] - 1 - seq) & M32) != 0:
             v = -1
     if v < 0:
         rkey = (6, d[1], d[4], d[5], d[2], d[3], d[7], d[6])
-        v = _open(key, rkey, t, st, table, DI, DF, CI, CF, d)
+        v = _open(key, rkey, t, st, HK, HV, DI, DF, CI, CF, d)
     c, f = v >> 1, v
     r = f ^ 1
     if hlen > 20 and ((flags & SYN) or hlen != 32 or (l4 + 22 < end and b[l4 + 22] != 8)):
@@ -300,3 +300,44 @@ def _note_ack(d, ack, t, DI, DF, PE, PT):
             if DI[d, HAS_RTT] == 0 or rtt > DF[d, RTT_MAX]:
                 DF[d, RTT_MAX] = rtt
             DI[d, HAS_RTT] = 1
+
+
+@njit(cache=True, inline="always")
+def _find(HK, HV, key):
+    """Slot of ``key`` in the open-addressing flow table, or the empty slot where it goes.
+
+    The table (keys ``HK``, values ``HV``, -1 = empty) has a power-of-two size at least four
+    times the flows it can hold, so probing stays short (load <= 1/2)."""
+    mask = HV.shape[0] - 1
+    h = i64(-3750763034362895579)  # FNV-1a offset basis; the multiplier is FNV's 64-bit prime
+    for x in key:
+        h = (h ^ x) * i64(1099511628211)
+    i = (h ^ (h >> 29)) & mask
+    while HV[i] >= 0:
+        same = True
+        for j in range(8):
+            if HK[i, j] != key[j]:
+                same = False
+                break
+        if same:
+            return i
+        i = (i + 1) & mask
+    return i
+
+
+@njit(cache=True, inline="always")
+def _put(HK, HV, key, value):
+    i = _find(HK, HV, key)
+    for j in range(8):
+        HK[i, j] = key[j]
+    HV[i] = value
+
+
+@njit(cache=True)
+def rehash(HK, HV, NK, NV):
+    """Move every entry of the table (HK, HV) into the larger empty table (NK, NV)."""
+    for i in range(HV.shape[0]):
+        if HV[i] >= 0:
+            key = (HK[i, 0], HK[i, 1], HK[i, 2], HK[i, 3], HK[i, 4], HK[i, 5], HK[i, 6],
+                   HK[i, 7])
+            _put(NK, NV, key, HV[i])

@@ -99,3 +99,20 @@ def test_unknown_link_type_is_counted_not_fatal(tmp_path, engine):
     path = write_pcap(tmp_path / "u.pcap", _ip_frames(), linktype=147)  # USER0
     res = analyse_capture(path, engine=engine)
     assert res.flows == [] and res.decode.unknown_link == 2
+
+
+def test_many_flows_grow_the_compiled_tables_and_match_the_reference(tmp_path):
+    """300 TCP connections and 300 UDP flows: the kernel's arrays and flow table (64 flows at
+    first) grow and rehash several times; every record must stay identical."""
+    frames = []
+    for i in range(300):
+        a, b = f"198.18.{i // 200}.{i % 200 + 1}", "198.19.0.1"
+        frames.append(_eth(IP(src=a, dst=b) / TCP(sport=10000 + i, dport=80, flags="S",
+                                                 seq=i)))
+        frames.append(_eth(IP(src=b, dst=a) / TCP(sport=80, dport=10000 + i, flags="SA",
+                                                 seq=7, ack=i + 1)))
+        frames.append(_eth(IP(src=a, dst=b) / UDP(sport=i + 1, dport=53) / Raw(b"q" * i)))
+    path = write_pcap(tmp_path / "many.pcap", frames)
+    ref = analyse_capture(path, engine="reference")
+    assert len(ref.flows) == 600
+    assert analyse_capture(path, engine="compiled").to_dict() == ref.to_dict()
