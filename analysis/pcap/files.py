@@ -43,7 +43,8 @@ class Capture:
 
     ``format`` is ``"pcap"``, ``"pcap-ns"`` or ``"pcapng"``; ``start_ns`` the absolute time of
     the first frame (ns since the epoch, None before the first frame); ``warnings`` fills as
-    damage is met.
+    damage is met; ``reader`` is the format's reader (:class:`ClassicReader` for classic pcap,
+    whose header fields the compiled path uses).
     """
 
     path: str
@@ -51,11 +52,11 @@ class Capture:
     warnings: list[PcapWarning] = field(default_factory=list)
     start_ns: int | None = None
     linktypes: set[int] = field(default_factory=set)
-    _reader: object = None
+    reader: object = None
 
     def frames(self) -> Iterator[Frame]:
         """Yield every readable frame in file order (see the module docstring)."""
-        return self._reader.frames(self)  # type: ignore[attr-defined]
+        return self.reader.frames(self)  # type: ignore[attr-defined]
 
 
 def open_capture(path: str | os.PathLike[str]) -> Capture:
@@ -72,9 +73,9 @@ def open_capture(path: str | os.PathLike[str]) -> Capture:
         raise SpecError(f"cannot read capture file: {exc.strerror}", file=name) from exc
     if len(head) >= 4 and struct.unpack_from("<I", head)[0] == _NG_MAGIC:
         from analysis.pcap.pcapng import PcapngReader
-        return Capture(name, "pcapng", _reader=PcapngReader(name))
+        return Capture(name, "pcapng", reader=PcapngReader(name))
     reader = ClassicReader.from_header(name, head)
-    return Capture(name, "pcap-ns" if reader.nano else "pcap", _reader=reader)
+    return Capture(name, "pcap-ns" if reader.nano else "pcap", reader=reader)
 
 
 _MAGICS = {0xA1B2C3D4: False, 0xA1B23C4D: True}

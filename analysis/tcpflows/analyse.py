@@ -54,7 +54,7 @@ def analyse_capture(path: str | os.PathLike[str], engine: str = "auto") -> Captu
     if cap.format != "pcapng" and (engine == "compiled" or (
             engine == "auto" and os.path.getsize(cap.path) >= COMPILED_MIN_BYTES)):
         from analysis.tcpflows.fast import analyse_classic
-        packets, found, stats = analyse_classic(cap, cap._reader)
+        packets, found, stats = analyse_classic(cap, cap.reader)
     else:
         table, stats = FlowTable(), DecodeStats()
         packets = _scan(cap, table, stats)
