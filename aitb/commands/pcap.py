@@ -3,6 +3,12 @@
 Standalone inspection of pcap/pcapng files from anywhere; no root. ``--json`` prints one
 object: ``packets`` (frames in all files), ``flows`` (every flow, each tagged with its
 ``file``), ``warnings`` (damage, each with ``file``, ``offset``, ``what``) and ``files``.
+Flow times (``start_s``, ``end_s``) are seconds since the first packet of that flow's file
+(``files[i].start_ns`` is that instant in ns since the epoch); ``fct_s`` and ``goodput_bps``
+are null where undefined (UDP, connections without payload); definitions in
+:mod:`analysis.tcpflows.summary` and :mod:`analysis.tcpflows.connection`. A damaged file
+still gives its results, with a warning, and exit status 0; a missing or non-capture file
+is an error naming it (exit 2) and nothing is analysed.
 """
 
 from __future__ import annotations
