@@ -153,3 +153,29 @@ def _direction(d: Direction, di: list[int], df: list[float]) -> None:
     d.rtt_sum = df[k.RTT_SUM]
     d.rtt_min = df[k.RTT_MIN] if di[k.HAS_RTT] else None
     d.rtt_max = df[k.RTT_MAX] if di[k.HAS_RTT] else None
+
+
+def warm() -> None:
+    """Compile the kernel now (numba caches it beside the source), so that the first large
+    capture a user analyses does not wait ~15 s for it. Writes and removes a temporary
+    2-frame capture; ``make setup`` runs it through ``python -m analysis.tcpflows.fast``."""
+    import os
+    import tempfile
+
+    from analysis.tcpflows.analyse import analyse_capture
+    ip = bytes.fromhex("4500002800010000400600000a0000010a000002")
+    tcp = bytes.fromhex("0001000200000001000000005002ffff00000000")
+    frame = bytes(12) + b"\x08\x00" + ip + tcp
+    data = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    data += struct.pack("<IIII", 1, 0, len(frame), len(frame)) + frame
+    fd, name = tempfile.mkstemp(suffix=".pcap")
+    try:
+        os.write(fd, data)
+        os.close(fd)
+        analyse_capture(name, engine="compiled")
+    finally:
+        os.unlink(name)
+
+
+if __name__ == "__main__":
+    warm()
