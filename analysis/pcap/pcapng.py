@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from analysis.pcap.files import CHUNK_BYTES, Capture, Frame, PcapWarning
 
 _SHB, _IDB, _EPB, _SPB, _OPB = 0x0A0D0D0A, 1, 6, 3, 2
+# smallest whole block of each type: header, fixed fields, trailing length
+_MIN_LEN = {_IDB: 20, _EPB: 32, _OPB: 32, _SPB: 16}
 _BOM = 0x1A2B3C4D
 MAX_BLOCK = 1 << 26  # 64 MiB: larger blocks are corruption, not packets
 
@@ -127,6 +129,11 @@ class _State:
 
     def _block(self, btype: int, buf: bytes, pos: int, blen: int, base: int) -> Frame | None:
         e = self.e
+        if blen < _MIN_LEN.get(btype, 12):
+            self.cap.warnings.append(PcapWarning(
+                base + pos, f"block of type {btype} has {blen} bytes, fewer than its fixed "
+                            f"fields need; block skipped"))
+            return None
         if btype == _IDB:
             iface = parse_idb(buf[pos + 8: pos + blen - 4], e)
             self.ifaces.append(iface)

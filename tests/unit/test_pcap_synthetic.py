@@ -273,3 +273,15 @@ def test_lossy_bulk_transfer_counts_equal_tshark(lossy, engine):
     for ours, flag in TSHARK_FLAGS.items():
         assert flow[ours] == tshark_count(lossy, flag), flag
     assert flow["out_of_order"] == tshark_count(lossy, "tcp.analysis.out_of_order")
+
+
+@pytest.mark.parametrize("btype", [1, 2, 3, 6])
+def test_a_pcapng_block_too_short_for_its_fields_is_skipped_with_a_warning(tmp_path, btype):
+    path, *_ = _pcapng_case(tmp_path)
+    full = analyse_capture(path)
+    runt = struct.pack("<III", btype, 12, 12)  # a whole block with no room for its fields
+    path.write_bytes(path.read_bytes() + runt)
+    res = analyse_capture(path)
+    assert res.packets == full.packets and res.flows == full.flows
+    (w,) = res.warnings
+    assert w.offset == path.stat().st_size - 12 and "fewer than its fixed fields" in w.what
