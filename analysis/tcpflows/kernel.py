@@ -65,16 +65,22 @@ def run(b, pos, hdr, st, HK, HV, DI, DF, CI, CF, PE, PT, stats):
         if st[2] == 0:
             st[2], st[3], st[4] = 1, sec, frac
         t = (sec - st[3]) + (frac - st[4]) * scale
-        st[1] += 1
-        d = decode(b, pos + 16, caplen, wirelen, link)
-        if d[0] < 0:
-            stats[-d[0] - 1] += 1
-        elif d[0] == 6:
-            _tcp(b, t, d, wirelen, st, HK, HV, DI, DF, CI, CF, PE, PT)
-        else:
-            _udp(t, d, st, HK, HV, DI, DF, CI, CF)
+        packet(b, pos + 16, caplen, wirelen, link, t, st, HK, HV, DI, DF, CI, CF, PE, PT, stats)
         pos = nxt
     return NEED_DATA, pos
+
+
+@njit(cache=True, inline="always")
+def packet(b, off, caplen, wirelen, link, t, st, HK, HV, DI, DF, CI, CF, PE, PT, stats):
+    """Decode one frame at ``b[off:off+caplen]`` seen at ``t`` s and account it."""
+    st[1] += 1
+    d = decode(b, off, caplen, wirelen, link)
+    if d[0] < 0:
+        stats[-d[0] - 1] += 1
+    elif d[0] == 6:
+        _tcp(b, t, d, wirelen, st, HK, HV, DI, DF, CI, CF, PE, PT)
+    else:
+        _udp(t, d, st, HK, HV, DI, DF, CI, CF)
 
 
 @njit(cache=True, inline="always")

@@ -140,10 +140,7 @@ def test_fast_retransmission_file_has_rtt_samples_below_its_duration():
     assert big["fct_end"] == "ack"
 
 
-CLASSIC = [p for p in CAPTURES if p.suffix == ".pcap"]
-
-
-@pytest.mark.parametrize("path", CLASSIC, ids=[p.name for p in CLASSIC])
+@pytest.mark.parametrize("path", CAPTURES, ids=[p.name for p in CAPTURES])
 def test_compiled_kernel_gives_the_reference_records(path):
     """The numba kernel is a second implementation of the same rules: identical output."""
     ref = analyse_capture(path, engine="reference")

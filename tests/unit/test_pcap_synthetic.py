@@ -204,9 +204,9 @@ def _sll2(p) -> bytes:
     return bytes(CookedLinuxV2(proto=0x0800) / p)
 
 
-def test_pcapng_with_interfaces_of_different_link_types_and_resolutions(tmp_path):
+def test_pcapng_with_interfaces_of_different_link_types_and_resolutions(tmp_path, engine):
     path, eth, raw, udp = _pcapng_case(tmp_path)
-    res = analyse_capture(path)
+    res = analyse_capture(path, engine=engine)
     assert res.format == "pcapng" and res.linktypes == [1, 101, 276]
     assert res.packets == len(eth) + len(raw.packets) + len(udp) + 1
     tcp_eth, tcp_raw, flow_udp = res.flows
@@ -231,24 +231,24 @@ def test_pcapng_times_agree_with_tshark(tmp_path):
     assert tshark_count(path, "tcp.analysis.spurious_retransmission") == 1
 
 
-def test_a_cut_pcapng_keeps_the_whole_blocks_and_warns(tmp_path):
+def test_a_cut_pcapng_keeps_the_whole_blocks_and_warns(tmp_path, engine):
     path, *_ = _pcapng_case(tmp_path)
-    full = analyse_capture(path)
+    full = analyse_capture(path, engine=engine)
     data = path.read_bytes()
     path.write_bytes(data[:-20])  # inside the last block (the Simple Packet Block)
-    res = analyse_capture(path)
+    res = analyse_capture(path, engine=engine)
     assert res.packets == full.packets - 1
     (w,) = res.warnings
     assert "ends inside a block" in w.what and 0 < w.offset < len(data) - 20
 
 
-def test_a_corrupt_pcapng_block_length_stops_with_a_warning(tmp_path):
+def test_a_corrupt_pcapng_block_length_stops_with_a_warning(tmp_path, engine):
     path, eth, *_ = _pcapng_case(tmp_path)
     data = bytearray(path.read_bytes())
     first_epb = data.index(struct.pack("<I", 6))  # the first Enhanced Packet Block
     data[first_epb + 4:first_epb + 8] = struct.pack("<I", 13)  # not a multiple of 4
     path.write_bytes(bytes(data))
-    res = analyse_capture(path)
+    res = analyse_capture(path, engine=engine)
     assert res.packets == 0
     assert res.warnings[0].offset == first_epb and "impossible" in res.warnings[0].what
 
@@ -276,12 +276,12 @@ def test_lossy_bulk_transfer_counts_equal_tshark(lossy, engine):
 
 
 @pytest.mark.parametrize("btype", [1, 2, 3, 6])
-def test_a_pcapng_block_too_short_for_its_fields_is_skipped_with_a_warning(tmp_path, btype):
+def test_a_pcapng_block_too_short_for_its_fields_is_skipped_with_a_warning(tmp_path, btype, engine):
     path, *_ = _pcapng_case(tmp_path)
-    full = analyse_capture(path)
+    full = analyse_capture(path, engine=engine)
     runt = struct.pack("<III", btype, 12, 12)  # a whole block with no room for its fields
     path.write_bytes(path.read_bytes() + runt)
-    res = analyse_capture(path)
+    res = analyse_capture(path, engine=engine)
     assert res.packets == full.packets and res.flows == full.flows
     (w,) = res.warnings
     assert w.offset == path.stat().st_size - 12 and "fewer than its fixed fields" in w.what
