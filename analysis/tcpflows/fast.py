@@ -156,9 +156,9 @@ def _direction(d: Direction, di: list[int], df: list[float]) -> None:
 
 
 def warm() -> None:
-    """Compile the kernel now (numba caches it beside the source), so that the first large
-    capture a user analyses does not wait ~15 s for it. Writes and removes a temporary
-    2-frame capture; ``make setup`` runs it through ``python -m analysis.tcpflows.fast``."""
+    """Compile both kernels now (numba caches them beside the source), so that the first
+    large capture a user analyses does not wait ~15 s for it. Writes and removes a 1-frame
+    pcap and pcapng; ``make setup`` runs it through ``python -m analysis.tcpflows.fast``."""
     import os
     import tempfile
 
@@ -166,15 +166,24 @@ def warm() -> None:
     ip = bytes.fromhex("4500002800010000400600000a0000010a000002")
     tcp = bytes.fromhex("0001000200000001000000005002ffff00000000")
     frame = bytes(12) + b"\x08\x00" + ip + tcp
-    data = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
-    data += struct.pack("<IIII", 1, 0, len(frame), len(frame)) + frame
-    fd, name = tempfile.mkstemp(suffix=".pcap")
-    try:
-        os.write(fd, data)
-        os.close(fd)
-        analyse_capture(name, engine="compiled")
-    finally:
-        os.unlink(name)
+    pcap = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    pcap += struct.pack("<IIII", 1, 0, len(frame), len(frame)) + frame
+    ng = _ng_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    ng += _ng_block(1, struct.pack("<HHI", 1, 0, 0))
+    ng += _ng_block(6, struct.pack("<IIIII", 0, 0, 1, len(frame), len(frame)) + frame)
+    for suffix, data in ((".pcap", pcap), (".pcapng", ng)):
+        fd, name = tempfile.mkstemp(suffix=suffix)
+        try:
+            os.write(fd, data)
+            os.close(fd)
+            analyse_capture(name, engine="compiled")
+        finally:
+            os.unlink(name)
+
+
+def _ng_block(btype: int, body: bytes) -> bytes:
+    body += bytes(-len(body) % 4)
+    return struct.pack("<II", btype, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
 
 
 if __name__ == "__main__":
