@@ -28,6 +28,7 @@ test: lint test-unit test-netns test-vm   ## everything CI runs
 
 bench:            ## benchmarks against their named peers (prints ratios)
 	$(PY) bench/bringup.py
+	$(PY) bench/pcap_analysis.py
 
 clean:            ## remove every lab aitb left behind (by owner mark)
 	$(AITB) clean

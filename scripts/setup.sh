@@ -47,6 +47,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev,vm]'
+.venv/bin/python -m analysis.tcpflows.fast   # compile the pcap kernel once (numba cache)
 echo "setup: done (.venv/bin/aitb)"
 
 if [ "$VM_MODE" = auto ]; then

@@ -12,6 +12,7 @@ MODULES: tuple[str, ...] = (
     "aitb.commands.workload",
     "aitb.commands.run",
     "aitb.commands.doctor",
+    "aitb.commands.pcap",
 )
 
 

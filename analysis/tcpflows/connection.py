@@ -1,0 +1,145 @@
+"""One TCP connection: both directions and the per-segment analysis.
+
+The classification follows Wireshark's ``tcp_analyze_sequence_number()`` in
+epan/dissectors/packet-tcp.c (wireshark/wireshark @ 0aebd579e3be), step by step:
+
+* zero window probe: 1 payload byte at the next expected sequence number while the other
+  side advertises window 0; it is not a retransmission and does not advance ``nextseq``.
+* zero window: window field 0 on a segment without SYN/FIN/RST.
+* keep-alive: 0 or 1 byte at ``nextseq - 1`` without SYN/FIN/RST (not a retransmission).
+* duplicate ACK: no payload, window non-zero and equal to this direction's previous window,
+  ``seq == nextseq``, ``ack == lastack``, no SYN/FIN/RST, and not a keep-alive ACK; the counter
+  ``dupacknum`` resets whenever the ACK number changes.
+* for a segment with payload or SYN/FIN whose sequence number is below ``nextseq`` (the highest
+  sequence number seen in that direction, "not advanced"):
+  - spurious retransmission: payload and ``seq + len <= lastack`` of the other side (all of it
+    was already acknowledged); checked first, as in the source;
+  - fast retransmission: the other side sent >= 2 duplicate ACKs, its last ACK equals ``seq``,
+    and that ACK came less than 20 ms ago;
+  - out of order: less than the first handshake RTT (3 ms without a handshake) after the
+    segment that set ``nextseq``, and not ending exactly at ``nextseq``;
+  - otherwise a (timeout, RTO) retransmission. Caveat: this is tshark's plain
+    "retransmission" (neither fast nor spurious). For classic TCP it is timer-driven; Linux
+    also resends on RACK reordering timers and tail loss probes (RFC 8985) without the two
+    duplicate ACKs Wireshark looks for, and those land here too.
+  tshark's ``tcp.analysis.retransmission`` flag is set on all three retransmission kinds, so
+  ``retransmissions`` = fast + spurious + RTO, and SYN/FIN re-sends count as in tshark.
+"""
+
+from __future__ import annotations
+
+from analysis.tcpflows.direction import Direction
+
+FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
+FAST_RTX_WINDOW_S = 0.020  # packet-tcp.c: "within 20ms of the last duplicate ack"
+OOO_DEFAULT_S = 0.003  # packet-tcp.c: ooo_thres without a handshake RTT
+
+
+class Connection:
+    """A TCP connection; ``a`` is the side that sent the first packet (the SYN if seen)."""
+
+    __slots__ = ("key", "a", "b", "first_t", "last_t", "syn_t", "mru_syn_t", "first_rtt",
+                 "closing", "index", "wire_bytes")
+
+    def __init__(self, key: tuple, t: float, index: int) -> None:
+        self.key = key  # (src, dst, sport, dport) of the first packet: "a" -> "b"
+        self.a, self.b = Direction(), Direction()
+        self.first_t = self.last_t = t
+        self.syn_t = self.mru_syn_t = self.first_rtt = None
+        self.closing = False
+        self.index = index
+        self.wire_bytes = 0
+
+    def segment(self, f: Direction, r: Direction, t: float, seglen: int, seq_raw: int,
+                ack_raw: int, flags: int, win: int) -> None:
+        """Account one segment sent by ``f`` (the other side is ``r``) at ``t`` seconds."""
+        self.last_t = t
+        f.packets += 1
+        seq = f.unwrap(seq_raw)
+        if flags & SYN:
+            self._syn(f, seq, flags, t)
+        elif f.isn is None:
+            f.isn = seq
+        if flags & ACK:
+            ack = r.unwrap(ack_raw)
+            if self.mru_syn_t is not None and self.first_rtt is None and not flags & SYN:
+                self.first_rtt = t - self.mru_syn_t
+        else:
+            ack = None
+        if flags & (FIN | RST):
+            self.closing = True
+            if flags & FIN and f.fin_t is None:
+                f.fin_t = t
+            if flags & RST:
+                f.rst += 1
+        zwp = self._ack_side(f, r, t, seglen, seq, ack, flags, win)
+        if seglen or flags & (SYN | FIN):
+            self._data_side(f, r, t, seglen, seq, flags, zwp)
+        f.window, f.lastack, f.lastack_t = win, ack, t
+        if ack is not None:
+            r.note_ack(ack, t)
+
+    def _syn(self, f: Direction, seq: int, flags: int, t: float) -> None:
+        f.syn = True
+        f.isn = seq + 1
+        if not flags & ACK:
+            self.mru_syn_t = t
+            if self.syn_t is None:
+                self.syn_t = t
+
+    def _ack_side(self, f, r, t, seglen, seq, ack, flags, win) -> bool:
+        """Zero-window probe, zero window, keep-alive, duplicate ACK; return "is a ZWP"."""
+        nxt = f.nxt
+        if seglen == 1 and seq == nxt and r.window == 0 and r.packets:
+            f.last_flags = 2
+            self._reset_dup(f, ack)
+            return True
+        plain = not flags & (SYN | FIN | RST)
+        if win == 0 and plain:
+            f.zero_windows += 1
+        keepalive = seglen <= 1 and nxt is not None and seq == nxt - 1 and plain
+        if (seglen == 0 and win and plain and win == f.window and seq == nxt
+                and ack == f.lastack and ack is not None and r.last_flags != 1):
+            f.dupacknum += 1
+            f.dup_acks += 1
+        else:
+            self._reset_dup(f, ack)
+        f.last_flags = 1 if keepalive else 0
+        return False
+
+    @staticmethod
+    def _reset_dup(f: Direction, ack) -> None:
+        if ack != f.lastack:
+            f.dupacknum = 0
+
+    def _data_side(self, f, r, t, seglen, seq, flags, zwp) -> None:
+        """Classify a segment with payload or SYN/FIN; advance ``nextseq``."""
+        synfin = 1 if flags & (SYN | FIN) else 0
+        nxt, end = f.nxt, seq + seglen
+        retx = False
+        if not zwp and f.last_flags != 1:  # keep-alives are not retransmissions
+            adv = nxt is not None and seq < nxt and not (seglen > 1 and nxt - 1 == seq)
+            if seglen and r.lastack is not None and end <= r.lastack:
+                f.spurious_retransmissions += 1
+                retx = True
+            elif (adv and r.dupacknum >= 2 and r.lastack == seq
+                  and t - r.lastack_t < FAST_RTX_WINDOW_S):
+                f.fast_retransmissions += 1
+                retx = True
+            elif adv and t - f.nxt_t < (self.first_rtt or OOO_DEFAULT_S) and nxt != end + synfin:
+                f.out_of_order += 1
+            elif adv:
+                f.rto_retransmissions += 1
+                retx = True
+        if retx:
+            f.retransmissions += 1
+            f.retransmitted_bytes += seglen
+        if seglen:
+            f.data_packets += 1
+            f.payload_bytes += seglen
+            f.note_data(seq, end, t, retx)
+        if (nxt is None or end + synfin > nxt) and not zwp:
+            f.nxt, f.nxt_t = end + synfin, t
+
+
+__all__ = ["Connection", "FIN", "SYN", "RST", "ACK"]

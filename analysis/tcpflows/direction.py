@@ -1,0 +1,111 @@
+"""Per-direction TCP state and counters (one sender's view of a connection).
+
+Sequence numbers are unwrapped to 64 bits against the last value seen in the same sequence
+space (RFC 1982 serial arithmetic: a jump of less than 2^31 is forward), so comparisons are
+plain integer comparisons and flows longer than 4 GiB keep working.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+M32, HALF = 0xFFFFFFFF, 0x80000000
+# RTT bookkeeping per direction holds at most this many unacked segments (Wireshark keeps
+# TCP_MAX_UNACKED_SEGMENTS = 10000); beyond it, later segments give no sample until ACKs drain
+# the queue. It bounds memory per flow (4 KiB per direction in the compiled path).
+MAX_PENDING = 256
+
+
+class Direction:
+    """State of one direction: Wireshark's ``tcp_analyze_seq_info`` plus aitb's counters.
+
+    Times are float seconds relative to the capture's first frame; byte counts are TCP
+    payload bytes from the IP length fields.
+    """
+
+    __slots__ = (
+        # sequence space and Wireshark state
+        "ref", "nxt", "nxt_t", "lastack", "lastack_t", "window", "dupacknum", "last_flags",
+        "isn", "data_end", "max_ack", "data_acked_t", "pending", "karn_below",
+        # counters
+        "packets", "payload_bytes", "data_packets", "retransmissions", "fast_retransmissions",
+        "rto_retransmissions", "spurious_retransmissions", "out_of_order", "dup_acks",
+        "zero_windows", "sack_packets", "retransmitted_bytes", "syn", "fin_t", "rst",
+        "first_data_t", "last_data_t", "rtt_n", "rtt_sum", "rtt_min", "rtt_max",
+        "mss", "wscale", "sack_ok", "ts_ok",
+    )
+
+    def __init__(self) -> None:
+        self.ref = self.nxt = self.lastack = self.isn = self.data_end = self.max_ack = None
+        self.nxt_t = self.lastack_t = 0.0
+        self.window = self.dupacknum = self.last_flags = 0
+        self.data_acked_t = self.fin_t = self.first_data_t = self.last_data_t = None
+        self.pending: deque = deque()
+        self.karn_below = -1
+        self.packets = self.payload_bytes = self.data_packets = self.retransmissions = 0
+        self.fast_retransmissions = self.rto_retransmissions = self.spurious_retransmissions = 0
+        self.out_of_order = self.dup_acks = self.zero_windows = self.sack_packets = 0
+        self.retransmitted_bytes = self.rst = self.rtt_n = 0
+        self.syn = False
+        self.rtt_sum = 0.0
+        self.rtt_min = self.rtt_max = None
+        self.mss = self.wscale = None
+        self.sack_ok = self.ts_ok = False
+
+    def unwrap(self, raw: int) -> int:
+        """Map a 32-bit number of this direction's sequence space to 64 bits (and remember it)."""
+        ref = self.ref
+        if ref is None:
+            self.ref = raw
+            return raw
+        val = ref + ((raw - ref + HALF) & M32) - HALF
+        if val > ref:
+            self.ref = val
+        return val
+
+    def note_ack(self, ack: int, t: float) -> None:
+        """An ACK from the other side covers this direction up to ``ack`` (64-bit) at ``t``.
+
+        Takes an RTT sample when ``ack`` is exactly the end of a pending segment that was never
+        retransmitted (Karn's rule, RFC 6298 section 3; Wireshark matches ``ack == nextseq``
+        of an unacked segment the same way). Records when the last data byte was acked.
+        """
+        if self.max_ack is not None and ack <= self.max_ack:
+            return
+        self.max_ack = ack
+        de = self.data_end
+        if de is not None and self.data_acked_t is None and ack >= de:
+            self.data_acked_t = t
+        pend = self.pending
+        while pend and pend[0][0] <= ack:
+            end, sent_t = pend.popleft()
+            if end == ack and end > self.karn_below:
+                self._rtt(t - sent_t)
+
+    def _rtt(self, rtt: float) -> None:
+        self.rtt_n += 1
+        self.rtt_sum += rtt
+        if self.rtt_min is None or rtt < self.rtt_min:
+            self.rtt_min = rtt
+        if self.rtt_max is None or rtt > self.rtt_max:
+            self.rtt_max = rtt
+
+    def note_data(self, seq: int, end: int, t: float, retransmitted: bool) -> None:
+        """Payload ``[seq, end)`` (64-bit) was sent at ``t``; keep it for RTT and FCT."""
+        if self.first_data_t is None:
+            self.first_data_t = t
+        self.last_data_t = t
+        if self.data_end is None or end > self.data_end:
+            self.data_end = end
+            self.data_acked_t = None
+        if retransmitted:
+            if end > self.karn_below:
+                self.karn_below = end  # Karn: no samples for anything sent up to here again
+        elif len(self.pending) < MAX_PENDING:
+            self.pending.append((end, t))
+
+    def unique_payload_bytes(self) -> int:
+        """Distinct payload bytes sent: highest data end minus the first sequence number."""
+        if self.data_end is None or self.isn is None:
+            return 0
+        return max(self.data_end - self.isn, 0)
