@@ -29,6 +29,9 @@ test: lint test-unit test-netns test-vm   ## everything CI runs
 bench:            ## benchmarks against their named peers (prints ratios)
 	$(PY) bench/bringup.py
 	$(PY) bench/pcap_analysis.py
+	$(PY) bench/agent_goodput.py
+	$(PY) bench/ring_cct.py
+	$(PY) bench/start_skew.py --agents 64 --bursts 10 --rt-priority 10 --spin-us 200
 
 clean:            ## remove every lab aitb left behind (by owner mark)
 	$(AITB) clean
