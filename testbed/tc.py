@@ -104,8 +104,7 @@ class DirectionRecipe:
         if self.ifb:
             out.append(["ip", "link", "add", self.ifb, "type", "ifb"])
             out.append(["ip", "link", "set", self.ifb, "up"])
-        # the delay line must exist before traffic is redirected into it
-        return out + [o.tc_argv() for o in sorted(self.ingress, key=lambda o: o.dev != self.ifb)]
+        return out + [o.tc_argv() for o in self.ingress]
 
 
 def default_buffer_packets() -> int:
@@ -218,11 +217,11 @@ def direction_recipe(shaping: Shaping, mtu: int, tx: tuple[str, str], rx: tuple[
     if not shaping.needs_netem:
         return DirectionRecipe(tx[0], tx[1], rx[0], rx[1], None, egress, ())
     rx_node, rx_dev = rx
-    ingress = (
+    ingress = (  # the delay line exists before traffic is redirected into it
+        TcObject("qdisc", rx_node, ifb, "root", "1:", "netem", _netem_params(shaping, mtu)),
         TcObject("qdisc", rx_node, rx_dev, "ingress", "ffff:", "ingress"),
         TcObject("filter", rx_node, rx_dev, "ffff:", None, "u32",
                  {"prio": 1, "redirect_dev": ifb}),
-        TcObject("qdisc", rx_node, ifb, "root", "1:", "netem", _netem_params(shaping, mtu)),
     )
     return DirectionRecipe(tx[0], tx[1], rx_node, rx_dev, ifb, egress, ingress)
 

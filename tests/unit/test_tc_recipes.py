@@ -58,7 +58,7 @@ def test_delay_line_goes_to_ifb_on_receiver_with_bdp_limit():
          "ifb3"],
     ]
     assert r.egress[2].params == {"limit_packets": 100}
-    assert r.ingress[0].node == "s1" and r.egress[0].node == "h1"
+    assert r.ingress[1].node == "s1" and r.egress[0].node == "h1"
 
 
 def test_netem_limit_is_at_least_the_briefs_rule():
@@ -72,7 +72,7 @@ def test_full_netem_words():
     s = Shaping(delay_s=0.01, jitter_s=0.002, delay_correlation_pct=25,
                 jitter_distribution="pareto", loss_gemodel=GilbertElliott(1, 30, 90, 0.5),
                 reorder_pct=5, duplicate_pct=1, corrupt_pct=0.1)
-    words = _recipe(s).ingress[2].tc_argv()
+    words = _recipe(s).ingress[0].tc_argv()
     assert words[words.index("delay"):] == [
         "delay", "10ms", "2ms", "25%", "distribution", "pareto",
         "loss", "gemodel", "1%", "30%", "90%", "0.5%",
@@ -81,7 +81,7 @@ def test_full_netem_words():
 
 
 def test_random_loss_and_aqms():
-    words = _recipe(Shaping(loss_pct=1.5)).ingress[2].tc_argv()
+    words = _recipe(Shaping(loss_pct=1.5)).ingress[0].tc_argv()
     assert words[-3:] == ["loss", "random", "1.5%"]
     fq = _recipe(Shaping(rate_bps=10**9, aqm="fq_codel", ecn=True, buffer=BufferSize(packets=50)))
     assert fq.egress[2].tc_argv()[-4:] == ["fq_codel", "limit", "50", "ecn"]

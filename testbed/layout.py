@@ -1,0 +1,116 @@
+"""Where everything of a lab goes, computed from the plan before anything exists (pure).
+
+Each node's interfaces get fixed ifindexes (:data:`FIRST_IFINDEX` upwards, in plan order), so
+one batch of netlink requests can create a veth and then address, enslave and shape it
+without asking the kernel for its index in between. Fresh namespaces hold only ``lo`` (1) and,
+on kernels with tunnel modules loaded, a few fallback tunnels with small indexes; 100 upwards
+is free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aitb.models.errors import LabError
+from aitb.models.plan import LabPlan, LinkPlan
+from aitb.models.shaping import Shaping
+from testbed.tc import DirectionRecipe, direction_recipe
+
+__all__ = ["NodeLayout", "Layout", "make_layout", "netns_name", "DIRECTIONS", "BRIDGE",
+           "owner_alias", "recipe_for"]
+
+FIRST_IFINDEX = 100
+BRIDGE = "br0"
+IFB_INDEX_BASE = 10000
+DIRECTIONS = ("a_to_b", "b_to_a")
+
+
+def netns_name(run_id: str, node: str) -> str:
+    """The namespace of ``node`` in run ``run_id``: ``aitb-<run_id>-<node>``."""
+    return f"aitb-{run_id}-{node}"
+
+
+def owner_alias(run_id: str) -> str:
+    """The owner mark every interface of run ``run_id`` carries as its alias."""
+    return f"aitb:{run_id}"
+
+
+@dataclass
+class NodeLayout:
+    """One node: its namespace name and the ifindex of each of its interfaces."""
+
+    name: str
+    kind: str
+    netns: str
+    index: dict[str, int] = field(default_factory=dict)
+
+    def ifindex(self, ifname: str) -> int:
+        """The index of ``ifname``; raises LabError naming node and interface if unknown."""
+        try:
+            return self.index[ifname]
+        except KeyError:
+            raise LabError(f"node {self.name} has no interface {ifname}; it has "
+                           f"{', '.join(sorted(self.index))}") from None
+
+
+@dataclass
+class Layout:
+    """Nodes by name and the tc recipe of every (link name, direction)."""
+
+    run_id: str
+    nodes: dict[str, NodeLayout]
+    recipes: dict[tuple[str, str], DirectionRecipe]
+
+    def node(self, name: str) -> NodeLayout:
+        """The node ``name``; raises LabError listing the known nodes if absent."""
+        if name not in self.nodes:
+            raise LabError(f"unknown node {name!r}; known: {', '.join(sorted(self.nodes))}")
+        return self.nodes[name]
+
+
+def _ends(link: LinkPlan, direction: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    a, b = (link.a.node, link.a.ifname), (link.b.node, link.b.ifname)
+    return (a, b) if direction == "a_to_b" else (b, a)
+
+
+def ifb_name(rx_index: int) -> str:
+    """The IFB that holds the delay line of traffic arriving on interface ``rx_index``."""
+    return f"ifb{rx_index}"
+
+
+def recipe_for(layout: Layout, link: LinkPlan, direction: str, shaping: Shaping
+               ) -> DirectionRecipe:
+    """The recipe of ``direction`` of ``link`` with ``shaping``, IFB named after the receiving
+    interface so that a later change of shaping finds the same device."""
+    tx, rx = _ends(link, direction)
+    rx_index = layout.nodes[rx[0]].ifindex(rx[1])
+    return direction_recipe(shaping, link.mtu, tx, rx, ifb_name(rx_index))
+
+
+def make_layout(plan: LabPlan, run_id: str) -> Layout:
+    """Assign namespaces, ifindexes and recipes for ``plan`` in run ``run_id``.
+
+    Raises LabError for a link endpoint on an unknown node or an interface name used twice on
+    one node (topologies/ validates this; the runtime does not trust it blindly).
+    """
+    nodes = {n.name: NodeLayout(n.name, n.kind, netns_name(run_id, n.name)) for n in plan.nodes}
+    for n in plan.nodes:
+        if n.kind == "switch":
+            nodes[n.name].index[BRIDGE] = FIRST_IFINDEX
+    for link in plan.links:
+        for ep in (link.a, link.b):
+            if ep.node not in nodes:
+                raise LabError(f"link {link.name}: unknown node {ep.node}")
+            idx = nodes[ep.node].index
+            if ep.ifname in idx:
+                raise LabError(f"node {ep.node}: interface {ep.ifname} used twice")
+            idx[ep.ifname] = FIRST_IFINDEX + 1 + len(idx)
+    layout = Layout(run_id, nodes, {})
+    for link in plan.links:
+        for d in DIRECTIONS:
+            recipe = recipe_for(layout, link, d, getattr(link, d))
+            layout.recipes[(link.name, d)] = recipe
+            if recipe.ifb:
+                rx = nodes[recipe.rx_node]
+                rx.index[recipe.ifb] = IFB_INDEX_BASE + rx.index[recipe.rx_dev]
+    return layout
