@@ -116,8 +116,9 @@ class Lab:
                              for r in self.layout.recipes.values() if r.ifb)
         realise.create_links(self.plan, self.layout, self.io)
         t = self._step("links", t)
+        links_of = realise.links_by_node(self.plan)
         for n in self.plan.nodes:
-            realise.configure_node(self.plan, n, self.layout, self.io[n.name])
+            realise.configure_node(n, self.layout, self.io[n.name], links_of)
         t = self._step("configure", t)
         self._wait_stp()
         self.verify()
@@ -143,9 +144,11 @@ class Lab:
         """Read the kernel's state of ``nodes`` (default all) back and raise one LabError
         naming node, interface and what differs from the plan."""
         problems: list[str] = []
+        links_of = realise.links_by_node(self.plan)
         for n in self.plan.nodes:
             if nodes is None or n.name in nodes:
-                problems += verify.check_node(self.plan, self.layout, n, self.io[n.name].sock)
+                problems += verify.check_node(links_of.get(n.name, []), self.layout, n,
+                                              self.io[n.name].sock)
         verify.raise_if(problems, f"lab {self.plan.name} (run {self.run_id})")
 
     def down(self) -> TeardownReport:

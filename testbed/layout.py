@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from aitb.models.errors import LabError
 from aitb.models.plan import LabPlan, LinkPlan
 from aitb.models.shaping import Shaping
-from testbed.tc import DirectionRecipe, direction_recipe
+from testbed.tc import DirectionRecipe, TcObject, direction_recipe
 
 __all__ = ["NodeLayout", "Layout", "make_layout", "netns_name", "DIRECTIONS", "BRIDGE",
            "owner_alias", "recipe_for"]
@@ -60,6 +60,26 @@ class Layout:
     run_id: str
     nodes: dict[str, NodeLayout]
     recipes: dict[tuple[str, str], DirectionRecipe]
+    _by_node: dict[str, list[DirectionRecipe]] | None = None
+
+    def set_recipe(self, key: tuple[str, str], recipe: DirectionRecipe) -> None:
+        """Replace the recipe of (link name, direction)."""
+        self.recipes[key] = recipe
+        self._by_node = None
+
+    def recipes_of(self, node: str) -> list[DirectionRecipe]:
+        """Recipes with an object on ``node`` (it sends or receives), in plan order."""
+        if self._by_node is None:
+            self._by_node = {n: [] for n in self.nodes}
+            for r in self.recipes.values():
+                self._by_node[r.tx_node].append(r)
+                if r.rx_node != r.tx_node:
+                    self._by_node[r.rx_node].append(r)
+        return self._by_node[node]
+
+    def tc_objects(self, node: str) -> list[TcObject]:
+        """Every tc object that lives on ``node``, in creation order."""
+        return [o for r in self.recipes_of(node) for o in r.objects() if o.node == node]
 
     def node(self, name: str) -> NodeLayout:
         """The node ``name``; raises LabError listing the known nodes if absent."""

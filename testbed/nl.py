@@ -14,7 +14,7 @@ import errno
 import os
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyroute2.netlink import nlmsg
@@ -31,8 +31,9 @@ NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
 F_REPLACE, F_EXCL, F_CREATE = 0x100, 0x200, 0x400
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_ACK_TLVS = 0x200
-SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK = 270, 10, 11
+SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK, NETLINK_GET_STRICT_CHK = 270, 10, 11, 12
 _HDR = struct.Struct("=IHHII")
+_CACHE: dict[object, bytes] = {}
 _CHUNK_BYTES = 128 * 1024
 _DECODERS: dict[int, type[nlmsg]] = {16: ifinfmsg, 20: ifaddrmsg, 24: rtmsg,
                                      36: TcMsg, 40: TcMsg, 44: TcMsg}
@@ -54,6 +55,7 @@ class NlFailure:
 def _prepare(sock: socket.socket) -> None:
     sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
     sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
+    sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)  # dumps honour header filters
 
 
 class Batch:
@@ -70,11 +72,21 @@ class Batch:
     def add(self, msg: nlmsg, msg_type: int, flags: int, what: str) -> None:
         """Queue request ``msg`` (pyroute2 message with fields/attrs set) of ``msg_type``;
         ``flags`` are added to NLM_F_REQUEST|NLM_F_ACK; ``what`` names it in errors."""
-        msg["header"]["type"] = msg_type
-        msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | flags
-        msg["header"]["sequence_number"] = len(self.items) + 1
-        msg.encode()
-        self.items.append((bytes(msg.data), what))
+        self.items.append((_encode(msg, msg_type, flags, len(self.items) + 1), what))
+
+    def add_cached(self, key: object, build: Callable[[], tuple[nlmsg, int]], index: int,
+                   flags: int, what: str) -> None:
+        """Like :meth:`add` for messages that differ only in their ifindex (tc objects of
+        identical links, interface settings): ``build()`` -> (message with index 0, type) is
+        encoded once per ``key``; later copies patch the index (ifinfmsg and tcmsg both keep it
+        at byte 20) and the sequence number. Cuts pyroute2's encoding time per object."""
+        data = _CACHE.get(key)
+        if data is None:
+            data = _CACHE[key] = _encode(*build(), flags, 0)
+        buf = bytearray(data)
+        struct.pack_into("=I", buf, 8, len(self.items) + 1)
+        struct.pack_into("=i", buf, 20, index)
+        self.items.append((bytes(buf), what))
 
     def commit(self, tolerate: frozenset[int] = frozenset()) -> list[NlFailure]:
         """Send everything queued; return failures whose errno is in ``tolerate``; raise
@@ -100,6 +112,14 @@ class Batch:
                 if code:
                     failures.append(NlFailure(self.items[seq - 1][1], code, text))
         return failures
+
+
+def _encode(msg: nlmsg, msg_type: int, flags: int, seq: int) -> bytes:
+    msg["header"]["type"] = msg_type
+    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | flags
+    msg["header"]["sequence_number"] = seq
+    msg.encode()
+    return bytes(msg.data)
 
 
 def _chunks(sizes: list[int]) -> Iterator[tuple[int, int]]:

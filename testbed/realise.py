@@ -12,7 +12,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from aitb.models.plan import LabPlan, NodePlan
+from aitb.models.plan import LabPlan, LinkPlan, NodePlan
 from testbed.layout import BRIDGE, IFB_INDEX_BASE, Layout, NodeLayout, owner_alias
 from testbed.links import RTM_NEWLINK, bridge_msg, ifb_msg, setlink_msg, veth_msg
 from testbed.nl import F_CREATE, F_EXCL, Batch
@@ -20,7 +20,8 @@ from testbed.routes import RTM_NEWADDR, RTM_NEWROUTE, addr_msg, route_msg
 from testbed.tc import DirectionRecipe, TcObject
 from testbed.tcmsgs import tc_message
 
-__all__ = ["NodeIO", "create_links", "configure_node", "add_tc", "ifbs_of"]
+__all__ = ["NodeIO", "create_links", "configure_node", "add_tc", "ifbs_of", "links_by_node",
+           "add_ifb"]
 
 NEW = F_CREATE | F_EXCL
 
@@ -51,15 +52,19 @@ def create_links(plan: LabPlan, layout: Layout, io: dict[str, NodeIO]) -> None:
 
 def ifbs_of(layout: Layout, node: str) -> Iterator[DirectionRecipe]:
     """The recipes whose delay line (IFB) lives in ``node``'s namespace."""
-    return (r for r in layout.recipes.values() if r.ifb and r.rx_node == node)
+    return (r for r in layout.recipes_of(node) if r.ifb and r.rx_node == node)
 
 
 def add_tc(batch: Batch, node: NodeLayout, objects: tuple[TcObject, ...], flags: int,
            verb: str = "create") -> None:
     """Queue ``objects`` (all on ``node``) into ``batch`` with netlink ``flags``."""
     for o in objects:
-        msg, mtype = tc_message(o, node.ifindex)
-        batch.add(msg, mtype, flags, f"node {node.name}: {verb} {' '.join(o.tc_argv()[1:])}")
+        what = f"node {node.name}: {verb} {' '.join(o.tc_argv()[1:])}"
+        extra = node.ifindex(o.params["redirect_dev"]) if o.verb == "filter" else 0
+        key = ("tc", o.verb, o.parent, o.handle, o.kind, repr(sorted(o.params.items())), extra,
+               flags)
+        batch.add_cached(key, lambda o=o: tc_message(o, node.ifindex), node.ifindex(o.dev),
+                         flags, what)
 
 
 def _interfaces(batch: Batch, n: NodePlan, node: NodeLayout, alias: str) -> None:
@@ -68,31 +73,43 @@ def _interfaces(batch: Batch, n: NodePlan, node: NodeLayout, alias: str) -> None
     for ifname, index in node.index.items():
         if ifname == BRIDGE or index >= IFB_INDEX_BASE:
             continue
-        batch.add(setlink_msg(index, alias, master), RTM_NEWLINK, 0,
-                  f"node {n.name}: set {ifname} up" + (f" in {BRIDGE}" if master else ""))
+        batch.add_cached(("setlink", alias, master),
+                         lambda: (setlink_msg(0, alias, master), RTM_NEWLINK), index, 0,
+                         f"node {n.name}: set {ifname} up" + (f" in {BRIDGE}" if master else ""))
     if master is not None:
         batch.add(setlink_msg(master, alias), RTM_NEWLINK, 0, f"node {n.name}: set {BRIDGE} up")
 
 
-def configure_node(plan: LabPlan, n: NodePlan, layout: Layout, io: NodeIO) -> None:
-    """Everything inside node ``n``'s namespace after the links exist, in one batch.
-    Raises LabError listing every request the kernel refused."""
+def links_by_node(plan: LabPlan) -> dict[str, list[LinkPlan]]:
+    """node -> the links that touch it, in plan order (one pass over the links)."""
+    out: dict[str, list[LinkPlan]] = {}
+    for lk in plan.links:
+        out.setdefault(lk.a.node, []).append(lk)
+        if lk.b.node != lk.a.node:
+            out.setdefault(lk.b.node, []).append(lk)
+    return out
+
+
+def configure_node(n: NodePlan, layout: Layout, io: NodeIO,
+                   links_of: dict[str, list[LinkPlan]]) -> None:
+    """Everything inside node ``n``'s namespace after the links exist, in one batch;
+    ``links_of`` from :func:`links_by_node`. Raises LabError listing every request the
+    kernel refused."""
     node = layout.nodes[n.name]
     alias = owner_alias(layout.run_id)
     batch = Batch(io.sock, f"node {n.name}")
     _interfaces(batch, n, node, alias)
+    links = links_of.get(n.name, [])
     for r in ifbs_of(layout, n.name):
-        mtu = next(lk.mtu for lk in plan.links if n.name in (lk.a.node, lk.b.node)
-                   and lk.endpoint(n.name).ifname == r.rx_dev)
+        mtu = next(lk.mtu for lk in links if lk.endpoint(n.name).ifname == r.rx_dev)
         add_ifb(batch, node, r.ifb or "", mtu, alias)
-    for lk in plan.links_of(n.name):
+    for lk in links:
         ep = lk.endpoint(n.name)
         for iface in (ep.ipv4, ep.ipv6):
             if iface is not None:
                 batch.add(addr_msg(node.ifindex(ep.ifname), iface), RTM_NEWADDR, NEW,
                           f"node {n.name}: add address {iface} to {ep.ifname}")
-    for r in layout.recipes.values():
-        add_tc(batch, node, tuple(o for o in r.objects() if o.node == n.name), NEW)
+    add_tc(batch, node, tuple(layout.tc_objects(n.name)), NEW)
     for route in n.routes:
         batch.add(route_msg(route, node), RTM_NEWROUTE, NEW,
                   f"node {n.name}: add route {route.dst}")

@@ -92,7 +92,7 @@ def set_shaping(lab: Lab, link_name: str, direction: str, shaping: Shaping) -> N
     link = _find_link(lab, link_name, direction)
     old = lab.layout.recipes[(link_name, direction)]
     new = recipe_for(lab.layout, link, direction, shaping)
-    lab.layout.recipes[(link_name, direction)] = new
+    lab.layout.set_recipe((link_name, direction), new)
     new_link = dataclasses.replace(link, **{direction: shaping})
     lab.plan = dataclasses.replace(lab.plan, links=tuple(
         new_link if lk.name == link_name else lk for lk in lab.plan.links))

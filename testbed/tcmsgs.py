@@ -28,6 +28,7 @@ RTM_NEWTCLASS, RTM_GETTCLASS = 40, 42
 RTM_NEWTFILTER = 44
 TC_H_ROOT, TC_H_INGRESS = 0xFFFFFFFF, 0xFFFFFFF1
 PSCHED_TICK_NS = 64
+TC_LINKLAYER_ETHERNET = 1  # tc_ratespec.linklayer, include/uapi/linux/pkt_sched.h
 ETH_P_ALL = 0x0003
 DIST_DIRS = ("/usr/lib/tc", "/usr/lib/x86_64-linux-gnu/tc", "/usr/lib64/tc", "/usr/share/tc")
 
@@ -71,13 +72,31 @@ class RedOptions(nla):
                   ("Plog", "B"), ("Scell_log", "B"), ("flags", "B"))
 
 
+class HtbOptions(nla):
+    """HTB options without rate tables: since Linux 3.x HTB computes its rates from the
+    ratespec (``psched_ratecfg_precompute``) and ignores TCA_HTB_RTAB when the ratespec names
+    its link layer; pyroute2 would compute two 256-entry tables per class for nothing."""
+
+    nla_map = (("TCA_HTB_UNSPEC", "none"), ("TCA_HTB_PARMS", "parms"),
+               ("TCA_HTB_INIT", "glob"), ("TCA_HTB_CTAB", "hex"), ("TCA_HTB_RTAB", "hex"),
+               ("TCA_HTB_DIRECT_QLEN", "uint32"), ("TCA_HTB_RATE64", "uint64"),
+               ("TCA_HTB_CEIL64", "uint64"))
+
+    class parms(nla):
+        fields = tuple((name, fmt) for name, fmt in sched_htb.options.htb_parms.fields)
+
+    class glob(nla):
+        fields = sched_htb.options.htb_glob.fields
+
+
 class TcMsg(tcmsg):
-    """pyroute2's tcmsg, with option classes for bfifo, netem and red."""
+    """pyroute2's tcmsg, with option classes for htb, bfifo, netem and red."""
 
     @staticmethod
     def get_options(self: Any, *argv: Any, **kwarg: Any) -> Any:  # noqa: D102
         kind = self.get_attr("TCA_KIND")
-        own = {"bfifo": sched_pfifo.options, "netem": NetemOptions, "red": RedOptions}
+        own = {"bfifo": sched_pfifo.options, "netem": NetemOptions, "red": RedOptions,
+               "htb": HtbOptions}
         return own.get(kind) or tcmsg.get_options(self, *argv, **kwarg)
 
 
@@ -103,10 +122,10 @@ def _ticks(seconds: float) -> int:
 def _htb_class(p: dict[str, Any]) -> dict[str, Any]:
     rate, ceil = round(p["rate_bps"] / 8), round(p["ceil_bps"] / 8)
     parms = {"rate": min(rate, 2**32 - 1), "ceil": min(ceil, 2**32 - 1),
+             "rate___reserved": TC_LINKLAYER_ETHERNET, "ceil___reserved": TC_LINKLAYER_ETHERNET,
              "buffer": _ticks(p["burst_bytes"] / rate), "cbuffer": _ticks(p["cburst_bytes"] / ceil),
              "quantum": p["quantum_bytes"], "prio": 0}
-    attrs: list[list[Any]] = [["TCA_HTB_PARMS", parms], ["TCA_HTB_RTAB", True],
-                              ["TCA_HTB_CTAB", True]]
+    attrs: list[list[Any]] = [["TCA_HTB_PARMS", parms]]
     if rate >= 2**32:
         attrs.append(["TCA_HTB_RATE64", rate])
     if ceil >= 2**32:
@@ -184,7 +203,9 @@ def _options(obj: Any, ifindex_of: Callable[[str], int]) -> dict[str, Any] | Non
     if obj.kind == "htb":
         if obj.verb == "class":
             return _htb_class(p)
-        return sched_htb.get_parameters({"default": p["default_class"]})
+        return {"attrs": [["TCA_HTB_INIT", {"version": 3, "rate2quantum": 10,
+                                            "defcls": p["default_class"], "debug": 0,
+                                            "direct_pkts": 0}]]}
     builders: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "pfifo": lambda q: {"limit": q["limit_packets"]},
         "bfifo": lambda q: {"limit": q["limit_bytes"]},

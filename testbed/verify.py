@@ -15,11 +15,18 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from aitb.models.errors import LabError
-from aitb.models.plan import LabPlan, NodePlan
+from aitb.models.plan import LinkPlan, NodePlan
 from testbed.layout import BRIDGE, Layout, NodeLayout, owner_alias
 from testbed.links import RTM_GETLINK, link_state
 from testbed.nl import dump
-from testbed.routes import RTM_GETADDR, RTM_GETROUTE, dumped_route_key, route_key
+from testbed.routes import (
+    RT_TABLE_MAIN,
+    RTM_GETADDR,
+    RTM_GETROUTE,
+    RTPROT_STATIC,
+    dumped_route_key,
+    route_key,
+)
 from testbed.tc import TcObject
 from testbed.tcmsgs import RTM_GETQDISC, RTM_GETTCLASS, TcMsg, handle, pct_u32
 
@@ -50,11 +57,12 @@ def _links(n: NodePlan, node: NodeLayout, sock: socket.socket, alias: str) -> li
     return out
 
 
-def _addrs(plan: LabPlan, n: NodePlan, node: NodeLayout, sock: socket.socket) -> list[str]:
+def _addrs(links: list[LinkPlan], n: NodePlan, node: NodeLayout, sock: socket.socket
+           ) -> list[str]:
     got = {(m["index"], f"{m.get_attr('IFA_ADDRESS')}/{m['prefixlen']}")
            for m in dump(sock, ifaddrmsg(), RTM_GETADDR, n.name)}
     out = []
-    for lk in plan.links_of(n.name):
+    for lk in links:
         ep = lk.endpoint(n.name)
         for iface in (ep.ipv4, ep.ipv6):
             if iface is not None and (node.ifindex(ep.ifname), str(iface)) not in got:
@@ -64,9 +72,10 @@ def _addrs(plan: LabPlan, n: NodePlan, node: NodeLayout, sock: socket.socket) ->
 
 def _routes(n: NodePlan, node: NodeLayout, sock: socket.socket) -> list[str]:
     got: dict[str, Any] = {}
-    for family in (socket.AF_INET, socket.AF_INET6):
-        req = rtmsg()
-        req["family"] = family
+    families = {socket.AF_INET6 if r.dst.version == 6 else socket.AF_INET for r in n.routes}
+    for family in sorted(families):
+        req = rtmsg()  # strict dump filter: only static routes of the main table
+        req["family"], req["table"], req["proto"] = family, RT_TABLE_MAIN, RTPROT_STATIC
         for m in dump(sock, req, RTM_GETROUTE, n.name):
             if m["table"] == 254:
                 dst, hops = dumped_route_key(m)
@@ -128,11 +137,13 @@ def tc_differences(node: NodeLayout, objects: list[TcObject], got: dict[tuple, A
     return out
 
 
-def check_node(plan: LabPlan, layout: Layout, n: NodePlan, sock: socket.socket) -> list[str]:
-    """Every difference between node ``n``'s plan and its namespace, as sentences."""
+def check_node(links: list[LinkPlan], layout: Layout, n: NodePlan, sock: socket.socket
+               ) -> list[str]:
+    """Every difference between node ``n``'s plan (``links``: those touching it) and its
+    namespace, as sentences."""
     node = layout.nodes[n.name]
-    objects = [o for r in layout.recipes.values() for o in r.objects() if o.node == n.name]
+    objects = layout.tc_objects(n.name)
     devs = sorted({node.ifindex(o.dev) for o in objects if o.verb == "class"})
     got = dump_tc(sock, n.name, devs) if objects else {}
-    return (_links(n, node, sock, owner_alias(layout.run_id)) + _addrs(plan, n, node, sock)
+    return (_links(n, node, sock, owner_alias(layout.run_id)) + _addrs(links, n, node, sock)
             + _routes(n, node, sock) + tc_differences(node, objects, got))
