@@ -53,6 +53,8 @@ class Lab:
         self.io: dict[str, NodeIO] = {}
         self.children: dict[int, subprocess.Popen[Any]] = {}
         self.timings: dict[str, float] = {}
+        self.started: list[tuple[int, int]] = []  # (pid, start time) of every process, kept
+        self.attached = False
         self._signals: Any = None
 
     # lifecycle -------------------------------------------------------------------------
@@ -148,7 +150,7 @@ class Lab:
         for n in self.plan.nodes:
             if nodes is None or n.name in nodes:
                 problems += verify.check_node(links_of.get(n.name, []), self.layout, n,
-                                              self.io[n.name].sock)
+                                              self.node_io(n.name).sock)
         verify.raise_if(problems, f"lab {self.plan.name} (run {self.run_id})")
 
     def down(self) -> TeardownReport:
@@ -164,14 +166,31 @@ class Lab:
 
     def _teardown(self) -> TeardownReport:
         t = time.perf_counter()
-        for io in self.io.values():
-            io.sock.close()
-            os.close(io.fd)
-        self.io = {}
+        self.release()
         report = teardown(self.registry, self.children)
         self.children = {}
         self._step("down", t)
         return report
+
+    @classmethod
+    def attach(cls, run_id: str, state_dir: Path = DEFAULT_STATE_DIR) -> Lab:
+        """The lab of an existing run (from its plan.json), for inspect/exec/destroy from
+        another process. Namespaces are opened on first use. Raises LabError (exit code 2)
+        for an unknown run id, listing the known ones."""
+        known = Registry.runs(state_dir)
+        if run_id not in known:
+            raise unknown_name(f"unknown run id {run_id!r}; known runs: "
+                               f"{', '.join(known) or 'none'}")
+        lab = cls(Registry(state_dir, run_id).plan(), run_id, state_dir)
+        lab.attached = True
+        return lab
+
+    def release(self) -> None:
+        """Close this process's handles on the namespaces without tearing anything down."""
+        for io in self.io.values():
+            io.sock.close()
+            os.close(io.fd)
+        self.io = {}
 
     def detach(self) -> None:
         """Leave the lab up after this process exits (``aitb topo deploy``): ``aitb clean``
@@ -183,11 +202,19 @@ class Lab:
         """The namespace name of ``node`` (for ``ip netns exec``)."""
         return self.layout.node(node).netns
 
-    def _fd(self, node: str) -> int:
+    def node_io(self, node: str) -> NodeIO:
+        """The namespace fd and rtnetlink socket of ``node``; raises LabError (exit code 2)
+        naming the known nodes for an unknown one, or if its namespace does not exist."""
         self.layout.node(node)
+        if node not in self.io and self.attached:
+            fd = netns.open_fd(self.layout.nodes[node].netns)
+            self.io[node] = NodeIO(fd, netns.socket_in(fd))
         if node not in self.io:
             raise unknown_name(f"node {node} has no namespace in run {self.run_id} (not up?)")
-        return self.io[node].fd
+        return self.io[node]
+
+    def _fd(self, node: str) -> int:
+        return self.node_io(node).fd
 
     def popen(self, node: str, argv: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` inside ``node``'s namespace (``kw`` go to subprocess.Popen); the
@@ -197,6 +224,7 @@ class Lab:
         self.registry.append([{"kind": "process", "node": node, "pid": proc.pid,
                                "start": -1 if start is None else start, "argv": list(argv)}])
         self.children[proc.pid] = proc
+        self.started.append((proc.pid, -1 if start is None else start))
         return proc
 
     def run(self, node: str, argv: Sequence[str], timeout_s: float = 30.0

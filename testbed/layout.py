@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from aitb.models.errors import LabError
 from aitb.models.plan import LabPlan, LinkPlan
 from aitb.models.shaping import Shaping
+from testbed.registry import unknown_name
 from testbed.tc import DirectionRecipe, TcObject, direction_recipe
 
 __all__ = ["NodeLayout", "Layout", "make_layout", "netns_name", "DIRECTIONS", "BRIDGE",
@@ -84,7 +85,7 @@ class Layout:
     def node(self, name: str) -> NodeLayout:
         """The node ``name``; raises LabError listing the known nodes if absent."""
         if name not in self.nodes:
-            raise LabError(f"unknown node {name!r}; known: {', '.join(sorted(self.nodes))}")
+            raise unknown_name(f"unknown node {name!r}; known: {', '.join(sorted(self.nodes))}")
         return self.nodes[name]
 
 

@@ -9,6 +9,7 @@ import typer
 
 MODULES: tuple[str, ...] = (
     "aitb.commands.topo",
+    "aitb.commands.lab",
 )
 
 
