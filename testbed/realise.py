@@ -59,7 +59,7 @@ def add_tc(batch: Batch, node: NodeLayout, objects: tuple[TcObject, ...], flags:
            verb: str = "create") -> None:
     """Queue ``objects`` (all on ``node``) into ``batch`` with netlink ``flags``."""
     for o in objects:
-        what = f"node {node.name}: {verb} {' '.join(o.tc_argv()[1:])}"
+        what = f"node {node.name}: {' '.join(o.tc_argv('add' if verb == 'create' else verb))}"
         extra = node.ifindex(o.params["redirect_dev"]) if o.verb == "filter" else 0
         key = ("tc", o.verb, o.parent, o.handle, o.kind, repr(sorted(o.params.items())), extra,
                flags)

@@ -48,7 +48,9 @@ def _egress(lab: Lab, old: DirectionRecipe, new: DirectionRecipe) -> Batch:
     node = lab.layout.nodes[new.tx_node]
     batch = Batch(lab.io[new.tx_node].sock, f"node {new.tx_node}")
     if _shape(old.egress) == _shape(new.egress):
-        add_tc(batch, node, new.egress, 0, "change")
+        # HTB's root has nothing to change (default class 1) and refuses "change"
+        add_tc(batch, node, tuple(o for o in new.egress if o.verb != "qdisc" or o.kind != "htb"),
+               0, "change")
         return batch
     if old.egress:
         _del_qdisc(batch, node.ifindex(new.tx_dev), TC_H_ROOT,
