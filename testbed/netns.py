@@ -81,11 +81,15 @@ def create_many(names: Iterable[str], out: dict[str, tuple[int, socket.socket]])
 
     Raises LabError naming the namespace at the first failure. Needs root.
     """
-    run_in(None, _create_loop, list(names), out)
+    stop = threading.Event()
+    run_in(None, _create_loop, list(names), out, stop, stop=stop)
 
 
-def _create_loop(names: list[str], out: dict[str, tuple[int, socket.socket]]) -> None:
+def _create_loop(names: list[str], out: dict[str, tuple[int, socket.socket]],
+                 stop: threading.Event) -> None:
     for name in names:
+        if stop.is_set():
+            return
         out[name] = _create_one(name)
 
 
@@ -98,11 +102,15 @@ def remove(name: str) -> bool:
     return True
 
 
-def run_in(fd: int | None, fn: Callable[..., T], *args: object) -> T:
+def run_in(fd: int | None, fn: Callable[..., T], *args: object,
+           stop: threading.Event | None = None) -> T:
     """Run ``fn(*args)`` in a fresh helper thread that first enters namespace ``fd`` (``None``:
     stay in the caller's); return its result or re-raise its exception. The thread returns to
-    its original namespace before it ends, so nothing else is moved."""
+    its original namespace before it ends, so nothing else is moved. If the caller is
+    interrupted (a signal handler raises), ``stop`` is set and the thread is still waited for,
+    so nothing is created behind the caller's back while it tears down."""
     box: dict[str, object] = {}
+    finished = threading.Event()
 
     def target() -> None:
         home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
@@ -115,10 +123,21 @@ def run_in(fd: int | None, fn: Callable[..., T], *args: object) -> T:
         finally:
             enter(home, "the original namespace")
             os.close(home)
+            finished.set()
 
     thread = threading.Thread(target=target, name="aitb-netns", daemon=True)
     thread.start()
-    thread.join()
+    try:
+        finished.wait()
+    except BaseException:
+        if stop is not None:
+            stop.set()
+        while not finished.is_set():  # not Thread.is_alive(): unreliable after an interrupt
+            try:
+                finished.wait()
+            except BaseException:  # noqa: BLE001, S112 - a second signal: keep waiting
+                continue
+        raise
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]

@@ -5,6 +5,7 @@ threads these context managers do nothing."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -51,7 +52,13 @@ def raising() -> Iterator[None]:
         yield
         return
 
+    owner = os.getpid()
+
     def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:  # a forked child (e.g. pyroute2's netns helper): default
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         raise LabInterrupted(signum)
 
     previous = _install(handler)
@@ -68,7 +75,16 @@ def held() -> Iterator[list[int]]:
     if not _main():
         yield got
         return
-    previous = _install(lambda signum, frame: got.append(signum))
+    owner = os.getpid()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        got.append(signum)
+
+    previous = _install(handler)
     try:
         yield got
     finally:

@@ -55,7 +55,13 @@ def _write(node: str, key: str, value: str, required: bool) -> None:
         if required:
             raise LabError(f"node {node}: sysctl {key} does not exist in this kernel") from None
     except OSError as exc:
-        raise LabError(f"node {node}: cannot set sysctl {key}={value}: {exc.strerror}") from None
+        hint = ""
+        if key == "net.ipv4.tcp_congestion_control":
+            hint = ("; a namespace's default may only be an algorithm listed in the host's "
+                    "net.ipv4.tcp_allowed_congestion_control (root can still pick any per "
+                    "socket, e.g. iperf3 -C)")
+        raise LabError(f"node {node}: cannot set sysctl {key}={value}: {exc.strerror}{hint}"
+                       ) from None
 
 
 def _apply_loop(items: Sequence[tuple[int, str, Mapping[str, str], Mapping[str, str]]]) -> None:

@@ -22,19 +22,22 @@ def two_hosts_switch(shaping: Shaping | None = None, stp: bool = False) -> LabPl
 
 
 def two_hosts_router(h1_out: Shaping | None = None, h1_in: Shaping | None = None,
-                     mtu: int = 1500) -> LabPlan:
-    """h1 - r1 - h2 routed: 198.18.1.0/30 and 198.18.2.0/30; shaping on h1's link."""
+                     mtu: int = 1500, h2_in: Shaping | None = None,
+                     cc: str | None = None) -> LabPlan:
+    """h1 - r1 - h2 routed: 198.18.1.0/30 and 198.18.2.0/30. h1_out/h1_in shape h1's link,
+    h2_in shapes r1 -> h2 (a bottleneck at the router, like a switch buffer)."""
     r1 = NodePlan("r1", "router")
-    h1 = NodePlan("h1", "host", routes=(Route(ip.ip_network("0.0.0.0/0"),
+    h1 = NodePlan("h1", "host", tcp_congestion_control=cc, routes=(Route(ip.ip_network("0.0.0.0/0"),
                                               (NextHop("eth0", ip.ip_address("198.18.1.2")),)),))
-    h2 = NodePlan("h2", "host", routes=(Route(ip.ip_network("0.0.0.0/0"),
+    h2 = NodePlan("h2", "host", tcp_congestion_control=cc, routes=(Route(ip.ip_network("0.0.0.0/0"),
                                               (NextHop("eth0", ip.ip_address("198.18.2.2")),)),))
     return LabPlan("rt", nodes=(h1, h2, r1), links=(
         LinkPlan("h1-r1", Endpoint("h1", "eth0", IF("198.18.1.1/30")),
                  Endpoint("r1", "e1", IF("198.18.1.2/30")),
                  a_to_b=h1_out or Shaping(), b_to_a=h1_in or Shaping(), mtu=mtu),
         LinkPlan("h2-r1", Endpoint("h2", "eth0", IF("198.18.2.1/30")),
-                 Endpoint("r1", "e2", IF("198.18.2.2/30")), mtu=mtu)))
+                 Endpoint("r1", "e2", IF("198.18.2.2/30")), b_to_a=h2_in or Shaping(),
+                 mtu=mtu)))
 
 
 def ecmp_diamond() -> LabPlan:
