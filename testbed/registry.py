@@ -83,8 +83,12 @@ class Registry:
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Append ``records`` durably (one write, flush, fsync)."""
-        data = "".join(json.dumps(r) + "\n" for r in records)
-        with open(self.path, "a") as f:
+        data = "".join(json.dumps(r) + "\n" for r in records).encode()
+        with open(self.path, "ab+") as f:
+            if f.seek(0, os.SEEK_END) > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":  # a torn line from a crash: start a fresh one
+                    data = b"\n" + data
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -1,0 +1,102 @@
+"""Delay line fidelity (netem): needs a kernel with sch_netem, so these run inside the
+stock-kernel VM (`make test-vm`); the VM exports AITB_IN_VM=tcg|kvm.
+
+Under TCG (software emulation) timers fire late and the guest runs ~50x slower: delays get
+a wider tolerance and the item-7 experiment runs at a scaled rate (same buffer and delay).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+
+import pytest
+from plans import two_hosts_router
+from pyroute2 import IPRoute
+from traffic import iperf3, received_bps
+
+from aitb.models.plan import NodePlan
+from aitb.models.shaping import Shaping
+from aitb.models.units import BufferSize
+
+pytestmark = [pytest.mark.vm, pytest.mark.netns]
+TCG = os.environ.get("AITB_IN_VM") == "tcg"
+
+
+def _rtts_ms(out: str) -> list[float]:
+    return [float(x) for x in re.findall(r"time=([\d.]+) ms", out)]
+
+
+def test_ping_rtt_matches_twice_the_configured_delay(labs):
+    delay_s = 0.010
+    plan = two_hosts_router(Shaping(delay_s=delay_s), Shaping(delay_s=delay_s))
+    with labs(plan) as lab:
+        lab.run("h1", ["ping", "-c", "2", "-W", "2", "198.18.2.1"])  # ARP, warm-up
+        out = lab.run("h1", ["ping", "-c", "20", "-i", "0.05", "198.18.2.1"]).stdout
+    rtts = sorted(_rtts_ms(out))
+    median = rtts[len(rtts) // 2]
+    want = 2 * delay_s * 1e3
+    if TCG:  # emulated timers: KERNEL.md saw 21-31 ms through a 20 ms netem round trip
+        assert want - 0.3 <= median <= want + 12, rtts
+    else:  # the issue's target: max(0.3 ms, 3 %) on a native or KVM kernel
+        assert abs(median - want) <= max(0.3, 0.03 * want), rtts
+
+
+def test_random_loss_inside_the_99pct_binomial_interval(labs):
+    loss_pct, n = 10.0, 1000
+    with labs(two_hosts_router(Shaping(loss_pct=loss_pct))) as lab:
+        lab.run("h1", ["ping", "-c", "2", "-W", "2", "198.18.2.1"], timeout_s=30)
+        proc = lab.popen("h1", ["ping", "-q", "-c", str(n), "-i", "0.002", "-W", "1",
+                                "198.18.2.1"], stdout=subprocess.PIPE, text=True)
+        out, _ = proc.communicate(timeout=120)
+    received = int(re.search(r"(\d+) received", out).group(1))
+    lost, p = n - received, loss_pct / 100
+    # 99 % normal approximation of Binomial(n, p): n*p +- 2.576*sqrt(n*p*(1-p))
+    half = 2.576 * math.sqrt(n * p * (1 - p))
+    assert n * p - half <= lost <= n * p + half, f"lost {lost} of {n}"
+
+
+def _drops(lab, node: str, ifname: str, handle: int) -> int:
+    with IPRoute(netns=lab.netns_name(node)) as ipr:
+        for q in ipr.get_qdiscs(index=lab.layout.nodes[node].ifindex(ifname)):
+            if q["handle"] == handle:
+                return q.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["drops"]
+    raise AssertionError(f"no qdisc {handle:#x} on {node}:{ifname}")
+
+
+def _item7_plan(rate_bps: int, delay_s: float):
+    big = {"net.ipv4.tcp_rmem": "4096 131072 67108864",
+           "net.ipv4.tcp_wmem": "4096 131072 67108864"}
+    plan = two_hosts_router(h2_in=Shaping(rate_bps=rate_bps, delay_s=delay_s,
+                                          buffer=BufferSize(packets=100)))
+    nodes = tuple(NodePlan(n.name, n.kind, routes=n.routes, sysctls=big)
+                  if n.kind == "host" else n for n in plan.nodes)
+    return plan.__class__(plan.name, nodes, plan.links)
+
+
+def test_item7_buffer_independent_of_the_delay_line(labs):
+    """1 Gbit/s, 50 ms, 100-packet buffer (issue 2 item 7): a window of one BDP passes
+    without any drop; a window far above BDP + 100 packets builds a standing queue that the
+    100-packet buffer drops, and the delay line (netem) drops nothing in either case."""
+    rate_bps = 50 * 10**6 if TCG else 10**9  # TCG cannot forward 1 Gbit/s; same ratio holds
+    delay_s = 0.050
+    bdp_bytes = rate_bps * delay_s / 8
+    with labs(_item7_plan(rate_bps, delay_s)) as lab:
+        lab.run("h1", ["ping", "-c", "1", "-W", "2", "198.18.2.1"])
+        # window = 0.9 BDP: the link is never overrun, nothing may be dropped anywhere
+        ok = iperf3(lab, "h1", "h2", "198.18.2.1", seconds=4, omit=1,
+                    extra=("-C", "cubic", "-w", str(int(0.9 * bdp_bytes))))
+        assert _drops(lab, "r1", "e2", 0x100000) == 0  # the bottleneck buffer
+        assert _drops(lab, "h2", "ifb" + str(lab.layout.nodes["h2"].ifindex("eth0")),
+                      0x10000) == 0  # the delay line
+        # window = 3 BDP: the standing queue would be ~2 BDP >> 100 packets
+        iperf3(lab, "h1", "h2", "198.18.2.1", seconds=4, omit=0,
+               extra=("-C", "cubic", "-w", str(int(3 * bdp_bytes))))
+        buffer_drops = _drops(lab, "r1", "e2", 0x100000)
+        line_drops = _drops(lab, "h2", "ifb" + str(lab.layout.nodes["h2"].ifindex("eth0")),
+                            0x10000)
+    assert buffer_drops > 0 and line_drops == 0, (buffer_drops, line_drops)
+    # the BDP-sized window fills ~90 % of the link (10 %: window/RTT estimate + slow start)
+    assert received_bps(ok) >= 0.8 * 0.9 * rate_bps * (1448 / 1514)
