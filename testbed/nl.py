@@ -155,9 +155,12 @@ def _ext_ack_text(buf: bytes, off: int, length: int, flags: int) -> str:
     return ""
 
 
-def dump(sock: socket.socket, msg: nlmsg, msg_type: int, where: str) -> list[Any]:
+def dump(sock: socket.socket, msg: nlmsg, msg_type: int, where: str,
+         decoders: dict[int, type[nlmsg]] | None = None) -> list[Any]:
     """Send dump request ``msg`` (``RTM_GET*``) and return the decoded answers (pyroute2
-    messages). Raises LabError naming ``where`` if the kernel refuses the dump."""
+    messages; ``decoders`` maps message types to other classes, e.g. ones that skip
+    counters). Raises LabError naming ``where`` if the kernel refuses the dump."""
+    classes = {**_DECODERS, **(decoders or {})}
     _prepare(sock)
     msg["header"]["type"] = msg_type
     msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_DUMP
@@ -175,8 +178,8 @@ def dump(sock: socket.socket, msg: nlmsg, msg_type: int, where: str) -> list[Any
             if mtype == NLMSG_ERROR:
                 (err,) = struct.unpack_from("=i", buf, off + 16)
                 raise LabError(f"{where}: dump failed: {os.strerror(-err or errno.EIO)}")
-            if mtype in _DECODERS:
-                m = _DECODERS[mtype](buf[off:off + length])
+            if mtype in classes:
+                m = classes[mtype](buf[off:off + length])
                 m.decode()
                 out.append(m)
             off += (length + 3) & ~3

@@ -33,6 +33,17 @@ from testbed.tcmsgs import RTM_GETQDISC, RTM_GETTCLASS, TcMsg, handle, pct_u32
 __all__ = ["check_node", "dump_tc", "tc_differences", "raise_if"]
 
 
+def _brief(cls: Any, keep: set[str]) -> Any:
+    """``cls`` with every attribute outside ``keep`` left undecoded (readback needs few;
+    pyroute2 decoding counters and per-family data is most of a dump's cost)."""
+    nla_map = tuple((e[0], e[1] if e[0] in keep else "none", *e[2:]) for e in cls.nla_map)
+    return type(f"Brief{cls.__name__}", (cls,), {"nla_map": nla_map})
+
+
+BriefLink = _brief(ifinfmsg, {"IFLA_IFNAME", "IFLA_MTU", "IFLA_MASTER", "IFLA_IFALIAS"})
+BriefTc = _brief(TcMsg, {"TCA_KIND", "TCA_OPTIONS"})
+
+
 def raise_if(problems: list[str], what: str) -> None:
     """Raise one LabError listing ``problems`` (if any) under the heading ``what``."""
     if problems:
@@ -41,7 +52,8 @@ def raise_if(problems: list[str], what: str) -> None:
 
 
 def _links(n: NodePlan, node: NodeLayout, sock: socket.socket, alias: str) -> list[str]:
-    got = {m["index"]: link_state(m) for m in dump(sock, ifinfmsg(), RTM_GETLINK, n.name)}
+    got = {m["index"]: link_state(m)
+           for m in dump(sock, ifinfmsg(), RTM_GETLINK, n.name, {16: BriefLink})}
     out = []
     master = node.index.get(BRIDGE) if n.kind == "switch" else None
     for ifname, index in node.index.items():
@@ -89,15 +101,18 @@ def _routes(n: NodePlan, node: NodeLayout, sock: socket.socket) -> list[str]:
     return out
 
 
-def dump_tc(sock: socket.socket, where: str, ifindexes: list[int]) -> dict[tuple, Any]:
-    """(ifindex, handle, "qdisc"|"class") -> dumped tc message, for the given interfaces."""
+def dump_tc(sock: socket.socket, where: str, ifindexes: list[int], counters: bool = True
+            ) -> dict[tuple, Any]:
+    """(ifindex, handle, "qdisc"|"class") -> dumped tc message, for the given interfaces;
+    without ``counters`` the statistics are not decoded (faster)."""
     out: dict[tuple, Any] = {}
-    for m in dump(sock, TcMsg(), RTM_GETQDISC, where):
+    dec = None if counters else {36: BriefTc, 40: BriefTc}
+    for m in dump(sock, TcMsg(), RTM_GETQDISC, where, dec):
         out[(m["index"], m["handle"], "qdisc")] = m
     for index in ifindexes:
         req = TcMsg()
         req["index"] = index
-        for m in dump(sock, req, RTM_GETTCLASS, where):
+        for m in dump(sock, req, RTM_GETTCLASS, where, dec):
             out[(m["index"], m["handle"], "class")] = m
     return out
 
@@ -144,6 +159,6 @@ def check_node(links: list[LinkPlan], layout: Layout, n: NodePlan, sock: socket.
     node = layout.nodes[n.name]
     objects = layout.tc_objects(n.name)
     devs = sorted({node.ifindex(o.dev) for o in objects if o.verb == "class"})
-    got = dump_tc(sock, n.name, devs) if objects else {}
+    got = dump_tc(sock, n.name, devs, counters=False) if objects else {}
     return (_links(n, node, sock, owner_alias(layout.run_id)) + _addrs(links, n, node, sock)
             + _routes(n, node, sock) + tc_differences(node, objects, got))
