@@ -92,3 +92,27 @@ def test_missing_netem_is_a_clear_error_and_nothing_is_created(labs):
     with pytest.raises(LabError, match=r"lacks netem .*link\(s\) h1-r1.*aitb --vm"):
         lab.up()
     assert not lab.registry.dir.exists()
+
+
+def test_dual_stack_router_forwards_ipv6(labs):
+    import dataclasses
+    import ipaddress as ip
+
+    from aitb.models.plan import NextHop, Route
+
+    plan = two_hosts_router()
+    v6 = {("h1", "eth0"): "2001:db8:1::1/64", ("r1", "e1"): "2001:db8:1::2/64",
+          ("h2", "eth0"): "2001:db8:2::1/64", ("r1", "e2"): "2001:db8:2::2/64"}
+    links = tuple(dataclasses.replace(
+        lk, a=dataclasses.replace(lk.a, ipv6=ip.IPv6Interface(v6[(lk.a.node, lk.a.ifname)])),
+        b=dataclasses.replace(lk.b, ipv6=ip.IPv6Interface(v6[(lk.b.node, lk.b.ifname)])))
+        for lk in plan.links)
+    gw = {"h1": "2001:db8:1::2", "h2": "2001:db8:2::2"}
+    nodes = tuple(dataclasses.replace(n, routes=n.routes + (Route(ip.ip_network("::/0"), (
+        NextHop("eth0", ip.ip_address(gw[n.name])),)),)) if n.name in gw else n
+        for n in plan.nodes)
+    with labs(dataclasses.replace(plan, nodes=nodes, links=links)) as lab:
+        assert sysctl.read(lab.node_io("r1").fd, "net.ipv6.conf.all.forwarding") == "1"
+        out = lab.run("h1", ["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2",
+                             "2001:db8:2::1"]).stdout
+        assert " 0% packet loss" in out

@@ -66,37 +66,37 @@ def _drops(lab, node: str, ifname: str, handle: int) -> int:
     raise AssertionError(f"no qdisc {handle:#x} on {node}:{ifname}")
 
 
-def _item7_plan(rate_bps: int, delay_s: float):
-    big = {"net.ipv4.tcp_rmem": "4096 131072 67108864",
-           "net.ipv4.tcp_wmem": "4096 131072 67108864"}
-    plan = two_hosts_router(h2_in=Shaping(rate_bps=rate_bps, delay_s=delay_s,
-                                          buffer=BufferSize(packets=100)))
-    nodes = tuple(NodePlan(n.name, n.kind, routes=n.routes, sysctls=big)
-                  if n.kind == "host" else n for n in plan.nodes)
-    return plan.__class__(plan.name, nodes, plan.links)
+def _set_rmem_max(lab, node: str, max_bytes: int) -> None:
+    lab.run(node, ["sysctl", "-w", f"net.ipv4.tcp_rmem=4096 131072 {max_bytes}"])
 
 
 def test_item7_buffer_independent_of_the_delay_line(labs):
     """1 Gbit/s, 50 ms, 100-packet buffer (issue 2 item 7): a window of one BDP passes
-    without any drop; a window far above BDP + 100 packets builds a standing queue that the
-    100-packet buffer drops, and the delay line (netem) drops nothing in either case."""
+    without any drop; a window that grows past BDP + 100 packets builds a standing queue that
+    the 100-packet buffer drops, and the delay line (netem) drops nothing in either case.
+
+    The receiver's window is set through tcp_rmem (autotuning ignores SO_RCVBUF caps): with
+    tcp_adv_win_scale=1 (the 6.1 stock kernel) the advertised window is half of it."""
     rate_bps = 50 * 10**6 if TCG else 10**9  # TCG cannot forward 1 Gbit/s; same ratio holds
     delay_s = 0.050
-    bdp_bytes = rate_bps * delay_s / 8
-    with labs(_item7_plan(rate_bps, delay_s)) as lab:
+    bdp_bytes = int(rate_bps * delay_s / 8)
+    big = {"net.ipv4.tcp_wmem": "4096 131072 67108864"}
+    plan = two_hosts_router(h2_in=Shaping(rate_bps=rate_bps, delay_s=delay_s,
+                                          buffer=BufferSize(packets=100)))
+    plan = plan.__class__(plan.name, tuple(
+        NodePlan(n.name, n.kind, routes=n.routes, sysctls=big) if n.kind == "host" else n
+        for n in plan.nodes), plan.links)
+    with labs(plan) as lab:
+        line = ("h2", "ifb" + str(lab.layout.nodes["h2"].ifindex("eth0")))
         lab.run("h1", ["ping", "-c", "1", "-W", "2", "198.18.2.1"])
-        # window = 0.9 BDP: the link is never overrun, nothing may be dropped anywhere
-        ok = iperf3(lab, "h1", "h2", "198.18.2.1", seconds=4, omit=1,
-                    extra=("-C", "cubic", "-w", str(int(0.9 * bdp_bytes))))
-        assert _drops(lab, "r1", "e2", 0x100000) == 0  # the bottleneck buffer
-        assert _drops(lab, "h2", "ifb" + str(lab.layout.nodes["h2"].ifindex("eth0")),
-                      0x10000) == 0  # the delay line
-        # window = 3 BDP: the standing queue would be ~2 BDP >> 100 packets
-        iperf3(lab, "h1", "h2", "198.18.2.1", seconds=4, omit=0,
-               extra=("-C", "cubic", "-w", str(int(3 * bdp_bytes))))
-        buffer_drops = _drops(lab, "r1", "e2", 0x100000)
-        line_drops = _drops(lab, "h2", "ifb" + str(lab.layout.nodes["h2"].ifindex("eth0")),
-                            0x10000)
-    assert buffer_drops > 0 and line_drops == 0, (buffer_drops, line_drops)
-    # the BDP-sized window fills ~90 % of the link (10 %: window/RTT estimate + slow start)
-    assert received_bps(ok) >= 0.8 * 0.9 * rate_bps * (1448 / 1514)
+        _set_rmem_max(lab, "h2", int(2 * 0.95 * bdp_bytes))  # window = 0.95 BDP
+        ok = iperf3(lab, "h1", "h2", "198.18.2.1", seconds=4, omit=1, extra=("-C", "cubic"))
+        after_bdp = (_drops(lab, "r1", "e2", 0x100000), _drops(lab, *line, 0x10000))
+        _set_rmem_max(lab, "h2", 64 << 20)  # window free to grow far past BDP + 100 packets
+        iperf3(lab, "h1", "h2", "198.18.2.1", seconds=4, omit=0, extra=("-C", "cubic"))
+        after_big = (_drops(lab, "r1", "e2", 0x100000), _drops(lab, *line, 0x10000))
+    goodput = received_bps(ok)
+    assert after_bdp == (0, 0), f"(buffer, delay line) drops with a BDP window: {after_bdp}"
+    assert after_big[0] > 0 and after_big[1] == 0, f"(buffer, delay line) drops: {after_big}"
+    # a 0.95 BDP window fills ~95 % of the link; 20 % slack for slow start and TCG timers
+    assert goodput >= 0.75 * rate_bps * 1448 / 1514, f"{goodput / 1e6:.1f} Mbit/s"
