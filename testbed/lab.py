@@ -87,7 +87,8 @@ class Lab:
         try:
             self._build()
         except BaseException as exc:
-            report = self._teardown()
+            with signals.held():  # a second Ctrl-C must not cut the cleanup short
+                report = self._teardown()
             if report.failures:
                 exc.add_note("teardown after the failure also failed:\n  "
                              + "\n  ".join(report.failures))

@@ -132,7 +132,8 @@ class Registry:
 
     def remove(self) -> None:
         """Delete the run's directory (after a complete teardown)."""
-        shutil.rmtree(self.dir, ignore_errors=False)
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
 
     @staticmethod
     def runs(state_dir: Path) -> list[str]:
