@@ -134,6 +134,8 @@ def clean(run_id: Annotated[str | None, typer.Argument(help="Only this run.")] =
           as_json: JsonOpt = False) -> None:
     """Remove what crashed runs left (their owner pid is dead), exactly as their registries
     list it; with RUN_ID also a deployed run."""
+    if force and run_id is None:
+        raise unknown_name("--force needs a RUN_ID: it removes a run whose owner is alive")
     reports, skipped = clean_mod.clean(state_dir(), run_id, force)
     out: dict[str, Any] = {"removed": [r.to_dict() for r in reports], "skipped": skipped}
     failures = [f for r in reports for f in r.failures]
