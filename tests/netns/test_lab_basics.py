@@ -116,3 +116,9 @@ def test_dual_stack_router_forwards_ipv6(labs):
         out = lab.run("h1", ["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2",
                              "2001:db8:2::1"]).stdout
         assert " 0% packet loss" in out
+
+
+def test_stp_switch_converges_before_up_returns(labs):
+    with labs(two_hosts_switch(stp=True)) as lab:  # up() waits through listening/learning
+        assert lab.timings["verify"] >= 3.5  # 2 x 2 s forward delay, the minimum with STP
+        lab.run("h1", ["ping", "-c", "1", "-W", "2", "198.18.0.2"])

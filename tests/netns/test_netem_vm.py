@@ -104,3 +104,21 @@ def test_item7_buffer_independent_of_the_delay_line(labs):
     assert after_big[0] > 0 and after_big[1] == 0, f"(buffer, delay line) drops: {after_big}"
     # paced at 95 % of the bound; 10 % slack for the pacing timer (and TCG's late timers)
     assert goodput >= 0.85 * rate_bps * 1448 / 1514, f"{goodput / 1e6:.1f} Mbit/s"
+
+
+def test_set_shaping_adds_changes_and_removes_a_delay_line(labs):
+    def median_rtt_ms(lab) -> float:
+        rtts = sorted(_rtts_ms(lab.run("h1", ["ping", "-c", "5", "-i", "0.05",
+                                              "198.18.2.1"]).stdout))
+        return rtts[len(rtts) // 2]
+
+    with labs(two_hosts_router()) as lab:
+        base = median_rtt_ms(lab)
+        lab.set_shaping("h1-r1", "a_to_b", Shaping(delay_s=0.02))  # new IFB + netem
+        assert median_rtt_ms(lab) >= base + 19.5
+        lab.set_shaping("h1-r1", "a_to_b", Shaping(delay_s=0.04))  # netem changed in place
+        assert median_rtt_ms(lab) >= base + 39.5
+        lab.set_shaping("h1-r1", "a_to_b", Shaping())  # delay line removed
+        assert median_rtt_ms(lab) < base + 10
+        with IPRoute(netns=lab.netns_name("r1")) as ipr:
+            assert not [x for x in ipr.get_links() if x.get_attr("IFLA_IFNAME").startswith("ifb")]

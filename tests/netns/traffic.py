@@ -26,19 +26,23 @@ def iperf3(lab, client: str, server: str, server_ip: str, seconds: int = 2, omit
     srv = lab.popen(server, ["iperf3", "-s", "-1", "-J"], stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE)
     argv = ["iperf3", "-c", server_ip, "-t", str(seconds), "-O", str(omit), "-J", *extra]
-    for _ in range(50):  # the server needs a moment to listen
+    for _ in range(100):  # the server needs a moment to listen
         try:
-            out = lab.run(client, argv, timeout_s=seconds + omit + 15)
-            break
+            result = json.loads(lab.run(client, argv, timeout_s=seconds + omit + 30).stdout)
         except CommandError as exc:
-            if "unable to connect" not in str(exc) and "Connection refused" not in str(exc):
+            if "unable to connect" not in str(exc):
                 raise
-            time.sleep(0.05)
+            result = {"error": str(exc)}
+        if "unable to connect" not in result.get("error", ""):
+            break
+        time.sleep(0.1)
+    if "error" in result:
+        raise AssertionError(f"iperf3 {' '.join(argv)}: {result['error']}")
     try:
         srv.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass  # Lab.down() ends it
-    return json.loads(out.stdout)
+    return result
 
 
 def received_bps(result: dict) -> float:
