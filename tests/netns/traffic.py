@@ -6,7 +6,7 @@ import json
 import subprocess
 import time
 
-from aitb.models.errors import CommandError
+from testbed import netns
 
 TCP_IP_TS_HEADERS = 20 + 20 + 12  # IPv4 + TCP + timestamp option, RFC 791/9293/7323
 ETH_HLEN = 14  # what HTB counts on top of the IP packet on a veth (skb->len)
@@ -20,22 +20,37 @@ def tcp_goodput_bound_bps(rate_bps: int, mtu: int = 1500) -> float:
     return rate_bps * (mtu - TCP_IP_TS_HEADERS) / (mtu + ETH_HLEN)
 
 
+def wait_listening(lab, node: str, port: int, timeout_s: float = 20.0) -> None:
+    """Wait until a TCP socket listens on ``port`` in ``node`` (reads the namespace's
+    /proc/net/tcp from a thread inside it; a probe connection would use up iperf3 -s -1)."""
+    def listening() -> bool:
+        rows = []
+        for name in ("tcp", "tcp6"):  # iperf3 listens on a dual-stack socket
+            with open(f"/proc/thread-self/net/{name}") as f:
+                rows += [line.split() for line in f.readlines()[1:]]
+        return any(r[1].endswith(f":{port:04X}") and r[3] == "0A" for r in rows)
+
+    deadline = time.monotonic() + timeout_s
+    while not netns.run_in(lab.node_io(node).fd, listening):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nothing listens on port {port} in {node}")
+        time.sleep(0.02)
+
+
+def start_server(lab, server: str):
+    """iperf3 -s -1 in ``server``, returned once it listens."""
+    srv = lab.popen(server, ["iperf3", "-s", "-1", "-J"], stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE)
+    wait_listening(lab, server, 5201)
+    return srv
+
+
 def iperf3(lab, client: str, server: str, server_ip: str, seconds: int = 2, omit: int = 1,
            extra: tuple[str, ...] = ()) -> dict:
     """Run one iperf3 test client -> server; return the client's -J result."""
-    srv = lab.popen(server, ["iperf3", "-s", "-1", "-J"], stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE)
+    srv = start_server(lab, server)
     argv = ["iperf3", "-c", server_ip, "-t", str(seconds), "-O", str(omit), "-J", *extra]
-    for _ in range(100):  # the server needs a moment to listen
-        try:
-            result = json.loads(lab.run(client, argv, timeout_s=seconds + omit + 30).stdout)
-        except CommandError as exc:
-            if "unable to connect" not in str(exc):
-                raise
-            result = {"error": str(exc)}
-        if "unable to connect" not in result.get("error", ""):
-            break
-        time.sleep(0.1)
+    result = json.loads(lab.run(client, argv, timeout_s=seconds + omit + 30).stdout)
     if "error" in result:
         raise AssertionError(f"iperf3 {' '.join(argv)}: {result['error']}")
     try:
