@@ -82,9 +82,13 @@ def test_item7_buffer_independent_of_the_delay_line(labs):
     tcp_adv_win_scale=1 (the 6.1 stock kernel) the advertised window is half of it. Drops of
     slow start's transient (2x bursts, ~BDP/2 of queue) are excluded by counting only after
     the flow is window-limited."""
-    rate_bps = 50 * 10**6 if TCG else 10**9  # TCG cannot forward 1 Gbit/s; same ratio holds
-    delay_s = 0.050
+    # Under TCG netem's timer fires 10-30 ms late and then releases that much of the line at
+    # once; the ACKs of such a clump make the sender burst lateness x rate packets into the
+    # buffer. 10 Mbit/s x 200 ms keeps that burst (<= 25 packets) well below the buffer while
+    # the BDP (165 packets) still exceeds it, as 1 Gbit/s x 50 ms (4128 packets) does natively.
+    rate_bps, delay_s = (10**7, 0.200) if TCG else (10**9, 0.050)
     bdp_bytes = int(rate_bps * delay_s / 8)
+    assert bdp_bytes / 1514 > 100  # the window does not fit into the buffer
     big = {"net.ipv4.tcp_wmem": "4096 131072 67108864"}
     plan = two_hosts_router(h2_in=Shaping(rate_bps=rate_bps, delay_s=delay_s,
                                           buffer=BufferSize(packets=100)))
@@ -97,14 +101,14 @@ def test_item7_buffer_independent_of_the_delay_line(labs):
         lab.run("h1", ["ping", "-c", "1", "-W", "2", "198.18.2.1"])
         _set_rmem_max(lab, "h2", 2 * bdp_bytes)  # window = BDP
         start_server(lab, "h2")
-        client = lab.popen("h1", ["iperf3", "-c", "198.18.2.1", "-t", "8", "-C", "cubic", "-J"],
-                           stdout=subprocess.PIPE, text=True)
-        time.sleep(4)  # slow start and its losses are over: the window limits the flow now
+        client = lab.popen("h1", ["iperf3", "-c", "198.18.2.1", "-t", "10", "-C", "cubic",
+                                  "-J"], stdout=subprocess.PIPE, text=True)
+        time.sleep(5)  # slow start and its losses are over: the window limits the flow now
         before = _drops(lab, *buf)
         out, _ = client.communicate(timeout=60)
         steady = (_drops(lab, *buf) - before, _drops(lab, *line))
         _set_rmem_max(lab, "h2", 64 << 20)  # window free to grow far past BDP + 100 packets
-        iperf3(lab, "h1", "h2", "198.18.2.1", seconds=4, omit=0, extra=("-C", "cubic"))
+        iperf3(lab, "h1", "h2", "198.18.2.1", seconds=5, omit=0, extra=("-C", "cubic"))
         grown = (_drops(lab, *buf) - before - steady[0], _drops(lab, *line))
     last = json.loads(out)["intervals"][-1]["sum"]["bits_per_second"]
     assert steady == (0, 0), f"(buffer, delay line) drops with a BDP window: {steady}"
