@@ -40,16 +40,21 @@ def new_run_id() -> str:
 class Lab:
     """A lab of ``plan`` in run ``run_id`` (new random one if None), state under ``state_dir``.
 
+    wire_packets: MSS-sized packets on every link (no GSO super-packets; exact packet counts
+    in buffers and netem, more CPU); None decides from the plan
+    (:func:`testbed.layout.needs_wire_packets`). A later :meth:`set_shaping` does not change
+    it: pass True when packet buffers may be added later.
+
     Side effects (up): namespaces ``aitb-<run_id>-<node>``, veths, bridges, IFBs, qdiscs,
     routes, sysctls inside them; ``state_dir/<run_id>/{registry.jsonl,plan.json}``.
     """
 
     def __init__(self, plan: LabPlan, run_id: str | None = None,
-                 state_dir: Path = DEFAULT_STATE_DIR) -> None:
+                 state_dir: Path = DEFAULT_STATE_DIR, wire_packets: bool | None = None) -> None:
         self.plan = plan
         self.run_id = run_id or new_run_id()
         self.registry = Registry(state_dir, self.run_id)
-        self.layout: Layout = make_layout(plan, self.run_id)
+        self.layout: Layout = make_layout(plan, self.run_id, wire_packets)
         self.io: dict[str, NodeIO] = {}
         self.children: dict[int, subprocess.Popen[Any]] = {}
         self.timings: dict[str, float] = {}

@@ -17,8 +17,8 @@ from aitb.models.shaping import Shaping
 from testbed.registry import unknown_name
 from testbed.tc import DirectionRecipe, TcObject, direction_recipe
 
-__all__ = ["NodeLayout", "Layout", "make_layout", "netns_name", "DIRECTIONS", "BRIDGE",
-           "owner_alias", "recipe_for"]
+__all__ = ["NodeLayout", "Layout", "make_layout", "needs_wire_packets", "netns_name",
+           "DIRECTIONS", "BRIDGE", "owner_alias", "recipe_for"]
 
 FIRST_IFINDEX = 100
 BRIDGE = "br0"
@@ -61,6 +61,7 @@ class Layout:
     run_id: str
     nodes: dict[str, NodeLayout]
     recipes: dict[tuple[str, str], DirectionRecipe]
+    wire_packets: bool = True
     _by_node: dict[str, list[DirectionRecipe]] | None = None
 
     def set_recipe(self, key: tuple[str, str], recipe: DirectionRecipe) -> None:
@@ -108,8 +109,23 @@ def recipe_for(layout: Layout, link: LinkPlan, direction: str, shaping: Shaping
     return direction_recipe(shaping, link.mtu, tx, rx, ifb_name(rx_index))
 
 
-def make_layout(plan: LabPlan, run_id: str) -> Layout:
-    """Assign namespaces, ifindexes and recipes for ``plan`` in run ``run_id``.
+def needs_wire_packets(plan: LabPlan) -> bool:
+    """True when some direction's behaviour is defined per packet, so packets must be
+    wire-sized (no GSO super-packets, see :mod:`testbed.links`): a buffer given in packets,
+    an AQM, or netem loss, duplication, corruption or reordering. A rate alone, a byte buffer
+    or a pure delay behave the same with GSO (HTB and bfifo count every segment's bytes)."""
+    for lk in plan.links:
+        for s in (lk.a_to_b, lk.b_to_a):
+            if (s.buffer is not None and s.buffer.packets is not None) or s.aqm != "fifo" \
+                    or s.loss_pct or s.loss_gemodel or s.duplicate_pct or s.corrupt_pct \
+                    or s.reorder_pct:
+                return True
+    return False
+
+
+def make_layout(plan: LabPlan, run_id: str, wire_packets: bool | None = None) -> Layout:
+    """Assign namespaces, ifindexes and recipes for ``plan`` in run ``run_id``;
+    ``wire_packets`` None chooses by :func:`needs_wire_packets`.
 
     Raises LabError for a link endpoint on an unknown node or an interface name used twice on
     one node (topologies/ validates this; the runtime does not trust it blindly).
@@ -126,7 +142,8 @@ def make_layout(plan: LabPlan, run_id: str) -> Layout:
             if ep.ifname in idx:
                 raise LabError(f"node {ep.node}: interface {ep.ifname} used twice")
             idx[ep.ifname] = FIRST_IFINDEX + 1 + len(idx)
-    layout = Layout(run_id, nodes, {})
+    wire = needs_wire_packets(plan) if wire_packets is None else wire_packets
+    layout = Layout(run_id, nodes, {}, wire)
     for link in plan.links:
         for d in DIRECTIONS:
             recipe = recipe_for(layout, link, d, getattr(link, d))

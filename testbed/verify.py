@@ -16,7 +16,7 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from aitb.models.errors import LabError
 from aitb.models.plan import LinkPlan, NodePlan
-from testbed.layout import BRIDGE, Layout, NodeLayout, owner_alias
+from testbed.layout import BRIDGE, IFB_INDEX_BASE, Layout, NodeLayout, owner_alias
 from testbed.links import RTM_GETLINK, link_state
 from testbed.nl import dump
 from testbed.routes import (
@@ -40,7 +40,8 @@ def _brief(cls: Any, keep: set[str]) -> Any:
     return type(f"Brief{cls.__name__}", (cls,), {"nla_map": nla_map})
 
 
-BriefLink = _brief(ifinfmsg, {"IFLA_IFNAME", "IFLA_MTU", "IFLA_MASTER", "IFLA_IFALIAS"})
+BriefLink = _brief(ifinfmsg, {"IFLA_IFNAME", "IFLA_MTU", "IFLA_MASTER", "IFLA_IFALIAS",
+                              "IFLA_GSO_MAX_SEGS"})
 BriefTc = _brief(TcMsg, {"TCA_KIND", "TCA_OPTIONS"})
 
 
@@ -51,7 +52,8 @@ def raise_if(problems: list[str], what: str) -> None:
                        + "\n  ".join(problems))
 
 
-def _links(n: NodePlan, node: NodeLayout, sock: socket.socket, alias: str) -> list[str]:
+def _links(n: NodePlan, node: NodeLayout, sock: socket.socket, alias: str, wire: bool
+           ) -> list[str]:
     got = {m["index"]: link_state(m)
            for m in dump(sock, ifinfmsg(), RTM_GETLINK, n.name, {16: BriefLink})}
     out = []
@@ -63,6 +65,9 @@ def _links(n: NodePlan, node: NodeLayout, sock: socket.socket, alias: str) -> li
             continue
         if not have["up"] or have["alias"] != alias:
             out.append(f"node {n.name}: {ifname} up={have['up']} alias={have['alias']!r}")
+        if wire and ifname != BRIDGE and index < IFB_INDEX_BASE and have["gso_max_segs"] != 1:
+            out.append(f"node {n.name}: {ifname} gso_max_segs={have['gso_max_segs']}, "
+                       "planned 1 (wire-sized packets)")
         if master and ifname != BRIDGE and not ifname.startswith("ifb") \
                 and have["master"] != master:
             out.append(f"node {n.name}: {ifname} is not a port of {BRIDGE}")
@@ -160,5 +165,6 @@ def check_node(links: list[LinkPlan], layout: Layout, n: NodePlan, sock: socket.
     objects = layout.tc_objects(n.name)
     devs = sorted({node.ifindex(o.dev) for o in objects if o.verb == "class"})
     got = dump_tc(sock, n.name, devs, counters=False) if objects else {}
-    return (_links(n, node, sock, owner_alias(layout.run_id)) + _addrs(links, n, node, sock)
+    alias = owner_alias(layout.run_id)
+    return (_links(n, node, sock, alias, layout.wire_packets) + _addrs(links, n, node, sock)
             + _routes(n, node, sock) + tc_differences(node, objects, got))

@@ -113,3 +113,14 @@ def test_handles():
 
 if sys.platform != "linux":  # pragma: no cover
     pytest.skip("linux only", allow_module_level=True)
+
+
+def test_wire_sized_packets_only_where_counts_matter():
+    from testbed.layout import needs_wire_packets
+
+    assert not needs_wire_packets(_plan(Shaping(rate_bps=10**9)))
+    assert not needs_wire_packets(_plan(Shaping(rate_bps=10**9, delay_s=0.01,
+                                                buffer=BufferSize(size_bytes=10**6))))
+    assert needs_wire_packets(_plan(Shaping(rate_bps=10**9, buffer=BufferSize(packets=100))))
+    assert needs_wire_packets(_plan(Shaping(loss_pct=1)))
+    assert make_layout(_plan(), "abc", wire_packets=True).wire_packets
