@@ -25,27 +25,29 @@ def leaf_spine(leaves: int, hosts: int, spines: int, shaped: bool = True) -> Lab
     host_s = Shaping(rate_bps=10**9, buffer=BufferSize(packets=100)) if shaped else Shaping()
     fab_s = Shaping(rate_bps=10 * 10**9, buffer=BufferSize(packets=1000)) if shaped else Shaping()
     nodes, links = [], []
-    agg = {l: ip.ip_network(f"198.18.{l * 4}.0/22") for l in range(leaves)}
+    agg = {lf: ip.ip_network(f"198.18.{lf * 4}.0/22") for lf in range(leaves)}
     spine_routes: dict[int, list[Route]] = {s: [] for s in range(spines)}
-    for l in range(leaves):
+    for lf in range(leaves):
         for h in range(hosts):
-            base = ip.ip_address(f"198.18.{l * 4}.0") + 4 * h
-            links.append(LinkPlan(f"l{l}h{h}", Endpoint(f"h{l}x{h}", "eth0", IF(f"{base + 1}/30")),
-                                  Endpoint(f"leaf{l}", f"h{h}", IF(f"{base + 2}/30")),
+            base = ip.ip_address(f"198.18.{lf * 4}.0") + 4 * h
+            links.append(LinkPlan(f"l{lf}h{h}",
+                                  Endpoint(f"h{lf}x{h}", "eth0", IF(f"{base + 1}/30")),
+                                  Endpoint(f"leaf{lf}", f"h{h}", IF(f"{base + 2}/30")),
                                   a_to_b=host_s, b_to_a=host_s))
-            nodes.append(NodePlan(f"h{l}x{h}", "host", routes=(Route(
+            nodes.append(NodePlan(f"h{lf}x{h}", "host", routes=(Route(
                 ip.ip_network("0.0.0.0/0"), (NextHop("eth0", base + 2),)),)))
         for s in range(spines):
-            base = ip.ip_address(f"198.19.{l}.0") + 4 * s
-            links.append(LinkPlan(f"l{l}s{s}", Endpoint(f"leaf{l}", f"s{s}", IF(f"{base + 1}/30")),
-                                  Endpoint(f"spine{s}", f"l{l}", IF(f"{base + 2}/30")),
+            base = ip.ip_address(f"198.19.{lf}.0") + 4 * s
+            links.append(LinkPlan(f"l{lf}s{s}",
+                                  Endpoint(f"leaf{lf}", f"s{s}", IF(f"{base + 1}/30")),
+                                  Endpoint(f"spine{s}", f"l{lf}", IF(f"{base + 2}/30")),
                                   a_to_b=fab_s, b_to_a=fab_s))
-            spine_routes[s].append(Route(agg[l], (NextHop(f"l{l}", base + 1),)))
-    for l in range(leaves):
-        hops = tuple(NextHop(f"s{s}", ip.ip_address(f"198.19.{l}.0") + 4 * s + 2)
+            spine_routes[s].append(Route(agg[lf], (NextHop(f"l{lf}", base + 1),)))
+    for lf in range(leaves):
+        hops = tuple(NextHop(f"s{s}", ip.ip_address(f"198.19.{lf}.0") + 4 * s + 2)
                      for s in range(spines))
-        nodes.append(NodePlan(f"leaf{l}", "router", ecmp_hash="l4", routes=tuple(
-            Route(agg[o], hops) for o in range(leaves) if o != l)))
+        nodes.append(NodePlan(f"leaf{lf}", "router", ecmp_hash="l4", routes=tuple(
+            Route(agg[o], hops) for o in range(leaves) if o != lf)))
     nodes += [NodePlan(f"spine{s}", "router", routes=tuple(spine_routes[s])) for s in range(spines)]
     return LabPlan(f"ls{leaves}x{hosts}", nodes=tuple(nodes), links=tuple(links))
 
