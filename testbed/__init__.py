@@ -1,1 +1,17 @@
-"""testbed layer of aitb (see ARCHITECTURE: layers)."""
+"""testbed layer of aitb (see ARCHITECTURE: layers): realises a LabPlan. Needs root.
+
+Module map (runtime of issue 2, items 6-8):
+
+- :mod:`testbed.lab` - ``Lab``: up/down/verify/set_shaping/popen/run, context manager
+- :mod:`testbed.tc` - tc recipes as pure data (HTB + buffer at the sender, netem on an IFB)
+- :mod:`testbed.layout` - namespaces, fixed ifindexes and recipes computed from the plan
+- :mod:`testbed.netns` - namespaces created by a helper thread (unshare + bind mount)
+- :mod:`testbed.nl` - batched rtnetlink over one socket per namespace (pyroute2 messages)
+- :mod:`testbed.links`, :mod:`testbed.routes`, :mod:`testbed.tcmsgs` - request builders
+- :mod:`testbed.realise` - bring-up steps; :mod:`testbed.verify` - readback
+- :mod:`testbed.reshape` - live shaping changes, STP wait
+- :mod:`testbed.sysctl` - per-namespace sysctls; :mod:`testbed.kernel` - feature probe
+- :mod:`testbed.registry`, :mod:`testbed.clean` - ownership records, teardown, ``aitb clean``
+- :mod:`testbed.procs` - processes in namespaces; :mod:`testbed.signals` - SIGINT/SIGTERM
+- :mod:`testbed.inspect` - live description with qdisc counters
+"""

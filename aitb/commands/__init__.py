@@ -13,6 +13,7 @@ MODULES: tuple[str, ...] = (
     "aitb.commands.run",
     "aitb.commands.doctor",
     "aitb.commands.pcap",
+    "aitb.commands.lab",
 )
 
 

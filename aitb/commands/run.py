@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -11,14 +12,17 @@ from rich.console import Console
 console = Console(stderr=True)
 
 
-def run(experiment: Path = typer.Argument(None, help="Experiment file (YAML); default: the "
-                                          "built-in quickstart.", show_default=False),
-        results: Path = typer.Option(Path("results"), "--results",
-                                     help="Folder that receives results/<experiment>/<run-id>/."),
-        as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the run directory."),
-        check: bool = typer.Option(False, "--check", help="Validate and build the experiment, "
-                                   "create nothing, and exit.")) -> None:
+def run(
+    experiment: Annotated[Path | None, typer.Argument(
+        help="Experiment file (YAML); default: the built-in quickstart.",
+        show_default=False)] = None,
+    results: Annotated[Path, typer.Option(
+        "--results", help="Folder that receives <experiment>/<run-id>/.")] = Path("results"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the run directory.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Validate and build the experiment, create nothing, exit.")] = False,
+) -> None:
     """Deploy the experiment's lab, replay its workloads over real sockets, record, tear down."""
     from aitb.orchestration.defaults import default_experiment
     from aitb.orchestration.runner import execute, prepare

@@ -1,11 +1,85 @@
+"""Fixtures for tests that create real namespaces (root, host kernel).
+
+Each test gets its own run id and state directory; afterwards the fixture asserts that no
+namespace, process or root-namespace interface of that run id remains.
+"""
+
+from __future__ import annotations
+
 import os
+import secrets
+import sys
+from pathlib import Path
 
 import pytest
-from star import Star
+from pyroute2 import IPRoute
+
+from testbed import netns
+from testbed.lab import Lab
+from testbed.registry import pid_alive
+
+sys.path.insert(0, str(Path(__file__).parent))
+from star import Star  # noqa: E402  (traffic generator's own tiny bridge lab)
+
+
+def root_links() -> dict[str, str | None]:
+    """Interfaces of the root namespace: name -> alias."""
+    with IPRoute() as ipr:
+        return {m.get_attr("IFLA_IFNAME"): m.get_attr("IFLA_IFALIAS") for m in ipr.get_links()}
+
+
+def run_namespaces(run_id: str) -> list[str]:
+    """Namespaces of ``run_id`` that are mounted."""
+    try:
+        return [n for n in os.listdir(netns.NETNS_DIR) if n.startswith(f"aitb-{run_id}-")]
+    except FileNotFoundError:
+        return []
+
+
+class Labs:
+    """Makes Labs for one test, each with a fresh run id; remembers them for the checks."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.made: list[Lab] = []
+        self.run_ids: list[str] = []
+
+    def new_id(self) -> str:
+        rid = secrets.token_hex(3)
+        self.run_ids.append(rid)
+        return rid
+
+    def __call__(self, plan, run_id: str | None = None) -> Lab:
+        lab = Lab(plan, run_id or self.new_id(), self.state_dir)
+        self.run_ids.append(lab.run_id)
+        self.made.append(lab)
+        return lab
+
+
+@pytest.fixture
+def labs(tmp_path: Path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    before = root_links()
+    maker = Labs(tmp_path / "state")
+    yield maker
+    for lab in maker.made:
+        if lab.io:  # a test that left a lab up: tear it down, then fail below
+            lab.down()
+    leftovers = {rid: run_namespaces(rid) for rid in maker.run_ids if run_namespaces(rid)}
+    alive = [(pid, st) for lab in maker.made for pid, st in lab.started if pid_alive(pid, st)]
+    after = root_links()
+    marked = {n for n, alias in after.items() if alias and alias.split(":")[-1] in maker.run_ids}
+    added = set(after) - set(before)
+    planned = {ep.ifname for lab in maker.made for lk in lab.plan.links for ep in (lk.a, lk.b)}
+    assert not leftovers, f"namespaces left behind: {leftovers}"
+    assert not alive, f"processes left behind: {alive}"
+    assert not marked and not (added & planned), f"root namespace gained {marked | added}"
 
 
 @pytest.fixture
 def star_factory():
+    """Tiny run-id-named bridge labs of the traffic generator tests (tests/netns/star.py)."""
     made = []
 
     def make(n):

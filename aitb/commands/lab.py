@@ -1,0 +1,163 @@
+"""``aitb topo deploy|inspect|destroy``, ``aitb exec`` and ``aitb clean``: live labs.
+
+All need root. Run state lives under ``$AITB_STATE_DIR`` (default /run/aitb).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from aitb.commands.topo import topo_app
+from aitb.models.errors import LabError, SpecError
+from aitb.models.plan import LabPlan, plan_from_dict
+from testbed import clean as clean_mod
+from testbed import signals
+from testbed.inspect import describe
+from testbed.lab import Lab
+from testbed.registry import DEFAULT_STATE_DIR, Registry, unknown_name
+
+console = Console()
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def state_dir() -> Path:
+    """Where runs keep their registries: ``$AITB_STATE_DIR`` or /run/aitb."""
+    return Path(os.environ.get("AITB_STATE_DIR", str(DEFAULT_STATE_DIR)))
+
+
+def load_plan(path: Path) -> LabPlan:
+    """A topology file through ``topologies.load_topology``, or a run's ``plan.json``."""
+    if path.suffix == ".json":
+        try:
+            return plan_from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SpecError(f"cannot read plan: {exc}", file=str(path)) from None
+    from topologies import load_topology  # written in parallel; resolves after the merge
+
+    return load_topology(path)
+
+
+def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a plan.json.")],
+           run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (a-z0-9).")
+                             ] = None,
+           as_json: JsonOpt = False) -> None:
+    """Bring a lab up and leave it up; prints its run id. On failure or SIGINT/SIGTERM
+    everything made so far is removed (exit 130/143 on a signal)."""
+    lab = Lab(load_plan(file), run_id, state_dir())
+    up = False
+    with signals.raising():
+        try:
+            lab.up()
+            up = True
+            lab.detach()
+        except BaseException:
+            if up:
+                lab.down()
+            raise
+    lab.release()
+    if as_json:
+        typer.echo(json.dumps({"run_id": lab.run_id, "lab": lab.plan.name, "timings_s":
+                               lab.timings, "namespaces": {n: lab.netns_name(n) for n in
+                                                           lab.layout.nodes}}))
+    else:
+        typer.echo(lab.run_id)
+
+
+def inspect(run_id: str, as_json: JsonOpt = False) -> None:
+    """Nodes, namespaces, interfaces with addresses, qdiscs with live counters."""
+    lab = Lab.attach(run_id, state_dir())
+    try:
+        info = describe(lab)
+    finally:
+        lab.release()
+    if as_json:
+        typer.echo(json.dumps(info))
+        return
+    table = Table("node", "netns", "interface", "addresses", "qdiscs / classes")
+    for node, n in info["nodes"].items():
+        for i in n["interfaces"]:
+            tc = [f"{q['kind']} {q['handle']} pkts={q.get('packets')} drops={q.get('drops')}"
+                  + (f" rate={q['rate_bps']}" if "rate_bps" in q else "")
+                  for q in i.get("qdiscs", []) + i.get("classes", [])]
+            table.add_row(node, n["netns"], i["ifname"], " ".join(i.get("addresses", [])),
+                          "\n".join(tc))
+    console.print(table)
+
+
+def destroy(run_id: str, as_json: JsonOpt = False) -> None:
+    """Tear a lab down (processes, namespaces, registry). Refuses while its owner process
+    holds it (use `aitb clean RUN_ID --force`)."""
+    if run_id not in Registry.runs(state_dir()):
+        raise unknown_name(f"unknown run id {run_id!r}; known runs: "
+                           f"{', '.join(Registry.runs(state_dir())) or 'none'}")
+    reg = Registry(state_dir(), run_id)
+    if reg.owner_alive():
+        raise LabError(f"run {run_id} is held by its owner pid {reg.owner()[0]}; stop that "
+                       f"process or use `aitb clean {run_id} --force`")
+    report = clean_mod.teardown(reg)
+    clean_mod.raise_failures(report)
+    typer.echo(json.dumps(report.to_dict()) if as_json else
+               f"destroyed run {run_id}: {len(report.namespaces)} namespace(s), "
+               f"{len(report.processes)} process(es)")
+
+
+def exec_(run_id: str, node: str,
+          cmd: Annotated[list[str], typer.Argument(help="Command and arguments (after --).")]
+          ) -> None:
+    """Run CMD inside NODE's namespace (like `ip netns exec`); exits with CMD's status."""
+    lab = Lab.attach(run_id, state_dir())
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    try:
+        proc = lab.popen(node, cmd)
+    finally:
+        lab.release()
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:
+            continue  # the terminal's SIGINT reached CMD too; wait for it to end
+    raise typer.Exit(code)
+
+
+def clean(run_id: Annotated[str | None, typer.Argument(help="Only this run.")] = None,
+          force: Annotated[bool, typer.Option("--force", help="Even if its owner is alive.")
+                           ] = False,
+          as_json: JsonOpt = False) -> None:
+    """Remove what crashed runs left (their owner pid is dead), exactly as their registries
+    list it; with RUN_ID also a deployed run."""
+    if force and run_id is None:
+        raise unknown_name("--force needs a RUN_ID: it removes a run whose owner is alive")
+    reports, skipped = clean_mod.clean(state_dir(), run_id, force)
+    out: dict[str, Any] = {"removed": [r.to_dict() for r in reports], "skipped": skipped}
+    failures = [f for r in reports for f in r.failures]
+    if as_json:
+        typer.echo(json.dumps(out))
+    else:
+        for r in reports:
+            typer.echo(f"run {r.run_id}: removed {len(r.namespaces)} namespace(s), "
+                       f"{len(r.processes)} process(es)")
+        for s in skipped:
+            typer.echo(f"run {s['run_id']}: kept ({s['reason']})")
+    if failures:
+        raise LabError("clean left objects behind:\n  " + "\n  ".join(failures))
+
+
+def register(app: typer.Typer) -> None:
+    """Add deploy/inspect/destroy to ``topo``, and ``exec`` and ``clean`` to ``app``."""
+    topo_app.command("deploy")(deploy)
+    topo_app.command("inspect")(inspect)
+    topo_app.command("destroy")(destroy)
+    app.command("exec", context_settings={"ignore_unknown_options": True,
+                                          "allow_interspersed_args": False})(exec_)
+    app.command("clean")(clean)
+
+

@@ -1,0 +1,70 @@
+"""Live description of a lab for people and ``--json``: per node its namespace, interfaces
+with addresses, and qdiscs/classes with the kernel's counters (read through netlink)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+from testbed.links import RTM_GETLINK, link_state
+from testbed.nl import dump
+from testbed.routes import RTM_GETADDR
+from testbed.verify import dump_tc
+
+if TYPE_CHECKING:
+    from testbed.lab import Lab
+
+__all__ = ["describe", "qdisc_stats"]
+
+
+def _handle(h: int) -> str:
+    return f"{h >> 16:x}:{h & 0xFFFF:x}" if h not in (0xFFFFFFFF, 0) else \
+        ("root" if h == 0xFFFFFFFF else "0:")
+
+
+def qdisc_stats(m: Any) -> dict[str, Any]:
+    """Counters of a dumped qdisc/class: bytes, packets, drops, overlimits, qlen, backlog
+    (bytes queued), requeues; and ``rate_bps`` for an HTB class."""
+    out: dict[str, Any] = {"kind": m.get_attr("TCA_KIND"), "handle": _handle(m["handle"]),
+                           "parent": _handle(m["parent"])}
+    st = m.get_attr("TCA_STATS2")
+    if st is not None:
+        basic, queue = st.get_attr("TCA_STATS_BASIC"), st.get_attr("TCA_STATS_QUEUE")
+        if basic is not None:
+            out.update(bytes=basic["bytes"], packets=basic["packets"])
+        if queue is not None:
+            out.update(drops=queue["drops"], overlimits=queue["overlimits"],
+                       qlen=queue["qlen"], backlog_bytes=queue["backlog"],
+                       requeues=queue["requeues"])
+    opts = m.get_attr("TCA_OPTIONS")
+    if out["kind"] == "htb" and opts is not None and opts.get_attr("TCA_HTB_PARMS"):
+        out["rate_bps"] = 8 * (opts.get_attr("TCA_HTB_RATE64")
+                               or opts.get_attr("TCA_HTB_PARMS")["rate"])
+    elif opts is not None and out["kind"] in ("pfifo", "bfifo", "netem"):
+        out["limit"] = opts["limit"]
+    return out
+
+
+def _node(lab: Lab, name: str) -> dict[str, Any]:
+    sock = lab.node_io(name).sock
+    links = {m["index"]: link_state(m) for m in dump(sock, ifinfmsg(), RTM_GETLINK, name)}
+    for m in dump(sock, ifaddrmsg(), RTM_GETADDR, name):
+        if m["index"] in links:
+            links[m["index"]].setdefault("addresses", []).append(
+                f"{m.get_attr('IFA_ADDRESS')}/{m['prefixlen']}")
+    tc = dump_tc(sock, name, sorted(links))
+    for (index, _, verb), m in sorted(tc.items(), key=lambda kv: kv[0]):
+        if index in links:
+            links[index].setdefault(verb + "es" if verb == "class" else verb + "s",
+                                    []).append(qdisc_stats(m))
+    return {"netns": lab.netns_name(name),
+            "kind": lab.plan.node(name).kind,
+            "interfaces": [{"index": i, **v} for i, v in sorted(links.items())]}
+
+
+def describe(lab: Lab) -> dict[str, Any]:
+    """{run_id, lab, nodes: {node: {netns, kind, interfaces: [...]}}} read live."""
+    return {"run_id": lab.run_id, "lab": lab.plan.name,
+            "nodes": {n.name: _node(lab, n.name) for n in lab.plan.nodes}}

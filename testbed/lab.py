@@ -1,0 +1,247 @@
+"""``Lab``: realise a :class:`~aitb.models.plan.LabPlan` as namespaces, veths, bridges,
+routes and tc, hold it, and tear it down (also on errors and SIGINT/SIGTERM). Needs root.
+
+    with Lab(plan) as lab:                       # up(): ~1 s for 256 hosts (see bench/)
+        lab.run("h1", ["ping", "-c1", "198.18.0.2"])
+        server = lab.popen("h2", ["iperf3", "-s", "-1"])
+        lab.set_shaping("h1-s1", "a_to_b", Shaping(rate_bps=10**8))
+    # down(): processes ended by pid, namespaces deleted, registry removed
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from aitb.models.errors import LabError
+from aitb.models.plan import LabPlan
+from aitb.models.shaping import Shaping
+from testbed import kernel, netns, procs, realise, reshape, signals, sysctl, verify
+from testbed.clean import TeardownReport, raise_failures, teardown
+from testbed.layout import Layout, make_layout
+from testbed.realise import NodeIO
+from testbed.registry import DEFAULT_STATE_DIR, Registry, pid_start_time, unknown_name
+
+__all__ = ["Lab", "new_run_id"]
+
+STP_CONVERGE_S = 10.0
+
+
+def new_run_id() -> str:
+    """A fresh run id: 6 random hex characters."""
+    return secrets.token_hex(3)
+
+
+class Lab:
+    """A lab of ``plan`` in run ``run_id`` (new random one if None), state under ``state_dir``.
+
+    wire_packets: MSS-sized packets on every link (no GSO super-packets; exact packet counts
+    in buffers and netem, more CPU); None decides from the plan
+    (:func:`testbed.layout.needs_wire_packets`). A later :meth:`set_shaping` does not change
+    it: pass True when packet buffers may be added later.
+
+    Side effects (up): namespaces ``aitb-<run_id>-<node>``, veths, bridges, IFBs, qdiscs,
+    routes, sysctls inside them; ``state_dir/<run_id>/{registry.jsonl,plan.json}``.
+    """
+
+    def __init__(self, plan: LabPlan, run_id: str | None = None,
+                 state_dir: Path = DEFAULT_STATE_DIR, wire_packets: bool | None = None) -> None:
+        self.plan = plan
+        self.run_id = run_id or new_run_id()
+        self.registry = Registry(state_dir, self.run_id)
+        self.layout: Layout = make_layout(plan, self.run_id, wire_packets)
+        self.io: dict[str, NodeIO] = {}
+        self.children: dict[int, subprocess.Popen[Any]] = {}
+        self.timings: dict[str, float] = {}
+        self.started: list[tuple[int, int]] = []  # (pid, start time) of every process, kept
+        self.attached = False
+        self._signals: Any = None
+
+    # lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> Lab:
+        self._signals = signals.raising()
+        self._signals.__enter__()
+        try:
+            self.up()
+        except BaseException:
+            self._close_signals()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.down()
+        finally:
+            self._close_signals()
+
+    def _close_signals(self) -> None:
+        if self._signals is not None:
+            self._signals.__exit__(None, None, None)
+            self._signals = None
+
+    def up(self) -> None:
+        """Create and configure everything, then read it back. On any failure (or signal)
+        tears down what was made and re-raises. Raises LabError naming what failed."""
+        self._check_kernel()
+        self.registry.create(self.plan)
+        try:
+            self._build()
+        except BaseException as exc:
+            with signals.held():  # a second Ctrl-C must not cut the cleanup short
+                report = self._teardown()
+            if report.failures:
+                exc.add_note("teardown after the failure also failed:\n  "
+                             + "\n  ".join(report.failures))
+            raise
+
+    def _step(self, name: str, t0: float) -> float:
+        now = time.perf_counter()
+        self.timings[name] = now - t0
+        return now
+
+    def _build(self) -> None:
+        t = time.perf_counter()
+        names = [self.layout.nodes[n.name].netns for n in self.plan.nodes]
+        self.registry.append({"kind": "netns", "node": n.name, "name": nm}
+                             for n, nm in zip(self.plan.nodes, names, strict=True))
+        made: dict[str, tuple[int, Any]] = {}
+        try:
+            netns.create_many(names, out=made)
+        finally:
+            by_ns = {self.layout.nodes[n.name].netns: n.name for n in self.plan.nodes}
+            self.io.update({by_ns[nm]: NodeIO(fd, s) for nm, (fd, s) in made.items()})
+        t = self._step("namespaces", t)
+        ipv6 = any(ep.ipv6 for lk in self.plan.links for ep in (lk.a, lk.b))
+        sysctl.apply_all([(self.io[n.name].fd, n.name, *sysctl.node_sysctls(n, ipv6))
+                          for n in self.plan.nodes])
+        t = self._step("sysctls", t)
+        self.registry.append({"kind": "ifb", "node": r.rx_node, "ifname": r.ifb}
+                             for r in self.layout.recipes.values() if r.ifb)
+        realise.create_links(self.plan, self.layout, self.io)
+        t = self._step("links", t)
+        links_of = realise.links_by_node(self.plan)
+        for n in self.plan.nodes:
+            realise.configure_node(n, self.layout, self.io[n.name], links_of)
+        t = self._step("configure", t)
+        self._wait_stp()
+        self.verify()
+        self._step("verify", t)
+
+    def _check_kernel(self) -> None:
+        kinds = set().union(*(r.kinds() for r in self.layout.recipes.values()))
+        if any(r.ifb for r in self.layout.recipes.values()):
+            kinds.add("ifb")
+        missing = kernel.missing_features(kinds)
+        if missing:
+            links = sorted({ln for (ln, _), r in self.layout.recipes.items()
+                            if r.kinds() & set(missing)})
+            raise LabError(f"this kernel lacks {', '.join(missing)} (needed by link(s) "
+                           f"{', '.join(links[:5])}{' ...' if len(links) > 5 else ''}); "
+                           + kernel.VM_HINT)
+
+    def _wait_stp(self) -> None:
+        if any(n.stp for n in self.plan.nodes if n.kind == "switch"):
+            reshape.wait_stp(self, STP_CONVERGE_S)
+
+    def verify(self, nodes: Sequence[str] | None = None) -> None:
+        """Read the kernel's state of ``nodes`` (default all) back and raise one LabError
+        naming node, interface and what differs from the plan."""
+        problems: list[str] = []
+        links_of = realise.links_by_node(self.plan)
+        for n in self.plan.nodes:
+            if nodes is None or n.name in nodes:
+                problems += verify.check_node(links_of.get(n.name, []), self.layout, n,
+                                              self.node_io(n.name).sock)
+        verify.raise_if(problems, f"lab {self.plan.name} (run {self.run_id})")
+
+    def down(self) -> TeardownReport:
+        """End processes, delete namespaces (with their veths and IFBs), remove the run
+        directory; continue past failures, then raise one LabError listing them all.
+        SIGINT/SIGTERM arriving meanwhile are held and re-raised afterwards."""
+        with signals.held() as got:
+            report = self._teardown()
+        raise_failures(report)
+        if got:
+            raise signals.LabInterrupted(got[0])
+        return report
+
+    def _teardown(self) -> TeardownReport:
+        t = time.perf_counter()
+        self.release()
+        report = teardown(self.registry, self.children)
+        self.children = {}
+        self._step("down", t)
+        return report
+
+    @classmethod
+    def attach(cls, run_id: str, state_dir: Path = DEFAULT_STATE_DIR) -> Lab:
+        """The lab of an existing run (from its plan.json), for inspect/exec/destroy from
+        another process. Namespaces are opened on first use. Raises LabError (exit code 2)
+        for an unknown run id, listing the known ones."""
+        known = Registry.runs(state_dir)
+        if run_id not in known:
+            raise unknown_name(f"unknown run id {run_id!r}; known runs: "
+                               f"{', '.join(known) or 'none'}")
+        lab = cls(Registry(state_dir, run_id).plan(), run_id, state_dir)
+        lab.attached = True
+        return lab
+
+    def release(self) -> None:
+        """Close this process's handles on the namespaces without tearing anything down."""
+        for io in self.io.values():
+            io.sock.close()
+            os.close(io.fd)
+        self.io = {}
+
+    def detach(self) -> None:
+        """Leave the lab up after this process exits (``aitb topo deploy``): ``aitb clean``
+        without a run id then keeps it; ``aitb topo destroy RUN_ID`` removes it."""
+        self.registry.append([{"kind": "detached"}])
+
+    # use -------------------------------------------------------------------------------
+    def netns_name(self, node: str) -> str:
+        """The namespace name of ``node`` (for ``ip netns exec``)."""
+        return self.layout.node(node).netns
+
+    def node_io(self, node: str) -> NodeIO:
+        """The namespace fd and rtnetlink socket of ``node``; raises LabError (exit code 2)
+        naming the known nodes for an unknown one, or if its namespace does not exist."""
+        self.layout.node(node)
+        if node not in self.io and self.attached:
+            fd = netns.open_fd(self.layout.nodes[node].netns)
+            self.io[node] = NodeIO(fd, netns.socket_in(fd))
+        if node not in self.io:
+            raise unknown_name(f"node {node} has no namespace in run {self.run_id} (not up?)")
+        return self.io[node]
+
+    def _fd(self, node: str) -> int:
+        return self.node_io(node).fd
+
+    def popen(self, node: str, argv: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` inside ``node``'s namespace (``kw`` go to subprocess.Popen); the
+        process is registered (pid, start time) and ended by :meth:`down`."""
+        proc = procs.popen_in(self._fd(node), argv, **kw)
+        start = pid_start_time(proc.pid)
+        self.registry.append([{"kind": "process", "node": node, "pid": proc.pid,
+                               "start": -1 if start is None else start, "argv": list(argv)}])
+        self.children[proc.pid] = proc
+        self.started.append((proc.pid, -1 if start is None else start))
+        return proc
+
+    def run(self, node: str, argv: Sequence[str], timeout_s: float = 30.0
+            ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` in ``node`` to completion (text output captured); raise CommandError
+        naming node and argv on a non-zero exit status or after ``timeout_s``."""
+        proc = self.popen(node, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return procs.run_checked(proc, argv, f"node {node}", timeout_s)
+
+    def set_shaping(self, link_name: str, direction: str, shaping: Shaping) -> None:
+        """Change the shaping of ``direction`` (``a_to_b``/``b_to_a``) of link ``link_name``
+        on the live lab: in place where the qdisc structure stays, else replaced; then read
+        back. Raises LabError naming the link (unknown link/direction, kernel refusal)."""
+        reshape.set_shaping(self, link_name, direction, shaping)

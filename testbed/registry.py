@@ -1,0 +1,145 @@
+"""Ownership records of one run: ``<state_dir>/<run_id>/registry.jsonl`` and ``plan.json``.
+
+Every object a run creates is appended (write, flush, fsync) before or the moment it exists,
+so that after a SIGKILL of the owner ``aitb clean`` can remove exactly those objects by name
+(namespaces) or by pid and start time (processes), and nothing else. Records::
+
+    {"kind": "run", "run_id": ..., "owner_pid": ..., "owner_start": ..., "time": ...}
+    {"kind": "netns", "node": ..., "name": ...}
+    {"kind": "ifb", "node": ..., "ifname": ...}            (deleted with its namespace)
+    {"kind": "process", "node": ..., "pid": ..., "start": ..., "argv": [...]}
+    {"kind": "detached"}                                    (deploy left it up on purpose)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from aitb.models.errors import LabError
+from aitb.models.plan import LabPlan, plan_from_dict, plan_to_dict
+
+__all__ = ["unknown_name", "Registry", "pid_start_time", "pid_alive", "RUN_ID_RE",
+           "DEFAULT_STATE_DIR"]
+
+DEFAULT_STATE_DIR = Path("/run/aitb")
+RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
+
+
+def unknown_name(message: str) -> LabError:
+    """A LabError for an unknown run id or node: bad input, so the CLI exits with 2."""
+    err = LabError(message)
+    err.exit_code = 2
+    return err
+
+
+def pid_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (/proc/<pid>/stat field 22, proc(5)),
+    or None if there is no such process. Together with the pid it names a process uniquely."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(stat.rpartition(")")[2].split()[19])
+
+
+def pid_alive(pid: int, start: int | None) -> bool:
+    """True if process ``pid`` exists, is not a zombie, and (if given) started at ``start``."""
+    now = pid_start_time(pid)
+    if now is None or (start is not None and now != start):
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0] != "Z"
+
+
+class Registry:
+    """The records of run ``run_id`` under ``state_dir``."""
+
+    def __init__(self, state_dir: Path, run_id: str) -> None:
+        if not RUN_ID_RE.match(run_id):
+            raise LabError(f"run id {run_id!r} must be 1-12 characters of [a-z0-9]")
+        self.dir = Path(state_dir) / run_id
+        self.run_id = run_id
+        self.path = self.dir / "registry.jsonl"
+
+    def create(self, plan: LabPlan) -> None:
+        """Start the run: directory, plan.json and the owner record (this process). Raises
+        LabError if the run id is already in use."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise LabError(f"run id {self.run_id} is already in use ({self.dir} exists)") from None
+        (self.dir / "plan.json").write_text(json.dumps(plan_to_dict(plan)))
+        pid = os.getpid()
+        self.append([{"kind": "run", "run_id": self.run_id, "owner_pid": pid,
+                      "owner_start": pid_start_time(pid), "time": time.time()}])
+
+    def append(self, records: Iterable[dict[str, Any]]) -> None:
+        """Append ``records`` durably (one write, flush, fsync)."""
+        data = "".join(json.dumps(r) + "\n" for r in records).encode()
+        with open(self.path, "ab+") as f:
+            if f.seek(0, os.SEEK_END) > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":  # a torn line from a crash: start a fresh one
+                    data = b"\n" + data
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def records(self) -> list[dict[str, Any]]:
+        """All records in order; a torn last line (crash mid-write) is ignored."""
+        out = []
+        try:
+            lines = self.path.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    def plan(self) -> LabPlan:
+        """The run's plan (plan.json); raises LabError if it is missing."""
+        try:
+            return plan_from_dict(json.loads((self.dir / "plan.json").read_text()))
+        except FileNotFoundError:
+            raise LabError(f"run {self.run_id} has no plan.json in {self.dir}") from None
+
+    def owner(self) -> tuple[int | None, int | None, bool]:
+        """(owner pid, its start time, detached?) of the run."""
+        pid = start = None
+        detached = False
+        for r in self.records():
+            if r["kind"] == "run":
+                pid, start = r["owner_pid"], r["owner_start"]
+            elif r["kind"] == "detached":
+                detached = True
+        return pid, start, detached
+
+    def owner_alive(self) -> bool:
+        """True if the owner process still runs and the run was not detached."""
+        pid, start, detached = self.owner()
+        return not detached and pid is not None and pid_alive(pid, start)
+
+    def remove(self) -> None:
+        """Delete the run's directory (after a complete teardown)."""
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+
+    @staticmethod
+    def runs(state_dir: Path) -> list[str]:
+        """Run ids with a registry under ``state_dir``, sorted."""
+        try:
+            return sorted(p.name for p in Path(state_dir).iterdir()
+                          if (p / "registry.jsonl").exists())
+        except FileNotFoundError:
+            return []

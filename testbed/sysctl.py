@@ -1,0 +1,89 @@
+"""Per-namespace sysctls, written under /proc/sys from a thread inside each namespace.
+
+/proc/sys/net resolves against the network namespace of the task that opens the file, so one
+helper thread that enters each namespace in turn configures them all without a process per
+node (``ip netns exec sysctl`` would fork one each). Needs root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from aitb.models.errors import LabError
+from aitb.models.plan import NodePlan
+from testbed import netns
+
+__all__ = ["node_sysctls", "apply_all", "sysctl_path", "read"]
+
+_BRIDGE_NF = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables",
+              "net.bridge.bridge-nf-call-arptables")
+
+
+def sysctl_path(key: str) -> str:
+    """``net.ipv4.ip_forward`` -> ``/proc/sys/net/ipv4/ip_forward``."""
+    return "/proc/sys/" + key.replace(".", "/")
+
+
+def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """(required, optional) sysctls for ``node``: forwarding by kind, ECMP hash policy,
+    congestion control and the plan's own sysctls (these last, so they win). Optional ones are
+    skipped where the kernel lacks them (bridge netfilter hooks on switches: off, so frames
+    crossing a lab bridge do not traverse iptables)."""
+    req: dict[str, str] = {}
+    opt: dict[str, str] = {}
+    if node.kind == "switch":
+        opt.update({k: "0" for k in _BRIDGE_NF})
+    else:
+        fwd = "1" if node.kind == "router" else "0"
+        req["net.ipv4.ip_forward"] = fwd
+        req["net.ipv4.fib_multipath_hash_policy"] = "1" if node.ecmp_hash == "l4" else "0"
+        if ipv6:
+            req["net.ipv6.conf.all.forwarding"] = fwd
+            req["net.ipv6.fib_multipath_hash_policy"] = req["net.ipv4.fib_multipath_hash_policy"]
+    if node.tcp_congestion_control:
+        req["net.ipv4.tcp_congestion_control"] = node.tcp_congestion_control
+    req.update(node.sysctls)
+    return req, opt
+
+
+def _write(node: str, key: str, value: str, required: bool) -> None:
+    path = sysctl_path(key)
+    try:
+        with open(path, "w") as f:
+            f.write(str(value))
+    except FileNotFoundError:
+        if required:
+            raise LabError(f"node {node}: sysctl {key} does not exist in this kernel") from None
+    except OSError as exc:
+        hint = ""
+        if key == "net.ipv4.tcp_congestion_control":
+            hint = ("; a namespace's default may only be an algorithm listed in the host's "
+                    "net.ipv4.tcp_allowed_congestion_control (root can still pick any per "
+                    "socket, e.g. iperf3 -C)")
+        raise LabError(f"node {node}: cannot set sysctl {key}={value}: {exc.strerror}{hint}"
+                       ) from None
+
+
+def _apply_loop(items: Sequence[tuple[int, str, Mapping[str, str], Mapping[str, str]]]) -> None:
+    for fd, node, req, opt in items:
+        netns.enter(fd, f"the namespace of node {node}")
+        for key, value in opt.items():
+            _write(node, key, value, False)
+        for key, value in req.items():
+            _write(node, key, value, True)
+
+
+def apply_all(items: Sequence[tuple[int, str, Mapping[str, str], Mapping[str, str]]]) -> None:
+    """Apply (namespace fd, node, required, optional) sysctls for many nodes; raises LabError
+    naming node and key for a key that does not exist or a value the kernel refuses."""
+    netns.run_in(None, _apply_loop, items)
+
+
+def read(fd: int, key: str) -> str:
+    """The value of sysctl ``key`` inside namespace ``fd`` (stripped)."""
+    def _read() -> str:
+        with open(sysctl_path(key)) as f:
+            return f.read().strip()
+    return netns.run_in(fd, _read)
+
+

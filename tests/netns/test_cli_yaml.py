@@ -1,0 +1,39 @@
+"""`aitb topo deploy` of the example topology files through topologies.load_topology."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_namespaces
+
+import topologies
+
+pytestmark = pytest.mark.netns
+EXAMPLES = sorted((Path(topologies.__file__).parent / "examples").glob("*.yaml"))
+
+
+@pytest.mark.skipif(not hasattr(topologies, "load_topology"),
+                    reason="topologies.load_topology is not merged into this branch yet")
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_deploy_each_example_or_say_why_not(labs, path):
+    from testbed.kernel import missing_features
+    from testbed.layout import make_layout
+
+    plan = topologies.load_topology(path)
+    kinds = set().union(*(r.kinds() for r in make_layout(plan, "x").recipes.values()))
+    rid = labs.new_id()
+    env = {**os.environ, "AITB_STATE_DIR": str(labs.state_dir)}
+    out = subprocess.run([sys.executable, "-m", "aitb.cli", "topo", "deploy", str(path),
+                          "--run-id", rid], env=env, capture_output=True, text=True, timeout=300)
+    if missing_features(kinds):  # e.g. netem on this host: a clear error, nothing created
+        assert out.returncode == 1 and "aitb --vm" in out.stderr
+        assert run_namespaces(rid) == []
+        return
+    assert out.returncode == 0, out.stderr
+    assert len(run_namespaces(rid)) == len(plan.nodes)
+    subprocess.run([sys.executable, "-m", "aitb.cli", "topo", "destroy", rid], env=env,
+                   check=True, timeout=120)

@@ -1,0 +1,118 @@
+"""Lifecycle through the CLI and after crashes: nothing of a run survives deploy/destroy,
+SIGINT during deploy, or SIGKILL of the owner followed by `aitb clean`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_namespaces
+from plans import two_hosts_router
+
+from aitb.models.plan import plan_to_dict
+from testbed.registry import pid_alive
+
+pytestmark = pytest.mark.netns
+AITB = [sys.executable, "-m", "aitb.cli"]
+
+
+def _aitb(state: Path, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "AITB_STATE_DIR": str(state)}
+    out = subprocess.run([*AITB, *args], env=env, capture_output=True, text=True, timeout=120,
+                         **kw)
+    if check and out.returncode != 0:
+        raise AssertionError(f"aitb {' '.join(args)} -> {out.returncode}: {out.stderr}")
+    return out
+
+
+def _plan_file(tmp_path: Path, plan) -> Path:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_dict(plan)))
+    return path
+
+
+def _star(n_hosts: int):
+    from plans import IF, Endpoint, LabPlan, LinkPlan, NodePlan
+
+    hosts = tuple(NodePlan(f"h{i}", "host") for i in range(n_hosts))
+    links = tuple(LinkPlan(f"l{i}", Endpoint(f"h{i}", "eth0",
+                                             IF(f"198.18.{i // 250}.{i % 250 + 1}/16")),
+                           Endpoint("s1", f"p{i}")) for i in range(n_hosts))
+    return LabPlan("star", nodes=(*hosts, NodePlan("s1", "switch")), links=links)
+
+
+def test_deploy_exec_inspect_destroy_repeatedly(labs, tmp_path):
+    plan_file = _plan_file(tmp_path, two_hosts_router())
+    for _ in range(3):
+        rid = labs.new_id()
+        assert _aitb(labs.state_dir, "topo", "deploy", str(plan_file), "--run-id",
+                     rid).stdout.strip() == rid
+        assert len(run_namespaces(rid)) == 3
+        _aitb(labs.state_dir, "exec", rid, "h1", "--", "ping", "-c1", "-W2", "198.18.2.1")
+        info = json.loads(_aitb(labs.state_dir, "topo", "inspect", rid, "--json").stdout)
+        assert info["nodes"]["r1"]["netns"] == f"aitb-{rid}-r1"
+        bad = _aitb(labs.state_dir, "exec", rid, "h9", "--", "true", check=False)
+        assert bad.returncode == 2 and "known: h1, h2, r1" in bad.stderr
+        assert _aitb(labs.state_dir, "exec", rid, "h1", "--", "sh", "-c", "exit 3",
+                     check=False).returncode == 3
+        _aitb(labs.state_dir, "topo", "destroy", rid)
+        assert run_namespaces(rid) == []
+    gone = _aitb(labs.state_dir, "topo", "destroy", rid, check=False)
+    assert gone.returncode == 2 and "unknown run id" in gone.stderr
+
+
+def test_sigint_during_deploy_removes_everything(labs, tmp_path):
+    plan_file = _plan_file(tmp_path, _star(300))
+    rid = labs.new_id()
+    env = {**os.environ, "AITB_STATE_DIR": str(labs.state_dir)}
+    proc = subprocess.Popen([*AITB, "topo", "deploy", str(plan_file), "--run-id", rid],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not run_namespaces(rid) and time.monotonic() < deadline:
+        time.sleep(0.005)  # wait until it is in the middle of creating namespaces
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert run_namespaces(rid) == []
+    assert not (labs.state_dir / rid).exists()
+
+
+OWNER = """
+import sys, time, json
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from plans import two_hosts_router
+from testbed.lab import Lab
+lab = Lab(two_hosts_router(), {rid!r}, Path({state!r}))
+lab.up()
+p = lab.popen("h2", ["sleep", "600"])
+print(json.dumps({{"pid": p.pid}}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_sigkill_owner_then_clean_removes_exactly_that_run(labs):
+    rid = labs.new_id()
+    code = OWNER.format(tests=str(Path(__file__).parent), rid=rid, state=str(labs.state_dir))
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    with labs(two_hosts_router()) as other:  # a second lab, alive all along
+        child = json.loads(owner.stdout.readline())["pid"]
+        owner.kill()
+        owner.wait()
+        assert len(run_namespaces(rid)) == 3 and pid_alive(child, None)
+        report = json.loads(_aitb(labs.state_dir, "clean", "--json").stdout)
+        removed = {r["run_id"]: r for r in report["removed"]}
+        assert list(removed) == [rid]  # the other lab's owner (this process) is alive
+        assert sorted(removed[rid]["namespaces"]) == sorted(f"aitb-{rid}-{n}"
+                                                            for n in ("h1", "h2", "r1"))
+        assert removed[rid]["processes"] == [child]
+        assert run_namespaces(rid) == [] and not pid_alive(child, None)
+        assert {s["run_id"] for s in report["skipped"]} == {other.run_id}
+        other.verify()
+        other.run("h1", ["ping", "-c1", "-W2", "198.18.2.1"])

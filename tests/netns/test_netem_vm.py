@@ -1,0 +1,135 @@
+"""Delay line fidelity (netem): needs a kernel with sch_netem, so these run inside the
+stock-kernel VM (`make test-vm`); the VM exports AITB_IN_VM=tcg|kvm.
+
+Under TCG (software emulation) timers fire late and the guest runs ~50x slower: delays get
+a wider tolerance and the item-7 experiment runs at a scaled rate (same buffer and delay).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import time
+
+import pytest
+from plans import two_hosts_router
+from pyroute2 import IPRoute
+from traffic import iperf3, start_server
+
+from aitb.models.plan import NodePlan
+from aitb.models.shaping import Shaping
+from aitb.models.units import BufferSize
+
+pytestmark = [pytest.mark.vm, pytest.mark.netns]
+TCG = os.environ.get("AITB_IN_VM") == "tcg"
+
+
+def _rtts_ms(out: str) -> list[float]:
+    return [float(x) for x in re.findall(r"time=([\d.]+) ms", out)]
+
+
+def test_ping_rtt_matches_twice_the_configured_delay(labs):
+    delay_s = 0.010
+    plan = two_hosts_router(Shaping(delay_s=delay_s), Shaping(delay_s=delay_s))
+    with labs(plan) as lab:
+        lab.run("h1", ["ping", "-c", "2", "-W", "2", "198.18.2.1"])  # ARP, warm-up
+        out = lab.run("h1", ["ping", "-c", "20", "-i", "0.05", "198.18.2.1"]).stdout
+    rtts = sorted(_rtts_ms(out))
+    median = rtts[len(rtts) // 2]
+    want = 2 * delay_s * 1e3
+    if TCG:  # emulated timers: KERNEL.md saw 21-31 ms through a 20 ms netem round trip
+        assert want - 0.3 <= median <= want + 12, rtts
+    else:  # the issue's target: max(0.3 ms, 3 %) on a native or KVM kernel
+        assert abs(median - want) <= max(0.3, 0.03 * want), rtts
+
+
+def test_random_loss_inside_the_99pct_binomial_interval(labs):
+    loss_pct, n = 10.0, 1000
+    with labs(two_hosts_router(Shaping(loss_pct=loss_pct))) as lab:
+        lab.run("h1", ["ping", "-c", "2", "-W", "2", "198.18.2.1"], timeout_s=30)
+        proc = lab.popen("h1", ["ping", "-q", "-c", str(n), "-i", "0.002", "-W", "1",
+                                "198.18.2.1"], stdout=subprocess.PIPE, text=True)
+        out, _ = proc.communicate(timeout=120)
+    received = int(re.search(r"(\d+) received", out).group(1))
+    lost, p = n - received, loss_pct / 100
+    # 99 % normal approximation of Binomial(n, p): n*p +- 2.576*sqrt(n*p*(1-p))
+    half = 2.576 * math.sqrt(n * p * (1 - p))
+    assert n * p - half <= lost <= n * p + half, f"lost {lost} of {n}"
+
+
+def _drops(lab, node: str, ifname: str, handle: int) -> int:
+    with IPRoute(netns=lab.netns_name(node)) as ipr:
+        for q in ipr.get_qdiscs(index=lab.layout.nodes[node].ifindex(ifname)):
+            if q["handle"] == handle:
+                return q.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["drops"]
+    raise AssertionError(f"no qdisc {handle:#x} on {node}:{ifname}")
+
+
+def _set_rmem_max(lab, node: str, max_bytes: int) -> None:
+    lab.run(node, ["sysctl", "-w", f"net.ipv4.tcp_rmem=4096 131072 {max_bytes}"])
+
+
+def test_item7_buffer_independent_of_the_delay_line(labs):
+    """1 Gbit/s, 50 ms, 100-packet buffer (issue 2 item 7): a TCP flow whose window is one
+    BDP runs in steady state without any drop; a window free to grow past BDP + 100 packets
+    builds a standing queue that the 100-packet buffer drops; the delay line (netem, its limit
+    sized from the BDP) drops nothing in either case.
+
+    The receiver's window is set through tcp_rmem (autotuning ignores SO_RCVBUF caps): with
+    tcp_adv_win_scale=1 (the 6.1 stock kernel) the advertised window is half of it. Drops of
+    slow start's transient (2x bursts, ~BDP/2 of queue) are excluded by counting only after
+    the flow is window-limited."""
+    # Under TCG netem's timer fires 10-30 ms late and then releases that much of the line at
+    # once; the ACKs of such a clump make the sender burst lateness x rate packets into the
+    # buffer. 10 Mbit/s x 200 ms keeps that burst (<= 25 packets) well below the buffer while
+    # the BDP (165 packets) still exceeds it, as 1 Gbit/s x 50 ms (4128 packets) does natively.
+    rate_bps, delay_s = (10**7, 0.200) if TCG else (10**9, 0.050)
+    bdp_bytes = int(rate_bps * delay_s / 8)
+    assert bdp_bytes / 1514 > 100  # the window does not fit into the buffer
+    big = {"net.ipv4.tcp_wmem": "4096 131072 67108864"}
+    plan = two_hosts_router(h2_in=Shaping(rate_bps=rate_bps, delay_s=delay_s,
+                                          buffer=BufferSize(packets=100)))
+    plan = plan.__class__(plan.name, tuple(
+        NodePlan(n.name, n.kind, routes=n.routes, sysctls=big) if n.kind == "host" else n
+        for n in plan.nodes), plan.links)
+    with labs(plan) as lab:
+        line = ("h2", "ifb" + str(lab.layout.nodes["h2"].ifindex("eth0")), 0x10000)
+        buf = ("r1", "e2", 0x100000)
+        lab.run("h1", ["ping", "-c", "1", "-W", "2", "198.18.2.1"])
+        _set_rmem_max(lab, "h2", 2 * bdp_bytes)  # window = BDP
+        start_server(lab, "h2")
+        client = lab.popen("h1", ["iperf3", "-c", "198.18.2.1", "-t", "10", "-C", "cubic",
+                                  "-J"], stdout=subprocess.PIPE, text=True)
+        time.sleep(5)  # slow start and its losses are over: the window limits the flow now
+        before = _drops(lab, *buf)
+        out, _ = client.communicate(timeout=60)
+        steady = (_drops(lab, *buf) - before, _drops(lab, *line))
+        _set_rmem_max(lab, "h2", 64 << 20)  # window free to grow far past BDP + 100 packets
+        iperf3(lab, "h1", "h2", "198.18.2.1", seconds=5, omit=0, extra=("-C", "cubic"))
+        grown = (_drops(lab, *buf) - before - steady[0], _drops(lab, *line))
+    last = json.loads(out)["intervals"][-1]["sum"]["bits_per_second"]
+    assert steady == (0, 0), f"(buffer, delay line) drops with a BDP window: {steady}"
+    assert grown[0] > 0 and grown[1] == 0, f"(buffer, delay line) drops: {grown}"
+    # a one-BDP window fills the link: 15 % slack for window rounding and TCG's late timers
+    assert last >= 0.85 * rate_bps * 1448 / 1514, f"{last / 1e6:.1f} Mbit/s"
+
+
+def test_set_shaping_adds_changes_and_removes_a_delay_line(labs):
+    def median_rtt_ms(lab) -> float:
+        rtts = sorted(_rtts_ms(lab.run("h1", ["ping", "-c", "5", "-i", "0.05",
+                                              "198.18.2.1"]).stdout))
+        return rtts[len(rtts) // 2]
+
+    with labs(two_hosts_router()) as lab:
+        base = median_rtt_ms(lab)
+        lab.set_shaping("h1-r1", "a_to_b", Shaping(delay_s=0.02))  # new IFB + netem
+        assert median_rtt_ms(lab) >= base + 19.5
+        lab.set_shaping("h1-r1", "a_to_b", Shaping(delay_s=0.04))  # netem changed in place
+        assert median_rtt_ms(lab) >= base + 39.5
+        lab.set_shaping("h1-r1", "a_to_b", Shaping())  # delay line removed
+        assert median_rtt_ms(lab) < base + 10
+        with IPRoute(netns=lab.netns_name("r1")) as ipr:
+            assert not [x for x in ipr.get_links() if x.get_attr("IFLA_IFNAME").startswith("ifb")]

@@ -1,0 +1,65 @@
+"""iperf3 helpers for the runtime tests (started inside lab nodes through Lab.popen/run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from testbed import netns
+
+TCP_IP_TS_HEADERS = 20 + 20 + 12  # IPv4 + TCP + timestamp option, RFC 791/9293/7323
+ETH_HLEN = 14  # what HTB counts on top of the IP packet on a veth (skb->len)
+
+
+def tcp_goodput_bound_bps(rate_bps: int, mtu: int = 1500) -> float:
+    """Best TCP goodput through an HTB of ``rate_bps`` on a veth: HTB counts skb->len, i.e.
+    the IP packet plus the 14-byte Ethernet header (no preamble, FCS or inter-frame gap on a
+    veth); each full segment carries MSS = MTU - 52 payload bytes (with timestamps):
+    rate * (MTU - 52) / (MTU + 14) = 0.9564 * rate at MTU 1500."""
+    return rate_bps * (mtu - TCP_IP_TS_HEADERS) / (mtu + ETH_HLEN)
+
+
+def wait_listening(lab, node: str, port: int, timeout_s: float = 20.0) -> None:
+    """Wait until a TCP socket listens on ``port`` in ``node`` (reads the namespace's
+    /proc/net/tcp from a thread inside it; a probe connection would use up iperf3 -s -1)."""
+    def listening() -> bool:
+        rows = []
+        for name in ("tcp", "tcp6"):  # iperf3 listens on a dual-stack socket
+            with open(f"/proc/thread-self/net/{name}") as f:
+                rows += [line.split() for line in f.readlines()[1:]]
+        return any(r[1].endswith(f":{port:04X}") and r[3] == "0A" for r in rows)
+
+    deadline = time.monotonic() + timeout_s
+    while not netns.run_in(lab.node_io(node).fd, listening):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nothing listens on port {port} in {node}")
+        time.sleep(0.02)
+
+
+def start_server(lab, server: str):
+    """iperf3 -s -1 in ``server``, returned once it listens."""
+    srv = lab.popen(server, ["iperf3", "-s", "-1", "-J"], stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE)
+    wait_listening(lab, server, 5201)
+    return srv
+
+
+def iperf3(lab, client: str, server: str, server_ip: str, seconds: int = 2, omit: int = 1,
+           extra: tuple[str, ...] = ()) -> dict:
+    """Run one iperf3 test client -> server; return the client's -J result."""
+    srv = start_server(lab, server)
+    argv = ["iperf3", "-c", server_ip, "-t", str(seconds), "-O", str(omit), "-J", *extra]
+    result = json.loads(lab.run(client, argv, timeout_s=seconds + omit + 30).stdout)
+    if "error" in result:
+        raise AssertionError(f"iperf3 {' '.join(argv)}: {result['error']}")
+    try:
+        srv.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass  # Lab.down() ends it
+    return result
+
+
+def received_bps(result: dict) -> float:
+    """Goodput the receiver saw (TCP) in bit/s."""
+    return result["end"]["sum_received"]["bits_per_second"]

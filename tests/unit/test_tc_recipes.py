@@ -1,0 +1,90 @@
+"""Golden tests of the tc recipes (pure data, no root)."""
+
+from aitb.models.shaping import GilbertElliott, Shaping
+from aitb.models.units import BufferSize
+from testbed.tc import direction_recipe, htb_burst_bytes, netem_limit_packets
+
+
+def _recipe(shaping, mtu=1500):
+    return direction_recipe(shaping, mtu, ("h1", "eth0"), ("s1", "p1"), "ifb3")
+
+
+def test_unshaped_direction_has_no_objects():
+    r = _recipe(Shaping())
+    assert r.objects() == () and r.ifb is None and r.commands() == []
+
+
+def test_rate_only_gets_htb_and_default_pfifo_1000():
+    r = _recipe(Shaping(rate_bps=100 * 10**6))
+    assert r.commands() == [
+        ["tc", "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "1"],
+        ["tc", "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb",
+         "rate", "100mbit", "ceil", "100mbit", "burst", "12500b", "cburst", "12500b",
+         "quantum", "200000"],
+        ["tc", "qdisc", "add", "dev", "eth0", "parent", "1:1", "handle", "10:", "pfifo",
+         "limit", "1000"],
+    ]
+    assert not r.needs_netem()
+
+
+def test_400gbit_is_exact_and_burst_is_one_ms():
+    r = _recipe(Shaping(rate_bps=400 * 10**9, buffer=BufferSize(size_bytes=4 * 2**20)))
+    cls = r.egress[1]
+    assert cls.params["rate_bps"] == 400_000_000_000
+    assert cls.params["burst_bytes"] == 50_000_000  # 1 ms at 400 Gbit/s
+    assert cls.params["quantum_bytes"] == 200_000
+    assert r.egress[2].kind == "bfifo" and r.egress[2].params == {"limit_bytes": 4194304}
+    assert "400gbit" in r.commands()[1]
+
+
+def test_burst_never_below_two_frames():
+    assert htb_burst_bytes(1000, 1500) == 2 * 1514
+
+
+def test_delay_line_goes_to_ifb_on_receiver_with_bdp_limit():
+    s = Shaping(rate_bps=10**9, delay_s=0.05, buffer=BufferSize(packets=100))
+    r = _recipe(s)
+    # 1 Gbit/s * 50 ms / (8 * 64 B) = 97657 packets in flight at minimum frame size, + 1000
+    assert netem_limit_packets(s, 1500) == 97657 + 1000
+    assert r.ifb == "ifb3"
+    assert r.commands()[3:] == [
+        ["ip", "link", "add", "ifb3", "type", "ifb"],
+        ["ip", "link", "set", "ifb3", "up"],
+        ["tc", "qdisc", "add", "dev", "ifb3", "root", "handle", "1:", "netem",
+         "limit", "98657", "delay", "50ms"],
+        ["tc", "qdisc", "add", "dev", "p1", "ingress", "handle", "ffff:", "ingress"],
+        ["tc", "filter", "add", "dev", "p1", "parent", "ffff:", "protocol", "all", "prio", "1",
+         "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev",
+         "ifb3"],
+    ]
+    assert r.egress[2].params == {"limit_packets": 100}
+    assert r.ingress[1].node == "s1" and r.egress[0].node == "h1"
+
+
+def test_netem_limit_is_at_least_the_briefs_rule():
+    for rate, delay, mtu in ((10**8, 0.01, 1500), (10**10, 0.1, 9000), (4 * 10**11, 0.2, 1500)):
+        s = Shaping(rate_bps=rate, delay_s=delay)
+        rule = -(-rate * delay // (8 * mtu)) * 2
+        assert netem_limit_packets(s, mtu) >= rule
+
+
+def test_full_netem_words():
+    s = Shaping(delay_s=0.01, jitter_s=0.002, delay_correlation_pct=25,
+                jitter_distribution="pareto", loss_gemodel=GilbertElliott(1, 30, 90, 0.5),
+                reorder_pct=5, duplicate_pct=1, corrupt_pct=0.1)
+    words = _recipe(s).ingress[0].tc_argv()
+    assert words[words.index("delay"):] == [
+        "delay", "10ms", "2ms", "25%", "distribution", "pareto",
+        "loss", "gemodel", "1%", "30%", "90%", "0.5%",
+        "reorder", "5%", "duplicate", "1%", "corrupt", "0.1%"]
+    assert _recipe(s).egress == ()  # no rate: no HTB on the sender
+
+
+def test_random_loss_and_aqms():
+    words = _recipe(Shaping(loss_pct=1.5)).ingress[0].tc_argv()
+    assert words[-3:] == ["loss", "random", "1.5%"]
+    fq = _recipe(Shaping(rate_bps=10**9, aqm="fq_codel", ecn=True, buffer=BufferSize(packets=50)))
+    assert fq.egress[2].tc_argv()[-4:] == ["fq_codel", "limit", "50", "ecn"]
+    red = _recipe(Shaping(rate_bps=10**9, aqm="red", buffer=BufferSize(size_bytes=400_000)))
+    assert red.egress[2].params["max_bytes"] == 100_000
+    assert red.egress[2].params["min_bytes"] == 33_333
