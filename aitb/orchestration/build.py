@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from traffic_gen.stragglers import StragglerSpec
 
 from aitb.models.errors import SpecError, SpecIssue
 from aitb.models.plan import LabPlan
@@ -22,6 +21,7 @@ from aitb.orchestration.experiment import (
     StragglerSpecModel,
 )
 from traffic_gen import patterns
+from traffic_gen.stragglers import StragglerSpec
 from workloads.placement import place, sites_of_plan
 from workloads.spec import build_workload, parse_workload
 from workloads.transform import scale_schedule

@@ -15,11 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.lab import Lab
-from traffic_gen.launch import LabLauncher
-from traffic_gen.replay import ReplayOptions, ReplayResult, replay
-from traffic_gen.tcpinfo import TcpKnobs
-
 import topologies
 from aitb.models.errors import AitbError, SpecError
 from aitb.models.plan import LabPlan, plan_to_dict
@@ -27,8 +22,12 @@ from aitb.models.units import UnitError, parse_duration_s, parse_size_bytes
 from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
+from testbed.lab import Lab
 from topologies.issues import with_lines
 from topologies.scaling import scale_plan
+from traffic_gen.launch import LabLauncher
+from traffic_gen.replay import ReplayOptions, ReplayResult, replay
+from traffic_gen.tcpinfo import TcpKnobs
 from workloads.placement import sites_of_plan
 
 __all__ = ["Prepared", "RunOutcome", "prepare", "execute", "RECORD_FILES"]
