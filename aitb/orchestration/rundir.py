@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import platform
 import secrets
@@ -21,6 +22,8 @@ __all__ = ["new_run_id", "create_run_dir", "write_json_atomic", "write_text_atom
            "host_facts", "git_revision"]
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def new_run_id() -> str:
@@ -45,6 +48,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace, so the file is either the old or the complete new content."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -55,9 +59,21 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
-    """:func:`write_text_atomic` of ``data`` as indented JSON."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """:func:`write_text_atomic` of ``data`` as indented, strict JSON (NaN and infinities,
+    which JSON cannot hold, become null)."""
+    text = json.dumps(_finite(data), indent=2, default=str, allow_nan=False)
+    write_text_atomic(path, text + "\n")
 
 
 def git_revision() -> str | None:
