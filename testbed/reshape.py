@@ -19,7 +19,14 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from aitb.models.errors import LabError
 from aitb.models.plan import LinkPlan, plan_to_dict
 from aitb.models.shaping import Shaping
-from testbed.layout import BRIDGE, DIRECTIONS, IFB_INDEX_BASE, owner_alias, recipe_for
+from testbed.layout import (
+    BRIDGE,
+    DIRECTIONS,
+    IFB_INDEX_BASE,
+    needs_wire_packets,
+    owner_alias,
+    recipe_for,
+)
 from testbed.links import RTM_GETLINK
 from testbed.nl import F_CREATE, F_EXCL, Batch, dump
 from testbed.realise import add_ifb, add_tc
@@ -92,6 +99,12 @@ def _find_link(lab: Lab, link_name: str, direction: str) -> LinkPlan:
 def set_shaping(lab: Lab, link_name: str, direction: str, shaping: Shaping) -> None:
     """See :meth:`testbed.lab.Lab.set_shaping`."""
     link = _find_link(lab, link_name, direction)
+    probe = dataclasses.replace(lab.plan, links=(dataclasses.replace(link, **{direction:
+                                                                            shaping}),))
+    if needs_wire_packets(probe) and not lab.layout.wire_packets:
+        raise LabError(f"link {link_name} {direction}: this shaping counts packets (buffer in "
+                       "packets, AQM or netem loss), but the lab runs with GSO super-packets; "
+                       "create the Lab with wire_packets=True to change to it later")
     old = lab.layout.recipes[(link_name, direction)]
     new = recipe_for(lab.layout, link, direction, shaping)
     lab.layout.set_recipe((link_name, direction), new)

@@ -49,8 +49,8 @@ class Labs:
         self.run_ids.append(rid)
         return rid
 
-    def __call__(self, plan, run_id: str | None = None) -> Lab:
-        lab = Lab(plan, run_id or self.new_id(), self.state_dir)
+    def __call__(self, plan, run_id: str | None = None, **kw) -> Lab:
+        lab = Lab(plan, run_id or self.new_id(), self.state_dir, **kw)
         self.run_ids.append(lab.run_id)
         self.made.append(lab)
         return lab

@@ -67,7 +67,8 @@ def test_deploy_exec_inspect_destroy_repeatedly(labs, tmp_path):
     assert gone.returncode == 2 and "unknown run id" in gone.stderr
 
 
-def test_sigint_during_deploy_removes_everything(labs, tmp_path):
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_during_deploy_removes_everything(labs, tmp_path, sig, code):
     plan_file = _plan_file(tmp_path, _star(300))
     rid = labs.new_id()
     env = {**os.environ, "AITB_STATE_DIR": str(labs.state_dir)}
@@ -76,9 +77,9 @@ def test_sigint_during_deploy_removes_everything(labs, tmp_path):
     deadline = time.monotonic() + 30
     while not run_namespaces(rid) and time.monotonic() < deadline:
         time.sleep(0.005)  # wait until it is in the middle of creating namespaces
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     assert run_namespaces(rid) == []
     assert not (labs.state_dir / rid).exists()
 

@@ -26,7 +26,13 @@ def test_tcp_goodput_within_5pct_of_bound(labs, rate_bps):
 
 
 def test_set_shaping_changes_the_measured_rate(labs):
+    from aitb.models.errors import LabError
+
     with labs(two_hosts_router(Shaping(rate_bps=50 * 10**6))) as lab:
+        with pytest.raises(LabError, match="wire_packets=True"):  # GSO lab: counts inexact
+            lab.set_shaping("h1-r1", "a_to_b", Shaping(rate_bps=10**7,
+                                                        buffer=BufferSize(packets=50)))
+    with labs(two_hosts_router(Shaping(rate_bps=50 * 10**6)), wire_packets=True) as lab:
         before = received_bps(iperf3(lab, "h1", "h2", "198.18.2.1"))
         lab.set_shaping("h1-r1", "a_to_b", Shaping(rate_bps=10 * 10**6,
                                                     buffer=BufferSize(packets=50)))
