@@ -92,6 +92,11 @@ class HtbOptions(nla):
 class TcMsg(tcmsg):
     """pyroute2's tcmsg, with option classes for htb, bfifo, netem and red."""
 
+    # pyroute2 keeps "NLA table compiled" as a class attribute that subclasses inherit: once
+    # its own tcmsg has been used in this process (e.g. by the capability probe), TcMsg would
+    # reuse tcmsg's table and its option classes, dropping TCA_NETEM_LATENCY64 and friends.
+    _nlmsg_base__compiled_nla = False
+
     @staticmethod
     def get_options(self: Any, *argv: Any, **kwarg: Any) -> Any:  # noqa: D102
         kind = self.get_attr("TCA_KIND")

@@ -37,7 +37,9 @@ def _brief(cls: Any, keep: set[str]) -> Any:
     """``cls`` with every attribute outside ``keep`` left undecoded (readback needs few;
     pyroute2 decoding counters and per-family data is most of a dump's cost)."""
     nla_map = tuple((e[0], e[1] if e[0] in keep else "none", *e[2:]) for e in cls.nla_map)
-    return type(f"Brief{cls.__name__}", (cls,), {"nla_map": nla_map})
+    # own compiled-table flag: pyroute2's is a class attribute subclasses would inherit
+    return type(f"Brief{cls.__name__}", (cls,), {"nla_map": nla_map,
+                                                  "_nlmsg_base__compiled_nla": False})
 
 
 BriefLink = _brief(ifinfmsg, {"IFLA_IFNAME", "IFLA_MTU", "IFLA_MASTER", "IFLA_IFALIAS",

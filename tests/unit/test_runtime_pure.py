@@ -124,3 +124,26 @@ def test_wire_sized_packets_only_where_counts_matter():
     assert needs_wire_packets(_plan(Shaping(rate_bps=10**9, buffer=BufferSize(packets=100))))
     assert needs_wire_packets(_plan(Shaping(loss_pct=1)))
     assert make_layout(_plan(), "abc", wire_packets=True).wire_packets
+
+
+def test_netem_encoding_survives_pyroute2_tcmsg_used_first():
+    # pyroute2 marks a message class "compiled" with a class attribute that subclasses
+    # inherit; in a fresh process, use pyroute2's own tcmsg first (as the capability probe
+    # does), then check our TcMsg still encodes the 64-bit latency.
+    code = """
+from pyroute2.netlink.rtnl.tcmsg import tcmsg
+m = tcmsg(); m['attrs'] = [['TCA_KIND', 'netem']]; m.encode()
+d = tcmsg(m.data); d.decode()
+import sys; sys.path.insert(0, 'tests/unit')
+import test_runtime_pure as t
+t.test_netem_message_fields()
+print('ok')
+"""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
