@@ -23,20 +23,49 @@ Relative paths are relative to the experiment file. Errors name the file, key pa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 from aitb.models.errors import SpecError, SpecIssue
 from aitb.models.schedule import COLLECTIVES
+from aitb.models.units import UnitError, parse_duration_s, parse_rate_bps, parse_size_bytes
 from topologies.issues import issues_from_validation, with_lines
 from topologies.loader import read_yaml
 
 __all__ = ["ExperimentSpec", "load_experiment", "parse_experiment", "NAME_PATTERN"]
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+# a quantity with a unit ("16MiB", "5ms"); numbers are accepted here so that the one unit
+# parser (aitb.models.units) can say "has no unit" instead of a type error
+Quantity = str | int | float
+
+
+def _checked(parse: Callable[[Any], Any]) -> AfterValidator:
+    def check(value: Quantity) -> Quantity:
+        try:
+            parse(value)
+        except UnitError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+    return AfterValidator(check)
+
+
+Size = Annotated[Quantity, _checked(parse_size_bytes)]
+Duration = Annotated[Quantity, _checked(parse_duration_s)]
+Rate = Annotated[Quantity, _checked(parse_rate_bps)]
+_KINDS = ("collective", "incast", "one_to_many", "permutation", "all_pairs", "training",
+          "aicb", "fedavg")
 _Forbid = ConfigDict(extra="forbid")
 
 
@@ -95,11 +124,11 @@ class CollectiveEntry(_Common):
     kind: Literal["collective"]
     op: str
     algorithm: str | None = None
-    size: str
-    chunk: str | None = None
+    size: Size
+    chunk: Size | None = None
     ranks: PositiveInt | None = None
     iterations: PositiveInt = 1
-    compute: str | None = None
+    compute: Duration | None = None
 
     @model_validator(mode="after")
     def _known_op(self) -> CollectiveEntry:
@@ -114,13 +143,13 @@ class PatternEntry(_Common):
     ``repeats`` bursts separated by ``gap``."""
 
     kind: Literal["incast", "one_to_many", "permutation", "all_pairs"]
-    size: str
+    size: Size
     receiver: str | None = None
     sender: str | None = None
     repeats: PositiveInt = 1
-    gap: str | None = None
+    gap: Duration | None = None
     protocol: Literal["tcp", "udp"] = "tcp"
-    rate: str | None = None
+    rate: Rate | None = None
 
 
 class ImportedEntry(BaseModel):
@@ -141,8 +170,8 @@ class TransportSpec(BaseModel):
 
     model_config = _Forbid
     tcp_congestion_control: str | None = None
-    sndbuf: str | None = None
-    rcvbuf: str | None = None
+    sndbuf: Size | None = None
+    rcvbuf: Size | None = None
     nodelay: bool = True
     conns_per_peer: PositiveInt = 1
 
@@ -151,8 +180,8 @@ class TimeoutSpec(BaseModel):
     """Longest a transfer (after its first byte) and a phase may take (duration strings)."""
 
     model_config = _Forbid
-    transfer: str = "60s"
-    phase: str = "600s"
+    transfer: Duration = "60s"
+    phase: Duration = "600s"
 
 
 class ExperimentSpec(BaseModel):
@@ -175,8 +204,17 @@ def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:
     try:
         return ExperimentSpec.model_validate(data)
     except ValidationError as exc:
-        issues = issues_from_validation(exc, ExperimentSpec, source)
+        issues = [_drop_tag(i) for i in issues_from_validation(exc, ExperimentSpec, source)]
         raise with_lines(SpecError(issues), data, source) from None
+
+
+def _drop_tag(issue: SpecIssue) -> SpecIssue:
+    """pydantic puts the union member's tag in the location (workloads.0.collective.size);
+    users wrote workloads[0].size."""
+    path = issue.key_path
+    if len(path) > 2 and path[0] == "workloads" and path[2] in _KINDS:
+        path = (*path[:2], *path[3:])
+    return SpecIssue(issue.message, file=issue.file, key_path=path, line=issue.line)
 
 
 def load_experiment(path: str | Path) -> tuple[ExperimentSpec, Any]:

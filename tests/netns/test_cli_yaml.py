@@ -16,8 +16,6 @@ pytestmark = pytest.mark.netns
 EXAMPLES = sorted((Path(topologies.__file__).parent / "examples").glob("*.yaml"))
 
 
-@pytest.mark.skipif(not hasattr(topologies, "load_topology"),
-                    reason="topologies.load_topology is not merged into this branch yet")
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_deploy_each_example_or_say_why_not(labs, path):
     from testbed.kernel import missing_features

@@ -1,0 +1,104 @@
+"""`aitb run` on every example experiment (examples/*.yaml), end to end on the host kernel,
+and the failure paths of a run: bad input creates nothing, a failed run keeps its manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_namespaces
+
+pytestmark = pytest.mark.netns
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+
+def aitb(*args: str, env: dict[str, str] | None = None, timeout: float = 600):
+    return subprocess.run([sys.executable, "-m", "aitb.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def records(run_dir: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines() if line]
+
+
+@pytest.fixture
+def state_env(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    return {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_experiment_runs(path, tmp_path, state_env):
+    out = aitb("run", str(path), "--results", str(tmp_path / "results"), env=state_env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = Path(out.stdout.strip().splitlines()[-1])
+    assert run_dir.is_dir() and run_dir.parent.parent == tmp_path / "results"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["error"] is None
+    assert run_namespaces(manifest["lab_run_id"]) == []  # the lab is gone
+    flows = records(run_dir, "flows.jsonl")
+    assert flows and all(f["fct_s"] > 0 for f in flows)
+    assert records(run_dir, "failures.jsonl") == []
+
+
+def test_ring_allreduce_cct_is_above_the_alpha_beta_bound_and_shows_the_straggler(
+        tmp_path, state_env):
+    out = aitb("run", str(ROOT / "examples/ring_allreduce.yaml"), "--results",
+               str(tmp_path), env=state_env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = Path(out.stdout.strip().splitlines()[-1])
+    colls = records(run_dir, "collectives.jsonl")
+    assert len(colls) == 3
+    n, size, rate_Bps = 4, 4 * 2**20, 1e9 / 8
+    bound_s = 2 * (n - 1) / n * size / rate_Bps  # ring all-reduce, beta term only
+    for c in colls:
+        assert c["cct_s"] >= bound_s
+    # the straggler in the records: rank 3's compute ops ran at slowdown 2 (>= 10 ms each)...
+    timeline = records(run_dir, "timeline.jsonl")
+    slow = [r for r in timeline if r["kind"] == "compute" and r["rank"] == 3]
+    assert len(slow) == 3
+    assert all(r["slowdown"] == 2.0 and r["t_end"] - r["t_start"] >= 0.010 for r in slow)
+    # ...and in iteration 0, where every rank starts computing at the same instant, rank 3
+    # enters the all-reduce about 5 ms (10 ms vs 5 ms of compute) after the others. 2.5 ms
+    # leaves room for sleep overshoot on a loaded 2-core machine.
+    starts = colls[0]["rank_t_start"]
+    assert starts[3] - max(starts[:3]) > 0.0025
+
+
+def test_bad_experiment_is_refused_before_anything_is_created(tmp_path, state_env):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ntopology: {generator: single_switch, params: {hosts: 2}}\n"
+                   "workloads:\n  - kind: collective\n    op: all_reduce\n    size: 10\n"
+                   "    colour: red\n")
+    out = aitb("run", str(bad), "--results", str(tmp_path / "results"), env=state_env)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert "bad.yaml" in out.stderr and "workloads[0].colour" in out.stderr
+    assert "workloads[0].size" in out.stderr and "no unit" in out.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_failed_run_keeps_manifest_error_and_partial_records(tmp_path, state_env):
+    # a transfer that cannot finish in time: 64 MiB through 10 Mbit/s with a 2 s timeout
+    exp = tmp_path / "slow.yaml"
+    exp.write_text(
+        "name: slow\n"
+        "topology:\n  inline:\n    name: slow2\n"
+        "    generator: {name: single_switch, params: {hosts: 2, link: slow}}\n"
+        "    profiles: {slow: {rate: 10Mbit}}\n"
+        "timeouts: {transfer: 2s}\n"
+        "workloads:\n  - kind: collective\n    op: all_reduce\n    size: 64MiB\n")
+    out = aitb("run", str(exp), "--results", str(tmp_path / "results"), env=state_env)
+    assert out.returncode == 1
+    run_dir = Path(out.stdout.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "workload 0" in manifest["error"]
+    assert json.loads((run_dir / "error.json").read_text())["error"] == manifest["error"]
+    assert records(run_dir, "failures.jsonl")
+    assert run_namespaces(manifest["lab_run_id"]) == []
