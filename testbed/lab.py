@@ -27,7 +27,7 @@ from testbed.layout import Layout, make_layout
 from testbed.realise import NodeIO
 from testbed.registry import DEFAULT_STATE_DIR, Registry, pid_start_time, unknown_name
 
-__all__ = ["Lab", "new_run_id"]
+__all__ = ["Lab", "new_run_id", "missing_kernel_features"]
 
 STP_CONVERGE_S = 10.0
 
@@ -35,6 +35,17 @@ STP_CONVERGE_S = 10.0
 def new_run_id() -> str:
     """A fresh run id: 6 random hex characters."""
     return secrets.token_hex(3)
+
+
+def missing_kernel_features(layout: Layout | LabPlan) -> list[str]:
+    """The qdisc kinds (and ``ifb``) a lab of this plan needs that this kernel lacks, sorted.
+    Probes the kernel once per process in a throwaway namespace (needs root)."""
+    if isinstance(layout, LabPlan):
+        layout = make_layout(layout, "probe0")
+    kinds = set().union(*(r.kinds() for r in layout.recipes.values()))
+    if any(r.ifb for r in layout.recipes.values()):
+        kinds.add("ifb")
+    return kernel.missing_features(kinds)
 
 
 class Lab:
@@ -133,10 +144,7 @@ class Lab:
         self._step("verify", t)
 
     def _check_kernel(self) -> None:
-        kinds = set().union(*(r.kinds() for r in self.layout.recipes.values()))
-        if any(r.ifb for r in self.layout.recipes.values()):
-            kinds.add("ifb")
-        missing = kernel.missing_features(kinds)
+        missing = missing_kernel_features(self.layout)
         if missing:
             links = sorted({ln for (ln, _), r in self.layout.recipes.items()
                             if r.kinds() & set(missing)})

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+
+from aitb.models.errors import LabError
+from testbed.capabilities import in_vm
+from testbed.lab import missing_kernel_features
+from testbed.vm import run_in_vm
 
 console = Console(stderr=True)
 
@@ -22,6 +28,9 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the run directory.")] = False,
     check: Annotated[bool, typer.Option(
         "--check", help="Validate and build the experiment, create nothing, exit.")] = False,
+    use_vm: Annotated[bool, typer.Option(
+        "--auto-vm/--no-vm", help="When the lab needs qdiscs the host kernel lacks (netem), "
+        "run inside the stock-kernel VM (default), or refuse.")] = True,
 ) -> None:
     """Deploy the experiment's lab, replay its workloads over real sockets, record, tear down."""
     from aitb.orchestration.defaults import default_experiment
@@ -33,6 +42,14 @@ def run(
         typer.echo(f"{path}: ok ({len(prep.plan.nodes)} nodes, {len(prep.workloads)} workloads)")
         return
     say = (lambda m: None) if quiet or as_json else (lambda m: console.print(f"[dim]{m}[/]"))
+    missing = [] if in_vm() else missing_kernel_features(prep.plan)
+    if missing:
+        if not use_vm:
+            raise LabError(f"this lab needs {', '.join(missing)}, which the host kernel lacks; "
+                           "drop --no-vm to run it in the stock-kernel VM")
+        say(f"this lab needs {', '.join(missing)}, which the host kernel lacks: running it "
+            "inside the stock-kernel VM (--no-vm refuses)")
+        raise typer.Exit(_rerun_in_vm(path, results, as_json=as_json, quiet=quiet))
     outcome = execute(prep, results, progress=say)
     if as_json:
         typer.echo(json.dumps({"ok": outcome.ok, "run_dir": str(outcome.run_dir),
@@ -43,6 +60,16 @@ def run(
         typer.echo(str(outcome.run_dir))
     if not outcome.ok:
         raise typer.Exit(1)
+
+
+def _rerun_in_vm(path: Path, results: Path, *, as_json: bool, quiet: bool) -> int:
+    """The same run inside the VM, with the results folder shared read-write."""
+    results = results.resolve()
+    results.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "aitb.cli", "run", str(path.resolve()),
+            "--results", str(results), *(["--json"] if as_json else []),
+            *(["--quiet"] if quiet else [])]
+    return run_in_vm(argv, rwdirs=[results], echo=True).returncode
 
 
 def register(app: typer.Typer) -> None:
