@@ -55,9 +55,12 @@ def test_ring_allreduce_cct_is_above_the_alpha_beta_bound_and_shows_the_straggle
     run_dir = Path(out.stdout.strip().splitlines()[-1])
     colls = records(run_dir, "collectives.jsonl")
     assert len(colls) == 3
-    n, size, rate_Bps = 4, 4 * 2**20, 1e9 / 8
-    bound_s = 2 * (n - 1) / n * size / rate_Bps  # ring all-reduce, beta term only
+    plan = json.loads((run_dir / "plan.json").read_text())
+    rate_Bps = min(lk["a_to_b"]["rate_bps"] for lk in plan["links"]) / 8
+    assert rate_Bps == 100e6 / 8  # 1 Gbit/s scaled by 10
     for c in colls:
+        n, size = len(c["ranks"]), c["size_bytes"]
+        bound_s = 2 * (n - 1) / n * size / rate_Bps  # ring all-reduce, beta term only
         assert c["cct_s"] >= bound_s
     # the straggler in the records: rank 3's compute ops ran at slowdown 2 (>= 10 ms each)...
     timeline = records(run_dir, "timeline.jsonl")
