@@ -34,7 +34,6 @@ __all__ = ["ImageTree", "python_trees", "ensure_image", "guest_mount_lines", "IM
            "GUEST_DEVICE"]
 
 IMAGE = CHECKOUT / ".vm" / "python.ext4"
-STAMP = IMAGE.with_suffix(".stamp")   # fingerprint of the inputs the image was built from
 GUEST_DEVICE = "/dev/vda"             # the only virtio-blk disk of the guest (vm_boot.vng_argv)
 GUEST_MOUNT = "/run/aitb-python"      # guest-only tmpfs; nothing of it reaches the host
 FORMAT = "1"                          # bump when the image layout changes
@@ -149,21 +148,26 @@ def _mke2fs(stage: Path, size_bytes: int, entries: int, out: Path) -> None:
                        f"{proc.returncode}: {proc.stderr.strip()}")
 
 
-def _build(trees: list[ImageTree], stamp: str) -> None:
-    stage = Path(tempfile.mkdtemp(prefix="python-image.", dir=IMAGE.parent))
-    tmp = IMAGE.with_suffix(".ext4.tmp")
+def _stamp_path(image: Path) -> Path:
+    """Beside the image: the fingerprint of the inputs it was built from, then the trees."""
+    return image.with_suffix(".stamp")
+
+
+def _build(trees: list[ImageTree], stamp: str, image: Path) -> None:
+    stage = Path(tempfile.mkdtemp(prefix="python-image.", dir=image.parent))
+    tmp = image.with_suffix(".ext4.tmp")
     try:
         size, count = _stage(trees, stage / "root")
         _mke2fs(stage / "root", size, count, tmp)
-        os.replace(tmp, IMAGE)  # a running VM keeps the old inode
-        STAMP.write_text(stamp + "\n" + "\n".join(str(t.path) for t in trees) + "\n")
+        os.replace(tmp, image)  # a running VM keeps the old inode
+        _stamp_path(image).write_text(stamp + "\n" + "\n".join(str(t.path) for t in trees) + "\n")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
         tmp.unlink(missing_ok=True)
 
 
-def ensure_image(trees: list[ImageTree] | None = None) -> list[ImageTree]:
-    """Build ``.vm/python.ext4`` unless it is up to date with ``trees``; return the trees.
+def ensure_image(trees: list[ImageTree] | None = None, image: Path = IMAGE) -> list[ImageTree]:
+    """Build ``image`` (.vm/python.ext4) unless it is up to date with ``trees``; return them.
 
     Precompiles our packages (:func:`precompile_checkout`), compares the inputs' fingerprint
     with the stamp beside the image and rebuilds (after :func:`precompile`) when they differ,
@@ -176,18 +180,19 @@ def ensure_image(trees: list[ImageTree] | None = None) -> list[ImageTree]:
     trees = trees or python_trees()
     precompile_checkout()
     bad = [t.path for t in trees if any(c.isspace() for c in str(t.path))]
-    if bad or any(c.isspace() or c == "," for c in str(IMAGE)):
-        raise LabError(f"paths with blanks or commas cannot be passed to vng: {bad or IMAGE}")
+    if bad or any(c.isspace() or c == "," for c in str(image)):
+        raise LabError(f"paths with blanks or commas cannot be passed to vng: {bad or image}")
     if shutil.which("mke2fs") is None:
         raise LabError("mke2fs not found (Debian package e2fsprogs)")
-    IMAGE.parent.mkdir(parents=True, exist_ok=True)
-    with open(IMAGE.with_suffix(".lock"), "w") as lock:
+    image.parent.mkdir(parents=True, exist_ok=True)
+    with open(image.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stamp = fingerprint(trees)
-        if IMAGE.is_file() and STAMP.is_file() and STAMP.read_text().split()[0] == stamp:
+        done = _stamp_path(image)
+        if image.is_file() and done.is_file() and done.read_text().split()[0] == stamp:
             return trees
         precompile(trees)
-        _build(trees, fingerprint(trees))
+        _build(trees, fingerprint(trees), image)
     return trees
 
 
