@@ -154,6 +154,9 @@ def _stamp_path(image: Path) -> Path:
 
 
 def _build(trees: list[ImageTree], stamp: str, image: Path) -> None:
+    """Stage, mke2fs, rename into place, write the stamp; the caller holds the lock."""
+    for stale in image.parent.glob("python-image.*"):  # left by a build that was killed
+        shutil.rmtree(stale, ignore_errors=True)
     stage = Path(tempfile.mkdtemp(prefix="python-image.", dir=image.parent))
     tmp = image.with_suffix(".ext4.tmp")
     try:
@@ -182,8 +185,6 @@ def ensure_image(trees: list[ImageTree] | None = None, image: Path = IMAGE) -> l
     bad = [t.path for t in trees if any(c.isspace() for c in str(t.path))]
     if bad or any(c.isspace() or c == "," for c in str(image)):
         raise LabError(f"paths with blanks or commas cannot be passed to vng: {bad or image}")
-    if shutil.which("mke2fs") is None:
-        raise LabError("mke2fs not found (Debian package e2fsprogs)")
     image.parent.mkdir(parents=True, exist_ok=True)
     with open(image.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -191,6 +192,8 @@ def ensure_image(trees: list[ImageTree] | None = None, image: Path = IMAGE) -> l
         done = _stamp_path(image)
         if image.is_file() and done.is_file() and done.read_text().split()[0] == stamp:
             return trees
+        if shutil.which("mke2fs") is None:
+            raise LabError("mke2fs not found (Debian package e2fsprogs)")
         precompile(trees)
         _build(trees, fingerprint(trees), image)
     return trees

@@ -82,3 +82,13 @@ def test_vng_argv_attaches_the_image_read_only():
     assert "--qemu-opts=-drive file=/c/.vm/python.ext4,if=virtio,format=raw,readonly=on" in argv
     assert argv.index("--exec") > argv.index(
         "--qemu-opts=-drive file=/c/.vm/python.ext4,if=virtio,format=raw,readonly=on")
+
+
+def test_missing_mke2fs_is_named_only_when_a_build_is_needed(tree, tmp_path, monkeypatch):
+    image = tmp_path / "python.ext4"
+    ensure_image([tree], image=image)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    ensure_image([tree], image=image)  # up to date: mke2fs is not needed
+    (tree.path / "pkg" / "mod.py").write_text("VALUE = 44\n")
+    with pytest.raises(LabError, match="mke2fs not found"):
+        ensure_image([tree], image=image)
