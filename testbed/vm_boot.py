@@ -35,8 +35,9 @@ GUEST_MEMORY = "2G"   # of a 24 GiB host; several helpers may boot VMs at once
 GUEST_CPUS = "2"      # the host has 2 cores
 # Under TCG the guest kernel picks the emulated HPET as clock source: every clock read is
 # emulated and clock_gettime cannot use the vDSO (a `import aitb.cli` made 7317 such system
-# calls). The TSC of TCG follows the host's clock; trusting it halved the 8-process import
-# benchmark here (bench/vm_python.py; 53 s -> 27 s). KVM guests keep kvm-clock.
+# calls). The TSC of TCG follows the host's clock; trusting it took 8 parallel imports of
+# pyroute2, pydantic, typer and rich from 53 s to 27 s here (one A/B pair on the shared,
+# loaded 2-core machine: noisy). KVM guests keep kvm-clock.
 TCG_KERNEL_ARGS = "clocksource=tsc tsc=reliable"
 KILL_GRACE_S = 5.0
 
