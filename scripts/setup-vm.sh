@@ -2,7 +2,8 @@
 # The stock-kernel VM path of aitb (`aitb --vm`, `make test-vm` on hosts without sch_netem):
 # qemu and busybox from Debian, the distribution's stock kernel unpacked under .vm/kernel/ of
 # this checkout, its modules installed under /lib/modules/<release> (the guest sees the host's
-# filesystem, so it loads modules from there). Idempotent. Run as root; called by setup.sh.
+# filesystem, so it loads modules from there), and the Python image .vm/python.ext4.
+# Idempotent. Run as root; called by setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -12,7 +13,7 @@ KDIR=.vm/kernel
 META=${AITB_VM_KERNEL_META:-linux-image-amd64}
 
 need=()
-for p in qemu-system-x86 busybox-static; do
+for p in qemu-system-x86 busybox-static e2fsprogs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -55,3 +56,9 @@ if [ ! -f "/lib/modules/$release/modules.dep" ]; then
   depmod "$release"
 fi
 echo "setup-vm: stock kernel $release in $KDIR, modules in /lib/modules/$release"
+# The guest reads the host's files over 9p without caching, slow for Python's many small
+# imports: a read-only ext4 image of the interpreter's stdlib and .venv (precompiled) is mounted
+# over the same paths in the guest (testbed/vm_image.py). Rebuilt lazily before a boot when its
+# inputs change; built here so that the first VM run does not pay for it. A failure is not
+# fatal: the VM then reads Python over 9p (slower) and says so.
+.venv/bin/python -m testbed.vm_image || echo "setup-vm: no Python image; the VM will be slower" >&2

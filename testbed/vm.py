@@ -19,6 +19,7 @@ from pathlib import Path
 
 from aitb.models.errors import CommandError, LabError
 from testbed.vm_boot import boot, guest_script, vng_argv
+from testbed.vm_image import IMAGE, ImageTree, ensure_image, guest_mount_lines
 from testbed.vm_kernel import require_vm, scripts_dir
 
 __all__ = ["VmResult", "run_in_vm", "detect_accel", "cached_accel", "ACCEL_CACHE"]
@@ -28,6 +29,35 @@ ACCEL_CACHE = Path("/run/aitb/vm-accel")
 # 20 s leaves room for a loaded host and costs 20 s once per host boot where KVM hangs.
 KVM_PROBE_TIMEOUT_S = 20.0
 FORWARDED_ENV = ("HOME", "LANG", "LC_ALL", "TERM", "PYTHONPATH", "PYTHONUNBUFFERED")
+_said: set[str] = set()  # fallback notices already printed by this process
+
+
+def _say_once(message: str) -> None:
+    """Print a notice to stderr the first time this process meets it."""
+    if message not in _said:
+        _said.add(message)
+        print(f"aitb: {message}", file=sys.stderr, flush=True)
+
+
+def _python_image() -> list[ImageTree]:
+    """The Python image's trees, built if stale; [] (and a notice) when it cannot be built.
+
+    ``$AITB_VM_PYTHON_IMAGE=0`` turns the image off (for measurements).
+    """
+    if os.environ.get("AITB_VM_PYTHON_IMAGE") == "0":
+        return []
+    try:
+        return ensure_image()
+    except (LabError, OSError) as exc:
+        _say_once(f"VM: no Python image ({exc}); the guest reads Python over 9p (slower)")
+        return []
+
+
+def _check_image_mount(result_dir: Path) -> None:
+    log = result_dir / "image.log"
+    if log.exists() and log.read_text(errors="replace").strip():
+        _say_once(f"VM: mounting the Python image {IMAGE} failed in the guest "
+                  f"({log.read_text(errors='replace').strip()!r}); it read Python over 9p")
 
 
 @dataclass(frozen=True)
@@ -128,16 +158,21 @@ def run_in_vm(argv: Sequence[str], *, rwdirs: Sequence[str | os.PathLike[str]] =
     accel = accel or detect_accel()
     result_dir = Path(tempfile.mkdtemp(prefix="aitb-vm-"))
     try:
+        trees = _python_image()
+        setup = guest_mount_lines(trees, str(result_dir / "image.log")) if trees else []
         script = result_dir / "guest.sh"
         script.write_text(guest_script(argv, cwd=Path(cwd or os.getcwd()).resolve(),
-                                       result_dir=result_dir, accel=accel, env=_guest_env(env)))
+                                       result_dir=result_dir, accel=accel, env=_guest_env(env),
+                                       setup=setup))
         tail = _Tail(result_dir) if echo else None
         status = boot(vng_argv(vng, kernel, accel=accel, rwdirs=[*dirs, result_dir],
-                               script=script, verbose=bool(os.environ.get("AITB_VM_VERBOSE"))),
+                               script=script, verbose=bool(os.environ.get("AITB_VM_VERBOSE")),
+                               disk=IMAGE if trees else None),
                       console_log=result_dir / "console.log", timeout_s=timeout_s,
                       guest_argv=argv, on_poll=tail)
         if tail:
             tail()
+        _check_image_mount(result_dir)
         return _read_result(result_dir, argv, accel, status)
     finally:
         shutil.rmtree(result_dir, ignore_errors=True)

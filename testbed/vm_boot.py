@@ -33,6 +33,12 @@ GUEST_MODULES = (
 )
 GUEST_MEMORY = "2G"   # of a 24 GiB host; several helpers may boot VMs at once
 GUEST_CPUS = "2"      # the host has 2 cores
+# Under TCG the guest kernel picks the emulated HPET as clock source: every clock read is
+# emulated and clock_gettime cannot use the vDSO (a `import aitb.cli` made 7317 such system
+# calls). The TSC of TCG follows the host's clock; trusting it took 8 parallel imports of
+# pyroute2, pydantic, typer and rich from 53 s to 27 s here (one A/B pair on the shared,
+# loaded 2-core machine: noisy). KVM guests keep kvm-clock.
+TCG_KERNEL_ARGS = "clocksource=tsc tsc=reliable"
 KILL_GRACE_S = 5.0
 
 
@@ -44,7 +50,7 @@ def _command_words(argv: Sequence[str]) -> str:
 
 
 def guest_script(argv: Sequence[str], *, cwd: Path, result_dir: Path, accel: str,
-                 env: Mapping[str, str]) -> str:
+                 env: Mapping[str, str], setup: Sequence[str] = ()) -> str:
     """The /bin/sh script the guest runs: load modules, set env, cd, run argv, write status.
 
     Args:
@@ -53,6 +59,8 @@ def guest_script(argv: Sequence[str], *, cwd: Path, result_dir: Path, accel: str
         result_dir: shared read-write directory receiving stdout, stderr, status, modprobe.log.
         accel: "kvm" or "tcg", exported as ``AITB_IN_VM``.
         env: further environment variables for the command.
+        setup: shell lines run after loading modules, before the command (e.g. the Python
+            image mounts of testbed.vm_image); they must handle their own failures.
     """
     r = shlex.quote(str(result_dir))
     exports = {**env, "AITB_IN_VM": accel}
@@ -64,6 +72,7 @@ def guest_script(argv: Sequence[str], *, cwd: Path, result_dir: Path, accel: str
         # one modprobe for all: under TCG 26 separate calls took 7.3 s, one call 1.2 s
         f"modprobe -a {' '.join(GUEST_MODULES)} >{r}/modprobe.log 2>&1 "
         f"|| {{ echo 125 >{r}/modprobe.status; exit 0; }}",
+        *setup,
         *(f"export {k}={shlex.quote(v)}" for k, v in sorted(exports.items())),
         f"cd {shlex.quote(str(cwd))} || {{ echo {shlex.quote(f'cannot cd to {cwd}')} "
         f">{r}/stderr; echo 126 >{r}/status; exit 0; }}",
@@ -74,15 +83,21 @@ def guest_script(argv: Sequence[str], *, cwd: Path, result_dir: Path, accel: str
 
 
 def vng_argv(vng: Path, kernel: StockKernel, *, accel: str, rwdirs: Sequence[Path],
-             script: Path, verbose: bool = False) -> list[str]:
-    """The ``vng`` command line booting ``kernel`` to run ``sh script`` (KVM or TCG)."""
+             script: Path, verbose: bool = False, disk: Path | None = None) -> list[str]:
+    """The ``vng`` command line booting ``kernel`` to run ``sh script`` (KVM or TCG).
+
+    ``disk``: a raw image attached read-only as the guest's first virtio disk (``/dev/vda``);
+    its path must not contain blanks or commas (qemu option syntax, vng's shell).
+    """
     argv = [str(vng), "-r", str(kernel.vmlinuz), "-m", GUEST_MEMORY, "-p", GUEST_CPUS]
     if accel == "tcg":
-        argv.append("--disable-kvm")
+        argv += ["--disable-kvm", "--append", TCG_KERNEL_ARGS]
     if verbose:
         argv.append("-v")
     for d in rwdirs:
         argv += ["--rwdir", str(d)]
+    if disk is not None:
+        argv.append(f"--qemu-opts=-drive file={disk},if=virtio,format=raw,readonly=on")
     return argv + ["--exec", shlex.join(["sh", str(script)])]
 
 

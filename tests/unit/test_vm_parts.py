@@ -49,6 +49,9 @@ def test_vng_argv_disables_kvm_only_for_tcg():
     tcg = vng_argv(Path("/v/vng"), kernel, accel="tcg", rwdirs=[Path("/d")], script=Path("/s"))
     kvm = vng_argv(Path("/v/vng"), kernel, accel="kvm", rwdirs=[], script=Path("/s"))
     assert "--disable-kvm" in tcg and "--disable-kvm" not in kvm
+    # TCG guests trust the TSC (vDSO clock reads); KVM guests keep kvm-clock.
+    assert tcg[tcg.index("--append") + 1] == "clocksource=tsc tsc=reliable"
+    assert "--append" not in kvm
     assert tcg[tcg.index("--rwdir") + 1] == "/d"
     assert tcg[-2:] == ["--exec", "sh /s"]
     assert tcg[tcg.index("-r") + 1] == "/k/vmlinuz-6.1.0-57-amd64"
