@@ -97,3 +97,14 @@ def test_file_generator_errors_point_at_the_generator(tmp_path):
     assert issue.line == 2
     found = issues(tmp_path, "name: t\ngenerator: {name: single_switch, params: {link: nope}}\n")
     find_issue(found, "generator", "unknown profile 'nope'")
+
+
+def test_multi_dc_labels_every_node_with_its_site():
+    import topologies
+    from workloads.placement import sites_of_plan
+
+    plan = topologies.generate("multi_dc_leaf_spine", n_dcs=3, spines=1, leaves=1,
+                               hosts_per_leaf=2)
+    assert {n.name: n.labels.get("site") for n in plan.nodes if n.name.startswith("dc2-")} \
+        == {n.name: "dc2" for n in plan.nodes if n.name.startswith("dc2-")}
+    assert list(sites_of_plan(plan)) == ["dc1", "dc2", "dc3"]
