@@ -73,14 +73,23 @@ class Controller:
         finally:
             self._abort()
 
+    def _private_sock_dir(self) -> None:
+        """A short private directory for the socket, named by the run id, removed at the end
+        of the run."""
+        self.sock_dir = Path(tempfile.mkdtemp(prefix=f"aitb-{self.run_id}-"))
+        self.sock_path = self.sock_dir / "ctl.sock"
+
     def _listen(self) -> socket.socket:
         if len(str(self.sock_path).encode()) > _SUN_PATH_MAX:
-            # too deep a run directory for sun_path: a short private directory instead,
-            # named by the run id and removed at the end of the run
-            self.sock_dir = Path(tempfile.mkdtemp(prefix=f"aitb-{self.run_id}-"))
-            self.sock_path = self.sock_dir / "ctl.sock"
+            self._private_sock_dir()  # too deep a run directory for sun_path
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        srv.bind(str(self.sock_path))
+        try:
+            srv.bind(str(self.sock_path))
+        except OSError:
+            # a run directory on a file system without sockets (9p, as the stock-kernel VM
+            # shares it; some network file systems): the private directory instead
+            self._private_sock_dir()
+            srv.bind(str(self.sock_path))
         srv.listen(len(self.nodes) + 8)
         return srv
 
