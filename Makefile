@@ -33,7 +33,7 @@ bench:            ## benchmarks against their named peers (prints ratios)
 	$(PY) bench/ring_cct.py
 	$(PY) bench/start_skew.py --agents 64 --bursts 10 --rt-priority 10 --spin-us 200
 
-clean:            ## remove every lab aitb left behind (by owner mark)
+clean:            ## remove the labs of aitb runs whose owner died (by registry); deployed labs stay
 	$(AITB) clean
 
 vm:               ## install the stock-kernel VM path (qemu, kernel, modules), even if the host has netem

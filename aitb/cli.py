@@ -43,7 +43,12 @@ def _root(
 ) -> None:
     """AI traffic testbed."""
     if wants_vm(vm):
-        raise typer.Exit(rerun_in_vm(_argv if _argv is not None else sys.argv[1:]))
+        args = _argv if _argv is not None else sys.argv[1:]
+        if "deploy" in args:
+            raise SpecError("a lab deployed with --vm would end with the VM, before you could "
+                            "use it; use `aitb --vm run EXPERIMENT` (or any command that does "
+                            "its work and finishes) instead")
+        raise typer.Exit(rerun_in_vm(args))
 
 
 register_all(app)

@@ -108,6 +108,9 @@ def _check_endpoint(spec: TopologySpec, text: str, path: tuple) -> Iterator[Spec
     if not IFNAME_RE.fullmatch(ifname) or ifname == "lo":
         yield SpecIssue(f"interface name {ifname!r} is not valid: use lower-case letters, "
                         "digits, '-', '_' and '.' (not 'lo')", key_path=path)
+    elif ifname == "br0" or ifname.startswith("ifb"):
+        yield SpecIssue(f"interface name {ifname!r} is reserved: aitb names a switch's bridge "
+                        "'br0' and the delay lines' devices 'ifb...'", key_path=path)
     if len(ifname) > MAX_IFNAME:
         yield SpecIssue(f"interface name {ifname!r} is {len(ifname)} characters long; Linux "
                         f"allows at most {MAX_IFNAME} (IFNAMSIZ)", key_path=path)

@@ -147,6 +147,8 @@ def clean(run_id: Annotated[str | None, typer.Argument(help="Only this run.")] =
                        f"{len(r.processes)} process(es)")
         for s in skipped:
             typer.echo(f"run {s['run_id']}: kept ({s['reason']})")
+        if not reports and not skipped:
+            typer.echo("nothing to clean: no aitb run is registered under " + str(state_dir()))
     if failures:
         raise LabError("clean left objects behind:\n  " + "\n  ".join(failures))
 

@@ -52,7 +52,8 @@ def _print_summary(s: dict[str, Any]) -> None:
 def validate(
     file: Annotated[Path, typer.Argument(help="Topology file (YAML).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object.")] = False,
-    plan: Annotated[bool, typer.Option("--plan", help="With --json: add the resolved plan.")]
+    plan: Annotated[bool, typer.Option("--plan", help="Print JSON with the resolved plan "
+                                       "(addresses, routes, shaping); implies --json.")]
     = False,
 ) -> None:
     """Check FILE and resolve it (addresses, routes, shaping); create nothing.
@@ -60,6 +61,8 @@ def validate(
     Exit status 0 when valid, 2 with every problem listed (file:line: key.path: message).
     """
     from topologies import load_topology  # the CLI may import every layer
+
+    as_json = as_json or plan
 
     try:
         lab = load_topology(file)

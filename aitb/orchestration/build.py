@@ -21,6 +21,7 @@ from aitb.orchestration.experiment import (
     StragglerSpecModel,
 )
 from traffic_gen import patterns
+from traffic_gen.algorithms import REGISTRY
 from traffic_gen.stragglers import StragglerSpec
 from workloads.placement import place, sites_of_plan
 from workloads.spec import build_workload, parse_workload
@@ -102,6 +103,10 @@ def _collective(ctx: _Ctx, plan: LabPlan, e: CollectiveEntry) -> tuple[Schedule,
         raise ctx.error("hosts", "a collective needs at least 2 ranks")
     size = ctx.unit("size", parse_size_bytes, e.size)
     chunk = ctx.unit("chunk", parse_size_bytes, e.chunk) if e.chunk else None
+    known = REGISTRY.get(e.op, {})
+    if e.algorithm is not None and e.algorithm not in known:
+        raise ctx.error("algorithm", f"unknown algorithm {e.algorithm!r} for {e.op}; known: "
+                                     f"{', '.join(known)}")
     ops: list[Op] = []
     if e.compute:
         ops.append(Compute(ctx.unit("compute", parse_duration_s, e.compute), label="compute"))
@@ -162,6 +167,7 @@ def build_entry(entry: CollectiveEntry | PatternEntry | ImportedEntry, index: in
     """
     ctx = _Ctx(source, index)
     try:
+        strag = entry_stragglers(entry)
         if isinstance(entry, CollectiveEntry):
             schedule, hosts = _collective(ctx, plan, entry)
             placement = _placement(ctx, plan, schedule.world_size, hosts, None)
@@ -181,6 +187,16 @@ def build_entry(entry: CollectiveEntry | PatternEntry | ImportedEntry, index: in
                          for e in exc.errors()]) from None
     if scale > 1:
         schedule = scale_schedule(schedule, scale)
-    stragglers = entry.stragglers if not isinstance(entry, ImportedEntry) else \
-        StragglerSpecModel.model_validate((entry.model_extra or {}).get("stragglers") or {})
-    return BuiltWorkload(schedule.name, schedule, placement, _stragglers(stragglers, seed))
+    bad = sorted(r for r in strag.fixed if not 0 <= r < schedule.world_size)
+    if bad:
+        raise ctx.error("stragglers", f"rank(s) {bad} do not exist: this workload has ranks "
+                                      f"0..{schedule.world_size - 1}")
+    return BuiltWorkload(schedule.name, schedule, placement, _stragglers(strag, seed))
+
+
+def entry_stragglers(entry: CollectiveEntry | PatternEntry | ImportedEntry
+                     ) -> StragglerSpecModel:
+    """The stragglers of an entry (imported kinds carry them as an extra key)."""
+    if not isinstance(entry, ImportedEntry):
+        return entry.stragglers
+    return StragglerSpecModel.model_validate((entry.model_extra or {}).get("stragglers") or {})

@@ -9,23 +9,25 @@ manifest, its partial records and ``error.json``.
 from __future__ import annotations
 
 import datetime as dt
-import shutil
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import topologies
-from aitb.models.errors import AitbError, SpecError
+from aitb.models.errors import AitbError, SpecError, SpecIssue
 from aitb.models.plan import LabPlan, plan_to_dict
 from aitb.models.units import UnitError, parse_duration_s, parse_size_bytes
 from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
+from testbed.inspect import describe
 from testbed.lab import Lab
 from topologies.issues import with_lines
 from topologies.scaling import scale_plan
 from traffic_gen.launch import LabLauncher
+from traffic_gen.program import compile_program
 from traffic_gen.replay import ReplayOptions, ReplayResult, replay
 from traffic_gen.tcpinfo import TcpKnobs
 from workloads.placement import sites_of_plan
@@ -104,16 +106,30 @@ def prepare(path: Path) -> Prepared:
     spec, doc = load_experiment(path)
     source, base = str(path), path.parent
     plan = scale_plan(_plan(spec, source, base), spec.scale)
+    options = _options(spec, source, doc, plan)
     built, issues = [], []
     for i, entry in enumerate(spec.workloads):
         try:
-            built.append(build_entry(entry, i, plan=plan, source=source, base_dir=base,
-                                     seed=spec.seed, scale=spec.scale))
+            w = build_entry(entry, i, plan=plan, source=source, base_dir=base,
+                            seed=spec.seed, scale=spec.scale)
+            _compile_check(w, i, source, options)
+            built.append(w)
         except SpecError as exc:
             issues += exc.issues
     if issues:
         raise with_lines(SpecError(issues), doc, source)
-    return Prepared(spec, source, plan, tuple(built), _options(spec, source, doc, plan))
+    return Prepared(spec, source, plan, tuple(built), options)
+
+
+def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions) -> None:
+    """Compile the per-rank programs now (pure), so an unknown algorithm or a bad schedule is
+    refused before the lab exists, naming the experiment file and workload."""
+    try:
+        compile_program(w.schedule, w.placement, options.sites, w.stragglers)
+    except SpecError as exc:
+        raise SpecError([SpecIssue(f"{w.name}: {i.where() + ': ' if i.where() else ''}"
+                                   f"{i.message}", file=source,
+                                   key_path=("workloads", index)) for i in exc.issues]) from None
 
 
 def _now() -> str:
@@ -132,12 +148,18 @@ def _merge_records(run_dir: Path) -> None:
     parts = sorted((p for p in root.glob("*") if p.is_dir()),
                    key=lambda p: int(p.name.split("-", 1)[0])) if root.exists() else []
     for name in RECORD_FILES:
-        with (run_dir / name).open("wb") as out:
+        with (run_dir / name).open("w", encoding="utf-8") as out:
             for part in parts:
                 src = part / name
-                if src.exists():
-                    with src.open("rb") as fh:
-                        shutil.copyfileobj(fh, out)
+                if not src.exists():
+                    continue
+                index, workload = part.name.split("-", 1)
+                with src.open(encoding="utf-8") as fh:
+                    for line in fh:  # ids (c0.1, b0.0) restart in every workload
+                        if line.strip():
+                            rec = json.loads(line)
+                            rec.update(workload=workload, workload_index=int(index))
+                            out.write(json.dumps(rec) + "\n")
 
 
 def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
@@ -150,6 +172,9 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
                                 "stragglers": w.stragglers})
         res: ReplayResult = replay(w.schedule, w.placement, LabLauncher(lab), part, addresses,
                                    opts)
+        # cumulative kernel counters (qdisc bytes, packets, drops, backlog; per interface) at
+        # the end of this workload; the difference to the previous snapshot is its share
+        write_json_atomic(part / "counters_end.json", describe(lab))
         manifest["workloads"].append({"index": i, "name": w.name, "dir": str(
             part.relative_to(run_dir)), "ok": res.ok, "skew": dict(res.skew),
             "failures": [f.to_dict() for f in res.failures]})
