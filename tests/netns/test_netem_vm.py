@@ -40,6 +40,9 @@ def test_ping_rtt_matches_twice_the_configured_delay(labs):
     rtts = sorted(_rtts_ms(out))
     median = rtts[len(rtts) // 2]
     want = 2 * delay_s * 1e3
+    accel = os.environ.get("AITB_IN_VM")
+    print(f"FIGURE ping RTT through 2 x {delay_s * 1e3:.0f} ms netem: median {median:.2f} ms "
+          f"(min {rtts[0]:.2f}, max {rtts[-1]:.2f}), want {want:.1f} ms, accel {accel}")
     if TCG:  # emulated timers: KERNEL.md saw 21-31 ms through a 20 ms netem round trip
         assert want - 0.3 <= median <= want + 12, rtts
     else:  # the target: max(0.3 ms, 3 %) on a native or KVM kernel
@@ -57,6 +60,8 @@ def test_random_loss_inside_the_99pct_binomial_interval(labs):
     lost, p = n - received, loss_pct / 100
     # 99 % normal approximation of Binomial(n, p): n*p +- 2.576*sqrt(n*p*(1-p))
     half = 2.576 * math.sqrt(n * p * (1 - p))
+    print(f"FIGURE random loss {loss_pct}%: lost {lost} of {n}, 99% interval "
+          f"[{n * p - half:.0f}, {n * p + half:.0f}]")
     assert n * p - half <= lost <= n * p + half, f"lost {lost} of {n}"
 
 
@@ -111,6 +116,9 @@ def test_item7_buffer_independent_of_the_delay_line(labs):
         iperf3(lab, "h1", "h2", "198.18.2.1", seconds=5, omit=0, extra=("-C", "cubic"))
         grown = (_drops(lab, *buf) - before - steady[0], _drops(lab, *line))
     last = json.loads(out)["intervals"][-1]["sum"]["bits_per_second"]
+    print(f"FIGURE item 7 at {rate_bps / 1e6:.0f} Mbit/s x {delay_s * 1e3:.0f} ms, 100p buffer: "
+          f"BDP window drops (buffer, delay line) {steady}, grown window drops {grown}, "
+          f"goodput {last / 1e6:.1f} Mbit/s")
     assert steady == (0, 0), f"(buffer, delay line) drops with a BDP window: {steady}"
     assert grown[0] > 0 and grown[1] == 0, f"(buffer, delay line) drops: {grown}"
     # a one-BDP window fills the link: 15 % slack for window rounding and TCG's late timers
