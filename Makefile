@@ -12,7 +12,7 @@ run:              ## run the built-in default experiment (aitb run) and print it
 	$(AITB) run
 
 lint:             ## style, import contracts between layers
-	.venv/bin/ruff check aitb testbed topologies workloads traffic_gen analysis tests bench scripts
+	.venv/bin/ruff check --no-cache aitb testbed topologies workloads traffic_gen analysis tests bench scripts
 	.venv/bin/lint-imports
 
 test-unit:        ## no root, no network

@@ -20,9 +20,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from testbed.lab import Lab
-
 import topologies
+from testbed.lab import Lab
 
 HERE = Path(__file__).resolve().parent
 
