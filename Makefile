@@ -19,7 +19,7 @@ test-unit:        ## no root, no network
 	$(PYTEST) -m "not netns and not vm" tests
 
 test-netns:       ## root: real namespaces on the host kernel
-	$(PYTEST) -m "netns" tests
+	$(PYTEST) -m "netns and not vm" tests
 
 test-vm:          ## netem and friends: on the host if it has netem, else in ONE stock-kernel VM boot
 	$(PY) scripts/run_vm_tier.py tests

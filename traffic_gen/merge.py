@@ -92,7 +92,10 @@ def merge_phase(run_id: str, halves: list[Mapping[str, Any]], t0: float,
     sends = [h for h in halves if h["half"] == "send"]
     recvs = {h["key"]: h for h in halves if h["half"] == "recv"}
     ops = [h for h in halves if h["half"] == "rank_op"]
-    out: list[object] = [_flow(run_id, s, recvs.get(s["key"])) for s in sends]
+    # a zero-byte step (a collective smaller than its group splits into empty chunks) moves
+    # nothing over the network: it orders the ranks but is no flow, and has no FCT
+    out: list[object] = [_flow(run_id, s, recvs.get(s["key"])) for s in sends
+                         if s["size_bytes"] > 0]
     out += _collectives(run_id, ops, collectives)
     out += _bursts(run_id, sends, t0, bursts)
     out += [RankOpRecord(run_id=run_id, **{k: o[k] for k in (
