@@ -4,6 +4,7 @@ connected route, read back, and seen by TCP (tcpi_rto)."""
 from __future__ import annotations
 
 import dataclasses
+import ipaddress as ip
 import socket
 
 import pytest
@@ -86,3 +87,15 @@ def test_tcp_rto_follows_the_route_rto_min(labs):
     # staying far below the 200 ms default the other end shows
     assert 50_000 <= client_rto_us < 100_000
     assert server_rto_us >= 200_000
+
+
+def test_ipv6_connected_route_is_replaced_not_duplicated(labs):
+    plan = two_hosts_switch()
+    links = tuple(dataclasses.replace(lk, a=dataclasses.replace(
+        lk.a, ipv6=ip.IPv6Interface(f"2001:2::{i + 1}/64"))) for i, lk in enumerate(plan.links))
+    with labs(with_rto_min(dataclasses.replace(plan, links=links), 0.05, ("h1",))) as lab:
+        with IPRoute(netns=lab.netns_name("h1")) as ipr:
+            routes = [r for r in ipr.get_routes(family=socket.AF_INET6, table=254)
+                      if r.get_attr("RTA_DST") == "2001:2::"]
+        assert len(routes) == 1
+        assert routes[0].get_attr("RTA_METRICS").get_attr("RTAX_RTO_MIN") == 50
