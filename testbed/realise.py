@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from aitb.models.plan import LabPlan, LinkPlan, NodePlan
 from testbed.layout import BRIDGE, IFB_INDEX_BASE, Layout, NodeLayout, owner_alias
 from testbed.links import RTM_NEWLINK, bridge_msg, ifb_msg, setlink_msg, veth_msg
-from testbed.nl import F_CREATE, F_EXCL, Batch
-from testbed.routes import RTM_NEWADDR, RTM_NEWROUTE, addr_msg, route_msg
+from testbed.nl import F_CREATE, F_EXCL, F_REPLACE, Batch
+from testbed.routes import RTM_NEWADDR, RTM_NEWROUTE, addr_msg, connected_route_msg, route_msg
 from testbed.tc import DirectionRecipe, TcObject
 from testbed.tcmsgs import tc_message
 
@@ -104,16 +104,28 @@ def configure_node(n: NodePlan, layout: Layout, io: NodeIO,
         mtu = next(lk.mtu for lk in links if lk.endpoint(n.name).ifname == r.rx_dev)
         add_ifb(batch, node, r.ifb or "", mtu, alias)
     for lk in links:
-        ep = lk.endpoint(n.name)
-        for iface in (ep.ipv4, ep.ipv6):
-            if iface is not None:
-                batch.add(addr_msg(node.ifindex(ep.ifname), iface), RTM_NEWADDR, NEW,
-                          f"node {n.name}: add address {iface} to {ep.ifname}")
+        _addresses(batch, n, node, lk)
     add_tc(batch, node, tuple(layout.tc_objects(n.name)), NEW)
     for route in n.routes:
-        batch.add(route_msg(route, node), RTM_NEWROUTE, NEW,
+        batch.add(route_msg(route, node, n.rto_min_s), RTM_NEWROUTE, NEW,
                   f"node {n.name}: add route {route.dst}")
     batch.commit()
+
+
+def _addresses(batch: Batch, n: NodePlan, node: NodeLayout, lk: LinkPlan) -> None:
+    """Queue ``n``'s addresses on ``lk``; with an rto_min, also replace each address's
+    connected route by one carrying the metric (the kernel's has none)."""
+    ep = lk.endpoint(n.name)
+    for iface in (ep.ipv4, ep.ipv6):
+        if iface is None:
+            continue
+        index = node.ifindex(ep.ifname)
+        batch.add(addr_msg(index, iface), RTM_NEWADDR, NEW,
+                  f"node {n.name}: add address {iface} to {ep.ifname}")
+        if n.rto_min_s is not None:
+            batch.add(connected_route_msg(index, iface, n.rto_min_s), RTM_NEWROUTE,
+                      F_CREATE | F_REPLACE,
+                      f"node {n.name}: set rto_min on connected route {iface.network}")
 
 
 def add_ifb(batch: Batch, node: NodeLayout, name: str, mtu: int, alias: str) -> None:

@@ -25,7 +25,9 @@ from testbed.routes import (
     RTM_GETROUTE,
     RTPROT_STATIC,
     dumped_route_key,
+    dumped_rto_min_ms,
     route_key,
+    rto_min_ms,
 )
 from testbed.tc import TcObject
 from testbed.tcmsgs import RTM_GETQDISC, RTM_GETTCLASS, TcMsg, handle, pct_u32
@@ -108,6 +110,26 @@ def _routes(n: NodePlan, node: NodeLayout, sock: socket.socket) -> list[str]:
     return out
 
 
+def _rto_min(links: list[LinkPlan], n: NodePlan, sock: socket.socket) -> list[str]:
+    """Every planned and connected route of ``n`` carries its locked RTAX_RTO_MIN."""
+    if n.rto_min_s is None:
+        return []
+    want = rto_min_ms(n.rto_min_s)
+    dsts = {str(r.dst) for r in n.routes} | {
+        str(iface.network) for lk in links
+        for iface in (lk.endpoint(n.name).ipv4, lk.endpoint(n.name).ipv6) if iface is not None}
+    got: dict[str, int | None] = {}
+    for family in sorted({6 if ":" in d else 4 for d in dsts}):
+        req = rtmsg()  # strict dump filter: the main table, every protocol
+        req["family"] = socket.AF_INET6 if family == 6 else socket.AF_INET
+        req["table"] = RT_TABLE_MAIN
+        for m in dump(sock, req, RTM_GETROUTE, n.name):
+            if m["table"] == RT_TABLE_MAIN:
+                got[dumped_route_key(m)[0]] = dumped_rto_min_ms(m)
+    return [f"node {n.name}: route {d} has rto_min {got.get(d)} ms (locked), planned {want} ms"
+            for d in sorted(dsts) if got.get(d) != want]
+
+
 def dump_tc(sock: socket.socket, where: str, ifindexes: list[int], counters: bool = True
             ) -> dict[tuple, Any]:
     """(ifindex, handle, "qdisc"|"class") -> dumped tc message, for the given interfaces;
@@ -169,4 +191,5 @@ def check_node(links: list[LinkPlan], layout: Layout, n: NodePlan, sock: socket.
     got = dump_tc(sock, n.name, devs, counters=False) if objects else {}
     alias = owner_alias(layout.run_id)
     return (_links(n, node, sock, alias, layout.wire_packets) + _addrs(links, n, node, sock)
-            + _routes(n, node, sock) + tc_differences(node, objects, got))
+            + _routes(n, node, sock) + _rto_min(links, n, sock)
+            + tc_differences(node, objects, got))

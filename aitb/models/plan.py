@@ -93,7 +93,10 @@ class NodePlan:
 
     sysctls: applied inside the node's namespace (keys as in ``sysctl -a``, for example
     ``net.ipv4.tcp_rmem``); tcp_congestion_control: ``net.ipv4.tcp_congestion_control``;
-    ecmp_hash: ``net.ipv4.fib_multipath_hash_policy`` 0 (l3) or 1 (l4); stp: switches only.
+    ecmp_hash: ``net.ipv4.fib_multipath_hash_policy`` 0 (l3) or 1 (l4); stp: switches only;
+    rto_min_s: TCP's minimum retransmission timeout as a locked RTAX_RTO_MIN route metric on
+    every route of the node (planned and connected; the kernel keeps whole milliseconds), None
+    = the kernel's default (200 ms, include/net/tcp.h TCP_RTO_MIN).
     """
 
     name: str
@@ -105,6 +108,7 @@ class NodePlan:
     stp: bool = False
     group: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    rto_min_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

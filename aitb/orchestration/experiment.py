@@ -7,7 +7,8 @@ An experiment file (YAML)::
     scale: 1                           # divide rates, sizes and buffers by this (keep delays)
     topology: {file: ../topologies/examples/single_switch.yaml}   # or {generator: NAME,
                                        #   params: {...}}, or the topology mapping inline
-    transport: {tcp_congestion_control: cubic, nodelay: true, sndbuf: 4MiB}
+    transport: {tcp_congestion_control: cubic, nodelay: true, sndbuf: 4MiB,
+                rto_min: 50ms, ecn: true}   # the last two: on every host
     workloads:
       - kind: collective               # collective | incast | one_to_many | permutation |
         op: all_reduce                 # all_pairs | training | aicb | fedavg
@@ -33,6 +34,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveInt,
+    StrictBool,
     ValidationError,
     model_validator,
 )
@@ -164,9 +166,22 @@ WorkloadEntry = Annotated[CollectiveEntry | PatternEntry | ImportedEntry,
                           Field(discriminator="kind")]
 
 
+RTO_MIN_MAX_S = 120.0  # TCP_RTO_MAX, include/net/tcp.h: a larger minimum means nothing
+
+
+def _rto_min_ok(value: Quantity) -> Quantity:
+    seconds = parse_duration_s(value)
+    if not 0.001 <= seconds <= RTO_MIN_MAX_S:
+        raise ValueError(f"rto_min {value!r} must lie in 1ms..{RTO_MIN_MAX_S:g}s (the kernel "
+                         "keeps whole milliseconds, at most TCP_RTO_MAX)")
+    return value
+
+
 class TransportSpec(BaseModel):
     """TCP knobs of every workload socket: congestion control (what the kernel offers),
-    socket buffers (unit strings; None = autotuning), TCP_NODELAY, connections per peer."""
+    socket buffers (unit strings; None = autotuning), TCP_NODELAY, connections per peer; and
+    of every host: ``rto_min`` (a duration; a locked route metric on all its routes) and
+    ``ecn`` (net.ipv4.tcp_ecn: true 1, false 0, "server" 2 = accept but never request)."""
 
     model_config = _Forbid
     tcp_congestion_control: str | None = None
@@ -174,6 +189,8 @@ class TransportSpec(BaseModel):
     rcvbuf: Size | None = None
     nodelay: bool = True
     conns_per_peer: PositiveInt = 1
+    rto_min: Annotated[Duration, AfterValidator(_rto_min_ok)] | None = None
+    ecn: StrictBool | Literal["server"] | None = None
 
 
 class TimeoutSpec(BaseModel):

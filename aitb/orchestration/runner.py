@@ -22,6 +22,7 @@ from aitb.models.units import UnitError, parse_duration_s, parse_size_bytes
 from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
+from aitb.orchestration.transport import apply_host_transport, host_transport_record
 from testbed.inspect import describe
 from testbed.lab import Lab
 from topologies.issues import with_lines
@@ -105,7 +106,8 @@ def prepare(path: Path) -> Prepared:
     """
     spec, doc = load_experiment(path)
     source, base = str(path), path.parent
-    plan = scale_plan(_plan(spec, source, base), spec.scale)
+    plan = apply_host_transport(scale_plan(_plan(spec, source, base), spec.scale),
+                                spec.transport)
     options = _options(spec, source, doc, plan)
     built, issues = [], []
     for i, entry in enumerate(spec.workloads):
@@ -140,7 +142,8 @@ def _manifest(prep: Prepared, run_id: str, lab_id: str) -> dict[str, Any]:
     return {"schema_version": 1, "experiment": prep.spec.name, "run_id": run_id,
             "lab_run_id": lab_id, "source": prep.source, "seed": prep.spec.seed,
             "scale": prep.spec.scale, "status": "running", "started_at": _now(),
-            "ended_at": None, "error": None, "host": dict(host_facts()), "workloads": []}
+            "ended_at": None, "error": None, "host": dict(host_facts()),
+            "host_transport": host_transport_record(prep.plan), "workloads": []}
 
 
 def _merge_records(run_dir: Path) -> None:

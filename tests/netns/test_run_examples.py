@@ -105,3 +105,23 @@ def test_a_failed_run_keeps_manifest_error_and_partial_records(tmp_path, state_e
     assert json.loads((run_dir / "error.json").read_text())["error"] == manifest["error"]
     assert records(run_dir, "failures.jsonl")
     assert run_namespaces(manifest["lab_run_id"]) == []
+
+
+def test_host_transport_knobs_are_applied_and_recorded(tmp_path, state_env):
+    exp = tmp_path / "knobs.yaml"
+    exp.write_text("name: knobs\ntopology: {generator: single_switch, params: {hosts: 2}}\n"
+                   "transport: {rto_min: 30ms, ecn: true}\n"
+                   "workloads:\n  - kind: collective\n    op: all_reduce\n    size: 64KiB\n")
+    out = aitb("run", str(exp), "--results", str(tmp_path / "results"), env=state_env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = Path(out.stdout.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert {h: (v["rto_min_ms"], v["net.ipv4.tcp_ecn"])
+            for h, v in manifest["host_transport"].items()} == {"h1": (30, "1"), "h2": (30, "1")}
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert {n["name"]: n["rto_min_s"] for n in plan["nodes"]} == {"h1": 0.03, "h2": 0.03,
+                                                                  "s1": None}
+    # the agents read tcp_ecn back inside their own namespaces
+    transport = json.loads(next(run_dir.glob("workloads/*/transport.json")).read_text())
+    assert {h: v["sysctls"]["net.ipv4.tcp_ecn"] for h, v in transport.items()} == {
+        "h1": "1", "h2": "1"}
