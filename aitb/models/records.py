@@ -78,8 +78,10 @@ class TcpInfo(_Record):
     a connection's transfers they sum to its kernel ``tcpi_bytes_sent``. ``lost``, ``rtt_s``,
     ``rttvar_s``, ``snd_cwnd`` (segments): the values at the ack instant.
     ``delivery_rate_bps`` (bit/s): the kernel's most recent delivery-rate sample at the ack
-    instant (tcp_rate.c, one ACK's delivered data over its send or ACK interval), not an
-    average over the transfer, and not differenced.
+    instant (tcp_rate.c: one ACK's delivered data over the longer of its send and ACK
+    intervals; an application-limited sample replaces it only if higher), not an average over
+    the transfer, and not differenced. A sample can exceed the bottleneck rate when packets
+    leave or ACKs return in bursts (e.g. quickstart, 100 Mbit/s links: up to ~140 Mbit/s).
     ``dsack_dups``: retransmitted segments the receiver reported as duplicates (D-SACK,
     RFC 2883), i.e. spurious retransmissions such as tail-loss probes (RFC 8985) fired while
     the data sat in a deep queue; ``total_retrans - dsack_dups`` estimates real losses."""
