@@ -7,13 +7,14 @@ node (``ip netns exec sysctl`` would fork one each). Needs root.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 
 from aitb.models.errors import LabError
 from aitb.models.plan import NodePlan
 from testbed import netns
 
-__all__ = ["node_sysctls", "apply_all", "sysctl_path", "read"]
+__all__ = ["node_sysctls", "apply_all", "sysctl_path", "read", "all_cpus_mask", "RPS_DEFAULT_MASK"]
 
 _BRIDGE_NF = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables",
               "net.bridge.bridge-nf-call-arptables")
@@ -24,13 +25,35 @@ def sysctl_path(key: str) -> str:
     return "/proc/sys/" + key.replace(".", "/")
 
 
+RPS_DEFAULT_MASK = "net.core.rps_default_mask"
+
+
+def all_cpus_mask(n_cpus: int | None = None) -> str:
+    """The cpumask of CPUs 0..n-1 (default: ``os.cpu_count()``) as /proc/sys cpumask text:
+    hex in comma-separated 32-bit groups, most significant first (bitmap_parse format)."""
+    n = n_cpus or os.cpu_count() or 1
+    digits = f"{(1 << n) - 1:x}"
+    groups = []
+    while digits:
+        groups.insert(0, digits[-8:])
+        digits = digits[:-8]
+    return ",".join(groups)
+
+
 def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, str]]:
     """(required, optional) sysctls for ``node``: forwarding by kind, ECMP hash policy,
     congestion control and the plan's own sysctls (these last, so they win). Optional ones are
     skipped where the kernel lacks them (bridge netfilter hooks on switches: off, so frames
-    crossing a lab bridge do not traverse iptables)."""
+    crossing a lab bridge do not traverse iptables; :data:`RPS_DEFAULT_MASK`, see below).
+
+    RPS over all CPUs on every interface created afterwards (``net.core.rps_default_mask``,
+    per namespace, Linux >= 6.2; applied before the links are made): a veth hands each packet
+    to the backlog of the CPU that transmits it, and an HTB dequeues from the sender's CPU or
+    from its watchdog timer on another one, so one flow's packets were processed by two CPUs
+    at once and arrived reordered (spurious retransmissions, D-SACKs, with no drop anywhere).
+    RPS steers each flow by its hash to one CPU, which keeps it in order."""
     req: dict[str, str] = {}
-    opt: dict[str, str] = {}
+    opt: dict[str, str] = {RPS_DEFAULT_MASK: all_cpus_mask()}
     if node.kind == "switch":
         opt.update({k: "0" for k in _BRIDGE_NF})
     else:

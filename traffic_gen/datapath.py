@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from traffic_gen.tcpinfo import read_tcp_info, tcp_info_delta
+from traffic_gen.ackwatch import AckTracker, AckWatcher
 
 __all__ = ["Job", "Abort", "Shared", "TcpSender", "TcpReceiver", "BUFFER_BYTES", "sleep_until"]
 
@@ -61,6 +61,7 @@ class Shared:
     aborted: threading.Event = field(default_factory=threading.Event)
     send_buf: memoryview = field(default_factory=lambda: memoryview(bytes(BUFFER_BYTES)))
     recv_buf: memoryview = field(default_factory=lambda: memoryview(bytearray(BUFFER_BYTES)))
+    acks: AckWatcher = field(default_factory=AckWatcher)
 
     def wait(self, ev: threading.Event) -> None:
         """Wait for ``ev``; raise Abort if the run is aborted meanwhile."""
@@ -158,34 +159,25 @@ class _Worker(threading.Thread):
 
 
 class TcpSender(_Worker):
-    """Sends jobs on one connection; TCP_INFO is read before each transfer, and the previous
-    transfer's record is closed with it (on a persistent connection counters are cumulative:
-    a transfer's retransmissions are the difference). At a flush the sender waits until all
-    sent data is acknowledged (bounded by the transfer timeout) before the last reading."""
+    """Sends jobs on one connection. Each transfer's record is closed when its last byte is
+    acknowledged (:class:`~traffic_gen.ackwatch.AckTracker`, polled by the agent's watcher
+    thread), so that its TCP_INFO describes this transfer; the next transfer does not wait for
+    that. At a flush the sender waits until every record is closed (bounded by the transfer
+    timeout)."""
 
     sends = True
 
     def __init__(self, sock: socket.socket, shared: Shared, info: dict[str, Any],
                  congestion_control: str) -> None:
         super().__init__(sock, shared, info)
-        self.cc = congestion_control
-        self.pending: tuple[dict[str, Any], dict[str, int]] | None = None
-
-    def _close_pending(self, now_info: dict[str, int]) -> None:
-        if self.pending:
-            rec, before = self.pending
-            rec["tcp"] = tcp_info_delta(before, now_info, self.cc).to_dict()
-            self.shared.emit(rec)
-            self.pending = None
+        self.acks = AckTracker(sock, congestion_control, shared.emit)
 
     def prepare(self, job: Job) -> None:
-        """Read TCP_INFO and close the previous transfer's record before the start time."""
-        self.before = read_tcp_info(self.sock)
-        self._close_pending(self.before)
+        """Read the connection's TCP_INFO baseline before its first transfer."""
+        self.acks.start(self.shared.transfer_timeout_s)
 
     def transfer(self, job: Job) -> None:
         """Move ``job.size_bytes`` (see the class docstring)."""
-        before = self.before
         t0 = time.time()
         deadline, left, buf = t0 + self.shared.transfer_timeout_s, job.size_bytes, \
             self.shared.send_buf
@@ -193,18 +185,15 @@ class TcpSender(_Worker):
             self.sock.settimeout(max(deadline - time.time(), 1e-3))
             left -= self.sock.send(buf[:min(left, len(buf))])
             self.unboost()
-        rec = {"half": "send", "key": job.key, "t_start": t0, "t_sent": time.time(),
+        t_sent = time.time()
+        rec = {"half": "send", "key": job.key, "t_start": t0, "t_sent": t_sent,
                **job.meta, **self.info}
-        self.pending = (rec, before)
+        self.acks.add(rec, job.size_bytes, t_sent + self.shared.transfer_timeout_s)
+        self.shared.acks.watch(self.acks)
 
     def flush(self) -> None:
-        """Wait for the acknowledgement of everything sent, then close the last record."""
-        deadline = time.time() + self.shared.transfer_timeout_s
-        info = read_tcp_info(self.sock)
-        while (info["unacked"] or info["notsent_bytes"]) and time.time() < deadline:
-            time.sleep(0.001)
-            info = read_tcp_info(self.sock)
-        self._close_pending(info)
+        """Wait until every transfer's record is closed (acknowledged or overdue)."""
+        self.acks.drain(self.shared.transfer_timeout_s + 1.0)  # + 1 s: the watcher's naps
 
 
 class TcpReceiver(_Worker):

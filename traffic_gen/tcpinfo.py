@@ -76,14 +76,26 @@ def read_tcp_info(sock: socket.socket) -> dict[str, int]:
 
 
 def tcp_info_delta(before: Mapping[str, int], after: Mapping[str, int],
-                   congestion_control: str = "") -> TcpInfo:
-    """A :class:`TcpInfo` for one transfer: counter deltas between two readings, gauges from
-    ``after`` (rtt and rttvar converted from microseconds to seconds, delivery rate from
-    bytes/s to bit/s)."""
+                   congestion_control: str = "", size_bytes: int | None = None) -> TcpInfo:
+    """A :class:`TcpInfo` for one transfer from the readings at the previous transfer's ack
+    instant (``before``; the connection's baseline for its first one) and at this one's
+    (``after``): retransmission counters are their differences, gauges come from ``after``
+    (rtt and rttvar converted from microseconds to seconds, delivery rate from bytes/s to
+    bit/s; the kernel's latest rate sample, never differenced).
+
+    ``bytes_sent`` with ``size_bytes`` given: ``size_bytes`` (each new byte leaves once as new
+    data; the kernel's ``tcpi_bytes_sent - tcpi_bytes_retrans``) plus the retransmitted bytes
+    between the two readings. The plain difference of ``tcpi_bytes_sent`` would also count the
+    next transfer's new bytes already sent at ``after`` (back-to-back transfers pipeline) and
+    drop this transfer's sent before ``before``. Without ``size_bytes``: that plain
+    difference."""
+    retrans = after["bytes_retrans"] - before["bytes_retrans"]
+    sent = (size_bytes + retrans if size_bytes is not None
+            else after["bytes_sent"] - before["bytes_sent"])
     return TcpInfo(
         total_retrans=after["total_retrans"] - before["total_retrans"],
-        bytes_retrans=after["bytes_retrans"] - before["bytes_retrans"],
-        bytes_sent=after["bytes_sent"] - before["bytes_sent"],
+        bytes_retrans=retrans,
+        bytes_sent=sent,
         lost=after["lost"],
         rtt_s=after["rtt"] / 1e6,
         rttvar_s=after["rttvar"] / 1e6,

@@ -64,11 +64,25 @@ class _Record:
 
 @dataclass(frozen=True, slots=True)
 class TcpInfo(_Record):
-    """TCP_INFO of the sending socket at the end of a transfer (linux/tcp.h ``struct
-    tcp_info``). Counters (``total_retrans``, ``bytes_retrans``, ``bytes_sent``, ``lost``
-    where cumulative) are deltas over this transfer on a persistent connection; ``rtt_s``,
-    ``rttvar_s``, ``snd_cwnd`` (segments), ``delivery_rate_bps`` (bit/s) are the values then.
-    ``dsack_dups`` (delta): retransmitted segments the receiver reported as duplicates (D-SACK,
+    """TCP_INFO of the sending socket for one transfer (linux/tcp.h ``struct tcp_info``), read
+    at the transfer's ack instant: the first reading (polled every 0.5-10 ms) whose
+    ``tcpi_bytes_acked`` covers the transfer's last byte. On a persistent connection later
+    transfers may already be in flight then (back-to-back sends pipeline).
+    ``total_retrans``, ``bytes_retrans``, ``dsack_dups``: counter differences between the
+    previous transfer's ack instant (the connection's start for its first) and this one's,
+    i.e. retransmissions after the previous transfer was fully acknowledged, which are of this
+    transfer's bytes, except that a later transfer's bytes retransmitted before this one is
+    acknowledged count here (and this one's retransmitted before the previous one's ack count
+    there).
+    ``bytes_sent``: the transfer's size (each new byte leaves once) plus ``bytes_retrans``; over
+    a connection's transfers they sum to its kernel ``tcpi_bytes_sent``. ``lost``, ``rtt_s``,
+    ``rttvar_s``, ``snd_cwnd`` (segments): the values at the ack instant.
+    ``delivery_rate_bps`` (bit/s): the kernel's most recent delivery-rate sample at the ack
+    instant (tcp_rate.c: one ACK's delivered data over the longer of its send and ACK
+    intervals; an application-limited sample replaces it only if higher), not an average over
+    the transfer, and not differenced. A sample can exceed the bottleneck rate when packets
+    leave or ACKs return in bursts (e.g. quickstart, 100 Mbit/s links: up to ~140 Mbit/s).
+    ``dsack_dups``: retransmitted segments the receiver reported as duplicates (D-SACK,
     RFC 2883), i.e. spurious retransmissions such as tail-loss probes (RFC 8985) fired while
     the data sat in a deep queue; ``total_retrans - dsack_dups`` estimates real losses."""
 

@@ -15,7 +15,7 @@ from aitb.models.shaping import GilbertElliott, Shaping
 from aitb.models.units import BufferSize
 from testbed.layout import FIRST_IFINDEX, make_layout
 from testbed.registry import Registry, pid_alive, pid_start_time
-from testbed.sysctl import node_sysctls
+from testbed.sysctl import RPS_DEFAULT_MASK, all_cpus_mask, node_sysctls
 from testbed.tc import direction_recipe
 from testbed.tcmsgs import TcMsg, handle, pct_u32, tc_message
 
@@ -75,6 +75,14 @@ def test_node_sysctls():
     assert req["net.ipv4.fib_multipath_hash_policy"] == "1" and req["net.ipv4.tcp_ecn"] == "1"
     req, opt = node_sysctls(NodePlan("s", "switch"), ipv6=False)
     assert not req and opt["net.bridge.bridge-nf-call-iptables"] == "0"
+    assert opt[RPS_DEFAULT_MASK] == all_cpus_mask()  # every node, hosts and switches
+
+
+def test_all_cpus_mask_in_32_bit_groups():
+    assert all_cpus_mask(2) == "3"
+    assert all_cpus_mask(32) == "ffffffff"
+    assert all_cpus_mask(33) == "1,ffffffff"
+    assert all_cpus_mask(72) == "ff,ffffffff,ffffffff"
 
 
 def _roundtrip(obj, idx=7):
