@@ -1,9 +1,10 @@
 """What this host can emulate, found by trying it, not by reading kernel config files.
 
-Kernel features are probed in ONE throwaway network namespace (``aitb-probe-<pid>-<hex>``),
-removed afterwards also on error: veth, bridge and IFB links are created there, and each qdisc
-is put on that namespace's loopback. ENOENT/EOPNOTSUPP from the kernel means absent; any other
-error means the probe itself is wrong and is raised. Programs are looked up on PATH; the VM path
+Link kinds are probed in ONE throwaway network namespace (``aitb-probe-<pid>-<hex>``),
+removed afterwards also on error: veth, bridge and IFB links are created there; ENOENT or
+EOPNOTSUPP from the kernel means absent, any other error means the probe itself is wrong and
+is raised. qdisc kinds come from :func:`testbed.kernel.missing_features`, the probe that also
+guards a lab's bring-up (in an anonymous namespace that vanishes with its socket). Programs are looked up on PATH; the VM path
 is checked by :func:`testbed.vm_kernel.vm_problems` (boots nothing).
 
 ``python -m testbed.capabilities --has netem`` exits 0 when the host has every named capability
@@ -26,6 +27,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.generic import GenericNetlinkSocket
 
 from aitb.models.errors import LabError
+from testbed import kernel
 from testbed.vm_kernel import SETUP_REMEDY, vm_problems
 
 __all__ = ["Capability", "CapabilityReport", "probe", "probe_kernel", "needs_vm", "require_kernel",
@@ -35,18 +37,9 @@ __all__ = ["Capability", "CapabilityReport", "probe", "probe_kernel", "needs_vm"
 ABSENT_ERRNOS = {errno.ENOENT, errno.EOPNOTSUPP}
 VM_HINT = "run under `aitb --vm ...` (`make vm` installs the stock-kernel VM)"
 
-# Each qdisc is added as root qdisc of the probe namespace's loopback, replacing the one before.
-# red gets no options: a kernel that knows red answers EINVAL (missing parameters), one that does
-# not answers ENOENT (unknown kind); pyroute2 0.9 has no red encoder.
-QDISCS: dict[str, dict[str, object] | None] = {
-    "htb": {"handle": "1:", "default": 0x10},
-    "tbf": {"rate": 1_000_000, "burst": 256 * 1024, "latency": 50},  # bit/s, bytes, ms
-    "netem": {"delay": 10_000},  # microseconds
-    "fq_codel": {},
-    "red": None,
-    "pfifo": {"limit": 100},
-    "bfifo": {},
-}
+# qdisc kinds, probed by testbed.kernel (the same probe that guards a lab's bring-up, so
+# `aitb doctor` and `aitb topo deploy` can never disagree)
+QDISCS: tuple[str, ...] = ("htb", "tbf", "netem", "fq_codel", "red", "pfifo", "bfifo")
 LINK_KINDS: dict[str, dict[str, object]] = {
     "veth": {"peer": "aitbprb1"},
     "bridge": {},
@@ -110,15 +103,11 @@ def _absent_or_raise(exc: NetlinkError, what: str) -> str:
                    f"errno {exc.code} ({os.strerror(exc.code)})") from exc
 
 
-def _probe_qdisc(ns: NetNS, lo: int, kind: str, args: dict[str, object] | None) -> Capability:
-    remedy = _kernel_remedy(f"sch_{kind}")
-    try:
-        ns.tc("replace", kind, lo, **(args or {}))
-    except NetlinkError as exc:
-        if args is None and exc.code == errno.EINVAL:
-            return Capability(kind, True, "kernel knows the kind (EINVAL without options)")
-        return Capability(kind, False, _absent_or_raise(exc, f"qdisc {kind}"), remedy)
-    return Capability(kind, True, "added on loopback of the probe namespace")
+def _probe_qdiscs() -> list[Capability]:
+    missing = set(kernel.missing_features(set(QDISCS)))
+    return [Capability(k, False, "the kernel does not know this qdisc kind",
+                       _kernel_remedy(f"sch_{k}")) if k in missing
+            else Capability(k, True, "the kernel knows this qdisc kind") for k in QDISCS]
 
 
 def _probe_link(ns: NetNS, kind: str, args: dict[str, object]) -> Capability:
@@ -162,11 +151,7 @@ def _in_throwaway_netns(body: Callable[[NetNS], list[Capability]]) -> list[Capab
 
 
 def _probe_in_netns(ns: NetNS) -> list[Capability]:
-    caps = [_probe_link(ns, kind, args) for kind, args in LINK_KINDS.items()]
-    lo = ns.link_lookup(ifname="lo")[0]
-    ns.link("set", index=lo, state="up")
-    caps += [_probe_qdisc(ns, lo, kind, args) for kind, args in QDISCS.items()]
-    return caps
+    return [_probe_link(ns, kind, args) for kind, args in LINK_KINDS.items()]
 
 
 @functools.lru_cache(maxsize=1)
@@ -185,7 +170,9 @@ def probe_kernel() -> tuple[Capability, ...]:
                                 "run aitb as root (sudo): namespaces and tc need CAP_NET_ADMIN")
                      for n in names)
     caps = _in_throwaway_netns(_probe_in_netns)
-    if not caps[0].present:
+    if caps[0].present:
+        caps += _probe_qdiscs()
+    else:
         caps += [Capability(n, False, "no namespace to probe in", caps[0].remedy)
                  for n in names[1:-1]]
     return (*caps, _probe_openvswitch())
