@@ -5,7 +5,8 @@ removed afterwards also on error: veth, bridge and IFB links are created there; 
 EOPNOTSUPP from the kernel means absent, any other error means the probe itself is wrong and
 is raised. qdisc kinds come from :func:`testbed.kernel.missing_features`, the probe that also
 guards a lab's bring-up (in an anonymous namespace that vanishes with its socket). Programs
-are looked up on PATH; the VM path is checked by :func:`testbed.vm_kernel.vm_problems` (boots nothing).
+are looked up on PATH; the VM path is checked by :func:`testbed.vm_kernel.vm_problems`
+(boots nothing).
 
 ``python -m testbed.capabilities --has netem`` exits 0 when the host has every named capability
 (used by scripts/setup.sh to decide whether to install the VM path).
