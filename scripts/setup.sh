@@ -39,7 +39,8 @@ apt_install() {  # install the Debian packages named in "$@" that are not instal
 
 apt_install python3 python3-venv python3-dev gcc make git \
   iproute2 iputils-ping ethtool procps kmod \
-  tcpdump iperf3 tshark
+  tcpdump iperf3 tshark \
+  mininet bridge-utils   # mininet + bridge-utils: the peer of bench/bringup.py
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -8,6 +8,7 @@ manifest, its partial records and ``error.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Callable
@@ -171,8 +172,7 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
     for i, w in enumerate(prep.workloads):
         progress(f"workload {i} ({w.name}): {len(w.placement)} ranks")
         part = run_dir / "workloads" / f"{i}-{w.name}"
-        opts = ReplayOptions(**{**prep.options.__dict__, "run_id": lab_id,
-                                "stragglers": w.stragglers})
+        opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers)
         res: ReplayResult = replay(w.schedule, w.placement, LabLauncher(lab), part, addresses,
                                    opts)
         # cumulative kernel counters (qdisc bytes, packets, drops, backlog; per interface) at
