@@ -88,6 +88,7 @@ class Agent:
 
     def _run_phase(self, phase: int, t0: float) -> None:
         assert self.shared is not None and self.eps is not None
+        self.shared.phase_t0[phase] = t0  # a gather's deadline counts from its round start
         threads = [threading.Thread(target=self._rank_thread, args=(int(r), prog[phase], t0),
                                     daemon=True)
                    for r, prog in self.setup["ranks"].items() if prog[phase]]

@@ -62,6 +62,7 @@ class Shared:
     send_buf: memoryview = field(default_factory=lambda: memoryview(bytes(BUFFER_BYTES)))
     recv_buf: memoryview = field(default_factory=lambda: memoryview(bytearray(BUFFER_BYTES)))
     acks: AckWatcher = field(default_factory=AckWatcher)
+    phase_t0: dict[int, float] = field(default_factory=dict)  # phase -> start (gathers)
 
     def wait(self, ev: threading.Event) -> None:
         """Wait for ``ev``; raise Abort if the run is aborted meanwhile."""

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from traffic_gen.datapath import Shared, TcpReceiver, TcpSender
+from traffic_gen.gather import GATHER_CONN, GatherInbox
 from traffic_gen.tcpinfo import TcpKnobs, apply_knobs
 from traffic_gen.udp import UdpReceiver, UdpSender
 
@@ -39,6 +40,8 @@ class Endpoints:
         self.accepted = 0
         self.cv = threading.Condition()
         self.listener: socket.socket | None = None
+        self.inbox = GatherInbox()  # per-round connections of deadline-bounded gathers
+        self.rank_ep: dict[str, list[Any]] = {}
 
     def listen(self, udp_in: list[list[int]]) -> dict[str, Any]:
         """Open the TCP listener and the UDP receive sockets; return their ports."""
@@ -72,6 +75,9 @@ class Endpoints:
             try:
                 s, _ = self.listener.accept()
                 src, dst, c = _HEADER.unpack(_recv_exact(s, _HEADER.size))
+                if c == GATHER_CONN:
+                    self.inbox.put(s, src)
+                    continue
             except OSError:
                 return
             peer = s.getpeername()
@@ -91,6 +97,7 @@ class Endpoints:
         """Open the outgoing connections, wait for the ``in_tcp`` incoming ones; return the
         TCP settings the kernel reports for each outgoing connection."""
         knobs = []
+        self.rank_ep = dict(rank_ep)
         for src, dst, c, proto in out:
             if proto == "udp":
                 self._connect_udp(src, dst, *udp_ep[f"{src},{dst}"])

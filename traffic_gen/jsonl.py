@@ -13,6 +13,7 @@ from aitb.models.records import (
     FailureRecord,
     FlowRecord,
     RankOpRecord,
+    RoundRecord,
 )
 
 __all__ = ["RecordWriter", "read_records", "FILES"]
@@ -21,7 +22,7 @@ T = TypeVar("T")
 
 FILES = {FlowRecord: "flows.jsonl", CollectiveRecord: "collectives.jsonl",
          BurstRecord: "bursts.jsonl", RankOpRecord: "timeline.jsonl",
-         FailureRecord: "failures.jsonl"}
+         FailureRecord: "failures.jsonl", RoundRecord: "rounds.jsonl"}
 
 
 class RecordWriter:

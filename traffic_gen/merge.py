@@ -12,6 +12,7 @@ from aitb.models.records import (
     CollectiveRecord,
     FlowRecord,
     RankOpRecord,
+    RoundRecord,
     TcpInfo,
     UdpStats,
 )
@@ -101,4 +102,18 @@ def merge_phase(run_id: str, halves: list[Mapping[str, Any]], t0: float,
     out += [RankOpRecord(run_id=run_id, **{k: o[k] for k in (
         "rank", "node", "iteration", "op_index", "kind", "label", "t_start", "t_end",
         "slowdown")}) for o in ops]
+    out += [_round(run_id, h) for h in halves if h["half"] == "round"]
     return out
+
+
+def _round(run_id: str, h: Mapping[str, Any]) -> RoundRecord:
+    """A gather root's round half as a RoundRecord (contracts.md section 5)."""
+    return RoundRecord(
+        run_id=run_id, round=h["round"], t_start=h["t_start"], t_end=h["t_end"],
+        round_time_s=h["t_end"] - h["t_start"], clients_selected=len(h["selected_hosts"]),
+        clients_finished=len(h["finished_hosts"]), clients_dropped=tuple(h["dropped_hosts"]),
+        deadline_s=h["deadline_s"], bytes_down=h["bytes_down"], bytes_up=h["bytes_up"],
+        aggregator=h["aggregator"], level=h["level"], iteration=h["iteration"],
+        op_index=h["op_index"], quorum=h["quorum"],
+        selected_hosts=tuple(h["selected_hosts"]), finished_hosts=tuple(h["finished_hosts"]),
+        drop_reasons=dict(h["drop_reasons"]), label=h["label"])

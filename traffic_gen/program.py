@@ -7,7 +7,9 @@ by the controller at one absolute instant. Every phase starts at an absolute tim
 Wire form (JSON-ready, sent to agents): for each rank, for each phase, a list of op dicts:
 ``{"t": "compute", "op", "it", "label", "duration_s", "slowdown"}`` or
 ``{"t": "xfer", "op", "it", "kind": collective|send_recv|burst, "id", "label", "steps"}``
-where each step is ``[kind, peer_rank (global), size_bytes, deps, tag, proto, rate_bps]``.
+where each step is ``[kind, peer_rank (global), size_bytes, deps, tag, proto, rate_bps]``;
+or ``{"t": "gather", "role": root|src, "op", "it", "id", "label", ...}`` (gather_ops.py).
+Consecutive Gather ops form one phase of their own, started at one absolute instant.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aitb.models.errors import SpecError, SpecIssue
-from aitb.models.schedule import Burst, Collective, Compute, Schedule, SendRecv
+from aitb.models.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv
 from traffic_gen.algorithms import AlgorithmError, PlanRequest, build_plan, resolve
 from traffic_gen.algorithms.rooted import send_recv
 from traffic_gen.algorithms.steps import PlanBuilder
+from traffic_gen.gather_ops import gather_ops, renumber_phases
 from traffic_gen.stragglers import SlowdownDraw, StragglerSpec
 
 __all__ = ["Program", "Phase", "compile_program"]
@@ -80,14 +83,25 @@ class _Compiler:
         self.draw = SlowdownDraw(stragglers)
         self.prog = Program()
         self.used = _check_placement(schedule, placement)
+        self.op_phase: dict[tuple[int, int], int] = {}  # (iteration, op) -> phase index
 
     def run(self) -> Program:
         for it in range(self.s.iterations):
             self._new_phase(it, None)
+            in_gather = False
             for i, op in enumerate(self.s.ops):
+                if isinstance(op, Gather) != in_gather:  # a gather phase opens or closes
+                    self._new_phase(it, None)
+                    in_gather = not in_gather
                 if isinstance(op, Burst):
                     self._burst(i, it, op)
+                    self.op_phase[(it, i)] = len(self.prog.phases) - 1
                     self._new_phase(it, None)
+                    continue
+                self.op_phase[(it, i)] = len(self.prog.phases) - 1
+                if isinstance(op, Gather):
+                    self._add(gather_ops(self.s, i, it, op, self.placement, self.draw,
+                                         self.op_phase))
                 else:
                     self._add(self._op(i, it, op))
         self._drop_empty_phases()
@@ -169,6 +183,7 @@ class _Compiler:
                             for n, k in enumerate(keep)]
         for r in self.prog.ranks:
             self.prog.ranks[r] = [self.prog.ranks[r][k] for k in keep]
+        renumber_phases(self.prog.ranks, keep)
 
 
 def compile_program(schedule: Schedule, placement: Mapping[int, str],

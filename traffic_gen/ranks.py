@@ -11,6 +11,7 @@ from typing import Any
 from traffic_gen.algorithms.steps import split_bytes
 from traffic_gen.datapath import Job, Shared, sleep_until
 from traffic_gen.endpoints import Endpoints
+from traffic_gen.gather_root import run_gathers
 
 __all__ = ["run_rank", "run_xfer"]
 
@@ -19,6 +20,9 @@ def run_rank(rank: int, node: str, ops: list[dict[str, Any]], t0: float, eps: En
              shared: Shared, emit: Callable[[dict[str, Any]], None]) -> None:
     """Run ``ops`` (wire form, program.py) for ``rank`` from host-clock time ``t0``; emit one
     rank_op record per op. Raises Abort when the run fails elsewhere."""
+    if ops and ops[0]["t"] == "gather":  # a gather phase holds only gathers (program.py)
+        run_gathers(rank, node, ops, t0, eps, shared, emit)
+        return
     for n, op in enumerate(ops):
         if op["t"] == "compute":
             if n == 0:

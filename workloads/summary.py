@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from aitb.models.schedule import Burst, Collective, Compute, Schedule, SendRecv
+from aitb.models.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv
 
 __all__ = ["summarise", "collective_table"]
 
@@ -52,12 +52,16 @@ def _key(s: Schedule, op: object) -> tuple[tuple[str, str, int] | None, str]:
         return ("send_recv", kind, len(g.ranks) if g else 2), g.name if g else "p2p"
     if isinstance(op, Burst):
         return ("burst", "flows", len(s.ranks_of(op))), "flows"
+    if isinstance(op, Gather):  # a deadline-bounded FL round: model down, updates up
+        return ("gather", op.level, len(op.srcs) + 1), f"{op.level}.{op.root}"
     return None, ""
 
 
 def _size(op: object) -> int:
     if isinstance(op, Burst):
         return sum(f.size_bytes for f in op.flows)
+    if isinstance(op, Gather):
+        return (op.down_bytes + op.size_bytes) * len(op.srcs)
     return op.size_bytes  # type: ignore[attr-defined]
 
 

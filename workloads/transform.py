@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from aitb.models.schedule import Burst, Collective, Op, Schedule, SendRecv
+from aitb.models.schedule import Burst, Collective, Gather, Op, Schedule, SendRecv
 from workloads.aicb.build import scale_size
 
 __all__ = ["scale_schedule"]
@@ -32,6 +32,9 @@ def scale_schedule(s: Schedule, factor: float) -> Schedule:
 def _scale(op: Op, factor: float) -> Op:
     if isinstance(op, Collective | SendRecv):
         return dataclasses.replace(op, size_bytes=scale_size(op.size_bytes, factor))
+    if isinstance(op, Gather):
+        return dataclasses.replace(op, size_bytes=scale_size(op.size_bytes, factor),
+                                   down_bytes=scale_size(op.down_bytes, factor))
     if isinstance(op, Burst):
         flows = tuple(dataclasses.replace(f, size_bytes=scale_size(f.size_bytes, factor))
                       for f in op.flows)

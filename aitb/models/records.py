@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 __all__ = ["SCHEMA_VERSION", "TcpInfo", "UdpStats", "FlowRecord", "CollectiveRecord",
            "BurstRecord", "RankOpRecord", "FailureRecord", "busbw_factor", "percentile",
-           "RecordError", "skew_summary"]
+           "RecordError", "skew_summary", "RoundRecord"]
 
 SCHEMA_VERSION = 1
 T = TypeVar("T", bound="_Record")
@@ -276,6 +276,45 @@ class FailureRecord(_Record):
     op: str | None = None
     t: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRecord(_Record):
+    """One federated-learning round at one aggregator (contracts.md section 5).
+
+    ``t_start``: the round's start instant (host clock, s); ``t_end``: when the aggregator
+    stopped waiting (all selected finished, the quorum reached, or the deadline);
+    ``round_time_s`` = t_end - t_start. ``clients_selected``/``clients_finished``: counts;
+    ``clients_dropped``: host names of the selected clients whose model download or update
+    upload was cut off (``drop_reasons`` host -> "deadline" | "quorum"). ``bytes_down``:
+    model bytes the aggregator's sends had delivered (acknowledged) to clients; ``bytes_up``:
+    update bytes it received (partial transfers included). ``level``: "global", "cluster"
+    (hierarchical FL) or "gossip" (decentralised: ``aggregator`` is then the node merging its
+    peers' models)."""
+
+    kind_name: ClassVar[str] = "round"
+
+    run_id: str
+    round: int
+    t_start: float
+    t_end: float
+    round_time_s: float
+    clients_selected: int
+    clients_finished: int
+    clients_dropped: tuple[str, ...]
+    deadline_s: float | None
+    bytes_down: int
+    bytes_up: int
+    aggregator: str
+    level: Literal["global", "cluster", "gossip"]
+    iteration: int = 0
+    op_index: int = 0
+    quorum: int | None = None
+    selected_hosts: tuple[str, ...] = ()
+    finished_hosts: tuple[str, ...] = ()
+    drop_reasons: Mapping[str, str] = field(default_factory=dict)
+    label: str = ""
     schema_version: int = SCHEMA_VERSION
 
 

@@ -22,7 +22,7 @@ from typing import Literal
 
 __all__ = [
     "CollectiveKind", "COLLECTIVES", "Protocol", "Group", "Collective", "SendRecv", "Compute",
-    "Flow", "Burst", "Op", "Schedule", "ScheduleError", "Placement",
+    "Flow", "Burst", "Op", "Schedule", "ScheduleError", "Placement", "Gather", "GATHER_LEVELS",
 ]
 
 CollectiveKind = Literal[
@@ -107,7 +107,36 @@ class Burst:
     label: str = ""
 
 
-Op = Collective | SendRecv | Compute | Burst
+GATHER_LEVELS: tuple[str, ...] = ("global", "cluster", "gossip")
+
+
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """A deadline-bounded gather (one federated-learning round at one aggregator).
+
+    Consecutive Gather ops form one phase that starts at one absolute instant T (the round
+    start; with ``round_start_op`` = i, the start of the phase holding op i instead). For each
+    source: ``root`` sends ``down_bytes`` (the model; 0: none), the source computes for
+    ``compute_s[k]`` seconds (its local training; ``()``: none), then uploads ``size_bytes``.
+    ``root`` accepts uploads until T + ``deadline_s`` (None: no deadline) or until ``quorum``
+    sources finished (over-commitment; None: all); then every unfinished transfer is cut off
+    and its source counted as dropped. ``level`` and ``round`` go into the round record.
+    """
+
+    root: int
+    srcs: tuple[int, ...]
+    size_bytes: int
+    down_bytes: int = 0
+    compute_s: tuple[float, ...] = ()
+    deadline_s: float | None = None
+    quorum: int | None = None
+    level: str = "global"
+    round: int = 0
+    round_start_op: int | None = None
+    label: str = ""
+
+
+Op = Collective | SendRecv | Compute | Burst | Gather
 Placement = Mapping[int, str]  # rank -> host node name
 
 
@@ -169,8 +198,32 @@ class Schedule:
             for f in op.flows:
                 self._check_ranks((f.src, f.dst), where)
                 _nonneg(self.name, where, f.size_bytes, "size_bytes")
+        elif isinstance(op, Gather):
+            self._check_gather(i, where, op)
         else:
             raise ScheduleError(f"{self.name}: {where}: not a schedule operation")
+
+    def _check_gather(self, i: int, where: str, op: Gather) -> None:
+        self._check_ranks((op.root, *op.srcs), where)
+        if op.root in op.srcs or len(set(op.srcs)) != len(op.srcs):
+            raise ScheduleError(f"{self.name}: {where}: srcs repeat a rank or hold the root")
+        for key in ("size_bytes", "down_bytes"):
+            _nonneg(self.name, where, getattr(op, key), key)
+        if op.compute_s and len(op.compute_s) != len(op.srcs):
+            raise ScheduleError(f"{self.name}: {where}: compute_s needs one value per source")
+        for c in op.compute_s:
+            _nonneg(self.name, where, c, "compute_s")
+        if op.deadline_s is not None:
+            _nonneg(self.name, where, op.deadline_s, "deadline_s")
+        if op.quorum is not None and not 1 <= op.quorum <= len(op.srcs):
+            raise ScheduleError(f"{self.name}: {where}: quorum {op.quorum} outside "
+                                f"1..{len(op.srcs)}")
+        if op.level not in GATHER_LEVELS:
+            raise ScheduleError(f"{self.name}: {where}: unknown level {op.level!r}; known: "
+                                f"{', '.join(GATHER_LEVELS)}")
+        if op.round_start_op is not None and not 0 <= op.round_start_op <= i:
+            raise ScheduleError(f"{self.name}: {where}: round_start_op {op.round_start_op} "
+                                f"is not an earlier op")
 
     def ranks_of(self, op: Op) -> tuple[int, ...]:
         """The ranks that take part in ``op``, in ascending order."""
@@ -180,6 +233,8 @@ class Schedule:
             return tuple(sorted({op.src, op.dst}))
         if isinstance(op, Compute):
             return tuple(range(self.world_size)) if op.ranks is None else tuple(sorted(op.ranks))
+        if isinstance(op, Gather):
+            return tuple(sorted((op.root, *op.srcs)))
         return tuple(sorted({r for f in op.flows for r in (f.src, f.dst)}))
 
 

@@ -1,0 +1,189 @@
+"""Deadline-bounded gathers (federated-learning rounds): connections, cut-off, the source role.
+
+A :class:`~aitb.models.schedule.Gather` does not use the run's persistent connections: every
+source opens one fresh TCP connection to the root per round (header ``src, root,``
+:data:`GATHER_CONN` then ``iteration, op_index``), receives the model on it, trains, and
+uploads its update on it. The root (gather_root.py) cuts a late source off by closing that
+connection with a reset (SO_LINGER 0, socket(7)): the kernel discards whatever was queued,
+the source's next send or receive fails, and the source closes its end the same way, so a
+dropped transfer cannot run on into the next round. Only an upload the root received in full
+is answered with one acceptance byte.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from traffic_gen.datapath import Abort, Shared, sleep_until
+from traffic_gen.tcpinfo import apply_knobs, read_tcp_info, tcp_info_delta
+
+__all__ = ["GATHER_CONN", "GATHER_KEY", "GatherInbox", "Cut", "move", "reset", "run_src",
+           "flow_half"]
+
+GATHER_CONN = 0xFFFFFFFF  # the connection-index field of a gather connection's header
+GATHER_KEY = struct.Struct("!II")  # iteration, op index
+ACCEPTED = b"\x01"
+TICK_S = 0.02  # how often a blocked transfer checks for a cut-off or an aborted run
+
+
+class Cut(Exception):
+    """The transfer was cut off (deadline or quorum); ``moved`` bytes had moved."""
+
+    def __init__(self, moved: int) -> None:
+        super().__init__(f"cut off after {moved} bytes")
+        self.moved = moved
+
+
+def reset(sock: socket.socket) -> None:
+    """Close ``sock`` with a TCP reset (SO_LINGER on, 0 s: socket(7)); queued data is
+    discarded. A socket the peer already reset may refuse the option: it is closed anyway."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass  # already reset by the peer: nothing queued is left to discard
+    sock.close()
+
+
+def move(sock: socket.socket, n: int, send: bool, buf: memoryview,
+         stop: Callable[[], bool]) -> int:
+    """Send (``send``) or receive ``n`` bytes in ``TICK_S`` slices, checking ``stop`` between
+    slices. Returns ``n``. Raises :class:`Cut` (with the bytes moved) once ``stop()`` is
+    true, ConnectionError if the peer closed or reset the connection, OSError otherwise."""
+    sock.settimeout(TICK_S)
+    moved = 0
+    while moved < n:
+        if stop():
+            raise Cut(moved)
+        try:
+            k = (sock.send(buf[:min(n - moved, len(buf))]) if send
+                 else sock.recv_into(buf, min(n - moved, len(buf))))
+        except TimeoutError:
+            continue
+        if k == 0:
+            raise ConnectionError("peer closed the connection")
+        moved += k
+    return moved
+
+
+class GatherInbox:
+    """Gather connections accepted by the endpoint's listener, until their root takes them.
+    A key is (iteration, op index, source rank); a gather the root has closed resets any
+    connection still arriving for it."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.socks: dict[tuple[int, int, int], socket.socket] = {}
+        self.closed: set[tuple[int, int]] = set()
+
+    def put(self, sock: socket.socket, src: int) -> None:
+        """Read the gather key from ``sock`` (already past the common header) and keep it."""
+        it, op = GATHER_KEY.unpack(_recv_exact(sock, GATHER_KEY.size))
+        with self.cv:
+            if (it, op) in self.closed:
+                reset(sock)
+                return
+            self.socks[(it, op, src)] = sock
+            self.cv.notify_all()
+
+    def take(self, key: tuple[int, int, int], stop: Callable[[], bool]) -> socket.socket:
+        """The connection of ``key``; raises :class:`Cut` once ``stop()`` is true first."""
+        with self.cv:
+            while key not in self.socks:
+                if stop():
+                    raise Cut(0)
+                self.cv.wait(TICK_S)
+            return self.socks.pop(key)
+
+    def close(self, it: int, op: int) -> None:
+        """The root of gather (it, op) stopped waiting: reset what arrived and never taken."""
+        with self.cv:
+            self.closed.add((it, op))
+            for key in [k for k in self.socks if k[:2] == (it, op)]:
+                reset(self.socks.pop(key))
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        got = s.recv(n - len(buf))
+        if not got:
+            raise OSError("connection closed during the gather header")
+        buf += got
+    return buf
+
+
+def flow_half(half: str, op: dict[str, Any], sock: socket.socket, src: int, dst: int,
+              step: str, size: int, nodes: tuple[str, str], **kw: Any) -> dict[str, Any]:
+    """A half flow record (merge.py) of one gather transfer: ``nodes`` = (src, dst) host."""
+    (lip, lport), (rip, rport) = sock.getsockname(), sock.getpeername()
+    ends = ((lip, lport), (rip, rport)) if half == "send" else ((rip, rport), (lip, lport))
+    return {"half": half, "key": f"{op['it']}/{op['op']}/{src}/{dst}/gather/{step}",
+            "iteration": op["it"], "op_index": op["op"], "id": op["id"], "op_kind": "gather",
+            "step": step, "src_rank": src, "dst_rank": dst, "size_bytes": size, "conn": 0,
+            "proto": "tcp", "rate_bps": None, "src_node": nodes[0], "dst_node": nodes[1],
+            "src_ip": ends[0][0], "sport": ends[0][1], "dst_ip": ends[1][0],
+            "dport": ends[1][1], **kw}
+
+
+def run_src(rank: int, node: str, op: dict[str, Any], eps: Any, shared: Shared,
+            emit: Callable[[dict[str, Any]], None]) -> None:
+    """Source role of a gather (wire form: program.py): connect to the root, receive the
+    model, train (``compute_s``), upload, wait for acceptance. Being cut off is an outcome,
+    not a failure: the connection is reset and the rank moves on. Raises Abort if the run
+    is aborted, OSError for a connection that cannot be opened."""
+    ip, port, root_node = eps.rank_ep[str(op["root"])]
+    eps._check(ip)  # agents connect only to lab addresses
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((eps.ip, 0))
+    apply_knobs(s, eps.knobs)
+    s.settimeout(shared.transfer_timeout_s)
+    s.connect((ip, port))
+    s.sendall(struct.pack("!III", rank, op["root"], GATHER_CONN)
+              + GATHER_KEY.pack(op["it"], op["op"]))
+    nodes = (root_node, node)
+    stop = shared.aborted.is_set
+    try:
+        t0 = time.time()
+        move(s, op["down_bytes"], False, shared.recv_buf, stop)
+        emit(flow_half("recv", op, s, op["root"], rank, "down", op["down_bytes"], nodes,
+                       t_first_byte=t0, t_end=time.time()))
+        if select.select([s], [], [], op["compute_s"])[0]:  # cut off while training
+            raise ConnectionError("cut off while training")
+        _upload(rank, op, s, shared, emit, (node, root_node))
+    except (ConnectionError, Cut):
+        pass  # dropped by the root: recorded there
+    finally:
+        reset(s)
+    if shared.aborted.is_set():
+        raise Abort
+
+
+def _upload(rank: int, op: dict[str, Any], s: socket.socket, shared: Shared,
+            emit: Callable[[dict[str, Any]], None], nodes: tuple[str, str]) -> None:
+    base, t0 = read_tcp_info(s), time.time()
+    half = flow_half("send", op, s, rank, op["root"], "up", op["up_bytes"], nodes, t_start=t0)
+    try:
+        move(s, op["up_bytes"], True, shared.send_buf, shared.aborted.is_set)
+        s.settimeout(None)
+        while not select.select([s], [], [], TICK_S)[0]:  # the root's verdict
+            if shared.aborted.is_set():
+                raise Abort
+        accepted = s.recv(1) == ACCEPTED
+    finally:
+        info = read_tcp_info(s)
+        acked = info["bytes_acked"] - base["bytes_acked"]
+        emit({**half, "t_sent": time.time(), "tcp": tcp_info_delta(
+            base, info, size_bytes=min(acked, op["up_bytes"])).to_dict()})
+    if not accepted:
+        raise ConnectionError("upload not accepted")
+
+
+def wait_phase(t0: float, shared: Shared) -> None:
+    """Sleep until the phase's absolute start ``t0`` (s)."""
+    sleep_until(t0, shared.spin_s)
