@@ -9,7 +9,8 @@ Wire form (JSON-ready, sent to agents): for each rank, for each phase, a list of
 ``{"t": "xfer", "op", "it", "kind": collective|send_recv|burst, "id", "label", "steps"}``
 where each step is ``[kind, peer_rank (global), size_bytes, deps, tag, proto, rate_bps]``;
 or ``{"t": "gather", "role": root|src, "op", "it", "id", "label", ...}`` (gather_ops.py).
-Consecutive Gather ops form one phase of their own, started at one absolute instant.
+Consecutive Gather ops of one round and level form one phase of their own, started at one
+absolute instant (cluster gathers run together; the global gather after them).
 """
 
 from __future__ import annotations
@@ -88,11 +89,12 @@ class _Compiler:
     def run(self) -> Program:
         for it in range(self.s.iterations):
             self._new_phase(it, None)
-            in_gather = False
+            gathering: tuple[int, str] | None = None  # (round, level) of the gather phase
             for i, op in enumerate(self.s.ops):
-                if isinstance(op, Gather) != in_gather:  # a gather phase opens or closes
+                now = (op.round, op.level) if isinstance(op, Gather) else None
+                if now != gathering:  # a gather phase opens or closes
                     self._new_phase(it, None)
-                    in_gather = not in_gather
+                    gathering = now
                 if isinstance(op, Burst):
                     self._burst(i, it, op)
                     self.op_phase[(it, i)] = len(self.prog.phases) - 1

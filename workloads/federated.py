@@ -3,24 +3,24 @@
 FedAvg (McMahan et al. 2017, "Communication-Efficient Learning of Deep Networks from
 Decentralized Data", Algorithm 1): each round the server selects a fraction C of the K
 clients, sends them the model, each trains locally, uploads its update, and the server
-averages. Rank 0 is the aggregator, ranks 1..N the clients (with ``clusters`` = k > 0, ranks
-1..k are cluster aggregators, client c is rank k + c and belongs to cluster (c-1) mod k: a
-hierarchical FL round sends the model 0 -> cluster aggregators -> clients and the updates back
-the same way, one aggregated update per cluster). Per round: one :class:`Burst` of
-model downloads (all start together), per selected client a :class:`Compute` (its local
-training) and a :class:`SendRecv` upload to rank 0 (the incast), then the aggregation
-:class:`Compute` on rank 0. Uploads are listed in the order the clients are expected to finish
-(shortest training first), so the aggregator receives them in that order.
+averages. Rank 0 is the aggregator, ranks 1..N the clients. One round is one
+:class:`~aitb.models.schedule.Gather` (model download, local training, upload: the incast at
+the aggregator, bounded by the round deadline and, with over-commitment, a quorum), then the
+aggregation :class:`Compute` on rank 0. The traffic generator cuts late clients off and
+writes one RoundRecord per round.
+
+Hierarchical FL (``clusters`` = k > 0; Liu et al. 2020, "Client-Edge-Cloud Hierarchical
+Federated Learning", ICC): ranks 1..k are cluster aggregators, client c is rank k + c and
+belongs to cluster (c-1) mod k. A round sends the model 0 -> cluster aggregators (a
+:class:`Burst`), then every cluster runs its own deadline-bounded Gather (level "cluster"),
+then the cluster aggregators upload their aggregate to rank 0 (a Gather, level "global",
+whose round starts with the burst).
 
 Sizes: the model is ``ceil(parameters x bits_per_parameter / 8)`` bytes (quantisation from 4 to
 32 bits); an upload is that divided by ``compression_ratio`` (update compression; the download
 is the full model). Over-commitment (Bonawitz et al. 2019, "Towards Federated Learning at
-Scale", section 2) selects ``ceil(fraction x N x overcommit)`` clients (at most N) so that
-enough finish.
-
-Not expressible in the Schedule model (see the report): a round deadline after which late
-clients are dropped. The deadline and the target number of clients are recorded per round in
-``meta["rounds"]``; the runtime cannot yet act on them.
+Scale", section 2.2) selects ``ceil(fraction x N x overcommit)`` clients (at most N) and stops
+the round once the target ``ceil(fraction x N)`` have reported.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from aitb.models.schedule import Burst, Compute, Flow, Op, Schedule, SendRecv
+from aitb.models.schedule import Burst, Compute, Flow, Gather, Op, Schedule
 
-__all__ = ["TrainTime", "FedAvg", "fedavg_schedule"]
+__all__ = ["TrainTime", "FlBase", "FedAvg", "fedavg_schedule"]
 
 
 class TrainTime(BaseModel):
@@ -61,8 +61,9 @@ class TrainTime(BaseModel):
         return self.per_client_s[client - 1]
 
 
-class FedAvg(BaseModel):
-    """FedAvg parameters; ``deadline_s`` None means no deadline."""
+class FlBase(BaseModel):
+    """Parameters every FL variant shares: ``deadline_s`` (seconds from the round start; None:
+    no deadline), model size and quantisation, update compression, training time, seed."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -71,22 +72,43 @@ class FedAvg(BaseModel):
     model_parameters: PositiveInt
     bits_per_parameter: int = Field(32, ge=4, le=32)
     compression_ratio: float = Field(1.0, ge=1.0)
-    fraction: float = Field(1.0, gt=0, le=1)
-    overcommit: float = Field(1.0, ge=1.0)
     deadline_s: float | None = Field(None, gt=0)
-    aggregate_s: float = Field(0.0, ge=0)
-    clusters: int = Field(0, ge=0)
     train_time: TrainTime = Field(default_factory=TrainTime)
     seed: int = 0
 
     @model_validator(mode="after")
-    def _trace_covers_clients(self) -> FedAvg:
+    def _trace_covers_clients(self) -> FlBase:
         t = self.train_time
         if t.dist == "trace" and len(t.per_client_s) != self.clients:
             raise ValueError(f"train_time.per_client_s has {len(t.per_client_s)} values for "
                              f"{self.clients} clients")
         if t.dist == "uniform" and t.low_s > t.high_s:
             raise ValueError(f"train_time.low_s {t.low_s} exceeds high_s {t.high_s}")
+        return self
+
+    @property
+    def model_bytes(self) -> int:
+        """Download size: ceil(parameters x bits / 8)."""
+        return math.ceil(self.model_parameters * self.bits_per_parameter / 8)
+
+    @property
+    def upload_bytes(self) -> int:
+        """Upload size: the model size divided by the compression ratio (at least 1 byte)."""
+        return max(1, math.ceil(self.model_bytes / self.compression_ratio))
+
+
+class FedAvg(FlBase):
+    """FedAvg parameters: selection ``fraction`` in (0, 1], ``overcommit`` >= 1, aggregation
+    seconds, and ``clusters`` > 0 for hierarchical FL (``cluster_aggregate_s`` per cluster)."""
+
+    fraction: float = Field(1.0, gt=0, le=1)
+    overcommit: float = Field(1.0, ge=1.0)
+    aggregate_s: float = Field(0.0, ge=0)
+    cluster_aggregate_s: float = Field(0.0, ge=0)
+    clusters: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _clusters_fit(self) -> FedAvg:
         if self.clusters > self.clients:
             raise ValueError(f"clusters ({self.clusters}) exceed clients ({self.clients})")
         return self
@@ -101,14 +123,14 @@ class FedAvg(BaseModel):
         return 1 + (client - 1) % self.clusters if self.clusters else 0
 
     @property
-    def model_bytes(self) -> int:
-        """Download size: ceil(parameters x bits / 8)."""
-        return math.ceil(self.model_parameters * self.bits_per_parameter / 8)
+    def target_per_round(self) -> int:
+        """ceil(fraction x clients): the updates a round needs."""
+        return math.ceil(self.fraction * self.clients)
 
     @property
-    def upload_bytes(self) -> int:
-        """Upload size: the model size divided by the compression ratio (at least 1 byte)."""
-        return max(1, math.ceil(self.model_bytes / self.compression_ratio))
+    def quorum(self) -> int | None:
+        """With over-commitment the round stops after the target; else None (wait for all)."""
+        return self.target_per_round if self.overcommit > 1 else None
 
     @property
     def selected_per_round(self) -> int:
@@ -128,30 +150,41 @@ def fedavg_schedule(p: FedAvg, name: str = "fedavg") -> Schedule:
     for r in range(p.rounds):
         chosen = sorted(rng.sample(range(1, p.clients + 1), p.selected_per_round))
         train = {c: p.train_time.draw(rng, c) for c in chosen}
-        ops += _round(p, r, chosen, train)
+        ops += _hier_round(p, r, chosen, train, len(ops)) if p.clusters else \
+            _round(p, r, chosen, train)
         rounds.append({"round": r, "selected": chosen, "train_s": train,
-                       "deadline_s": p.deadline_s,
-                       "target": math.ceil(p.fraction * p.clients)})
-    meta = {"kind": "fedavg", "aggregator": 0, "model_bytes": p.model_bytes,
+                       "deadline_s": p.deadline_s, "target": p.target_per_round})
+    kind = "hierarchical" if p.clusters else "fedavg"
+    meta = {"kind": kind, "aggregator": 0, "clusters": p.clusters, "model_bytes": p.model_bytes,
             "upload_bytes": p.upload_bytes, "rounds": rounds, "seed": p.seed, "scale": 1.0}
     return Schedule(name=name, world_size=p.first_client + p.clients, groups={}, ops=tuple(ops),
                     source="<fedavg>", meta=meta)
 
 
 def _round(p: FedAvg, r: int, chosen: list[int], train: dict[int, float]) -> list[Op]:
-    rank = {c: p.first_client + c - 1 for c in chosen}
-    ops: list[Op] = []
-    if p.clusters:  # hierarchical: the global model first reaches the cluster aggregators
-        ops.append(Burst(tuple(Flow(0, a, p.model_bytes) for a in range(1, p.first_client)),
-                         label=f"round{r}.download.clusters"))
-    ops.append(Burst(tuple(Flow(p.aggregator_of(c), rank[c], p.model_bytes) for c in chosen),
-                     label=f"round{r}.download"))
-    ops += [Compute(train[c], (rank[c],), f"round{r}.train") for c in chosen]
-    ops += [SendRecv(rank[c], p.aggregator_of(c), p.upload_bytes, label=f"round{r}.upload")
-            for c in sorted(chosen, key=lambda c: (train[c], c))]
-    if p.clusters:
-        ops += [SendRecv(a, 0, p.upload_bytes, label=f"round{r}.upload.clusters")
-                for a in range(1, p.first_client)]
+    ops: list[Op] = [Gather(0, tuple(chosen), p.upload_bytes, p.model_bytes,
+                            tuple(train[c] for c in chosen), p.deadline_s, p.quorum,
+                            "global", r, label=f"round{r}")]
+    if p.aggregate_s > 0:
+        ops.append(Compute(p.aggregate_s, (0,), f"round{r}.aggregate"))
+    return ops
+
+
+def _hier_round(p: FedAvg, r: int, chosen: list[int], train: dict[int, float],
+                first_op: int) -> list[Op]:
+    aggs = tuple(range(1, p.first_client))
+    ops: list[Op] = [Burst(tuple(Flow(0, a, p.model_bytes) for a in aggs),
+                           label=f"round{r}.download.clusters")]
+    for a in aggs:
+        mine = [c for c in chosen if p.aggregator_of(c) == a]
+        if not mine:
+            continue
+        quorum = math.ceil(len(mine) / p.overcommit) if p.overcommit > 1 else None
+        ops.append(Gather(a, tuple(p.first_client + c - 1 for c in mine), p.upload_bytes,
+                          p.model_bytes, tuple(train[c] for c in mine), p.deadline_s, quorum,
+                          "cluster", r, first_op, label=f"round{r}.cluster{a}"))
+    ops.append(Gather(0, aggs, p.upload_bytes, 0, (p.cluster_aggregate_s,) * len(aggs),
+                      None, None, "global", r, first_op, label=f"round{r}"))
     if p.aggregate_s > 0:
         ops.append(Compute(p.aggregate_s, (0,), f"round{r}.aggregate"))
     return ops

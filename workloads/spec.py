@@ -31,10 +31,12 @@ from aitb.models.errors import SpecError, SpecIssue
 from aitb.models.schedule import Schedule
 from workloads.aicb import AicbOptions, load_aicb
 from workloads.federated import FedAvg, fedavg_schedule
+from workloads.gossip import Gossip, gossip_schedule
 from workloads.training import Accelerator, Parallelism, TransformerModel, training_schedule
 from workloads.transform import scale_schedule
 
-__all__ = ["TrainingWorkload", "AicbWorkload", "FedAvgWorkload", "WorkloadSpec", "parse_workload",
+__all__ = ["TrainingWorkload", "AicbWorkload", "FedAvgWorkload", "HierarchicalWorkload",
+           "GossipWorkload", "WorkloadSpec", "parse_workload",
            "read_workload_file", "build_workload", "load_schedule"]
 
 
@@ -68,9 +70,26 @@ class FedAvgWorkload(FedAvg):
     name: str = "fedavg"
 
 
-AnySpec = TrainingWorkload | AicbWorkload | FedAvgWorkload
+class HierarchicalWorkload(FedAvg):
+    """``kind: hierarchical``: FedAvg with ``clusters`` >= 1 cluster aggregators (placed one
+    cluster per site by default, workloads.fl_placement)."""
+
+    kind: Literal["hierarchical"]
+    name: str = "hierarchical"
+    clusters: int = Field(1, ge=1)
+
+
+class GossipWorkload(Gossip):
+    """``kind: gossip``: decentralised FL (workloads.gossip.Gossip's keys) and a ``name``."""
+
+    kind: Literal["gossip"]
+    name: str = "gossip"
+
+
+AnySpec = TrainingWorkload | AicbWorkload | FedAvgWorkload | HierarchicalWorkload | GossipWorkload
 WorkloadSpec = Annotated[AnySpec, Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[AnySpec] = TypeAdapter(WorkloadSpec)
+_KIND_TAGS = ("training", "aicb", "fedavg", "hierarchical", "gossip")  # pydantic's union tags
 
 
 def parse_workload(data: Any, *, file: str | None = None, prefix: Sequence[str | int] = (),
@@ -86,7 +105,7 @@ def parse_workload(data: Any, *, file: str | None = None, prefix: Sequence[str |
     except ValidationError as exc:
         issues = []
         for e in exc.errors():
-            loc = tuple(p for p in e["loc"] if p not in ("training", "aicb"))
+            loc = tuple(p for p in e["loc"] if p not in _KIND_TAGS)
             if e["type"] in ("union_tag_invalid", "union_tag_not_found"):
                 loc = ("kind",)
             path = (*prefix, *loc)
@@ -136,11 +155,12 @@ def build_workload(spec: AnySpec, *, base_dir: str | Path = ".",
                          "options")
         path = Path(spec.file) if Path(spec.file).is_absolute() else Path(base_dir) / spec.file
         return load_aicb(path, opts)
-    if isinstance(spec, FedAvgWorkload):
+    if isinstance(spec, FedAvgWorkload | HierarchicalWorkload | GossipWorkload):
         if dp_replicas is not None:
             raise SpecError(SpecIssue("--subset applies to training and AICB workloads, not "
-                                      "fedavg", file=file, key_path=("kind",)))
-        fl = fedavg_schedule(spec, name=spec.name)
+                                      f"{spec.kind}", file=file, key_path=("kind",)))
+        fl = gossip_schedule(spec, name=spec.name) if isinstance(spec, GossipWorkload) \
+            else fedavg_schedule(spec, name=spec.name)
         return scale_schedule(fl, scale) if scale else fl
     par = spec.parallelism
     if dp_replicas is not None:

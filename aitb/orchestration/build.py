@@ -23,6 +23,7 @@ from aitb.orchestration.experiment import (
 from traffic_gen import patterns
 from traffic_gen.algorithms import REGISTRY
 from traffic_gen.stragglers import StragglerSpec
+from workloads.fl_placement import place_clusters
 from workloads.placement import place, sites_of_plan
 from workloads.spec import build_workload, parse_workload
 from workloads.transform import scale_schedule
@@ -81,6 +82,16 @@ def _placement(ctx: _Ctx, plan: LabPlan, world: int, hosts: list[str] | None,
     try:
         return place(world, sites_of_plan(plan), spec.policy, slots=spec.slots,
                      block=spec.block, key="placement")
+    except SpecError as exc:
+        raise SpecError([SpecIssue(i.message, file=ctx.source, key_path=(*ctx.prefix,
+                                   *i.key_path)) for i in exc.issues]) from None
+
+
+def _fl_clusters(ctx: _Ctx, plan: LabPlan, s: Schedule) -> dict[int, str]:
+    """Hierarchical FL: one cluster per site (workloads.fl_placement)."""
+    clusters = int(s.meta["clusters"])  # type: ignore[call-overload]
+    try:
+        return place_clusters(clusters, s.world_size - 1 - clusters, sites_of_plan(plan))
     except SpecError as exc:
         raise SpecError([SpecIssue(i.message, file=ctx.source, key_path=(*ctx.prefix,
                                    *i.key_path)) for i in exc.issues]) from None
@@ -178,8 +189,10 @@ def build_entry(entry: CollectiveEntry | PatternEntry | ImportedEntry, index: in
             extra = entry.model_extra or {}
             schedule = _imported(ctx, entry, base_dir)
             hosts = _hosts(ctx, plan, list(extra["hosts"])) if extra.get("hosts") else None
-            placement = _placement(ctx, plan, schedule.world_size, hosts,
-                                   PlacementSpec.model_validate(extra.get("placement") or {}))
+            placement = _fl_clusters(ctx, plan, schedule) if hosts is None and not \
+                extra.get("placement") and schedule.meta.get("kind") == "hierarchical" else \
+                _placement(ctx, plan, schedule.world_size, hosts,
+                           PlacementSpec.model_validate(extra.get("placement") or {}))
     except ScheduleError as exc:
         raise ctx.error((), str(exc)) from None
     except ValidationError as exc:

@@ -67,7 +67,7 @@ Size = Annotated[Quantity, _checked(parse_size_bytes)]
 Duration = Annotated[Quantity, _checked(parse_duration_s)]
 Rate = Annotated[Quantity, _checked(parse_rate_bps)]
 _KINDS = ("collective", "incast", "one_to_many", "permutation", "all_pairs", "training",
-          "aicb", "fedavg")
+          "aicb", "fedavg", "hierarchical", "gossip")
 _Forbid = ConfigDict(extra="forbid")
 
 
@@ -155,11 +155,12 @@ class PatternEntry(_Common):
 
 
 class ImportedEntry(BaseModel):
-    """``kind: training | aicb | fedavg``: the workload spec of workloads/spec.py, plus
-    ``hosts``/``placement`` and ``stragglers`` (checked by workloads.spec)."""
+    """``kind: training | aicb | fedavg | hierarchical | gossip``: the workload spec of
+    workloads/spec.py, plus ``hosts``/``placement`` and ``stragglers`` (checked by
+    workloads.spec)."""
 
     model_config = ConfigDict(extra="allow")
-    kind: Literal["training", "aicb", "fedavg"]
+    kind: Literal["training", "aicb", "fedavg", "hierarchical", "gossip"]
 
 
 WorkloadEntry = Annotated[CollectiveEntry | PatternEntry | ImportedEntry,

@@ -114,6 +114,7 @@ def test_every_example_spec_builds(example):
 def test_fedavg_spec_inspect_counts_downloads_and_uploads():
     out = json.loads(_inspect(ROOT / "workloads/examples/fedavg_10_clients.yaml", "--json").output)
     rows = {(c["op"], c["group"]): c for c in out["collectives"]}
-    assert rows[("burst", "flows")]["count"] == 5
-    assert rows[("send_recv", "p2p")]["count"] == 25  # 5 rounds x 5 clients
-    assert rows[("send_recv", "p2p")]["total_bytes"] == 25 * 10_000_000
+    assert rows[("gather", "global")]["count"] == 5  # one deadline-bounded gather per round
+    assert rows[("gather", "global")]["group_size"] == 6  # aggregator + 5 selected clients
+    # per round 5 clients x (40 MB model down at 32 bit + 10 MB update up, ratio 4)
+    assert rows[("gather", "global")]["total_bytes"] == 5 * 5 * (40_000_000 + 10_000_000)
