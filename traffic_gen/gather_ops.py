@@ -2,7 +2,8 @@
 
 Root: ``{"t": "gather", "role": "root", "op", "it", "id", "label", "kind": "gather", "srcs",
 "hosts" (rank -> host of every source), "down_bytes", "up_bytes", "deadline_s", "quorum",
-"round", "level", "start_phase"}``. Source: ``{"t": "gather", "role": "src", ..., "root",
+"round", "level", "start_phase", "down_before" (bytes the round's opening burst
+already sent the sources)}``. Source: ``{"t": "gather", "role": "src", ..., "root",
 "down_bytes", "up_bytes", "compute_s" (training seconds x straggler slowdown), "slowdown"}``.
 ``start_phase`` is the phase whose start instant is the round start (the deadline's origin).
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from aitb.models.schedule import Gather, Schedule
+from aitb.models.schedule import Burst, Gather, Schedule
 from traffic_gen.stragglers import SlowdownDraw
 
 __all__ = ["gather_ops", "renumber_phases"]
@@ -31,13 +32,23 @@ def gather_ops(s: Schedule, i: int, it: int, op: Gather, placement: Mapping[int,
               "start_phase": start, "root": op.root}
     out: dict[int, dict[str, Any]] = {op.root: {
         **common, "role": "root", "srcs": list(op.srcs), "quorum": op.quorum,
-        "hosts": {str(r): placement[r] for r in op.srcs}}}
+        "hosts": {str(r): placement[r] for r in op.srcs},
+        "down_before": _down_before(s, op)}}
     for k, src in enumerate(op.srcs):
         f = draw.factor(src)
         train = op.compute_s[k] if op.compute_s else 0.0
         out[src] = {**common, "role": "src", "compute_s": train * f,
                     "slowdown": f}
     return out
+
+
+def _down_before(s: Schedule, op: Gather) -> int:
+    """Bytes the root already sent its sources in the burst that started the round
+    (hierarchical FL: the model to the cluster aggregators), counted in the round record."""
+    first = s.ops[op.round_start_op] if op.round_start_op is not None else None
+    if not isinstance(first, Burst):
+        return 0
+    return sum(f.size_bytes for f in first.flows if f.src == op.root and f.dst in op.srcs)
 
 
 def renumber_phases(ranks: MutableMapping[int, list[list[dict[str, Any]]]],

@@ -45,7 +45,7 @@ class _Round:
         self.cut = threading.Event()
         self.finished: list[int] = []
         self.dropped: dict[int, str] = {}
-        self.bytes_down = self.bytes_up = 0
+        self.bytes_down, self.bytes_up = op.get("down_before", 0), 0
         self.errors: list[BaseException] = []
 
     def resolved(self) -> bool:
