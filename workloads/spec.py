@@ -1,6 +1,8 @@
 """The small YAML workload spec, shared with experiment files (pydantic, extra keys refused).
 
-Three kinds (``kind: fedavg`` takes workloads.federated.FedAvg's keys plus ``name``)::
+Kinds (``kind: fedavg`` and ``kind: hierarchical`` take workloads.federated.FedAvg's keys plus
+``name``, ``kind: gossip`` workloads.gossip.Gossip's; all FL kinds validate deadline_s > 0,
+bits_per_parameter 4..32, fraction in (0, 1] and name the key when not)::
 
     kind: training            # a Megatron/DeepSpeed iteration from model parameters
     name: gpt13b

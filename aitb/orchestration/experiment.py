@@ -11,7 +11,8 @@ An experiment file (YAML)::
                 rto_min: 50ms, ecn: true}   # the last two: on every host
     workloads:
       - kind: collective               # collective | incast | one_to_many | permutation |
-        op: all_reduce                 # all_pairs | training | aicb | fedavg
+        op: all_reduce                 # all_pairs | training | aicb | fedavg |
+                                       # hierarchical | gossip
         algorithm: ring
         size: 16MiB
         hosts: [h1, h2, h3, h4]        # rank i on hosts[i]; or placement: {policy: packed}

@@ -129,3 +129,33 @@ def test_bad_gather_is_refused(kw, needle):
     g = Gather(**{"root": 0, "srcs": (1, 2), "size_bytes": 10, **kw})
     with pytest.raises(ScheduleError, match=needle):
         Schedule("t", 3, {}, (g,))
+
+
+def test_round_record_round_trips_with_the_contract_fields():
+    from aitb.models.records import RoundRecord
+
+    r = RoundRecord(run_id="x", round=2, t_start=10.0, t_end=11.5, round_time_s=1.5,
+                    clients_selected=10, clients_finished=8, clients_dropped=("e3", "e7"),
+                    deadline_s=1.5, bytes_down=8_700_000, bytes_up=2_000_000,
+                    aggregator="srv1", level="global")
+    d = r.to_dict()
+    assert d["record"] == "round" and d["schema_version"] == 1
+    assert {"round", "t_start", "t_end", "round_time_s", "clients_selected", "clients_finished",
+            "clients_dropped", "deadline_s", "bytes_down", "bytes_up", "aggregator",
+            "level"} <= set(d)
+    assert d["clients_dropped"] == ["e3", "e7"] and RoundRecord.from_dict(d) == r
+
+
+def test_experiment_errors_name_the_file_and_key(tmp_path):
+    from aitb.orchestration.runner import prepare
+
+    exp = tmp_path / "bad.yaml"
+    exp.write_text("name: bad\ntopology: {generator: single_switch, params: {hosts: 4}}\n"
+                   "workloads:\n  - kind: fedavg\n    clients: 3\n    model_parameters: 10\n"
+                   "    deadline_s: -1\n    bits_per_parameter: 40\n    fraction: 0\n")
+    with pytest.raises(SpecError) as exc:
+        prepare(exp)
+    keys = {i.key_path for i in exc.value.issues}
+    assert keys == {("workloads", 0, k) for k in ("deadline_s", "bits_per_parameter",
+                                                  "fraction")}
+    assert all(i.file == str(exp) for i in exc.value.issues)
