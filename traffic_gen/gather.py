@@ -153,8 +153,7 @@ def run_src(rank: int, node: str, op: dict[str, Any], eps: Any, shared: Shared,
         move(s, op["down_bytes"], False, shared.recv_buf, stop)
         emit(flow_half("recv", op, s, op["root"], rank, "down", op["down_bytes"], nodes,
                        t_first_byte=t0, t_end=time.time()))
-        if select.select([s], [], [], op["compute_s"])[0]:  # cut off while training
-            raise ConnectionError("cut off while training")
+        _train(s, op["compute_s"], shared)
         _upload(rank, op, s, shared, emit, (node, root_node))
     except (ConnectionError, Cut):
         pass  # dropped by the root: recorded there
@@ -162,6 +161,17 @@ def run_src(rank: int, node: str, op: dict[str, Any], eps: Any, shared: Shared,
         reset(s)
     if shared.aborted.is_set():
         raise Abort
+
+
+def _train(s: socket.socket, seconds: float, shared: Shared) -> None:
+    """Local training: sleep ``seconds``, but stop at once if the root cuts the connection
+    off meanwhile (ConnectionError) or the run is aborted (Abort)."""
+    end = time.time() + seconds
+    while (left := end - time.time()) > 0:
+        if select.select([s], [], [], min(left, 0.1))[0]:
+            raise ConnectionError("cut off while training")
+        if shared.aborted.is_set():
+            raise Abort
 
 
 def _upload(rank: int, op: dict[str, Any], s: socket.socket, shared: Shared,

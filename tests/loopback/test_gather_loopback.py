@@ -3,11 +3,15 @@ say, and that a cut-off transfer really stops. Late clients are made late by the
 time (loopback has no rate limit; the netns tests use slow links)."""
 
 import json
+import os
+import signal
+import threading
+import time
 
 import pytest
 
 from aitb.models.records import FlowRecord, RoundRecord
-from aitb.models.schedule import Compute, Gather, Schedule
+from aitb.models.schedule import Burst, Compute, Flow, Gather, Schedule
 from traffic_gen import replay
 from traffic_gen.jsonl import read_records
 from workloads.federated import FedAvg, TrainTime, fedavg_schedule
@@ -83,3 +87,31 @@ def test_gossip_records_one_round_per_node(launcher, addresses, tmp_path):
     assert len(rounds) == 8 and {r.level for r in rounds} == {"gossip"}
     assert all(r.clients_selected == 2 and r.clients_dropped == () for r in rounds)
     assert sum(r.bytes_up for r in rounds) == 8 * 2 * p.upload_bytes
+
+
+def test_aggregator_crash_mid_round_fails_the_run_without_waiting(launcher, addresses,
+                                                                  tmp_path):
+    # phase 0: a tiny burst (its record tells the test the run is going); phase 1: a round
+    # whose clients train 8 s. The aggregator's agent is killed once phase 0 is recorded.
+    ops = (Burst((Flow(1, 0, 1000),)),
+           Gather(0, (1, 2, 3), 1000, 1000, (8.0, 8.0, 8.0), label="round0"))
+
+    def kill_root():
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            f = tmp_path / "flows.jsonl"
+            if f.exists() and f.read_text():
+                time.sleep(0.3)
+                os.kill(launcher.procs["h0"].pid, signal.SIGKILL)
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=kill_root, daemon=True).start()
+    t = time.time()
+    res = replay(Schedule("t", 4, {}, ops), {r: f"h{r}" for r in range(4)}, launcher,
+                 tmp_path, addresses)
+    # the clients stop training when their connection dies; the run ends long before the
+    # 8 s of training (6 s: agent start-up on 2 cores shared with other tests)
+    assert not res.ok and time.time() - t < 6.0
+    assert res.failures[0].node == "h0"
+    assert all(p.poll() is not None for p in launcher.procs.values())
