@@ -2,7 +2,9 @@
 
 * ``workloads.aicb``: import AICB's CSV and SimAI text workload files.
 * ``workloads.training``: a Megatron/DeepSpeed training iteration from model parameters.
-* ``workloads.federated``: FedAvg rounds between an aggregator and clients.
+* ``workloads.federated``: FedAvg rounds between an aggregator and clients (flat or
+  hierarchical); ``workloads.gossip``: decentralised FL; ``workloads.fl_placement``: one
+  cluster per site.
 * ``workloads.layout``: Megatron's rank layout (TP, DP, PP, EP groups).
 * ``workloads.placement``: ranks onto the hosts of a (multi-site) lab.
 * ``workloads.spec``: the YAML workload spec embedded by experiment files.

@@ -91,9 +91,10 @@ def test_ten_clients_two_behind_slow_links_exactly_those_two_dropped_every_round
         assert sorted(r["clients_dropped"]) == list(SLOW)
         assert r["drop_reasons"] == {h: "deadline" for h in SLOW}
         assert r["deadline_s"] == DEADLINE_S
-        # the aggregator waited until the deadline, not longer; 0.15 s covers its 20 ms
-        # polling tick and thread wake-ups on 2 cores shared with other tests
-        assert DEADLINE_S <= r["round_time_s"] < DEADLINE_S + 0.15
+        # the aggregator waited until the deadline, not for the slow clients (4 s); 0.5 s
+        # covers its 20 ms polling tick and thread wake-ups on 2 cores shared with other
+        # tests (seen: under 10 ms on an idle machine)
+        assert DEADLINE_S <= r["round_time_s"] < DEADLINE_S + 0.5
         assert r["bytes_up"] == 8 * MODEL_BYTES // 4  # 8 updates, compressed 4x
         # the fast 8 got the whole model; the slow 2 only what 2 Mbit/s carried by the cut
         # (at most rate x deadline; at least half of that: TCP's slow start on a 20-packet
