@@ -68,6 +68,10 @@ def _main(run_dir: Path) -> None:
     ap.add_argument("--verbose", action="store_true", help="print every skew (us)")
     ap.add_argument("--rt-priority", type=int, default=None,
                     help="SCHED_FIFO priority for the start instant (default: none)")
+    ap.add_argument("--start-mode", choices=["kick", "sleep"], default="kick",
+                    help="kick: the controller's starter writes the first bytes of every "
+                         "flow (traffic_gen/kick.py, the default); sleep: each agent wakes "
+                         "itself")
     args = ap.parse_args()
     n = args.agents
     floor = bare_wakeup_skew(n, args.rt_priority, args.spin_us * 1e-6)
@@ -88,8 +92,9 @@ def _main(run_dir: Path) -> None:
         res = replay(sched, {r: f"h{r}" for r in range(n)}, NetnsExecLauncher(star.hosts),
                      run_dir, star.addresses,
                      ReplayOptions(agent_start_timeout_s=120,
-                                           spin_s=args.spin_us * 1e-6,
-                                           rt_priority=args.rt_priority))
+                                   spin_s=args.spin_us * 1e-6,
+                                   rt_priority=args.rt_priority,
+                                   start_mode=args.start_mode))
         print(f"replay of {args.bursts} bursts took {time.time() - t:.1f} s, ok={res.ok}")
     finally:
         star.down()

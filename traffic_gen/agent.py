@@ -18,6 +18,7 @@ from typing import Any
 
 from traffic_gen.datapath import Abort, Shared
 from traffic_gen.endpoints import Endpoints
+from traffic_gen.kick import KickClient
 from traffic_gen.ranks import run_rank
 from traffic_gen.tcpinfo import namespace_sysctls
 from traffic_gen.wire import Channel
@@ -80,11 +81,22 @@ class Agent:
         try:
             knobs = self.eps.connect(self.setup["out"], msg["rank_ep"], msg["udp_ep"],
                                      self.setup["in_tcp"])
+            self._kick_setup()
         except (OSError, ValueError) as exc:
             self.fail({"detail": f"connection setup failed: {exc}", "op": "connect"})
             return
         self.ch.send({"type": "connected", "node": self.node,
                       "knobs": {"sysctls": namespace_sysctls(), "connections": knobs}})
+
+    def _kick_setup(self) -> None:
+        """Hand the outgoing TCP connections to the controller's starter, if it has one
+        (kick.py); timed transfers are then started by it. Raises OSError."""
+        kick = self.setup.get("kick")
+        assert self.shared is not None and self.eps is not None
+        if kick:
+            client = KickClient(kick["path"], kick["bytes"])
+            client.register(self.eps.tcp_senders())
+            self.shared.kicker = client
 
     def _run_phase(self, phase: int, t0: float) -> None:
         assert self.shared is not None and self.eps is not None
@@ -119,6 +131,8 @@ class Agent:
             self.shared.aborted.set()
         if self.eps is not None:
             self.eps.close()
+        if self.shared is not None and self.shared.kicker is not None:
+            self.shared.kicker.close()
         self.ch.close()
         return code
 

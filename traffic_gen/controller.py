@@ -4,7 +4,9 @@ Message sequence on each agent's Unix socket (JSON lines, wire.py):
 agent ``hello`` -> controller ``setup`` (ranks, programs, connections to open, options) ->
 agent ``listening`` (ports) -> controller ``peers`` (every rank's endpoint) -> agent
 ``connected`` (TCP settings read back) -> per phase: controller ``start`` (phase, absolute t0)
--> agent ``phase_done`` (half records) -> controller ``stop``. An agent's ``error``, a closed
+-> agent ``phase_done`` (half records) -> controller ``stop``. With ``start_mode`` "kick",
+agents also hand their outgoing TCP sockets to the controller's starter (kick.py) before
+``connected``, and timed transfers are started by it. An agent's ``error``, a closed
 control socket, an exited process or a timeout ends the run: ``abort`` to every agent, then
 every agent process still alive is killed by its pid.
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 from aitb.models.records import FailureRecord
 from traffic_gen.jsonl import RecordWriter
+from traffic_gen.kick import KickServer
 from traffic_gen.launch import Launcher
 from traffic_gen.merge import merge_phase
 from traffic_gen.program import Program
@@ -54,6 +57,7 @@ class Controller:
         self.phase_t0: list[float] = []
         self.sock_path = run_dir / "ctl.sock"
         self.sock_dir: Path | None = None
+        self.kick: KickServer | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, program: Program, placement: Mapping[int, str], writer: RecordWriter) -> None:
@@ -80,7 +84,7 @@ class Controller:
         self.sock_path = self.sock_dir / "ctl.sock"
 
     def _listen(self) -> socket.socket:
-        if len(str(self.sock_path).encode()) > _SUN_PATH_MAX:
+        if len(str(self.sock_path.parent / "kick.sock").encode()) > _SUN_PATH_MAX:
             self._private_sock_dir()  # too deep a run directory for sun_path
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -95,6 +99,10 @@ class Controller:
 
     def _start_agents(self) -> None:
         srv = self._listen()
+        if self.opt.start_mode == "kick":
+            self.kick = KickServer(self.sock_path.parent / "kick.sock", self.opt.spin_s,
+                                   self.opt.rt_priority)
+            self.kick.start()
         threading.Thread(target=self._accept, args=(srv,), daemon=True).start()
         logs = self.run_dir / "agents"
         logs.mkdir(exist_ok=True)
@@ -185,7 +193,8 @@ class Controller:
             ranks = {str(r): prog for r, prog in program.ranks.items() if placement[r] == node}
             ch.send({"type": "setup", "run_id": self.run_id, "node": node,
                      "ip": self.nodes[node], "allowed": allowed, "ranks": ranks, "out": out,
-                     "in_tcp": in_tcp, "udp_in": udp_in, "options": self.opt.agent_options()})
+                     "in_tcp": in_tcp, "udp_in": udp_in, "options": self.opt.agent_options(),
+                     "kick": self._kick_info()})
         ports = self._gather("listening", self.opt.agent_start_timeout_s)
         rank_ep = {str(r): [self.nodes[n], ports[n]["tcp_port"], n] for r, n in placement.items()
                    if n in ports}
@@ -196,12 +205,19 @@ class Controller:
         done = self._gather("connected", self.opt.agent_start_timeout_s)
         self.knobs = {n: m["knobs"] for n, m in done.items()}
 
+    def _kick_info(self) -> dict[str, Any] | None:
+        if self.kick is None:
+            return None
+        return {"path": str(self.kick.path), "bytes": self.opt.kick_bytes}
+
     def _phase(self, index: int, program: Program) -> list[object]:
         t0 = time.time() + self.opt.start_margin_s
         self.phase_t0.append(t0)
         for ch in self.chans.values():
             ch.send({"type": "start", "phase": index, "t0": t0})
         done = self._gather("phase_done", self.opt.phase_timeout_s)
+        if self.kick is not None and self.kick.error:
+            raise RunFailed(self._failure("controller", f"starter failed: {self.kick.error}"))
         halves = [h for m in done.values() for h in m["records"]]
         return merge_phase(self.run_id, halves, t0, program.collectives, program.bursts)
 
@@ -229,6 +245,9 @@ class Controller:
         for ch in list(self.chans.values()):
             ch.close()
         self.chans.clear()
+        if self.kick is not None:
+            self.kick.close()
+            self.kick = None
         self.sock_path.unlink(missing_ok=True)
         if self.sock_dir is not None:
             self.sock_dir.rmdir()

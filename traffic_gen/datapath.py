@@ -22,7 +22,8 @@ from typing import Any
 
 from traffic_gen.ackwatch import AckTracker, AckWatcher
 
-__all__ = ["Job", "Abort", "Shared", "TcpSender", "TcpReceiver", "BUFFER_BYTES", "sleep_until"]
+__all__ = ["Job", "Abort", "Shared", "TcpSender", "TcpReceiver", "BUFFER_BYTES", "sleep_until",
+           "set_scheduler"]
 
 BUFFER_BYTES = 4 << 20  # one send or recv call moves at most this much
 _POLL_S = 0.1  # how often a waiting worker checks whether the run was aborted
@@ -35,7 +36,7 @@ class _SchedParam(ctypes.Structure):
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def _set_scheduler(policy: int, priority: int) -> None:
+def set_scheduler(policy: int, priority: int) -> None:
     """sched_setscheduler(2) for the calling thread, through ctypes so that the GIL is
     released during the call: a thread demoted to SCHED_OTHER is preempted inside the
     syscall, not while holding its agent's GIL (which would stall the agent's other,
@@ -63,6 +64,7 @@ class Shared:
     recv_buf: memoryview = field(default_factory=lambda: memoryview(bytearray(BUFFER_BYTES)))
     acks: AckWatcher = field(default_factory=AckWatcher)
     phase_t0: dict[int, float] = field(default_factory=dict)  # phase -> start (gathers)
+    kicker: Any = None  # a kick.KickClient: timed starts are written by the starter (kick.py)
 
     def wait(self, ev: threading.Event) -> None:
         """Wait for ``ev``; raise Abort if the run is aborted meanwhile."""
@@ -117,9 +119,7 @@ class _Worker(threading.Thread):
                     self.shared.wait(ev)
                 self.prepare(job)
                 if job.start_at:
-                    self.boost()
-                    if self.sends:
-                        sleep_until(job.start_at, self.shared.spin_s)
+                    self.timed_start(job)
                 self.transfer(job)
                 self.unboost()
                 job.done()
@@ -133,6 +133,15 @@ class _Worker(threading.Thread):
     boosted = False
     sends = False  # senders sleep until a timed start; receivers just wait for data
 
+    def timed_start(self, job: Job) -> None:
+        """Get ready for a job with an absolute start: boost (:meth:`boost`), and senders
+        sleep until the instant. With a starter (``shared.kicker``) nobody needs the CPU at
+        the instant, so no worker is boosted."""
+        if self.shared.kicker is None:
+            self.boost()
+            if self.sends:
+                sleep_until(job.start_at, self.shared.spin_s)
+
     def boost(self) -> None:
         """Wait for a timed start at SCHED_FIFO ``rt_priority`` (if set): on a few cores
         shared by many agents, the woken senders then run before any other agent's ordinary
@@ -140,13 +149,13 @@ class _Worker(threading.Thread):
         preempted by senders (priority inversion). Dropped again right after the first send
         or receive (:meth:`unboost`). Needs root."""
         if self.shared.rt_priority:
-            _set_scheduler(os.SCHED_FIFO, self.shared.rt_priority)
+            set_scheduler(os.SCHED_FIFO, self.shared.rt_priority)
             self.boosted = True
 
     def unboost(self) -> None:
         """Back to the ordinary scheduler (this thread only)."""
         if self.boosted:
-            _set_scheduler(os.SCHED_OTHER, 0)
+            set_scheduler(os.SCHED_OTHER, 0)
             self.boosted = False
 
     def flush(self) -> None:
@@ -169,9 +178,30 @@ class TcpSender(_Worker):
     sends = True
 
     def __init__(self, sock: socket.socket, shared: Shared, info: dict[str, Any],
-                 congestion_control: str) -> None:
+                 congestion_control: str, conn_id: str = "") -> None:
         super().__init__(sock, shared, info)
         self.acks = AckTracker(sock, congestion_control, shared.emit)
+        self.conn_id = conn_id  # "src/dst/conn": this connection's name at the starter
+        self.kicked: dict[str, Any] | None = None
+
+    def timed_start(self, job: Job) -> None:
+        """With a starter: arm the job and wait until the starter wrote its first bytes at
+        ``job.start_at`` (kick.py); ``self.kicked`` then holds its reply. Raises Abort if the
+        run fails meanwhile, TimeoutError if the starter never answers, OSError if it
+        failed to write."""
+        if self.shared.kicker is None or not job.size_bytes:
+            super().timed_start(job)
+            return
+        ev, box = self.shared.kicker.arm(self.conn_id, job.start_at, job.size_bytes)
+        limit = job.start_at + self.shared.transfer_timeout_s
+        while not ev.wait(_POLL_S):
+            if self.shared.aborted.is_set():
+                raise Abort
+            if time.time() > limit:
+                raise TimeoutError(f"the starter did not start connection {self.conn_id}")
+        if box[0].get("error"):
+            raise OSError(f"the starter could not write on {self.conn_id}: {box[0]['error']}")
+        self.kicked = box[0]
 
     def prepare(self, job: Job) -> None:
         """Read the connection's TCP_INFO baseline before its first transfer."""
@@ -179,9 +209,12 @@ class TcpSender(_Worker):
 
     def transfer(self, job: Job) -> None:
         """Move ``job.size_bytes`` (see the class docstring)."""
-        t0 = time.time()
-        deadline, left, buf = t0 + self.shared.transfer_timeout_s, job.size_bytes, \
-            self.shared.send_buf
+        t0, left = time.time(), job.size_bytes
+        if self.kicked is not None:  # the starter wrote the first bytes (timed_start)
+            if self.kicked["bytes"]:
+                t0, left = self.kicked["t"], left - self.kicked["bytes"]
+            self.kicked = None
+        deadline, buf = t0 + self.shared.transfer_timeout_s, self.shared.send_buf
         while left:
             self.sock.settimeout(max(deadline - time.time(), 1e-3))
             left -= self.sock.send(buf[:min(left, len(buf))])

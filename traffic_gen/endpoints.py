@@ -123,7 +123,8 @@ class Endpoints:
         info = {"src_node": self.node, "dst_node": dst_node, "src_ip": self.ip,
                 "sport": s.getsockname()[1], "dst_ip": ip, "dport": port}
         self._add(self.out, (src, dst, "tcp"), c,
-                  TcpSender(s, self.shared, info, str(readback["congestion_control"])))
+                  TcpSender(s, self.shared, info, str(readback["congestion_control"]),
+                            conn_id=f"{src}/{dst}/{c}"))
         return readback
 
     def _connect_udp(self, src: int, dst: int, ip: str, port: int, dst_node: str) -> None:
@@ -145,6 +146,12 @@ class Endpoints:
                 raise OSError(f"node {self.node}: no {proto} connection for rank {src} -> "
                               f"rank {dst}")
             return [got[c] for c in sorted(got)]
+
+    def tcp_senders(self) -> dict[str, socket.socket]:
+        """Every outgoing TCP connection by its starter id ``src/dst/conn`` (kick.py)."""
+        with self.cv:
+            return {w.conn_id: w.sock for conns in self.out.values() for w in conns.values()
+                    if isinstance(w, TcpSender)}
 
     def flush(self) -> None:
         """End of phase: every sender closes its last record (after acknowledgement)."""

@@ -39,7 +39,10 @@ class ReplayOptions:
     ``sites``: host -> sub-group label for hierarchical algorithms (default: the host);
     ``spin_s``: busy-wait before each absolute start (see datapath.sleep_until);
     ``rt_priority``: SCHED_FIFO priority (1-99) for the instant of a timed start, None for
-    none (see datapath._Worker.boost; needs root)."""
+    none (see datapath._Worker.boost; needs root); ``start_mode``: "kick" (the controller's
+    starter writes the first ``kick_bytes`` of every timed TCP transfer at its instant, see
+    kick.py; default 14480 = the initial window of 10 segments, RFC 6928) or "sleep" (every
+    sender wakes itself at the instant)."""
 
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
     knobs: TcpKnobs = field(default_factory=TcpKnobs)
@@ -54,6 +57,8 @@ class ReplayOptions:
     udp_payload_bytes: int = 1400
     spin_s: float = 0.0
     rt_priority: int | None = None
+    start_mode: str = "kick"
+    kick_bytes: int = 14480
     python: str = sys.executable
 
     def agent_options(self) -> dict[str, Any]:
@@ -90,6 +95,12 @@ def _check_inputs(schedule: Schedule, placement: Mapping[int, str],
     if options.rt_priority is not None and not 1 <= options.rt_priority <= 99:
         issues.append(SpecIssue("rt_priority must be 1 to 99 (SCHED_FIFO)",
                                 key_path=["options", "rt_priority"]))
+    if options.start_mode not in ("kick", "sleep"):
+        issues.append(SpecIssue(f"start_mode must be 'kick' or 'sleep', not "
+                                f"{options.start_mode!r}", key_path=["options", "start_mode"]))
+    if options.kick_bytes < 1:
+        issues.append(SpecIssue("kick_bytes must be at least 1", key_path=["options",
+                                                                           "kick_bytes"]))
     if options.conns_per_peer < 1:
         issues.append(SpecIssue("conns_per_peer must be at least 1", key_path=["options"]))
     if issues:

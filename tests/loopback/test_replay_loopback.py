@@ -159,8 +159,10 @@ def test_transfer_timeout_names_node_rank_peer_op(launcher, addresses, tmp_path)
     # buffers towards h3, which is frozen (SIGSTOP) once phase 0 is recorded
     sched = _sched([Burst((Flow(1, 0, 1000),)), Collective("all_reduce", "g", 64 << 20)])
     _after_first_phase(tmp_path, lambda: os.kill(launcher.procs["h3"].pid, signal.SIGSTOP))
+    # start_mode "sleep": with the starter (kick.py) the first bytes of frozen h3's own step
+    # would still be written at the instant, and h0 could time out on them before h2 does
     res = replay(sched, _place(4), launcher, tmp_path, addresses,
-                 ReplayOptions(transfer_timeout_s=1.0))
+                 ReplayOptions(transfer_timeout_s=1.0, start_mode="sleep"))
     assert not res.ok
     (fail,) = res.failures
     assert fail.node == "h2" and (fail.rank, fail.peer, fail.op) == (2, 3, "c0.1")
