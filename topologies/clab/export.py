@@ -145,7 +145,7 @@ def _env() -> jinja2.Environment:
 
 def _clab_node(node: NodePlan, image: str, keep_kinds: bool) -> dict[str, Any]:
     labels = {k: v for k, v in node.labels.items() if v != ""}
-    kind, img = "linux", image
+    kind, img = "linux", node.image or image
     if keep_kinds and labels.get("clab.kind") and labels["clab.kind"] != "linux":
         kind, img = labels["clab.kind"], labels.get("clab.image", image)
     elif keep_kinds and labels.get("clab.image"):
