@@ -38,9 +38,11 @@ def _start_one(cli: Any, node: NodePlan, name: str, run_id: str) -> int:
     import docker
 
     try:
-        box = cli.containers.run(node.image, name=name, detach=True, network_mode="none",
-                                 hostname=node.name, init=False,
-                                 labels={RUN_LABEL: run_id, NODE_LABEL: node.name})
+        cli.images.get(node.image)  # never pull: no registry is reachable, and a lab is local
+        box = cli.containers.create(node.image, name=name, network_mode="none",
+                                    hostname=node.name, labels={RUN_LABEL: run_id,
+                                                                NODE_LABEL: node.name})
+        box.start()
         box.reload()
     except docker.errors.ImageNotFound:
         raise LabError(f"node {node.name}: image {node.image!r} is not in the local docker "

@@ -5,7 +5,6 @@ it in: the running one, else a dockerd this helper starts and stops by pid."""
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import tarfile
 import time
@@ -42,21 +41,23 @@ def _context() -> io.BytesIO:
     return buf
 
 
-def build_image(cli) -> str:
-    """Build :data:`TAG` in the engine of ``cli`` unless it is there; return the tag."""
+def build_image(cli) -> bool:
+    """Build :data:`TAG` in the engine of ``cli`` unless it is there; True if built here."""
     import docker
 
     try:
         cli.images.get(TAG)
+        return False
     except docker.errors.ImageNotFound:
         cli.images.build(fileobj=_context(), custom_context=True, tag=TAG, rm=True)
-    return TAG
+        return True
 
 
 class Engine:
     """The running docker engine, or one started here (ended by pid in :meth:`stop`)."""
 
     def __init__(self, log: Path) -> None:
+        self.log = log
         self.proc: subprocess.Popen | None = None
         self.start_ticks: int | None = None
         self.cli = client()
@@ -80,7 +81,9 @@ class Engine:
         raise RuntimeError(f"dockerd did not answer in 30 s: {log.read_text()[-2000:]}")
 
     def stop(self) -> None:
+        """Stop the dockerd started here (if any) by its pid; it must be gone afterwards."""
         if self.proc is not None:
             end_process(self.proc.pid, self.start_ticks, self.proc, grace_s=20)
-            assert not os.path.exists(f"/proc/{self.proc.pid}/stat") or \
-                self.proc.poll() is not None
+            assert self.proc.poll() is not None, f"dockerd {self.proc.pid} still runs"
+            self.proc = None
+
