@@ -223,3 +223,42 @@ def test_cli_import_refusal_exits_2(tmp_path, capsys):
         main(["topo", "import", str(DATA / "clab_01-linux-nodes_extlinks.clab.yml")])
     assert info.value.code == 2
     assert "topology.links[3]" in capsys.readouterr().err
+
+
+def test_aitb_refusals_point_into_the_containerlab_file(tmp_path):
+    # two hosts linked directly twice on the same interface: aitb's own check, mapped back to
+    # the containerlab link (index 2: the dummy link before it is not in the aitb topology)
+    path = _write(tmp_path, """\
+        name: twice
+        topology:
+          nodes:
+            a: {kind: linux}
+            b: {kind: linux}
+          links:
+            - endpoints: ["a:eth1", "b:eth1"]
+            - type: dummy
+              endpoint: {node: a, interface: d0}
+            - endpoints: ["a:eth1", "b:eth2"]
+    """)
+    with pytest.raises(SpecError) as info:
+        import_clab(path)
+    issue = info.value.issues[0]
+    assert issue.key_path[:3] == ("topology", "links", 2) and issue.line == 10, str(issue)
+    assert "used by more than one link" in issue.message
+
+
+def test_two_interface_names_that_become_one_get_an_aitb_name(tmp_path):
+    path = _write(tmp_path, """\
+        name: clash
+        topology:
+          nodes:
+            a: {kind: linux}
+            b: {kind: linux}
+          links:
+            - endpoints: ["a:Eth1", "b:eth1"]
+            - endpoints: ["a:eth1", "b:eth2"]
+    """)
+    r = import_clab(path)
+    assert [(lk.a.ifname, lk.b.ifname) for lk in r.plan.links] == [("eth1", "eth1"),
+                                                                    ("eth0", "eth2")]
+    assert sum("renamed" in w.message for w in r.warnings) == 2

@@ -125,13 +125,12 @@ def _rename_issues(nodes: list[str]) -> tuple[dict[str, str], list[SpecIssue], l
 
 def _ifnames(links: list[ClabLink]) -> tuple[dict[tuple[str, str], str | None], list[SpecIssue]]:
     out: dict[tuple[str, str], str | None] = {}
-    taken: set[tuple[str, str | None]] = set()
+    taken: dict[tuple[str, str], str] = {}  # (node, new name) -> the original it came from
     warnings = []
     for end in (e for lk in links for e in (lk.a, lk.b)):
         new = ifname(end[1])
-        if new is not None and (end[0], new) in taken:
-            new = None
-        taken.add((end[0], new))
+        if new is not None and taken.setdefault((end[0], new), end[1]) != end[1]:
+            new = None  # two original names became one; the same name twice stays (refused)
         out[end] = new
         if new != end[1]:
             what = f"renamed {new!r}" if new else "renamed by aitb (ethN)"
@@ -214,16 +213,30 @@ def import_clab_doc(doc: Mapping[str, Any], source: str, *, drop_external: bool 
     warnings = (_kind_warnings(mapped, nodes, linked) + scan.warnings
                 + _unlinked_warning([n for n in nodes if n not in linked]) + renames
                 + if_warnings + _summary_warnings(nodes, scan, linked))
-    return ImportResult(out, _resolve(out, source), _placed(doc, source, warnings))
+    plan = _resolve(out, source, doc, scan.links, names)
+    return ImportResult(out, plan, _placed(doc, source, warnings))
 
 
-def _resolve(topo: dict[str, Any], source: str) -> LabPlan:
+def _clab_path(path: tuple, links: list[ClabLink], names: Mapping[str, str]) -> tuple:
+    """A key path of the generated topology as a key path of the containerlab file."""
+    if len(path) >= 2 and path[0] == "links" and isinstance(path[1], int) \
+            and path[1] < len(links):
+        return ("topology", "links", links[path[1]].index, *path[2:])
+    original = {new: old for old, new in names.items()}
+    if len(path) >= 2 and path[0] == "nodes" and path[1] in original:
+        return ("topology", "nodes", original[path[1]], *path[2:])
+    return path
+
+
+def _resolve(topo: dict[str, Any], source: str, doc: Any, links: list[ClabLink],
+             names: Mapping[str, str]) -> LabPlan:
     where = f"{source} (imported)"
     try:
         return resolve(parse_topology(topo, where), where)
     except SpecError as exc:
-        raise SpecError([SpecIssue(f"the imported topology does not resolve: {i.message}",
-                                   file=source, key_path=i.key_path) for i in exc.issues]
+        raise SpecError(_placed(doc, source, [
+            SpecIssue(f"the imported topology does not resolve: {i.message}",
+                      key_path=_clab_path(i.key_path, links, names)) for i in exc.issues])
                         ) from None
 
 
