@@ -95,14 +95,23 @@ def shaping_commands(plan: LabPlan) -> list:
 
 def export_files(plan: LabPlan, out_dir: Path, image: str, keep_kinds: bool) -> list[Path]:
     """Write ``<lab>.clab.yml`` and ``<lab>.aitb.sh`` (mode 0755) for ``plan`` into
-    ``out_dir`` (created if missing). Returns both paths. Raises SpecError if ``out_dir``
+    ``out_dir`` (created if missing); with ``keep_kinds`` imported network-OS nodes get their
+    containerlab kind back and the script shapes their links but leaves their addresses and
+    routes to their own configuration. Returns both paths. Raises SpecError if ``out_dir``
     cannot be written."""
     from testbed.layout import needs_wire_packets
-    from topologies.clab.export import clab_plan, network_commands, render_script, render_topology
+    from topologies.clab.export import (
+        clab_plan,
+        network_commands,
+        render_script,
+        render_topology,
+        vendor_nodes,
+    )
 
     cplan = clab_plan(plan)
     topo, script = out_dir / f"{plan.name}.clab.yml", out_dir / f"{plan.name}.aitb.sh"
-    commands = network_commands(cplan, needs_wire_packets(cplan)) + shaping_commands(cplan)
+    skip = vendor_nodes(cplan, keep_kinds)  # network OSes configure themselves
+    commands = network_commands(cplan, needs_wire_packets(cplan), skip) + shaping_commands(cplan)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         topo.write_text(render_topology(cplan, image, keep_kinds, script.name), encoding="utf-8")

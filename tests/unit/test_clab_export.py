@@ -124,3 +124,25 @@ def test_cli_export_unknown_format(tmp_path, capsys):
               "-o", str(tmp_path)])
     assert info.value.code == 2 and "known formats: clab" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_keep_kinds_leaves_network_os_config_to_the_nos_and_host_bridges_as_containers(
+        tmp_path):
+    from dataclasses import replace
+
+    from topologies.clab.export import vendor_nodes
+
+    plan = PLANS["clab_clos01.clab.yml"]
+    assert vendor_nodes(plan, True) == {"leaf1", "leaf2", "spine"}
+    assert vendor_nodes(plan, False) == set()
+    _, script = _export(tmp_path, plan, keep_kinds=True)
+    text = script.read_text()
+    assert "in_node leaf1 ip addr" not in text and "in_node client1 ip addr" in text
+    # a bridge of the containerlab host stays a Linux container with a bridge inside
+    as_bridge = replace(plan, nodes=tuple(
+        replace(n, kind="switch", routes=(), labels={**n.labels, "clab.kind": "bridge"})
+        if n.name == "spine" else n for n in plan.nodes))
+    assert vendor_nodes(as_bridge, True) == {"leaf1", "leaf2"}
+    topo, _ = _export(tmp_path / "b", as_bridge, keep_kinds=True)
+    spine = YAML(typ="safe").load(topo.read_text())["topology"]["nodes"]["spine"]
+    assert spine["kind"] == "linux" and spine["labels"]["aitb.kind"] == "switch"

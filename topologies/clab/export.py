@@ -19,15 +19,17 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import jinja2
 
 from aitb.models.plan import Endpoint, LabPlan, LinkPlan, NodePlan, Route
+from topologies.clab.kinds import SWITCH_KINDS as HOST_BRIDGE_KINDS
 
-__all__ = ["NodeCommand", "clab_plan", "network_commands", "render_topology", "render_script",
+__all__ = ["NodeCommand", "clab_plan", "network_commands", "vendor_nodes", "render_topology",
+           "render_script",
            "DEFAULT_IMAGE", "KEEP_KINDS_LABELS"]
 
 DEFAULT_IMAGE = "ghcr.io/srl-labs/network-multitool"  # Alpine with iproute2, iperf3, tcpdump
@@ -120,13 +122,26 @@ def _node_commands(plan: LabPlan, node: NodePlan) -> list[tuple[str, ...]]:
     return cmds + [_route_argv(r) for r in node.routes]
 
 
-def network_commands(plan: LabPlan, wire_packets: bool = False) -> list[NodeCommand]:
+def vendor_nodes(plan: LabPlan, keep_kinds: bool) -> set[str]:
+    """Nodes exported with their containerlab kind (a network OS that configures itself from
+    its startup config): with ``keep_kinds``, imported nodes whose ``clab.kind`` is neither
+    ``linux`` nor a host bridge (``bridge``/``ovs-bridge`` live in the host's namespace, which
+    aitb never touches: they stay Linux containers with a bridge inside)."""
+    if not keep_kinds:
+        return set()
+    return {n.name for n in plan.nodes
+            if n.labels.get("clab.kind") not in (None, "", "linux", *HOST_BRIDGE_KINDS)}
+
+
+def network_commands(plan: LabPlan, wire_packets: bool = False,
+                     skip: Collection[str] = ()) -> list[NodeCommand]:
     """Bridges, addresses, sysctls (forwarding, ECMP hash, congestion control) and routes of
-    every node of ``plan``, as ``ip``/``sysctl`` commands to run inside the nodes, in order.
-    wire_packets: also set ``gso_max_segs 1`` on every link end (aitb does so when a direction
-    counts packets; see testbed.layout.needs_wire_packets). Pure."""
+    every node of ``plan`` but those in ``skip`` (see :func:`vendor_nodes`), as
+    ``ip``/``sysctl`` commands to run inside the nodes, in order. wire_packets: also set
+    ``gso_max_segs 1`` on every link end (aitb does so when a direction counts packets; see
+    testbed.layout.needs_wire_packets). Pure."""
     out = []
-    for node in plan.nodes:
+    for node in (n for n in plan.nodes if n.name not in skip):
         if wire_packets:
             out += [NodeCommand(node.name, ("ip", "link", "set", "dev", lk.endpoint(
                 node.name).ifname, "gso_max_segs", "1")) for lk in plan.links_of(node.name)]
@@ -143,12 +158,12 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def _clab_node(node: NodePlan, image: str, keep_kinds: bool) -> dict[str, Any]:
+def _clab_node(node: NodePlan, image: str, keep_kinds: bool, vendor: bool) -> dict[str, Any]:
     labels = {k: v for k, v in node.labels.items() if v != ""}
     kind, img = "linux", node.image or image
-    if keep_kinds and labels.get("clab.kind") and labels["clab.kind"] != "linux":
+    if vendor:
         kind, img = labels["clab.kind"], labels.get("clab.image", image)
-    elif keep_kinds and labels.get("clab.image"):
+    elif keep_kinds and labels.get("clab.image") and labels.get("clab.kind") == "linux":
         img = labels["clab.image"]
     labels["aitb.kind"] = node.kind
     return {"name": node.name, "kind": kind, "image": img, "group": node.group,
@@ -165,10 +180,12 @@ def render_topology(plan: LabPlan, image: str = DEFAULT_IMAGE, keep_kinds: bool 
     """The containerlab topology of ``plan`` (already passed through :func:`clab_plan`) as
     YAML text. image: container image of every node; keep_kinds: nodes imported from
     containerlab get their original kind and image back (labels ``clab.kind``,
-    ``clab.image``). Pure."""
+    ``clab.image``; host bridges excepted, see :func:`vendor_nodes`). Pure."""
+    vendor = vendor_nodes(plan, keep_kinds)
     return _env().get_template("topology.clab.yml.j2").render(
         name=plan.name, source=plan.source, script=script_name,
-        nodes=[_clab_node(n, image, keep_kinds) for n in plan.nodes],
+        nodes=[_clab_node(n, image, keep_kinds, n.name in vendor)
+               for n in plan.nodes],
         links=[_clab_link(lk) for lk in plan.links])
 
 
