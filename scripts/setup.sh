@@ -40,7 +40,10 @@ apt_install() {  # install the Debian packages named in "$@" that are not instal
 apt_install python3 python3-venv python3-dev gcc make git \
   iproute2 iputils-ping ethtool procps kmod \
   tcpdump iperf3 tshark \
-  mininet bridge-utils   # mininet + bridge-utils: the peer of bench/bringup.py
+  mininet bridge-utils \
+  docker.io busybox-static  # mininet + bridge-utils: the peer of bench/bringup.py; docker.io:
+                            # the engine of container hosts (started by a lab only if none runs);
+                            # busybox-static: the test image of container hosts
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

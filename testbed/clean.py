@@ -29,11 +29,13 @@ class TeardownReport:
     processes: list[int] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    containers: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for ``--json``."""
         return {"run_id": self.run_id, "processes": self.processes,
-                "namespaces": self.namespaces, "failures": self.failures}
+                "namespaces": self.namespaces, "containers": self.containers,
+                "failures": self.failures}
 
 
 def teardown(reg: Registry, children: dict[int, subprocess.Popen[Any]] | None = None
@@ -50,15 +52,38 @@ def teardown(reg: Registry, children: dict[int, subprocess.Popen[Any]] | None = 
         except Exception as exc:  # noqa: BLE001 - collected and reported
             report.failures.append(f"process {r['pid']} ({' '.join(r['argv'])}) on node "
                                    f"{r['node']}: {exc}")
+    boxes = [r for r in records if r["kind"] == "container"]
+    if boxes:  # container hosts (testbed/containers.py): removed before their namespaces
+        from testbed.containers import remove_containers
+
+        removed, failed = remove_containers(boxes, reg.run_id)
+        report.containers += removed
+        report.failures += failed
     for r in reversed([r for r in records if r["kind"] == "netns"]):
         try:
             if netns.remove(r["name"]):
                 report.namespaces.append(r["name"])
         except Exception as exc:  # noqa: BLE001 - collected and reported
             report.failures.append(f"namespace {r['name']} (node {r['node']}): {exc}")
+    _stop_dockerd(records, children, report)
     if not report.failures:
         reg.remove()
     return report
+
+
+def _stop_dockerd(records: list[dict[str, Any]],
+                  children: dict[int, subprocess.Popen[Any]] | None,
+                  report: TeardownReport) -> None:
+    """Stop a dockerd this run started (testbed/dockerd.py), last, by pid and start time."""
+    from testbed.dockerd import DOCKERD_STOP_GRACE_S
+
+    for r in [r for r in records if r["kind"] == "dockerd"]:
+        try:
+            if end_process(r["pid"], r["start"], (children or {}).get(r["pid"]),
+                           grace_s=DOCKERD_STOP_GRACE_S):
+                report.processes.append(r["pid"])
+        except Exception as exc:  # noqa: BLE001 - collected and reported
+            report.failures.append(f"dockerd {r['pid']}: {exc}")
 
 
 def raise_failures(report: TeardownReport) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 from aitb.models.errors import LabError
 from aitb.models.plan import LabPlan
 from aitb.models.shaping import Shaping
-from testbed import kernel, netns, procs, realise, reshape, signals, sysctl, verify
+from testbed import containers, kernel, netns, procs, realise, reshape, signals, sysctl, verify
 from testbed.clean import TeardownReport, raise_failures, teardown
 from testbed.layout import Layout, make_layout
 from testbed.realise import NodeIO
@@ -57,7 +57,9 @@ class Lab:
     it: pass True when packet buffers may be added later.
 
     Side effects (up): namespaces ``aitb-<run_id>-<node>``, veths, bridges, IFBs, qdiscs,
-    routes, sysctls inside them; ``state_dir/<run_id>/{registry.jsonl,plan.json}``.
+    routes, sysctls inside them; ``state_dir/<run_id>/{registry.jsonl,plan.json}``; for hosts
+    with an image, a container of that name labelled with the run id (and a dockerd if none
+    ran), see :mod:`testbed.containers`.
     """
 
     def __init__(self, plan: LabPlan, run_id: str | None = None,
@@ -121,8 +123,13 @@ class Lab:
         self.registry.append({"kind": "netns", "node": n.name, "name": nm}
                              for n, nm in zip(self.plan.nodes, names, strict=True))
         made: dict[str, tuple[int, Any]] = {}
+        boxes = [n for n in self.plan.nodes if n.image]  # container hosts (testbed/containers)
         try:
-            netns.create_many(names, out=made)
+            netns.create_many([self.layout.nodes[n.name].netns for n in self.plan.nodes
+                               if not n.image], out=made)
+            if boxes:
+                containers.start_containers(boxes, self.layout, self.registry, self.children,
+                                            made)
         finally:
             by_ns = {self.layout.nodes[n.name].netns: n.name for n in self.plan.nodes}
             self.io.update({by_ns[nm]: NodeIO(fd, s) for nm, (fd, s) in made.items()})

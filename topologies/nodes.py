@@ -46,5 +46,6 @@ def node_plans(spec: TopologySpec) -> dict[str, NodePlan]:
             stp=bool(_pick(layers, "stp")),
             group=node.group,
             labels=_merged_map(layers, "labels"),
+            image=_pick(layers, "image"),
         )
     return out

@@ -175,6 +175,10 @@ class NodeSettings(_Strict):
         default=None, description="Routers: multipath hash over addresses (l3) or ports (l4).")
     stp: bool | None = Field(default=None, description="Switches: run STP on the bridge.")
     labels: dict[str, str] | None = None
+    image: str | None = Field(
+        default=None, min_length=1, examples=["aitb-busybox:1"],
+        description="Hosts: run the node as a container of this (local) docker image; its "
+                    "network namespace gets the node's links, shaping and capture.")
 
 
 class NodeSpec(NodeSettings):

@@ -71,6 +71,9 @@ def _check_nodes(spec: TopologySpec) -> Iterator[SpecIssue]:
 def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[SpecIssue]:
     if settings.stp is not None and kind != "switch":
         yield SpecIssue(f"stp applies to switches only, not to a {kind}", key_path=(*path, "stp"))
+    if settings.image is not None and kind != "host":
+        yield SpecIssue(f"image applies to hosts only (container hosts), not to a {kind}",
+                        key_path=(*path, "image"))
     if settings.ecmp_hash is not None and kind != "router":
         yield SpecIssue(f"ecmp_hash applies to routers only, not to a {kind}",
                         key_path=(*path, "ecmp_hash"))

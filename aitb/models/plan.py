@@ -96,7 +96,9 @@ class NodePlan:
     ecmp_hash: ``net.ipv4.fib_multipath_hash_policy`` 0 (l3) or 1 (l4); stp: switches only;
     rto_min_s: TCP's minimum retransmission timeout as a locked RTAX_RTO_MIN route metric on
     every route of the node (planned and connected; the kernel keeps whole milliseconds), None
-    = the kernel's default (200 ms, include/net/tcp.h TCP_RTO_MIN).
+    = the kernel's default (200 ms, include/net/tcp.h TCP_RTO_MIN); image: hosts only, a
+    container image (docker) whose container holds the node's network namespace, None for a
+    plain namespace.
     """
 
     name: str
@@ -109,6 +111,7 @@ class NodePlan:
     group: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     rto_min_s: float | None = None
+    image: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
