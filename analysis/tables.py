@@ -150,15 +150,18 @@ def load_run(run_dir: Path) -> RunTables:
                      warnings=warnings)
 
 
-def write_tables(tables: RunTables, summary: dict[str, Any]) -> Path:
-    """Write ``tables/{flows,collectives,bursts,timeline,rounds,requests}.parquet`` (records),
+def write_tables(tables: RunTables, summary: dict[str, Any],
+                 flows: pd.DataFrame | None = None) -> Path:
+    """Write ``tables/{flows,collectives,bursts,timeline,rounds,requests}.parquet`` (records;
+    ``flows`` replaces the flow records when given, e.g. with each flow's ideal FCT),
     ``tables/counters_qdisc.parquet`` (a copy of the qdisc samples; empty with the contract's
     columns when the run has none) and ``tables/metrics.parquet`` (one row: ``summary``) into
     the run directory, each atomically. Returns the tables directory."""
     out = tables.run_dir / "tables"
     out.mkdir(exist_ok=True)
     for name in TABLE_NAMES:
-        write_parquet_atomic(out / f"{name}.parquet", _parquet_ready(tables.table(name)))
+        frame = flows if name == "flows" and flows is not None else tables.table(name)
+        write_parquet_atomic(out / f"{name}.parquet", _parquet_ready(frame))
     write_parquet_atomic(out / "counters_qdisc.parquet", tables.counters["qdisc"])
     row = pd.DataFrame([{k: (float(v) if v is not None else None) for k, v in summary.items()}])
     write_parquet_atomic(out / "metrics.parquet", row.astype("float64"))

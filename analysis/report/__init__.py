@@ -62,7 +62,7 @@ def figures(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> dict[s
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
+    if value is None or isinstance(value, jinja2.Undefined):
         return "—"
     if isinstance(value, float):
         return f"{value:.6g}"
@@ -75,7 +75,7 @@ def render_report(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> 
     """Write ``report.html`` into the run directory (atomically) and return its path.
     Sections whose data the run lacks say so; nothing is fetched from outside the file."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("analysis.report", "templates"),
-                             autoescape=True, undefined=jinja2.StrictUndefined)
+                             autoescape=True)  # lenient: a key missing from an input is "—"
     env.filters["fmt"] = _fmt
     figs = figures(t, m, flow_table)
     html = env.get_template("report.html.j2").render(
