@@ -76,7 +76,7 @@ def _say_analysis(outcome, *, quiet: bool) -> None:
                       f"kept, retry with `aitb analyze {outcome.run_dir}`", markup=True,
                       highlight=False)
     elif outcome.report and not quiet:
-        console.print(f"report: {outcome.report}", highlight=False)
+        typer.echo(f"report: {outcome.report}", err=True)  # unwrapped: a path to copy
 
 
 def _rerun_in_vm(path: Path, results: Path, *, as_json: bool, quiet: bool,
