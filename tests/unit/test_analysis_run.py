@@ -182,3 +182,35 @@ def test_not_a_run_directory_is_a_clear_error(tmp_path):
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and "no such run directory" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_capture_retransmissions_count_each_connection_once(tmp_path):
+    """The same connection captured on two interfaces counts once; the counts are the
+    capture analysis' own (golden-tested against tshark in test_pcap_golden)."""
+    (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "x", "experiment": "e"}))
+    (tmp_path / "captures").mkdir()
+    pcap = ROOT / "tests/data/pcaps/tcp_fastretx_sack.pcap"
+    for name in ("h1__eth0.pcap", "s1__eth0.pcap0"):
+        shutil.copy(pcap, tmp_path / "captures" / name)
+    m = analyze_run(tmp_path)
+    caps = m["retransmissions"]["captures"]
+    assert (caps["files"], caps["connections"]) == (2, 1)
+    assert (caps["retransmissions"], caps["fast_retransmissions"],
+            caps["rto_retransmissions"]) == (3, 1, 2)
+    assert m["summary"]["retransmissions"] == 3  # no flow records: the captures' count
+
+
+def test_dci_collective_time_counts_only_collectives_across_sites(tmp_path):
+    plan = topologies.load_topology(ROOT / "topologies/examples/two_dc.yaml")
+    (tmp_path / "plan.json").write_text(json.dumps(plan_to_dict(plan)))
+    (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "x", "experiment": "e"}))
+    hosts = {"across": ["dc1-l1-h1", "dc2-l1-h1"], "inside": ["dc1-l1-h1", "dc1-l2-h1"]}
+    _jsonl(tmp_path / "collectives.jsonl", [
+        {"collective_id": f"c{i}", "op": "all_reduce", "ranks": [0, 1], "hosts": hosts[kind],
+         "size_bytes": 10, "iteration": i, "rank_t_start": [0, 0], "rank_t_end": [cct, cct],
+         "cct_s": cct, "algbw_Bps": 10 / cct, "busbw_Bps": 10 / cct, "workload": kind}
+        for i, (kind, cct) in enumerate([("across", 0.5), ("inside", 0.25), ("across", 1.0)])])
+    m = analyze_run(tmp_path)
+    assert m["dci"]["sites"] == 2 and m["dci"]["collectives_crossing"] == 2
+    assert m["summary"]["dci_collective_time_s"] == pytest.approx(1.5)
+    assert m["dci"]["by_workload"] == {"across": {"collectives": 2, "collective_time_s": 1.5}}
