@@ -214,3 +214,16 @@ def test_dci_collective_time_counts_only_collectives_across_sites(tmp_path):
     assert m["dci"]["sites"] == 2 and m["dci"]["collectives_crossing"] == 2
     assert m["summary"]["dci_collective_time_s"] == pytest.approx(1.5)
     assert m["dci"]["by_workload"] == {"across": {"collectives": 2, "collective_time_s": 1.5}}
+
+
+def test_runner_records_an_analysis_failure_and_keeps_the_run(tmp_path):
+    """aitb run's last step: a directory analysis cannot read (here: no manifest.json yet)
+    gives a failed ``analysis`` entry in the manifest, not an exception."""
+    from aitb.orchestration.runner import RunOutcome, _analyze
+
+    outcome, manifest, said = RunOutcome(tmp_path, ok=True), {"status": "ok"}, []
+    _analyze(tmp_path, manifest, outcome, said.append)
+    assert outcome.report is None and "not a run directory" in outcome.analysis_error
+    written = json.loads((tmp_path / "manifest.json").read_text())
+    assert written["status"] == "ok" and written["analysis"]["ok"] is False
+    assert "not a run directory" in written["analysis"]["error"] and said == ["analysing"]
