@@ -57,7 +57,11 @@ def _count(n: int) -> int | None:
 
 def summary_of(m: dict[str, Any]) -> dict[str, float | int | None]:
     """The flat ``summary`` of a metrics dict (contracts.md section 4), in SUMMARY_KEYS order.
-    ``retransmissions``: the records' TCP_INFO total, else the captures' count."""
+    ``retransmissions``: the records' TCP_INFO total, else the captures' count.
+    ``goodput_bps``: the mean burst goodput at the receiver when the run has bursts
+    (analysis.metrics.incast), else the mean per-flow goodput size_bytes * 8 / fct_s.
+    ``queue_drops``: packets, root queues of every interface (analysis.metrics.links).
+    Counts (``flows``, ``collectives``, ``rounds``) are null rather than 0 when absent."""
     fct, cct, inc = m["fct"], m["cct"], m["incast"]
     st, rq, rt = m["stragglers"], m["requests"], m["retransmissions"]
     retrans = (rt["records"] or {}).get("total_retrans")
