@@ -17,8 +17,6 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.tcpflows import analyse_capture
-
 __all__ = ["retrans_metrics", "capture_retrans"]
 
 _COUNTS = ("retransmissions", "fast_retransmissions", "rto_retransmissions")
@@ -27,6 +25,8 @@ _COUNTS = ("retransmissions", "fast_retransmissions", "rto_retransmissions")
 def capture_retrans(files: list[Path]) -> dict[str, Any]:
     """Retransmission counts from the capture ``files`` (see module docstring): ``files``,
     ``connections``, totals of each count, ``warnings`` (damage found in the files)."""
+    from analysis.tcpflows import analyse_capture  # numba: loaded only for runs with captures
+
     best: dict[tuple, dict[str, int]] = {}
     warnings = []
     for path in files:
