@@ -15,6 +15,7 @@ MODULES: tuple[str, ...] = (
     "aitb.commands.pcap",
     "aitb.commands.lab",
     "aitb.commands.clab",
+    "aitb.commands.analyze",
 )
 
 

@@ -31,6 +31,9 @@ def run(
     use_vm: Annotated[bool, typer.Option(
         "--auto-vm/--no-vm", help="When the lab needs qdiscs the host kernel lacks (netem), "
         "run inside the stock-kernel VM (default), or refuse.")] = True,
+    analysis: Annotated[bool, typer.Option(
+        "--analysis/--no-analysis", help="Analyse the run at its end (metrics.json, "
+        "report.html), or skip it (`aitb analyze RUN_DIR` does it later).")] = True,
 ) -> None:
     """Deploy the experiment's lab, replay its workloads over real sockets, record, tear down."""
     from aitb.orchestration.defaults import default_experiment
@@ -49,26 +52,41 @@ def run(
                            "drop --no-vm to run it in the stock-kernel VM")
         say(f"this lab needs {', '.join(missing)}, which the host kernel lacks: running it "
             "inside the stock-kernel VM (--no-vm refuses)")
-        raise typer.Exit(_rerun_in_vm(path, results, as_json=as_json, quiet=quiet))
-    outcome = execute(prep, results, progress=say)
+        raise typer.Exit(_rerun_in_vm(path, results, as_json=as_json, quiet=quiet,
+                                      analysis=analysis))
+    outcome = execute(prep, results, progress=say, analyze=analysis)
     if as_json:
         typer.echo(json.dumps({"ok": outcome.ok, "run_dir": str(outcome.run_dir),
-                               "error": outcome.error, "workloads": outcome.workloads}))
+                               "error": outcome.error, "workloads": outcome.workloads,
+                               "report": str(outcome.report) if outcome.report else None,
+                               "analysis_error": outcome.analysis_error}))
     elif not outcome.ok:
         console.print(f"[bold red]run failed:[/] {outcome.error}", markup=True, highlight=False)
+    _say_analysis(outcome, quiet=quiet or as_json)
     if not as_json:
         typer.echo(str(outcome.run_dir))
-    if not outcome.ok:
+    if not outcome.ok or outcome.analysis_error:
         raise typer.Exit(1)
 
 
-def _rerun_in_vm(path: Path, results: Path, *, as_json: bool, quiet: bool) -> int:
+def _say_analysis(outcome, *, quiet: bool) -> None:
+    """The report's path (stderr, unless quiet), or why the analysis failed (always)."""
+    if outcome.analysis_error:
+        console.print(f"[bold red]analysis failed:[/] {outcome.analysis_error}; the run is "
+                      f"kept, retry with `aitb analyze {outcome.run_dir}`", markup=True,
+                      highlight=False)
+    elif outcome.report and not quiet:
+        typer.echo(f"report: {outcome.report}", err=True)  # unwrapped: a path to copy
+
+
+def _rerun_in_vm(path: Path, results: Path, *, as_json: bool, quiet: bool,
+                 analysis: bool = True) -> int:
     """The same run inside the VM, with the results folder shared read-write."""
     results = results.resolve()
     results.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "aitb.cli", "run", str(path.resolve()),
             "--results", str(results), *(["--json"] if as_json else []),
-            *(["--quiet"] if quiet else [])]
+            *(["--quiet"] if quiet else []), *([] if analysis else ["--no-analysis"])]
     return run_in_vm(argv, rwdirs=[results], echo=True).returncode
 
 

@@ -60,6 +60,8 @@ class RunOutcome:
     ok: bool
     error: str | None = None
     workloads: list[dict[str, Any]] = field(default_factory=list)
+    report: Path | None = None
+    analysis_error: str | None = None
 
 
 def _plan(spec: ExperimentSpec, source: str, base: Path) -> LabPlan:
@@ -188,12 +190,13 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
 
 
 def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: None,
-            run_id: str | None = None) -> RunOutcome:
+            run_id: str | None = None, analyze: bool = True) -> RunOutcome:
     """Run a prepared experiment; needs root. Creates ``results_dir/<name>/<run-id>/`` with
     experiment.json, plan.json, manifest.json, per-workload records under workloads/ and the
     merged flows/collectives/bursts/timeline/failures JSONL files; a lab owner-marked with
     the run id's last 6 hex digits exists only while it runs. Never raises for a failure
-    while running: the outcome says it, and error.json holds it.
+    while running: the outcome says it, and error.json holds it. With ``analyze`` (default),
+    then analyses the run (also a failed one, from its partial records; see _analyze).
     """
     run_id = run_id or new_run_id()
     lab_id = run_id.rsplit("-", 1)[-1]
@@ -222,4 +225,25 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
                         error=outcome.error)
         write_json_atomic(run_dir / "manifest.json", manifest)
     outcome.workloads = manifest["workloads"]
+    if analyze:
+        _analyze(run_dir, manifest, outcome, progress)
     return outcome
+
+
+def _analyze(run_dir: Path, manifest: dict[str, Any], outcome: RunOutcome,
+             progress: Progress) -> None:
+    """analysis.analyze_run on the finished run: tables/, metrics.json, report.html. Its
+    result goes into the manifest's ``analysis`` ({ok, report, error}) and the outcome; a
+    failure of the analysis keeps the run (records intact, `aitb analyze` can redo it)."""
+    from analysis import analyze_run  # pandas, matplotlib: loaded only when analysing
+
+    progress("analysing")
+    try:
+        analyze_run(run_dir)
+        outcome.report = run_dir / "report.html"
+    except Exception as exc:  # noqa: BLE001 - recorded in the manifest, reported by the CLI
+        outcome.analysis_error = f"{type(exc).__name__}: {exc}"
+    manifest["analysis"] = {"ok": outcome.analysis_error is None,
+                            "report": "report.html" if outcome.report else None,
+                            "error": outcome.analysis_error}
+    write_json_atomic(run_dir / "manifest.json", manifest)

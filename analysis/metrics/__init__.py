@@ -1,0 +1,124 @@
+"""Metrics of one run: one module per family, each formula in one place with its source.
+
+:func:`compute_metrics` turns :class:`analysis.tables.RunTables` into the ``metrics.json``
+dict of contracts.md section 4; :data:`SUMMARY_KEYS` are its ``summary`` keys (null when the
+run has none of that).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics.collectives import cct_metrics
+from analysis.metrics.dci import dci_metrics
+from analysis.metrics.fairness import fairness_metrics
+from analysis.metrics.fct import fct_metrics
+from analysis.metrics.incast import incast_metrics
+from analysis.metrics.links import queue_metrics, utilization_metrics
+from analysis.metrics.requests import request_metrics
+from analysis.metrics.retrans import retrans_metrics
+from analysis.metrics.stragglers import round_metrics, straggler_metrics
+from analysis.tables import RunTables
+
+__all__ = ["SCHEMA_VERSION", "SUMMARY_KEYS", "compute_metrics", "summary_of", "jsonable"]
+
+SCHEMA_VERSION = 1
+SUMMARY_KEYS = (
+    "flows", "fct_s_p50", "fct_s_p95", "fct_s_p99", "fct_s_max", "slowdown_p50",
+    "slowdown_p99", "collectives", "cct_s_mean", "cct_s_p50", "cct_s_p99", "algbw_Bps_mean",
+    "busbw_Bps_mean", "iteration_time_s_mean", "retransmissions", "queue_drops",
+    "incast_loss_ratio", "goodput_bps", "jain_fairness", "straggler_spread_s_mean",
+    "straggler_inflation_mean", "rounds", "clients_dropped", "ttft_s_p50", "ttft_s_p99",
+    "dci_collective_time_s")
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with numpy scalars as Python numbers, NaN/inf as None, tuples as lists."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+def _count(n: int) -> int | None:
+    return n if n else None
+
+
+def summary_of(m: dict[str, Any]) -> dict[str, float | int | None]:
+    """The flat ``summary`` of a metrics dict (contracts.md section 4), in SUMMARY_KEYS order.
+    ``retransmissions``: the records' TCP_INFO total, else the captures' count.
+    ``goodput_bps``: the mean burst goodput at the receiver when the run has bursts
+    (analysis.metrics.incast), else the mean per-flow goodput size_bytes * 8 / fct_s.
+    ``queue_drops``: packets, root queues of every interface (analysis.metrics.links).
+    Counts (``flows``, ``collectives``, ``rounds``) are null rather than 0 when absent."""
+    fct, cct, inc = m["fct"], m["cct"], m["incast"]
+    st, rq, rt = m["stragglers"], m["requests"], m["retransmissions"]
+    retrans = (rt["records"] or {}).get("total_retrans")
+    if retrans is None and rt["captures"]:
+        retrans = rt["captures"]["retransmissions"]
+    out = {
+        "flows": _count(fct["flows"]), **{f"fct_s_{k}": fct["fct_s"][k] for k in (
+            "p50", "p95", "p99", "max")},
+        "slowdown_p50": fct["slowdown"]["p50"], "slowdown_p99": fct["slowdown"]["p99"],
+        "collectives": _count(cct["collectives"]), "cct_s_mean": cct["cct_s"]["mean"],
+        "cct_s_p50": cct["cct_s"]["p50"], "cct_s_p99": cct["cct_s"]["p99"],
+        "algbw_Bps_mean": cct["algbw_Bps"]["mean"], "busbw_Bps_mean": cct["busbw_Bps"]["mean"],
+        "iteration_time_s_mean": cct["iteration_time_s"]["mean"], "retransmissions": retrans,
+        "queue_drops": m["utilization"]["queue_drops"], "incast_loss_ratio": inc["loss_ratio"],
+        "goodput_bps": inc["goodput_bps_mean"] if inc["bursts"] else fct.get("goodput_bps_mean"),
+        "jain_fairness": m["fairness"]["jain_mean"],
+        "straggler_spread_s_mean": st["spread_s"]["mean"],
+        "straggler_inflation_mean": st["inflation"]["mean"],
+        "rounds": _count(st["rounds"]["rounds"]),
+        "clients_dropped": st["rounds"]["clients_dropped"] if st["rounds"]["rounds"] else None,
+        "ttft_s_p50": rq["ttft_s"]["p50"], "ttft_s_p99": rq["ttft_s"]["p99"],
+        "dci_collective_time_s": m["dci"]["collective_time_s"]}
+    return {k: jsonable(out[k]) for k in SUMMARY_KEYS}
+
+
+def _goodput(flows: pd.DataFrame) -> float | None:
+    """Mean per-flow goodput size_bytes * 8 / fct_s (bit/s) of completed flows."""
+    if flows.empty or "fct_s" not in flows:
+        return None
+    done = flows[flows["fct_s"].notna() & (flows["fct_s"] > 0)]
+    return float((done["size_bytes"] * 8 / done["fct_s"]).mean()) if len(done) else None
+
+
+def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The metrics.json dict of run ``t`` (contracts.md section 4, plus ``requests``,
+    ``retransmissions``, ``dci`` and ``warnings`` sections) and the flow table with each
+    flow's ideal FCT and slowdown. Pure: reads nothing beyond ``t`` except capture files."""
+    flows, colls = t.table("flows"), t.table("collectives")
+    fct, flow_table = fct_metrics(flows, t.plan)
+    fct["goodput_bps_mean"] = _goodput(flows)
+    util = utilization_metrics(t.counters["links"], t.plan)
+    util.update(queue_metrics(t.counters["qdisc"], t.snapshots))
+    strag = straggler_metrics(colls)
+    strag["rounds"] = round_metrics(t.table("rounds"))
+    m: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION, "run_id": t.manifest.get("run_id"),
+        "experiment": t.manifest.get("experiment"), "summary": {}, "fct": fct,
+        "cct": cct_metrics(colls, t.table("timeline")),
+        "incast": incast_metrics(t.table("bursts"), flows, t.plan, t.counters["qdisc"],
+                                 t.snapshots),
+        "stragglers": strag, "utilization": util, "fairness": fairness_metrics(flows),
+        "requests": request_metrics(t.table("requests")),
+        "retransmissions": retrans_metrics(flows, t.captures),
+        "dci": dci_metrics(colls, t.plan), "sampler": t.sampler,
+        "fidelity": t.fidelity,
+        "trustworthy": t.fidelity.get("trustworthy") if isinstance(t.fidelity, dict) else None,
+        "warnings": list(t.warnings)}
+    m = jsonable(m)
+    m["summary"] = summary_of(m)
+    return m, flow_table

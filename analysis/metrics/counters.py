@@ -1,0 +1,72 @@
+"""Reading cumulative kernel counters (contracts.md section 2, and the runner's
+``counters_end.json`` snapshots) as differences over time windows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["ROOT_PARENTS", "root_qdiscs", "window_delta", "snapshot_qdiscs", "snapshot_delta"]
+
+# how a root qdisc's parent is spelt: pyroute2's TC_H_ROOT (0xffffffff) or tc's word
+ROOT_PARENTS = ("root", "ffff:ffff", "ffffffff", "4294967295")
+# a netem delay line's drops are its configured random loss, not queue overflow
+NOT_QUEUES = ("netem", "noqueue", "ingress", "clsact")
+
+
+def root_qdiscs(qdisc: pd.DataFrame) -> pd.DataFrame:
+    """The samples of each interface's root qdisc, without delay lines (netem) and
+    queue-less qdiscs. A classful root (htb) counts its children's drops and packets
+    (net/sched/sch_htb.c htb_enqueue/htb_dequeue), so roots alone count each packet once."""
+    if qdisc.empty:
+        return qdisc
+    keep = qdisc["parent"].astype(str).str.lower().isin(ROOT_PARENTS) & \
+        ~qdisc["kind"].isin(NOT_QUEUES)
+    return qdisc[keep]
+
+
+def _at(series: pd.DataFrame, t: float, before: bool) -> pd.Series | None:
+    """The last sample at or before ``t`` (before=True) or the first at or after it."""
+    side = series[series["t_s"] <= t] if before else series[series["t_s"] >= t]
+    if side.empty:
+        return None
+    return side.iloc[-1] if before else side.iloc[0]
+
+
+def window_delta(series: pd.DataFrame, t0: float, t1: float,
+                 columns: tuple[str, ...]) -> dict[str, float] | None:
+    """Increase of cumulative ``columns`` of one object's samples (sorted by ``t_s``) over
+    [t0, t1]: the last sample at or before t0 (else the first sample) to the first at or after
+    t1 (else the last). None when there are no samples. Samples are discrete, so the window
+    is widened to the enclosing samples (by at most one sampling interval at each end)."""
+    if series.empty:
+        return None
+    a = _at(series, t0, before=True)
+    b = _at(series, t1, before=False)
+    a = series.iloc[0] if a is None else a
+    b = series.iloc[-1] if b is None else b
+    return {c: float(b[c] - a[c]) for c in columns}
+
+
+def snapshot_qdiscs(snap: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(node, ifname, qdisc) for the root queue of each interface in a ``counters_end.json``
+    snapshot (testbed.inspect.describe), same selection as :func:`root_qdiscs`."""
+    for node, info in (snap.get("nodes") or {}).items():
+        for iface in info.get("interfaces") or []:
+            for q in iface.get("qdiscs") or []:
+                if str(q.get("parent")).lower() in ROOT_PARENTS and q.get("kind") not in \
+                        NOT_QUEUES:
+                    yield node, iface["ifname"], q
+
+
+def snapshot_delta(snaps: list[dict[str, Any]], index: int) -> dict[tuple[str, str], dict]:
+    """Per (node, ifname): root-queue ``packets`` and ``drops`` added during workload
+    ``index`` (its snapshot minus the previous workload's; the lab is fresh at the first)."""
+    def table(snap: dict[str, Any]) -> dict[tuple[str, str], dict]:
+        return {(n, i): q for n, i, q in snapshot_qdiscs(snap)}
+    now = table(snaps[index])
+    before = table(snaps[index - 1]) if index > 0 else {}
+    return {k: {c: q.get(c, 0) - before.get(k, {}).get(c, 0) for c in ("packets", "drops")}
+            for k, q in now.items()}

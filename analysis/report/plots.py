@@ -1,0 +1,134 @@
+"""The report's figures: matplotlib (Agg backend, no display) rendered to base64 PNG.
+
+Each function returns the PNG as a base64 string, or None when the run has no data for it
+(the report then says so). Times on the x axes are seconds since the run's first event.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from analysis.metrics.counters import root_qdiscs  # noqa: E402
+from analysis.metrics.links import link_rates  # noqa: E402
+
+__all__ = ["fct_cdf", "cct_per_iteration", "queue_over_time", "throughput_over_time",
+           "rank_timeline", "MAX_SERIES"]
+
+MAX_SERIES = 8  # lines per plot; the busiest are kept
+KIND_COLOURS = {"compute": "#9ecae1", "collective": "#e6550d", "send_recv": "#31a354",
+                "burst": "#756bb1"}
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def fct_cdf(flows: pd.DataFrame) -> str | None:
+    """Empirical CDF of FCT (ms) over completed flows, one line per workload."""
+    if flows.empty or "fct_s" not in flows or not flows["fct_s"].notna().any():
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    groups = flows.groupby("workload") if "workload" in flows else [("flows", flows)]
+    for name, g in groups:
+        x = np.sort(g["fct_s"].dropna().to_numpy() * 1e3)
+        ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", label=str(name))
+    ax.set(xlabel="flow completion time (ms)", ylabel="fraction of flows", ylim=(0, 1.02),
+           title="FCT CDF")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def cct_per_iteration(per_collective: list[dict[str, Any]]) -> str | None:
+    """CCT (ms) of each collective against its iteration, one series per workload and op."""
+    if not per_collective:
+        return None
+    frame = pd.DataFrame(per_collective)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for (wi, op), g in frame.groupby(["workload_index", "op"]):
+        ax.plot(g["iteration"], g["cct_s"] * 1e3, "o-", label=f"workload {wi}: {op}")
+    ax.set(xlabel="iteration", ylabel="CCT (ms)", title="CCT per iteration")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _busiest(frame: pd.DataFrame, value: str) -> list[tuple[str, str]]:
+    totals = frame.groupby(["node", "ifname"])[value].max().sort_values(ascending=False)
+    return [k for k, v in totals.items() if v > 0][:MAX_SERIES]
+
+
+def queue_over_time(qdisc: pd.DataFrame, t0: float) -> str | None:
+    """Backlog (KB) of the busiest root queues over time, and their cumulative drops."""
+    roots = root_qdiscs(qdisc)
+    if roots.empty:
+        return None
+    roots = roots.assign(score=roots["backlog_bytes"] + roots["drops"])
+    keys = _busiest(roots, "score") or _busiest(roots.assign(score=1), "score")
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    for node, ifname in keys:
+        g = roots[(roots["node"] == node) & (roots["ifname"] == ifname)].sort_values("t_s")
+        t = g["t_s"] - t0
+        ax.plot(t, g["backlog_bytes"] / 1e3, label=f"{node}:{ifname}")
+        ax2.plot(t, g["drops"] - g["drops"].iloc[0], label=f"{node}:{ifname}")
+    ax.set(ylabel="backlog (KB)", title="queue occupancy and drops")
+    ax2.set(xlabel="time since start (s)", ylabel="drops (cumulative)")
+    for a in (ax, ax2):
+        a.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def throughput_over_time(links: pd.DataFrame, t0: float) -> str | None:
+    """Transmit rate (Mbit/s) per interface over time, the busiest MAX_SERIES."""
+    rates = link_rates(links)
+    if rates.empty or not (rates["rate_bps"] > 0).any():
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for node, ifname in _busiest(rates, "rate_bps"):
+        g = rates[(rates["node"] == node) & (rates["ifname"] == ifname)]
+        ax.plot(g["t_s"] - t0, g["rate_bps"] / 1e6, label=f"{node}:{ifname}")
+    ax.set(xlabel="time since start (s)", ylabel="tx rate (Mbit/s)",
+           title="throughput per link")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def rank_timeline(timeline: pd.DataFrame, stragglers: set[tuple[int, int]], t0: float
+                  ) -> str | None:
+    """One row per (workload, rank): its ops as bars (compute, collective, ...) over time;
+    the rows of ``stragglers`` ((workload_index, rank) pairs) are labelled as such."""
+    if timeline.empty:
+        return None
+    tl = timeline.assign(workload_index=timeline.get("workload_index", 0))
+    rows = sorted({(int(w), int(r)) for w, r in zip(tl["workload_index"], tl["rank"],
+                                                     strict=True)})
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.4))
+    for y, (w, r) in enumerate(rows):
+        g = tl[(tl["workload_index"] == w) & (tl["rank"] == r)]
+        for kind, k in g.groupby("kind"):
+            spans = list(zip((k["t_start"] - t0) * 1e3, (k["t_end"] - k["t_start"]) * 1e3,
+                             strict=True))
+            ax.broken_barh(spans, (y - 0.4, 0.8), color=KIND_COLOURS.get(kind, "#999999"))
+    labels = [f"w{w} rank {r}" + (" (straggler)" if (w, r) in stragglers else "")
+              for w, r in rows]
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.set(xlabel="time since start (ms)", title="per-rank timeline")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in KIND_COLOURS.values()]
+    ax.legend(handles, list(KIND_COLOURS), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.invert_yaxis()
+    return _png(fig)
