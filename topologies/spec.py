@@ -241,3 +241,6 @@ class TopologySpec(_Strict):
     nodes: dict[str, NodeSpec] = Field(default_factory=dict)
     links: list[LinkSpec] = Field(default_factory=list)
     generator: GeneratorRef | None = None
+    backend: Literal["native", "mininet"] | None = Field(
+        default=None, description="Runtime that realises the lab: native (aitb's own "
+        "namespaces) or mininet (Mininet's nodes, aitb's shaping); `--backend` overrides it.")
