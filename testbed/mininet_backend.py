@@ -80,8 +80,7 @@ class MininetLab(Lab):
         self._bridges()
         for lk in self.plan.links:
             self.net.addLink(self.net[lk.a.node], self.net[lk.b.node], intfName1=lk.a.ifname,
-                             intfName2=lk.b.ifname, params1={"up": False},
-                             params2={"up": False})
+                             intfName2=lk.b.ifname)
         self._adopt_indexes()
         self._link_attrs()
         t = self._step("links", t)
@@ -104,11 +103,11 @@ class MininetLab(Lab):
         else:
             node = self.net.addHost(name, ip=None, inNamespace=True)
         start = pid_start_time(node.pid)
+        ns = self.layout.nodes[name].netns
         self.registry.append([{"kind": "process", "node": name, "pid": node.pid,
                                "start": -1 if start is None else start, "signal": "KILL",
-                               "argv": ["mininet", name]}])
-        ns = self.layout.nodes[name].netns
-        self.registry.append([{"kind": "netns", "node": name, "name": ns}])
+                               "argv": ["mininet", name]},
+                              {"kind": "netns", "node": name, "name": ns}])
         netns.attach_pid(ns, node.pid)
         fd = netns.open_fd(ns)
         self.io[name] = NodeIO(fd, netns.socket_in(fd))

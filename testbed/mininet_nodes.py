@@ -18,7 +18,7 @@ from typing import Any
 
 from aitb.models.errors import LabError
 
-__all__ = ["mininet_api", "AitbBridge", "new_net", "end_node", "SETUP_HINT"]
+__all__ = ["mininet_api", "AitbBridge", "AitbIntf", "new_net", "end_node", "SETUP_HINT"]
 
 SETUP_HINT = ("install Debian's mininet package and link it into the venv with "
               "scripts/setup.sh")
@@ -31,14 +31,14 @@ def mininet_api() -> dict[str, Any]:
     importable from this Python."""
     try:
         from mininet.cli import CLI
-        from mininet.link import Link
+        from mininet.link import Intf, Link
         from mininet.net import Mininet
         from mininet.node import Host, OVSSwitch, RemoteController
         from mininet.nodelib import LinuxBridge
     except ImportError as exc:
         raise LabError(f"the mininet backend needs Mininet: {exc}; {SETUP_HINT}") from None
     return {"Mininet": Mininet, "Host": Host, "LinuxBridge": LinuxBridge,
-            "OVSSwitch": OVSSwitch, "Link": Link, "CLI": CLI,
+            "OVSSwitch": OVSSwitch, "Link": Link, "Intf": Intf, "CLI": CLI,
             "RemoteController": RemoteController}
 
 
@@ -72,7 +72,29 @@ def _bridge_class() -> type:
     return _AitbBridge
 
 
+def _intf_class() -> type:
+    base = mininet_api()["Intf"]
+
+    class _AitbIntf(base):  # type: ignore[misc, valid-type]
+        """A Mininet interface object whose settings (up, MAC, MTU, address) aitb makes
+        through netlink; Mininet's own ``ifconfig`` calls per interface are skipped."""
+
+        def config(self, **_params: Any) -> dict[str, Any]:
+            return {}
+
+    return _AitbIntf
+
+
 _BRIDGE: type | None = None
+_INTF: type | None = None
+
+
+def AitbIntf() -> type:  # noqa: N802 - reads like the class it returns
+    """The :class:`mininet.link.Intf` subclass of every lab interface (built on first use)."""
+    global _INTF
+    if _INTF is None:
+        _INTF = _intf_class()
+    return _INTF
 
 
 def AitbBridge() -> type:  # noqa: N802 - reads like the class it returns
@@ -93,7 +115,7 @@ def new_net(n_nodes: int, controller: Any = None) -> Any:
     _raise_nofile(n_nodes * _FDS_PER_NODE + 256)
     api["Mininet"].inited = True
     net = api["Mininet"](topo=None, switch=AitbBridge(), host=api["Host"], controller=None,
-                         link=api["Link"], build=False, cleanup=False)
+                         link=api["Link"], intf=AitbIntf(), build=False, cleanup=False)
     if controller is not None:
         net.addController(controller)
     return net
