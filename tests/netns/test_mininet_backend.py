@@ -42,8 +42,8 @@ def _bytes_per_link(run_dir: Path) -> dict[str, int]:
             for i in nd["interfaces"] for c in i.get("classes", [])}
 
 
-def _run(tmp_path: Path, backend: str) -> Path:
-    outcome = execute(prepare(RING), tmp_path / backend, backend=backend)
+def _run(out: Path, backend: str) -> Path:
+    outcome = execute(prepare(RING), out, backend=backend)
     assert outcome.ok, outcome.error
     manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
     assert manifest["backend"] == backend
@@ -52,17 +52,27 @@ def _run(tmp_path: Path, backend: str) -> Path:
     return outcome.run_dir
 
 
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
 def test_ring_allreduce_same_cct_and_bytes_on_native_and_mininet(tmp_path):
-    runs = {b: _run(tmp_path, b) for b in ("native", "mininet")}
-    cct = {b: [c["cct_s"] for c in _records(d, "collectives.jsonl")] for b, d in runs.items()}
-    assert len(cct["native"]) == len(cct["mininet"]) == 3
-    mean = {b: sum(v) / len(v) for b, v in cct.items()}
-    print(f"mean CCT native {mean['native'] * 1e3:.1f} ms, mininet {mean['mininet'] * 1e3:.1f} ms")
-    # 20 %: both backends apply the same HTB recipe at 100 Mbit/s, so the serialisation time
-    # (~50 ms of the ~62 ms CCT) is identical; what differs is scheduling noise of agents on a
-    # 2-core machine shared with other tests (native alone varies by ~10 % run to run here).
-    assert abs(mean["mininet"] - mean["native"]) <= 0.20 * mean["native"]
-    nb, mb = _bytes_per_link(runs["native"]), _bytes_per_link(runs["mininet"])
+    # two runs per backend, interleaved, so that a change of load on the shared machine hits
+    # both backends alike; 3 iterations each -> 6 CCTs per backend
+    runs = [(b, _run(tmp_path / f"{b}{i}", b)) for i in range(2) for b in ("native", "mininet")]
+    cct = {b: [c["cct_s"] for bb, d in runs if bb == b
+               for c in _records(d, "collectives.jsonl")] for b in ("native", "mininet")}
+    assert len(cct["native"]) == len(cct["mininet"]) == 6
+    med = {b: _median(v) for b, v in cct.items()}
+    print(f"median CCT native {med['native'] * 1e3:.1f} ms, mininet {med['mininet'] * 1e3:.1f} ms"
+          f"; all: { {b: [round(x * 1e3, 1) for x in v] for b, v in cct.items()} }")
+    # 15 %: both backends apply the same HTB recipe at 100 Mbit/s, so the serialisation time
+    # (alpha-beta bound 2(N-1)/N * S / B = 50.3 ms of the ~63 ms CCT) is identical; what
+    # differs is the scheduling of agents on a 2-core machine shared with other tests: per-run
+    # medians of native alone spread over 59-67 ms here (about +-6 %), single iterations
+    # up to +45 % when the load spikes (hence medians, not means)
+    assert abs(med["mininet"] - med["native"]) <= 0.15 * med["native"]
+    nb, mb = _bytes_per_link(runs[0][1]), _bytes_per_link(runs[1][1])
     assert nb.keys() == mb.keys() and len(nb) == 8  # 4 hosts + 4 switch ports shaped
     for link, n_bytes in nb.items():
         # 5 %: the payload per direction is fixed by the ring schedule (~1.9 MB); only the
