@@ -71,6 +71,12 @@ def _check_nodes(spec: TopologySpec) -> Iterator[SpecIssue]:
 def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[SpecIssue]:
     if settings.stp is not None and kind != "switch":
         yield SpecIssue(f"stp applies to switches only, not to a {kind}", key_path=(*path, "stp"))
+    for key in ("datapath", "flows"):
+        if getattr(settings, key) is not None and kind != "switch":
+            yield SpecIssue(f"{key} applies to switches only, not to a {kind}",
+                            key_path=(*path, key))
+    if settings.flows and settings.datapath == "bridge":
+        yield SpecIssue("flows need datapath: ovs", key_path=(*path, "flows"))
     if settings.ecmp_hash is not None and kind != "router":
         yield SpecIssue(f"ecmp_hash applies to routers only, not to a {kind}",
                         key_path=(*path, "ecmp_hash"))
