@@ -74,6 +74,7 @@ class Lab:
         self._signals: Any = None
         self.ovs: dict[str, Any] = {}  # OVS switch -> its daemons (testbed.ovs)
         self.ovs_rules: dict[str, Any] = {}
+        self.ovs_controller: str | None = None  # "host:port" of an OpenFlow controller
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Lab:

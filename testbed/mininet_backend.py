@@ -23,6 +23,7 @@ veths go with them. Nothing is made in the host's namespace.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from testbed.clean import TeardownReport, teardown
 from testbed.lab import Lab
 from testbed.layout import BRIDGE, DIRECTIONS, FIRST_IFINDEX, IFB_INDEX_BASE, recipe_for
 from testbed.links import RTM_GETLINK, RTM_NEWLINK, bridge_msg
-from testbed.mininet_nodes import AitbBridge, end_node, mininet_api, new_net
+from testbed.mininet_nodes import AitbBridge, AitbOVS, end_node, mininet_api, new_net
 from testbed.nl import F_CREATE, F_EXCL, Batch, dump
 from testbed.realise import NodeIO
 from testbed.registry import DEFAULT_STATE_DIR, pid_start_time
@@ -48,8 +49,9 @@ class MininetLab(Lab):
     """A lab of ``plan`` built with Mininet (see the module docstring); root needed.
 
     controller: ``"host:port"`` of an OpenFlow controller for OVS switches, or None.
-    switch: ``"bridge"`` (Linux bridge, default) or ``"ovs"`` (Open vSwitch, user-space
-    datapath, see :mod:`testbed.ovs`). Other arguments as :class:`testbed.lab.Lab`.
+    switch: ``"bridge"`` (each switch as the plan says: a Linux bridge unless ``datapath:
+    ovs``) or ``"ovs"`` (every switch Open vSwitch, user-space datapath, :mod:`testbed.ovs`).
+    Other arguments as :class:`testbed.lab.Lab`.
 
     Side effects (up): Mininet node shells (one process per node), namespaces
     ``aitb-<run_id>-<node>`` and everything inside them; the registry records each shell
@@ -61,9 +63,14 @@ class MininetLab(Lab):
     def __init__(self, plan: LabPlan, run_id: str | None = None,
                  state_dir: Path = DEFAULT_STATE_DIR, wire_packets: bool | None = None,
                  switch: str = "bridge", controller: str | None = None) -> None:
+        if switch not in ("bridge", "ovs"):
+            raise LabError(f"unknown switch kind {switch!r}; known: bridge, ovs")
+        if switch == "ovs":  # every switch of the plan becomes an OVS switch
+            plan = dataclasses.replace(plan, nodes=tuple(
+                dataclasses.replace(n, datapath="ovs") if n.kind == "switch" else n
+                for n in plan.nodes))
         super().__init__(plan, run_id, state_dir, wire_packets)
-        self.switch_kind = switch
-        self.controller = controller
+        self.ovs_controller = controller
         self.net: Any = None
         mininet_api()  # refuse early, before anything exists, if Mininet is missing
 
@@ -86,6 +93,10 @@ class MininetLab(Lab):
         t = self._step("links", t)
         self.registry.append({"kind": "ifb", "node": r.rx_node, "ifname": r.ifb}
                              for r in self.layout.recipes.values() if r.ifb)
+        self._start_ovs()  # before tc: OVS resets the qdiscs of a port it adds
+        for name, daemons in self.ovs.items():
+            self.net[name].ovs = daemons
+        t = time.perf_counter()
         links_of = realise.links_by_node(self.plan)
         for n in self.plan.nodes:
             realise.configure_node(n, self.layout, self.io[n.name], links_of)
@@ -98,7 +109,9 @@ class MininetLab(Lab):
 
     def _add_node(self, name: str, kind: str) -> None:
         """Start the Mininet node ``name``, register its shell, bind-mount its namespace."""
-        if kind == "switch":
+        if kind == "switch" and self.plan.node(name).datapath == "ovs":
+            node = self.net.addSwitch(name, cls=AitbOVS(), inNamespace=True)
+        elif kind == "switch":
             node = self.net.addSwitch(name, cls=AitbBridge(), inNamespace=True)
         else:
             node = self.net.addHost(name, ip=None, inNamespace=True)
@@ -115,7 +128,7 @@ class MininetLab(Lab):
     def _bridges(self) -> None:
         """``br0`` in every switch's namespace at the planned index (before any port)."""
         for n in self.plan.nodes:
-            if n.kind == "switch":
+            if n.kind == "switch" and n.datapath == "bridge":
                 b = Batch(self.io[n.name].sock, f"node {n.name}")
                 b.add(bridge_msg(FIRST_IFINDEX, n.stp), RTM_NEWLINK, F_CREATE | F_EXCL,
                       f"node {n.name}: create bridge {BRIDGE}")

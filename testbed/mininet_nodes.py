@@ -18,7 +18,7 @@ from typing import Any
 
 from aitb.models.errors import LabError
 
-__all__ = ["mininet_api", "AitbBridge", "AitbIntf", "new_net", "end_node", "SETUP_HINT"]
+__all__ = ["mininet_api", "AitbBridge", "AitbIntf", "AitbOVS", "new_net", "end_node", "SETUP_HINT"]
 
 SETUP_HINT = ("install Debian's mininet package and link it into the venv with "
               "scripts/setup.sh")
@@ -85,8 +85,62 @@ def _intf_class() -> type:
     return _AitbIntf
 
 
+def _ovs_class() -> type:
+    base = mininet_api()["OVSSwitch"]
+
+    class _AitbOVS(base):  # type: ignore[misc, valid-type]
+        """A Mininet OVSSwitch (user-space datapath) in its own namespace, run by the lab's
+        own ovsdb-server/ovs-vswitchd there (testbed.ovs): Mininet's start-up through
+        unchecked ``ovs-vsctl`` shell commands against the host's default database is
+        replaced by aitb's checked configuration; ``dpctl`` reaches the lab's daemons."""
+
+        ovs: Any = None  # testbed.ovs.OvsDaemons, set by the lab once they run
+
+        def __init__(self, name: str, **params: Any) -> None:
+            super().__init__(name, datapath="user", failMode="secure",
+                             protocols="OpenFlow13", **params)
+
+        @classmethod
+        def setup(cls) -> None:
+            return None
+
+        @classmethod
+        def batchStartup(cls, switches: Any, run: Any = None) -> Any:  # noqa: N802
+            return switches
+
+        @classmethod
+        def batchShutdown(cls, switches: Any, run: Any = None) -> Any:  # noqa: N802
+            return switches
+
+        def start(self, _controllers: Any) -> None:
+            return None
+
+        def stop(self, deleteIntfs: bool = False) -> None:  # noqa: N803 - Mininet's name
+            return None
+
+        def connected(self) -> bool:
+            return True
+
+        def dpctl(self, *args: Any) -> Any:
+            """``ovs-ofctl -O OpenFlow13 CMD <this bridge> ARGS`` (Mininet CLI ``dpctl``)."""
+            from testbed.ovs import ofctl
+
+            return ofctl(self.ovs, str(args[0]), *map(str, args[1:]))
+
+    return _AitbOVS
+
+
 _BRIDGE: type | None = None
 _INTF: type | None = None
+_OVS: type | None = None
+
+
+def AitbOVS() -> type:  # noqa: N802 - reads like the class it returns
+    """The :class:`mininet.node.OVSSwitch` subclass of OVS switches (built on first use)."""
+    global _OVS
+    if _OVS is None:
+        _OVS = _ovs_class()
+    return _OVS
 
 
 def AitbIntf() -> type:  # noqa: N802 - reads like the class it returns

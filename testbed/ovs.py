@@ -86,7 +86,8 @@ def start_daemons(node: str, rundir: Path, popen: Popen) -> OvsDaemons:
                f"--log-file={rundir / 'ovsdb-server.log'}"], stdout=log, stderr=log,
               env=d.env())
         _wait_for(d.sock, node)
-        d.vsctl("--no-wait", "init")
+        d.vsctl("--no-wait", "init", "--", "set", "Open_vSwitch", ".",
+                "other_config:userspace-tso-enable=true")
         popen(["ovs-vswitchd", f"unix:{d.sock}", f"--unixctl={rundir / 'ovs-vswitchd.ctl'}",
                "--no-chdir", f"--log-file={rundir / 'ovs-vswitchd.log'}"],
               stdout=log, stderr=log, env=d.env())
@@ -104,13 +105,16 @@ def _wait_for(path: Path, node: str) -> None:
         time.sleep(0.01)
 
 
-def configure(d: OvsDaemons, plan: LabPlan, rules: OvsRules) -> None:
+def configure(d: OvsDaemons, plan: LabPlan, rules: OvsRules,
+              controller: str | None = None) -> None:
     """Bridge :data:`OVS_BRIDGE` (user-space datapath, secure fail mode, OpenFlow 1.3) with
     the switch's ports at fixed OpenFlow numbers, then its groups and flows. Ports get the
     ``linux-noop`` QoS, so that OVS leaves the qdiscs aitb puts on them alone (without a QoS
     record it deletes any qdisc it finds; ovs-vswitchd.conf.db(5), QoS type linux-noop);
     add the ports before the tc recipes all the same (adding a port also drops its ingress
-    qdisc, the policing reset). ovs-vsctl waits
+    qdisc, the policing reset). ``controller`` ("host:port"): an OpenFlow controller the
+    bridge also connects to (its rules come on top of aitb's; in secure fail mode aitb's
+    stay when it is unreachable). ovs-vsctl waits
     until ovs-vswitchd has applied it. Raises CommandError naming the failing command."""
     args = ["--", "add-br", OVS_BRIDGE, "--", "set", "bridge", OVS_BRIDGE,
             "datapath_type=netdev", "fail-mode=secure", f"protocols={OF_VERSIONS}",
@@ -118,6 +122,8 @@ def configure(d: OvsDaemons, plan: LabPlan, rules: OvsRules) -> None:
     for ifname, number in port_numbers(plan, d.node).items():
         args += ["--", "add-port", OVS_BRIDGE, ifname, "--", "set", "interface", ifname,
                  f"ofport_request={number}", "--", "set", "port", ifname, "qos=@noop"]
+    if controller:
+        args += ["--", "set-controller", OVS_BRIDGE, f"tcp:{controller}"]
     d.vsctl(*args)
     if rules.groups:
         ofctl(d, "add-groups", "-", stdin="\n".join(rules.groups) + "\n")

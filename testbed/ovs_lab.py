@@ -52,7 +52,7 @@ def bring_up(lab: Lab) -> tuple[dict[str, ovs.OvsDaemons], dict[str, OvsRules]]:
     for s in names:
         daemons[s] = ovs.start_daemons(s, lab.registry.dir / "ovs" / s,
                                        functools.partial(lab.popen, s))
-        ovs.configure(daemons[s], lab.plan, rules[s])
+        ovs.configure(daemons[s], lab.plan, rules[s], lab.ovs_controller)
     return daemons, rules
 
 
