@@ -27,7 +27,7 @@ from testbed.ovs_flows import OvsRules, port_numbers
 from testbed.procs import run_checked
 
 __all__ = ["OVS_BRIDGE", "SCHEMA", "OvsDaemons", "start_daemons", "configure", "check",
-           "ofctl"]
+           "ofctl", "controller_target"]
 
 OVS_BRIDGE = "ovsbr"
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
@@ -112,9 +112,9 @@ def configure(d: OvsDaemons, plan: LabPlan, rules: OvsRules,
     ``linux-noop`` QoS, so that OVS leaves the qdiscs aitb puts on them alone (without a QoS
     record it deletes any qdisc it finds; ovs-vswitchd.conf.db(5), QoS type linux-noop);
     add the ports before the tc recipes all the same (adding a port also drops its ingress
-    qdisc, the policing reset). ``controller`` ("host:port"): an OpenFlow controller the
-    bridge also connects to (its rules come on top of aitb's; in secure fail mode aitb's
-    stay when it is unreachable). ovs-vsctl waits
+    qdisc, the policing reset). ``controller``: an OpenFlow controller the bridge also
+    connects to, see :func:`controller_target` (its rules come on top of aitb's; in secure
+    fail mode aitb's stay when it is unreachable). ovs-vsctl waits
     until ovs-vswitchd has applied it. Raises CommandError naming the failing command."""
     args = ["--", "add-br", OVS_BRIDGE, "--", "set", "bridge", OVS_BRIDGE,
             "datapath_type=netdev", "fail-mode=secure", f"protocols={OF_VERSIONS}",
@@ -123,11 +123,20 @@ def configure(d: OvsDaemons, plan: LabPlan, rules: OvsRules,
         args += ["--", "add-port", OVS_BRIDGE, ifname, "--", "set", "interface", ifname,
                  f"ofport_request={number}", "--", "set", "port", ifname, "qos=@noop"]
     if controller:
-        args += ["--", "set-controller", OVS_BRIDGE, f"tcp:{controller}"]
+        args += ["--", "set-controller", OVS_BRIDGE, controller_target(controller)]
     d.vsctl(*args)
     if rules.groups:
         ofctl(d, "add-groups", "-", stdin="\n".join(rules.groups) + "\n")
     ofctl(d, "add-flows", "-", stdin="\n".join(rules.flows) + "\n")
+
+
+def controller_target(controller: str) -> str:
+    """OVS's controller target for ``controller``: ``unix:PATH`` (a controller in any
+    namespace: the socket is a file), ``tcp:HOST:PORT`` or ``ssl:...`` as given, and a bare
+    ``HOST:PORT`` as ``tcp:HOST:PORT`` (reached from the switch's namespace, i.e. a controller
+    inside the lab)."""
+    return controller if controller.split(":", 1)[0] in ("unix", "tcp", "ssl") \
+        else f"tcp:{controller}"
 
 
 def ofctl(d: OvsDaemons, command: str, *args: str, stdin: str | None = None) -> str:
@@ -135,10 +144,15 @@ def ofctl(d: OvsDaemons, command: str, *args: str, stdin: str | None = None) -> 
     return _run(["ovs-ofctl", "-O", "OpenFlow13", command, d.mgmt(), *args], d, stdin=stdin)
 
 
-def check(d: OvsDaemons, plan: LabPlan, rules: OvsRules) -> list[str]:
-    """Read the switch back: each port at its OpenFlow number, and as many groups and flows
-    as planned. Returns the differences as sentences."""
+def check(d: OvsDaemons, plan: LabPlan, rules: OvsRules, controller: str | None = None
+          ) -> list[str]:
+    """Read the switch back: each port at its OpenFlow number, as many groups and flows as
+    planned, and the controller. Returns the differences as sentences."""
     problems = []
+    want = controller_target(controller) if controller else ""
+    got_ctl = d.vsctl("get-controller", OVS_BRIDGE).strip()
+    if got_ctl != want:
+        problems.append(f"node {d.node}: OVS controller is {got_ctl!r}, planned {want!r}")
     for ifname, number in port_numbers(plan, d.node).items():
         got = d.vsctl("get", "interface", ifname, "ofport").strip()
         if got != str(number):

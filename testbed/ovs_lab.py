@@ -59,4 +59,5 @@ def bring_up(lab: Lab) -> tuple[dict[str, ovs.OvsDaemons], dict[str, OvsRules]]:
 def check_all(lab: Lab, daemons: dict[str, ovs.OvsDaemons], rules: dict[str, OvsRules]
               ) -> list[str]:
     """Differences between the OVS switches and their plan (see :func:`testbed.ovs.check`)."""
-    return [p for s, d in daemons.items() for p in ovs.check(d, lab.plan, rules[s])]
+    return [p for s, d in daemons.items()
+            for p in ovs.check(d, lab.plan, rules[s], lab.ovs_controller)]

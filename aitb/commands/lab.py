@@ -70,8 +70,9 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
                "--switch", help="mininet backend: bridge (Linux bridge) or ovs (Open vSwitch,"
                " user-space datapath).")] = "bridge",
            controller: Annotated[str | None, typer.Option(
-               "--controller", help="mininet backend with --switch ovs: an OpenFlow "
-               "controller HOST:PORT (default: none, standalone switches).")] = None,
+               "--controller", help="mininet backend, OVS switches: an OpenFlow controller "
+               "target, unix:PATH (any namespace) or tcp:HOST:PORT (inside the lab); default "
+               "none: aitb's own rules only.")] = None,
            as_json: JsonOpt = False) -> None:
     """Bring a lab up and leave it up; prints its run id. On failure or SIGINT/SIGTERM
     everything made so far is removed (exit 130/143 on a signal)."""
