@@ -141,7 +141,8 @@ class MininetLab(Lab):
         for name, node in self.layout.nodes.items():
             got = {m.get_attr("IFLA_IFNAME"): m["index"]
                    for m in dump(self.io[name].sock, ifinfmsg(), RTM_GETLINK, f"node {name}")}
-            for ifname in [i for i in node.index if i != BRIDGE and i in _planned(self, name)]:
+            planned = _planned(self, name)
+            for ifname in [i for i in node.index if i != BRIDGE and i in planned]:
                 if ifname not in got:
                     raise LabError(f"node {name}: Mininet did not create interface {ifname}")
                 node.index[ifname] = got[ifname]
