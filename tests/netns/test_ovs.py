@@ -82,3 +82,41 @@ def test_mininet_ovs_switches_take_a_controller_and_keep_aitbs_rules(tmp_path):
         assert lab.net["s1"].dpctl("dump-flows").count("actions=") == 4 + 4 + 1
         lab.run("h1", ["ping", "-c1", "-W2", str(plan.address_of("h4"))])
     assert run_namespaces(lab.run_id) == []
+
+
+def test_sigkill_of_the_owner_then_clean_removes_shells_daemons_and_namespaces(tmp_path):
+    """The owner of a Mininet lab with OVS switches dies by SIGKILL (no teardown at all):
+    `aitb clean RUN_ID` ends the OVS daemons by pid and removes the namespaces, by registry."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    pytest.importorskip("mininet.net", reason="Mininet is installed by scripts/setup.sh")
+    from testbed.clean import clean
+
+    script = (f"import sys, time\nfrom pathlib import Path\n"
+              f"from topologies import load_topology\nfrom testbed.backends import make_lab\n"
+              f"lab = make_lab(load_topology(Path({str(TOPO)!r})), 'mininet', "
+              f"state_dir=Path({str(tmp_path)!r}))\nlab.up()\nprint(lab.run_id, flush=True)\n"
+              f"time.sleep(600)\n")
+    owner = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        run_id = owner.stdout.readline().strip()
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    assert run_id, "the lab did not come up"
+    recs = [json.loads(x) for x in (tmp_path / run_id / "registry.jsonl").read_text()
+            .splitlines()]
+    daemons = [(r["pid"], r["start"]) for r in recs if r["kind"] == "process"
+               and r["argv"][0].startswith("ovs")]
+    try:
+        assert len(daemons) == 8 and all(pid_alive(p, s) for p, s in daemons)  # orphans now
+    finally:  # clean is the code under test, and also what leaves nothing if a check fails
+        reports, _ = clean(tmp_path, run_id)
+    assert not reports[0].failures
+    assert not any(pid_alive(p, s) for p, s in daemons)
+    assert run_namespaces(run_id) == []
+    assert not (tmp_path / run_id).exists()
