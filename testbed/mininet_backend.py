@@ -65,6 +65,10 @@ class MininetLab(Lab):
                  switch: str = "bridge", controller: str | None = None) -> None:
         if switch not in ("bridge", "ovs"):
             raise LabError(f"unknown switch kind {switch!r}; known: bridge, ovs")
+        boxes = [n.name for n in plan.nodes if getattr(n, "image", None)]
+        if boxes:  # container hosts (NodePlan.image, testbed/containers.py): native only
+            raise LabError(f"the mininet backend has no container hosts; node(s) "
+                           f"{', '.join(boxes)} have an image: use the native backend")
         if switch == "ovs":  # every switch of the plan becomes an OVS switch
             plan = dataclasses.replace(plan, nodes=tuple(
                 dataclasses.replace(n, datapath="ovs") if n.kind == "switch" else n
