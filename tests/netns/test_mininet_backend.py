@@ -52,10 +52,6 @@ def _run(out: Path, backend: str) -> Path:
     return outcome.run_dir
 
 
-def _median(xs: list[float]) -> float:
-    return sorted(xs)[len(xs) // 2]
-
-
 def test_ring_allreduce_same_cct_and_bytes_on_native_and_mininet(tmp_path):
     # two runs per backend, interleaved, so that a change of load on the shared machine hits
     # both backends alike; 3 iterations each -> 6 CCTs per backend
@@ -63,15 +59,21 @@ def test_ring_allreduce_same_cct_and_bytes_on_native_and_mininet(tmp_path):
     cct = {b: [c["cct_s"] for bb, d in runs if bb == b
                for c in _records(d, "collectives.jsonl")] for b in ("native", "mininet")}
     assert len(cct["native"]) == len(cct["mininet"]) == 6
-    med = {b: _median(v) for b, v in cct.items()}
-    print(f"median CCT native {med['native'] * 1e3:.1f} ms, mininet {med['mininet'] * 1e3:.1f} ms"
-          f"; all: { {b: [round(x * 1e3, 1) for x in v] for b, v in cct.items()} }")
-    # 15 %: both backends apply the same HTB recipe at 100 Mbit/s, so the serialisation time
-    # (alpha-beta bound 2(N-1)/N * S / B = 50.3 ms of the ~63 ms CCT) is identical; what
-    # differs is the scheduling of agents on a 2-core machine shared with other tests: per-run
-    # medians of native alone spread over 59-67 ms here (about +-6 %), single iterations
-    # up to +45 % when the load spikes (hence medians, not means)
-    assert abs(med["mininet"] - med["native"]) <= 0.15 * med["native"]
+    best = {b: min(v) for b, v in cct.items()}
+    print(f"fastest CCT native {best['native'] * 1e3:.1f} ms, mininet "
+          f"{best['mininet'] * 1e3:.1f} ms; all: "
+          f"{ {b: [round(x * 1e3, 1) for x in v] for b, v in cct.items()} }")
+    # The network part of the CCT is the alpha-beta bound 2(N-1)/N * S / B = 50.3 ms at the
+    # scaled 100 Mbit/s; both backends apply the same HTB recipe, so both must respect it
+    # (an unshaped veth would finish in a few ms).
+    bound_s = 2 * 3 / 4 * 419430 * 8 / 100e6
+    assert all(b >= 0.95 * bound_s for b in best.values()), best  # 5 %: HTB's 1 ms burst
+    # 15 %: CPU contention on the 2-core machine shared with other tests only ever lengthens
+    # a CCT (agents wait for a CPU; single iterations here took up to +80 % under load, on
+    # either backend), so the fastest of 6 iterations per backend is the estimate closest to
+    # the network-determined time; those came out within 58-62 ms on both backends in every
+    # run here (about +-3 %), so 15 % leaves room for one more disturbed iteration.
+    assert abs(best["mininet"] - best["native"]) <= 0.15 * best["native"]
     nb, mb = _bytes_per_link(runs[0][1]), _bytes_per_link(runs[1][1])
     assert nb.keys() == mb.keys() and len(nb) == 8  # 4 hosts + 4 switch ports shaped
     for link, n_bytes in nb.items():
