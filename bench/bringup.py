@@ -1,7 +1,11 @@
 """Bring-up plus teardown of a leaf-spine: aitb's native backend against Mininet, same run.
 
     sudo .venv/bin/python bench/bringup.py                 # 256 hosts vs Mininet, then 1024
-    sudo .venv/bin/python bench/bringup.py --skip-mininet  # aitb only
+    sudo .venv/bin/python bench/bringup.py --skip-mininet  # aitb only (both backends)
+
+Three systems on the same leaf-spine in one run: aitb's native backend (``aitb``), aitb's
+Mininet backend (``aitb_mn``: Mininet's nodes and links, aitb's netlink configuration,
+shaping and teardown; testbed/mininet_backend.py) and plain Mininet (``mininet``).
 
 The topology (issue 2): 16 leaves x 16 hosts and 4 spines = 256 hosts, every link shaped to
 1 Gbit/s. aitb: routed leaves and spines (ECMP), each node a network namespace, built through
@@ -21,13 +25,14 @@ import time
 from pathlib import Path
 
 import topologies
-from testbed.lab import Lab
+from testbed.backends import make_lab
 
 HERE = Path(__file__).resolve().parent
 
 
-def aitb_once(leaves: int, hosts_per_leaf: int, spines: int) -> dict[str, float]:
-    """One bring-up + teardown through aitb; seconds for each part."""
+def aitb_once(leaves: int, hosts_per_leaf: int, spines: int, backend: str = "native"
+              ) -> dict[str, float]:
+    """One bring-up + teardown through aitb on ``backend``; seconds for each part."""
     t0 = time.perf_counter()
     spec = topologies.parse_topology({
         "name": "bench-leaf-spine",
@@ -37,7 +42,7 @@ def aitb_once(leaves: int, hosts_per_leaf: int, spines: int) -> dict[str, float]
         "profiles": {"bench-1g": {"rate": "1Gbit", "buffer": "1000p"}}}, "<bench>")
     plan = topologies.resolve(spec, "<bench>")
     t1 = time.perf_counter()
-    lab = Lab(plan)
+    lab = make_lab(plan, backend)
     try:
         lab.up()
         t2 = time.perf_counter()
@@ -59,6 +64,11 @@ def mininet_once(leaves: int, hosts_per_leaf: int, spines: int) -> dict[str, flo
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def aitb_mininet_once(leaves: int, hosts_per_leaf: int, spines: int) -> dict[str, float]:
+    """The same lab on aitb's Mininet backend (Mininet nodes and links, aitb's shaping)."""
+    return aitb_once(leaves, hosts_per_leaf, spines, "mininet")
+
+
 def median_run(fn, repeats: int, *args: int) -> dict[str, float]:
     """Run ``fn`` ``repeats`` times; the run with the median total."""
     runs = sorted((fn(*args) for _ in range(repeats)), key=lambda r: r["total_s"])
@@ -71,11 +81,15 @@ def main() -> None:
     ap.add_argument("--hosts-per-leaf", type=int, default=16)
     ap.add_argument("--spines", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3, help="aitb runs (the median is kept)")
-    ap.add_argument("--skip-mininet", action="store_true")
+    ap.add_argument("--skip-mininet", action="store_true", help="skip plain Mininet")
+    ap.add_argument("--skip-aitb-mininet", action="store_true",
+                    help="skip aitb's Mininet backend")
     ap.add_argument("--skip-1024", action="store_true")
     a = ap.parse_args()
     shape = (a.leaves, a.hosts_per_leaf, a.spines)
     rows = {"aitb": median_run(aitb_once, a.repeats, *shape)}
+    if not a.skip_aitb_mininet:
+        rows["aitb_mn"] = median_run(aitb_mininet_once, a.repeats, *shape)
     if not a.skip_mininet:
         rows["mininet"] = mininet_once(*shape)
     if not a.skip_1024:
@@ -87,6 +101,12 @@ def main() -> None:
         ratio = rows["mininet"]["total_s"] / rows["aitb"]["total_s"]
         print(f"ratio mininet/aitb = {ratio:.1f}x (target >= 5x)")
         rows["ratio_mininet_over_aitb"] = ratio  # type: ignore[assignment]
+    if "aitb_mn" in rows:
+        for base in ("aitb", "mininet"):
+            if base in rows:
+                r = rows["aitb_mn"]["total_s"] / rows[base]["total_s"]
+                print(f"ratio aitb_mn/{base} = {r:.2f}x")
+                rows[f"ratio_aitb_mn_over_{base}"] = r  # type: ignore[assignment]
     if "aitb_1024" in rows:
         print(f"1024 hosts: {rows['aitb_1024']['total_s']:.2f} s (target < 15 s)")
     print(json.dumps(rows))

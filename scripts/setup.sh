@@ -40,9 +40,10 @@ apt_install() {  # install the Debian packages named in "$@" that are not instal
 apt_install python3 python3-venv python3-dev gcc make git \
   iproute2 iputils-ping ethtool procps kmod \
   tcpdump iperf3 tshark \
-  mininet bridge-utils \
-  docker.io busybox-static  # mininet + bridge-utils: the peer of bench/bringup.py; docker.io:
-                            # the engine of container hosts (started by a lab only if none runs);
+  mininet bridge-utils openvswitch-switch \
+  docker.io busybox-static  # mininet + bridge-utils + openvswitch-switch: the mininet backend,
+                            # its OVS switches and the peer of bench/bringup.py; docker.io: the
+                            # engine of container hosts (started by a lab only if none runs);
                             # busybox-static: the test image of container hosts
 
 PY=${PYTHON:-python3}
@@ -52,6 +53,14 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev,vm]'
 .venv/bin/python -m analysis.tcpflows.fast   # compile the pcap kernel once (numba cache)
+# The mininet backend imports Debian's Mininet (pure Python + /usr/bin/mnexec) from the venv:
+# a symlink of the mininet package directory only, so the venv keeps its own versions of
+# everything else in dist-packages and follows Debian's updates of Mininet.
+MN_DIR=$(/usr/bin/python3 -c 'import mininet, os; print(os.path.dirname(mininet.__file__))')
+SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+ln -sfn "$MN_DIR" "$SITE/mininet"
+.venv/bin/python -c 'import mininet.net, mininet.node' \
+  || { echo "setup: Mininet from $MN_DIR does not import in .venv" >&2; exit 1; }
 echo "setup: done (.venv/bin/aitb)"
 
 if [ "$VM_MODE" = auto ]; then

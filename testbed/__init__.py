@@ -14,4 +14,9 @@ Module map (runtime of issue 2, items 6-8):
 - :mod:`testbed.registry`, :mod:`testbed.clean` - ownership records, teardown, ``aitb clean``
 - :mod:`testbed.procs` - processes in namespaces; :mod:`testbed.signals` - SIGINT/SIGTERM
 - :mod:`testbed.inspect` - live description with qdisc counters
+- :mod:`testbed.backends` - ``make_lab(plan, "native" | "mininet")``
+- :mod:`testbed.mininet_backend`, :mod:`testbed.mininet_nodes` - the same plan on Mininet's
+  nodes and links (issue 7 item 1)
+- :mod:`testbed.ovs`, :mod:`testbed.ovs_lab`, :mod:`testbed.ovs_flows` - Open vSwitch
+  switches (``datapath: ovs``): owned daemons, bridge, rules with select groups (item 2)
 """

@@ -8,6 +8,7 @@ all at the end.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,8 @@ def teardown(reg: Registry, children: dict[int, subprocess.Popen[Any]] | None = 
     records = reg.records()
     for r in reversed([r for r in records if r["kind"] == "process"]):
         try:
-            if end_process(r["pid"], r["start"], (children or {}).get(r["pid"])):
+            first = getattr(signal, "SIG" + r.get("signal", "TERM"))
+            if end_process(r["pid"], r["start"], (children or {}).get(r["pid"]), first=first):
                 report.processes.append(r["pid"])
         except Exception as exc:  # noqa: BLE001 - collected and reported
             report.failures.append(f"process {r['pid']} ({' '.join(r['argv'])}) on node "

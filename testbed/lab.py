@@ -21,7 +21,18 @@ from typing import Any
 from aitb.models.errors import LabError
 from aitb.models.plan import LabPlan
 from aitb.models.shaping import Shaping
-from testbed import containers, kernel, netns, procs, realise, reshape, signals, sysctl, verify
+from testbed import (
+    containers,
+    kernel,
+    netns,
+    ovs_lab,
+    procs,
+    realise,
+    reshape,
+    signals,
+    sysctl,
+    verify,
+)
 from testbed.clean import TeardownReport, raise_failures, teardown
 from testbed.layout import Layout, make_layout
 from testbed.realise import NodeIO
@@ -74,6 +85,9 @@ class Lab:
         self.started: list[tuple[int, int]] = []  # (pid, start time) of every process, kept
         self.attached = False
         self._signals: Any = None
+        self.ovs: dict[str, Any] = {}  # OVS switch -> its daemons (testbed.ovs)
+        self.ovs_rules: dict[str, Any] = {}
+        self.ovs_controller: str | None = None  # "host:port" of an OpenFlow controller
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Lab:
@@ -142,6 +156,8 @@ class Lab:
                              for r in self.layout.recipes.values() if r.ifb)
         realise.create_links(self.plan, self.layout, self.io)
         t = self._step("links", t)
+        self._start_ovs()  # before tc: OVS resets the qdiscs of a port it adds
+        t = time.perf_counter()
         links_of = realise.links_by_node(self.plan)
         for n in self.plan.nodes:
             realise.configure_node(n, self.layout, self.io[n.name], links_of)
@@ -149,6 +165,13 @@ class Lab:
         self._wait_stp()
         self.verify()
         self._step("verify", t)
+
+    def _start_ovs(self) -> None:
+        """Daemons, bridge and rules of the OVS switches (none: nothing happens)."""
+        t = time.perf_counter()
+        self.ovs, self.ovs_rules = ovs_lab.bring_up(self)
+        if self.ovs:
+            self._step("ovs", t)
 
     def _check_kernel(self) -> None:
         missing = missing_kernel_features(self.layout)
@@ -172,6 +195,8 @@ class Lab:
             if nodes is None or n.name in nodes:
                 problems += verify.check_node(links_of.get(n.name, []), self.layout, n,
                                               self.node_io(n.name).sock)
+        problems += ovs_lab.check_all(self, {s: d for s, d in self.ovs.items()
+                                             if nodes is None or s in nodes}, self.ovs_rules)
         verify.raise_if(problems, f"lab {self.plan.name} (run {self.run_id})")
 
     def down(self) -> TeardownReport:

@@ -132,7 +132,7 @@ def make_layout(plan: LabPlan, run_id: str, wire_packets: bool | None = None) ->
     """
     nodes = {n.name: NodeLayout(n.name, n.kind, netns_name(run_id, n.name)) for n in plan.nodes}
     for n in plan.nodes:
-        if n.kind == "switch":
+        if n.kind == "switch" and n.datapath == "bridge":  # OVS switches have no Linux bridge
             nodes[n.name].index[BRIDGE] = FIRST_IFINDEX
     for link in plan.links:
         for ep in (link.a, link.b):

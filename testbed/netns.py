@@ -22,7 +22,7 @@ from pyroute2 import netns as pr_netns
 from aitb.models.errors import LabError
 
 __all__ = ["NETNS_DIR", "netns_path", "exists", "create_many", "remove", "run_in", "open_fd",
-           "NETLINK_ROUTE", "enter", "socket_in"]
+           "NETLINK_ROUTE", "enter", "socket_in", "attach_pid"]
 
 NETNS_DIR = pr_netns.NETNS_RUN_DIR  # /var/run/netns, where `ip netns` looks
 CLONE_NEWNET = 0x40000000
@@ -91,6 +91,18 @@ def _create_loop(names: list[str], out: dict[str, tuple[int, socket.socket]],
         if stop.is_set():
             return
         out[name] = _create_one(name)
+
+
+def attach_pid(name: str, pid: int) -> None:
+    """Bind-mount the network namespace of process ``pid`` as ``name`` (like ``ip netns
+    attach``), so that it outlives the process and is found by name. Raises LabError naming
+    it if the name is taken or the mount fails. Needs root."""
+    if exists(name):
+        raise LabError(f"network namespace {name} already exists (run id in use?)")
+    try:
+        pr_netns.attach(name, pid)
+    except OSError as exc:
+        raise LabError(f"cannot mount the namespace of pid {pid} as {name}: {exc}") from exc
 
 
 def remove(name: str) -> bool:

@@ -35,8 +35,9 @@ def popen_in(fd: int, argv: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
 
 
 def end_process(pid: int, start: int | None, proc: subprocess.Popen[Any] | None = None,
-                grace_s: float = TERM_GRACE_S) -> bool:
-    """End process ``pid`` if it is still the one that started at ``start``: SIGTERM, wait up
+                grace_s: float = TERM_GRACE_S, first: int = signal.SIGTERM) -> bool:
+    """End process ``pid`` if it is still the one that started at ``start``: signal ``first``
+    (SIGTERM; SIGKILL for processes that ignore it, like an interactive shell), wait up
     to ``grace_s``, then SIGKILL. Returns True if it had to be signalled. Reaps ``proc`` if
     given (our own child). Raises OSError if signalling fails for a reason other than the
     process being gone."""
@@ -44,7 +45,7 @@ def end_process(pid: int, start: int | None, proc: subprocess.Popen[Any] | None 
         if proc is not None:
             proc.poll()
         return False
-    _signal(pid, signal.SIGTERM)
+    _signal(pid, first)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:

@@ -38,7 +38,7 @@ def create_links(plan: LabPlan, layout: Layout, io: dict[str, NodeIO]) -> None:
     """Create every switch bridge and veth pair, batched per node. Raises LabError."""
     batches = {n.name: Batch(io[n.name].sock, f"node {n.name}") for n in plan.nodes}
     for n in plan.nodes:
-        if n.kind == "switch":
+        if n.kind == "switch" and n.datapath == "bridge":
             batches[n.name].add(bridge_msg(layout.nodes[n.name].ifindex(BRIDGE), n.stp),
                                 RTM_NEWLINK, NEW, f"node {n.name}: create bridge {BRIDGE}")
     for link in plan.links:

@@ -7,7 +7,8 @@ so that after a SIGKILL of the owner ``aitb clean`` can remove exactly those obj
     {"kind": "run", "run_id": ..., "owner_pid": ..., "owner_start": ..., "time": ...}
     {"kind": "netns", "node": ..., "name": ...}
     {"kind": "ifb", "node": ..., "ifname": ...}            (deleted with its namespace)
-    {"kind": "process", "node": ..., "pid": ..., "start": ..., "argv": [...]}
+    {"kind": "process", "node": ..., "pid": ..., "start": ..., "argv": [...],
+     "signal": "KILL"}                                        (optional; default TERM)
     {"kind": "detached"}                                    (deploy left it up on purpose)
 """
 

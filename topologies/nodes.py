@@ -44,6 +44,8 @@ def node_plans(spec: TopologySpec) -> dict[str, NodePlan]:
             tcp_congestion_control=_pick(layers, "tcp_congestion_control"),
             ecmp_hash=_pick(layers, "ecmp_hash") or "l3",
             stp=bool(_pick(layers, "stp")),
+            datapath=_pick(layers, "datapath") or "bridge",
+            flows=tuple(_pick(layers, "flows") or ()),
             group=node.group,
             labels=_merged_map(layers, "labels"),
             image=_pick(layers, "image"),

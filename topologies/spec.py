@@ -174,6 +174,12 @@ class NodeSettings(_Strict):
     ecmp_hash: Literal["l3", "l4"] | None = Field(
         default=None, description="Routers: multipath hash over addresses (l3) or ports (l4).")
     stp: bool | None = Field(default=None, description="Switches: run STP on the bridge.")
+    datapath: Literal["bridge", "ovs"] | None = Field(
+        default=None, description="Switches: Linux bridge (default) or Open vSwitch (user-space "
+        "datapath; aitb computes its flows: shortest paths, ECMP through select groups).")
+    flows: list[str] | None = Field(
+        default=None, description="OVS switches: extra OpenFlow rules (ovs-ofctl add-flow "
+        "syntax), added after aitb's own.", examples=[["priority=200,udp,actions=drop"]])
     labels: dict[str, str] | None = None
     image: str | None = Field(
         default=None, min_length=1, examples=["aitb-busybox:1"],
@@ -245,3 +251,6 @@ class TopologySpec(_Strict):
     nodes: dict[str, NodeSpec] = Field(default_factory=dict)
     links: list[LinkSpec] = Field(default_factory=list)
     generator: GeneratorRef | None = None
+    backend: Literal["native", "mininet"] | None = Field(
+        default=None, description="Runtime that realises the lab: native (aitb's own "
+        "namespaces) or mininet (Mininet's nodes, aitb's shaping); `--backend` overrides it.")

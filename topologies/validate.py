@@ -66,6 +66,18 @@ def _check_nodes(spec: TopologySpec) -> Iterator[SpecIssue]:
         yield from _check_settings(node, kind, path)
         if group:
             yield from _check_settings(group, kind, ("groups", node.group))
+        if kind == "switch":
+            yield from _check_flows([node, group, spec.defaults.switch], path)
+
+
+def _check_flows(layers: list[NodeSettings | None], path: tuple) -> Iterator[SpecIssue]:
+    """Flows (from any layer) need the datapath the switch ends up with to be ovs."""
+    def first(key: str) -> object:
+        return next((getattr(x, key) for x in layers
+                     if x is not None and getattr(x, key) is not None), None)
+    if first("flows") and first("datapath") != "ovs":
+        yield SpecIssue("flows need datapath: ovs (here, in the group or in defaults.switch)",
+                        key_path=(*path, "flows"))
 
 
 def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[SpecIssue]:
@@ -74,6 +86,10 @@ def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[
     if settings.image is not None and kind != "host":
         yield SpecIssue(f"image applies to hosts only (container hosts), not to a {kind}",
                         key_path=(*path, "image"))
+    for key in ("datapath", "flows"):
+        if getattr(settings, key) is not None and kind != "switch":
+            yield SpecIssue(f"{key} applies to switches only, not to a {kind}",
+                            key_path=(*path, key))
     if settings.ecmp_hash is not None and kind != "router":
         yield SpecIssue(f"ecmp_hash applies to routers only, not to a {kind}",
                         key_path=(*path, "ecmp_hash"))

@@ -44,18 +44,58 @@ def load_plan(path: Path) -> LabPlan:
     return load_topology(path)
 
 
+def file_backend(path: Path) -> str | None:
+    """The ``backend:`` key of a topology file (None if absent or a plan.json)."""
+    if path.suffix == ".json":
+        return None
+    from topologies.loader import read_yaml
+
+    doc, _ = read_yaml(path)
+    value = doc.get("backend") if hasattr(doc, "get") else None
+    return None if value is None else str(value)
+
+
+BackendOpt = Annotated[str | None, typer.Option(
+    "--backend", help="native (default) or mininet; overrides the file's backend: key.")]
+
+
 def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a plan.json.")],
            run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (a-z0-9).")
                              ] = None,
+           backend: BackendOpt = None,
+           cli: Annotated[bool, typer.Option(
+               "--cli", help="mininet backend: open Mininet's CLI on the live lab and tear it "
+               "down when the CLI exits.")] = False,
+           switch: Annotated[str, typer.Option(
+               "--switch", help="mininet backend: bridge (Linux bridge) or ovs (Open vSwitch,"
+               " user-space datapath).")] = "bridge",
+           controller: Annotated[str | None, typer.Option(
+               "--controller", help="mininet backend, OVS switches: an OpenFlow controller "
+               "target, unix:PATH (any namespace) or tcp:HOST:PORT (inside the lab); default "
+               "none: aitb's own rules only.")] = None,
            as_json: JsonOpt = False) -> None:
     """Bring a lab up and leave it up; prints its run id. On failure or SIGINT/SIGTERM
     everything made so far is removed (exit 130/143 on a signal)."""
-    lab = Lab(load_plan(file), run_id, state_dir())
+    from testbed.backends import check_backend, make_lab
+
+    plan = load_plan(file)
+    chosen = check_backend(backend or file_backend(file) or "native",
+                           "--backend" if backend else f"{file}: backend")
+    if chosen != "mininet" and (cli or switch != "bridge" or controller):
+        raise unknown_name("--cli, --switch and --controller need --backend mininet")
+    opts = {"switch": switch, "controller": controller} if chosen == "mininet" else {}
+    lab = make_lab(plan, chosen, run_id, state_dir(), **opts)
     up = False
     with signals.raising():
         try:
             lab.up()
             up = True
+            if cli:
+                typer.echo(f"run {lab.run_id}: Mininet CLI (exit tears the lab down)")
+                lab.cli()  # type: ignore[attr-defined]
+                up = False
+                lab.down()
+                return
             lab.detach()
         except BaseException:
             if up:
@@ -63,9 +103,9 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
             raise
     lab.release()
     if as_json:
-        typer.echo(json.dumps({"run_id": lab.run_id, "lab": lab.plan.name, "timings_s":
-                               lab.timings, "namespaces": {n: lab.netns_name(n) for n in
-                                                           lab.layout.nodes}}))
+        typer.echo(json.dumps({"run_id": lab.run_id, "lab": lab.plan.name, "backend": chosen,
+                               "timings_s": lab.timings, "namespaces": {
+                                   n: lab.netns_name(n) for n in lab.layout.nodes}}))
     else:
         typer.echo(lab.run_id)
 

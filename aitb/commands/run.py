@@ -28,6 +28,9 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the run directory.")] = False,
     check: Annotated[bool, typer.Option(
         "--check", help="Validate and build the experiment, create nothing, exit.")] = False,
+    backend: Annotated[str | None, typer.Option(
+        "--backend", help="native or mininet; overrides the experiment's backend: key.")
+    ] = None,
     use_vm: Annotated[bool, typer.Option(
         "--auto-vm/--no-vm", help="When the lab needs qdiscs the host kernel lacks (netem), "
         "run inside the stock-kernel VM (default), or refuse.")] = True,
@@ -38,8 +41,11 @@ def run(
     """Deploy the experiment's lab, replay its workloads over real sockets, record, tear down."""
     from aitb.orchestration.defaults import default_experiment
     from aitb.orchestration.runner import execute, prepare
+    from testbed.backends import check_backend
 
     path = experiment or default_experiment()
+    if backend is not None:
+        check_backend(backend, "--backend")
     prep = prepare(path)
     if check:
         typer.echo(f"{path}: ok ({len(prep.plan.nodes)} nodes, {len(prep.workloads)} workloads)")
@@ -52,9 +58,13 @@ def run(
                            "drop --no-vm to run it in the stock-kernel VM")
         say(f"this lab needs {', '.join(missing)}, which the host kernel lacks: running it "
             "inside the stock-kernel VM (--no-vm refuses)")
+        if (backend or prep.backend) != "native":
+            raise LabError(f"the {backend or prep.backend} backend does not run inside the "
+                           "stock-kernel VM yet; this lab needs it for "
+                           f"{', '.join(missing)}")
         raise typer.Exit(_rerun_in_vm(path, results, as_json=as_json, quiet=quiet,
                                       analysis=analysis))
-    outcome = execute(prep, results, progress=say, analyze=analysis)
+    outcome = execute(prep, results, progress=say, analyze=analysis, backend=backend)
     if as_json:
         typer.echo(json.dumps({"ok": outcome.ok, "run_dir": str(outcome.run_dir),
                                "error": outcome.error, "workloads": outcome.workloads,

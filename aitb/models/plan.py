@@ -18,7 +18,7 @@ from aitb.models.shaping import GilbertElliott, Shaping
 from aitb.models.units import BufferSize
 
 __all__ = [
-    "NodeKind", "NODE_KINDS", "EcmpHash", "MAX_IFNAME", "MAX_NODE_NAME",
+    "NodeKind", "NODE_KINDS", "EcmpHash", "Datapath", "MAX_IFNAME", "MAX_NODE_NAME",
     "Endpoint", "LinkPlan", "NextHop", "Route", "NodePlan", "LabPlan",
     "plan_to_dict", "plan_from_dict",
 ]
@@ -26,6 +26,7 @@ __all__ = [
 NodeKind = Literal["host", "switch", "router"]
 NODE_KINDS: tuple[str, ...] = ("host", "switch", "router")
 EcmpHash = Literal["l3", "l4"]
+Datapath = Literal["bridge", "ovs"]
 MAX_IFNAME = 15  # IFNAMSIZ (16) minus the terminating NUL, include/uapi/linux/if.h
 MAX_NODE_NAME = 32
 
@@ -99,6 +100,10 @@ class NodePlan:
     = the kernel's default (200 ms, include/net/tcp.h TCP_RTO_MIN); image: hosts only, a
     container image (docker) whose container holds the node's network namespace, None for a
     plain namespace.
+    datapath (switches): ``bridge`` (a Linux bridge) or ``ovs`` (Open vSwitch, user-space
+    datapath, forwarding computed by aitb: shortest paths, equal-cost ones through select
+    groups, floods along a spanning tree; see testbed/ovs_flows.py); flows (ovs switches):
+    extra OpenFlow rules in ``ovs-ofctl add-flow`` syntax, added after aitb's own.
     """
 
     name: str
@@ -112,6 +117,8 @@ class NodePlan:
     labels: Mapping[str, str] = field(default_factory=dict)
     rto_min_s: float | None = None
     image: str | None = None
+    datapath: Datapath = "bridge"
+    flows: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +200,8 @@ def plan_from_dict(d: Mapping[str, Any]) -> LabPlan:
     """Rebuild a :class:`LabPlan` from :func:`plan_to_dict` output (for example a run's
     ``plan.json``). Raises KeyError/TypeError/ValueError on a malformed dict."""
     nodes = tuple(
-        NodePlan(**{**n, "routes": tuple(_route_from(r) for r in n.get("routes", ()))})
+        NodePlan(**{**n, "routes": tuple(_route_from(r) for r in n.get("routes", ())),
+                    "flows": tuple(n.get("flows", ()))})
         for n in d["nodes"])
     links = tuple(
         LinkPlan(name=lk["name"], a=_endpoint_from(lk["a"]), b=_endpoint_from(lk["b"]),

@@ -9,6 +9,8 @@ An experiment file (YAML)::
                                        #   params: {...}}, or the topology mapping inline
     transport: {tcp_congestion_control: cubic, nodelay: true, sndbuf: 4MiB,
                 rto_min: 50ms, ecn: true}   # the last two: on every host
+    backend: mininet                   # optional: native (default) or mininet (Mininet's
+                                       #   nodes and links, aitb's shaping and records)
     workloads:
       - kind: collective               # collective | incast | one_to_many | permutation |
         op: all_reduce                 # all_pairs | training | aicb | fedavg |
@@ -215,6 +217,7 @@ class ExperimentSpec(BaseModel):
     workloads: Annotated[list[WorkloadEntry], Field(min_length=1)]
     transport: TransportSpec = Field(default_factory=TransportSpec)
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
+    backend: Literal["native", "mininet"] | None = None  # None: the topology's, else native
 
 
 def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:

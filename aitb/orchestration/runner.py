@@ -24,9 +24,11 @@ from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
 from aitb.orchestration.transport import apply_host_transport, host_transport_record
+from testbed.backends import make_lab
 from testbed.inspect import describe
 from testbed.lab import Lab
 from topologies.issues import with_lines
+from topologies.loader import read_yaml
 from topologies.scaling import scale_plan
 from traffic_gen.launch import LabLauncher
 from traffic_gen.program import compile_program
@@ -50,6 +52,7 @@ class Prepared:
     plan: LabPlan
     workloads: tuple[BuiltWorkload, ...]
     options: ReplayOptions
+    backend: str = "native"
 
 
 @dataclass
@@ -73,6 +76,21 @@ def _plan(spec: ExperimentSpec, source: str, base: Path) -> LabPlan:
         return topologies.generate(ref.generator, **ref.params)
     where = f"{source}: topology.inline"
     return topologies.resolve(topologies.parse_topology(ref.inline or {}, where), where)
+
+
+def _backend(spec: ExperimentSpec, base: Path) -> str:
+    """The experiment's ``backend``, else its topology file's or inline topology's, else
+    native."""
+    if spec.backend is not None:
+        return spec.backend
+    ref = spec.topology
+    if ref.inline is not None:
+        return str(ref.inline.get("backend") or "native")
+    if ref.file is not None:
+        path = Path(ref.file) if Path(ref.file).is_absolute() else base / ref.file
+        doc, _ = read_yaml(path)
+        return str(doc.get("backend") or "native")
+    return "native"
 
 
 def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> ReplayOptions:
@@ -123,7 +141,7 @@ def prepare(path: Path) -> Prepared:
             issues += exc.issues
     if issues:
         raise with_lines(SpecError(issues), doc, source)
-    return Prepared(spec, source, plan, tuple(built), options)
+    return Prepared(spec, source, plan, tuple(built), options, _backend(spec, base))
 
 
 def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions) -> None:
@@ -190,8 +208,10 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
 
 
 def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: None,
-            run_id: str | None = None, analyze: bool = True) -> RunOutcome:
-    """Run a prepared experiment; needs root. Creates ``results_dir/<name>/<run-id>/`` with
+            run_id: str | None = None, analyze: bool = True,
+            backend: str | None = None) -> RunOutcome:
+    """Run a prepared experiment; needs root. ``backend`` (native/mininet) overrides the
+    experiment's (:func:`testbed.backends.make_lab`). Creates ``results_dir/<name>/<run-id>/`` with
     experiment.json, plan.json, manifest.json, per-workload records under workloads/ and the
     merged flows/collectives/bursts/timeline/failures JSONL files; a lab owner-marked with
     the run id's last 6 hex digits exists only while it runs. Never raises for a failure
@@ -204,11 +224,12 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     write_json_atomic(run_dir / "experiment.json", prep.spec.model_dump(mode="json"))
     write_json_atomic(run_dir / "plan.json", plan_to_dict(prep.plan))
     manifest = _manifest(prep, run_id, lab_id)
+    manifest["backend"] = backend = backend or prep.backend
     write_json_atomic(run_dir / "manifest.json", manifest)
     outcome = RunOutcome(run_dir, ok=False)
     try:
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
-        with Lab(prep.plan, run_id=lab_id) as lab:
+        with make_lab(prep.plan, backend, run_id=lab_id) as lab:
             manifest["lab_timings_s"] = dict(lab.timings)
             _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
             progress("tearing down")

@@ -1,0 +1,63 @@
+"""Bring-up and readback of a lab's OVS switches (:mod:`testbed.ovs`), for either backend:
+the stations' MACs are read from the kernel (or taken from the plan), the rules computed by
+:mod:`testbed.ovs_flows`, then per switch its daemons are started and configured. Root."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+from testbed import ovs
+from testbed.links import RTM_GETLINK
+from testbed.nl import dump
+from testbed.ovs_flows import OvsRules, ovs_rules, ovs_switches
+
+if TYPE_CHECKING:
+    from testbed.lab import Lab
+
+__all__ = ["station_macs", "bring_up", "check_all"]
+
+
+def station_macs(lab: Lab) -> dict[str, str]:
+    """``"node:ifname"`` -> MAC of every host/router interface linked to an OVS switch: the
+    plan's fixed MAC, else the kernel's (read from the station's namespace)."""
+    switches = set(ovs_switches(lab.plan))
+    out: dict[str, str] = {}
+    for lk in lab.plan.links:
+        for here, there in ((lk.a, lk.b), (lk.b, lk.a)):
+            if there.node in switches and here.node not in switches:
+                out[f"{here.node}:{here.ifname}"] = here.mac or _kernel_mac(lab, here.node,
+                                                                             here.ifname)
+    return out
+
+
+def _kernel_mac(lab: Lab, node: str, ifname: str) -> str:
+    index = lab.layout.nodes[node].ifindex(ifname)
+    for m in dump(lab.node_io(node).sock, ifinfmsg(), RTM_GETLINK, f"node {node}"):
+        if m["index"] == index:
+            return str(m.get_attr("IFLA_ADDRESS"))
+    raise KeyError(f"node {node}: no interface {ifname} (index {index})")
+
+
+def bring_up(lab: Lab) -> tuple[dict[str, ovs.OvsDaemons], dict[str, OvsRules]]:
+    """Start and configure every OVS switch of ``lab`` (daemons registered with the lab);
+    returns (switch -> daemons, switch -> rules). Raises LabError/CommandError."""
+    names = ovs_switches(lab.plan)
+    if not names:
+        return {}, {}
+    rules = ovs_rules(lab.plan, station_macs(lab))
+    daemons = {}
+    for s in names:
+        daemons[s] = ovs.start_daemons(s, lab.registry.dir / "ovs" / s,
+                                       functools.partial(lab.popen, s))
+        ovs.configure(daemons[s], lab.plan, rules[s], lab.ovs_controller)
+    return daemons, rules
+
+
+def check_all(lab: Lab, daemons: dict[str, ovs.OvsDaemons], rules: dict[str, OvsRules]
+              ) -> list[str]:
+    """Differences between the OVS switches and their plan (see :func:`testbed.ovs.check`)."""
+    return [p for s, d in daemons.items()
+            for p in ovs.check(d, lab.plan, rules[s], lab.ovs_controller)]

@@ -1,0 +1,161 @@
+"""The Mininet backend (issue 7 item 1): the same experiment on the native and the Mininet
+backend gives the same CCT and bytes per link; Mininet labs leave nothing behind, also after
+a failed bring-up."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import root_links, run_namespaces
+
+from aitb.models.errors import LabError
+from aitb.models.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
+from aitb.orchestration.runner import execute, prepare
+from testbed.registry import pid_alive
+
+pytestmark = pytest.mark.netns
+ROOT = Path(__file__).resolve().parents[2]
+RING = ROOT / "examples/ring_allreduce.yaml"
+
+pytest.importorskip("mininet.net", reason="Mininet is installed by scripts/setup.sh")
+
+
+@pytest.fixture(autouse=True)
+def _root():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+
+
+def _records(run_dir: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines() if line]
+
+
+def _bytes_per_link(run_dir: Path) -> dict[str, int]:
+    """HTB class bytes (all that left each shaped interface) at the end of the workload."""
+    (part,) = (run_dir / "workloads").iterdir()
+    nodes = json.loads((part / "counters_end.json").read_text())["nodes"]
+    return {f"{n}:{i['ifname']}": c["bytes"] for n, nd in nodes.items()
+            for i in nd["interfaces"] for c in i.get("classes", [])}
+
+
+def _run(out: Path, backend: str) -> Path:
+    outcome = execute(prepare(RING), out, backend=backend)
+    assert outcome.ok, outcome.error
+    manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
+    assert manifest["backend"] == backend
+    assert run_namespaces(manifest["lab_run_id"]) == []  # torn down, by this run's id
+    assert not any(a == f"aitb:{manifest['lab_run_id']}" for a in root_links().values())
+    return outcome.run_dir
+
+
+def test_ring_allreduce_same_cct_and_bytes_on_native_and_mininet(tmp_path):
+    # two runs per backend, interleaved, so that a change of load on the shared machine hits
+    # both backends alike; 3 iterations each -> 6 CCTs per backend
+    runs = [(b, _run(tmp_path / f"{b}{i}", b)) for i in range(2) for b in ("native", "mininet")]
+    cct = {b: [c["cct_s"] for bb, d in runs if bb == b
+               for c in _records(d, "collectives.jsonl")] for b in ("native", "mininet")}
+    assert len(cct["native"]) == len(cct["mininet"]) == 6
+    best = {b: min(v) for b, v in cct.items()}
+    print(f"fastest CCT native {best['native'] * 1e3:.1f} ms, mininet "
+          f"{best['mininet'] * 1e3:.1f} ms; all: "
+          f"{ {b: [round(x * 1e3, 1) for x in v] for b, v in cct.items()} }")
+    # The network part of the CCT is the alpha-beta bound 2(N-1)/N * S / B = 50.3 ms at the
+    # scaled 100 Mbit/s; both backends apply the same HTB recipe, so both must respect it
+    # (an unshaped veth would finish in a few ms).
+    bound_s = 2 * 3 / 4 * 419430 * 8 / 100e6
+    assert all(b >= 0.95 * bound_s for b in best.values()), best  # 5 %: HTB's 1 ms burst
+    # 15 %: CPU contention on the 2-core machine shared with other tests only ever lengthens
+    # a CCT (agents wait for a CPU; single iterations here took up to +80 % under load, on
+    # either backend), so the fastest of 6 iterations per backend is the estimate closest to
+    # the network-determined time; those came out within 58-62 ms on both backends in every
+    # run here (about +-3 %), so 15 % leaves room for one more disturbed iteration.
+    assert abs(best["mininet"] - best["native"]) <= 0.15 * best["native"]
+    nb, mb = _bytes_per_link(runs[0][1]), _bytes_per_link(runs[1][1])
+    assert nb.keys() == mb.keys() and len(nb) == 8  # 4 hosts + 4 switch ports shaped
+    for link, n_bytes in nb.items():
+        # 5 %: the payload per direction is fixed by the ring schedule (~1.9 MB); only the
+        # pure ACKs (66 B against 1514 B data frames, < 4.4 % of the bytes) and rare
+        # retransmissions differ between runs of either backend.
+        assert abs(mb[link] - n_bytes) <= 0.05 * n_bytes, (link, n_bytes, mb[link])
+        assert n_bytes > 1.5 * 419430 * 3  # at least the ring's payload crossed every link
+
+
+def _two_hosts(bad_route: bool) -> LabPlan:
+    net = ipaddress.IPv4Network("198.18.0.0/30")
+    a, b = (ipaddress.IPv4Interface(f"{h}/30") for h in list(net.hosts())[:2])
+    routes = (Route(ipaddress.ip_network("198.19.0.0/24"),
+                    (NextHop("eth0", ipaddress.ip_address("198.18.9.9")),)),) if bad_route else ()
+    return LabPlan("mn2", (NodePlan("h1", "host", routes), NodePlan("h2", "host")),
+                   (LinkPlan("h1-h2", Endpoint("h1", "eth0", a), Endpoint("h2", "eth0", b)),))
+
+
+def test_mininet_lab_processes_and_namespaces_are_gone_after_down(tmp_path):
+    from testbed.mininet_backend import MininetLab
+
+    lab = MininetLab(_two_hosts(False), state_dir=tmp_path)
+    with lab:
+        shells = [(n.pid, n.shell.pid) for n in lab.net.hosts]
+        agent = lab.popen("h1", ["sleep", "30"])
+        lab.run("h1", ["ping", "-c1", "-W1", "198.18.0.2"])
+        assert len(run_namespaces(lab.run_id)) == 2
+    assert run_namespaces(lab.run_id) == []
+    assert not any(pid_alive(p, None) for p, _ in shells) and agent.poll() is not None
+    assert not (tmp_path / lab.run_id).exists()
+
+
+def test_mininet_bringup_failure_leaves_nothing(tmp_path):
+    """A route through a gateway that is on no link: the kernel refuses it while the lab is
+    configured; everything Mininet and aitb made so far is removed, by this run's id."""
+    from testbed.mininet_backend import MininetLab
+
+    lab = MininetLab(_two_hosts(True), state_dir=tmp_path)
+    with pytest.raises(LabError, match="198.19.0.0/24"):
+        lab.up()
+    assert run_namespaces(lab.run_id) == []
+    assert not (tmp_path / lab.run_id).exists()
+
+
+def test_sigterm_during_a_mininet_run_tears_the_lab_down(tmp_path):
+    """`aitb run --backend mininet` gets SIGTERM while its agents replay: every shell, agent
+    and namespace of its lab goes (found by the lab's run id in its registry)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    exp = tmp_path / "long.yaml"
+    exp.write_text(RING.read_text().replace("iterations: 3", "iterations: 200"))
+    proc = subprocess.Popen([sys.executable, "-m", "aitb.cli", "run", str(exp), "--backend",
+                             "mininet", "--results", str(tmp_path / "r")], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lab_id, procs, deadline = None, [], time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+        manifests = list((tmp_path / "r").glob("*/*/manifest.json"))
+        if not manifests:
+            continue
+        lab_id = json.loads(manifests[0].read_text())["lab_run_id"]
+        reg = Path("/run/aitb") / lab_id / "registry.jsonl"
+        recs = [json.loads(x) for x in reg.read_text().splitlines()] if reg.exists() else []
+        procs = [(r["pid"], r["start"]) for r in recs if r["kind"] == "process"]
+        if sum(r["kind"] == "process" and "traffic_gen.agent" in r["argv"] for r in recs) == 4:
+            break
+    assert len(procs) == 9, "the run never started its 4 agents"  # + 5 Mininet shells
+    # into the replay: a SIGTERM while the controller still waits for its agents' hello
+    # hangs the run on either backend (a traffic_gen issue, reported; not this backend's)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # hung: end our own child by pid, then fail
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0, err[-2000:]
+    assert run_namespaces(lab_id) == []
+    assert not any(pid_alive(p, s) for p, s in procs)
+    assert not (Path("/run/aitb") / lab_id).exists()
