@@ -26,6 +26,7 @@ from typing import Any
 import jinja2
 
 from aitb.models.plan import Endpoint, LabPlan, LinkPlan, NodePlan, Route
+from topologies.clab.kinds import DATAPATH_LABEL
 from topologies.clab.kinds import SWITCH_KINDS as HOST_BRIDGE_KINDS
 
 __all__ = ["NodeCommand", "clab_plan", "network_commands", "vendor_nodes", "render_topology",
@@ -166,6 +167,8 @@ def _clab_node(node: NodePlan, image: str, keep_kinds: bool, vendor: bool) -> di
     elif keep_kinds and labels.get("clab.image") and labels.get("clab.kind") == "linux":
         img = labels["clab.image"]
     labels["aitb.kind"] = node.kind
+    if node.datapath != "bridge":  # an OVS switch: forwarding without STP, see testbed/ovs.py
+        labels[DATAPATH_LABEL] = node.datapath
     return {"name": node.name, "kind": kind, "image": img, "group": node.group,
             "labels": labels}
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from aitb.models.errors import SpecError, SpecIssue
 from aitb.models.plan import LabPlan
-from topologies.clab.kinds import KindMapping, map_kind
+from topologies.clab.kinds import DATAPATH_LABEL, KindMapping, map_kind
 from topologies.clab.links import ClabLink, LinkScan, scan_links
 from topologies.clab.names import ifname, lab_name, node_name, unique_names
 from topologies.clab.nodes import ClabNode, resolve_nodes
@@ -148,7 +148,10 @@ def _node_entry(node: ClabNode, kind: KindMapping, new_name: str, group: str | N
         labels["clab.image"] = str(node.image)
     if new_name != node.name:
         labels["clab.name"] = node.name
-    return {"kind": kind.kind, **({"group": group} if group else {}), "labels": labels}
+    datapath = labels.pop(DATAPATH_LABEL, None)  # written by the export of an OVS switch
+    return {"kind": kind.kind, **({"group": group} if group else {}),
+            **({"datapath": datapath} if datapath and kind.kind == "switch" else {}),
+            "labels": labels}
 
 
 def _build(doc: Mapping[str, Any], nodes: Mapping[str, ClabNode], kinds: dict[str, KindMapping],
