@@ -22,6 +22,7 @@ from aitb.models.plan import LabPlan, plan_to_dict
 from aitb.models.units import UnitError, parse_duration_s, parse_size_bytes
 from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
+from aitb.orchestration.observe import ObserveConfig, observe_config, observing
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
 from aitb.orchestration.transport import apply_host_transport, host_transport_record
 from testbed.inspect import describe
@@ -50,6 +51,7 @@ class Prepared:
     plan: LabPlan
     workloads: tuple[BuiltWorkload, ...]
     options: ReplayOptions
+    observe: ObserveConfig = ObserveConfig()  # capture and counter sampling (observe.py)
 
 
 @dataclass
@@ -121,7 +123,8 @@ def prepare(path: Path) -> Prepared:
             issues += exc.issues
     if issues:
         raise with_lines(SpecError(issues), doc, source)
-    return Prepared(spec, source, plan, tuple(built), options)
+    return Prepared(spec, source, plan, tuple(built), options,
+                    observe_config(spec, source, doc, plan))
 
 
 def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions) -> None:
@@ -190,8 +193,9 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
 def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: None,
             run_id: str | None = None) -> RunOutcome:
     """Run a prepared experiment; needs root. Creates ``results_dir/<name>/<run-id>/`` with
-    experiment.json, plan.json, manifest.json, per-workload records under workloads/ and the
-    merged flows/collectives/bursts/timeline/failures JSONL files; a lab owner-marked with
+    experiment.json, plan.json, manifest.json, per-workload records under workloads/, the
+    merged flows/collectives/bursts/timeline/failures JSONL files, captures/ and counters/
+    (unless the experiment turns them off); a lab owner-marked with
     the run id's last 6 hex digits exists only while it runs. Never raises for a failure
     while running: the outcome says it, and error.json holds it.
     """
@@ -207,7 +211,8 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
         with Lab(prep.plan, run_id=lab_id) as lab:
             manifest["lab_timings_s"] = dict(lab.timings)
-            _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
+            with observing(prep.observe, lab, run_dir, manifest, progress):
+                _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
             progress("tearing down")
         outcome.ok = True
     except (AitbError, KeyboardInterrupt) as exc:
