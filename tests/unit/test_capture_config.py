@@ -106,3 +106,24 @@ def test_interval_quantiles_are_nearest_rank():
     gaps = sorted([0.010] * 98 + [0.020, 0.100])
     assert _quantile(gaps, 0.5) == 0.010 and _quantile(gaps, 0.99) == 0.020
     assert _quantile([], 0.5) is None
+
+
+def test_sampler_store_spills_chunks_and_reports_when_full(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from testbed.counters import store
+    monkeypatch.setattr(store, "CHUNK_ROWS", 10)
+    s = store.Store(tmp_path, max_rows=25)
+    row = (1.5, "s1", "rx", 1, 2, 3, 4, 5, 6)
+    for _ in range(3):
+        s.add("links", [row] * 8)
+        assert len(s.tables["links"].rows) < 10  # written out once 10 are held
+    assert not s.full()
+    s.add("links", [row] * 8)
+    assert s.full() and s.rows()["links"] == 32
+    s.close()
+    frame = pd.read_parquet(tmp_path / "links.parquet")
+    assert len(frame) == 32 and frame["rx_bytes"].dtype == "int64"
+    assert len(pd.read_parquet(tmp_path / "tcp.parquet")) == 0  # empty, with its columns
+    assert list(pd.read_parquet(tmp_path / "qdisc.parquet").columns)[:3] == [
+        "t_s", "node", "ifname"]
