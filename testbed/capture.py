@@ -45,7 +45,9 @@ __all__ = ["CaptureConfig", "Capture", "tcpdump_argv", "pcap_base"]
 LISTEN_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 10.0
 SETTLE_S = 0.1  # after the traffic, before the stop: packets still on a delay line or a queue
-KERNEL_BUFFER_KIB = 4096  # per tcpdump (libpcap's default is 2 MiB): fewer kernel drops
+# kernel ring per tcpdump (KiB): libpcap's default, about 10000 headers-only packets; a lab
+# with hundreds of captured interfaces holds one ring each
+KERNEL_BUFFER_KIB = 2048
 _STATS = re.compile(r"^(\d+) packets? (captured|received by filter|dropped by kernel)$")
 
 
