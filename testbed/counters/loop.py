@@ -19,6 +19,7 @@ from typing import Any
 
 from testbed.counters.readers import NamespaceReader
 from testbed.counters.store import Store
+from testbed.counters.tcpdiag import pace_discovery
 
 __all__ = ["LoopConfig", "Loop", "summary"]
 
@@ -51,6 +52,7 @@ class Loop:
     readers: list[NamespaceReader] = field(default_factory=list)
     cpu: list[float] = field(default_factory=lambda: [0.0, 0.0])
     limit_reached: bool = False
+    tcp_discover_s: float = 0.0
 
     def open(self) -> None:
         """Open every namespace's sockets (raises LabError for a missing namespace)."""
@@ -81,6 +83,7 @@ class Loop:
         first sample."""
         self.cpu[0] = _cpu_s()
         self.sample()
+        self.tcp_discover_s = pace_discovery([r.tcp_reader for r in self.readers if r.tcp])
         ready()
         next_t = time.monotonic()
         while not self.stop and os.getppid() == parent_pid:
@@ -127,6 +130,7 @@ def summary(loop: Loop, error: str | None) -> dict[str, Any]:
             "t_last_s": loop.stamps[-1] if loop.stamps else None,
             "namespaces": len(loop.readers),
             "tcp_namespaces": sum(1 for r in loop.readers if r.tcp),
+            "tcp_discover_s": loop.tcp_discover_s,
             "rows": loop.store.rows() if hasattr(loop, "store") else {},
             "max_rows": loop.config.max_rows, "limit_reached": loop.limit_reached,
             "error": error}

@@ -6,7 +6,9 @@ An *exact* request (full socket id with its cookie, no ``NLM_F_DUMP``) is one ha
 a :class:`TcpReader` dumps only every ``discover_s`` seconds to learn which sockets exist, and
 in between asks for each known socket exactly, all requests of a namespace in one send.
 A connection opened between two dumps is first seen at the next dump (at most ``discover_s``
-late); one that closed answers ENOENT and is forgotten.
+late); one that closed answers ENOENT and is forgotten. :func:`pace_discovery` stretches
+``discover_s`` so that dumps take about a tenth of the time, and staggers the namespaces'
+dumps so that they do not all fall into one sample.
 
 Request layout: ``struct inet_diag_req_v2`` (family, protocol, ext, pad, states, then
 ``struct inet_diag_sockid``: sport, dport, src[4], dst[4], if, cookie[2]; 56 bytes) from
@@ -30,9 +32,10 @@ from testbed.counters.readers import (
     dump_raw,
 )
 
-__all__ = ["TcpReader", "DEFAULT_DISCOVER_S"]
+__all__ = ["TcpReader", "DEFAULT_DISCOVER_S", "pace_discovery"]
 
 DEFAULT_DISCOVER_S = 0.1
+DUMP_SHARE = 0.1  # dumps may take this share of the wall time
 NLM_F_REQUEST, NLMSG_ERROR = 0x1, 2
 _HDR = struct.Struct("=IHHII")
 _REQ_HEAD = struct.Struct("=BBBxI")
@@ -47,6 +50,7 @@ class TcpReader:
         self.sock, self.where, self.discover_s = sock, where, discover_s
         self.known: dict[bytes, int] = {}  # socket id -> address family
         self.next_dump = 0.0
+        self.last_dump_s = 0.0  # wall time of the last dump (seconds)
         self.dump_request = _diag_request()
 
     def read(self) -> list[tuple[Any, ...]]:
@@ -54,7 +58,9 @@ class TcpReader:
         now = time.monotonic()
         if now >= self.next_dump:
             self.next_dump = now + self.discover_s
-            return self._dump()
+            rows = self._dump()
+            self.last_dump_s = time.monotonic() - now
+            return rows
         return self._exact()
 
     def _dump(self) -> list[tuple[Any, ...]]:
@@ -91,3 +97,18 @@ class TcpReader:
                     rows.append(row)
                 off += (length + 3) & ~3
         return rows
+
+
+def pace_discovery(readers: list[TcpReader]) -> float:
+    """After every reader dumped once: set one discovery period for all, at least
+    DEFAULT_DISCOVER_S and long enough that the dumps of all namespaces take DUMP_SHARE of it
+    (their measured time / DUMP_SHARE), and spread their next dumps evenly over it. Returns the
+    period in seconds (sampler.json ``tcp_discover_s``)."""
+    if not readers:
+        return 0.0
+    period = max(DEFAULT_DISCOVER_S, sum(r.last_dump_s for r in readers) / DUMP_SHARE)
+    now = time.monotonic()
+    for i, r in enumerate(readers):
+        r.discover_s = period
+        r.next_dump = now + period * (i + 1) / len(readers)
+    return period
