@@ -189,12 +189,13 @@ class Capture:
 
     def index(self) -> dict[str, Any]:
         """index.json (contract section 1): snaplen and, per interface, node, ifname, link,
-        files (paths relative to the run directory, in ring order) and tcpdump's counters."""
+        files (paths relative to the run directory, oldest first) and tcpdump's counters
+        (packets captured counts every packet written, also to files the ring overwrote)."""
         out = []
         for r in self.running:
             base = pcap_base(r.point)
-            files = sorted(self.out_dir.glob(base + "*"),
-                           key=lambda f: (len(f.name), f.name))
+            files = sorted(self.out_dir.glob(base + "*"),  # oldest first, also after wrapping
+                           key=lambda f: (f.stat().st_mtime_ns, len(f.name), f.name))
             out.append({"node": r.point.node, "ifname": r.point.ifname, "link": r.point.link,
                         "files": [f"{self.out_dir.name}/{f.name}" for f in files],
                         **r.stats()})

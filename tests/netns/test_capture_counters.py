@@ -77,9 +77,11 @@ def test_run_captures_and_samples_on_one_clock(tmp_path, state_env):
         "topology:\n  inline:\n    name: capsmall\n"
         "    generator: {name: single_switch, params: {hosts: 3, link: lan}}\n"
         "    profiles: {lan: {rate: 200Mbit, buffer: 200p}}\n"
-        "workloads:\n  - kind: collective\n    op: all_reduce\n    size: 1MiB\n"
+        "workloads:\n  - kind: collective\n    op: all_reduce\n    size: 8MiB\n"
         "    iterations: 2\n"
-        "capture: {interfaces: bottleneck, snaplen: 96}\n"
+        # 900 KiB rounds up to tcpdump's 10^6-byte unit: about 3 MB per port make 3-4 files,
+        # fewer than the ring's 5, so no file is overwritten and all packets are on disk
+        "capture: {interfaces: bottleneck, snaplen: 96, rotate_size: 900KiB, files: 5}\n"
         "counters: {interval: 10ms}\n")
     out = run(exp, tmp_path / "results", state_env)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -96,7 +98,8 @@ def test_run_captures_and_samples_on_one_clock(tmp_path, state_env):
     first_ns = []
     for entry in index["interfaces"]:
         files = [run_dir / f for f in entry["files"]]
-        assert files and all(f.exists() for f in files)
+        assert len(files) >= 2 and all(f.exists() for f in files)  # rotated
+        assert all(f.stat().st_size <= 10**6 + 2000 for f in files[:-1])  # -C 1, + a frame
         ours = sum(pcap_frames(f) for f in files)
         assert ours == entry["packets_captured"] > 100
         assert sum(tshark_frames(f) for f in files) == ours
