@@ -200,6 +200,12 @@ def test_incast_queue_drops_agree_with_retransmissions(tmp_path, state_env):
     # most one spurious resend per connection and burst (a tail-loss probe or an RTO resend
     # of a segment that was only queued): 4 connections x 3 bursts
     assert sampled <= resent <= sampled + 4 * 3
+    # TCP_INFO sampled through sock_diag counts the same retransmissions, up to its last
+    # sample before each socket closed (so at most the agents' final reading)
+    tcp = pd.read_parquet(run_dir / "counters" / "tcp.parquet")
+    senders = tcp[tcp["node"].str.startswith("tx")]
+    per_socket = senders.groupby(["node", "sport", "dport"])["total_retrans"].max()
+    assert 0 < per_socket.sum() <= kernel_retrans
 
 
 def test_failed_run_stops_capture_and_sampler_and_keeps_their_files(tmp_path, state_env):
