@@ -21,6 +21,9 @@ An experiment file (YAML)::
         iterations: 3
         compute: 10ms                  # compute time before each collective (per rank)
         stragglers: {fixed: {3: 2.0}}  # rank 3 computes twice as slowly
+    capture: {interfaces: bottleneck, snaplen: 128, rotate_size: 100MB, files: 4}
+                                       # or interfaces: all | [s1:rx, ...]; enabled: false
+    counters: {interval: 10ms, tcp: true}   # qdisc/link/TCP_INFO samples; enabled: false
 
 Relative paths are relative to the experiment file. Errors name the file, key path and line.
 """
@@ -38,6 +41,7 @@ from pydantic import (
     Field,
     PositiveInt,
     StrictBool,
+    StrictInt,
     ValidationError,
     model_validator,
 )
@@ -205,6 +209,42 @@ class TimeoutSpec(BaseModel):
     phase: Duration = "600s"
 
 
+MIN_SNAPLEN = 64  # Ethernet 14 + IPv4 20 + TCP 20 bytes fit; 128 also keeps IPv6 + options
+MAX_SNAPLEN = 262144  # libpcap's MAXIMUM_SNAPLEN
+MIN_INTERVAL_S = 0.001  # below this the sampler can only fall behind (bench/counter_sampler.py)
+
+
+def _interval_ok(value: Quantity) -> Quantity:
+    seconds = parse_duration_s(value)
+    if not MIN_INTERVAL_S <= seconds <= 60:
+        raise ValueError(f"interval {value!r} must lie in 1ms..60s")
+    return value
+
+
+class CaptureSpecModel(BaseModel):
+    """``capture:`` packet capture during the run (contracts.md section 1): ``interfaces``
+    ``bottleneck`` (testbed.capture_select), ``all`` or a list of ``node:ifname``; ``snaplen``
+    bytes kept per packet; ``rotate_size`` (a size) per file, ``files`` in the ring."""
+
+    model_config = _Forbid
+    enabled: StrictBool = True
+    interfaces: Literal["bottleneck", "all"] | list[str] = "bottleneck"
+    snaplen: Annotated[StrictInt, Field(ge=MIN_SNAPLEN, le=MAX_SNAPLEN)] = 128
+    rotate_size: Size = "100MB"
+    files: Annotated[StrictInt, Field(ge=1, le=1000)] = 4
+
+
+class CountersSpecModel(BaseModel):
+    """``counters:`` counter sampling during the run (contracts.md section 2): every
+    ``interval`` (a duration), qdisc and interface counters of every node, and TCP_INFO of
+    the hosts' sockets unless ``tcp: false``."""
+
+    model_config = _Forbid
+    enabled: StrictBool = True
+    interval: Annotated[Duration, AfterValidator(_interval_ok)] = "10ms"
+    tcp: StrictBool = True
+
+
 class ExperimentSpec(BaseModel):
     """One experiment (see the module docstring)."""
 
@@ -218,6 +258,8 @@ class ExperimentSpec(BaseModel):
     transport: TransportSpec = Field(default_factory=TransportSpec)
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
     backend: Literal["native", "mininet"] | None = None  # None: the topology's, else native
+    capture: CaptureSpecModel = Field(default_factory=CaptureSpecModel)
+    counters: CountersSpecModel = Field(default_factory=CountersSpecModel)
 
 
 def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:

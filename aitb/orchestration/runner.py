@@ -22,6 +22,7 @@ from aitb.models.plan import LabPlan, plan_to_dict
 from aitb.models.units import UnitError, parse_duration_s, parse_size_bytes
 from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
+from aitb.orchestration.observe import ObserveConfig, observe_config, observing
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
 from aitb.orchestration.transport import apply_host_transport, host_transport_record
 from testbed.backends import make_lab
@@ -53,6 +54,7 @@ class Prepared:
     workloads: tuple[BuiltWorkload, ...]
     options: ReplayOptions
     backend: str = "native"
+    observe: ObserveConfig = ObserveConfig()  # capture and counter sampling (observe.py)
 
 
 @dataclass
@@ -141,7 +143,8 @@ def prepare(path: Path) -> Prepared:
             issues += exc.issues
     if issues:
         raise with_lines(SpecError(issues), doc, source)
-    return Prepared(spec, source, plan, tuple(built), options, _backend(spec, base))
+    return Prepared(spec, source, plan, tuple(built), options, _backend(spec, base),
+                    observe_config(spec, source, doc, plan))
 
 
 def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions) -> None:
@@ -212,8 +215,9 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
             backend: str | None = None) -> RunOutcome:
     """Run a prepared experiment; needs root. ``backend`` (native/mininet) overrides the
     experiment's (:func:`testbed.backends.make_lab`). Creates ``results_dir/<name>/<run-id>/`` with
-    experiment.json, plan.json, manifest.json, per-workload records under workloads/ and the
-    merged flows/collectives/bursts/timeline/failures JSONL files; a lab owner-marked with
+    experiment.json, plan.json, manifest.json, per-workload records under workloads/, the
+    merged flows/collectives/bursts/timeline/failures JSONL files, captures/ and counters/
+    (unless the experiment turns them off); a lab owner-marked with
     the run id's last 6 hex digits exists only while it runs. Never raises for a failure
     while running: the outcome says it, and error.json holds it. With ``analyze`` (default),
     then analyses the run (also a failed one, from its partial records; see _analyze).
@@ -231,7 +235,8 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
         with make_lab(prep.plan, backend, run_id=lab_id) as lab:
             manifest["lab_timings_s"] = dict(lab.timings)
-            _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
+            with observing(prep.observe, lab, run_dir, manifest, progress):
+                _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
             progress("tearing down")
         outcome.ok = True
     except (AitbError, KeyboardInterrupt) as exc:
