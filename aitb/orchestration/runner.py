@@ -22,6 +22,7 @@ from aitb.models.plan import LabPlan, plan_to_dict
 from aitb.models.units import UnitError, parse_duration_s, parse_size_bytes
 from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
+from aitb.orchestration.fidelity import FidelityMonitor
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
 from aitb.orchestration.transport import apply_host_transport, host_transport_record
 from testbed.inspect import describe
@@ -60,6 +61,7 @@ class RunOutcome:
     ok: bool
     error: str | None = None
     workloads: list[dict[str, Any]] = field(default_factory=list)
+    trustworthy: bool | None = None  # fidelity.json's verdict; None if the lab never came up
 
 
 def _plan(spec: ExperimentSpec, source: str, base: Path) -> LabPlan:
@@ -187,6 +189,16 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
                             + "; ".join(f"{f.node}: {f.detail}" for f in res.failures))
 
 
+def _fidelity(monitor: FidelityMonitor, run_dir: Path, manifest: dict[str, Any],
+              outcome: RunOutcome, progress: Progress) -> None:
+    """fidelity.json, and its verdict in the manifest and the outcome."""
+    doc = monitor.write(run_dir)
+    outcome.trustworthy = doc["trustworthy"]
+    manifest["fidelity"] = {"trustworthy": doc["trustworthy"], "reasons": doc["reasons"]}
+    progress("fidelity: " + ("ok" if doc["trustworthy"] else
+                             "NOT trustworthy: " + "; ".join(doc["reasons"])))
+
+
 def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: None,
             run_id: str | None = None) -> RunOutcome:
     """Run a prepared experiment; needs root. Creates ``results_dir/<name>/<run-id>/`` with
@@ -203,11 +215,16 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     manifest = _manifest(prep, run_id, lab_id)
     write_json_atomic(run_dir / "manifest.json", manifest)
     outcome = RunOutcome(run_dir, ok=False)
+    monitor: FidelityMonitor | None = None
     try:
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
         with Lab(prep.plan, run_id=lab_id) as lab:
             manifest["lab_timings_s"] = dict(lab.timings)
-            _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
+            monitor = FidelityMonitor(prep.plan, lab, progress).before()
+            try:
+                _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
+            finally:
+                monitor.after()
             progress("tearing down")
         outcome.ok = True
     except (AitbError, KeyboardInterrupt) as exc:
@@ -218,6 +235,8 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
             raise
     finally:
         _merge_records(run_dir)
+        if monitor is not None:
+            _fidelity(monitor, run_dir, manifest, outcome, progress)
         manifest.update(status="ok" if outcome.ok else "failed", ended_at=_now(),
                         error=outcome.error)
         write_json_atomic(run_dir / "manifest.json", manifest)

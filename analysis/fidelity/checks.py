@@ -83,7 +83,8 @@ def rate_check(qdisc: pd.DataFrame | None, ref: DirectionRef) -> tuple[float | N
     ``off`` when the rate differs by more than :data:`RATE_TOLERANCE` (relative).
     """
     rate = ref.configured.rate_bps
-    rows = _rows(qdisc, ref.tx_node, ref.tx_dev, kind="htb", handle="1:")
+    rows = _rows(qdisc, ref.tx_node, ref.tx_dev, kind="htb")
+    rows = rows[rows["handle"].isin(("1:", "1:0"))] if len(rows) else rows
     if rate is None or len(rows) < 2:
         return None, "not_exercised"
     queued = ((rows["backlog_bytes"] > 0) | (rows["backlog_packets"] > 0)).to_numpy()
