@@ -33,9 +33,10 @@ class CpuSampler:
         while not self._stop.wait(self.interval_s):
             self.samples.append((time.time(), psutil.cpu_percent(interval=None)))
 
-    def stop(self) -> list[float]:
-        """End sampling; returns the busy percentages (one per window)."""
+    def stop(self) -> list[tuple[float, float]]:
+        """End sampling; returns the samples: (window end, time.time() seconds; busy
+        percent of all cores over the preceding ``interval_s``)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        return [pct for _, pct in self.samples]
+        return list(self.samples)

@@ -13,6 +13,7 @@ the rate (which needs samples while a queue was backlogged) where samples exist.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,14 @@ import pandas as pd
 
 from aitb.models.plan import LabPlan
 from aitb.orchestration.rundir import write_json_atomic
-from analysis.fidelity import DirectionRef, cpu_summary, expected_rtt_s, fidelity_report
+from analysis.fidelity import (
+    DirectionRef,
+    cpu_summary,
+    expected_rtt_s,
+    fidelity_report,
+    samples_in_windows,
+    traffic_windows,
+)
 from testbed.countersnap import LINK_COLUMNS, QDISC_COLUMNS, snapshot
 from testbed.cpuload import CpuSampler
 from testbed.lab import Lab
@@ -65,6 +73,13 @@ def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...],
     return pd.concat(frames, ignore_index=True)
 
 
+def _records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
 class FidelityMonitor:
     """The runtime half of the fidelity check for one lab (see the module docstring).
     Needs root; ``progress`` receives one line per step."""
@@ -77,7 +92,7 @@ class FidelityMonitor:
         self.qdisc_rows: list[dict[str, Any]] = []
         self.link_rows: list[dict[str, Any]] = []
         self.cpu = CpuSampler()
-        self.cpu_pct: list[float] = []
+        self.cpu_samples: list[tuple[float, float]] = []
 
     def _snap(self) -> None:
         q, ln = snapshot(self.lab)
@@ -98,15 +113,18 @@ class FidelityMonitor:
 
     def after(self) -> None:
         """Stop the CPU sampler and snapshot the counters (the lab must still be up)."""
-        self.cpu_pct = self.cpu.stop()
+        self.cpu_samples = self.cpu.stop()
         self._snap()
 
     def report(self, run_dir: Path) -> dict[str, Any]:
-        """The fidelity.json document (contract 3) of this run."""
+        """The fidelity.json document (contract 3) of this run; CPU samples count while
+        the workloads' ops ran (``timeline.jsonl``), not while agents started."""
         counters = run_dir / "counters"
         qdisc = _frame(self.qdisc_rows, QDISC_COLUMNS, counters / "qdisc.parquet")
         links = _frame(self.link_rows, LINK_COLUMNS, counters / "links.parquet")
-        return fidelity_report(self.refs, qdisc, links, self.rtts, cpu_summary(self.cpu_pct))
+        windows = traffic_windows(_records(run_dir / "timeline.jsonl"))
+        busy = samples_in_windows(self.cpu_samples, self.cpu.interval_s, windows)
+        return fidelity_report(self.refs, qdisc, links, self.rtts, cpu_summary(busy))
 
     def write(self, run_dir: Path) -> dict[str, Any]:
         """Write ``run_dir/fidelity.json`` atomically and return it."""

@@ -25,6 +25,7 @@ from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_
 from aitb.orchestration.fidelity import FidelityMonitor
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
 from aitb.orchestration.transport import apply_host_transport, host_transport_record
+from testbed.capabilities import in_vm
 from testbed.inspect import describe
 from testbed.lab import Lab
 from topologies.issues import with_lines
@@ -95,10 +96,17 @@ def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> Repl
     # start skew of 64 agents on 2 cores from ~30 ms to ~4 ms (bench/start_skew.py)
     return ReplayOptions(
         knobs=knobs, sites=sites, conns_per_peer=t.conns_per_peer, spin_s=200e-6,
-        rt_priority=10,
+        rt_priority=10, agent_start_timeout_s=_agent_start_timeout_s(),
         transfer_timeout_s=unit(("timeouts", "transfer"), parse_duration_s,
                                 spec.timeouts.transfer),
         phase_timeout_s=unit(("timeouts", "phase"), parse_duration_s, spec.timeouts.phase))
+
+
+def _agent_start_timeout_s() -> float:
+    """How long agents may take to say hello: an agent's Python starts in ~0.2 s here, but
+    under software emulation (TCG) its imports take seconds of a vCPU, and all the agents of
+    a workload start at once on 2 vCPUs (8 agents did not make 20 s in the VM)."""
+    return 120.0 if in_vm() == "tcg" else 20.0
 
 
 def prepare(path: Path) -> Prepared:

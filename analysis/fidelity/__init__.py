@@ -22,8 +22,11 @@ from analysis.fidelity.report import (
     cpu_summary,
     direction_entry,
     fidelity_report,
+    samples_in_windows,
+    traffic_windows,
 )
 
 __all__ = ["DirectionRef", "expected_rtt_s", "rate_check", "loss_check", "rtt_check",
            "rtt_tolerance_s", "cpu_summary", "direction_entry", "fidelity_report",
-           "CPU_SATURATED_PCT", "RATE_TOLERANCE", "MIN_BACKLOGGED_INTERVALS", "LOSS_Z"]
+           "CPU_SATURATED_PCT", "traffic_windows",
+           "samples_in_windows", "RATE_TOLERANCE", "MIN_BACKLOGGED_INTERVALS", "LOSS_Z"]

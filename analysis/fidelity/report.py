@@ -17,7 +17,8 @@ from analysis.fidelity.checks import (
     rtt_check,
 )
 
-__all__ = ["CPU_SATURATED_PCT", "cpu_summary", "direction_entry", "fidelity_report"]
+__all__ = ["CPU_SATURATED_PCT", "cpu_summary", "direction_entry", "fidelity_report",
+           "traffic_windows", "samples_in_windows"]
 
 # Host CPU busy share (all cores, psutil.cpu_percent over ~100 ms windows) at or above which
 # a window counts as saturated. HTB's watchdog timers, netem's delay line and the agents'
@@ -41,6 +42,28 @@ def cpu_summary(busy_pct: Sequence[float], threshold_pct: float = CPU_SATURATED_
     p95 = float(np.percentile(arr, 95))
     return {"busy_pct_mean": round(float(arr.mean()), 2), "busy_pct_p95": round(p95, 2),
             "saturated": p95 >= threshold_pct, "threshold_pct": threshold_pct}
+
+
+def traffic_windows(timeline: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """(first op start, last op end) in seconds of each workload in ``timeline`` records
+    (timeline.jsonl: ``t_start``, ``t_end``, ``workload_index``): when traffic was planned.
+    Agents starting up (seconds of CPU each under software emulation) fall outside."""
+    spans: dict[Any, tuple[float, float]] = {}
+    for r in timeline:
+        key = r.get("workload_index")
+        lo, hi = spans.get(key, (r["t_start"], r["t_end"]))
+        spans[key] = (min(lo, r["t_start"]), max(hi, r["t_end"]))
+    return sorted(spans.values())
+
+
+def samples_in_windows(samples: Sequence[tuple[float, float]], interval_s: float,
+                       windows: Sequence[tuple[float, float]]) -> list[float]:
+    """Busy percentages of the CPU ``samples`` ((end time s, percent) over the preceding
+    ``interval_s``) whose window overlaps one of ``windows``; all of them if there are none."""
+    if not windows:
+        return [pct for _, pct in samples]
+    return [pct for t, pct in samples
+            if any(t > lo and t - interval_s < hi for lo, hi in windows)]
 
 
 def direction_entry(ref: DirectionRef, qdisc: pd.DataFrame | None, links: pd.DataFrame | None,

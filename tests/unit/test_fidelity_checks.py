@@ -157,3 +157,17 @@ def test_report_trustworthy_when_all_ok():
                           cpu_summary([30.0] * 10))
     assert doc["trustworthy"] is True and doc["reasons"] == []
     assert doc["links"][0]["checks"]["rtt"] == "not_exercised"
+
+
+def test_cpu_counts_only_while_workloads_ran():
+    from analysis.fidelity import samples_in_windows, traffic_windows
+    timeline = [{"workload_index": 0, "t_start": 10.0, "t_end": 10.5},
+                {"workload_index": 0, "t_start": 10.2, "t_end": 11.0},
+                {"workload_index": 1, "t_start": 20.0, "t_end": 20.3}]
+    windows = traffic_windows(timeline)
+    assert windows == [(10.0, 11.0), (20.0, 20.3)]
+    # agents starting between the workloads saturate the CPU: not counted
+    samples = [(9.5, 100.0), (10.05, 40.0), (11.05, 50.0), (15.0, 100.0), (20.2, 60.0),
+               (20.5, 100.0)]
+    assert samples_in_windows(samples, 0.1, windows) == [40.0, 50.0, 60.0]
+    assert len(samples_in_windows(samples, 0.1, [])) == 6
