@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
 from aitb.orchestration.fidelity import FidelityMonitor
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
+from aitb.orchestration.runlog import RunLog
 from aitb.orchestration.transport import apply_host_transport, host_transport_record
 from testbed.capabilities import in_vm
 from testbed.inspect import describe
@@ -203,8 +205,11 @@ def _fidelity(monitor: FidelityMonitor, run_dir: Path, manifest: dict[str, Any],
     doc = monitor.write(run_dir)
     outcome.trustworthy = doc["trustworthy"]
     manifest["fidelity"] = {"trustworthy": doc["trustworthy"], "reasons": doc["reasons"]}
-    progress("fidelity: " + ("ok" if doc["trustworthy"] else
-                             "NOT trustworthy: " + "; ".join(doc["reasons"])))
+    for reason in doc["reasons"]:
+        logging.getLogger("aitb.run").warning("fidelity: %s", reason)
+    bad = sum(not e["ok"] for e in doc["links"])
+    progress(f"fidelity: {len(doc['links'])} shaped link directions, {bad} off"
+             + ("" if not doc["cpu"]["saturated"] else ", host CPU saturated"))
 
 
 def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: None,
@@ -212,8 +217,9 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     """Run a prepared experiment; needs root. Creates ``results_dir/<name>/<run-id>/`` with
     experiment.json, plan.json, manifest.json, per-workload records under workloads/ and the
     merged flows/collectives/bursts/timeline/failures JSONL files; a lab owner-marked with
-    the run id's last 6 hex digits exists only while it runs. Never raises for a failure
-    while running: the outcome says it, and error.json holds it.
+    the run id's last 6 hex digits exists only while it runs; ``run.log`` (every progress
+    step and aitb's log records) and ``fidelity.json`` (once the lab was up). Never raises
+    for a failure while running: the outcome says it, and error.json holds it.
     """
     run_id = run_id or new_run_id()
     lab_id = run_id.rsplit("-", 1)[-1]
@@ -223,6 +229,10 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     manifest = _manifest(prep, run_id, lab_id)
     write_json_atomic(run_dir / "manifest.json", manifest)
     outcome = RunOutcome(run_dir, ok=False)
+    runlog = RunLog(run_dir)
+    progress = runlog.wrap(progress)
+    runlog.log.info("run %s of %s (%s), scale %g, seed %d", run_id, prep.spec.name,
+                    prep.source, prep.spec.scale, prep.spec.seed)
     monitor: FidelityMonitor | None = None
     try:
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
@@ -237,6 +247,7 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
         outcome.ok = True
     except (AitbError, KeyboardInterrupt) as exc:
         outcome.error = str(exc) or type(exc).__name__
+        runlog.log.error("run failed: %s", outcome.error)
         write_json_atomic(run_dir / "error.json", {"error": outcome.error,
                                                    "type": type(exc).__name__})
         if isinstance(exc, KeyboardInterrupt):
@@ -248,5 +259,7 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
         manifest.update(status="ok" if outcome.ok else "failed", ended_at=_now(),
                         error=outcome.error)
         write_json_atomic(run_dir / "manifest.json", manifest)
+        runlog.log.info("status %s", manifest["status"])
+        runlog.close()
     outcome.workloads = manifest["workloads"]
     return outcome
