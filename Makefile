@@ -32,6 +32,7 @@ bench:            ## benchmarks against their named peers (prints ratios)
 	$(PY) bench/agent_goodput.py
 	$(PY) bench/ring_cct.py
 	$(PY) bench/start_skew.py --agents 64 --bursts 10 --rt-priority 10 --spin-us 200
+	$(PY) bench/fidelity_rate.py
 
 clean:            ## remove the labs of aitb runs whose owner died (by registry); deployed labs stay
 	$(AITB) clean

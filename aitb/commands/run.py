@@ -1,21 +1,31 @@
-"""``aitb run [EXPERIMENT]``: run one experiment and print its run directory last."""
+"""``aitb run [EXPERIMENT]``: run one experiment and print its run directory last.
+
+Exit codes: 0 the run finished (its fidelity verdict is in fidelity.json and the output),
+1 the run failed (its directory keeps manifest.json, error.json, partial records, run.log),
+2 bad input (experiment, topology or workload file; nothing was created), 130 interrupted.
+Output: progress on stderr; stdout carries only the run directory (last line) or, with
+``--json``, one JSON object.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from aitb.models.errors import LabError
+from aitb.commands.run_progress import StepProgress
+from aitb.models.errors import LabError, SpecError
 from testbed.capabilities import in_vm
 from testbed.lab import missing_kernel_features
 from testbed.vm import run_in_vm
 
 console = Console(stderr=True)
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def run(
@@ -24,8 +34,12 @@ def run(
         show_default=False)] = None,
     results: Annotated[Path, typer.Option(
         "--results", help="Folder that receives <experiment>/<run-id>/.")] = Path("results"),
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the run directory.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON object on stdout (ok, run_dir, error, trustworthy, "
+        "exit_code, workloads); no progress.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="No progress; only errors on stderr, the run directory on "
+        "stdout.")] = False,
     check: Annotated[bool, typer.Option(
         "--check", help="Validate and build the experiment, create nothing, exit.")] = False,
     backend: Annotated[str | None, typer.Option(
@@ -38,7 +52,8 @@ def run(
         "--analysis/--no-analysis", help="Analyse the run at its end (metrics.json, "
         "report.html), or skip it (`aitb analyze RUN_DIR` does it later).")] = True,
 ) -> None:
-    """Deploy the experiment's lab, replay its workloads over real sockets, record, tear down."""
+    """Deploy the experiment's lab, replay its workloads over real sockets, record, check
+    fidelity, tear down. Exit codes: 0 ok, 1 run failed, 2 bad input."""
     from aitb.orchestration.defaults import default_experiment
     from aitb.orchestration.runner import execute, prepare
     from testbed.backends import check_backend
@@ -46,37 +61,75 @@ def run(
     path = experiment or default_experiment()
     if backend is not None:
         check_backend(backend, "--backend")
-    prep = prepare(path)
+    try:
+        prep = prepare(path)
+    except SpecError as exc:
+        if not as_json:
+            raise
+        _emit({"ok": False, "run_dir": None, "error": str(exc), "exit_code": EXIT_BAD_INPUT,
+               "issues": [i.to_dict() for i in exc.issues]})
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     if check:
         typer.echo(f"{path}: ok ({len(prep.plan.nodes)} nodes, {len(prep.workloads)} workloads)")
         return
-    say = (lambda m: None) if quiet or as_json else (lambda m: console.print(f"[dim]{m}[/]"))
     missing = [] if in_vm() else missing_kernel_features(prep.plan)
     if missing:
         if not use_vm:
-            raise LabError(f"this lab needs {', '.join(missing)}, which the host kernel lacks; "
-                           "drop --no-vm to run it in the stock-kernel VM")
-        say(f"this lab needs {', '.join(missing)}, which the host kernel lacks: running it "
-            "inside the stock-kernel VM (--no-vm refuses)")
+            raise LabError(f"this lab needs {', '.join(missing)}, which the host kernel "
+                           "lacks; drop --no-vm to run it in the stock-kernel VM")
         if (backend or prep.backend) != "native":
             raise LabError(f"the {backend or prep.backend} backend does not run inside the "
                            "stock-kernel VM yet; this lab needs it for "
                            f"{', '.join(missing)}")
+        if not (quiet or as_json):
+            console.print(f"this lab needs {', '.join(missing)}, which the host kernel lacks: "
+                          "running it inside the stock-kernel VM (--no-vm refuses)")
         raise typer.Exit(_rerun_in_vm(path, results, as_json=as_json, quiet=quiet,
                                       analysis=analysis))
-    outcome = execute(prep, results, progress=say, analyze=analysis, backend=backend)
+    with StepProgress(console, quiet=quiet or as_json) as step:
+        outcome = execute(prep, results, progress=step, analyze=analysis, backend=backend)
+    code = EXIT_OK if outcome.ok and not outcome.analysis_error else EXIT_FAILED
     if as_json:
-        typer.echo(json.dumps({"ok": outcome.ok, "run_dir": str(outcome.run_dir),
-                               "error": outcome.error, "workloads": outcome.workloads,
-                               "report": str(outcome.report) if outcome.report else None,
-                               "analysis_error": outcome.analysis_error}))
-    elif not outcome.ok:
-        console.print(f"[bold red]run failed:[/] {outcome.error}", markup=True, highlight=False)
-    _say_analysis(outcome, quiet=quiet or as_json)
-    if not as_json:
+        _emit({"ok": outcome.ok, "run_dir": str(outcome.run_dir), "error": outcome.error,
+               "trustworthy": outcome.trustworthy, "exit_code": code,
+               "workloads": outcome.workloads,
+               "report": str(outcome.report) if outcome.report else None,
+               "analysis_error": outcome.analysis_error})
+    else:
+        _summary(outcome, quiet)
+        _say_analysis(outcome, quiet=quiet)
         typer.echo(str(outcome.run_dir))
-    if not outcome.ok or outcome.analysis_error:
-        raise typer.Exit(1)
+    raise typer.Exit(code)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN/inf floats as None: strict JSON has no NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _emit(doc: dict[str, Any]) -> None:
+    typer.echo(json.dumps(_finite(doc), allow_nan=False))
+
+
+def _summary(outcome: Any, quiet: bool) -> None:
+    """The verdict on stderr: failure always, fidelity unless quiet."""
+    if not outcome.ok:
+        console.print(f"[bold red]run failed:[/] {outcome.error}", markup=True,
+                      highlight=False)
+    if quiet or outcome.trustworthy is None:
+        return
+    if outcome.trustworthy:
+        console.print("[green]fidelity: every shaped link within tolerance, CPU not "
+                      "saturated[/] (fidelity.json)")
+    else:
+        console.print("[yellow]fidelity: NOT trustworthy[/] - see fidelity.json "
+                      "(reasons, per-link checks)", highlight=False)
 
 
 def _say_analysis(outcome, *, quiet: bool) -> None:

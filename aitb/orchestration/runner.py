@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +23,13 @@ from aitb.models.plan import LabPlan, plan_to_dict
 from aitb.models.units import UnitError, parse_duration_s, parse_size_bytes
 from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
+from aitb.orchestration.fidelity import FidelityMonitor
 from aitb.orchestration.observe import ObserveConfig, observe_config, observing
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
+from aitb.orchestration.runlog import RunLog
 from aitb.orchestration.transport import apply_host_transport, host_transport_record
 from testbed.backends import make_lab
+from testbed.capabilities import in_vm
 from testbed.inspect import describe
 from testbed.lab import Lab
 from topologies.issues import with_lines
@@ -67,6 +71,7 @@ class RunOutcome:
     workloads: list[dict[str, Any]] = field(default_factory=list)
     report: Path | None = None
     analysis_error: str | None = None
+    trustworthy: bool | None = None  # fidelity.json's verdict; None if the lab never came up
 
 
 def _plan(spec: ExperimentSpec, source: str, base: Path) -> LabPlan:
@@ -115,10 +120,17 @@ def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> Repl
     # start skew of 64 agents on 2 cores from ~30 ms to ~4 ms (bench/start_skew.py)
     return ReplayOptions(
         knobs=knobs, sites=sites, conns_per_peer=t.conns_per_peer, spin_s=200e-6,
-        rt_priority=10,
+        rt_priority=10, agent_start_timeout_s=_agent_start_timeout_s(),
         transfer_timeout_s=unit(("timeouts", "transfer"), parse_duration_s,
                                 spec.timeouts.transfer),
         phase_timeout_s=unit(("timeouts", "phase"), parse_duration_s, spec.timeouts.phase))
+
+
+def _agent_start_timeout_s() -> float:
+    """How long agents may take to say hello: an agent's Python starts in ~0.2 s here, but
+    under software emulation (TCG) its imports take seconds of a vCPU, and all the agents of
+    a workload start at once on 2 vCPUs (8 agents did not make 20 s in the VM)."""
+    return 120.0 if in_vm() == "tcg" else 20.0
 
 
 def prepare(path: Path) -> Prepared:
@@ -210,17 +222,32 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
                             + "; ".join(f"{f.node}: {f.detail}" for f in res.failures))
 
 
+def _fidelity(monitor: FidelityMonitor, run_dir: Path, manifest: dict[str, Any],
+              outcome: RunOutcome, progress: Progress) -> None:
+    """fidelity.json, and its verdict in the manifest and the outcome."""
+    doc = monitor.write(run_dir)
+    outcome.trustworthy = doc["trustworthy"]
+    manifest["fidelity"] = {"trustworthy": doc["trustworthy"], "reasons": doc["reasons"]}
+    for reason in doc["reasons"]:
+        logging.getLogger("aitb.run").warning("fidelity: %s", reason)
+    bad = sum(not e["ok"] for e in doc["links"])
+    progress(f"fidelity: {len(doc['links'])} shaped link directions, {bad} off"
+             + ("" if not doc["cpu"]["saturated"] else ", host CPU saturated"))
+
+
 def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: None,
             run_id: str | None = None, analyze: bool = True,
             backend: str | None = None) -> RunOutcome:
     """Run a prepared experiment; needs root. ``backend`` (native/mininet) overrides the
-    experiment's (:func:`testbed.backends.make_lab`). Creates ``results_dir/<name>/<run-id>/`` with
-    experiment.json, plan.json, manifest.json, per-workload records under workloads/, the
-    merged flows/collectives/bursts/timeline/failures JSONL files, captures/ and counters/
-    (unless the experiment turns them off); a lab owner-marked with
-    the run id's last 6 hex digits exists only while it runs. Never raises for a failure
-    while running: the outcome says it, and error.json holds it. With ``analyze`` (default),
-    then analyses the run (also a failed one, from its partial records; see _analyze).
+    experiment's (:func:`testbed.backends.make_lab`). Creates
+    ``results_dir/<name>/<run-id>/`` with experiment.json, plan.json, manifest.json,
+    per-workload records under workloads/, the merged flows/collectives/bursts/timeline/
+    failures JSONL files, captures/ and counters/ (unless the experiment turns them off),
+    ``run.log`` (every progress step and aitb's log records) and ``fidelity.json`` (once the
+    lab was up); a lab owner-marked with the run id's last 6 hex digits exists only while it
+    runs. Never raises for a failure while running: the outcome says it, and error.json
+    holds it. With ``analyze`` (default), then analyses the run (also a failed one, from its
+    partial records; see _analyze): tables/, metrics.json, report.html.
     """
     run_id = run_id or new_run_id()
     lab_id = run_id.rsplit("-", 1)[-1]
@@ -231,29 +258,53 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     manifest["backend"] = backend = backend or prep.backend
     write_json_atomic(run_dir / "manifest.json", manifest)
     outcome = RunOutcome(run_dir, ok=False)
+    runlog = RunLog(run_dir)
+    progress = runlog.wrap(progress)
+    runlog.log.info("run %s of %s (%s), scale %g, seed %d", run_id, prep.spec.name,
+                    prep.source, prep.spec.scale, prep.spec.seed)
+    try:
+        _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog)
+        outcome.workloads = manifest["workloads"]
+        if analyze:
+            _analyze(run_dir, manifest, outcome, progress)
+    finally:
+        runlog.close()
+    return outcome
+
+
+def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any],
+             outcome: RunOutcome, progress: Progress, backend: str, runlog: RunLog) -> None:
+    """Lab up, fidelity probes, capture and sampling, every workload, lab down; then records
+    merged, fidelity.json and the manifest written, also after a failure (kept in error.json
+    and ``outcome``). Only KeyboardInterrupt propagates."""
+    monitor: FidelityMonitor | None = None
     try:
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
         with make_lab(prep.plan, backend, run_id=lab_id) as lab:
             manifest["lab_timings_s"] = dict(lab.timings)
+            monitor = FidelityMonitor(prep.plan, lab, progress).before()
             with observing(prep.observe, lab, run_dir, manifest, progress):
-                _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
+                try:
+                    _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
+                finally:
+                    monitor.after()
             progress("tearing down")
         outcome.ok = True
     except (AitbError, KeyboardInterrupt) as exc:
         outcome.error = str(exc) or type(exc).__name__
+        runlog.log.error("run failed: %s", outcome.error)
         write_json_atomic(run_dir / "error.json", {"error": outcome.error,
                                                    "type": type(exc).__name__})
         if isinstance(exc, KeyboardInterrupt):
             raise
     finally:
         _merge_records(run_dir)
+        if monitor is not None:
+            _fidelity(monitor, run_dir, manifest, outcome, progress)
         manifest.update(status="ok" if outcome.ok else "failed", ended_at=_now(),
                         error=outcome.error)
         write_json_atomic(run_dir / "manifest.json", manifest)
-    outcome.workloads = manifest["workloads"]
-    if analyze:
-        _analyze(run_dir, manifest, outcome, progress)
-    return outcome
+        runlog.log.info("status %s", manifest["status"])
 
 
 def _analyze(run_dir: Path, manifest: dict[str, Any], outcome: RunOutcome,

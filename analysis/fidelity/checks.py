@@ -1,0 +1,180 @@
+"""The three per-direction checks of the fidelity self-check: rate, RTT, loss (pure).
+
+Each returns ``(measured, status)`` with status ``"ok"`` (within tolerance), ``"off"``
+(outside it: the emulation did not do what the plan said) or ``"not_exercised"`` (nothing to
+measure: no traffic, no backlog, no address to probe, nothing configured).
+
+Input frames have the columns of contract 2 (``counters/qdisc.parquet``: t_s, node, ifname,
+kind, handle, parent, bytes, packets, drops, overlimits, requeues, backlog_bytes,
+backlog_packets; ``counters/links.parquet``: t_s, node, ifname, rx_bytes, tx_bytes,
+rx_packets, tx_packets, rx_dropped, tx_dropped), cumulative kernel counters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from aitb.models.shaping import Shaping
+
+__all__ = ["DirectionRef", "expected_rtt_s", "rtt_tolerance_s", "rate_check", "loss_check",
+           "rtt_check", "RATE_TOLERANCE", "MIN_BACKLOGGED_INTERVALS", "LOSS_Z",
+           "RTT_ABS_TOLERANCE_S", "RTT_REL_TOLERANCE", "PROBE_IP_BYTES"]
+
+# A backlogged HTB class dequeues at its rate on average (tokens pile up only while the queue
+# is empty). 10% covers the sampler's timing error (its t_s is read once per sample, while
+# the objects are dumped one after another: ~0.5 ms of a 10 ms interval) and GSO-sized
+# dequeue quanta (64 KB is 5% of a 10 ms interval at 1 Gbit/s).
+RATE_TOLERANCE = 0.10
+# fewer backlogged sampling intervals than this measure timing noise, not a rate
+MIN_BACKLOGGED_INTERVALS = 3
+# z of a two-sided 99.9% Wilson score interval: with ~200 checked directions per campaign
+# point a 95% interval would flag about 10 correct directions by chance
+LOSS_Z = 3.29
+# RTT: the host's own stack adds tens of microseconds on bare metal and up to a few
+# milliseconds under software emulation (TCG: 21-31 ms for a 20 ms netem RTT, KERNEL.md);
+# the minimum of several echoes removes most of that. Timer slack grows with the delay.
+RTT_ABS_TOLERANCE_S = 2e-3
+RTT_REL_TOLERANCE = 0.10
+PROBE_IP_BYTES = 84  # ICMP echo with 56 bytes of data: 20 IP + 8 ICMP + 56, like ping(8)
+ETH_HLEN = 14  # what HTB counts on a veth on top of the IP packet
+
+
+@dataclass(frozen=True, slots=True)
+class DirectionRef:
+    """One shaped direction of one link and where its counters live.
+
+    link: link name; direction: ``"a->b"`` or ``"b->a"``; tx_node/tx_dev: the sending end
+    (HTB rate limiter and bottleneck queue on its egress); rx_node/rx_dev: the receiving end;
+    netem_dev: the IFB in rx_node that holds the delay line (None without one); configured:
+    this direction's shaping; reverse: the other direction's (for the round trip).
+    """
+
+    link: str
+    direction: str
+    tx_node: str
+    tx_dev: str
+    rx_node: str
+    rx_dev: str
+    netem_dev: str | None
+    configured: Shaping
+    reverse: Shaping
+
+
+def _rows(df: pd.DataFrame | None, node: str, ifname: str, **match: str) -> pd.DataFrame:
+    if df is None or df.empty:
+        return pd.DataFrame()
+    keep = (df["node"] == node) & (df["ifname"] == ifname)
+    for col, value in match.items():
+        keep &= df[col] == value
+    return df[keep].sort_values("t_s")
+
+
+def rate_check(qdisc: pd.DataFrame | None, ref: DirectionRef) -> tuple[float | None, str]:
+    """Dequeue rate (bit/s) of the HTB root (handle ``1:``) on the sending interface during
+    the sampling intervals whose both ends saw a backlog, against ``configured.rate_bps``.
+
+    Bytes are what HTB counts (IP packet plus the 14-byte Ethernet header on a veth), so the
+    measured rate compares directly with the configured HTB rate. ``not_exercised`` without a
+    configured rate or with fewer than :data:`MIN_BACKLOGGED_INTERVALS` backlogged intervals;
+    ``off`` when the rate differs by more than :data:`RATE_TOLERANCE` (relative).
+    """
+    rate = ref.configured.rate_bps
+    rows = _rows(qdisc, ref.tx_node, ref.tx_dev, kind="htb")
+    rows = rows[rows["handle"].isin(("1:", "1:0"))] if len(rows) else rows
+    if rate is None or len(rows) < 2:
+        return None, "not_exercised"
+    queued = ((rows["backlog_bytes"] > 0) | (rows["backlog_packets"] > 0)).to_numpy()
+    busy = queued[1:] & queued[:-1]
+    dt = np.diff(rows["t_s"].to_numpy(dtype=float))[busy]
+    dbytes = np.diff(rows["bytes"].to_numpy(dtype=np.int64))[busy]
+    if busy.sum() < MIN_BACKLOGGED_INTERVALS or dt.sum() <= 0:
+        return None, "not_exercised"
+    measured = 8.0 * float(dbytes.sum()) / float(dt.sum())
+    return measured, "ok" if abs(measured / rate - 1.0) <= RATE_TOLERANCE else "off"
+
+
+def _delta(rows: pd.DataFrame, col: str) -> int:
+    return int(rows[col].iloc[-1] - rows[col].iloc[0]) if len(rows) else 0
+
+
+def configured_loss_pct(s: Shaping) -> float:
+    """Mean configured loss in percent: random loss, or the Gilbert-Elliott stationary mean."""
+    return s.loss_gemodel.mean_loss_pct() if s.loss_gemodel is not None else s.loss_pct
+
+
+def _burst_length(s: Shaping) -> float:
+    """Mean run length of losses: 100/r_pct for Gilbert-Elliott (the bad state's mean
+    sojourn, geometric), 1 for random loss. Losses in runs are fewer independent draws."""
+    if s.loss_gemodel is None or s.loss_gemodel.r_pct <= 0:
+        return 1.0
+    return 100.0 / s.loss_gemodel.r_pct
+
+
+def wilson_interval(k: float, n: float, z: float = LOSS_Z) -> tuple[float, float]:
+    """Wilson score interval (fractions) of k successes in n trials. Source: E. B. Wilson,
+    "Probable inference, the law of succession, and statistical inference", JASA 22 (1927)."""
+    p = k / n if n else 0.0
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def loss_check(qdisc: pd.DataFrame | None, links: pd.DataFrame | None,
+               ref: DirectionRef) -> tuple[float | None, str]:
+    """Measured loss (percent) of the direction over the sampled period, against the
+    configured one.
+
+    Drops: the netem qdisc's drops (its loss model; its limit is sized never to overflow) plus
+    the sending veth's tx_dropped (a full per-CPU backlog: loss nobody configured). Packets
+    offered: netem's packets + drops where there is a delay line, else the veth's tx_packets
+    + tx_dropped. ``ok``: no drop at all for a configured 0%, else the configured mean inside
+    the 99.9% Wilson interval of the measured fraction (trials thinned by the mean burst
+    length for Gilbert-Elliott loss). ``not_exercised`` when no packet was offered.
+    """
+    veth = _rows(links, ref.tx_node, ref.tx_dev)
+    drops, offered = _delta(veth, "tx_dropped"), _delta(veth, "tx_packets")
+    offered += drops
+    if ref.netem_dev is not None:
+        netem = _rows(qdisc, ref.rx_node, ref.netem_dev, kind="netem")
+        netem_drops = _delta(netem, "drops")
+        drops += netem_drops
+        offered = _delta(netem, "packets") + netem_drops + _delta(veth, "tx_dropped")
+    if offered <= 0:
+        return None, "not_exercised"
+    measured = 100.0 * drops / offered
+    want = configured_loss_pct(ref.configured)
+    if want == 0:
+        return measured, "ok" if drops == 0 else "off"
+    burst = _burst_length(ref.configured)
+    low, high = wilson_interval(drops / burst, offered / burst)
+    return measured, "ok" if low <= want / 100.0 <= high else "off"
+
+
+def expected_rtt_s(fwd: Shaping, rev: Shaping, probe_ip_bytes: int = PROBE_IP_BYTES) -> float:
+    """Round trip of one echo over the link (seconds): both one-way delays plus the probe's
+    serialization at each direction's rate (frame = IP packet + Ethernet header)."""
+    bits = 8 * (probe_ip_bytes + ETH_HLEN)
+    ser = sum(bits / s.rate_bps for s in (fwd, rev) if s.rate_bps)
+    return fwd.delay_s + rev.delay_s + ser
+
+
+def rtt_tolerance_s(fwd: Shaping, rev: Shaping) -> tuple[float, float]:
+    """Accepted (low, high) of the measured minimum RTT in seconds: the expected RTT minus
+    both jitters and :data:`RTT_ABS_TOLERANCE_S`, up to the expected RTT plus
+    :data:`RTT_ABS_TOLERANCE_S` and :data:`RTT_REL_TOLERANCE` of it."""
+    want = expected_rtt_s(fwd, rev)
+    low = want - fwd.jitter_s - rev.jitter_s - RTT_ABS_TOLERANCE_S
+    return max(0.0, low), want * (1 + RTT_REL_TOLERANCE) + RTT_ABS_TOLERANCE_S
+
+
+def rtt_check(rtt_s: float | None, ref: DirectionRef) -> str:
+    """``ok`` when the probed minimum RTT of the link lies within :func:`rtt_tolerance_s`,
+    ``off`` outside, ``not_exercised`` when it was not probed (an end without address)."""
+    if rtt_s is None:
+        return "not_exercised"
+    low, high = rtt_tolerance_s(ref.configured, ref.reverse)
+    return "ok" if low <= rtt_s <= high else "off"

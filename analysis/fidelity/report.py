@@ -1,0 +1,118 @@
+"""``fidelity.json`` (contract 3) from the per-direction checks and the CPU samples (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.fidelity.checks import (
+    DirectionRef,
+    configured_loss_pct,
+    expected_rtt_s,
+    loss_check,
+    rate_check,
+    rtt_check,
+)
+
+__all__ = ["CPU_SATURATED_PCT", "cpu_summary", "direction_entry", "fidelity_report",
+           "traffic_windows", "samples_in_windows"]
+
+# Host CPU busy share (all cores, psutil.cpu_percent over ~100 ms windows) at or above which
+# a window counts as saturated. HTB's watchdog timers, netem's delay line and the agents'
+# sockets all run in softirq and process context on the same cores: once the cores are busy
+# all the time, dequeues and deliveries wait for CPU and the emulated rate and delay stretch.
+# 90% and not 100%: a 100 ms window at 90% already means ~10 ms of runnable work queued
+# behind other work on a 2-core host, longer than a 1 ms HTB burst or a 10 ms sample.
+# The run counts as saturated when at least 5% of its windows are (their p95 >= threshold).
+CPU_SATURATED_PCT = 90.0
+
+
+def cpu_summary(busy_pct: Sequence[float], threshold_pct: float = CPU_SATURATED_PCT
+                ) -> dict[str, Any]:
+    """``{"busy_pct_mean", "busy_pct_p95", "saturated", "threshold_pct"}`` of host CPU busy
+    samples (percent of all cores, one per ~100 ms window); saturated when the 95th
+    percentile reaches ``threshold_pct``. No samples: mean/p95 None, not saturated."""
+    if len(busy_pct) == 0:
+        return {"busy_pct_mean": None, "busy_pct_p95": None, "saturated": False,
+                "threshold_pct": threshold_pct}
+    arr = np.asarray(busy_pct, dtype=float)
+    p95 = float(np.percentile(arr, 95))
+    return {"busy_pct_mean": round(float(arr.mean()), 2), "busy_pct_p95": round(p95, 2),
+            "saturated": p95 >= threshold_pct, "threshold_pct": threshold_pct}
+
+
+def traffic_windows(timeline: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """(first op start, last op end) in seconds of each workload in ``timeline`` records
+    (timeline.jsonl: ``t_start``, ``t_end``, ``workload_index``): when traffic was planned.
+    Agents starting up (seconds of CPU each under software emulation) fall outside."""
+    spans: dict[Any, tuple[float, float]] = {}
+    for r in timeline:
+        key = r.get("workload_index")
+        lo, hi = spans.get(key, (r["t_start"], r["t_end"]))
+        spans[key] = (min(lo, r["t_start"]), max(hi, r["t_end"]))
+    return sorted(spans.values())
+
+
+def samples_in_windows(samples: Sequence[tuple[float, float]], interval_s: float,
+                       windows: Sequence[tuple[float, float]]) -> list[float]:
+    """Busy percentages of the CPU ``samples`` ((end time s, percent) over the preceding
+    ``interval_s``) whose window overlaps one of ``windows``; all of them if there are none."""
+    if not windows:
+        return [pct for _, pct in samples]
+    return [pct for t, pct in samples
+            if any(t > lo and t - interval_s < hi for lo, hi in windows)]
+
+
+def direction_entry(ref: DirectionRef, qdisc: pd.DataFrame | None, links: pd.DataFrame | None,
+                    rtt_s: float | None) -> dict[str, Any]:
+    """One entry of ``links`` in fidelity.json for ``ref``: configured, measured, checks, ok
+    (no check ``off``). ``rtt_s``: the probed minimum RTT of the link (None: not probed)."""
+    rate, rate_status = rate_check(qdisc, ref)
+    loss, loss_status = loss_check(qdisc, links, ref)
+    checks = {"rate": rate_status, "rtt": rtt_check(rtt_s, ref), "loss": loss_status}
+    s = ref.configured
+    return {"link": ref.link, "node": ref.tx_node, "ifname": ref.tx_dev,
+            "direction": ref.direction,
+            "configured": {"rate_bps": s.rate_bps, "delay_s": s.delay_s,
+                           "loss_pct": configured_loss_pct(s)},
+            "measured": {"rate_bps": None if rate is None else round(rate),
+                         "rtt_s": rtt_s, "loss_pct": loss},
+            "checks": checks, "ok": "off" not in checks.values()}
+
+
+def _reasons(entry: Mapping[str, Any], ref: DirectionRef) -> list[str]:
+    where = f"link {entry['link']} {entry['direction']} ({entry['node']}:{entry['ifname']})"
+    got, want, checks = entry["measured"], entry["configured"], entry["checks"]
+    out = []
+    if checks["rate"] == "off":
+        out.append(f"{where}: rate {got['rate_bps'] / 1e6:.3f} Mbit/s measured while "
+                   f"backlogged, {want['rate_bps'] / 1e6:.3f} Mbit/s configured")
+    if checks["rtt"] == "off":
+        out.append(f"{where}: RTT {got['rtt_s'] * 1e3:.3f} ms measured, "
+                   f"{expected_rtt_s(ref.configured, ref.reverse) * 1e3:.3f} ms expected")
+    if checks["loss"] == "off":
+        out.append(f"{where}: loss {got['loss_pct']:.4g}% measured, "
+                   f"{want['loss_pct']:.4g}% configured")
+    return out
+
+
+def fidelity_report(refs: Sequence[DirectionRef], qdisc: pd.DataFrame | None,
+                    links: pd.DataFrame | None, rtts: Mapping[str, float | None],
+                    cpu: Mapping[str, Any]) -> dict[str, Any]:
+    """The fidelity.json document: one entry per direction of ``refs`` (``rtts``: link name
+    -> probed minimum RTT in seconds or None), the CPU summary (:func:`cpu_summary`),
+    ``trustworthy`` (no check off and CPU not saturated) and the ``reasons`` it is not."""
+    entries, reasons = [], []
+    for ref in refs:
+        entry = direction_entry(ref, qdisc, links, rtts.get(ref.link))
+        entries.append(entry)
+        reasons += _reasons(entry, ref)
+    if cpu.get("saturated"):
+        reasons.append(f"host CPU saturated: 95th percentile of busy share "
+                       f"{cpu['busy_pct_p95']:.0f}% >= {cpu['threshold_pct']:.0f}%: emulated "
+                       "rates and delays stretch when dequeues wait for a CPU")
+    return {"links": entries, "cpu": dict(cpu), "trustworthy": not reasons,
+            "reasons": reasons}

@@ -1,0 +1,69 @@
+"""One snapshot of every qdisc's and interface's cumulative counters of a lab, as rows with
+the columns of contract 2 (``counters/qdisc.parquet``, ``counters/links.parquet``). Two
+snapshots (before and after the workloads) let the fidelity check measure loss when no
+counter sampler ran. Needs root; reads through netlink, changes nothing."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+from testbed.inspect import qdisc_stats
+from testbed.links import RTM_GETLINK
+from testbed.nl import dump
+from testbed.verify import dump_tc
+
+if TYPE_CHECKING:
+    from testbed.lab import Lab
+
+__all__ = ["snapshot", "QDISC_COLUMNS", "LINK_COLUMNS"]
+
+QDISC_COLUMNS = ("t_s", "node", "ifname", "kind", "handle", "parent", "bytes", "packets",
+                 "drops", "overlimits", "requeues", "backlog_bytes", "backlog_packets")
+LINK_COLUMNS = ("t_s", "node", "ifname", "rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
+                "rx_dropped", "tx_dropped")
+_LINK_STATS = LINK_COLUMNS[3:]
+
+
+def _contract_handle(handle: str) -> str:
+    """A qdisc handle as contract 2 spells it: ``"1:"``, not ``"1:0"``."""
+    return handle[:-1] if handle.endswith(":0") else handle
+
+
+def _node_rows(lab: Lab, node: str, t_s: float) -> tuple[list[dict[str, Any]],
+                                                         list[dict[str, Any]]]:
+    sock = lab.node_io(node).sock
+    names, links = {}, []
+    for m in dump(sock, ifinfmsg(), RTM_GETLINK, f"node {node}"):
+        names[m["index"]] = name = m.get_attr("IFLA_IFNAME")
+        st = m.get_attr("IFLA_STATS64") or {}
+        links.append({"t_s": t_s, "node": node, "ifname": name,
+                      **{k: int(st.get(k, 0)) for k in _LINK_STATS}})
+    qdiscs = []
+    for (index, _, verb), m in dump_tc(sock, f"node {node}", sorted(names)).items():
+        if verb != "qdisc" or index not in names:
+            continue
+        q = qdisc_stats(m)
+        qdiscs.append({"t_s": t_s, "node": node, "ifname": names[index], "kind": q["kind"],
+                       "handle": _contract_handle(q["handle"]), "parent": q["parent"],
+                       "bytes": q.get("bytes", 0), "packets": q.get("packets", 0),
+                       "drops": q.get("drops", 0), "overlimits": q.get("overlimits", 0),
+                       "requeues": q.get("requeues", 0),
+                       "backlog_bytes": q.get("backlog_bytes", 0),
+                       "backlog_packets": q.get("qlen", 0)})
+    return qdiscs, links
+
+
+def snapshot(lab: Lab) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(qdisc rows, interface rows) of every node of ``lab`` now, stamped with one
+    ``time.time()`` (seconds). Raises LabError naming the node if a dump is refused."""
+    t_s = time.time()
+    qdiscs: list[dict[str, Any]] = []
+    links: list[dict[str, Any]] = []
+    for n in lab.plan.nodes:
+        q, ln = _node_rows(lab, n.name, t_s)
+        qdiscs += q
+        links += ln
+    return qdiscs, links

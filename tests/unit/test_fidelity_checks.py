@@ -1,0 +1,173 @@
+"""Fidelity checks over hand-built counter frames (contract 2 columns)."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from aitb.models.shaping import GilbertElliott, Shaping
+from analysis.fidelity import (
+    CPU_SATURATED_PCT,
+    DirectionRef,
+    cpu_summary,
+    expected_rtt_s,
+    fidelity_report,
+    loss_check,
+    rate_check,
+    rtt_check,
+)
+from analysis.fidelity.checks import wilson_interval
+
+QCOLS = ["t_s", "node", "ifname", "kind", "handle", "parent", "bytes", "packets", "drops",
+         "overlimits", "requeues", "backlog_bytes", "backlog_packets"]
+LCOLS = ["t_s", "node", "ifname", "rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
+         "rx_dropped", "tx_dropped"]
+
+
+def ref(shaping, reverse=None, netem=None):
+    return DirectionRef("a-b", "a->b", "a", "eth0", "b", "eth0", netem, shaping,
+                        reverse or Shaping())
+
+
+def htb_rows(rate_Bps, backlog, dt=0.01, node="a", t0=1000.0, burst_Bps=None):
+    """One HTB root row per sample; bytes grow at rate_Bps while backlogged, else burst_Bps."""
+    rows, sent = [], 0
+    for i, q in enumerate(backlog):
+        if i:
+            sent += int((rate_Bps if q and backlog[i - 1] else (burst_Bps or 0)) * dt)
+        rows.append([t0 + i * dt, node, "eth0", "htb", "1:", "root", sent, sent // 1514, 0, 0,
+                     0, 3000 * q, 2 * q])
+    return pd.DataFrame(rows, columns=QCOLS)
+
+
+def test_rate_ok_counts_only_backlogged_intervals():
+    # 100 Mbit/s while queued; an unqueued interval sending at 3x (an HTB burst) is ignored
+    df = htb_rows(12.5e6, [0, 1, 1, 1, 1, 1, 0, 1, 1, 0], burst_Bps=37.5e6)
+    measured, status = rate_check(df, ref(Shaping(rate_bps=100_000_000)))
+    assert status == "ok"
+    assert measured == pytest.approx(100e6, rel=1e-3)  # integer bytes per sample
+
+
+def test_rate_off_when_short_of_configured():
+    df = htb_rows(0.8 * 12.5e6, [1] * 10)
+    measured, status = rate_check(df, ref(Shaping(rate_bps=100_000_000)))
+    assert (status, round(measured / 1e6)) == ("off", 80)
+
+
+def test_rate_not_exercised_without_backlog_or_rate():
+    df = htb_rows(12.5e6, [0, 1, 0, 1, 1, 0, 0])  # one backlogged interval only
+    assert rate_check(df, ref(Shaping(rate_bps=100_000_000))) == (None, "not_exercised")
+    assert rate_check(htb_rows(12.5e6, [1] * 5), ref(Shaping(delay_s=0.01)))[1] \
+        == "not_exercised"
+    assert rate_check(None, ref(Shaping(rate_bps=10**8)))[1] == "not_exercised"
+
+
+def test_rate_ignores_other_nodes_and_classes():
+    mine = htb_rows(12.5e6, [1] * 6)
+    other = htb_rows(1e6, [1] * 6, node="b")
+    cls = mine.assign(handle="1:1", parent="1:", bytes=mine["bytes"] * 7)
+    _, status = rate_check(pd.concat([other, cls, mine]), ref(Shaping(rate_bps=10**8)))
+    assert status == "ok"
+
+
+def netem_rows(packets, drops, node="b", dev="ifb101"):
+    return pd.DataFrame([[1.0, node, dev, "netem", "1:", "root", 0, 0, 0, 0, 0, 0, 0],
+                         [9.0, node, dev, "netem", "1:", "root", packets * 1500, packets,
+                          drops, 0, 0, 0, 0]], columns=QCOLS)
+
+
+def veth_rows(tx_packets, tx_dropped, node="a"):
+    return pd.DataFrame([[1.0, node, "eth0", 0, 0, 0, 5, 0, 0],
+                         [9.0, node, "eth0", 0, 0, 0, 5 + tx_packets, 0, tx_dropped]],
+                        columns=LCOLS)
+
+
+def test_loss_within_binomial_interval():
+    r = ref(Shaping(delay_s=0.01, loss_pct=1.0), netem="ifb101")
+    measured, status = loss_check(netem_rows(99_000, 1_000), veth_rows(100_000, 0), r)
+    assert status == "ok" and measured == pytest.approx(1.0)
+    # 1.3% of 100000 is 9.5 standard deviations away from 1%
+    assert loss_check(netem_rows(98_700, 1_300), veth_rows(100_000, 0), r)[1] == "off"
+
+
+def test_loss_zero_configured_any_drop_is_off():
+    r = ref(Shaping(delay_s=0.01), netem="ifb101")
+    assert loss_check(netem_rows(5000, 0), veth_rows(5000, 0), r) == (0.0, "ok")
+    assert loss_check(netem_rows(5000, 0), veth_rows(5000, 2), r)[1] == "off"  # veth backlog
+    no_netem = ref(Shaping(rate_bps=10**8))
+    measured, status = loss_check(None, veth_rows(999, 1), no_netem)
+    assert status == "off" and measured == pytest.approx(0.1)
+    assert loss_check(None, veth_rows(0, 0), no_netem) == (None, "not_exercised")
+
+
+def test_loss_gemodel_uses_mean_and_burst_length():
+    ge = GilbertElliott(p_pct=1.0, r_pct=25.0)  # mean loss 100*1/26 = 3.85%, bursts of 4
+    r = ref(Shaping(delay_s=0.01, loss_gemodel=ge), netem="ifb101")
+    # 4.4% of 20000: off for independent losses (4 sigma), ok for bursts of mean length 4
+    assert loss_check(netem_rows(19_120, 880), veth_rows(20_000, 0), r)[1] == "ok"
+    lo, hi = wilson_interval(880, 20_000)
+    assert not lo <= ge.mean_loss_pct() / 100 <= hi
+
+
+def test_wilson_interval_matches_textbook():
+    # Wilson (1927) for 1 success in 10 at z=1.96: 0.0179 .. 0.4042 (Newcombe 1998, table I)
+    lo, hi = wilson_interval(1, 10, z=1.96)
+    assert (round(lo, 4), round(hi, 4)) == (0.0179, 0.4042)
+
+
+def test_rtt_expected_and_checked():
+    fwd = Shaping(rate_bps=10**6, delay_s=0.010)
+    rev = Shaping(rate_bps=10**6, delay_s=0.005)
+    want = 0.015 + 2 * 98 * 8 / 1e6  # both delays + an 84-byte echo + 14 Ethernet each way
+    assert expected_rtt_s(fwd, rev) == pytest.approx(want)
+    r = ref(fwd, rev)
+    assert rtt_check(want + 0.001, r) == "ok"
+    assert rtt_check(want * 1.5, r) == "off"
+    assert rtt_check(0.005, r) == "off"  # faster than the configured delay
+    assert rtt_check(None, r) == "not_exercised"
+
+
+def test_cpu_summary_threshold():
+    calm = cpu_summary([20.0] * 90 + [100.0] * 4)
+    assert calm["saturated"] is False and calm["threshold_pct"] == CPU_SATURATED_PCT
+    busy = cpu_summary([20.0] * 90 + [100.0] * 10)
+    assert busy["saturated"] is True and busy["busy_pct_mean"] == pytest.approx(28.0)
+    assert cpu_summary([])["busy_pct_mean"] is None
+
+
+def test_report_untrustworthy_with_reasons():
+    r = ref(Shaping(rate_bps=100_000_000, delay_s=0.01), Shaping(delay_s=0.01),
+            netem="ifb101")
+    qdisc = pd.concat([htb_rows(0.5 * 12.5e6, [1] * 8), netem_rows(800, 0)])
+    doc = fidelity_report([r], qdisc, veth_rows(800, 0), {"a-b": 0.0201},
+                          cpu_summary([99.0] * 10))
+    (entry,) = doc["links"]
+    assert entry["checks"] == {"rate": "off", "rtt": "ok", "loss": "ok"}
+    assert entry["ok"] is False and doc["trustworthy"] is False
+    assert any("rate 50.000 Mbit/s" in x for x in doc["reasons"])
+    assert any("CPU saturated" in x for x in doc["reasons"])
+    assert set(entry) == {"link", "node", "ifname", "direction", "configured", "measured",
+                          "checks", "ok"}
+    assert not math.isnan(entry["measured"]["rate_bps"])
+
+
+def test_report_trustworthy_when_all_ok():
+    r = ref(Shaping(rate_bps=100_000_000))
+    doc = fidelity_report([r], htb_rows(12.5e6, [1] * 8), veth_rows(800, 0), {},
+                          cpu_summary([30.0] * 10))
+    assert doc["trustworthy"] is True and doc["reasons"] == []
+    assert doc["links"][0]["checks"]["rtt"] == "not_exercised"
+
+
+def test_cpu_counts_only_while_workloads_ran():
+    from analysis.fidelity import samples_in_windows, traffic_windows
+    timeline = [{"workload_index": 0, "t_start": 10.0, "t_end": 10.5},
+                {"workload_index": 0, "t_start": 10.2, "t_end": 11.0},
+                {"workload_index": 1, "t_start": 20.0, "t_end": 20.3}]
+    windows = traffic_windows(timeline)
+    assert windows == [(10.0, 11.0), (20.0, 20.3)]
+    # agents starting between the workloads saturate the CPU: not counted
+    samples = [(9.5, 100.0), (10.05, 40.0), (11.05, 50.0), (15.0, 100.0), (20.2, 60.0),
+               (20.5, 100.0)]
+    assert samples_in_windows(samples, 0.1, windows) == [40.0, 50.0, 60.0]
+    assert len(samples_in_windows(samples, 0.1, [])) == 6
