@@ -5,7 +5,9 @@ Target (issue 3): p99 start skew < 1 ms. Every agent is one emulated host (its o
 namespace on the netns tests' bridge star); each burst is a permutation (every agent sends
 4 KiB to another) started by the controller at one absolute instant; the skew of a sender is
 its first-byte send time minus that instant (host clock, shared by all namespaces).
-It first measures the machine's floor: the same number of bare processes that only sleep until
+It runs the same bursts twice on one lab: with aitb's default start (start_mode "kick": one
+starter process per core writes the first segment of every flow at the instant, kick.py) and
+with every agent waking itself ("sleep"), and prints the ratio. It first measures the machine's floor: the same number of bare processes that only sleep until
 one instant (same sleep, same priority) and read the clock; on 2 cores, every woken process
 delays the next ones by its context switch and interpreter resume.
 """
@@ -57,59 +59,67 @@ def bare_wakeup_skew(n: int, rt_priority: int | None, spin_s: float) -> list[flo
     return out
 
 
-def _main(run_dir: Path) -> None:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--agents", type=int, default=64)
     ap.add_argument("--bursts", type=int, default=10)
-    ap.add_argument("--spin-us", type=float, default=0)
+    ap.add_argument("--spin-us", type=float, default=200,
+                    help="busy-wait before the instant (aitb run uses 200 us)")
     ap.add_argument("--offloads", action="store_true", help="keep TSO/GSO/GRO on the veths")
     ap.add_argument("--size", type=int, default=4096, help="bytes per flow")
     ap.add_argument("--pattern", choices=["permutation", "incast"], default="permutation")
     ap.add_argument("--verbose", action="store_true", help="print every skew (us)")
-    ap.add_argument("--rt-priority", type=int, default=None,
-                    help="SCHED_FIFO priority for the start instant (default: none)")
-    ap.add_argument("--start-mode", choices=["kick", "sleep"], default="kick",
-                    help="kick: the controller's starter writes the first bytes of every "
-                         "flow (traffic_gen/kick.py, the default); sleep: each agent wakes "
-                         "itself")
-    args = ap.parse_args()
+    ap.add_argument("--rt-priority", type=int, default=10,
+                    help="SCHED_FIFO priority for the start instant (aitb run uses 10; 0: none)")
+    ap.add_argument("--start-mode", choices=["kick", "sleep", "both"], default="both",
+                    help="kick: the controller's starters write the first bytes of every "
+                         "flow (traffic_gen/kick.py, aitb's default); sleep: each agent wakes "
+                         "itself; both (default): one after the other on the same lab")
+    return ap.parse_args()
+
+
+def _replay(star: Star, args: argparse.Namespace, mode: str, run_dir: Path) -> list[float]:
     n = args.agents
-    floor = bare_wakeup_skew(n, args.rt_priority, args.spin_us * 1e-6)
+    ops = []
+    for k in range(args.bursts):
+        if args.pattern == "incast":
+            ops += incast(range(1, n), 0, args.size, label=f"incast{k}")
+        else:
+            ops += permutation(range(n), args.size, seed=k, label=f"perm{k}")
+    sched = pattern_schedule("skew", n, ops)
+    t = time.time()
+    res = replay(sched, {r: f"h{r}" for r in range(n)}, NetnsExecLauncher(star.hosts),
+                 run_dir / mode, star.addresses,
+                 ReplayOptions(agent_start_timeout_s=120, spin_s=args.spin_us * 1e-6,
+                               rt_priority=args.rt_priority or None, start_mode=mode))
+    print(f"[{mode}] replay of {args.bursts} bursts took {time.time() - t:.1f} s, ok={res.ok}")
+    bursts = list(read_records(res.paths["bursts"], BurstRecord))
+    skew = [s for b in bursts for s in b.skew_s]
+    if args.verbose:
+        for b in bursts:
+            print(" ".join(f"{x * 1e6:.0f}" for x in sorted(b.skew_s)))
+    print(f"[{mode}] senders x bursts: {len(skew)}; start skew p50 "
+          f"{percentile(skew, 50) * 1e3:.3f} ms, p99 {percentile(skew, 99) * 1e3:.3f} ms, "
+          f"max {max(skew) * 1e3:.3f} ms (target p99 < 1 ms)")
+    return skew
+
+
+def _main(run_dir: Path) -> None:
+    args = _args()
+    n = args.agents
+    floor = bare_wakeup_skew(n, args.rt_priority or None, args.spin_us * 1e-6)
     print(f"floor: {n} bare processes waking at one instant (no traffic): "
           f"p50 {percentile(floor, 50) * 1e3:.3f} ms, p99 {percentile(floor, 99) * 1e3:.3f} ms")
     t = time.time()
     star = Star(n, offloads=args.offloads).up()
     print(f"lab of {n} namespaces up in {time.time() - t:.1f} s")
+    modes = ["kick", "sleep"] if args.start_mode == "both" else [args.start_mode]
     try:
-        ops = []
-        for k in range(args.bursts):
-            if args.pattern == "incast":
-                ops += incast(range(1, n), 0, args.size, label=f"incast{k}")
-            else:
-                ops += permutation(range(n), args.size, seed=k, label=f"perm{k}")
-        sched = pattern_schedule("skew", n, ops)
-        t = time.time()
-        res = replay(sched, {r: f"h{r}" for r in range(n)}, NetnsExecLauncher(star.hosts),
-                     run_dir, star.addresses,
-                     ReplayOptions(agent_start_timeout_s=120,
-                                   spin_s=args.spin_us * 1e-6,
-                                   rt_priority=args.rt_priority,
-                                   start_mode=args.start_mode))
-        print(f"replay of {args.bursts} bursts took {time.time() - t:.1f} s, ok={res.ok}")
+        p99 = {m: percentile(_replay(star, args, m, run_dir), 99) for m in modes}
     finally:
         star.down()
-    bursts = list(read_records(res.paths["bursts"], BurstRecord))
-    skew = [s for b in bursts for s in b.skew_s]
-    print(f"senders x bursts: {len(skew)}")
-    if args.verbose:
-        for b in bursts:
-            print(" ".join(f"{x * 1e6:.0f}" for x in sorted(b.skew_s)))
-    for q in (50, 99):
-        print(f"p{q} start skew: {percentile(skew, q) * 1e3:.3f} ms")
-    for b in bursts:
-        print(f"  {b.label}: p50 {b.skew_p50_s * 1e3:.3f} ms  p99 {b.skew_p99_s * 1e3:.3f} ms")
-    print(f"max start skew: {max(skew) * 1e3:.3f} ms, min {min(skew) * 1e3:.3f} ms "
-          "(target p99 < 1 ms)")
+    if len(p99) == 2:
+        print(f"p99 start skew, sleep / kick: {p99['sleep'] / p99['kick']:.1f}x")
 
 
 def main() -> None:

@@ -94,7 +94,7 @@ class Agent:
         kick = self.setup.get("kick")
         assert self.shared is not None and self.eps is not None
         if kick:
-            client = KickClient(kick["path"], kick["bytes"])
+            client = KickClient(kick["paths"], kick["bytes"])
             client.register(self.eps.tcp_senders())
             self.shared.kicker = client
 

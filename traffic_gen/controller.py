@@ -5,7 +5,7 @@ agent ``hello`` -> controller ``setup`` (ranks, programs, connections to open, o
 agent ``listening`` (ports) -> controller ``peers`` (every rank's endpoint) -> agent
 ``connected`` (TCP settings read back) -> per phase: controller ``start`` (phase, absolute t0)
 -> agent ``phase_done`` (half records) -> controller ``stop``. With ``start_mode`` "kick",
-agents also hand their outgoing TCP sockets to the controller's starter (kick.py) before
+agents also hand their outgoing TCP sockets to the controller's starters (kick.py) before
 ``connected``, and timed transfers are started by it. An agent's ``error``, a closed
 control socket, an exited process or a timeout ends the run: ``abort`` to every agent, then
 every agent process still alive is killed by its pid.
@@ -13,8 +13,10 @@ every agent process still alive is killed by its pid.
 
 from __future__ import annotations
 
+import os
 import queue
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -24,7 +26,6 @@ from typing import Any
 
 from aitb.models.records import FailureRecord
 from traffic_gen.jsonl import RecordWriter
-from traffic_gen.kick import KickServer
 from traffic_gen.launch import Launcher
 from traffic_gen.merge import merge_phase
 from traffic_gen.program import Program
@@ -57,7 +58,8 @@ class Controller:
         self.phase_t0: list[float] = []
         self.sock_path = run_dir / "ctl.sock"
         self.sock_dir: Path | None = None
-        self.kick: KickServer | None = None
+        self.kick_procs: list[subprocess.Popen[bytes]] = []
+        self.kick_paths: list[Path] = []
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, program: Program, placement: Mapping[int, str], writer: RecordWriter) -> None:
@@ -84,7 +86,7 @@ class Controller:
         self.sock_path = self.sock_dir / "ctl.sock"
 
     def _listen(self) -> socket.socket:
-        if len(str(self.sock_path.parent / "kick.sock").encode()) > _SUN_PATH_MAX:
+        if len(str(self.sock_path.parent / "kick0.sock").encode()) > _SUN_PATH_MAX:
             self._private_sock_dir()  # too deep a run directory for sun_path
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -100,9 +102,7 @@ class Controller:
     def _start_agents(self) -> None:
         srv = self._listen()
         if self.opt.start_mode == "kick":
-            self.kick = KickServer(self.sock_path.parent / "kick.sock", self.opt.spin_s,
-                                   self.opt.rt_priority)
-            self.kick.start()
+            self._start_kickers()
         threading.Thread(target=self._accept, args=(srv,), daemon=True).start()
         logs = self.run_dir / "agents"
         logs.mkdir(exist_ok=True)
@@ -113,6 +113,35 @@ class Controller:
                 self.procs[node] = self.launcher.popen(node, argv, stdout=log,
                                                        stderr=log, stdin=None)
         self._gather("hello", self.opt.agent_start_timeout_s)
+
+    def _start_kickers(self) -> None:
+        """One starter process per core (kick.py), each on its own socket beside ctl.sock;
+        returns when every socket exists. Raises RunFailed if one exits or is late."""
+        logs = self.run_dir / "agents"
+        logs.mkdir(exist_ok=True)
+        for k in range(max(1, min(os.cpu_count() or 1, 4))):
+            path = self.sock_path.parent / f"kick{k}.sock"
+            argv = [self.opt.python, "-m", "traffic_gen.kick", "--path", str(path),
+                    "--spin-s", str(self.opt.spin_s),
+                    *(["--rt-priority", str(self.opt.rt_priority)] if self.opt.rt_priority
+                      else [])]
+            with (logs / f"starter{k}.log").open("w") as log:
+                self.kick_procs.append(subprocess.Popen(argv, stdout=log, stderr=log,
+                                                        stdin=subprocess.DEVNULL))
+            self.kick_paths.append(path)
+        deadline = time.time() + self.opt.agent_start_timeout_s
+        while not all(p.exists() for p in self.kick_paths):
+            self._check_kickers()
+            if time.time() > deadline:
+                raise RunFailed(self._failure("controller", "timeout waiting for the starter "
+                                                            "processes (kick.py)"))
+            time.sleep(0.01)
+
+    def _check_kickers(self) -> None:
+        for k, p in enumerate(self.kick_procs):
+            if p.poll() is not None:
+                raise RunFailed(self._failure("controller", f"starter process {k} exited with "
+                                              f"code {p.returncode} (agents/starter{k}.log)"))
 
     def _accept(self, srv: socket.socket) -> None:
         with srv:
@@ -206,9 +235,9 @@ class Controller:
         self.knobs = {n: m["knobs"] for n, m in done.items()}
 
     def _kick_info(self) -> dict[str, Any] | None:
-        if self.kick is None:
+        if not self.kick_paths:
             return None
-        return {"path": str(self.kick.path), "bytes": self.opt.kick_bytes}
+        return {"paths": [str(p) for p in self.kick_paths], "bytes": self.opt.kick_bytes}
 
     def _phase(self, index: int, program: Program) -> list[object]:
         t0 = time.time() + self.opt.start_margin_s
@@ -216,8 +245,7 @@ class Controller:
         for ch in self.chans.values():
             ch.send({"type": "start", "phase": index, "t0": t0})
         done = self._gather("phase_done", self.opt.phase_timeout_s)
-        if self.kick is not None and self.kick.error:
-            raise RunFailed(self._failure("controller", f"starter failed: {self.kick.error}"))
+        self._check_kickers()
         halves = [h for m in done.values() for h in m["records"]]
         return merge_phase(self.run_id, halves, t0, program.collectives, program.bursts)
 
@@ -245,9 +273,17 @@ class Controller:
         for ch in list(self.chans.values()):
             ch.close()
         self.chans.clear()
-        if self.kick is not None:
-            self.kick.close()
-            self.kick = None
+        for p in self.kick_procs:  # ended by pid; each removes its socket on SIGTERM
+            if p.poll() is None:
+                p.terminate()
+            try:
+                p.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for path in self.kick_paths:
+            path.unlink(missing_ok=True)
+        self.kick_procs, self.kick_paths = [], []
         self.sock_path.unlink(missing_ok=True)
         if self.sock_dir is not None:
             self.sock_dir.rmdir()

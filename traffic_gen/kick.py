@@ -14,6 +14,10 @@ sends the rest. Only the byte count of a transfer matters on the wire (the data 
 framing), so the split is invisible to the receiver. This is the software analogue of a
 NIC's scheduled transmission (SO_TXTIME with the etf qdisc, absent from this kernel).
 
+The controller runs one starter process per core (``python -m traffic_gen.kick``; processes,
+not threads, because a thread spinning towards an instant holds the interpreter lock that
+another would need); each agent spreads its connections over them, so the kernel work of the
+first writes (~10-15 us per send through a veth pair here) runs on all cores at once.
 The sockets stay in their hosts' namespaces: the starter only writes to them, so lab traffic
 still crosses only the lab's links. Messages are JSON, one per datagram:
 agent -> starter: ``{"register": [conn ids]}`` (descriptors attached; answered with
@@ -23,11 +27,15 @@ starter -> agent: ``{"kicked": id, "t": s, "bytes": n}`` or ``{"kicked": id, "er
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import heapq
 import json
 import os
 import selectors
+import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,7 +44,7 @@ from typing import Any
 
 from traffic_gen.datapath import set_scheduler
 
-__all__ = ["KickServer", "KickClient", "Kicked", "FIRST_BYTES"]
+__all__ = ["KickServer", "KickClient", "FIRST_BYTES", "main"]
 
 FIRST_BYTES = 1448  # first pass: one full-sized segment per flow (1500-byte MTU, TCP options)
 _MAX_FDS = 200  # descriptors per SCM_RIGHTS message (the kernel's limit is 253, SCM_MAX_FD)
@@ -74,9 +82,6 @@ class KickServer(threading.Thread):
         self.seq = 0
         self.stopping = threading.Event()
         self.error: str | None = None
-        # one lane per core: each fires a slice of the due flows at the same instant (the
-        # kernel work of a send, ~15 us through a veth pair, runs without the GIL)
-        self.lanes = [_Lane(self) for _ in range(max(0, min(os.cpu_count() or 1, 4) - 1))]
 
     def run(self) -> None:
         """Serve until :meth:`close`; any unexpected error is kept in ``error``. With
@@ -86,8 +91,6 @@ class KickServer(threading.Thread):
         try:
             if self.rt_priority:
                 set_scheduler(os.SCHED_FIFO, self.rt_priority)
-            for lane in self.lanes:
-                lane.start()
             while not self.stopping.is_set():
                 for key, _ in self.sel.select(self._timeout()):
                     self._readable(key.fileobj)  # type: ignore[arg-type]
@@ -136,20 +139,13 @@ class KickServer(threading.Thread):
         due = []
         while self.armed and self.armed[0].t <= t:
             due.append(heapq.heappop(self.armed))
-        n = len(self.lanes) + 1
-        for i, lane in enumerate(self.lanes):
-            lane.give(t, due[i + 1::n])
         while time.time() < t:
             pass
-        _fire(due[0::n])
-        for lane in self.lanes:
-            lane.finished.wait()
+        _fire(due)
 
     def close(self) -> None:
         """Stop serving; close every descriptor and the socket file."""
         self.stopping.set()
-        for lane in self.lanes:
-            lane.go.set()
         if self.is_alive():
             self.join(timeout=1.0)
         for s in [*self.conns.values(), *(k.fileobj for k in list(self.sel.get_map().values()))]:
@@ -157,35 +153,6 @@ class KickServer(threading.Thread):
         self.sel.close()
         self.conns.clear()
         self.path.unlink(missing_ok=True)
-
-
-class _Lane(threading.Thread):
-    """A second (third, ...) firing thread of a :class:`KickServer`: spins to the instant it
-    is given and fires its slice, at the server's scheduling priority."""
-
-    def __init__(self, server: KickServer) -> None:
-        super().__init__(daemon=True, name="kick-lane")
-        self.server = server
-        self.go, self.finished = threading.Event(), threading.Event()
-        self.t, self.due = 0.0, []  # type: ignore[var-annotated]
-
-    def give(self, t: float, due: list[_Arm]) -> None:
-        """Fire ``due`` at host-clock time ``t``; ``finished`` is set when done."""
-        self.t, self.due = t, due
-        self.finished.clear()
-        self.go.set()
-
-    def run(self) -> None:
-        if self.server.rt_priority:
-            set_scheduler(os.SCHED_FIFO, self.server.rt_priority)
-        while self.go.wait() and not self.server.stopping.is_set():
-            self.go.clear()
-            while time.time() < self.t:
-                pass
-            try:
-                _fire(self.due)
-            finally:
-                self.finished.set()
 
 
 def _fire(due: list[_Arm]) -> None:
@@ -230,53 +197,53 @@ def _reply(sock: socket.socket, msg: dict[str, Any]) -> None:
         pass  # the agent is gone; the controller notices through its control socket
 
 
-@dataclass(frozen=True)
-class Kicked:
-    """What the starter did for one armed transfer: first-byte time (s) and bytes written."""
-
-    t: float
-    bytes: int
-
-
 class KickClient:
     """The agent's side: registers descriptors, arms transfers, waits for their kick.
-    ``kick_bytes``: how many bytes of a timed transfer the starter writes (its first pass
-    writes at most :data:`FIRST_BYTES`, its second tops up to ``kick_bytes``)."""
+    ``paths``: the starters' sockets; ``kick_bytes``: how many bytes of a timed transfer the
+    starter writes (its first pass writes at most :data:`FIRST_BYTES`, its second tops up to
+    ``kick_bytes``). Raises OSError if a starter cannot be reached."""
 
-    def __init__(self, path: str, kick_bytes: int) -> None:
+    def __init__(self, paths: list[str], kick_bytes: int) -> None:
         self.kick_bytes = kick_bytes
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock.connect(path)
+        self.socks = []
+        for path in paths:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            sock.connect(path)
+            self.socks.append(sock)
+        self.route: dict[str, socket.socket] = {}
         self.lock = threading.Lock()
         self.waiting: dict[int, tuple[threading.Event, list[dict[str, Any]]]] = {}
         self.next_id = 0
 
     def register(self, conns: dict[str, socket.socket]) -> None:
         """Hand duplicates of ``conns`` (connection id -> connected TCP socket) to the
-        starter; returns when it has them. Raises OSError if the starter is gone."""
-        items = list(conns.items())
-        for i in range(0, len(items), _MAX_FDS):
-            part = items[i:i + _MAX_FDS]
-            socket.send_fds(self.sock, [json.dumps({"register": [c for c, _ in part]})
-                                        .encode()], [s.fileno() for _, s in part])
-            reply = json.loads(self.sock.recv(_MSG_BYTES))
-            if reply.get("registered") != len(part):
-                raise OSError(f"the starter took {reply} of {len(part)} connections")
-        threading.Thread(target=self._read, daemon=True, name="kick-client").start()
+        starters, spread round-robin; returns when they have them. Raises OSError if a
+        starter is gone."""
+        n = len(self.socks)
+        items = sorted(conns.items())
+        for k, sock in enumerate(self.socks):
+            mine = items[k::n]
+            for i in range(0, len(mine), _MAX_FDS):
+                self._register(sock, mine[i:i + _MAX_FDS])
+            self.route.update((cid, sock) for cid, _ in mine)
+            threading.Thread(target=self._read, args=(sock,), daemon=True,
+                             name="kick-client").start()
 
-    def _read(self) -> None:
-        while data := self._recv():
+    @staticmethod
+    def _register(sock: socket.socket, part: list[tuple[str, socket.socket]]) -> None:
+        socket.send_fds(sock, [json.dumps({"register": [c for c, _ in part]}).encode()],
+                        [s.fileno() for _, s in part])
+        reply = json.loads(sock.recv(_MSG_BYTES) or b"{}")
+        if reply.get("registered") != len(part):
+            raise OSError(f"a starter took {reply} of {len(part)} connections")
+
+    def _read(self, sock: socket.socket) -> None:
+        while data := _recv(sock):
             msg = json.loads(data)
             with self.lock:
                 ev, box = self.waiting.pop(msg["kicked"])
             box.append(msg)
             ev.set()
-
-    def _recv(self) -> bytes:
-        try:
-            return self.sock.recv(_MSG_BYTES)
-        except OSError:
-            return b""
 
     def arm(self, conn: str, t: float, size: int) -> tuple[threading.Event, list[dict[str, Any]]]:
         """Ask the starter to write the first ``min(size, kick_bytes)`` bytes on ``conn`` at
@@ -287,10 +254,54 @@ class KickClient:
             self.next_id += 1
             arm_id = self.next_id
             self.waiting[arm_id] = (ev, box)
-        self.sock.send(json.dumps({"arm": arm_id, "conn": conn, "t": t,
-                                   "bytes": min(size, self.kick_bytes)}).encode())
+        sock = self.route.get(conn, self.socks[0])  # unknown: the starter says so
+        sock.send(json.dumps({"arm": arm_id, "conn": conn, "t": t,
+                              "bytes": min(size, self.kick_bytes)}).encode())
         return ev, box
 
     def close(self) -> None:
-        """Close the connection to the starter."""
-        self.sock.close()
+        """Close the connections to the starters."""
+        for sock in self.socks:
+            sock.close()
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(_MSG_BYTES)
+    except OSError:
+        return b""
+
+
+def _die_with_parent() -> None:
+    """SIGTERM when the controller that started this process dies (prctl(2)
+    PR_SET_PDEATHSIG), so that no starter outlives its run."""
+    pr_set_pdeathsig = 1
+    if ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A starter process: ``python -m traffic_gen.kick --path SOCK [--spin-s S]
+    [--rt-priority P]``. Serves until SIGTERM/SIGINT, then removes its socket; exit code 1
+    if it failed (the reason on stderr)."""
+    ap = argparse.ArgumentParser(prog="traffic_gen.kick")
+    ap.add_argument("--path", required=True, type=Path)
+    ap.add_argument("--spin-s", type=float, default=0.0)
+    ap.add_argument("--rt-priority", type=int, default=None)
+    args = ap.parse_args(argv)
+    _die_with_parent()
+    server = KickServer(args.path, args.spin_s, args.rt_priority)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: server.stopping.set())
+    try:
+        server.run()
+    finally:
+        server.close()
+    if server.error:
+        print(f"starter failed: {server.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -40,7 +40,7 @@ def test_starter_writes_at_the_instant_and_reports_bytes(tmp_path, pairs):
     server = KickServer(tmp_path / "kick.sock", spin_s=0.0, rt_priority=None)
     server.start()
     try:
-        client = KickClient(str(server.path), kick_bytes=20000)
+        client = KickClient([str(server.path)], kick_bytes=20000)
         client.register({f"c{i}": c for i, (c, _) in enumerate(pairs)})
         t = time.time() + 0.2
         sizes = [100, 5000, 1 << 20]  # below one segment, between the passes, above kick_bytes
@@ -64,7 +64,7 @@ def test_unknown_connection_is_an_error_reply(tmp_path, pairs):
     server = KickServer(tmp_path / "kick.sock", spin_s=0.0, rt_priority=None)
     server.start()
     try:
-        client = KickClient(str(server.path), kick_bytes=1000)
+        client = KickClient([str(server.path)], kick_bytes=1000)
         client.register({"c0": pairs[0][0]})
         ev, box = client.arm("nope", time.time(), 10)
         assert ev.wait(5.0)
