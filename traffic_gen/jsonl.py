@@ -14,6 +14,7 @@ from aitb.models.records import (
     FlowRecord,
     RankOpRecord,
 )
+from aitb.models.requests import RequestRecord
 
 __all__ = ["RecordWriter", "read_records", "FILES"]
 
@@ -21,7 +22,7 @@ T = TypeVar("T")
 
 FILES = {FlowRecord: "flows.jsonl", CollectiveRecord: "collectives.jsonl",
          BurstRecord: "bursts.jsonl", RankOpRecord: "timeline.jsonl",
-         FailureRecord: "failures.jsonl"}
+         FailureRecord: "failures.jsonl", RequestRecord: "requests.jsonl"}
 
 
 class RecordWriter:

@@ -22,7 +22,7 @@ from typing import Literal
 
 __all__ = [
     "CollectiveKind", "COLLECTIVES", "Protocol", "Group", "Collective", "SendRecv", "Compute",
-    "Flow", "Burst", "Op", "Schedule", "ScheduleError", "Placement",
+    "Flow", "Burst", "Message", "Timed", "Op", "Schedule", "ScheduleError", "Placement",
 ]
 
 CollectiveKind = Literal[
@@ -107,7 +107,40 @@ class Burst:
     label: str = ""
 
 
-Op = Collective | SendRecv | Compute | Burst
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a :class:`Timed` op: ``src`` rank sends ``size_bytes`` to ``dst`` rank
+    (TCP). It leaves no earlier than ``at_s`` seconds after the op's start (None: as soon as
+    it may), and only after the messages listed in ``after`` (indices into the op's messages,
+    all lower than its own) are complete at ``src``: received there, or sent by ``src``;
+    then it waits ``gap_s`` more seconds (e.g. a token interval). ``flow`` False: a small
+    control or token message that gets no FlowRecord. ``tag`` names it in the records."""
+
+    src: int
+    dst: int
+    size_bytes: int
+    at_s: float | None = None
+    after: tuple[int, ...] = ()
+    gap_s: float = 0.0
+    tag: str = ""
+    flow: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """Open-loop timed messages (inference requests and token streams, background flows):
+    unlike a Burst, messages start at their own instants and may depend on each other, and
+    many are in flight at once. ``kind`` ("inference", "background", ...) and ``info``
+    (JSON-ready metadata, e.g. the requests) travel to the records; background flows get
+    FlowRecords with ``background`` true."""
+
+    messages: tuple[Message, ...]
+    label: str = ""
+    kind: str = ""
+    info: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+
+Op = Collective | SendRecv | Compute | Burst | Timed
 Placement = Mapping[int, str]  # rank -> host node name
 
 
@@ -169,8 +202,26 @@ class Schedule:
             for f in op.flows:
                 self._check_ranks((f.src, f.dst), where)
                 _nonneg(self.name, where, f.size_bytes, "size_bytes")
+        elif isinstance(op, Timed):
+            for k, m in enumerate(op.messages):
+                self._check_message(f"{where} message {k}", k, m, op.messages)
         else:
             raise ScheduleError(f"{self.name}: {where}: not a schedule operation")
+
+    def _check_message(self, where: str, k: int, m: Message, msgs: tuple[Message, ...]) -> None:
+        self._check_ranks((m.src, m.dst), where)
+        _nonneg(self.name, where, m.size_bytes, "size_bytes")
+        _nonneg(self.name, where, m.gap_s, "gap_s")
+        if m.at_s is not None:
+            _nonneg(self.name, where, m.at_s, "at_s")
+        if m.src == m.dst:
+            raise ScheduleError(f"{self.name}: {where}: rank {m.src} sends to itself")
+        for d in m.after:
+            if not 0 <= d < k:
+                raise ScheduleError(f"{self.name}: {where}: after {d} is not an earlier message")
+            if m.src not in (msgs[d].src, msgs[d].dst):
+                raise ScheduleError(f"{self.name}: {where}: after {d}: rank {m.src} neither "
+                                    "sends nor receives that message, so cannot wait for it")
 
     def ranks_of(self, op: Op) -> tuple[int, ...]:
         """The ranks that take part in ``op``, in ascending order."""
@@ -180,6 +231,8 @@ class Schedule:
             return tuple(sorted({op.src, op.dst}))
         if isinstance(op, Compute):
             return tuple(range(self.world_size)) if op.ranks is None else tuple(sorted(op.ranks))
+        if isinstance(op, Timed):
+            return tuple(sorted({r for m in op.messages for r in (m.src, m.dst)}))
         return tuple(sorted({r for f in op.flows for r in (f.src, f.dst)}))
 
 

@@ -37,7 +37,7 @@ from workloads.placement import sites_of_plan
 __all__ = ["Prepared", "RunOutcome", "prepare", "execute", "RECORD_FILES"]
 
 RECORD_FILES = ("flows.jsonl", "collectives.jsonl", "bursts.jsonl", "timeline.jsonl",
-                "failures.jsonl")
+                "failures.jsonl", "requests.jsonl")
 Progress = Callable[[str], None]
 
 
