@@ -44,7 +44,7 @@ def run_timed(rank: int, op: dict[str, Any], t0: float, eps: Endpoints,
     dependants: list[list[Job]] = [[] for _ in steps]
     jobs: list[tuple[Any, Job]] = []
     seq: Counter[tuple[str, int]] = Counter()
-    for i, (kind, peer, size, deps, tag, proto, rate, at_s, gap_s, flow) in enumerate(steps):
+    for kind, peer, size, deps, tag, proto, rate, at_s, gap_s, flow in steps:
         src, dst = (rank, peer) if kind == "send" else (peer, rank)
         worker = eps.workers(kind, src, dst, proto)[0]
         k = seq[(kind, peer)]
