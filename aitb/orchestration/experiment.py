@@ -18,6 +18,10 @@ An experiment file (YAML)::
         iterations: 3
         compute: 10ms                  # compute time before each collective (per rank)
         stragglers: {fixed: {3: 2.0}}  # rank 3 computes twice as slowly
+        start: after_previous          # or with_previous: run concurrently with the workload
+                                       # before it (every kind; see runner.py)
+
+``kind: inference`` and ``kind: background``: aitb/orchestration/serving_entries.py.
 
 Relative paths are relative to the experiment file. Errors name the file, key path and line.
 """
@@ -42,6 +46,7 @@ from pydantic import (
 from aitb.models.errors import SpecError, SpecIssue
 from aitb.models.schedule import COLLECTIVES
 from aitb.models.units import UnitError, parse_duration_s, parse_rate_bps, parse_size_bytes
+from aitb.orchestration.serving_entries import BackgroundEntry, InferenceEntry, StartMode
 from topologies.issues import issues_from_validation, with_lines
 from topologies.loader import read_yaml
 
@@ -67,7 +72,7 @@ Size = Annotated[Quantity, _checked(parse_size_bytes)]
 Duration = Annotated[Quantity, _checked(parse_duration_s)]
 Rate = Annotated[Quantity, _checked(parse_rate_bps)]
 _KINDS = ("collective", "incast", "one_to_many", "permutation", "all_pairs", "training",
-          "aicb", "fedavg")
+          "aicb", "fedavg", "inference", "background")
 _Forbid = ConfigDict(extra="forbid")
 
 
@@ -114,6 +119,7 @@ class StragglerSpecModel(BaseModel):
 class _Common(BaseModel):
     model_config = _Forbid
     name: str | None = None
+    start: StartMode = "after_previous"
     hosts: list[str] | None = None
     placement: PlacementSpec | None = None
     stragglers: StragglerSpecModel = Field(default_factory=StragglerSpecModel)
@@ -160,10 +166,11 @@ class ImportedEntry(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     kind: Literal["training", "aicb", "fedavg"]
+    start: StartMode = "after_previous"
 
 
-WorkloadEntry = Annotated[CollectiveEntry | PatternEntry | ImportedEntry,
-                          Field(discriminator="kind")]
+WorkloadEntry = Annotated[CollectiveEntry | PatternEntry | ImportedEntry | InferenceEntry
+                          | BackgroundEntry, Field(discriminator="kind")]
 
 
 RTO_MIN_MAX_S = 120.0  # TCP_RTO_MAX, include/net/tcp.h: a larger minimum means nothing

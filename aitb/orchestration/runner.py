@@ -2,7 +2,9 @@
 
 experiment file -> validated spec -> LabPlan (scaled) -> schedules and placements (all checked
 before anything is created) -> run directory -> Lab up -> replay each workload over real
-sockets -> Lab down (also on error and SIGINT/SIGTERM) -> manifest. A failed run keeps its
+sockets (one after another; an entry with ``start: with_previous`` runs concurrently with
+the one before it, see :func:`start_groups`) -> Lab down (also on error and SIGINT/SIGTERM)
+-> manifest. A failed run keeps its
 manifest, its partial records and ``error.json``.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +37,7 @@ from traffic_gen.replay import ReplayOptions, ReplayResult, replay
 from traffic_gen.tcpinfo import TcpKnobs
 from workloads.placement import sites_of_plan
 
-__all__ = ["Prepared", "RunOutcome", "prepare", "execute", "RECORD_FILES"]
+__all__ = ["Prepared", "RunOutcome", "prepare", "execute", "start_groups", "RECORD_FILES"]
 
 RECORD_FILES = ("flows.jsonl", "collectives.jsonl", "bursts.jsonl", "timeline.jsonl",
                 "failures.jsonl", "requests.jsonl")
@@ -107,6 +110,9 @@ def prepare(path: Path) -> Prepared:
     """
     spec, doc = load_experiment(path)
     source, base = str(path), path.parent
+    if spec.workloads[0].start == "with_previous":
+        raise spec_issue(source, doc, ("workloads", 0, "start"),
+                         "with_previous needs a workload before it")
     plan = apply_host_transport(scale_plan(_plan(spec, source, base), spec.scale),
                                 spec.transport)
     options = _options(spec, source, doc, plan)
@@ -166,25 +172,90 @@ def _merge_records(run_dir: Path) -> None:
                             out.write(json.dumps(rec) + "\n")
 
 
+class _SerialLauncher(LabLauncher):
+    """LabLauncher for concurrent replays: one process start at a time (the lab's registry
+    of started processes is appended to by one thread at a time)."""
+
+    _lock = threading.Lock()
+
+    def popen(self, node: str, argv: Any, **popen_kwargs: Any) -> Any:
+        """Start ``argv`` in ``node`` (see LabLauncher.popen), serialised."""
+        with self._lock:
+            return super().popen(node, argv, **popen_kwargs)
+
+
+def start_groups(spec: ExperimentSpec) -> list[list[int]]:
+    """Workload indices in groups that run concurrently: an entry with ``start:
+    with_previous`` joins the group of the entry before it; groups run one after another.
+    Concurrent replays are independent: each has its own controller socket and record
+    directory (workloads/<i>-<name>/), and its own agent process on every host it uses
+    (agents bind ephemeral ports on the host's lab address, so two never clash)."""
+    groups: list[list[int]] = []
+    for i, entry in enumerate(spec.workloads):
+        if groups and entry.start == "with_previous":
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _replay_one(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str, i: int,
+                results: dict[int, ReplayResult]) -> None:
+    w = prep.workloads[i]
+    addresses = {h.name: str(prep.plan.address_of(h.name)) for h in prep.plan.hosts()}
+    part = run_dir / "workloads" / f"{i}-{w.name}"
+    opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers)
+    results[i] = replay(w.schedule, w.placement, _SerialLauncher(lab), part, addresses, opts)
+
+
+def _replay_group(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
+                  group: list[int]) -> dict[int, ReplayResult]:
+    results: dict[int, ReplayResult] = {}
+    if len(group) == 1:
+        _replay_one(prep, lab, run_dir, lab_id, group[0], results)
+        return results
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            _replay_one(prep, lab, run_dir, lab_id, i, results)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the main thread
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in group]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
 def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
                 manifest: dict[str, Any], progress: Progress) -> None:
-    addresses = {h.name: str(prep.plan.address_of(h.name)) for h in prep.plan.hosts()}
-    for i, w in enumerate(prep.workloads):
-        progress(f"workload {i} ({w.name}): {len(w.placement)} ranks")
-        part = run_dir / "workloads" / f"{i}-{w.name}"
-        opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers)
-        res: ReplayResult = replay(w.schedule, w.placement, LabLauncher(lab), part, addresses,
-                                   opts)
-        # cumulative kernel counters (qdisc bytes, packets, drops, backlog; per interface) at
-        # the end of this workload; the difference to the previous snapshot is its share
-        write_json_atomic(part / "counters_end.json", describe(lab))
-        manifest["workloads"].append({"index": i, "name": w.name, "dir": str(
-            part.relative_to(run_dir)), "ok": res.ok, "skew": dict(res.skew),
-            "failures": [f.to_dict() for f in res.failures]})
+    for group in start_groups(prep.spec):
+        for i in group:
+            w = prep.workloads[i]
+            progress(f"workload {i} ({w.name}): {len(w.placement)} ranks"
+                     + (" (concurrent)" if len(group) > 1 else ""))
+        results = _replay_group(prep, lab, run_dir, lab_id, group)
+        for i in group:
+            w, res = prep.workloads[i], results[i]
+            part = run_dir / "workloads" / f"{i}-{w.name}"
+            # cumulative kernel counters (qdisc bytes, packets, drops, backlog; per interface)
+            # at the end of this workload (of its group, for concurrent workloads); the
+            # difference to the previous snapshot is its (its group's) share
+            write_json_atomic(part / "counters_end.json", describe(lab))
+            manifest["workloads"].append({"index": i, "name": w.name, "dir": str(
+                part.relative_to(run_dir)), "ok": res.ok, "skew": dict(res.skew),
+                "failures": [f.to_dict() for f in res.failures], "group": group})
         write_json_atomic(run_dir / "manifest.json", manifest)
-        if not res.ok:
-            raise AitbError(f"workload {i} ({w.name}) failed: "
-                            + "; ".join(f"{f.node}: {f.detail}" for f in res.failures))
+        failed = [i for i in group if not results[i].ok]
+        if failed:
+            raise AitbError("; ".join(
+                f"workload {i} ({prep.workloads[i].name}) failed: "
+                + "; ".join(f"{f.node}: {f.detail}" for f in results[i].failures)
+                for i in failed))
 
 
 def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: None,
