@@ -146,3 +146,32 @@ def test_nearest_policy_serves_from_the_lower_delay_server(tmp_path, state_env):
     # TTFT at least the near server's configured round trip (2 x 2 ms), well under the far
     # one's (40 ms): 25 ms leaves room for TCG emulation jitter in the VM
     assert all(0.004 <= r["ttft_s"] < 0.025 for r in reqs)
+
+
+def test_concurrent_workloads_on_the_same_hosts_do_not_clash(tmp_path, state_env):
+    """Two replays at once with agents on the same hosts: own control sockets, ports, agent
+    processes and record directories; both complete, records merged with their workload."""
+    doc = {"name": "concurrent", "seed": 1,
+           "topology": {"generator": "single_switch", "params": {"hosts": 3}},
+           "workloads": [
+               {"kind": "incast", "name": "first", "receiver": "h1", "size": "256KiB",
+                "repeats": 4, "gap": "50ms"},
+               {"kind": "incast", "name": "second", "receiver": "h1", "size": "256KiB",
+                "repeats": 4, "gap": "50ms", "start": "with_previous"}]}
+    run_dir = _run(doc, tmp_path, state_env)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [(w["name"], w["ok"], w["group"]) for w in manifest["workloads"]] == [
+        ("first", True, [0, 1]), ("second", True, [0, 1])]
+    flows = _records(run_dir, "flows.jsonl")
+    spans = {}
+    for name in ("first", "second"):
+        mine = [f for f in flows if f["workload"] == name]
+        assert len(mine) == 4 * 2 and all(f["t_end"] for f in mine)  # 2 senders x 4 bursts
+        spans[name] = (min(f["t_start"] for f in mine), max(f["t_end"] for f in mine))
+        logs = sorted(p.name for p in run_dir.glob(f"workloads/*-{name}/agents/*.log"))
+        assert logs == ["h1.log", "h2.log", "h3.log"]  # its own agent on every host
+    assert spans["first"][0] < spans["second"][1] and spans["second"][0] < spans["first"][1]
+    # distinct sockets: no (ip, port) pair is used by both replays
+    ports = {name: {(f["dst_ip"], f["dport"]) for f in flows if f["workload"] == name}
+             for name in spans}
+    assert not ports["first"] & ports["second"]
