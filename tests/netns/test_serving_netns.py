@@ -135,7 +135,7 @@ def test_nearest_policy_serves_from_the_lower_delay_server(tmp_path, state_env):
     doc["name"] = "nearest"
     doc["topology"]["inline"]["links"] = [
         {"endpoints": ["c1", "sw"]}, {"endpoints": ["c2", "sw"]},
-        {"endpoints": ["s1", "sw"], "delay": "20ms"},   # far
+        {"endpoints": ["s1", "sw"], "delay": "50ms"},   # far
         {"endpoints": ["s2", "sw"], "delay": "2ms"},    # near
         {"endpoints": ["k1", "sw"], "profile": "store"},
         {"endpoints": ["k2", "sw"], "profile": "store"}]
@@ -143,9 +143,10 @@ def test_nearest_policy_serves_from_the_lower_delay_server(tmp_path, state_env):
     doc["workloads"][0].pop("bootstrap")
     reqs = _records(_run(doc, tmp_path, state_env), "requests.jsonl")
     assert reqs and {r["server"] for r in reqs} == {"s2"}
-    # TTFT at least the near server's configured round trip (2 x 2 ms), well under the far
-    # one's (40 ms): 25 ms leaves room for TCG emulation jitter in the VM
-    assert all(0.004 <= r["ttft_s"] < 0.025 for r in reqs)
+    # TTFT at least the near server's configured round trip (2 x 2 ms) plus the 5 ms prefill,
+    # and below the far one's round trip alone (100 ms): the gap leaves room for the 10-20 ms
+    # emulation jitter of netem under TCG in the VM (KERNEL.md)
+    assert all(0.009 <= r["ttft_s"] < 0.1 for r in reqs)
 
 
 def test_concurrent_workloads_on_the_same_hosts_do_not_clash(tmp_path, state_env):
