@@ -3,6 +3,9 @@
 * ``workloads.aicb``: import AICB's CSV and SimAI text workload files.
 * ``workloads.training``: a Megatron/DeepSpeed training iteration from model parameters.
 * ``workloads.federated``: FedAvg rounds between an aggregator and clients.
+* ``workloads.inference``: inference serving (requests, token streams, bootstraps, policies).
+* ``workloads.background``: data-centre background flows at a target load (data/flow_sizes.yaml).
+* ``workloads.paths``: routed paths of a plan and their configured delays.
 * ``workloads.layout``: Megatron's rank layout (TP, DP, PP, EP groups).
 * ``workloads.placement``: ranks onto the hosts of a (multi-site) lab.
 * ``workloads.spec``: the YAML workload spec embedded by experiment files.
