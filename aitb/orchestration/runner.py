@@ -27,6 +27,7 @@ from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
 from aitb.orchestration.transport import apply_host_transport, host_transport_record
+from testbed.capabilities import in_vm
 from testbed.inspect import describe
 from testbed.lab import Lab
 from topologies.issues import with_lines
@@ -94,9 +95,11 @@ def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> Repl
     # aitb run runs as root: agents wait for a burst's start by spinning its last 200 us and
     # take SCHED_FIFO for the start instant only (traffic_gen.datapath), which cut the p99
     # start skew of 64 agents on 2 cores from ~30 ms to ~4 ms (bench/start_skew.py)
+    # inside the stock-kernel VM under software emulation (TCG) an agent's Python start alone
+    # took over 20 s with a few agents and pytest sharing 2 emulated CPUs
     return ReplayOptions(
         knobs=knobs, sites=sites, conns_per_peer=t.conns_per_peer, spin_s=200e-6,
-        rt_priority=10,
+        rt_priority=10, agent_start_timeout_s=120.0 if in_vm() else 20.0,
         transfer_timeout_s=unit(("timeouts", "transfer"), parse_duration_s,
                                 spec.timeouts.transfer),
         phase_timeout_s=unit(("timeouts", "phase"), parse_duration_s, spec.timeouts.phase))
