@@ -3,7 +3,7 @@
 experiment file -> validated spec -> LabPlan (scaled) -> schedules and placements (all checked
 before anything is created) -> run directory -> Lab up -> replay each workload over real
 sockets (one after another; an entry with ``start: with_previous`` runs concurrently with
-the one before it, see :func:`start_groups`) -> Lab down (also on error and SIGINT/SIGTERM)
+the one before it, see aitb.orchestration.concurrent) -> Lab down (also on error and SIGINT/SIGTERM)
 -> manifest. A failed run keeps its
 manifest, its partial records and ``error.json``.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from aitb.models.errors import AitbError, SpecError, SpecIssue
 from aitb.models.plan import LabPlan, plan_to_dict
 from aitb.models.units import UnitError, parse_duration_s, parse_size_bytes
 from aitb.orchestration.build import BuiltWorkload, build_entry
+from aitb.orchestration.concurrent import SerialLauncher, run_group, start_groups
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
 from aitb.orchestration.transport import apply_host_transport, host_transport_record
@@ -32,13 +32,12 @@ from testbed.inspect import describe
 from testbed.lab import Lab
 from topologies.issues import with_lines
 from topologies.scaling import scale_plan
-from traffic_gen.launch import LabLauncher
 from traffic_gen.program import compile_program
 from traffic_gen.replay import ReplayOptions, ReplayResult, replay
 from traffic_gen.tcpinfo import TcpKnobs
 from workloads.placement import sites_of_plan
 
-__all__ = ["Prepared", "RunOutcome", "prepare", "execute", "start_groups", "RECORD_FILES"]
+__all__ = ["Prepared", "RunOutcome", "prepare", "execute", "RECORD_FILES"]
 
 RECORD_FILES = ("flows.jsonl", "collectives.jsonl", "bursts.jsonl", "timeline.jsonl",
                 "failures.jsonl", "requests.jsonl")
@@ -175,73 +174,22 @@ def _merge_records(run_dir: Path) -> None:
                             out.write(json.dumps(rec) + "\n")
 
 
-class _SerialLauncher(LabLauncher):
-    """LabLauncher for concurrent replays: one process start at a time (the lab's registry
-    of started processes is appended to by one thread at a time)."""
-
-    _lock = threading.Lock()
-
-    def popen(self, node: str, argv: Any, **popen_kwargs: Any) -> Any:
-        """Start ``argv`` in ``node`` (see LabLauncher.popen), serialised."""
-        with self._lock:
-            return super().popen(node, argv, **popen_kwargs)
-
-
-def start_groups(spec: ExperimentSpec) -> list[list[int]]:
-    """Workload indices in groups that run concurrently: an entry with ``start:
-    with_previous`` joins the group of the entry before it; groups run one after another.
-    Concurrent replays are independent: each has its own controller socket and record
-    directory (workloads/<i>-<name>/), and its own agent process on every host it uses
-    (agents bind ephemeral ports on the host's lab address, so two never clash)."""
-    groups: list[list[int]] = []
-    for i, entry in enumerate(spec.workloads):
-        if groups and entry.start == "with_previous":
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
-
-
-def _replay_one(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str, i: int,
-                results: dict[int, ReplayResult]) -> None:
-    w = prep.workloads[i]
-    addresses = {h.name: str(prep.plan.address_of(h.name)) for h in prep.plan.hosts()}
-    part = run_dir / "workloads" / f"{i}-{w.name}"
-    opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers)
-    results[i] = replay(w.schedule, w.placement, _SerialLauncher(lab), part, addresses, opts)
-
-
-def _replay_group(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
-                  group: list[int]) -> dict[int, ReplayResult]:
-    results: dict[int, ReplayResult] = {}
-    if len(group) == 1:
-        _replay_one(prep, lab, run_dir, lab_id, group[0], results)
-        return results
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            _replay_one(prep, lab, run_dir, lab_id, i, results)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the main thread
-            errors.append(exc)
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in group]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
-
-
 def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
                 manifest: dict[str, Any], progress: Progress) -> None:
-    for group in start_groups(prep.spec):
+    addresses = {h.name: str(prep.plan.address_of(h.name)) for h in prep.plan.hosts()}
+
+    def replay_one(i: int) -> ReplayResult:
+        w = prep.workloads[i]
+        part = run_dir / "workloads" / f"{i}-{w.name}"
+        opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers)
+        return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts)
+
+    for group in start_groups(prep.spec.workloads):  # start: with_previous -> concurrent
         for i in group:
-            w = prep.workloads[i]
-            progress(f"workload {i} ({w.name}): {len(w.placement)} ranks"
+            progress(f"workload {i} ({prep.workloads[i].name}): "
+                     f"{len(prep.workloads[i].placement)} ranks"
                      + (" (concurrent)" if len(group) > 1 else ""))
-        results = _replay_group(prep, lab, run_dir, lab_id, group)
+        results = run_group(group, replay_one)
         for i in group:
             w, res = prep.workloads[i], results[i]
             part = run_dir / "workloads" / f"{i}-{w.name}"

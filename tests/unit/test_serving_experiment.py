@@ -9,7 +9,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from aitb.models.errors import SpecError
-from aitb.orchestration.runner import prepare, start_groups
+from aitb.orchestration.concurrent import start_groups
+from aitb.orchestration.runner import prepare
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,10 +34,10 @@ def _error(tmp_path: Path, doc: dict) -> str:
 
 def test_examples_prepare_with_their_groups():
     inf = prepare(ROOT / "examples/inference.yaml")
-    assert start_groups(inf.spec) == [[0]]
+    assert start_groups(inf.spec.workloads) == [[0]]
     assert inf.workloads[0].schedule.meta["bootstraps"] >= 1
     bg = prepare(ROOT / "examples/background.yaml")
-    assert start_groups(bg.spec) == [[0, 1]]  # the all-reduce runs alongside the background
+    assert start_groups(bg.spec.workloads) == [[0, 1]]  # all-reduce alongside the background
 
 
 @pytest.mark.parametrize(("change", "key", "words"), [
@@ -84,4 +85,4 @@ def test_start_groups_chain_with_previous_entries(tmp_path):
     third = dict(doc["workloads"][1], start="after_previous")
     fourth = dict(doc["workloads"][1], start="with_previous")
     doc["workloads"] += [third, fourth]
-    assert start_groups(prepare(_write(tmp_path, doc)).spec) == [[0, 1], [2, 3]]
+    assert start_groups(prepare(_write(tmp_path, doc)).spec.workloads) == [[0, 1], [2, 3]]
