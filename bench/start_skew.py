@@ -7,7 +7,8 @@ namespace on the netns tests' bridge star); each burst is a permutation (every a
 its first-byte send time minus that instant (host clock, shared by all namespaces).
 It runs the same bursts twice on one lab: with aitb's default start (start_mode "kick": one
 starter process per core writes the first segment of every flow at the instant, kick.py) and
-with every agent waking itself ("sleep"), and prints the ratio. It first measures the machine's floor: the same number of bare processes that only sleep until
+with every agent waking itself ("sleep"), and prints the ratio. It first measures the
+machine's floor: the same number of bare processes that only sleep until
 one instant (same sleep, same priority) and read the clock; on 2 cores, every woken process
 delays the next ones by its context switch and interpreter resume.
 """

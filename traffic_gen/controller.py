@@ -29,6 +29,7 @@ from traffic_gen.jsonl import RecordWriter
 from traffic_gen.launch import Launcher
 from traffic_gen.merge import merge_phase
 from traffic_gen.program import Program
+from traffic_gen.requests import request_records
 from traffic_gen.wire import Channel
 
 __all__ = ["Controller", "RunFailed"]
@@ -247,7 +248,8 @@ class Controller:
         done = self._gather("phase_done", self.opt.phase_timeout_s)
         self._check_kickers()
         halves = [h for m in done.values() for h in m["records"]]
-        return merge_phase(self.run_id, halves, t0, program.collectives, program.bursts)
+        return merge_phase(self.run_id, halves, t0, program.collectives, program.bursts) + \
+            request_records(self.run_id, halves, program.timed)  # type: ignore[operator]
 
     # -- teardown ------------------------------------------------------------------------
     def _reap(self, timeout_s: float) -> None:

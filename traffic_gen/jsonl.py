@@ -15,6 +15,7 @@ from aitb.models.records import (
     RankOpRecord,
     RoundRecord,
 )
+from aitb.models.requests import RequestRecord
 
 __all__ = ["RecordWriter", "read_records", "FILES"]
 
@@ -22,7 +23,8 @@ T = TypeVar("T")
 
 FILES = {FlowRecord: "flows.jsonl", CollectiveRecord: "collectives.jsonl",
          BurstRecord: "bursts.jsonl", RankOpRecord: "timeline.jsonl",
-         FailureRecord: "failures.jsonl", RoundRecord: "rounds.jsonl"}
+         FailureRecord: "failures.jsonl", RoundRecord: "rounds.jsonl",
+         RequestRecord: "requests.jsonl"}
 
 
 class RecordWriter:

@@ -39,7 +39,7 @@ def _flow(run_id: str, send: Mapping[str, Any], recv: Mapping[str, Any] | None) 
         iteration=send["iteration"], op_index=send["op_index"], step=send["step"],
         collective_id=ident if send["op_kind"] == "collective" else None,
         burst_id=ident if send["op_kind"] == "burst" else None,
-        tcp=_tcp(send), udp=udp)
+        tcp=_tcp(send), udp=udp, background=bool(send.get("background", False)))
 
 
 def _tcp(send: Mapping[str, Any]) -> TcpInfo | None:
@@ -95,8 +95,9 @@ def merge_phase(run_id: str, halves: list[Mapping[str, Any]], t0: float,
     ops = [h for h in halves if h["half"] == "rank_op"]
     # a zero-byte step (a collective smaller than its group splits into empty chunks) moves
     # nothing over the network: it orders the ranks but is no flow, and has no FCT
+    # nor is a timed op's token or control message (``flow`` false: tiny, thousands)
     out: list[object] = [_flow(run_id, s, recvs.get(s["key"])) for s in sends
-                         if s["size_bytes"] > 0]
+                         if s["size_bytes"] > 0 and s.get("flow", True)]
     out += _collectives(run_id, ops, collectives)
     out += _bursts(run_id, sends, t0, bursts)
     out += [RankOpRecord(run_id=run_id, **{k: o[k] for k in (

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aitb.models.errors import SpecError, SpecIssue
-from aitb.models.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv
+from aitb.models.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv, Timed
 from traffic_gen.algorithms import AlgorithmError, PlanRequest, build_plan, resolve
 from traffic_gen.algorithms.rooted import send_recv
 from traffic_gen.algorithms.steps import PlanBuilder
 from traffic_gen.gather_ops import gather_ops, renumber_phases
 from traffic_gen.stragglers import SlowdownDraw, StragglerSpec
+from traffic_gen.timed_plan import compile_timed
 
 __all__ = ["Program", "Phase", "compile_program"]
 
@@ -42,13 +43,15 @@ class Phase:
 @dataclass
 class Program:
     """Everything the controller hands out: ``ranks[r]`` = per phase, r's op dicts;
-    ``collectives``/``bursts``: id -> metadata for records; ``channels``: (src, dst, proto)."""
+    ``collectives``/``bursts``/``timed``: id -> metadata for records; ``channels``: (src, dst,
+    proto)."""
 
     phases: list[Phase] = field(default_factory=list)
     ranks: dict[int, list[list[dict[str, Any]]]] = field(default_factory=dict)
     collectives: dict[str, dict[str, Any]] = field(default_factory=dict)
     bursts: dict[str, dict[str, Any]] = field(default_factory=dict)
     channels: set[tuple[int, int, str]] = field(default_factory=set)
+    timed: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _fail(schedule: Schedule, message: str, key: list[str | int] | None = None) -> SpecError:
@@ -129,6 +132,10 @@ class _Compiler:
                 raise _fail(self.s, f"send_recv from rank {op.src} to itself", ["ops", i])
             return _xfer(i, it, "send_recv", f"p{it}.{i}", op.label, [op.src, op.dst],
                          send_recv(op.size_bytes))
+        if isinstance(op, Timed):
+            tid = f"t{it}.{i}"
+            self.prog.timed[tid] = {"kind": op.kind, "label": op.label, "info": dict(op.info)}
+            return compile_timed(i, it, tid, op)
         return self._collective(i, it, op)
 
     def _compute(self, i: int, it: int, op: Compute, r: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from traffic_gen.algorithms.steps import split_bytes
 from traffic_gen.datapath import Job, Shared, sleep_until
 from traffic_gen.endpoints import Endpoints
 from traffic_gen.gather_root import run_gathers
+from traffic_gen.timed import run_timed
 
 __all__ = ["run_rank", "run_xfer"]
 
@@ -29,6 +30,9 @@ def run_rank(rank: int, node: str, ops: list[dict[str, Any]], t0: float, eps: En
                 sleep_until(t0, shared.spin_s)
             ts = time.time()
             time.sleep(op["duration_s"])
+        elif op.get("kind") == "timed":  # open-loop messages: at_s counts from the op's start
+            ts = t0 if n == 0 else time.time()
+            run_timed(rank, op, ts, eps, shared)
         else:
             ts = t0 if n == 0 else time.time()
             run_xfer(rank, op, t0 if n == 0 else 0.0, eps, shared)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from aitb.models.schedule import Burst, Collective, Gather, Op, Schedule, SendRecv
+from aitb.models.schedule import Burst, Collective, Gather, Op, Schedule, SendRecv, Timed
 from workloads.aicb.build import scale_size
 
 __all__ = ["scale_schedule"]
@@ -39,4 +39,8 @@ def _scale(op: Op, factor: float) -> Op:
         flows = tuple(dataclasses.replace(f, size_bytes=scale_size(f.size_bytes, factor))
                       for f in op.flows)
         return dataclasses.replace(op, flows=flows)
+    if isinstance(op, Timed):
+        msgs = tuple(dataclasses.replace(m, size_bytes=scale_size(m.size_bytes, factor))
+                     for m in op.messages)
+        return dataclasses.replace(op, messages=msgs)
     return op

@@ -114,7 +114,8 @@ class UdpStats(_Record):
 class FlowRecord(_Record):
     """One transfer between two ranks. ``t_start``: the sender began (host clock, s);
     ``t_first_byte``/``t_end``: first and last byte at the receiver; ``fct_s`` = t_end -
-    t_start. ``collective_id`` or ``burst_id`` ties it to its operation."""
+    t_start. ``collective_id`` or ``burst_id`` ties it to its operation; ``background``: a
+    flow of background traffic (not of the AI workload under study)."""
 
     kind_name: ClassVar[str] = "flow"
     _nested: ClassVar[Mapping[str, type]] = {"tcp": TcpInfo, "udp": UdpStats}
@@ -141,6 +142,7 @@ class FlowRecord(_Record):
     burst_id: str | None = None
     tcp: TcpInfo | None = None
     udp: UdpStats | None = None
+    background: bool = False
     schema_version: int = SCHEMA_VERSION
 
 

@@ -22,7 +22,8 @@ from typing import Literal
 
 __all__ = [
     "CollectiveKind", "COLLECTIVES", "Protocol", "Group", "Collective", "SendRecv", "Compute",
-    "Flow", "Burst", "Op", "Schedule", "ScheduleError", "Placement", "Gather", "GATHER_LEVELS",
+    "Flow", "Burst", "Message", "Timed", "Op", "Schedule", "ScheduleError", "Placement",
+    "Gather", "GATHER_LEVELS",
 ]
 
 CollectiveKind = Literal[
@@ -136,7 +137,40 @@ class Gather:
     label: str = ""
 
 
-Op = Collective | SendRecv | Compute | Burst | Gather
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a :class:`Timed` op: ``src`` rank sends ``size_bytes`` to ``dst`` rank
+    (TCP). It leaves no earlier than ``at_s`` seconds after the op's start (None: as soon as
+    it may), and only after the messages listed in ``after`` (indices into the op's messages,
+    all lower than its own) are complete at ``src``: received there, or sent by ``src``;
+    then it waits ``gap_s`` more seconds (e.g. a token interval). ``flow`` False: a small
+    control or token message that gets no FlowRecord. ``tag`` names it in the records."""
+
+    src: int
+    dst: int
+    size_bytes: int
+    at_s: float | None = None
+    after: tuple[int, ...] = ()
+    gap_s: float = 0.0
+    tag: str = ""
+    flow: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """Open-loop timed messages (inference requests and token streams, background flows):
+    unlike a Burst, messages start at their own instants and may depend on each other, and
+    many are in flight at once. ``kind`` ("inference", "background", ...) and ``info``
+    (JSON-ready metadata, e.g. the requests) travel to the records; background flows get
+    FlowRecords with ``background`` true."""
+
+    messages: tuple[Message, ...]
+    label: str = ""
+    kind: str = ""
+    info: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+
+Op = Collective | SendRecv | Compute | Burst | Gather | Timed
 Placement = Mapping[int, str]  # rank -> host node name
 
 
@@ -200,6 +234,10 @@ class Schedule:
                 _nonneg(self.name, where, f.size_bytes, "size_bytes")
         elif isinstance(op, Gather):
             self._check_gather(i, where, op)
+
+        elif isinstance(op, Timed):
+            for k, m in enumerate(op.messages):
+                self._check_message(f"{where} message {k}", k, m, op.messages)
         else:
             raise ScheduleError(f"{self.name}: {where}: not a schedule operation")
 
@@ -225,6 +263,22 @@ class Schedule:
             raise ScheduleError(f"{self.name}: {where}: round_start_op {op.round_start_op} "
                                 f"is not an earlier op")
 
+
+    def _check_message(self, where: str, k: int, m: Message, msgs: tuple[Message, ...]) -> None:
+        self._check_ranks((m.src, m.dst), where)
+        _nonneg(self.name, where, m.size_bytes, "size_bytes")
+        _nonneg(self.name, where, m.gap_s, "gap_s")
+        if m.at_s is not None:
+            _nonneg(self.name, where, m.at_s, "at_s")
+        if m.src == m.dst:
+            raise ScheduleError(f"{self.name}: {where}: rank {m.src} sends to itself")
+        for d in m.after:
+            if not 0 <= d < k:
+                raise ScheduleError(f"{self.name}: {where}: after {d} is not an earlier message")
+            if m.src not in (msgs[d].src, msgs[d].dst):
+                raise ScheduleError(f"{self.name}: {where}: after {d}: rank {m.src} neither "
+                                    "sends nor receives that message, so cannot wait for it")
+
     def ranks_of(self, op: Op) -> tuple[int, ...]:
         """The ranks that take part in ``op``, in ascending order."""
         if isinstance(op, Collective):
@@ -235,6 +289,8 @@ class Schedule:
             return tuple(range(self.world_size)) if op.ranks is None else tuple(sorted(op.ranks))
         if isinstance(op, Gather):
             return tuple(sorted((op.root, *op.srcs)))
+        if isinstance(op, Timed):
+            return tuple(sorted({r for m in op.messages for r in (m.src, m.dst)}))
         return tuple(sorted({r for f in op.flows for r in (f.src, f.dst)}))
 
 

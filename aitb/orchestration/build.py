@@ -20,6 +20,8 @@ from aitb.orchestration.experiment import (
     PlacementSpec,
     StragglerSpecModel,
 )
+from aitb.orchestration.serving import build_serving
+from aitb.orchestration.serving_entries import BackgroundEntry, InferenceEntry
 from traffic_gen import patterns
 from traffic_gen.algorithms import REGISTRY
 from traffic_gen.stragglers import StragglerSpec
@@ -167,15 +169,19 @@ def _imported(ctx: _Ctx, e: ImportedEntry, base_dir: Path) -> Schedule:
     return build_workload(spec, base_dir=base_dir, file=ctx.source)
 
 
-def build_entry(entry: CollectiveEntry | PatternEntry | ImportedEntry, index: int, *,
-                plan: LabPlan, source: str, base_dir: Path, seed: int,
-                scale: float) -> BuiltWorkload:
+def build_entry(entry: CollectiveEntry | PatternEntry | ImportedEntry | InferenceEntry
+                | BackgroundEntry, index: int, *, plan: LabPlan, source: str, base_dir: Path,
+                seed: int, scale: float) -> BuiltWorkload:
     """Build workload ``index`` of an experiment for ``plan``.
 
     ``scale`` (>= 1) divides every size (ARCHITECTURE decision 8); ``seed`` seeds patterns and
     stragglers. Raises :class:`SpecError` naming ``source`` and ``workloads[index].<key>`` for
     a bad unit, an unknown host, too few hosts, or an invalid schedule.
     """
+    if isinstance(entry, InferenceEntry | BackgroundEntry):
+        schedule, placement = build_serving(entry, index, plan=plan, source=source, seed=seed,
+                                            scale=scale)
+        return BuiltWorkload(schedule.name, schedule, placement, StragglerSpec(seed=seed))
     ctx = _Ctx(source, index)
     try:
         strag = entry_stragglers(entry)

@@ -24,6 +24,10 @@ An experiment file (YAML)::
     capture: {interfaces: bottleneck, snaplen: 128, rotate_size: 100MB, files: 4}
                                        # or interfaces: all | [s1:rx, ...]; enabled: false
     counters: {interval: 10ms, tcp: true}   # qdisc/link/TCP_INFO samples; enabled: false
+        start: after_previous          # or with_previous: run concurrently with the workload
+                                       # before it (every kind; see runner.py)
+
+``kind: inference`` and ``kind: background``: aitb/orchestration/serving_entries.py.
 
 Relative paths are relative to the experiment file. Errors name the file, key path and line.
 """
@@ -49,6 +53,7 @@ from pydantic import (
 from aitb.models.errors import SpecError, SpecIssue
 from aitb.models.schedule import COLLECTIVES
 from aitb.models.units import UnitError, parse_duration_s, parse_rate_bps, parse_size_bytes
+from aitb.orchestration.serving_entries import BackgroundEntry, InferenceEntry, StartMode
 from topologies.issues import issues_from_validation, with_lines
 from topologies.loader import read_yaml
 
@@ -74,7 +79,7 @@ Size = Annotated[Quantity, _checked(parse_size_bytes)]
 Duration = Annotated[Quantity, _checked(parse_duration_s)]
 Rate = Annotated[Quantity, _checked(parse_rate_bps)]
 _KINDS = ("collective", "incast", "one_to_many", "permutation", "all_pairs", "training",
-          "aicb", "fedavg", "hierarchical", "gossip")
+          "aicb", "fedavg", "hierarchical", "gossip", "inference", "background")
 _Forbid = ConfigDict(extra="forbid")
 
 
@@ -121,6 +126,7 @@ class StragglerSpecModel(BaseModel):
 class _Common(BaseModel):
     model_config = _Forbid
     name: str | None = None
+    start: StartMode = "after_previous"
     hosts: list[str] | None = None
     placement: PlacementSpec | None = None
     stragglers: StragglerSpecModel = Field(default_factory=StragglerSpecModel)
@@ -168,10 +174,11 @@ class ImportedEntry(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     kind: Literal["training", "aicb", "fedavg", "hierarchical", "gossip"]
+    start: StartMode = "after_previous"
 
 
-WorkloadEntry = Annotated[CollectiveEntry | PatternEntry | ImportedEntry,
-                          Field(discriminator="kind")]
+WorkloadEntry = Annotated[CollectiveEntry | PatternEntry | ImportedEntry | InferenceEntry
+                          | BackgroundEntry, Field(discriminator="kind")]
 
 
 RTO_MIN_MAX_S = 120.0  # TCP_RTO_MAX, include/net/tcp.h: a larger minimum means nothing

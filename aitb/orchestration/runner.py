@@ -2,7 +2,9 @@
 
 experiment file -> validated spec -> LabPlan (scaled) -> schedules and placements (all checked
 before anything is created) -> run directory -> Lab up -> replay each workload over real
-sockets -> Lab down (also on error and SIGINT/SIGTERM) -> manifest. A failed run keeps its
+sockets (one after another; an entry with ``start: with_previous`` runs concurrently with
+the one before it, see aitb.orchestration.concurrent) -> Lab down (also on error and SIGINT/SIGTERM)
+-> manifest. A failed run keeps its
 manifest, its partial records and ``error.json``.
 """
 
@@ -22,6 +24,7 @@ from aitb.models.errors import AitbError, SpecError, SpecIssue
 from aitb.models.plan import LabPlan, plan_to_dict
 from aitb.models.units import UnitError, parse_duration_s, parse_size_bytes
 from aitb.orchestration.build import BuiltWorkload, build_entry
+from aitb.orchestration.concurrent import SerialLauncher, run_group, start_groups
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
 from aitb.orchestration.fidelity import FidelityMonitor
 from aitb.orchestration.observe import ObserveConfig, observe_config, observing
@@ -35,7 +38,6 @@ from testbed.lab import Lab
 from topologies.issues import with_lines
 from topologies.loader import read_yaml
 from topologies.scaling import scale_plan
-from traffic_gen.launch import LabLauncher
 from traffic_gen.program import compile_program
 from traffic_gen.replay import ReplayOptions, ReplayResult, replay
 from traffic_gen.tcpinfo import TcpKnobs
@@ -44,7 +46,7 @@ from workloads.placement import sites_of_plan
 __all__ = ["Prepared", "RunOutcome", "prepare", "execute", "RECORD_FILES"]
 
 RECORD_FILES = ("flows.jsonl", "collectives.jsonl", "bursts.jsonl", "timeline.jsonl",
-                "failures.jsonl", "rounds.jsonl")
+                "failures.jsonl", "rounds.jsonl", "requests.jsonl")
 Progress = Callable[[str], None]
 
 
@@ -118,6 +120,8 @@ def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> Repl
     # aitb run runs as root: agents wait for a burst's start by spinning its last 200 us and
     # take SCHED_FIFO for the start instant only (traffic_gen.datapath), which cut the p99
     # start skew of 64 agents on 2 cores from ~30 ms to ~4 ms (bench/start_skew.py)
+    # inside the stock-kernel VM under software emulation (TCG) an agent's Python start alone
+    # took over 20 s with a few agents and pytest sharing 2 emulated CPUs
     return ReplayOptions(
         knobs=knobs, sites=sites, conns_per_peer=t.conns_per_peer, spin_s=200e-6,
         rt_priority=10, agent_start_timeout_s=_agent_start_timeout_s(),
@@ -141,6 +145,9 @@ def prepare(path: Path) -> Prepared:
     """
     spec, doc = load_experiment(path)
     source, base = str(path), path.parent
+    if spec.workloads[0].start == "with_previous":
+        raise spec_issue(source, doc, ("workloads", 0, "start"),
+                         "with_previous needs a workload before it")
     plan = apply_host_transport(scale_plan(_plan(spec, source, base), spec.scale),
                                 spec.transport)
     options = _options(spec, source, doc, plan)
@@ -204,22 +211,36 @@ def _merge_records(run_dir: Path) -> None:
 def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
                 manifest: dict[str, Any], progress: Progress) -> None:
     addresses = {h.name: str(prep.plan.address_of(h.name)) for h in prep.plan.hosts()}
-    for i, w in enumerate(prep.workloads):
-        progress(f"workload {i} ({w.name}): {len(w.placement)} ranks")
+
+    def replay_one(i: int) -> ReplayResult:
+        w = prep.workloads[i]
         part = run_dir / "workloads" / f"{i}-{w.name}"
         opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers)
-        res: ReplayResult = replay(w.schedule, w.placement, LabLauncher(lab), part, addresses,
-                                   opts)
-        # cumulative kernel counters (qdisc bytes, packets, drops, backlog; per interface) at
-        # the end of this workload; the difference to the previous snapshot is its share
-        write_json_atomic(part / "counters_end.json", describe(lab))
-        manifest["workloads"].append({"index": i, "name": w.name, "dir": str(
-            part.relative_to(run_dir)), "ok": res.ok, "skew": dict(res.skew),
-            "failures": [f.to_dict() for f in res.failures]})
+        return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts)
+
+    for group in start_groups(prep.spec.workloads):  # start: with_previous -> concurrent
+        for i in group:
+            progress(f"workload {i} ({prep.workloads[i].name}): "
+                     f"{len(prep.workloads[i].placement)} ranks"
+                     + (" (concurrent)" if len(group) > 1 else ""))
+        results = run_group(group, replay_one)
+        for i in group:
+            w, res = prep.workloads[i], results[i]
+            part = run_dir / "workloads" / f"{i}-{w.name}"
+            # cumulative kernel counters (qdisc bytes, packets, drops, backlog; per interface)
+            # at the end of this workload (of its group, for concurrent workloads); the
+            # difference to the previous snapshot is its (its group's) share
+            write_json_atomic(part / "counters_end.json", describe(lab))
+            manifest["workloads"].append({"index": i, "name": w.name, "dir": str(
+                part.relative_to(run_dir)), "ok": res.ok, "skew": dict(res.skew),
+                "failures": [f.to_dict() for f in res.failures], "group": group})
         write_json_atomic(run_dir / "manifest.json", manifest)
-        if not res.ok:
-            raise AitbError(f"workload {i} ({w.name}) failed: "
-                            + "; ".join(f"{f.node}: {f.detail}" for f in res.failures))
+        failed = [i for i in group if not results[i].ok]
+        if failed:
+            raise AitbError("; ".join(
+                f"workload {i} ({prep.workloads[i].name}) failed: "
+                + "; ".join(f"{f.node}: {f.detail}" for f in results[i].failures)
+                for i in failed))
 
 
 def _fidelity(monitor: FidelityMonitor, run_dir: Path, manifest: dict[str, Any],

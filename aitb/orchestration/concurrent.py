@@ -1,0 +1,71 @@
+"""Workloads that run at once on one lab: ``start: with_previous`` groups (pure grouping,
+and a runner of one group's replays in threads).
+
+Concurrent replays are independent: each has its own controller and Unix control socket
+(in its own record directory ``workloads/<i>-<name>/``, or a private temporary directory
+named by the run id when that path is too long), its own agent process on every host it
+uses (agents bind ephemeral ports on the host's lab address, so two never clash), and its
+own records. Only process starts go through one lock (the lab's registry of started
+processes is appended to by one thread at a time).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from traffic_gen.launch import LabLauncher
+
+__all__ = ["start_groups", "SerialLauncher", "run_group"]
+
+R = TypeVar("R")
+
+
+def start_groups(entries: Sequence[Any]) -> list[list[int]]:
+    """Indices of ``entries`` (experiment workload entries, each with ``start``) in groups
+    that run concurrently: an entry with ``start: with_previous`` joins the group of the
+    entry before it; groups run one after another."""
+    groups: list[list[int]] = []
+    for i, entry in enumerate(entries):
+        if groups and entry.start == "with_previous":
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+class SerialLauncher(LabLauncher):
+    """LabLauncher whose process starts are serialised across threads."""
+
+    _lock = threading.Lock()
+
+    def popen(self, node: str, argv: Any, **popen_kwargs: Any) -> Any:
+        """Start ``argv`` in ``node`` (see LabLauncher.popen), one start at a time."""
+        with self._lock:
+            return super().popen(node, argv, **popen_kwargs)
+
+
+def run_group(group: Sequence[int], replay_one: Callable[[int], R]) -> dict[int, R]:
+    """``replay_one(i)`` for every index of ``group``, concurrently (one thread each; a
+    single index runs in the caller's thread). Waits for all; re-raises the first exception
+    any of them raised."""
+    results: dict[int, R] = {}
+    if len(group) == 1:
+        results[group[0]] = replay_one(group[0])
+        return results
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = replay_one(i)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in group]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results

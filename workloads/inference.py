@@ -1,0 +1,210 @@
+"""Inference serving: users' requests to inference servers as one Timed op (pure, seeded).
+
+Clients send requests at Poisson arrivals (rate per client) or at the instants of a trace.
+Consecutive requests of a client form sessions of ``session_requests`` requests. Each request
+is a prompt (client -> server, ``prompt_bytes``), then ``tokens`` response tokens of
+``token_bytes`` streamed back at ``token_rate_per_s`` (token k+1 leaves 1/rate after token k).
+The first token leaves ``prefill_s`` after the prompt has arrived and, if the request
+bootstraps, after the coarse layer of the bootstrap has arrived.
+
+Bootstrap: the first request of a session on a server makes that server fetch the session's
+context / model parameters (``bootstrap_bytes``) from the ``holders``: it sends each holder a
+small fetch message, and each holder returns its shard (size / holders) at once, an incast on
+the server when there are several. Layered delivery (``layers``, fractions summing to 1): each
+holder sends its shard layer by layer (coarse first); the first token waits only for layer 0
+of every holder, the rest streams in behind it (Wu et al., "Layered model delivery" ideas for
+edge inference; here simply a split of the bytes).
+
+Instance selection (``policy``), decided when the schedule is built, from the plan's
+configured delays and the schedule's own timing:
+* ``nearest``: the server with the least configured round-trip path delay to the client
+  (workloads.paths); ties: the first listed.
+* ``least_loaded``: the server with the fewest requests in service at the arrival instant,
+  a request being in service for its nominal time prefill_s + tokens / token_rate_per_s
+  (bootstrap and network time not predicted); ties: nearest, then first listed.
+* ``affinity``: context affinity: a session stays on the server of its first request (chosen
+  least loaded), so only its first request bootstraps.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from aitb.models.requests import tag
+from aitb.models.schedule import Message, Schedule, Timed
+
+__all__ = ["POLICIES", "InferenceParams", "Arrival", "poisson_arrivals", "inference_schedule"]
+
+POLICIES = ("nearest", "least_loaded", "affinity")
+FETCH_BYTES = 64  # the server's fetch request to a holder: a small control message
+
+
+@dataclass(frozen=True)
+class InferenceParams:
+    """Numbers of an inference workload (sizes bytes, times seconds, rates per second)."""
+
+    prompt_bytes: int
+    tokens: int
+    token_bytes: int
+    token_rate_per_s: float
+    policy: str = "nearest"
+    session_requests: int = 4
+    prefill_s: float = 0.0
+    bootstrap_bytes: int = 0
+    layers: tuple[float, ...] = (1.0,)
+
+    def service_s(self) -> float:
+        """Nominal time a request keeps a server busy: prefill + tokens / rate."""
+        return self.prefill_s + self.tokens / self.token_rate_per_s
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A request arriving ``at_s`` after the start from ``client`` (a host name);
+    ``session`` None: assigned by counting the client's requests."""
+
+    at_s: float
+    client: str
+    session: str | None = None
+
+
+def poisson_arrivals(clients: Sequence[str], rate_per_s: float, duration_s: float,
+                     seed: int) -> list[Arrival]:
+    """Independent Poisson arrivals of ``rate_per_s`` per client during ``duration_s``,
+    drawn with ``random.Random(seed)``, sorted by time."""
+    rng = random.Random(seed)
+    out = []
+    for c in clients:
+        t = rng.expovariate(rate_per_s)
+        while t < duration_s:
+            out.append(Arrival(t, c))
+            t += rng.expovariate(rate_per_s)
+    return sorted(out, key=lambda a: (a.at_s, a.client))
+
+
+class _Chooser:
+    """Instance selection state: busy intervals per server, session homes."""
+
+    def __init__(self, p: InferenceParams, servers: Sequence[str],
+                 rtt_s: Callable[[str, str], float]) -> None:
+        self.p, self.servers, self.rtt_s = p, list(servers), rtt_s
+        self.busy: dict[str, list[float]] = {s: [] for s in servers}  # end times
+        self.home: dict[str, str] = {}
+
+    def _load(self, server: str, t: float) -> int:
+        return sum(1 for end in self.busy[server] if end > t)
+
+    def _nearest(self, client: str) -> str:
+        return min(self.servers, key=lambda s: (self.rtt_s(client, s), self.servers.index(s)))
+
+    def _least(self, client: str, t: float) -> str:
+        return min(self.servers, key=lambda s: (self._load(s, t), self.rtt_s(client, s),
+                                                self.servers.index(s)))
+
+    def choose(self, a: Arrival, session: str) -> str:
+        if self.p.policy == "nearest":
+            server = self._nearest(a.client)
+        elif self.p.policy == "least_loaded":
+            server = self._least(a.client, a.at_s)
+        else:
+            server = self.home.get(session) or self._least(a.client, a.at_s)
+        self.home.setdefault(session, server)
+        self.busy[server].append(a.at_s + self.p.service_s())
+        return server
+
+
+def _sessions(arrivals: Sequence[Arrival], per: int) -> list[str]:
+    count: dict[str, int] = {}
+    out = []
+    for a in arrivals:
+        n = count.get(a.client, 0)
+        count[a.client] = n + 1
+        out.append(a.session or f"{a.client}-s{n // per}")
+    return out
+
+
+def _request_messages(n: int, a: Arrival, p: InferenceParams, rank: dict[str, int],
+                      server: str, holders: Sequence[str], boot: bool
+                      ) -> list[tuple[tuple, Message]]:
+    """(sort key, message) pairs of request ``n``; ``after`` holds keys, resolved later."""
+    c, s = rank[a.client], rank[server]
+    k0 = (a.at_s, n)
+    out = [((*k0, 0, 0, 0), Message(c, s, p.prompt_bytes, at_s=a.at_s, tag=tag(n, "prompt")))]
+    coarse = []
+    if boot:
+        shard = p.bootstrap_bytes / len(holders)
+        for h, holder in enumerate(holders):
+            fk = (*k0, 1, 0, h)
+            out.append((fk, Message(s, rank[holder], FETCH_BYTES, tag=tag(n, "fetch", h),
+                                    flow=False, after=((*k0, 0, 0, 0),))))  # type: ignore[arg-type]
+            for layer, frac in enumerate(p.layers):
+                bk = (*k0, 2, layer, h)
+                out.append((bk, Message(rank[holder], s, max(1, math.ceil(shard * frac)),
+                                        after=(fk,), tag=tag(n, "boot", h, layer))))  # type: ignore[arg-type]
+                if layer == 0:
+                    coarse.append(bk)
+    prev = [(*k0, 0, 0, 0), *coarse]
+    for k in range(p.tokens):
+        t_k = a.at_s + p.prefill_s + k / p.token_rate_per_s
+        key = (t_k, n, 3, k, 0)
+        gap = p.prefill_s if k == 0 else 1.0 / p.token_rate_per_s
+        out.append((key, Message(s, c, p.token_bytes, after=tuple(prev), gap_s=gap,  # type: ignore[arg-type]
+                                 tag=tag(n, "tok", k), flow=False)))
+        prev = [key]
+    return out
+
+
+def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
+                       servers: Sequence[str], holders: Sequence[str],
+                       rtt_s: Callable[[str, str], float],
+                       name: str = "inference") -> tuple[Schedule, list[str]]:
+    """The Schedule (one Timed op, kind ``inference``) and its hosts (rank i on hosts[i]).
+
+    ``rtt_s(client, server)``: configured round-trip delay (s) for ``nearest``. Messages are
+    ordered by their nominal instant, so that the token streams of overlapping requests on
+    one client-server pair interleave. ``info["requests"]``: request_id, session, client,
+    server, policy, bootstrap per request (arrival order). Raises ValueError for an unknown
+    policy, no server, a bootstrap without holders, a holder that is a server, or layers
+    that do not sum to 1."""
+    _check(p, servers, holders)
+    order = sorted(arrivals, key=lambda a: (a.at_s, a.client))
+    hosts = list(dict.fromkeys([*(a.client for a in order), *servers, *holders]))
+    rank = {h: i for i, h in enumerate(hosts)}
+    chooser, seen = _Chooser(p, servers, rtt_s), set()
+    keyed, requests = [], []
+    for n, (a, session) in enumerate(zip(order, _sessions(order, p.session_requests),
+                                         strict=True)):
+        server = chooser.choose(a, session)
+        boot = p.bootstrap_bytes > 0 and (session, server) not in seen
+        seen.add((session, server))
+        keyed += _request_messages(n, a, p, rank, server, holders, boot)
+        requests.append({"request_id": f"q{n}", "session": session, "client": a.client,
+                         "server": server, "policy": p.policy, "bootstrap": boot,
+                         "at_s": a.at_s})
+    keyed.sort(key=lambda km: km[0])
+    index = {k: i for i, (k, _) in enumerate(keyed)}
+    msgs = tuple(Message(m.src, m.dst, m.size_bytes, m.at_s, tuple(index[d] for d in m.after),  # type: ignore[index]
+                         m.gap_s, m.tag, m.flow) for _, m in keyed)
+    info = {"requests": requests, "policy": p.policy}
+    meta = {"kind": "inference", "policy": p.policy, "requests": len(requests),
+            "bootstraps": sum(r["bootstrap"] for r in requests), "servers": list(servers)}
+    op = Timed(msgs, label=name, kind="inference", info=info)
+    return Schedule(name, len(hosts), {}, (op,), source="<inference>", meta=meta), hosts
+
+
+def _check(p: InferenceParams, servers: Sequence[str], holders: Sequence[str]) -> None:
+    if p.policy not in POLICIES:
+        raise ValueError(f"unknown policy {p.policy!r}; known: {', '.join(POLICIES)}")
+    if not servers:
+        raise ValueError("an inference workload needs at least one server")
+    if p.bootstrap_bytes and not holders:
+        raise ValueError("a bootstrap needs holders (the hosts that hold the context)")
+    if set(holders) & set(servers):
+        raise ValueError(f"holders {sorted(set(holders) & set(servers))} are also servers")
+    if abs(sum(p.layers) - 1.0) > 1e-9 or any(f <= 0 for f in p.layers):
+        raise ValueError(f"layers {list(p.layers)} must be positive fractions summing to 1")
+    if p.tokens < 1 or p.token_rate_per_s <= 0:
+        raise ValueError("tokens must be at least 1 and token_rate positive")
