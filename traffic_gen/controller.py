@@ -118,7 +118,7 @@ class Controller:
     def _start_kickers(self) -> None:
         """One starter process per core (kick.py), each on its own socket beside ctl.sock;
         returns when every socket exists. Raises RunFailed if one exits or is late."""
-        logs = self.run_dir / "agents"
+        logs = self.run_dir / "starters"
         logs.mkdir(exist_ok=True)
         for k in range(max(1, min(os.cpu_count() or 1, 4))):
             path = self.sock_path.parent / f"kick{k}.sock"
@@ -142,7 +142,7 @@ class Controller:
         for k, p in enumerate(self.kick_procs):
             if p.poll() is not None:
                 raise RunFailed(self._failure("controller", f"starter process {k} exited with "
-                                              f"code {p.returncode} (agents/starter{k}.log)"))
+                                              f"code {p.returncode} (starters/starter{k}.log)"))
 
     def _accept(self, srv: socket.socket) -> None:
         with srv:
