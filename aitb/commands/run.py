@@ -2,7 +2,8 @@
 
 Exit codes: 0 the run finished (its fidelity verdict is in fidelity.json and the output),
 1 the run failed (its directory keeps manifest.json, error.json, partial records, run.log),
-2 bad input (experiment, topology or workload file; nothing was created), 130 interrupted.
+2 bad input (experiment, topology or workload file; nothing was created), 130/143
+interrupted by SIGINT/SIGTERM (lab torn down, no analysis; `aitb analyze` can follow).
 Output: progress on stderr; stdout carries only the run directory (last line) or, with
 ``--json``, one JSON object.
 """
@@ -53,7 +54,7 @@ def run(
         "report.html), or skip it (`aitb analyze RUN_DIR` does it later).")] = True,
 ) -> None:
     """Deploy the experiment's lab, replay its workloads over real sockets, record, check
-    fidelity, tear down. Exit codes: 0 ok, 1 run failed, 2 bad input."""
+    fidelity, tear down. Exit codes: 0 ok, 1 run failed, 2 bad input, 130/143 interrupted."""
     from aitb.orchestration.defaults import default_experiment
     from aitb.orchestration.runner import execute, prepare
     from testbed.backends import check_backend
@@ -88,7 +89,7 @@ def run(
                                       analysis=analysis))
     with StepProgress(console, quiet=quiet or as_json) as step:
         outcome = execute(prep, results, progress=step, analyze=analysis, backend=backend)
-    code = EXIT_OK if outcome.ok and not outcome.analysis_error else EXIT_FAILED
+    code = outcome.exit_code or (EXIT_FAILED if outcome.analysis_error else EXIT_OK)
     if as_json:
         _emit({"ok": outcome.ok, "run_dir": str(outcome.run_dir), "error": outcome.error,
                "trustworthy": outcome.trustworthy, "exit_code": code,

@@ -74,6 +74,7 @@ class RunOutcome:
     report: Path | None = None
     analysis_error: str | None = None
     trustworthy: bool | None = None  # fidelity.json's verdict; None if the lab never came up
+    exit_code: int = 0  # what `aitb run` exits with: 0, 1 failed, 128+signal interrupted
 
 
 def _plan(spec: ExperimentSpec, source: str, base: Path) -> LabPlan:
@@ -268,7 +269,8 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     lab was up); a lab owner-marked with the run id's last 6 hex digits exists only while it
     runs. Never raises for a failure while running: the outcome says it, and error.json
     holds it. With ``analyze`` (default), then analyses the run (also a failed one, from its
-    partial records; see _analyze): tables/, metrics.json, report.html.
+    partial records, but not an interrupted one; see _analyze): tables/, metrics.json,
+    report.html.
     """
     run_id = run_id or new_run_id()
     lab_id = run_id.rsplit("-", 1)[-1]
@@ -286,7 +288,7 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     try:
         _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog)
         outcome.workloads = manifest["workloads"]
-        if analyze:
+        if analyze and outcome.exit_code < 128:  # interrupted: stop now (aitb analyze later)
             _analyze(run_dir, manifest, outcome, progress)
     finally:
         runlog.close()
@@ -313,6 +315,7 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
         outcome.ok = True
     except (AitbError, KeyboardInterrupt) as exc:
         outcome.error = str(exc) or type(exc).__name__
+        outcome.exit_code = getattr(exc, "exit_code", 130)  # KeyboardInterrupt: SIGINT
         runlog.log.error("run failed: %s", outcome.error)
         write_json_atomic(run_dir / "error.json", {"error": outcome.error,
                                                    "type": type(exc).__name__})
