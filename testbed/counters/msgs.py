@@ -129,12 +129,21 @@ class RowMarshal(Marshal):
         self.rows: list[tuple[int, Any]] = []
         self.last: dict[bytes, Any] = {}
         self.now: dict[bytes, Any] = {}
+        self.done: dict[bytes, Any] = {}
 
     def parse_one_message(self, key: int, flags: int, sequence_number: int, data: bytes,
                           offset: int, length: int) -> Any:
         """Marshal's hook for one message at ``data[offset:offset + length]``: answers of
         type ``mtype`` become a row (returns None, so parse() skips them); others are
-        pyroute2's decoded message."""
+        pyroute2's decoded message (NLMSG_DONE of a dump: the same bytes every time, so
+        decoded once)."""
+        if key == NLMSG_DONE and self.cache:
+            raw = bytes(data[offset:offset + length])
+            done = self.done.get(raw)
+            if done is None:
+                done = self.done[raw] = super().parse_one_message(
+                    key, flags, sequence_number, data, offset, length)
+            return done
         if key != self.mtype:
             return super().parse_one_message(key, flags, sequence_number, data, offset,
                                              length)

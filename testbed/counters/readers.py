@@ -134,12 +134,12 @@ def _qdisc_row(m: QdiscMsg) -> tuple[Any, ...] | None:
     kind, st = m.get_attr("TCA_KIND"), m.get_attr("TCA_STATS2")
     if kind is None or st is None or kind == "noqueue":
         return None
-    basic = st.get_attr("TCA_STATS_BASIC") or {}
-    queue = st.get_attr("TCA_STATS_QUEUE") or {}
+    basic = st.get_attr("TCA_STATS_BASIC") or _NO_BASIC
+    queue = st.get_attr("TCA_STATS_QUEUE") or _NO_QUEUE
     packets = st.get_attr("TCA_STATS_PKT64")  # present when packets no longer fit 32 bits
-    q = [queue.get(k, 0) for k in ("drops", "overlimits", "requeues", "backlog", "qlen")]
     return (m["index"], kind, handle_text(m["handle"]), handle_text(m["parent"]),
-            basic.get("bytes", 0), basic.get("packets", 0) if packets is None else packets, *q)
+            basic["bytes"], basic["packets"] if packets is None else packets, queue["drops"],
+            queue["overlimits"], queue["requeues"], queue["backlog"], queue["qlen"])
 
 
 def _link_row(m: LinkStatsMsg) -> tuple[Any, ...] | None:
@@ -182,6 +182,8 @@ def _stats_request() -> bytes:
     return request(msg, RTM_GETSTATS)
 
 
+_NO_BASIC = {"bytes": 0, "packets": 0}  # a qdisc without basic or queue stats: zeros
+_NO_QUEUE = {k: 0 for k in ("drops", "overlimits", "requeues", "backlog", "qlen")}
 GONE = (errno.ENOENT, errno.ESTALE)  # exact sock_diag request: no such socket (any more)
 
 
