@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 
 import pytest
 from plans import two_hosts_router
@@ -136,3 +137,28 @@ def sampler_view_tcp(lab):
         finally:
             reader.close()
     return rows
+
+
+def test_exact_lookups_forget_closed_sockets(labs):
+    """Between dumps the TCP reader asks for each known socket exactly; once both ends
+    closed, the client is in time-wait (no TCP_INFO) and the server's socket is gone
+    (ENOENT): both are forgotten, and no error is raised."""
+    with labs(two_hosts_router()) as lab:
+        socks = idle_connection(lab)
+        readers = {n: NamespaceReader(n, lab.netns_name(n), tcp=True) for n in ("h1", "h2")}
+        try:
+            for r in readers.values():
+                r.open()
+                assert len(r.read_tcp()) == 1  # the dump finds the connection
+                r.tcp_reader.next_dump = float("inf")  # from now on: exact lookups only
+                assert len(r.read_tcp()) == 1 and len(r.tcp_reader.known) == 1
+            for s in socks:
+                s.close()
+            time.sleep(0.2)  # FIN exchange over an unshaped veth pair: well under 1 ms
+            for node, r in readers.items():
+                assert r.read_tcp() == [] and r.tcp_reader.known == {}, node
+        finally:
+            for s in socks:
+                s.close()
+            for r in readers.values():
+                r.close()
