@@ -45,6 +45,9 @@ def idle_connection(lab):
     sender.join()
     conn.sendall(b"ok")
     assert cli.recv(2) == b"ok"
+    # the client's ACK of "ok" is delayed, at most TCP_DELACK_MAX (200 ms, include/net/tcp.h);
+    # after that the connection, and so the lab, sends nothing
+    time.sleep(0.5)
     return cli, conn, srv
 
 
