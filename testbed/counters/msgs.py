@@ -27,7 +27,7 @@ from pyroute2.netlink.rtnl.tcmsg import tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import stats2
 
 __all__ = ["NameMsg", "QdiscMsg", "LinkStatsMsg", "DiagMsg", "inet_diag_req", "RowMarshal",
-           "SOCKID_FIELDS", "TCP_INFO_FIELDS"]
+           "SOCKID_FIELDS", "TCP_INFO_FIELDS", "LINK64_FIELDS", "TCP_INFO_SIZE"]
 
 # the socket id of struct inet_diag_sockid (include/uapi/linux/inet_diag.h), as pyroute2 names
 # its fields in both inet_diag_req and inet_diag_msg
@@ -105,7 +105,8 @@ class DiagMsg(inet_diag_msg):
         inet_addr_codec.decode(self)
 
 
-# bytes of tcp_info that DiagMsg.tcp_info reads (kernels before 4.19 send fewer)
+# bytes of tcp_info that DiagMsg.tcp_info reads (kernels before 4.19 send fewer), the sum of
+# the sizes of pyroute2's field formats (pyroute2 unpacks each field on its own, unpadded)
 TCP_INFO_SIZE = sum(struct.calcsize(f) for _, f in DiagMsg.tcp_info.fields)
 _UNSEEN = object()
 

@@ -38,6 +38,7 @@ from aitb.models.errors import LabError
 from testbed import netns
 from testbed.counters.msgs import (
     LINK64_FIELDS,
+    SOCKID_FIELDS,
     TCP_INFO_FIELDS,
     TCP_INFO_SIZE,
     DiagMsg,
@@ -103,8 +104,7 @@ def diag_request(family: int = socket.AF_INET, sockid: tuple[Any, ...] | None = 
     msg["idiag_ext"] = 1 << (INET_DIAG_INFO - 1)
     if sockid is None:
         return request(msg, SOCK_DIAG_BY_FAMILY)
-    for name, value in zip(("idiag_sport", "idiag_dport", "idiag_src", "idiag_dst",
-                            "idiag_if", "idiag_cookie"), sockid, strict=True):
+    for name, value in zip(SOCKID_FIELDS, sockid, strict=True):
         msg[name] = value
     return request(msg, SOCK_DIAG_BY_FAMILY, seq, NLM_F_REQUEST)
 
