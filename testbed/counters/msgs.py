@@ -7,6 +7,12 @@ declare only the attributes the sampler writes (contract 2), so pyroute2 decodes
 else; the structs they decode are pyroute2's own (``stats2.basic``/``queue``,
 ``ifstats64``, ``inet_diag_msg.tcp_info``), cut to the prefix that holds the wanted fields.
 
+The attributes that are plain structs of native fields (gnet_stats_basic, gnet_stats_queue,
+rtnl_link_stats64, tcp_info) use pyroute2's ``nlmsg_decoder_struct``: one ``unpack_from`` of
+the joined field formats (native alignment, as the C struct) instead of one per field. It
+serves only attributes without nested ones (it does not skip the struct before the NLA chain),
+so the messages keep pyroute2's generic decoder.
+
 House gotcha: pyroute2 marks a class's NLA table as compiled in a class attribute that
 subclasses inherit, so every class with its own ``nla_map`` resets
 ``_nlmsg_base__compiled_nla`` (see :mod:`testbed.tcmsgs`).
@@ -18,7 +24,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from pyroute2.netlink import NLMSG_DONE, nla, nlmsg
+from pyroute2.netlink import NLMSG_DONE, nla, nlmsg, nlmsg_decoder_struct
 from pyroute2.netlink.diag import inet_addr_codec, inet_diag_msg, inet_diag_req
 from pyroute2.netlink.marshal import Marshal
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
@@ -63,6 +69,12 @@ class QdiscStats2(stats2):
     nla_map = ((1, "TCA_STATS_BASIC", "basic"), (3, "TCA_STATS_QUEUE", "queue"),
                (8, "TCA_STATS_PKT64", "uint64"))
 
+    class basic(nlmsg_decoder_struct, stats2.basic):
+        """gnet_stats_basic, pyroute2's fields, decoded in one unpack (see module doc)."""
+
+    class queue(nlmsg_decoder_struct, stats2.queue):
+        """gnet_stats_queue, pyroute2's fields, decoded in one unpack (see module doc)."""
+
 
 class QdiscMsg(tcmsg):
     """RTM_NEWQDISC with TCA_KIND and TCA_STATS2 only (the request is an empty one)."""
@@ -78,7 +90,7 @@ class LinkStatsMsg(ifstatsmsg):
     _nlmsg_base__compiled_nla = False
     nla_map = ((1, "IFLA_STATS_LINK_64", "ifstats64"),)
 
-    class ifstats64(nla):
+    class ifstats64(nlmsg_decoder_struct, nla):
         """rtnl_link_stats64 (pyroute2's field list) up to tx_dropped."""
 
         fields = _prefix(ifstatsmsg.ifstats64.fields, LINK64_FIELDS)
@@ -92,7 +104,7 @@ class DiagMsg(inet_diag_msg):
     _nlmsg_base__compiled_nla = False
     nla_map = ((2, "INET_DIAG_INFO", "tcp_info"),)
 
-    class tcp_info(nla):
+    class tcp_info(nlmsg_decoder_struct, nla):
         """struct tcp_info (pyroute2's field list) up to the last field in TCP_INFO_FIELDS."""
 
         fields = _prefix(inet_diag_msg.tcp_info.fields, TCP_INFO_FIELDS)
