@@ -117,9 +117,9 @@ class DiagMsg(inet_diag_msg):
         inet_addr_codec.decode(self)
 
 
-# bytes of tcp_info that DiagMsg.tcp_info reads (kernels before 4.19 send fewer), the sum of
-# the sizes of pyroute2's field formats (pyroute2 unpacks each field on its own, unpadded)
-TCP_INFO_SIZE = sum(struct.calcsize(f) for _, f in DiagMsg.tcp_info.fields)
+# bytes of tcp_info that DiagMsg.tcp_info reads (kernels before 4.19 send fewer): the size of
+# its joined field formats, as nlmsg_decoder_struct unpacks them
+TCP_INFO_SIZE = struct.calcsize("".join(f for _, f in DiagMsg.tcp_info.fields))
 _UNSEEN = object()
 
 
