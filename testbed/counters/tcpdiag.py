@@ -6,52 +6,44 @@ An *exact* request (full socket id with its cookie, no ``NLM_F_DUMP``) is one ha
 a :class:`TcpReader` dumps only every ``discover_s`` seconds to learn which sockets exist, and
 in between asks for each known socket exactly, all requests of a namespace in one send.
 A connection opened between two dumps is first seen at the next dump (at most ``discover_s``
-late); one that closed answers ENOENT and is forgotten. :func:`pace_discovery` stretches
-``discover_s`` so that dumps take about a tenth of the time, and staggers the namespaces'
-dumps so that they do not all fall into one sample.
+late); one that closed answers ENOENT (or ESTALE) and is forgotten. :func:`pace_discovery`
+stretches ``discover_s`` so that dumps take about a tenth of the time, and staggers the
+namespaces' dumps so that they do not all fall into one sample.
 
-Request layout: ``struct inet_diag_req_v2`` (family, protocol, ext, pad, states, then
-``struct inet_diag_sockid``: sport, dport, src[4], dst[4], if, cookie[2]; 56 bytes) from
-include/uapi/linux/inet_diag.h; the answer's socket id sits at the same offset (4) of
-``struct inet_diag_msg``.
+Requests are pyroute2 ``inet_diag_req`` messages (an exact one carries the socket id of the
+socket's last answer, as pyroute2 decoded it); answers are decoded by
+:class:`testbed.counters.msgs.DiagMsg`. The exact requests of the known sockets are encoded
+once, at the dump that found them, and sent again as they are.
 """
 
 from __future__ import annotations
 
 import socket
-import struct
 import time
 from typing import Any
 
-from testbed.counters.readers import (
-    _DIAG_STATES,
-    INET_DIAG_INFO,
-    SOCK_DIAG_BY_FAMILY,
-    _diag_request,
-    _tcp_row,
-    dump_raw,
-)
+from aitb.models.errors import LabError
+from testbed.counters.msgs import RowMarshal
+from testbed.counters.readers import GONE, diag_request, dump
 
 __all__ = ["TcpReader", "DEFAULT_DISCOVER_S", "pace_discovery"]
 
 DEFAULT_DISCOVER_S = 0.1
 DUMP_SHARE = 0.1  # dumps may take this share of the wall time
-NLM_F_REQUEST, NLMSG_ERROR = 0x1, 2
-_HDR = struct.Struct("=IHHII")
-_REQ_HEAD = struct.Struct("=BBBxI")
-_SOCKID = slice(4, 52)  # inet_diag_sockid inside inet_diag_msg / inet_diag_req_v2
 
 
 class TcpReader:
-    """TCP rows of one namespace over its sock_diag socket ``sock``; ``where`` names it."""
+    """TCP rows of one namespace over its sock_diag socket ``sock``, decoded by ``marshal``
+    (readers.marshals()["tcp"]); ``where`` names it in errors."""
 
-    def __init__(self, sock: socket.socket, where: str,
+    def __init__(self, sock: socket.socket, marshal: RowMarshal, where: str,
                  discover_s: float = DEFAULT_DISCOVER_S) -> None:
-        self.sock, self.where, self.discover_s = sock, where, discover_s
-        self.known: dict[bytes, int] = {}  # socket id -> address family
+        self.sock, self.marshal, self.where = sock, marshal, where
+        self.discover_s = discover_s
+        self.known: dict[int, bytes] = {}  # sequence number -> encoded exact request
         self.next_dump = 0.0
         self.last_dump_s = 0.0  # wall time of the last dump (seconds)
-        self.dump_request = _diag_request()
+        self.dump_request = diag_request()
 
     def read(self) -> list[tuple[Any, ...]]:
         """One row per TCP socket with TCP_INFO (see readers.TCP_FIELDS)."""
@@ -64,39 +56,37 @@ class TcpReader:
         return self._exact()
 
     def _dump(self) -> list[tuple[Any, ...]]:
-        rows, self.known = [], {}
-        for m in dump_raw(self.sock, self.dump_request, SOCK_DIAG_BY_FAMILY, self.where):
-            data = bytes(m)
-            row = _tcp_row(data)
-            if row is not None:
-                self.known[data[16:][_SOCKID]] = data[16]
-                rows.append(row)
-        return rows
+        found = [r for r in dump(self.sock, self.dump_request, self.marshal, self.where)
+                 if r is not None]
+        self.known = {seq: diag_request(family, sockid, seq)
+                      for seq, (family, sockid, _) in enumerate(found, start=1)}
+        return [row for _, _, row in found]
 
     def _exact(self) -> list[tuple[Any, ...]]:
-        ids = list(self.known.items())
-        if not ids:  # nothing to ask (and netlink refuses an empty send with ENODATA)
+        if not self.known:  # nothing to ask (and netlink refuses an empty send with ENODATA)
             return []
-        head = [_REQ_HEAD.pack(fam, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), _DIAG_STATES)
-                for _, fam in ids]
-        body = [h + sid for h, (sid, _) in zip(head, ids, strict=True)]
-        self.sock.send(b"".join(_HDR.pack(_HDR.size + len(b), SOCK_DIAG_BY_FAMILY,
-                                          NLM_F_REQUEST, i + 1, 0) + b
-                                for i, b in enumerate(body)))
-        rows, pending = [], len(ids)
-        while pending:
-            buf = self.sock.recv(1 << 20)
-            off = 0
-            while off + _HDR.size <= len(buf):
-                length, mtype, _, seq, _ = _HDR.unpack_from(buf, off)
-                pending -= 1
-                row = _tcp_row(buf[off:off + length]) if mtype == SOCK_DIAG_BY_FAMILY else None
-                if row is None and 0 < seq <= len(ids):  # gone (ENOENT) or no TCP_INFO
-                    self.known.pop(ids[seq - 1][0], None)
-                elif row is not None:
-                    rows.append(row)
-                off += (length + 3) & ~3
+        self.sock.send(b"".join(self.known.values()))
+        gone: list[int] = []
+        while len(gone) + len(self.marshal.rows) < len(self.known):
+            gone += [self._gone(err) for err in self.marshal.parse(self.sock.recv(1 << 20))]
+        rows = []
+        for seq, found in self.marshal.turn():
+            if found is None:  # no TCP_INFO any more (e.g. time-wait)
+                gone.append(seq)
+            else:
+                rows.append(found[2])
+        for seq in gone:
+            self.known.pop(seq, None)
         return rows
+
+    def _gone(self, msg: Any) -> int:
+        """The sequence number of an NLMSG_ERROR answer saying the socket is gone; raises
+        LabError for any other error or answer."""
+        err = msg["header"].get("error")
+        if err is None or err.code not in GONE:
+            raise LabError(f"{self.where}: unexpected sock_diag answer: "
+                           f"{err or msg['header']}")
+        return int(msg["header"]["sequence_number"])
 
 
 def pace_discovery(readers: list[TcpReader]) -> float:
