@@ -14,6 +14,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import typer
@@ -49,6 +50,8 @@ def run(
     use_vm: Annotated[bool, typer.Option(
         "--auto-vm/--no-vm", help="When the lab needs qdiscs the host kernel lacks (netem), "
         "run inside the stock-kernel VM (default), or refuse.")] = True,
+    run_id: Annotated[str | None, typer.Option(
+        "--run-id", hidden=True, help="Run id to use (the VM path passes the host's).")] = None,
     analysis: Annotated[bool, typer.Option(
         "--analysis/--no-analysis", help="Analyse the run at its end (metrics.json, "
         "report.html), or skip it (`aitb analyze RUN_DIR` does it later).")] = True,
@@ -85,10 +88,11 @@ def run(
         if not (quiet or as_json):
             console.print(f"this lab needs {', '.join(missing)}, which the host kernel lacks: "
                           "running it inside the stock-kernel VM (--no-vm refuses)")
-        raise typer.Exit(_rerun_in_vm(path, results, as_json=as_json, quiet=quiet,
-                                      analysis=analysis))
+        raise typer.Exit(_rerun_in_vm(path, results / prep.spec.name, results,
+                                      as_json=as_json, quiet=quiet, analysis=analysis))
     with StepProgress(console, quiet=quiet or as_json) as step:
-        outcome = execute(prep, results, progress=step, analyze=analysis, backend=backend)
+        outcome = execute(prep, results, progress=step, analyze=analysis, backend=backend,
+                          run_id=run_id)
     code = outcome.exit_code or (EXIT_FAILED if outcome.analysis_error else EXIT_OK)
     if as_json:
         _emit({"ok": outcome.ok, "run_dir": str(outcome.run_dir), "error": outcome.error,
@@ -143,15 +147,46 @@ def _say_analysis(outcome, *, quiet: bool) -> None:
         typer.echo(f"report: {outcome.report}", err=True)  # unwrapped: a path to copy
 
 
-def _rerun_in_vm(path: Path, results: Path, *, as_json: bool, quiet: bool,
-                 analysis: bool = True) -> int:
-    """The same run inside the VM, with the results folder shared read-write."""
+def _rerun_in_vm(path: Path, experiment_dir: Path, results: Path, *, as_json: bool,
+                 quiet: bool, analysis: bool = True) -> int:
+    """The same run inside the VM, with the results folder shared read-write; its analysis
+    then runs here on the host (pandas and matplotlib under the VM's software emulation
+    take minutes). Returns the exit code."""
+    from aitb.orchestration.rundir import new_run_id
+    from aitb.orchestration.runner import analyze_finished
+
     results = results.resolve()
     results.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "aitb.cli", "run", str(path.resolve()),
-            "--results", str(results), *(["--json"] if as_json else []),
-            *(["--quiet"] if quiet else []), *([] if analysis else ["--no-analysis"])]
-    return run_in_vm(argv, rwdirs=[results], echo=True).returncode
+    run_id = new_run_id()
+    argv = [sys.executable, "-m", "aitb.cli", "run", str(path.resolve()), "--results",
+            str(results), "--run-id", run_id, "--no-analysis",
+            *(["--json"] if as_json else []), *(["--quiet"] if quiet else [])]
+    res = run_in_vm(argv, rwdirs=[results], echo=not as_json)
+    run_dir = experiment_dir.resolve() / run_id
+    code = res.returncode
+    report, error = None, None
+    if analysis and code < 128 and (run_dir / "manifest.json").exists():
+        with StepProgress(console, quiet=quiet or as_json) as step:
+            report, error = analyze_finished(run_dir, step)
+        code = code or (EXIT_FAILED if error else EXIT_OK)
+    if as_json:
+        doc = _last_json(res.stdout) or {"ok": False, "run_dir": str(run_dir),
+                                         "error": res.stderr[-2000:]}
+        _emit({**doc, "exit_code": code, "report": str(report) if report else None,
+               "analysis_error": error})
+    elif report or error:
+        _say_analysis(SimpleNamespace(report=report, analysis_error=error, run_dir=run_dir),
+                      quiet=quiet)
+    return code
+
+
+def _last_json(stdout: str) -> dict[str, Any] | None:
+    """The JSON object ``aitb run --json`` printed (its last non-empty line), or None."""
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
 
 
 def register(app: typer.Typer) -> None:

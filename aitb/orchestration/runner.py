@@ -43,7 +43,7 @@ from traffic_gen.replay import ReplayOptions, ReplayResult, replay
 from traffic_gen.tcpinfo import TcpKnobs
 from workloads.placement import sites_of_plan
 
-__all__ = ["Prepared", "RunOutcome", "prepare", "execute", "RECORD_FILES"]
+__all__ = ["Prepared", "RunOutcome", "prepare", "execute", "analyze_finished", "RECORD_FILES"]
 
 RECORD_FILES = ("flows.jsonl", "collectives.jsonl", "bursts.jsonl", "timeline.jsonl",
                 "failures.jsonl", "rounds.jsonl", "requests.jsonl")
@@ -348,3 +348,14 @@ def _analyze(run_dir: Path, manifest: dict[str, Any], outcome: RunOutcome,
                             "report": "report.html" if outcome.report else None,
                             "error": outcome.analysis_error}
     write_json_atomic(run_dir / "manifest.json", manifest)
+
+
+def analyze_finished(run_dir: Path, progress: Progress = lambda _m: None
+                     ) -> tuple[Path | None, str | None]:
+    """Analyse a run that finished elsewhere (the VM path: the run inside the VM, this on the
+    host): writes tables/, metrics.json, report.html and the manifest's ``analysis``; returns
+    (report path, None) or (None, the analysis error). Needs no root."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    outcome = RunOutcome(run_dir, ok=manifest.get("status") == "ok")
+    _analyze(run_dir, manifest, outcome, progress)
+    return outcome.report, outcome.analysis_error
