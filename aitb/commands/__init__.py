@@ -14,6 +14,7 @@ MODULES: tuple[str, ...] = (
     "aitb.commands.doctor",
     "aitb.commands.pcap",
     "aitb.commands.lab",
+    "aitb.commands.campaign",
 )
 
 

@@ -34,7 +34,7 @@ from traffic_gen.replay import ReplayOptions, ReplayResult, replay
 from traffic_gen.tcpinfo import TcpKnobs
 from workloads.placement import sites_of_plan
 
-__all__ = ["Prepared", "RunOutcome", "prepare", "execute", "RECORD_FILES"]
+__all__ = ["Prepared", "RunOutcome", "prepare", "prepare_spec", "execute", "RECORD_FILES"]
 
 RECORD_FILES = ("flows.jsonl", "collectives.jsonl", "bursts.jsonl", "timeline.jsonl",
                 "failures.jsonl")
@@ -106,7 +106,13 @@ def prepare(path: Path) -> Prepared:
     it references), the key path and the line for every problem found.
     """
     spec, doc = load_experiment(path)
-    source, base = str(path), path.parent
+    return prepare_spec(spec, doc, str(path), path.parent)
+
+
+def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Prepared:
+    """:func:`prepare` for an already validated ``spec`` (e.g. a campaign point): ``doc`` is
+    the mapping it came from (for line numbers), ``source`` names it in errors, ``base`` is the
+    folder relative paths are relative to. Creates nothing; raises :class:`SpecError`."""
     plan = apply_host_transport(scale_plan(_plan(spec, source, base), spec.scale),
                                 spec.transport)
     options = _options(spec, source, doc, plan)
