@@ -20,8 +20,15 @@ from aitb.orchestration.campaign_aggregate import run_summary, write_tables
 from aitb.orchestration.campaign_plots import write_plots
 from aitb.orchestration.campaign_spec import CampaignSpec, campaign_issue, load_campaign
 from aitb.orchestration.campaign_state import CampaignState, fingerprint
-from aitb.orchestration.campaign_sweep import PathError, Point, Run, expand, plain, \
-    point_document, runs
+from aitb.orchestration.campaign_sweep import (
+    PathError,
+    Point,
+    Run,
+    expand,
+    plain,
+    point_document,
+    runs,
+)
 from aitb.orchestration.experiment import parse_experiment
 from aitb.orchestration.runner import Prepared, RunOutcome, execute, prepare_spec
 from topologies.loader import read_yaml

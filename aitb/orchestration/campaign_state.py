@@ -60,10 +60,12 @@ class CampaignState:
             return state
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("campaign") != campaign or data.get("fingerprint") != fp:
+            which = "another" if data.get("campaign") != campaign \
+                else "a different version of this"
             raise SpecError(SpecIssue(
-                f"{root} holds results of {'another' if data.get('campaign') != campaign else 'a different version of this'} "
-                "campaign (points, base experiment or seed policy differ); keep them: give "
-                "another --results folder, or rename the campaign", file=source))
+                f"{root} holds results of {which} campaign (points, base experiment or "
+                "seed policy differ); keep them: give another --results folder, or rename "
+                "the campaign", file=source))
         return cls(root, data)
 
     def save(self) -> None:
