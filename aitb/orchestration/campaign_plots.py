@@ -18,14 +18,14 @@ from aitb.orchestration.campaign_spec import CampaignSpec, PlotSpec  # noqa: E40
 
 __all__ = ["axis_value", "default_plots", "write_plots"]
 
-_PARSERS = ((parse_duration_s, "s"), (parse_size_bytes, "B"), (parse_rate_bps, "bit/s"))
+_PARSERS = ((parse_duration_s, "s"), (parse_rate_bps, "bit/s"), (parse_size_bytes, "B"))
 _DEFAULT_METRICS = ("cct_s_mean", "iteration_time_s_mean", "fct_s_p99", "goodput_bps",
                     "dci_collective_time_s")
 
 
 def axis_value(value: Any) -> tuple[float | None, str]:
     """A swept value as a number for an axis, with its unit: numbers as they are, unit
-    strings through aitb.models.units (duration -> s, size -> B, rate -> bit/s); (None, "")
+    strings through aitb.models.units (duration -> s, rate -> bit/s, size -> B); (None, "")
     when it is neither (the axis is then categorical)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value), ""
