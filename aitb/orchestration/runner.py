@@ -24,6 +24,8 @@ from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
 from aitb.orchestration.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
 from aitb.orchestration.transport import apply_host_transport, host_transport_record
+from analysis.dci import write_dci
+from analysis.dci_paths import dci_links
 from testbed.inspect import describe
 from testbed.lab import Lab
 from topologies.issues import with_lines
@@ -197,7 +199,8 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
             run_id: str | None = None) -> RunOutcome:
     """Run a prepared experiment; needs root. Creates ``results_dir/<name>/<run-id>/`` with
     experiment.json, plan.json, manifest.json, per-workload records under workloads/ and the
-    merged flows/collectives/bursts/timeline/failures JSONL files; a lab owner-marked with
+    merged flows/collectives/bursts/timeline/failures JSONL files, and dci.json when the plan
+    has DCI links (analysis.dci); a lab owner-marked with
     the run id's last 6 hex digits exists only while it runs. Never raises for a failure
     while running: the outcome says it, and error.json holds it.
     """
@@ -227,5 +230,7 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
         manifest.update(status="ok" if outcome.ok else "failed", ended_at=_now(),
                         error=outcome.error)
         write_json_atomic(run_dir / "manifest.json", manifest)
+    if outcome.ok and dci_links(prep.plan):  # which collectives crossed a DCI (analysis.dci)
+        write_dci(run_dir)
     outcome.workloads = manifest["workloads"]
     return outcome
