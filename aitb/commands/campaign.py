@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,10 +16,13 @@ from testbed.capabilities import in_vm
 from testbed.lab import missing_kernel_features
 from testbed.vm import run_in_vm
 
+if TYPE_CHECKING:
+    from aitb.orchestration.campaign import Campaign, CampaignResult
+
 console = Console(stderr=True)
 
 
-def _dry_run(c, results: Path, as_json: bool) -> None:  # noqa: ANN001 - orchestration type
+def _dry_run(c: Campaign, results: Path, as_json: bool) -> None:
     from aitb.orchestration.campaign_state import STATE_FILE
 
     state_path = results / c.spec.name / STATE_FILE
@@ -43,7 +46,7 @@ def _dry_run(c, results: Path, as_json: bool) -> None:  # noqa: ANN001 - orchest
     Console().print(table)
 
 
-def _needs_vm(c) -> list[str]:  # noqa: ANN001
+def _needs_vm(c: Campaign) -> list[str]:
     if in_vm():
         return []
     return sorted({f for plan in c.plans() for f in missing_kernel_features(plan)})
@@ -88,7 +91,7 @@ def campaign(
         raise typer.Exit(1)
 
 
-def _report(result, as_json: bool, quiet: bool) -> None:  # noqa: ANN001
+def _report(result: CampaignResult, as_json: bool, quiet: bool) -> None:
     if as_json:
         typer.echo(json.dumps({"root": str(result.root), "ran": result.ran,
                                "skipped": result.skipped, "failed": result.failed,

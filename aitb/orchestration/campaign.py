@@ -8,13 +8,15 @@ state after every run (campaign_state) -> ``aggregate.parquet``/``aggregate.csv`
 
 from __future__ import annotations
 
+import fcntl
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import AitbError, SpecError, SpecIssue
+from aitb.models.errors import AitbError, LabError, SpecError, SpecIssue
 from aitb.models.plan import LabPlan
 from aitb.orchestration.campaign_aggregate import run_summary, write_tables
 from aitb.orchestration.campaign_plots import write_plots
@@ -234,20 +236,37 @@ def run_campaign(c: Campaign, results: Path, progress: Progress = lambda _m: Non
     redone. Raises :class:`CampaignInterrupted` on SIGINT/SIGTERM (state stays consistent),
     :class:`SpecError` if ``results/<campaign>`` holds a different campaign."""
     root = results / c.spec.name
-    state = CampaignState.open(root, c.spec.name, c.source, _fingerprint(c))
-    result = CampaignResult(root, discarded=state.discard_unfinished())
-    for path in result.discarded:
-        progress(f"discarded unfinished run {path}")
-    try:
-        for run in c.runs:
-            if state.status(run.key) == "ok":
-                result.skipped.append(run.key)
-                continue
-            _one_run(c, run, state, result, progress)
-    except KeyboardInterrupt:
-        raise CampaignInterrupted("interrupted; run the same command again to resume") from None
-    finish(c, state, result)
+    root.mkdir(parents=True, exist_ok=True)
+    with _exclusive(root):
+        state = CampaignState.open(root, c.spec.name, c.source, _fingerprint(c))
+        result = CampaignResult(root, discarded=state.discard_unfinished())
+        for path in result.discarded:
+            progress(f"discarded unfinished run {path}")
+        try:
+            for run in c.runs:
+                if state.status(run.key) == "ok":
+                    result.skipped.append(run.key)
+                    continue
+                _one_run(c, run, state, result, progress)
+        except KeyboardInterrupt:
+            raise CampaignInterrupted("interrupted; run the same command again to "
+                                      "resume") from None
+        finish(c, state, result)
     return result
+
+
+@contextmanager
+def _exclusive(root: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``root/.lock`` (flock; released when the process ends, even
+    if killed), so that two invocations never work on one campaign folder at once. Raises
+    :class:`LabError` if another holds it."""
+    with (root / ".lock").open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LabError(f"another aitb campaign is working on {root}; wait for it or "
+                           "stop it first") from None
+        yield
 
 
 def finish(c: Campaign, state: CampaignState, result: CampaignResult) -> None:
@@ -256,8 +275,7 @@ def finish(c: Campaign, state: CampaignState, result: CampaignResult) -> None:
     for run in c.runs:
         if state.status(run.key) != "ok":
             continue
-        run_dir = state.run_dir(run.key)
-        assert run_dir is not None
+        run_dir = state.root / state.data["runs"][run.key]["run_dir"]
         summary, origin = run_summary(run_dir)
         rows.append({"point": run.point.id, **run.point.values, "rep": run.rep,
                      "seed": run.seed, "run_dir": str(run_dir), "source": origin,
