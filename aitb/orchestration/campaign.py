@@ -14,26 +14,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from aitb.models.errors import AitbError, LabError, SpecError, SpecIssue
-from aitb.models.plan import LabPlan
+from aitb.models.errors import AitbError, LabError
 from aitb.orchestration.campaign_aggregate import run_summary, write_tables
+from aitb.orchestration.campaign_load import Campaign, load, prepare_point
 from aitb.orchestration.campaign_plots import write_plots
-from aitb.orchestration.campaign_spec import CampaignSpec, campaign_issue, load_campaign
 from aitb.orchestration.campaign_state import CampaignState, fingerprint
-from aitb.orchestration.campaign_sweep import (
-    PathError,
-    Point,
-    Run,
-    expand,
-    plain,
-    point_document,
-    runs,
-)
-from aitb.orchestration.experiment import parse_experiment
-from aitb.orchestration.runner import Prepared, RunOutcome, execute, prepare_spec
-from topologies.loader import read_yaml
+from aitb.orchestration.campaign_sweep import Run, plain
+from aitb.orchestration.runner import RunOutcome, execute
 
 __all__ = ["Campaign", "CampaignInterrupted", "CampaignResult", "load", "run_campaign"]
 
@@ -44,26 +32,6 @@ class CampaignInterrupted(AitbError):
     """SIGINT/SIGTERM during a campaign: the current run was discarded-to-be; exit 130."""
 
     exit_code = 130
-
-
-@dataclass(frozen=True)
-class Campaign:
-    """A loaded, fully validated campaign: spec, points, runs, each point's prepared
-    experiment (for its first run's seed); nothing created yet."""
-
-    spec: CampaignSpec
-    source: str
-    doc: Any
-    base_doc: Any
-    base_source: str
-    base_dir: Path
-    points: list[Point]
-    runs: list[Run]
-    prepared: dict[str, Prepared]
-
-    def plans(self) -> list[LabPlan]:
-        """The lab plan of every point."""
-        return [p.plan for p in self.prepared.values()]
 
 
 @dataclass
@@ -80,115 +48,8 @@ class CampaignResult:
     plots: list[Path] = field(default_factory=list)
 
 
-def _base(spec: CampaignSpec, doc: Any, source: str) -> tuple[Any, str, Path]:
-    """The base experiment mapping, the name errors give it, and its folder."""
-    here = Path(source).parent
-    if spec.base.file is not None:
-        path = Path(spec.base.file) if Path(spec.base.file).is_absolute() \
-            else here / spec.base.file
-        base_doc, dups = read_yaml(path)
-        if dups:
-            raise SpecError(dups)
-        return base_doc, str(path), path.parent
-    return doc["base"]["inline"], f"{source}: base.inline", here
-
-
-def _sweep_key_path(spec: CampaignSpec, key: str) -> tuple[str, str]:
-    return ("grid", key) if key in spec.grid else ("zip", key)
-
-
-def _point_issues(c: dict[str, Any], point: Point, exc: SpecError) -> list[SpecIssue]:
-    """Issues of a point's experiment; an issue at (or under) a swept key is re-pointed at
-    that key in the campaign file, any other one keeps its place in the base experiment."""
-    out = []
-    for i in exc.issues:
-        dotted = ".".join(str(p) for p in i.key_path)
-        swept = next((k for k in point.values if dotted == k or dotted.startswith(k + ".")),
-                     None)
-        if swept is not None:
-            out.append(campaign_issue(c["source"], c["doc"], _sweep_key_path(c["spec"], swept),
-                                      f"{i.message} (at {dotted}, value "
-                                      f"{point.values[swept]!r})"))
-        else:
-            out.append(i)
-    return out
-
-
-def _merge(found: list[tuple[SpecIssue, str]]) -> list[SpecIssue]:
-    """One issue per distinct problem, naming the points that have it."""
-    points: dict[str, list[str]] = {}
-    first: dict[str, SpecIssue] = {}
-    for issue, pid in found:
-        points.setdefault(str(issue), []).append(pid)
-        first.setdefault(str(issue), issue)
-    return [SpecIssue(f"{i.message} [point{'s' if len(points[k]) > 1 else ''} "
-                      f"{', '.join(points[k])}]", file=i.file, key_path=i.key_path,
-                      line=i.line) for k, i in first.items()]
-
-
-def _prepare_point(c: dict[str, Any], point: Point, seed: int | None = None) -> Prepared:
-    try:
-        doc = point_document(c["base_doc"], point)
-    except PathError as exc:
-        raise SpecError(campaign_issue(c["source"], c["doc"],
-                                       _sweep_key_path(c["spec"], exc.key or ""),
-                                       f"{exc} (swept key {exc.key!r})")) from None
-    if seed is not None:
-        doc["seed"] = seed
-    try:
-        spec = parse_experiment(doc, c["base_source"])
-        return prepare_spec(spec, doc, c["base_source"], c["base_dir"])
-    except SpecError as exc:
-        raise SpecError(_point_issues(c, point, exc)) from None
-
-
-def _check_paths(c: dict[str, Any]) -> None:
-    """Every swept key must fit the base experiment (with the key's first value): all
-    misfits at once, each at its key in the campaign file."""
-    issues = []
-    spec = c["spec"]
-    for key, values in [*spec.grid.items(), *spec.zip.items()]:
-        try:
-            point_document(c["base_doc"], Point("check", 0, {key: plain(values[0])}))
-        except PathError as exc:
-            issues.append(campaign_issue(c["source"], c["doc"], _sweep_key_path(spec, key),
-                                         str(exc)))
-    if issues:
-        raise SpecError(issues)
-
-
-def load(path: Path) -> Campaign:
-    """Read the campaign file ``path``, expand its points and validate and build every one
-    (runner.prepare_spec) before anything runs. Raises :class:`SpecError` with every
-    problem of every point, naming the campaign or base file, key path and line."""
-    spec, doc = load_campaign(path)
-    source = str(path)
-    base_doc, base_source, base_dir = _base(spec, doc, source)
-    ctx = {"spec": spec, "doc": doc, "source": source, "base_doc": base_doc,
-           "base_source": base_source, "base_dir": base_dir}
-    _check_paths(ctx)
-    points = expand(spec)
-    prepared: dict[str, Prepared] = {}
-    issues: list[tuple[SpecIssue, str]] = []
-    for p in points:
-        try:
-            prepared[p.id] = _prepare_point(ctx, p)
-        except SpecError as exc:
-            issues += [(i, p.id) for i in exc.issues]
-    if issues:
-        raise SpecError(_merge(issues))
-    seeds = {pid: prep.spec.seed for pid, prep in prepared.items()}
-    return Campaign(spec, source, doc, base_doc, base_source, base_dir, points,
-                    runs(spec, points, seeds), prepared)
-
-
-def _context(c: Campaign) -> dict[str, Any]:
-    return {"spec": c.spec, "doc": c.doc, "source": c.source, "base_doc": c.base_doc,
-            "base_source": c.base_source, "base_dir": c.base_dir}
-
-
 def _fingerprint(c: Campaign) -> str:
-    return fingerprint({p.id: p.values for p in c.points}, plain(c.base_doc), c.spec.seeds)
+    return fingerprint({p.id: p.values for p in c.points}, plain(c.src.base_doc), c.spec.seeds)
 
 
 def _interrupted(outcome: RunOutcome) -> bool:
@@ -200,7 +61,7 @@ def _interrupted(outcome: RunOutcome) -> bool:
 
 def _one_run(c: Campaign, run: Run, state: CampaignState, result: CampaignResult,
              progress: Progress) -> None:
-    prep = _prepare_point(_context(c), run.point, seed=run.seed)
+    prep = prepare_point(c.src, run.point, seed=run.seed)
     run_id = f"rep{run.rep}-{secrets.token_hex(3)}"
     point_dir = state.root / run.point.id
     state.start(run.key, point_dir / prep.spec.name / run_id, run.seed)
@@ -238,7 +99,7 @@ def run_campaign(c: Campaign, results: Path, progress: Progress = lambda _m: Non
     root = results / c.spec.name
     root.mkdir(parents=True, exist_ok=True)
     with _exclusive(root):
-        state = CampaignState.open(root, c.spec.name, c.source, _fingerprint(c))
+        state = CampaignState.open(root, c.spec.name, c.src.source, _fingerprint(c))
         result = CampaignResult(root, discarded=state.discard_unfinished())
         for path in result.discarded:
             progress(f"discarded unfinished run {path}")

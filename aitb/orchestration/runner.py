@@ -98,7 +98,9 @@ def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> Repl
         rt_priority=10,
         transfer_timeout_s=unit(("timeouts", "transfer"), parse_duration_s,
                                 spec.timeouts.transfer),
-        phase_timeout_s=unit(("timeouts", "phase"), parse_duration_s, spec.timeouts.phase))
+        phase_timeout_s=unit(("timeouts", "phase"), parse_duration_s, spec.timeouts.phase),
+        agent_start_timeout_s=unit(("timeouts", "agent_start"), parse_duration_s,
+                                   spec.timeouts.agent_start))
 
 
 def prepare(path: Path) -> Prepared:
