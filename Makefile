@@ -3,13 +3,17 @@ PY      := .venv/bin/python
 AITB    := .venv/bin/aitb
 PYTEST  := .venv/bin/pytest
 
-.PHONY: setup run test test-unit test-netns test-vm lint bench clean vm
+.PHONY: setup run test test-unit test-netns test-vm lint bench clean vm campaign
 
 setup:            ## Debian packages, .venv, and the stock-kernel VM if the host kernel lacks netem
 	bash scripts/setup.sh
 
 run:              ## run the built-in default experiment (aitb run) and print its run directory
 	$(AITB) run
+
+CAMPAIGN ?= examples/campaigns/incast_sweep.yaml
+campaign:         ## run (or resume) a campaign: CAMPAIGN=file (default: the incast sweep, host kernel)
+	$(AITB) campaign $(CAMPAIGN)
 
 lint:             ## style, import contracts between layers
 	.venv/bin/ruff check --no-cache aitb testbed topologies workloads traffic_gen analysis tests bench scripts

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from aitb.models.plan import plan_from_dict
+from analysis.dci import write_dci
+from analysis.dci_paths import dci_links
 from analysis.io import write_json_atomic
 from analysis.metrics import compute_metrics
 from analysis.report import render_report
@@ -18,15 +22,28 @@ def analyze_run(run_dir: Path) -> dict[str, Any]:
 
     Writes, each atomically, into ``run_dir``: ``tables/*.parquet`` (records, the flows with
     their ideal FCT and slowdown, qdisc samples, the one-row summary), ``metrics.json``
-    (contracts.md section 4) and ``report.html``.
+    (contracts.md section 4), ``dci.json`` when the plan has DCI links (analysis.dci) and
+    ``report.html``.
     Needs no root; re-runnable (the outputs are replaced, the inputs never touched). Returns
     the metrics dict (as written to metrics.json). Raises :class:`aitb.models.errors.SpecError`
     naming the directory if it is missing or not a run directory (no manifest.json), or
     naming a malformed JSON file; nothing is written then.
     """
+    if _has_dci(Path(run_dir)):
+        write_dci(Path(run_dir))  # dci.json: which collectives crossed a DCI (analysis.dci)
     tables = load_run(Path(run_dir))
     metrics, flow_table = compute_metrics(tables)
     write_tables(tables, metrics["summary"], flow_table)
     write_json_atomic(tables.run_dir / "metrics.json", metrics)
     render_report(tables, metrics, flow_table)
     return metrics
+
+
+def _has_dci(run_dir: Path) -> bool:
+    """Whether the run's plan.json has a DCI link (False without a readable plan.json: the
+    table loader then reports the directory)."""
+    try:
+        plan = plan_from_dict(json.loads((run_dir / "plan.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return bool(dci_links(plan))

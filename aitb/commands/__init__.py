@@ -16,6 +16,7 @@ MODULES: tuple[str, ...] = (
     "aitb.commands.lab",
     "aitb.commands.clab",
     "aitb.commands.analyze",
+    "aitb.commands.campaign",
 )
 
 

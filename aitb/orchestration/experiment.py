@@ -209,11 +209,14 @@ class TransportSpec(BaseModel):
 
 
 class TimeoutSpec(BaseModel):
-    """Longest a transfer (after its first byte) and a phase may take (duration strings)."""
+    """Longest a transfer (after its first byte) and a phase may take, and how long the
+    agents may take to start and connect (``agent_start``; more agents on a slow machine, e.g.
+    inside the TCG VM, need more) (duration strings)."""
 
     model_config = _Forbid
     transfer: Duration = "60s"
     phase: Duration = "600s"
+    agent_start: Duration = "20s"
 
 
 MIN_SNAPLEN = 64  # Ethernet 14 + IPv4 20 + TCP 20 bytes fit; 128 also keeps IPv6 + options

@@ -43,7 +43,8 @@ from traffic_gen.replay import ReplayOptions, ReplayResult, replay
 from traffic_gen.tcpinfo import TcpKnobs
 from workloads.placement import sites_of_plan
 
-__all__ = ["Prepared", "RunOutcome", "prepare", "execute", "analyze_finished", "RECORD_FILES"]
+__all__ = ["Prepared", "RunOutcome", "prepare", "prepare_spec", "execute", "analyze_finished",
+           "RECORD_FILES"]
 
 RECORD_FILES = ("flows.jsonl", "collectives.jsonl", "bursts.jsonl", "timeline.jsonl",
                 "failures.jsonl", "rounds.jsonl", "requests.jsonl")
@@ -118,21 +119,22 @@ def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> Repl
                      sndbuf_bytes=unit(("transport", "sndbuf"), parse_size_bytes, t.sndbuf),
                      rcvbuf_bytes=unit(("transport", "rcvbuf"), parse_size_bytes, t.rcvbuf))
     sites = {h: site for site, hosts in sites_of_plan(plan).items() for h in hosts}
-    # aitb run runs as root: agents wait for a burst's start by spinning its last 200 us and
-    # take SCHED_FIFO for the start instant only (traffic_gen.datapath), which cut the p99
-    # start skew of 64 agents on 2 cores from ~30 ms to ~4 ms (bench/start_skew.py)
-    # inside the stock-kernel VM under software emulation (TCG) an agent's Python start alone
-    # took over 20 s with a few agents and pytest sharing 2 emulated CPUs
+    # aitb run runs as root: the starters (traffic_gen.kick) spin the last 200 us before a
+    # burst's instant at SCHED_FIFO 10 and write every flow's first segment then
+    # (bench/start_skew.py); inside the stock-kernel VM under software emulation (TCG) an
+    # agent's Python start alone took over 20 s with a few agents sharing 2 emulated CPUs
+    agent_start = unit(("timeouts", "agent_start"), parse_duration_s, spec.timeouts.agent_start)
     return ReplayOptions(
         knobs=knobs, sites=sites, conns_per_peer=t.conns_per_peer, spin_s=200e-6,
-        rt_priority=10, agent_start_timeout_s=_agent_start_timeout_s(),
+        rt_priority=10, agent_start_timeout_s=max(agent_start, _agent_start_timeout_s()),
         transfer_timeout_s=unit(("timeouts", "transfer"), parse_duration_s,
                                 spec.timeouts.transfer),
         phase_timeout_s=unit(("timeouts", "phase"), parse_duration_s, spec.timeouts.phase))
 
 
 def _agent_start_timeout_s() -> float:
-    """How long agents may take to say hello: an agent's Python starts in ~0.2 s here, but
+    """The least time agents get to say hello (``timeouts.agent_start`` may give more): an
+    agent's Python starts in ~0.2 s here, but
     under software emulation (TCG) its imports take seconds of a vCPU, and all the agents of
     a workload start at once on 2 vCPUs (8 agents did not make 20 s in the VM)."""
     return 120.0 if in_vm() == "tcg" else 20.0
@@ -145,7 +147,13 @@ def prepare(path: Path) -> Prepared:
     it references), the key path and the line for every problem found.
     """
     spec, doc = load_experiment(path)
-    source, base = str(path), path.parent
+    return prepare_spec(spec, doc, str(path), path.parent)
+
+
+def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Prepared:
+    """:func:`prepare` for an already validated ``spec`` (e.g. a campaign point): ``doc`` is
+    the mapping it came from (for line numbers), ``source`` names it in errors, ``base`` is the
+    folder relative paths are relative to. Creates nothing; raises :class:`SpecError`."""
     if spec.workloads[0].start == "with_previous":
         raise spec_issue(source, doc, ("workloads", 0, "start"),
                          "with_previous needs a workload before it")

@@ -115,7 +115,7 @@ def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
         "stragglers": strag, "utilization": util, "fairness": fairness_metrics(flows),
         "requests": request_metrics(t.table("requests")),
         "retransmissions": retrans_metrics(flows, t.captures),
-        "dci": dci_metrics(colls, t.plan), "sampler": t.sampler,
+        "dci": dci_metrics(t.dci), "sampler": t.sampler,
         "fidelity": t.fidelity,
         "trustworthy": t.fidelity.get("trustworthy") if isinstance(t.fidelity, dict) else None,
         "warnings": list(t.warnings)}

@@ -1,44 +1,29 @@
-"""Collectives that cross a data-centre interconnect (DCI).
-
-A host's site is its ``labels["site"]``, else its ``group``, else one common site (the rule
-of workloads.placement.sites_of_plan, restated here because analysis reads plan.json only).
-A collective crosses the DCI when its hosts lie in more than one site. The DCI collective
-time is the sum of those collectives' CCT (s): the time the job spent in collectives that
-waited on the interconnect, per workload and in total (e.g. a flat ring against a
-hierarchical all-reduce over the same two DCs).
+"""Collectives that cross a data-centre interconnect (DCI): the ``dci`` section of
+metrics.json, taken from ``dci.json`` (analysis.dci, which walks the plan's routes to find the
+flows that cross a DCI link; analyze_run writes it first). One definition for the report, the
+summary key ``dci_collective_time_s`` and campaigns.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
-
-from aitb.models.plan import LabPlan
-
-__all__ = ["host_sites", "dci_metrics"]
+__all__ = ["dci_metrics"]
 
 
-def host_sites(plan: LabPlan) -> dict[str, str]:
-    """host name -> site name (module docstring)."""
-    return {n.name: n.labels.get("site", n.group or "") for n in plan.hosts()}
-
-
-def dci_metrics(collectives: pd.DataFrame, plan: LabPlan | None) -> dict[str, Any]:
-    """The ``dci`` section: ``sites`` (count), ``collectives_crossing`` (count),
-    ``collective_time_s`` (sum of their CCT; None if the plan has one site or none cross),
-    ``by_workload`` (workload name -> count and CCT sum)."""
-    sites = host_sites(plan) if plan is not None else {}
-    n_sites = len(set(sites.values()))
-    if n_sites < 2 or collectives.empty:
-        return {"sites": n_sites, "collectives_crossing": 0, "collective_time_s": None,
-                "by_workload": {}}
-    crossing = collectives[collectives["hosts"].map(
-        lambda hs: len({sites.get(h, "") for h in hs}) > 1)]
-    by: dict[str, dict[str, Any]] = {}
-    names = crossing["workload"] if "workload" in crossing else pd.Series("", crossing.index)
-    for name, g in crossing.groupby(names):
-        by[str(name)] = {"collectives": int(len(g)), "collective_time_s": float(g["cct_s"].sum())}
-    return {"sites": n_sites, "collectives_crossing": int(len(crossing)),
-            "collective_time_s": float(crossing["cct_s"].sum()) if len(crossing) else None,
-            "by_workload": by}
+def dci_metrics(dci_file: Any) -> dict[str, Any]:
+    """The ``dci`` section from the parsed dci.json (None: the plan has no DCI link):
+    ``dci_links`` (count), ``collectives_crossing`` (count), ``collective_time_s`` (seconds
+    during which a crossing collective was in progress, summed over iterations; None without
+    DCI links or collectives), ``share`` (of the iteration time), ``by_op_group`` (op, group
+    kind, size -> instances, CCT mean, bytes crossing)."""
+    if not isinstance(dci_file, dict) or not dci_file.get("dci_links"):
+        return {"dci_links": 0, "collectives_crossing": 0, "collective_time_s": None,
+                "share": None, "by_op_group": []}
+    totals = dci_file.get("totals", {})
+    has_colls = bool(totals.get("collectives"))
+    return {"dci_links": len(dci_file["dci_links"]),
+            "collectives_crossing": int(totals.get("collectives_crossing", 0)),
+            "collective_time_s": totals.get("dci_collective_time_s") if has_colls else None,
+            "share": totals.get("share") if has_colls else None,
+            "by_op_group": dci_file.get("by_op_group", [])}

@@ -80,7 +80,7 @@ def render_report(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> 
     figs = figures(t, m, flow_table)
     html = env.get_template("report.html.j2").render(
         m=m, plots=[(k, title, figs[k], absent) for k, (title, absent) in PLOTS.items()],
-        manifest=t.manifest, dci_file=t.dci, warnings=t.warnings)
+        manifest=t.manifest, warnings=t.warnings)
     path = t.run_dir / "report.html"
     write_text_atomic(path, html)
     return path

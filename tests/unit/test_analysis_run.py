@@ -201,19 +201,31 @@ def test_capture_retransmissions_count_each_connection_once(tmp_path):
 
 
 def test_dci_collective_time_counts_only_collectives_across_sites(tmp_path):
+    """Only collectives whose flows take a DCI link count (paths from the plan's routes), and
+    their time is the union of their intervals per iteration (analysis.dci)."""
     plan = topologies.load_topology(ROOT / "topologies/examples/two_dc.yaml")
     (tmp_path / "plan.json").write_text(json.dumps(plan_to_dict(plan)))
     (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "x", "experiment": "e"}))
     hosts = {"across": ["dc1-l1-h1", "dc2-l1-h1"], "inside": ["dc1-l1-h1", "dc1-l2-h1"]}
+    runs = [("across", 0.5), ("inside", 0.25), ("across", 1.0)]
     _jsonl(tmp_path / "collectives.jsonl", [
-        {"collective_id": f"c{i}", "op": "all_reduce", "ranks": [0, 1], "hosts": hosts[kind],
-         "size_bytes": 10, "iteration": i, "rank_t_start": [0, 0], "rank_t_end": [cct, cct],
+        {"collective_id": f"c{i}", "op": "all_reduce", "group": "world", "group_kind": "dp",
+         "ranks": [0, 1], "hosts": hosts[kind], "size_bytes": 10, "iteration": i,
+         "rank_t_start": [10.0 * i, 10.0 * i], "rank_t_end": [10.0 * i + cct, 10.0 * i + cct],
          "cct_s": cct, "algbw_Bps": 10 / cct, "busbw_Bps": 10 / cct, "workload": kind}
-        for i, (kind, cct) in enumerate([("across", 0.5), ("inside", 0.25), ("across", 1.0)])])
+        for i, (kind, cct) in enumerate(runs)])
+    _jsonl(tmp_path / "flows.jsonl", [
+        {"collective_id": f"c{i}", "src_node": hosts[kind][0], "dst_node": hosts[kind][1],
+         "src_ip": str(plan.address_of(hosts[kind][0])),
+         "dst_ip": str(plan.address_of(hosts[kind][1])), "size_bytes": 10, "iteration": i,
+         "t_start": 10.0 * i, "t_end": 10.0 * i + cct, "fct_s": cct, "kind": "tcp"}
+        for i, (kind, cct) in enumerate(runs)])
     m = analyze_run(tmp_path)
-    assert m["dci"]["sites"] == 2 and m["dci"]["collectives_crossing"] == 2
+    assert m["dci"]["dci_links"] >= 1 and m["dci"]["collectives_crossing"] == 2
     assert m["summary"]["dci_collective_time_s"] == pytest.approx(1.5)
-    assert m["dci"]["by_workload"] == {"across": {"collectives": 2, "collective_time_s": 1.5}}
+    (row,) = m["dci"]["by_op_group"]
+    assert (row["op"], row["instances"], row["bytes_crossing"]) == ("all_reduce", 2, 20)
+    assert (tmp_path / "dci.json").exists()
 
 
 def test_runner_records_an_analysis_failure_and_keeps_the_run(tmp_path):
