@@ -101,3 +101,10 @@ def test_no_dci_no_time(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps(plan_to_dict(single)))
     (tmp_path / "collectives.jsonl").write_text("")
     assert dci_collective_time_s(tmp_path) is None
+
+
+def test_generated_multi_dc_plan_keeps_its_name():
+    """The generator's name parameter names the plan (a loop variable once shadowed it and the
+    plan was named after its last node)."""
+    assert topologies.generate("multi_dc_leaf_spine", name="two-sites").name == "two-sites"
+    assert topologies.generate("multi_dc_leaf_spine").name == "multi-dc"

@@ -52,9 +52,9 @@ def multi_dc_leaf_spine(n_dcs: int = Field(default=2, ge=1, le=16),
             border = b.node(f"{prefix}b{i}", "router", ecmp_hash=ecmp_hash)
             for spine in spine_names:
                 b.link(border, spine, profile=fabric)
-        for name in [n for n in b.nodes if n.startswith(prefix)]:  # placement and
-            b.nodes[name] = b.nodes[name].model_copy(  # hierarchical collectives group by site
-                update={"labels": {**(b.nodes[name].labels or {}), "site": f"dc{d}"}})
+        for node in [n for n in b.nodes if n.startswith(prefix)]:  # placement and
+            b.nodes[node] = b.nodes[node].model_copy(  # hierarchical collectives group by site
+                update={"labels": {**(b.nodes[node].labels or {}), "site": f"dc{d}"}})
     for x, y in _dc_pairs(n_dcs, dci_topology):
         for k in range(dci_links_per_pair):
             bi = k % borders + 1
