@@ -106,5 +106,7 @@ def test_no_dci_no_time(tmp_path):
 def test_generated_multi_dc_plan_keeps_its_name():
     """The generator's name parameter names the plan (a loop variable once shadowed it and the
     plan was named after its last node)."""
-    assert topologies.generate("multi_dc_leaf_spine", name="two-sites").name == "two-sites"
+    from topologies import build_spec
+
+    assert build_spec("multi_dc_leaf_spine", {"name": "two-sites"}, "<test>").name == "two-sites"
     assert topologies.generate("multi_dc_leaf_spine").name == "multi-dc"
