@@ -16,9 +16,9 @@ from aitb.models.errors import SpecError
 from aitb.orchestration.campaign import load
 from aitb.orchestration.campaign_aggregate import aggregate, mean_ci95
 from aitb.orchestration.campaign_plots import axis_value
-from aitb.orchestration.campaign_schema import SCHEMA_PATH, schema_text
 from aitb.orchestration.campaign_spec import parse_campaign
 from aitb.orchestration.campaign_sweep import PathError, expand, parse_path, runs, set_path
+from aitb.orchestration.schemas import schema_path, schema_text
 from topologies.loader import read_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,11 +174,16 @@ def test_axis_values_parse_units():
     assert axis_value("cubic") == (None, "")
 
 
-def test_committed_schema_is_current_and_examples_validate():
-    assert SCHEMA_PATH.read_text() == schema_text(), \
-        "run python -m aitb.orchestration.campaign_schema"
-    schema = json.loads(SCHEMA_PATH.read_text())
-    for path in EXAMPLES:
+@pytest.mark.parametrize("kind,examples", [
+    ("campaign", EXAMPLES),
+    ("experiment", sorted((ROOT / "examples").glob("*.yaml"))
+     + [ROOT / "aitb/orchestration/quickstart.yaml"])])
+def test_committed_schemas_are_current_and_examples_validate(kind, examples):
+    assert schema_path(kind).read_text() == schema_text(kind), \
+        "run python -m aitb.orchestration.schemas"
+    schema = json.loads(schema_path(kind).read_text())
+    assert examples
+    for path in examples:
         doc, _ = read_yaml(path)
         jsonschema.validate(json.loads(json.dumps(doc)), schema)
 
