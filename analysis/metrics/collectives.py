@@ -9,7 +9,13 @@ are the records' numbers.
 Iteration time: for each workload and iteration, the latest end minus the earliest start of
 every rank's ops in that iteration (timeline.jsonl, compute and communication), i.e. the
 wall-clock span of the iteration as in nccl-tests' and AICB's per-iteration timing; from the
-collectives' per-rank times when the run has no timeline.
+collectives' per-rank times when the run has no timeline. Per iteration also: ``compute_s``,
+the busiest rank's compute time in it (the sum of its compute ops; timeline.jsonl);
+``comm_exposed_s`` = iteration_time_s - compute_s, the part of the iteration in which that
+rank was not computing (communication and waiting that compute did not hide); and
+``compute_share`` = compute_s / iteration_time_s, the share of time computing (an MFU proxy:
+the MFU of the run is at most the compute-only MFU times this share; AICB reports the same
+split of an iteration into compute and exposed communication).
 """
 
 from __future__ import annotations
@@ -40,10 +46,29 @@ def iteration_times(timeline: pd.DataFrame, collectives: pd.DataFrame) -> pd.Dat
                                    t_end=collectives["rank_t_end"].map(max))
     else:
         return pd.DataFrame(columns=["workload_index", "iteration", "t_start", "t_end",
-                                     "iteration_time_s"])
+                                     "iteration_time_s", "compute_s", "comm_exposed_s",
+                                     "compute_share"])
     grouped = frame.groupby(["workload_index", "iteration"], as_index=False).agg(
         t_start=("t_start", "min"), t_end=("t_end", "max"))
-    return grouped.assign(iteration_time_s=grouped["t_end"] - grouped["t_start"])
+    grouped = grouped.assign(iteration_time_s=grouped["t_end"] - grouped["t_start"])
+    return _compute_split(grouped, frame if not timeline.empty else None)
+
+
+def _compute_split(iters: pd.DataFrame, timeline: pd.DataFrame | None) -> pd.DataFrame:
+    """Add compute_s, comm_exposed_s and compute_share (module docstring) to ``iters``;
+    None (unknown) without a timeline."""
+    if timeline is None or "kind" not in timeline or "rank" not in timeline:
+        return iters.assign(compute_s=None, comm_exposed_s=None, compute_share=None)
+    comp = timeline[timeline["kind"] == "compute"]
+    per_rank = (comp.assign(d=comp["t_end"] - comp["t_start"])
+                .groupby(["workload_index", "iteration", "rank"])["d"].sum()
+                .groupby(["workload_index", "iteration"]).max().rename("compute_s"))
+    out = iters.merge(per_rank.reset_index(), on=["workload_index", "iteration"], how="left")
+    out["compute_s"] = out["compute_s"].fillna(0.0)
+    out["comm_exposed_s"] = out["iteration_time_s"] - out["compute_s"]
+    span = out["iteration_time_s"].where(out["iteration_time_s"] > 0)
+    out["compute_share"] = out["compute_s"] / span
+    return out
 
 
 def cct_metrics(collectives: pd.DataFrame, timeline: pd.DataFrame) -> dict[str, Any]:
@@ -51,13 +76,16 @@ def cct_metrics(collectives: pd.DataFrame, timeline: pd.DataFrame) -> dict[str, 
     ``cct_s`` (s), ``algbw_Bps`` and ``busbw_Bps`` (bytes/s), ``by_op`` (per op name: count,
     CCT mean, busbw mean), ``per_collective`` (id, workload, iteration, op, size, cct_s,
     busbw_Bps; for the report's CCT-per-iteration plot), ``iterations`` (per workload and
-    iteration: iteration_time_s) and ``iteration_time_s`` (distribution)."""
+    iteration: iteration_time_s, compute_s, comm_exposed_s, compute_share; module docstring)
+    and the distributions ``iteration_time_s``, ``comm_exposed_s`` and ``compute_share``."""
     iters = iteration_times(timeline, collectives)
     out: dict[str, Any] = {
         "collectives": int(len(collectives)),
-        "iterations": iters[["workload_index", "iteration", "iteration_time_s"]].to_dict(
-            "records"),
-        "iteration_time_s": distribution(iters["iteration_time_s"])}
+        "iterations": iters[["workload_index", "iteration", "iteration_time_s", "compute_s",
+                             "comm_exposed_s", "compute_share"]].to_dict("records"),
+        "iteration_time_s": distribution(iters["iteration_time_s"]),
+        "comm_exposed_s": distribution(iters["comm_exposed_s"].dropna()),
+        "compute_share": distribution(iters["compute_share"].dropna())}
     if collectives.empty:
         return {**out, "cct_s": distribution([]), "algbw_Bps": distribution([]),
                 "busbw_Bps": distribution([]), "by_op": {}, "per_collective": []}

@@ -145,3 +145,19 @@ def test_on_off_periods():
     on, off = on_off_periods([True, True, False, True, False, False], [0.01] * 6)
     assert on == pytest.approx([0.02, 0.01]) and off == pytest.approx([0.01, 0.02])
     assert math.isclose(sum(on) + sum(off), 0.06)
+
+
+def test_iteration_split_into_compute_and_exposed_communication():
+    """Busiest rank computes 1.0 s of a 1.5 s iteration: 0.5 s exposed, share 2/3."""
+    from analysis.metrics.collectives import iteration_times
+
+    timeline = pd.DataFrame([
+        {"rank": 0, "iteration": 0, "kind": "compute", "t_start": 0.0, "t_end": 1.0},
+        {"rank": 0, "iteration": 0, "kind": "collective", "t_start": 1.0, "t_end": 1.5},
+        {"rank": 1, "iteration": 0, "kind": "compute", "t_start": 0.0, "t_end": 0.8},
+        {"rank": 1, "iteration": 0, "kind": "collective", "t_start": 0.8, "t_end": 1.5}])
+    (row,) = iteration_times(timeline, pd.DataFrame()).to_dict("records")
+    assert row["iteration_time_s"] == pytest.approx(1.5)
+    assert row["compute_s"] == pytest.approx(1.0)
+    assert row["comm_exposed_s"] == pytest.approx(0.5)
+    assert row["compute_share"] == pytest.approx(2 / 3)
