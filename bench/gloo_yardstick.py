@@ -234,6 +234,7 @@ def main() -> None:
     # the Lab is torn down (gloo workers and agents ended by pid) also on error
     with tempfile.TemporaryDirectory(prefix="aitb-bench-") as tmp, \
             Lab(plan, wire_packets=a.wire_packets or None) as lab:
+        print(f"lab up: run id {lab.run_id} (namespaces aitb-{lab.run_id}-*)", flush=True)
         gloo = run_gloo(lab, hosts, a)
         aitb = run_aitb(lab, hosts, a, Path(tmp) / "run")
     report(a, len(hosts), gloo, aitb)
