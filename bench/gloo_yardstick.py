@@ -1,7 +1,7 @@
 """Yardstick: one all-reduce through torch.distributed's gloo backend against aitb's ring.
 
 Usage (root): .venv/bin/python bench/gloo_yardstick.py [--hosts 4] [--rate-mbit 200]
-    [--size-mib 8] [--iterations 5] [--port 29500] [--wire-packets]
+    [--size-mib 8] [--iterations 5] [--rounds 2] [--port 29500] [--wire-packets]
 Needs torch (``pip install -e '.[yardstick]'``); without it prints "torch not installed:
 skipped" and exits 0.
 
@@ -12,11 +12,12 @@ shaped by HTB at B (default 200 Mbit/s), brought up by ``testbed.lab.Lab``. On i
    the host's lab interface, LOCAL_WORLD_SIZE unset (newer gloo releases take a shared-memory
    shortcut when it equals the world size, as under torchrun; the gloo in torch 2.13 has none,
    and the counters below would show it: the traffic must cross the links); one warm-up
-   all-reduce, then ``iterations`` timed all-reduces of S bytes (float32), each rank stamping
-   ``time.time()`` before and after, after a barrier.
+   all-reduce, then per round ``iterations`` timed all-reduces of S bytes (float32), each
+   rank stamping ``time.time()`` before and after, after a barrier.
    CCT = max end - min start over ranks (the CollectiveRecord definition).
-2. aitb: ``traffic_gen.replay`` of a Schedule of the same ring all-reduce, ``iterations`` times,
-   CCT from collectives.jsonl.
+2. aitb: ``traffic_gen.replay`` of a Schedule of the same ring all-reduce, ``iterations`` times
+   per round, CCT from collectives.jsonl. Rounds alternate gloo, aitb, gloo, aitb ... so that
+   load from other processes on the shared cores falls on both alike.
 For both, each host link's interface counters (tx/rx bytes, read through netlink by
 ``testbed.countersnap.snapshot``) before and after the timed part, divided by the number of
 all-reduces, against the closed form 2(n-1)/n x S per rank and direction (Patarasuk and Yuan,
@@ -78,16 +79,17 @@ def worker(a: argparse.Namespace) -> None:
     dist.all_reduce(x)  # warm-up (first use of the pairs, buffers allocated)
     dist.barrier()
     print("ready", flush=True)
-    sys.stdin.readline()  # the parent reads the counters, then says go
-    times = []
-    for _ in range(a.iterations):
+    while sys.stdin.readline().strip() == "go":  # the parent reads the counters, then says go
+        times = []
+        for _ in range(a.iterations):
+            x.fill_(1.0)
+            dist.barrier()
+            t0 = time.time()
+            dist.all_reduce(x)
+            times.append((t0, time.time()))
         dist.barrier()
-        t0 = time.time()
-        dist.all_reduce(x)
-        times.append((t0, time.time()))
-    dist.barrier()
-    ok = float(x[0]) == float(a.world) ** (a.iterations + 1)  # sums of ones, exact in float32
-    print(json.dumps({"rank": a.rank, "times": times, "ok": ok}), flush=True)
+        ok = float(x[0]) == float(x[-1]) == a.world  # a sum of ones: exact in float32
+        print(json.dumps({"rank": a.rank, "times": times, "ok": ok}), flush=True)
     dist.destroy_process_group()
 
 
@@ -135,18 +137,32 @@ def _line(proc: subprocess.Popen, what: str) -> str:
     return line
 
 
-def run_gloo(lab: Lab, hosts: list[str], a: argparse.Namespace) -> tuple[list[float], dict]:
+def start_gloo(lab: Lab, hosts: list[str], a: argparse.Namespace) -> list:
+    """Start the ranks and wait until each has done its warm-up all-reduce."""
     procs = _start_workers(lab, hosts, a)
     for p in procs:
         _line(p, "ready")
+    return procs
+
+
+def stop_gloo(procs: list) -> None:
+    for p in procs:
+        p.stdin.write("stop\n")
+        p.stdin.close()
+    for p in procs:
+        if p.wait(timeout=WORKER_TIMEOUT_S) != 0:
+            raise SystemExit(f"gloo worker pid {p.pid} exited with status {p.returncode}")
+
+
+def gloo_round(lab: Lab, hosts: list[str], procs: list,
+               a: argparse.Namespace) -> tuple[list[float], dict]:
+    """One round of ``a.iterations`` timed all-reduces: (CCTs in s, bytes per all-reduce)."""
     before = link_bytes(lab, hosts)
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
     results = [json.loads(_line(p, "its times")) for p in procs]
     after = link_bytes(lab, hosts)
-    for p in procs:
-        p.wait(timeout=WORKER_TIMEOUT_S)
     if not all(r["ok"] for r in results):
         raise SystemExit("gloo all-reduce returned a wrong sum")
     ccts = [max(r["times"][i][1] for r in results) - min(r["times"][i][0] for r in results)
@@ -172,6 +188,14 @@ def run_aitb(lab: Lab, hosts: list[str], a: argparse.Namespace,
 
 
 # ---- report -------------------------------------------------------------------------------
+def merge(rounds: list[tuple[list[float], dict]]) -> tuple[list[float], dict]:
+    """All rounds' CCTs; per host the mean over rounds of (tx, rx) bytes per all-reduce."""
+    ccts = [c for r in rounds for c in r[0]]
+    hosts = rounds[0][1]
+    return ccts, {h: tuple(statistics.mean(r[1][h][i] for r in rounds) for i in (0, 1))
+                  for h in hosts}
+
+
 def _mean(per_host: dict, i: int) -> float:
     return statistics.mean(v[i] for v in per_host.values())
 
@@ -183,7 +207,7 @@ def report(a: argparse.Namespace, n: int, gloo: tuple, aitb: tuple) -> None:
     bound = closed * 8 / (rate * PAYLOAD_FRACTION)
     print(f"all-reduce of S = {s} B (float32) over n = {n} hosts, host links HTB "
           f"{a.rate_mbit} Mbit/s both ways{', MTU-sized packets' if a.wire_packets else ''}, "
-          f"{a.iterations} timed all-reduces each; "
+          f"{a.rounds} x {a.iterations} timed all-reduces each (rounds alternated); "
           "gloo algorithm: ring (gloo::allreduce default, see docstring)")
     print(f"{'':28}{'gloo':>14}{'aitb ring':>14}{'gloo/aitb':>11}{'closed form':>14}")
     print(f"{'CCT median [ms]':28}{g_cct * 1e3:14.1f}{a_cct * 1e3:14.1f}"
@@ -208,6 +232,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rate-mbit", type=int, default=200)
     ap.add_argument("--size-mib", type=float, default=8)
     ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2, help="gloo and aitb rounds, alternated")
     ap.add_argument("--port", type=int, default=29500)
     ap.add_argument("--wire-packets", action="store_true", help="MTU-sized packets (no GSO)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -235,9 +260,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="aitb-bench-") as tmp, \
             Lab(plan, wire_packets=a.wire_packets or None) as lab:
         print(f"lab up: run id {lab.run_id} (namespaces aitb-{lab.run_id}-*)", flush=True)
-        gloo = run_gloo(lab, hosts, a)
-        aitb = run_aitb(lab, hosts, a, Path(tmp) / "run")
-    report(a, len(hosts), gloo, aitb)
+        procs = start_gloo(lab, hosts, a)
+        gloo, aitb = [], []
+        for i in range(a.rounds):  # alternate, so that load from elsewhere hits both alike
+            gloo.append(gloo_round(lab, hosts, procs, a))
+            aitb.append(run_aitb(lab, hosts, a, Path(tmp) / f"round{i}"))
+        stop_gloo(procs)
+    report(a, len(hosts), merge(gloo), merge(aitb))
+    print(f"host load average (1 min) at the end: {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores (both tools share them with whatever else runs)")
 
 
 if __name__ == "__main__":
