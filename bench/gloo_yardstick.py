@@ -55,6 +55,7 @@ from aitb.models.plan import LabPlan
 from aitb.models.records import CollectiveRecord
 from aitb.models.schedule import Collective, Group, Schedule
 from aitb.models.shaping import Shaping
+from testbed.counters.readers import TCP_FIELDS, NamespaceReader
 from testbed.countersnap import snapshot
 from testbed.lab import Lab
 from traffic_gen import ReplayOptions, replay
@@ -113,6 +114,32 @@ def per_op(before: dict, after: dict, ops: int) -> dict[str, tuple[float, float]
             for h in before}
 
 
+def tcp_acked(lab: Lab, hosts: list[str]) -> dict[tuple, int]:
+    """(src, sport, dst, dport) -> bytes_acked (TCP_INFO via sock_diag) of every TCP socket
+    on ``hosts``, read now."""
+    acked, out = TCP_FIELDS.index("bytes_acked"), {}
+    for h in hosts:
+        reader = NamespaceReader(h, lab.netns_name(h), tcp=True)
+        reader.open()
+        try:
+            out.update({row[:4]: row[acked] for row in reader.read_tcp()})
+        finally:
+            reader.close()
+    return out
+
+
+def peer_shares(lab: Lab, before: dict, after: dict) -> dict[str, dict[str, float]]:
+    """host -> {peer: share of the payload bytes it sent that went to that peer}."""
+    name = {str(lab.plan.address_of(h.name)): h.name for h in lab.plan.hosts()}
+    sent: dict[str, dict[str, int]] = {}
+    for key, v in after.items():
+        src, dst = name[key[0]], name[key[2]]
+        to = sent.setdefault(src, {})
+        to[dst] = to.get(dst, 0) + v - before.get(key, 0)
+    return {h: {p: b / max(1, sum(to.values())) for p, b in sorted(to.items())}
+            for h, to in sorted(sent.items())}
+
+
 # ---- the two runs -------------------------------------------------------------------------
 def _start_workers(lab: Lab, hosts: list[str], a: argparse.Namespace) -> list:
     master = f"{lab.plan.address_of(hosts[0])}:{a.port}"
@@ -155,19 +182,20 @@ def stop_gloo(procs: list) -> None:
 
 
 def gloo_round(lab: Lab, hosts: list[str], procs: list,
-               a: argparse.Namespace) -> tuple[list[float], dict]:
-    """One round of ``a.iterations`` timed all-reduces: (CCTs in s, bytes per all-reduce)."""
-    before = link_bytes(lab, hosts)
+               a: argparse.Namespace) -> tuple[list[float], dict, dict]:
+    """One round of ``a.iterations`` timed all-reduces: (CCTs in s, bytes per all-reduce,
+    per host the share of its TCP payload sent to each peer)."""
+    before, tcp_before = link_bytes(lab, hosts), tcp_acked(lab, hosts)
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
     results = [json.loads(_line(p, "its times")) for p in procs]
-    after = link_bytes(lab, hosts)
+    after, tcp_after = link_bytes(lab, hosts), tcp_acked(lab, hosts)
     if not all(r["ok"] for r in results):
         raise SystemExit("gloo all-reduce returned a wrong sum")
     ccts = [max(r["times"][i][1] for r in results) - min(r["times"][i][0] for r in results)
             for i in range(a.iterations)]
-    return ccts, per_op(before, after, a.iterations)
+    return ccts, per_op(before, after, a.iterations), peer_shares(lab, tcp_before, tcp_after)
 
 
 def run_aitb(lab: Lab, hosts: list[str], a: argparse.Namespace,
@@ -188,7 +216,7 @@ def run_aitb(lab: Lab, hosts: list[str], a: argparse.Namespace,
 
 
 # ---- report -------------------------------------------------------------------------------
-def merge(rounds: list[tuple[list[float], dict]]) -> tuple[list[float], dict]:
+def merge(rounds: list[tuple]) -> tuple[list[float], dict]:
     """All rounds' CCTs; per host the mean over rounds of (tx, rx) bytes per all-reduce."""
     ccts = [c for r in rounds for c in r[0]]
     hosts = rounds[0][1]
@@ -267,6 +295,10 @@ def main() -> None:
             aitb.append(run_aitb(lab, hosts, a, Path(tmp) / f"round{i}"))
         stop_gloo(procs)
     report(a, len(hosts), merge(gloo), merge(aitb))
+    print("gloo's TCP payload per sender by peer (round 1, sock_diag bytes_acked; a ring sends "
+          "to one neighbour only):")
+    for h, to in gloo[0][2].items():
+        print(f"  {h} -> " + ", ".join(f"{p} {100 * v:.1f} %" for p, v in to.items()))
     print(f"host load average (1 min) at the end: {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores (both tools share them with whatever else runs)")
 
