@@ -99,7 +99,7 @@ class PathWalker:
             raise PathError(f"no node {src_node!r} in lab {self.plan.name!r}")
         if dst not in self.owner:
             raise PathError(f"address {dst} is on no interface of lab {self.plan.name!r}")
-        return self._walk(src_node, dst, (src_node,))
+        return [list(p) for p in self._walk(src_node, dst, (src_node,))]  # cache stays intact
 
     def _walk(self, node: str, dst: Ip, trail: tuple[str, ...]) -> list[list[Hop]]:
         """Paths from ``node`` (reached along the L3 nodes ``trail``) to ``dst``."""

@@ -54,6 +54,8 @@ def test_paths_follow_the_generated_routes(multi_dc):
     # host-leaf, leaf-spine, spine-border, DCI, border-spine, spine-leaf, leaf-host
     assert len(far) == 4 and all(len(p) == 7 for p in far)
     assert all({h.link for h in p} & dci == dci for p in far)
+    far[0].clear()  # the caller's copy: the walker's cache is not touched
+    assert len(walker.paths("dc1-l1-h1", _ip(multi_dc, "dc2-l2-h1"))[0]) == 7
     near = walker.paths("dc1-l1-h1", _ip(multi_dc, "dc1-l2-h2"))
     assert len(near) == 2 and not any({h.link for h in p} & dci for p in near)
     (same_leaf,) = walker.paths("dc1-l1-h1", _ip(multi_dc, "dc1-l1-h2"))
