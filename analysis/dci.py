@@ -1,13 +1,14 @@
 """DCI crossing report (pure, no root): which collective instances had flows over a DCI link,
 and how much of the iteration time they cost. Writes ``dci.json`` into the run directory.
 
-Inputs: ``plan.json`` (routes, sites; analysis.dci_paths), ``flows.jsonl`` (each flow's source
+Inputs: ``plan.json`` (routes, sites; aitb.models.paths), ``flows.jsonl`` (each flow's source
 node, destination address and ``collective_id``), ``collectives.jsonl`` (each instance's per-
 rank start and end), ``timeline.jsonl`` (per-rank ops: the iteration's span).
 
 Definitions (seconds on the host clock, as the records):
 - a collective instance *crosses the DCI* when at least one of its flows may cross a DCI link
-  (any of its equal-cost paths does; analysis.dci_paths);
+  (any of its equal-cost paths does; aitb.models.paths; a flow the plan has no path for, e.g.
+  to an address outside the plan, crosses nothing);
 - its interval is [min rank start, max rank end], its CCT the interval's length (records.py);
 - iteration time: last rank op end - first rank op start of that (workload, iteration) in the
   timeline (the collectives' own span where the timeline is empty);
@@ -27,8 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from aitb.models.paths import PathError, PathWalker, dci_links
 from aitb.models.plan import LabPlan, plan_from_dict
-from analysis.dci_paths import PathFinder, dci_links
 
 __all__ = ["dci_report", "write_dci", "dci_collective_time_s", "union_length"]
 
@@ -56,7 +57,7 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
 def _crossing_flows(plan: LabPlan, flows: list[dict[str, Any]], dci: frozenset[str]
                     ) -> dict[Key, dict[str, Any]]:
     """Per collective instance: flows, flows that may cross a DCI link, their bytes, links."""
-    finder = PathFinder(plan)
+    walker = PathWalker(plan)
     out: dict[Key, dict[str, Any]] = defaultdict(lambda: {"flows": 0, "flows_crossing": 0,
                                                           "bytes_crossing": 0,
                                                           "links": set()})
@@ -65,13 +66,22 @@ def _crossing_flows(plan: LabPlan, flows: list[dict[str, Any]], dci: frozenset[s
             continue
         entry = out[(f.get("workload_index", 0), f["collective_id"])]
         entry["flows"] += 1
-        crossed = {lk for path in finder.flow_links(f["src_node"], f["dst_ip"])
-                   for lk in path & dci}
+        crossed = _crossed(walker, f["src_node"], f["dst_ip"], dci)
         if crossed:
             entry["flows_crossing"] += 1
             entry["bytes_crossing"] += f["size_bytes"]
             entry["links"] |= crossed
     return out
+
+
+def _crossed(walker: PathWalker, src_node: str, dst_ip: str, dci: frozenset[str]
+             ) -> set[str]:
+    """The DCI links on any path of the flow; none when the plan has no path for it."""
+    try:
+        found = walker.paths(src_node, dst_ip)
+    except PathError:
+        return set()
+    return {h.link for path in found for h in path if h.link in dci}
 
 
 def _iteration_spans(timeline: list[dict[str, Any]], colls: list[dict[str, Any]]

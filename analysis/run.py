@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from aitb.models.paths import dci_links
 from aitb.models.plan import plan_from_dict
 from analysis.dci import write_dci
-from analysis.dci_paths import dci_links
 from analysis.io import write_json_atomic
 from analysis.metrics import compute_metrics
 from analysis.report import render_report

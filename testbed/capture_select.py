@@ -3,8 +3,9 @@
 ``"bottleneck"`` (the default) is where queues build and packets are lost, by these rules, in
 plan order, each interface once:
 
-1. **DCI links**: both ends of every link whose two nodes lie in different sites (node label
-   ``site``, else ``group``, when both ends have one).
+1. **DCI links**: both ends of every DCI link (aitb.models.paths.dci_links: the two nodes lie
+   in different sites, by node label ``site``, else ``group``, when both ends have one; or an
+   end's interface is named ``dci-*``).
 2. **Fan-in toward a host**: a switch or router port whose egress toward a host is shaped
    (rate set): where incast converges (the last hop of every flow to that host).
 3. **Rate drops**: a switch or router egress that is shaped and slower than the fastest rate
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aitb.models.errors import SpecError, SpecIssue
+from aitb.models.paths import dci_links
 from aitb.models.plan import LabPlan, LinkPlan
 
 __all__ = ["CapturePoint", "select_interfaces", "bottleneck_interfaces"]
@@ -43,11 +45,6 @@ class CapturePoint:
 
 def _rate(value: int | None) -> float:
     return math.inf if value is None else float(value)
-
-
-def _site(plan: LabPlan, node: str) -> str | None:
-    n = plan.node(node)
-    return n.labels.get("site", n.group)
 
 
 def _directions(plan: LabPlan):
@@ -69,13 +66,13 @@ def bottleneck_interfaces(plan: LabPlan) -> list[CapturePoint]:
     for lk, _, _, rx, rate in dirs:  # node -> [(link name, rate arriving over it)]
         into[rx].append((lk.name, rate))
     chosen: dict[tuple[str, str], CapturePoint] = {}
+    dci = dci_links(plan)
 
     def pick(lk: LinkPlan, node: str, ifname: str) -> None:
         chosen.setdefault((node, ifname), CapturePoint(node, ifname, lk.name))
 
     for lk, tx, ifname, rx, rate in dirs:
-        sites = _site(plan, tx), _site(plan, rx)
-        if None not in sites and sites[0] != sites[1]:
+        if lk.name in dci:
             pick(lk, tx, ifname)
         elif math.isfinite(rate) and kind[tx] in FORWARDING and kind[rx] == "host":
             pick(lk, tx, ifname)

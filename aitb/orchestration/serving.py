@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aitb.models.errors import SpecError, SpecIssue
+from aitb.models.paths import PathError
 from aitb.models.plan import LabPlan
 from aitb.models.schedule import Schedule, ScheduleError
 from aitb.models.units import parse_duration_s, parse_rate_bps, parse_size_bytes
 from aitb.orchestration.serving_entries import BackgroundEntry, InferenceEntry
 from workloads.background import BackgroundParams, background_schedule
 from workloads.inference import Arrival, InferenceParams, inference_schedule, poisson_arrivals
-from workloads.paths import PathError, path_hops, rtt_delay_s
+from workloads.paths import path_hops, rtt_delay_s
 from workloads.transform import scale_schedule
 
 __all__ = ["build_serving"]

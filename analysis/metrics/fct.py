@@ -20,9 +20,10 @@ from typing import Any
 
 import pandas as pd
 
+from aitb.models.paths import PathError
 from aitb.models.plan import LabPlan
 from analysis.metrics.stats import distribution
-from analysis.paths import PathError, ideal_params
+from analysis.paths import ideal_params
 
 __all__ = ["ideal_fct_s", "flow_ideals", "fct_metrics"]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from aitb.models.paths import PathWalker, dci_links
 from aitb.orchestration.runner import prepare
-from analysis.dci_paths import PathFinder, dci_links
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpt13b_two_dc.yaml"
 
@@ -33,12 +33,12 @@ def test_placement_keeps_tp_in_a_dc_and_spreads_dp_over_both(prep):
 
 def test_dp_traffic_crosses_the_dci_and_tp_traffic_does_not(prep):
     (w,) = prep.workloads
-    finder, dci = PathFinder(prep.plan), dci_links(prep.plan)
+    walker, dci = PathWalker(prep.plan), dci_links(prep.plan)
     assert len(dci) == 1
 
     def crosses(a: int, b: int) -> bool:
         dst = str(prep.plan.address_of(w.placement[b]))
-        return any(p & dci for p in finder.flow_links(w.placement[a], dst))
+        return any(h.link in dci for p in walker.paths(w.placement[a], dst) for h in p)
 
     assert crosses(0, 8) and crosses(7, 15)
     assert not crosses(0, 7) and not crosses(8, 15)
