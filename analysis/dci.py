@@ -54,9 +54,10 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _crossing_flows(plan: LabPlan, flows: list[dict[str, Any]], dci: frozenset[str]
-                    ) -> dict[Key, dict[str, Any]]:
-    """Per collective instance: flows, flows that may cross a DCI link, their bytes, links."""
+def _crossing_flows(plan: LabPlan, flows: list[dict[str, Any]], dci: frozenset[str],
+                    unrouted: list[str]) -> dict[Key, dict[str, Any]]:
+    """Per collective instance: flows, flows that may cross a DCI link, their bytes, links.
+    A flow the plan has no path for crosses nothing and is named in ``unrouted``."""
     walker = PathWalker(plan)
     out: dict[Key, dict[str, Any]] = defaultdict(lambda: {"flows": 0, "flows_crossing": 0,
                                                           "bytes_crossing": 0,
@@ -66,7 +67,7 @@ def _crossing_flows(plan: LabPlan, flows: list[dict[str, Any]], dci: frozenset[s
             continue
         entry = out[(f.get("workload_index", 0), f["collective_id"])]
         entry["flows"] += 1
-        crossed = _crossed(walker, f["src_node"], f["dst_ip"], dci)
+        crossed = _crossed(walker, f["src_node"], f["dst_ip"], dci, unrouted)
         if crossed:
             entry["flows_crossing"] += 1
             entry["bytes_crossing"] += f["size_bytes"]
@@ -74,12 +75,14 @@ def _crossing_flows(plan: LabPlan, flows: list[dict[str, Any]], dci: frozenset[s
     return out
 
 
-def _crossed(walker: PathWalker, src_node: str, dst_ip: str, dci: frozenset[str]
-             ) -> set[str]:
-    """The DCI links on any path of the flow; none when the plan has no path for it."""
+def _crossed(walker: PathWalker, src_node: str, dst_ip: str, dci: frozenset[str],
+             unrouted: list[str]) -> set[str]:
+    """The DCI links on any path of the flow; none when the plan has no path for it (then
+    the reason goes into ``unrouted``)."""
     try:
         found = walker.paths(src_node, dst_ip)
-    except PathError:
+    except PathError as exc:
+        unrouted.append(f"{src_node} -> {dst_ip}: {exc}")
         return set()
     return {h.link for path in found for h in path if h.link in dci}
 
@@ -144,12 +147,14 @@ def _links_table(plan: LabPlan, dci: frozenset[str]) -> list[dict[str, Any]]:
 def dci_report(run_dir: Path) -> dict[str, Any]:
     """The DCI crossing report of ``run_dir`` (see the module docstring) as a JSON-ready
     dict: ``dci_links``, ``collectives`` (crossing instances), ``by_op_group`` (op, group
-    kind, size), ``iterations`` and ``totals``. Reads only; raises FileNotFoundError without
-    plan.json."""
+    kind, size), ``iterations``, ``totals`` and ``unrouted_flows`` (the first 20 flows the
+    plan has no path for, with the reason: the report shows them as a warning). Reads only;
+    raises FileNotFoundError without plan.json."""
     plan = plan_from_dict(json.loads((run_dir / "plan.json").read_text(encoding="utf-8")))
     dci = dci_links(plan)
     colls = _jsonl(run_dir / "collectives.jsonl")
-    cross = _crossing_flows(plan, _jsonl(run_dir / "flows.jsonl"), dci) if dci else {}
+    unrouted: list[str] = []
+    cross = _crossing_flows(plan, _jsonl(run_dir / "flows.jsonl"), dci, unrouted) if dci else {}
     spans = _iteration_spans(_jsonl(run_dir / "timeline.jsonl"), colls)
     rows = [_instance(c, cross[k], spans.get((k[0], c["iteration"])))
             for c in colls if (k := (c.get("workload_index", 0), c["collective_id"])) in cross
@@ -161,7 +166,9 @@ def dci_report(run_dir: Path) -> dict[str, Any]:
             "by_op_group": _by_op_group(rows), "iterations": iters,
             "totals": {"collectives": len(colls), "collectives_crossing": len(rows),
                        "iteration_time_s": total_iter, "dci_collective_time_s": total_dci,
-                       "share": total_dci / total_iter if total_iter > 0 else None}}
+                       "share": total_dci / total_iter if total_iter > 0 else None,
+                       "unrouted_flows": len(unrouted)},
+            "unrouted_flows": sorted(set(unrouted))[:20]}
 
 
 def write_dci(run_dir: Path) -> Path:
