@@ -28,6 +28,7 @@ from testbed.vm import run_in_vm
 
 console = Console(stderr=True)
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+_VM_RUN_TIMEOUT_S = 24 * 3600.0
 
 
 def run(
@@ -161,7 +162,8 @@ def _rerun_in_vm(path: Path, experiment_dir: Path, results: Path, *, as_json: bo
     argv = [sys.executable, "-m", "aitb.cli", "run", str(path.resolve()), "--results",
             str(results), "--run-id", run_id, "--no-analysis",
             *(["--json"] if as_json else []), *(["--quiet"] if quiet else [])]
-    res = run_in_vm(argv, rwdirs=[results], echo=not as_json)
+    # no VM-level deadline of its own: the experiment's phase and transfer timeouts bound it
+    res = run_in_vm(argv, rwdirs=[results], echo=not as_json, timeout_s=_VM_RUN_TIMEOUT_S)
     run_dir = experiment_dir.resolve() / run_id
     code = res.returncode
     report, error = None, None
