@@ -46,5 +46,6 @@ def test_dp_traffic_crosses_the_dci_and_tp_traffic_does_not(prep):
 
 def test_scaled_dci_and_timeouts(prep):
     (dci,) = [lk for lk in prep.plan.links if lk.name in dci_links(prep.plan)]
-    assert dci.a_to_b.rate_bps == 10e9 / 100 and dci.a_to_b.delay_s == 0.005
+    # a rate bottleneck without a delay line: the example runs on any kernel (its comment)
+    assert dci.a_to_b.rate_bps == 10e9 / 100 and dci.a_to_b.delay_s == 0.0
     assert prep.options.agent_start_timeout_s == 120.0
