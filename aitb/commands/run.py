@@ -22,6 +22,7 @@ from rich.console import Console
 
 from aitb.commands.run_progress import StepProgress
 from aitb.models.errors import LabError, SpecError
+from testbed import signals
 from testbed.capabilities import in_vm
 from testbed.lab import missing_kernel_features
 from testbed.vm import run_in_vm
@@ -162,9 +163,18 @@ def _rerun_in_vm(path: Path, experiment_dir: Path, results: Path, *, as_json: bo
     argv = [sys.executable, "-m", "aitb.cli", "run", str(path.resolve()), "--results",
             str(results), "--run-id", run_id, "--no-analysis",
             *(["--json"] if as_json else []), *(["--quiet"] if quiet else [])]
-    # no VM-level deadline of its own: the experiment's phase and transfer timeouts bound it
-    res = run_in_vm(argv, rwdirs=[results], echo=not as_json, timeout_s=_VM_RUN_TIMEOUT_S)
     run_dir = experiment_dir.resolve() / run_id
+    try:  # SIGINT/SIGTERM: the VM (its own process group) is ended, then we exit 130/143
+        with signals.raising():
+            # no VM-level deadline of its own: the experiment's phase and transfer timeouts
+            res = run_in_vm(argv, rwdirs=[results], echo=not as_json,
+                            timeout_s=_VM_RUN_TIMEOUT_S)
+    except signals.LabInterrupted as exc:
+        _mark_interrupted(run_dir, exc)
+        console.print(f"[bold red]run interrupted:[/] {exc}", markup=True, highlight=False)
+        if not as_json:
+            typer.echo(str(run_dir))
+        return exc.exit_code
     code = res.returncode
     report, error = None, None
     if analysis and code < 128 and (run_dir / "manifest.json").exists():
@@ -180,6 +190,20 @@ def _rerun_in_vm(path: Path, experiment_dir: Path, results: Path, *, as_json: bo
         _say_analysis(SimpleNamespace(report=report, analysis_error=error, run_dir=run_dir),
                       quiet=quiet)
     return code
+
+
+def _mark_interrupted(run_dir: Path, exc: Exception) -> None:
+    """The manifest of a run whose VM was stopped says so (the guest could not)."""
+    from aitb.orchestration.rundir import write_json_atomic
+
+    path = run_dir / "manifest.json"
+    if not path.exists():
+        return
+    manifest = json.loads(path.read_text())
+    manifest.update(status="failed", error=f"{exc}; the stock-kernel VM was stopped")
+    write_json_atomic(path, manifest)
+    write_json_atomic(run_dir / "error.json", {"error": manifest["error"],
+                                               "type": type(exc).__name__})
 
 
 def _last_json(stdout: str) -> dict[str, Any] | None:
