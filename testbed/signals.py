@@ -15,7 +15,7 @@ from typing import Any
 
 from aitb.models.errors import LabError
 
-__all__ = ["LabInterrupted", "raising", "held"]
+__all__ = ["LabInterrupted", "raising", "held", "interruption"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -27,6 +27,19 @@ class LabInterrupted(LabError):
         self.signum = signum
         self.exit_code = 128 + signum
         super().__init__(f"interrupted by {signal.Signals(signum).name}; the lab was torn down")
+
+
+_arrived: list[int] = []  # signals turned into LabInterrupted by raising(), in order
+
+
+def interruption(exc: BaseException) -> BaseException:
+    """``exc``, or the :class:`LabInterrupted` it stands for: a library that catches every
+    exception (pyroute2's decoder wraps them in its own) can hide the one our handler raised;
+    if a signal arrived while ``exc`` was raised, the interrupt is what happened."""
+    if _arrived and not isinstance(exc, LabInterrupted):
+        return LabInterrupted(_arrived.pop())
+    _arrived.clear()
+    return exc
 
 
 def _main() -> bool:
@@ -53,12 +66,14 @@ def raising() -> Iterator[None]:
         return
 
     owner = os.getpid()
+    _arrived.clear()
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if os.getpid() != owner:  # a forked child (e.g. pyroute2's netns helper): default
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
+        _arrived.append(signum)
         raise LabInterrupted(signum)
 
     previous = _install(handler)

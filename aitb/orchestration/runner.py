@@ -35,6 +35,7 @@ from testbed.backends import make_lab
 from testbed.capabilities import in_vm
 from testbed.inspect import describe
 from testbed.lab import Lab
+from testbed.signals import interruption
 from topologies.issues import with_lines
 from topologies.loader import read_yaml
 from topologies.scaling import scale_plan
@@ -321,7 +322,10 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
                     monitor.after()
             progress("tearing down")
         outcome.ok = True
-    except (AitbError, KeyboardInterrupt) as exc:
+    except (Exception, KeyboardInterrupt) as raised:  # only failures and interrupts stay
+        exc = interruption(raised)
+        if not isinstance(exc, AitbError | KeyboardInterrupt):
+            raise
         outcome.error = str(exc) or type(exc).__name__
         outcome.exit_code = getattr(exc, "exit_code", 130)  # KeyboardInterrupt: SIGINT
         runlog.log.error("run failed: %s", outcome.error)
