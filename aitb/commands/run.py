@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 
 from aitb.commands.run_progress import StepProgress
-from aitb.models.errors import LabError, SpecError
+from aitb.models.errors import LabError, SpecError, SpecIssue
 from testbed import signals
 from testbed.capabilities import in_vm
 from testbed.lab import missing_kernel_features
@@ -92,6 +92,7 @@ def run(
                           "running it inside the stock-kernel VM (--no-vm refuses)")
         raise typer.Exit(_rerun_in_vm(path, results / prep.spec.name, results,
                                       as_json=as_json, quiet=quiet, analysis=analysis))
+    _check_congestion_control(prep, path)
     with StepProgress(console, quiet=quiet or as_json) as step:
         outcome = execute(prep, results, progress=step, analyze=analysis, backend=backend,
                           run_id=run_id)
@@ -107,6 +108,25 @@ def run(
         _say_analysis(outcome, quiet=quiet)
         typer.echo(str(outcome.run_dir))
     raise typer.Exit(code)
+
+
+_CC_AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+
+
+def _check_congestion_control(prep: Any, path: Path) -> None:
+    """Refuse, before anything exists, a ``transport.tcp_congestion_control`` this kernel does
+    not offer (it would only fail inside the agents). Raises SpecError naming file and key.
+    (A kernel with loadable modules may offer more once one is loaded; this host's list is
+    what its kernel has now.)"""
+    want = prep.spec.transport.tcp_congestion_control
+    if want is None or not _CC_AVAILABLE.exists():
+        return
+    have = _CC_AVAILABLE.read_text().split()
+    if want not in have:
+        raise SpecError([SpecIssue(
+            f"congestion control {want!r} is not available in this kernel; available: "
+            f"{', '.join(have)}", file=str(path),
+            key_path=("transport", "tcp_congestion_control"))])
 
 
 def _finite(value: Any) -> Any:
@@ -129,7 +149,10 @@ def _summary(outcome: Any, quiet: bool) -> None:
     if not outcome.ok:
         console.print(f"[bold red]run failed:[/] {outcome.error}", markup=True,
                       highlight=False)
-    if quiet or outcome.trustworthy is None:
+    if quiet or not outcome.run_dir.joinpath("fidelity.json").exists():
+        return
+    if outcome.trustworthy is None:
+        console.print("fidelity: not assessed (nothing could be measured; fidelity.json)")
         return
     if outcome.trustworthy:
         console.print("[green]fidelity: every shaped link within tolerance, CPU not "

@@ -104,7 +104,8 @@ def fidelity_report(refs: Sequence[DirectionRef], qdisc: pd.DataFrame | None,
                     cpu: Mapping[str, Any]) -> dict[str, Any]:
     """The fidelity.json document: one entry per direction of ``refs`` (``rtts``: link name
     -> probed minimum RTT in seconds or None), the CPU summary (:func:`cpu_summary`),
-    ``trustworthy`` (no check off and CPU not saturated) and the ``reasons`` it is not."""
+    ``trustworthy`` (no check off and CPU not saturated; None when nothing was assessed: no
+    CPU samples, or shaped links none of whose checks could run) and the ``reasons``."""
     entries, reasons = [], []
     for ref in refs:
         entry = direction_entry(ref, qdisc, links, rtts.get(ref.link))
@@ -114,5 +115,12 @@ def fidelity_report(refs: Sequence[DirectionRef], qdisc: pd.DataFrame | None,
         reasons.append(f"host CPU saturated: 95th percentile of busy share "
                        f"{cpu['busy_pct_p95']:.0f}% >= {cpu['threshold_pct']:.0f}%: emulated "
                        "rates and delays stretch when dequeues wait for a CPU")
+    exercised = any(v == "ok" for e in entries for v in e["checks"].values())
+    if not reasons and (cpu.get("busy_pct_p95") is None or (entries and not exercised)):
+        # nothing was measured (interrupted before the workloads, no CPU samples, or no check
+        # could run): no verdict rather than a clean bill of health
+        return {"links": entries, "cpu": dict(cpu), "trustworthy": None,
+                "reasons": ["not assessed: no CPU samples while workloads ran, or no shaped "
+                            "link direction could be checked"]}
     return {"links": entries, "cpu": dict(cpu), "trustworthy": not reasons,
             "reasons": reasons}

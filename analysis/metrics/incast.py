@@ -66,7 +66,9 @@ def incast_loss(drops: float, dequeued: float, backlog_change: float) -> float |
 def _bursts(bursts: pd.DataFrame, flows: pd.DataFrame, plan: LabPlan | None,
             qdisc: pd.DataFrame) -> list[dict[str, Any]]:
     roots = root_qdiscs(qdisc)
-    fl = flows[flows["burst_id"].notna()] if "burst_id" in flows else flows.iloc[0:0]
+    # a run without burst flows (e.g. 0-byte bursts record none) still gets its bursts listed
+    fl = flows[flows["burst_id"].notna()] if "burst_id" in flows else pd.DataFrame(
+        columns=["burst_id", "workload_index", "t_end", "size_bytes"])
     out = []
     for b in bursts.itertuples(index=False):
         wi = getattr(b, "workload_index", 0)

@@ -91,6 +91,29 @@ def test_bad_experiment_is_refused_before_anything_is_created(tmp_path, state_en
     assert not (tmp_path / "results").exists()
 
 
+def test_unavailable_congestion_control_is_refused_before_anything_is_created(tmp_path,
+                                                                             state_env):
+    bad = tmp_path / "cc.yaml"
+    bad.write_text("name: cc\ntopology: {generator: single_switch, params: {hosts: 2}}\n"
+                   "transport: {tcp_congestion_control: nosuchcc}\n"
+                   "workloads:\n  - kind: collective\n    op: all_reduce\n    size: 1MiB\n")
+    out = aitb("run", str(bad), "--results", str(tmp_path / "results"), env=state_env)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "transport.tcp_congestion_control" in out.stderr and "nosuchcc" in out.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_zero_byte_incast_runs_and_is_analysed(tmp_path, state_env):
+    exp = tmp_path / "zero.yaml"
+    exp.write_text("name: zero\ntopology: {generator: single_switch, params: {hosts: 3}}\n"
+                   "workloads:\n  - {kind: incast, receiver: h1, size: 0B}\n")
+    out = aitb("run", str(exp), "--results", str(tmp_path / "results"), env=state_env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run_dir = Path(out.stdout.strip().splitlines()[-1])
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["incast"]["bursts"] == 1 and metrics["summary"]["flows"] in (0, None)
+
+
 def test_a_failed_run_keeps_manifest_error_and_partial_records(tmp_path, state_env):
     # a transfer that cannot finish in time: 64 MiB through 10 Mbit/s with a 2 s timeout
     exp = tmp_path / "slow.yaml"
