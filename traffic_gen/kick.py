@@ -38,6 +38,7 @@ import socket
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ FIRST_BYTES = 1448  # first pass: one full-sized segment per flow (1500-byte MTU
 _MAX_FDS = 200  # descriptors per SCM_RIGHTS message (the kernel's limit is 253, SCM_MAX_FD)
 _MSG_BYTES = 1 << 16
 _ZEROS = memoryview(bytes(1 << 20))
+_PRECISE_S = 0.002  # the last stretch before an instant is slept with nanosleep, not epoll
 
 
 @dataclass(order=True)
@@ -92,16 +94,22 @@ class KickServer(threading.Thread):
             if self.rt_priority:
                 set_scheduler(os.SCHED_FIFO, self.rt_priority)
             while not self.stopping.is_set():
-                for key, _ in self.sel.select(self._timeout()):
-                    self._readable(key.fileobj)  # type: ignore[arg-type]
+                if self.armed and self.armed[0].t - self.spin_s - time.time() < _PRECISE_S:
+                    # the last stretch: nanosleep, not epoll (whose timeout is whole ms)
+                    time.sleep(max(0.0, self.armed[0].t - self.spin_s - time.time()))
+                else:
+                    for key, _ in self.sel.select(self._timeout()):
+                        self._readable(key.fileobj)  # type: ignore[arg-type]
                 self._fire_due()
         except Exception as exc:  # noqa: BLE001 - reported by the controller
             self.error = f"{type(exc).__name__}: {exc}"
 
     def _timeout(self) -> float:
+        """How long to wait for messages: until the last stretch before the next instant
+        (epoll_wait rounds its timeout up to whole milliseconds), at most 0.1 s."""
         if not self.armed:
             return 0.1
-        return max(0.0, min(0.1, self.armed[0].t - self.spin_s - time.time()))
+        return max(0.0, min(0.1, self.armed[0].t - self.spin_s - _PRECISE_S - time.time()))
 
     def _readable(self, sock: socket.socket) -> None:
         if sock is self.srv:
@@ -217,12 +225,14 @@ class KickClient:
 
     def register(self, conns: dict[str, socket.socket]) -> None:
         """Hand duplicates of ``conns`` (connection id -> connected TCP socket) to the
-        starters, spread round-robin; returns when they have them. Raises OSError if a
+        starters, spread by a hash of the id; returns when they have them. Raises OSError if a
         starter is gone."""
         n = len(self.socks)
         items = sorted(conns.items())
         for k, sock in enumerate(self.socks):
-            mine = items[k::n]
+            # by a hash of the run-wide connection id, so that agents with one connection
+            # each still spread over every starter
+            mine = [(cid, s) for cid, s in items if zlib.crc32(cid.encode()) % n == k]
             for i in range(0, len(mine), _MAX_FDS):
                 self._register(sock, mine[i:i + _MAX_FDS])
             self.route.update((cid, sock) for cid, _ in mine)
