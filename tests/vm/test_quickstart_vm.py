@@ -1,6 +1,20 @@
 """The built-in quickstart (`aitb run` with no file) end to end where netem exists (the VM
 tier): it finishes, and fidelity.json covers every shaped link direction of its plan, with
-the RTT of the delay-bearing links (DCI, edge) measured and within tolerance."""
+the RTT of the delay-bearing links (DCI, edge) measured and within tolerance; report.html and
+metrics.json exist and agree with the records: every collective's CCT is at or above its
+alpha (latency) lower bound from the plan, and metrics.json's queue drops equal the drops
+computed here, independently, from counters/qdisc.parquet (issue #6, "Tests").
+
+Alpha lower bound of a ring all-reduce (Hockney 1994's alpha-beta model; ring all-reduce =
+2(n-1) dependent steps, Thakur, Rabenseifner and Gropp 2005, Patarasuk and Yuan 2009): in
+traffic_gen.algorithms.ring every send after the first forwards what the previous receive
+brought, so there is a chain of 2(n-1) messages around the ring i -> i+1 starting at some
+rank; the last one cannot arrive before the sum of the configured one-way path delays of its
+hops (netem never delivers early), so CCT = max(rank end) - min(rank start) >= the largest
+such chain sum. Conservative: serialization (beta), queueing, compute and software time are
+left out (htb may burst a small message at more than its rate). Other ops and algorithms get
+the trivial bound 0; in the quickstart they all stay inside one DC (zero fabric delay).
+"""
 
 import json
 import os
@@ -8,7 +22,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
+
+from aitb.models.plan import plan_from_dict
+from workloads.paths import path_delay_s
 
 # boot excluded: 3 workloads, each starting its agents (~30 s of Python imports under TCG)
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(900)]
@@ -54,3 +72,58 @@ def test_quickstart_fidelity_covers_every_shaped_link(tmp_path):
     # the DP all-reduce and the incast crossed the DCI: packets were counted, none lost
     assert dci["measured"]["loss_pct"] == 0.0 and dci["checks"]["loss"] == "ok"
     assert (run_dir / "run.log").read_text().count("workload ") == 3
+    _check_metrics_and_report(run_dir, plan, fidelity)
+
+
+def _ring_all_reduce_bound_s(plan, hosts: list[str]) -> float:
+    """Largest sum of configured one-way path delays (s) over 2(n-1) consecutive ring hops
+    hosts[i] -> hosts[i+1] (see the module docstring)."""
+    n = len(hosts)
+    hop = [path_delay_s(plan, hosts[i], hosts[(i + 1) % n]) for i in range(n)]
+    return max(sum(hop[(i + j) % n] for j in range(2 * (n - 1))) for i in range(n)) \
+        if n > 1 else 0.0
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _independent_queue_drops(qdisc: pd.DataFrame) -> float:
+    """Drops as analysis.metrics.links.queue_metrics defines them, recomputed: per root qdisc
+    (parent TC_H_ROOT) that is a queue (not a netem delay line, whose drops are configured
+    loss, nor noqueue/ingress/clsact), the last cumulative ``drops`` minus the first."""
+    root = qdisc["parent"].astype(str).str.lower().isin(["root", "ffff:ffff", "ffffffff",
+                                                        "4294967295"])
+    queues = qdisc[root & ~qdisc["kind"].isin(["netem", "noqueue", "ingress", "clsact"])]
+    total = 0.0
+    for _key, g in queues.sort_values("t_s").groupby(["node", "ifname", "handle"]):
+        total += float(g["drops"].iloc[-1] - g["drops"].iloc[0])
+    return total
+
+
+def _check_metrics_and_report(run_dir: Path, plan_doc: dict, fidelity: dict) -> None:
+    report = (run_dir / "report.html").read_text()
+    assert report.lstrip().lower().startswith("<!doctype html") and "</html>" in report.lower()
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["schema_version"] == 1 and metrics["experiment"] == "quickstart"
+    assert metrics["fidelity"] == fidelity and metrics["trustworthy"] == fidelity["trustworthy"]
+    plan = plan_from_dict(plan_doc)
+    colls = _jsonl(run_dir / "collectives.jsonl")
+    assert metrics["summary"]["collectives"] == len(colls) > 0
+    per = {(c["workload_index"], c["collective_id"]): c["cct_s"]
+           for c in metrics["cct"]["per_collective"]}
+    bounds = []
+    for c in colls:
+        cct_s = max(c["rank_t_end"]) - min(c["rank_t_start"])
+        # the record's and the metrics' CCT are this span (float rounding only)
+        assert c["cct_s"] == pytest.approx(cct_s, rel=1e-9, abs=1e-9), c
+        assert per[(c["workload_index"], c["collective_id"])] == pytest.approx(cct_s, abs=1e-9)
+        ring_ar = c["op"] == "all_reduce" and c["algorithm"] == "ring"
+        bound = _ring_all_reduce_bound_s(plan, c["hosts"]) if ring_ar else 0.0
+        assert cct_s >= bound, (c["collective_id"], c["hosts"], cct_s, bound)
+        bounds.append(bound)
+    # the DP all-reduce crosses the 10 ms DCI both ways: the bound is not vacuous
+    assert max(bounds) >= 2 * 0.01
+    qdisc = pd.read_parquet(run_dir / "counters" / "qdisc.parquet")
+    assert not qdisc.empty
+    assert metrics["summary"]["queue_drops"] == pytest.approx(_independent_queue_drops(qdisc))
