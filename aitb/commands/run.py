@@ -11,7 +11,6 @@ Output: progress on stderr; stdout carries only the run directory (last line) or
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +21,7 @@ from rich.console import Console
 
 from aitb.commands.run_progress import StepProgress
 from aitb.models.errors import LabError, SpecError, SpecIssue
+from aitb.orchestration.rundir import finite
 from testbed import signals
 from testbed.capabilities import in_vm
 from testbed.lab import missing_kernel_features
@@ -129,19 +129,8 @@ def _check_congestion_control(prep: Any, path: Path) -> None:
             key_path=("transport", "tcp_congestion_control"))])
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with NaN/inf floats as None: strict JSON has no NaN."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def _emit(doc: dict[str, Any]) -> None:
-    typer.echo(json.dumps(_finite(doc), allow_nan=False))
+    typer.echo(json.dumps(finite(doc), allow_nan=False))
 
 
 def _summary(outcome: Any, quiet: bool) -> None:

@@ -34,7 +34,7 @@ Relative paths are relative to the experiment file. Errors name the file, key pa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -52,7 +52,8 @@ from pydantic import (
 
 from aitb.models.errors import SpecError, SpecIssue
 from aitb.models.schedule import COLLECTIVES
-from aitb.models.units import UnitError, parse_duration_s, parse_rate_bps, parse_size_bytes
+from aitb.models.units import parse_duration_s
+from aitb.orchestration.quantities import Duration, Quantity, Rate, Size
 from aitb.orchestration.serving_entries import BackgroundEntry, InferenceEntry, StartMode
 from topologies.issues import issues_from_validation, with_lines
 from topologies.loader import read_yaml
@@ -60,24 +61,6 @@ from topologies.loader import read_yaml
 __all__ = ["ExperimentSpec", "load_experiment", "parse_experiment", "NAME_PATTERN"]
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-# a quantity with a unit ("16MiB", "5ms"); numbers are accepted here so that the one unit
-# parser (aitb.models.units) can say "has no unit" instead of a type error
-Quantity = str | int | float
-
-
-def _checked(parse: Callable[[Any], Any]) -> AfterValidator:
-    def check(value: Quantity) -> Quantity:
-        try:
-            parse(value)
-        except UnitError as exc:
-            raise ValueError(str(exc)) from None
-        return value
-    return AfterValidator(check)
-
-
-Size = Annotated[Quantity, _checked(parse_size_bytes)]
-Duration = Annotated[Quantity, _checked(parse_duration_s)]
-Rate = Annotated[Quantity, _checked(parse_rate_bps)]
 _KINDS = ("collective", "incast", "one_to_many", "permutation", "all_pairs", "training",
           "aicb", "fedavg", "hierarchical", "gossip", "inference", "background")
 _Forbid = ConfigDict(extra="forbid")

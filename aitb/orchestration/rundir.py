@@ -18,7 +18,7 @@ from typing import Any
 
 from aitb import __version__
 
-__all__ = ["new_run_id", "create_run_dir", "write_json_atomic", "write_text_atomic",
+__all__ = ["finite", "new_run_id", "create_run_dir", "write_json_atomic", "write_text_atomic",
            "host_facts", "git_revision"]
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -59,20 +59,21 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
+    """``value`` with NaN/inf floats as None, recursively: strict JSON has no NaN."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """:func:`write_text_atomic` of ``data`` as indented, strict JSON (NaN and infinities,
     which JSON cannot hold, become null)."""
-    text = json.dumps(_finite(data), indent=2, default=str, allow_nan=False)
+    text = json.dumps(finite(data), indent=2, default=str, allow_nan=False)
     write_text_atomic(path, text + "\n")
 
 

@@ -32,34 +32,17 @@ unit strings are checked here and parsed by aitb.models.units when the workload 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from aitb.models.units import UnitError, parse_duration_s, parse_rate_bps, parse_size_bytes
+from aitb.orchestration.quantities import Duration, Rate, Size
 
 __all__ = ["StartMode", "InferenceEntry", "BackgroundEntry", "ArrivalsSpec", "TraceRequest",
            "BootstrapSpec"]
 
 StartMode = Literal["after_previous", "with_previous"]
 _Forbid = ConfigDict(extra="forbid")
-_Quantity = str | int | float
-
-
-def _checked(parse: Callable[[Any], Any]) -> AfterValidator:
-    def check(value: _Quantity) -> _Quantity:
-        try:
-            parse(value)
-        except UnitError as exc:
-            raise ValueError(str(exc)) from None
-        return value
-    return AfterValidator(check)
-
-
-_Size = Annotated[_Quantity, _checked(parse_size_bytes)]
-_Duration = Annotated[_Quantity, _checked(parse_duration_s)]
-_Rate = Annotated[_Quantity, _checked(parse_rate_bps)]
 
 
 class TraceRequest(BaseModel):
@@ -67,7 +50,7 @@ class TraceRequest(BaseModel):
     ``session``."""
 
     model_config = _Forbid
-    at: _Duration
+    at: Duration
     client: str
     session: str | None = None
 
@@ -79,7 +62,7 @@ class ArrivalsSpec(BaseModel):
     model_config = _Forbid
     process: Literal["poisson", "trace"] = "poisson"
     rate_per_s: Annotated[float, Field(gt=0)] | None = None
-    duration: _Duration | None = None
+    duration: Duration | None = None
     requests: list[TraceRequest] | None = None
 
     @model_validator(mode="after")
@@ -96,7 +79,7 @@ class BootstrapSpec(BaseModel):
     ``layers``: fractions (coarse first) summing to 1."""
 
     model_config = _Forbid
-    size: _Size
+    size: Size
     layers: list[Annotated[float, Field(gt=0, le=1)]] = Field(default_factory=lambda: [1.0])
 
     @model_validator(mode="after")
@@ -119,11 +102,11 @@ class InferenceEntry(BaseModel):
     policy: Literal["nearest", "least_loaded", "affinity"] = "nearest"
     arrivals: ArrivalsSpec
     session_requests: PositiveInt = 4
-    prompt: _Size = "2KiB"
+    prompt: Size = "2KiB"
     tokens: PositiveInt = 16
-    token_size: _Size = "16B"
+    token_size: Size = "16B"
     token_rate_per_s: Annotated[float, Field(gt=0)] = 50.0
-    prefill: _Duration = "0s"
+    prefill: Duration = "0s"
     bootstrap: BootstrapSpec | None = None
 
     @model_validator(mode="after")
@@ -145,6 +128,6 @@ class BackgroundEntry(BaseModel):
     link: str
     senders: Annotated[list[str], Field(min_length=1)]
     receivers: Annotated[list[str], Field(min_length=1)]
-    duration: _Duration
+    duration: Duration
     size_scale: Annotated[float, Field(ge=1)] = 1.0
-    rate: _Rate | None = None
+    rate: Rate | None = None
