@@ -15,7 +15,7 @@ from typing import Any
 
 from aitb.models.errors import LabError
 
-__all__ = ["LabInterrupted", "raising", "held", "interruption"]
+__all__ = ["LabInterrupted", "raising", "held", "interruption", "swallowed"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -40,6 +40,17 @@ def interruption(exc: BaseException) -> BaseException:
         return LabInterrupted(_arrived.pop())
     _arrived.clear()
     return exc
+
+
+def swallowed() -> LabInterrupted | None:
+    """The interrupt whose exception some code caught and dropped (an ``except Exception``
+    on the way), if a signal arrived under :func:`raising` and was not handled since; it is
+    taken (a second call returns None). Callers raise it after their lab is down."""
+    if _arrived:
+        signum = _arrived.pop()
+        _arrived.clear()
+        return LabInterrupted(signum)
+    return None
 
 
 def _main() -> bool:

@@ -35,7 +35,7 @@ from testbed.backends import make_lab
 from testbed.capabilities import in_vm
 from testbed.inspect import describe
 from testbed.lab import Lab
-from testbed.signals import interruption
+from testbed.signals import interruption, swallowed
 from topologies.issues import with_lines
 from topologies.loader import read_yaml
 from topologies.scaling import scale_plan
@@ -321,6 +321,9 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
                 finally:
                     monitor.after()
             progress("tearing down")
+        late = swallowed()  # an interrupt that some handler on the way caught and dropped
+        if late is not None:
+            raise late
         outcome.ok = True
     except (Exception, KeyboardInterrupt) as raised:  # only failures and interrupts stay
         exc = interruption(raised)
