@@ -19,6 +19,7 @@ from traffic_gen.datapath import Shared, TcpReceiver, TcpSender
 from traffic_gen.gather import GATHER_CONN, GatherInbox
 from traffic_gen.tcpinfo import TcpKnobs, apply_knobs
 from traffic_gen.udp import UdpReceiver, UdpSender
+from traffic_gen.wire import recv_exact
 
 __all__ = ["Endpoints"]
 
@@ -74,7 +75,7 @@ class Endpoints:
         while True:
             try:
                 s, _ = self.listener.accept()
-                src, dst, c = _HEADER.unpack(_recv_exact(s, _HEADER.size))
+                src, dst, c = _HEADER.unpack(recv_exact(s, _HEADER.size, "the header"))
                 if c == GATHER_CONN:
                     self.inbox.put(s, src)
                     continue
@@ -175,12 +176,3 @@ class Endpoints:
                     w.sock.close()
         time.sleep(0)
 
-
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        got = s.recv(n - len(buf))
-        if not got:
-            raise OSError("connection closed during the header")
-        buf += got
-    return buf

@@ -22,6 +22,7 @@ from typing import Any
 
 from traffic_gen.datapath import Abort, Shared, sleep_until
 from traffic_gen.tcpinfo import apply_knobs, read_tcp_info, tcp_info_delta
+from traffic_gen.wire import recv_exact
 
 __all__ = ["GATHER_CONN", "GATHER_KEY", "GatherInbox", "Cut", "move", "reset", "run_src",
            "flow_half"]
@@ -83,7 +84,7 @@ class GatherInbox:
 
     def put(self, sock: socket.socket, src: int) -> None:
         """Read the gather key from ``sock`` (already past the common header) and keep it."""
-        it, op = GATHER_KEY.unpack(_recv_exact(sock, GATHER_KEY.size))
+        it, op = GATHER_KEY.unpack(recv_exact(sock, GATHER_KEY.size, "the gather header"))
         with self.cv:
             if (it, op) in self.closed:
                 reset(sock)
@@ -107,15 +108,6 @@ class GatherInbox:
             for key in [k for k in self.socks if k[:2] == (it, op)]:
                 reset(self.socks.pop(key))
 
-
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        got = s.recv(n - len(buf))
-        if not got:
-            raise OSError("connection closed during the gather header")
-        buf += got
-    return buf
 
 
 def flow_half(half: str, op: dict[str, Any], sock: socket.socket, src: int, dst: int,

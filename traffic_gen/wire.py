@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Channel"]
+__all__ = ["Channel", "recv_exact"]
 
 
 class Channel:
@@ -37,3 +37,15 @@ class Channel:
             self._rfile.close()
         finally:
             self.sock.close()
+
+
+def recv_exact(sock: socket.socket, n: int, what: str) -> bytes:
+    """Exactly ``n`` bytes from ``sock`` (a fixed-size header). Raises OSError naming
+    ``what`` if the peer closes first."""
+    buf = b""
+    while len(buf) < n:
+        got = sock.recv(n - len(buf))
+        if not got:
+            raise OSError(f"connection closed during {what}")
+        buf += got
+    return buf
