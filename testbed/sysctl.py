@@ -46,6 +46,13 @@ def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, 
     skipped where the kernel lacks them (bridge netfilter hooks on switches: off, so frames
     crossing a lab bridge do not traverse iptables; :data:`RPS_DEFAULT_MASK`, see below).
 
+    IPv6 labs turn duplicate address detection off for every interface created afterwards
+    (``net.ipv6.conf.default.accept_dad=0``, applied before the links are made; lab addresses
+    are unique by construction, see also IFA_F_NODAD in :mod:`testbed.routes`): while an
+    interface's link-local address is still tentative (about 1-2 s after it comes up) a
+    router does not send the neighbour solicitation for a packet it forwards (it has no usable
+    source address: Linux ``ndisc_send_ns``), so the first packets across it were lost.
+
     RPS over all CPUs on every interface created afterwards (``net.core.rps_default_mask``,
     per namespace, Linux >= 6.2; applied before the links are made): a veth hands each packet
     to the backlog of the CPU that transmits it, and an HTB dequeues from the sender's CPU or
@@ -63,6 +70,8 @@ def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, 
         if ipv6:
             req["net.ipv6.conf.all.forwarding"] = fwd
             req["net.ipv6.fib_multipath_hash_policy"] = req["net.ipv4.fib_multipath_hash_policy"]
+    if ipv6:
+        req["net.ipv6.conf.default.accept_dad"] = "0"
     if node.tcp_congestion_control:
         req["net.ipv4.tcp_congestion_control"] = node.tcp_congestion_control
     req.update(node.sysctls)

@@ -137,7 +137,10 @@ topology:
             tx3: {kind: host}, tx4: {kind: host}}
     links:
       - endpoints: ["rx:eth0", "s1:rx"]
-        b_to_a: {buffer: 32KiB}        # s1 -> rx: a bfifo of about 22 full frames
+        # s1 -> rx: a bfifo of about 22 full frames drained at a fifth of the senders' line
+        # rate, so four synchronized initial windows (58 KB) overflow it even when the host's
+        # CPU, not the 1 Gbit/s shapers, paces the senders (a loaded CI machine)
+        b_to_a: {rate: 200Mbit, buffer: 32KiB}
       - endpoints: [tx1, s1]
       - endpoints: [tx2, s1]
       - endpoints: [tx3, s1]

@@ -94,6 +94,13 @@ def test_missing_netem_is_a_clear_error_and_nothing_is_created(labs):
     assert not lab.registry.dir.exists()
 
 
+def _tentative_ipv6() -> list[str]:
+    IFA_F_TENTATIVE = 0x40  # linux/if_addr.h
+    with IPRoute() as ipr:
+        return [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET6)
+                if (a.get_attr("IFA_FLAGS") or a["flags"]) & IFA_F_TENTATIVE]
+
+
 def test_dual_stack_router_forwards_ipv6(labs):
     import dataclasses
     import ipaddress as ip
@@ -113,6 +120,10 @@ def test_dual_stack_router_forwards_ipv6(labs):
         for n in plan.nodes)
     with labs(dataclasses.replace(plan, nodes=nodes, links=links)) as lab:
         assert sysctl.read(lab.node_io("r1").fd, "net.ipv6.conf.all.forwarding") == "1"
+        # right after up(): no address is tentative, link-local ones included (a router whose
+        # link-local address is tentative sends no neighbour solicitation for what it forwards)
+        for node in ("h1", "r1", "h2"):
+            assert netns.run_in(lab.node_io(node).fd, _tentative_ipv6) == [], node
         out = lab.run("h1", ["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2",
                              "2001:db8:2::1"]).stdout
         assert " 0% packet loss" in out

@@ -73,6 +73,7 @@ def test_node_sysctls():
                                      sysctls={"net.ipv4.tcp_ecn": "1"}), ipv6=True)
     assert req["net.ipv4.ip_forward"] == "1" and req["net.ipv6.conf.all.forwarding"] == "1"
     assert req["net.ipv4.fib_multipath_hash_policy"] == "1" and req["net.ipv4.tcp_ecn"] == "1"
+    assert req["net.ipv6.conf.default.accept_dad"] == "0"
     req, opt = node_sysctls(NodePlan("s", "switch"), ipv6=False)
     assert not req and opt["net.bridge.bridge-nf-call-iptables"] == "0"
     assert opt[RPS_DEFAULT_MASK] == all_cpus_mask()  # every node, hosts and switches
