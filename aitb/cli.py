@@ -6,6 +6,7 @@ one clear message without a traceback; the exit code is 2 for bad input and 1 fo
 
 from __future__ import annotations
 
+import json
 import sys
 
 import typer
@@ -65,6 +66,16 @@ def report_error(exc: AitbError) -> None:
                           highlight=False, soft_wrap=True)
 
 
+def print_json_error(exc: AitbError) -> None:
+    """The error as one JSON object on stdout (``ok: false``, message, exit code and, for bad
+    input, one entry per issue), so that a script reading a ``--json`` command's stdout gets
+    JSON on failure too; the stderr lines of :func:`report_error` stay for a person."""
+    doc: dict[str, object] = {"ok": False, "error": str(exc), "exit_code": exc.exit_code}
+    if isinstance(exc, SpecError):
+        doc["issues"] = [issue.to_dict() for issue in exc.issues]
+    typer.echo(json.dumps(doc))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``aitb`` console script; exits with the command's status."""
     global _argv
@@ -73,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, prog_name="aitb")
     except AitbError as exc:
         report_error(exc)
+        if "--json" in (sys.argv[1:] if argv is None else argv):
+            print_json_error(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -182,6 +182,13 @@ def test_not_a_run_directory_is_a_clear_error(tmp_path):
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and "no such run directory" in out.stderr
     assert "Traceback" not in out.stderr
+    # with --json, stdout carries the same error as one JSON object (scripts parse stdout)
+    for argv in (["analyze", str(tmp_path / "nope")], ["pcap", str(tmp_path / "no.pcap")]):
+        out = subprocess.run([sys.executable, "-m", "aitb.cli", *argv, "--json"],
+                             capture_output=True, text=True, cwd=ROOT)
+        doc = json.loads(out.stdout)
+        assert out.returncode == 2 and doc["ok"] is False and doc["exit_code"] == 2, argv
+        assert doc["issues"][0]["file"] == argv[1] and "Traceback" not in out.stderr
 
 
 def test_capture_retransmissions_count_each_connection_once(tmp_path):
