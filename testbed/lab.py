@@ -119,8 +119,7 @@ class Lab:
         try:
             self._build()
         except BaseException as exc:
-            with signals.held():  # a second Ctrl-C must not cut the cleanup short
-                report = self._teardown()
+            report, _ = self._teardown_held()  # a second Ctrl-C must not cut the cleanup short
             if report.failures:
                 exc.add_note("teardown after the failure also failed:\n  "
                              + "\n  ".join(report.failures))
@@ -203,12 +202,27 @@ class Lab:
         """End processes, delete namespaces (with their veths and IFBs), remove the run
         directory; continue past failures, then raise one LabError listing them all.
         SIGINT/SIGTERM arriving meanwhile are held and re-raised afterwards."""
-        with signals.held() as got:
-            report = self._teardown()
+        report, got = self._teardown_held()
         raise_failures(report)
         if got:
             raise signals.LabInterrupted(got[0])
         return report
+
+    def _teardown_held(self) -> tuple[TeardownReport, list[int]]:
+        """:meth:`_teardown` with SIGINT/SIGTERM held; returns (report, signals that arrived).
+        A signal that lands while the hold is being installed (the raising handler is still in
+        place for a few bytecodes) raises LabInterrupted before the teardown began: it is
+        recorded and the teardown still runs, exactly once."""
+        arrived: list[int] = []
+        report: TeardownReport | None = None
+        while report is None:
+            try:
+                with signals.held() as got:
+                    report = self._teardown()
+                arrived += got
+            except signals.LabInterrupted as exc:
+                arrived.append(exc.signum)
+        return report, arrived
 
     def _teardown(self) -> TeardownReport:
         t = time.perf_counter()

@@ -117,3 +117,33 @@ def test_sigkill_owner_then_clean_removes_exactly_that_run(labs):
         assert {s["run_id"] for s in report["skipped"]} == {other.run_id}
         other.verify()
         other.run("h1", ["ping", "-c1", "-W2", "198.18.2.1"])
+
+
+def test_signal_while_the_teardown_hold_is_installed_still_tears_down(labs, monkeypatch):
+    """A SIGINT landing in the few bytecodes before down()'s hold takes over raises
+    LabInterrupted from the raising handler; the teardown must still run (once) and the
+    interrupt still reach the caller."""
+    from contextlib import contextmanager
+
+    from testbed import signals
+
+    real_held, entries = signals.held, []
+
+    @contextmanager
+    def held_after_a_signal():
+        entries.append(1)
+        if len(entries) == 1:  # the signal arrives as the hold is being installed
+            raise signals.LabInterrupted(signal.SIGINT)
+        with real_held() as got:
+            yield got
+
+    lab = labs(two_hosts_router())
+    lab.up()
+    rid = lab.run_id
+    assert run_namespaces(rid)
+    monkeypatch.setattr(signals, "held", held_after_a_signal)
+    with pytest.raises(signals.LabInterrupted) as caught:
+        lab.down()
+    assert caught.value.exit_code == 130 and len(entries) == 2
+    assert run_namespaces(rid) == []
+    assert not (labs.state_dir / rid).exists()
