@@ -25,6 +25,7 @@ SYSCTLS = ("net.ipv4.tcp_congestion_control", "net.ipv4.tcp_ecn", "net.ipv4.tcp_
 
 _FMT = "=8B24I4Q6I4Q2I2Q2I"
 _SIZE = struct.calcsize(_FMT)  # 224
+NO_RTT_SAMPLE = 0xFFFFFFFF  # tcpi_min_rtt before the first sample (minmax reset to ~0U, tcp.c)
 TCP_INFO_FIELDS = (
     "state ca_state retransmits probes backoff options wscale flags "
     "rto ato snd_mss rcv_mss unacked sacked lost retrans fackets "
@@ -103,6 +104,7 @@ def tcp_info_delta(before: Mapping[str, int], after: Mapping[str, int],
         delivery_rate_bps=after["delivery_rate"] * 8,
         congestion_control=congestion_control,
         dsack_dups=after["dsack_dups"] - before["dsack_dups"],
+        min_rtt_s=after["min_rtt"] / 1e6 if 0 < after["min_rtt"] < NO_RTT_SAMPLE else None,
     )
 
 

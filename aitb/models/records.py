@@ -77,6 +77,10 @@ class TcpInfo(_Record):
     ``bytes_sent``: the transfer's size (each new byte leaves once) plus ``bytes_retrans``; over
     a connection's transfers they sum to its kernel ``tcpi_bytes_sent``. ``lost``, ``rtt_s``,
     ``rttvar_s``, ``snd_cwnd`` (segments): the values at the ack instant.
+    ``min_rtt_s``: the connection's minimum RTT sample (``tcpi_min_rtt``: a windowed minimum
+    over ``net.ipv4.tcp_min_rtt_wlen``, 300 s by default, handshake included), i.e. the
+    unloaded path RTT with both end hosts' stack time; None in records written before it
+    was recorded, or where the kernel reports none (0).
     ``delivery_rate_bps`` (bit/s): the kernel's most recent delivery-rate sample at the ack
     instant (tcp_rate.c: one ACK's delivered data over the longer of its send and ACK
     intervals; an application-limited sample replaces it only if higher), not an average over
@@ -96,6 +100,7 @@ class TcpInfo(_Record):
     delivery_rate_bps: int
     congestion_control: str = ""
     dsack_dups: int = 0
+    min_rtt_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

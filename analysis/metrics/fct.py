@@ -7,11 +7,15 @@ section 5) and HPCC (Li et al., SIGCOMM 2019, section 5.1):
 
     ideal_fct_s = size_bytes * 8 / bottleneck_rate_bps + base_rtt_s
 
-with the bottleneck rate the lowest configured ``rate_bps`` on the flow's path and the base RTT
-the sum of the configured one-way delays there and back (analysis.paths.ideal_params), both
-from the run's plan.json. The ideal counts payload only (no header overhead, no slow start,
-no handshake), so a slowdown below 1 means a measurement problem, except for short transfers
-on a warm connection over long delays, whose FCT (one way) can beat "one RTT".
+with the bottleneck rate the lowest configured ``rate_bps`` on the flow's path (plan.json,
+analysis.paths.ideal_params) and the base RTT the larger of the configured one-way delays
+there and back (plan.json) and the connection's measured minimum RTT (TCP_INFO ``min_rtt``,
+``tcp_min_rtt_s``): the idle network's RTT also holds the hosts' stack time, which alone is
+tens of microseconds, so without the measurement a small transfer on an undelayed lab got an
+ideal of a few microseconds (column ``base_rtt_source``: ``plan`` or ``tcp_min_rtt``). The
+ideal counts payload only (no header overhead, no slow start, no handshake), so a slowdown
+below 1 means a measurement problem, except for short transfers on a warm connection, whose
+FCT (one way) can beat "one RTT".
 """
 
 from __future__ import annotations
@@ -49,12 +53,35 @@ def flow_ideals(flows: pd.DataFrame, plan: LabPlan | None) -> pd.DataFrame:
             cache[key] = _params(plan, key)
         rates.append(cache[key][0])
         rtts.append(cache[key][1])
-    out["bottleneck_bps"], out["base_rtt_s"] = rates, rtts
+    out["bottleneck_bps"] = rates
+    out["base_rtt_s"], out["base_rtt_source"] = _base_rtts(rtts, out)
+    rtts = list(out["base_rtt_s"])
     out["ideal_fct_s"] = [ideal_fct_s(s, r, d) if d is not None else None
                           for s, r, d in zip(out["size_bytes"], rates, rtts, strict=True)]
     out["slowdown"] = [f / i if i and f is not None and pd.notna(f) else None
                        for f, i in zip(out["fct_s"], out["ideal_fct_s"], strict=True)]
     return out
+
+
+def _base_rtts(plan_rtts: list[float | None], flows: pd.DataFrame
+               ) -> tuple[list[float | None], list[str | None]]:
+    """Per flow the base RTT and where it came from: the connection's measured minimum RTT
+    (``tcp_min_rtt_s``, TCP_INFO) where it exceeds the plan's configured delays there and
+    back (it holds them plus both hosts' stack and the wire time: without configured delays
+    the plan's 0 s made a small transfer's ideal a few microseconds and its slowdown
+    meaningless), else the plan's; None without either."""
+    measured = flows["tcp_min_rtt_s"] if "tcp_min_rtt_s" in flows else [None] * len(flows)
+    rtts: list[float | None] = []
+    sources: list[str | None] = []
+    for planned, seen in zip(plan_rtts, measured, strict=True):
+        seen = None if seen is None or pd.isna(seen) else float(seen)
+        if planned is None or (seen is not None and seen > planned):
+            rtts.append(seen)
+            sources.append(None if seen is None else "tcp_min_rtt")
+        else:
+            rtts.append(planned)
+            sources.append("plan")
+    return rtts, sources
 
 
 def _params(plan: LabPlan | None, key: tuple) -> tuple[int | None, float | None]:
@@ -79,4 +106,5 @@ def fct_metrics(flows: pd.DataFrame, plan: LabPlan | None) -> tuple[dict[str, An
     return {"flows": int(len(table)), "completed": int(len(done)),
             "fct_s": distribution(done["fct_s"]),
             "slowdown": distribution(done["slowdown"]),
-            "ideal": "size_bytes*8/bottleneck_rate_bps + base_rtt_s (plan.json)"}, table
+            "ideal": "size_bytes*8/bottleneck_rate_bps + base_rtt_s (rate: plan.json; base RTT: "
+                     "the larger of the plan's delays there and back and TCP_INFO min_rtt)"}, table

@@ -66,6 +66,11 @@ def check_slowdowns(run_dir: Path) -> None:
     more (ARCHITECTURE: these examples have no delay line, base RTT 0)."""
     flows = pd.read_parquet(run_dir / "tables" / "flows.parquet")
     assert flows["ideal_fct_s"].notna().all()
+    # no configured delay: every base RTT is the connection's measured minimum (TCP_INFO),
+    # the hosts' stack and wire time across an idle lab: above 0, far below a millisecond's
+    # tens (2-core machine, loaded: 20 ms bounds any scheduling hiccup in one sample)
+    assert (flows["base_rtt_source"] == "tcp_min_rtt").all()
+    assert ((flows["base_rtt_s"] > 0) & (flows["base_rtt_s"] < 0.020)).all()
     assert (flows["fct_s"] >= flows["ideal_fct_s"] - HTB_BURST_S).all(), \
         flows.sort_values("slowdown")[["size_bytes", "fct_s", "ideal_fct_s"]].head()
     assert (flows["slowdown"] == flows["fct_s"] / flows["ideal_fct_s"]).all()
@@ -81,11 +86,11 @@ def test_ring_allreduce_metrics_match_the_records(tmp_path, state_env):
     assert s["busbw_Bps_mean"] == pytest.approx(
         sum(c["busbw_Bps"] for c in colls) / 3, rel=1e-12)
     check_slowdowns(run_dir)
-    # rank 3 computes twice as slowly (10 ms vs 5 ms): in iteration 0, where every rank
-    # starts computing at once, it arrives last, ~5 ms after the others (2.5 ms leaves room
+    # rank 3 computes twice as slowly (40 ms vs 20 ms): in iteration 0, where every rank
+    # starts computing at once, it arrives last, ~20 ms after the others (10 ms leaves room
     # for sleep overshoot on a loaded 2-core machine, as in test_run_examples)
     first = m["stragglers"]["per_collective"][0]
-    assert first["iteration"] == 0 and first["slowest_rank"] == 3 and first["lag_s"] > 0.0025
+    assert first["iteration"] == 0 and first["slowest_rank"] == 3 and first["lag_s"] > 0.010
     assert first["inflation"] > 1 and s["straggler_inflation_mean"] >= 1
     assert s["incast_loss_ratio"] is None and s["rounds"] is None  # no bursts, no rounds
     check_report(run_dir, ("fct-cdf", "cct-per-iteration", "rank-timeline"))

@@ -86,6 +86,24 @@ def test_slowdown_is_fct_over_ideal():
     assert out["fct_s"]["p50"] == pytest.approx(0.125)
 
 
+def test_measured_min_rtt_sets_the_base_rtt_where_it_exceeds_the_plans():
+    flows = pd.DataFrame({"src_node": ["h1"] * 3, "src_ip": ["198.18.0.1"] * 3,
+                          "dst_node": ["h2"] * 3, "dst_ip": ["198.18.0.2"] * 3,
+                          "size_bytes": [125_000] * 3, "fct_s": [0.22, 0.22, 0.22],
+                          "tcp_min_rtt_s": [0.030, 0.004, None]})
+    _, table = fct_metrics(flows, _chain_plan())
+    # plan: 10 ms there and back; measured 30 ms wins, 4 ms (below the plan's delays: an
+    # emulation fault or a clock problem) and a missing sample leave the plan's
+    assert list(table["base_rtt_s"]) == pytest.approx([0.030, 0.010, 0.010])
+    assert list(table["base_rtt_source"]) == ["tcp_min_rtt", "plan", "plan"]
+    assert list(table["ideal_fct_s"]) == pytest.approx([0.13, 0.11, 0.11])
+    # without a plan only the measurement is left, and no rate: no ideal
+    _, alone = fct_metrics(flows, None)
+    assert list(alone["base_rtt_source"][:2]) == ["tcp_min_rtt"] * 2
+    assert pd.isna(alone["base_rtt_source"][2])
+    assert alone["ideal_fct_s"].isna().all()
+
+
 def test_ideal_over_ecmp_paths_of_two_data_centres():
     plan = topologies.load_topology(ROOT / "topologies/examples/two_dc.yaml")
     hosts = [h.name for h in plan.hosts()]
