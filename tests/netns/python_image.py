@@ -1,0 +1,157 @@
+"""A minimal Python image built locally in seconds (no registry is reachable here, see
+KERNEL.md "Docker engine"): ``FROM scratch`` plus this host's own Python interpreter, its
+standard library (without tests, GUI and bundled pip), its extension modules, and every
+shared library they need.
+
+The libraries are found from the ELF files themselves, not from ``ldd`` text: pyelftools
+reads each file's ``DT_NEEDED`` entries and its ``DT_RUNPATH``/``DT_RPATH`` (with ``$ORIGIN``
+expanded), and the interpreter's ``PT_INTERP`` (the dynamic loader); a needed name is looked
+up in those directories, then in the machine's multiarch and plain library directories (the
+loader's default search path, ld.so(8)); the closure is followed to a fixed point. Every
+file keeps its absolute path inside the image (so RUNPATHs and the interpreter's prefix still
+hold), and ``LD_LIBRARY_PATH`` names the library directories because the image has no
+``ld.so.cache``. ``python3`` and ``sleep``-like idling come from the interpreter itself.
+
+Used by tests/netns/test_app_workload.py and bench/gloo_containers.py; :func:`build_python_image`
+says whether it built the image, so its caller removes only what it made.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import sysconfig
+import tarfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+
+TAG = f"aitb-test-python:{sys.version_info.major}.{sys.version_info.minor}"
+_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter",
+              "turtledemo", "ensurepip", "lib2to3", "__pycache__"}
+_MULTIARCH = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
+DEFAULT_LIB_DIRS = (f"/lib/{_MULTIARCH}", f"/usr/lib/{_MULTIARCH}", "/lib64", "/usr/lib64",
+                    "/lib", "/usr/lib")
+IDLE_CMD = ["/bin/python3", "-c", "import time; time.sleep(86400)"]
+
+
+def interpreter() -> Path:
+    """The real file of the running interpreter (a venv's python is a symlink to it)."""
+    return Path(os.path.realpath(sys._base_executable))  # noqa: SLF001 - the venv's base
+
+
+def _dynamic(path: Path) -> tuple[list[str], list[str], str | None]:
+    """(DT_NEEDED names, RUNPATH or RPATH directories with $ORIGIN expanded, PT_INTERP)."""
+    with path.open("rb") as fh:
+        elf = ELFFile(fh)
+        interp = next((seg.get_interp_name() for seg in elf.iter_segments()
+                       if seg["p_type"] == "PT_INTERP"), None)
+        needed, runpath, rpath = [], [], []
+        for sec in elf.iter_sections():
+            if not isinstance(sec, DynamicSection):
+                continue
+            for tag in sec.iter_tags():
+                if tag.entry.d_tag == "DT_NEEDED":
+                    needed.append(tag.needed)
+                elif tag.entry.d_tag == "DT_RUNPATH":
+                    runpath += tag.runpath.split(":")
+                elif tag.entry.d_tag == "DT_RPATH":
+                    rpath += tag.rpath.split(":")
+    origin = str(path.parent)
+    dirs = [d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin)
+            for d in (runpath or rpath) if d]
+    return needed, dirs, interp
+
+
+def _find(name: str, dirs: Iterable[str], wanted_by: Path) -> Path:
+    for d in [*dirs, *DEFAULT_LIB_DIRS]:
+        candidate = Path(d) / name
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"{wanted_by} needs {name}, which is in none of "
+                            f"{', '.join([*dirs, *DEFAULT_LIB_DIRS])}")
+
+
+def shared_libraries(elves: Iterable[Path]) -> set[Path]:
+    """The closure of shared libraries (and dynamic loaders) that the ELF files ``elves``
+    need, each as the path the loader finds it under. Raises FileNotFoundError naming the
+    file and the library when one cannot be found."""
+    todo, seen = list(elves), set()
+    while todo:
+        path = todo.pop()
+        needed, dirs, interp = _dynamic(path)
+        found = [_find(n, dirs, path) for n in needed] + ([Path(interp)] if interp else [])
+        for lib in found:
+            if lib not in seen:
+                seen.add(lib)
+                todo.append(lib)
+    return seen
+
+
+def _stdlib_files(stdlib: Path) -> Iterator[Path]:
+    for root, dirs, files in os.walk(stdlib):
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith("config-")]
+        for name in files:
+            if not name.startswith("_tkinter"):  # Tk would pull in X11
+                yield Path(root) / name
+
+
+def rootfs_files() -> list[Path]:
+    """Every host file the image holds: interpreter, stdlib (see module doc), libraries."""
+    exe = interpreter()
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    files = [exe, *_stdlib_files(stdlib)]
+    elves = [exe, *(f for f in files if f.suffix == ".so")]
+    return files + sorted(shared_libraries(elves) - set(files))
+
+
+def _dockerfile(lib_dirs: Iterable[str]) -> bytes:
+    cmd = ", ".join(f'"{a}"' for a in IDLE_CMD)
+    return (f"FROM scratch\nCOPY rootfs/ /\nENV LD_LIBRARY_PATH={':'.join(lib_dirs)}\n"
+            f"CMD [{cmd}]\n").encode()
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def context(extra: dict[str, bytes] | None = None) -> io.BytesIO:
+    """The build context as a tar: Dockerfile and rootfs/ (files at their absolute paths,
+    symlinks stored as the files they point to, /bin/python3 -> the interpreter, /tmp);
+    ``extra``: more files, image path -> content (mode 0644)."""
+    files = rootfs_files()
+    lib_dirs = sorted({str(f.parent) for f in files if ".so" in f.name}
+                      | set(DEFAULT_LIB_DIRS[:2]))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        _add_bytes(tar, "Dockerfile", _dockerfile(lib_dirs))
+        for f in files:
+            tar.add(os.path.realpath(f), arcname=f"rootfs{f}", recursive=False)
+        link = tarfile.TarInfo("rootfs/bin/python3")
+        link.type, link.linkname = tarfile.SYMTYPE, str(interpreter())
+        tar.addfile(link)
+        tmp = tarfile.TarInfo("rootfs/tmp")
+        tmp.type, tmp.mode = tarfile.DIRTYPE, 0o1777
+        tar.addfile(tmp)
+        for name, data in (extra or {}).items():
+            _add_bytes(tar, f"rootfs{name}", data)
+    buf.seek(0)
+    return buf
+
+
+def build_python_image(cli, tag: str = TAG, extra: dict[str, bytes] | None = None) -> bool:
+    """Build ``tag`` in the engine of ``cli`` unless it is there; True if built here (the
+    caller then removes it)."""
+    import docker
+
+    try:
+        cli.images.get(tag)
+        return False
+    except docker.errors.ImageNotFound:
+        cli.images.build(fileobj=context(extra), custom_context=True, tag=tag, rm=True)
+        return True
