@@ -4,9 +4,10 @@ of them (or the first failure, or the timeout), and write the records.
 Records (in the workload's directory ``workloads/<i>-<name>/``; the runner merges
 ``apps.jsonl`` into the run directory): ``apps.jsonl``, one line per node with workload,
 node, rank, argv, ``t_start``/``t_end`` (epoch seconds, host clock: just before the start
-call, and when the exit was first seen, polled every :data:`POLL_S`), ``duration_s``,
-``exit_code`` (None if it never ended), ``killed`` (ended by aitb because another rank
-failed or the timeout passed) and ``log`` (relative to the run directory);
+call, and when the exit was first seen, polled every :data:`POLL_S`, or when aitb had
+ended it), ``duration_s``, ``exit_code`` (None if it could not be read), ``killed`` (ended
+by aitb because another rank failed or the timeout passed), ``image`` (None: a namespace
+host) and ``log`` (relative to the run directory);
 ``logs/<node>.log`` (stdout and stderr); ``failures.jsonl``.
 
 A non-zero exit or the timeout fails the workload: the failure names the node, argv, exit
@@ -17,6 +18,7 @@ dead rank cannot finish. Needs root (a lab that is up).
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -68,7 +70,7 @@ def _watch(procs: list[Any], timeout_s: float) -> tuple[dict[int, float], bool]:
 
 def _failure(run_id: str, rank: int, p: Any, detail: str) -> FailureRecord:
     return FailureRecord(run_id=run_id, node=p.node, rank=rank, op="app", t=time.time(),
-                         detail=f"{' '.join(p.argv)}: {detail}; log {p.log}: "
+                         detail=f"{shlex.join(p.argv)}: {detail}; log {p.log}: "
                                 f"{log_tail(p.log) or '(empty)'}")
 
 
@@ -92,6 +94,7 @@ def run_app(lab: Any, app: AppPlan, part: Path, run_dir: Path, run_id: str) -> R
     killed = {i for i, p in enumerate(procs) if i not in ends}
     for i in sorted(killed):
         procs[i].kill()
+        ends[i] = time.time()
     _write(app, started, ends, killed, part, run_dir)
     _write_failures(part, failures)
     return ReplayResult(part, not failures, {"apps": part / "apps.jsonl"}, tuple(failures), {})
