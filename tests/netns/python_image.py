@@ -18,16 +18,20 @@ says whether it built the image, so its caller removes only what it made.
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import os
 import sys
 import sysconfig
 import tarfile
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from packaging.requirements import Requirement
 
 TAG = f"aitb-test-python:{sys.version_info.major}.{sys.version_info.minor}"
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter",
@@ -99,19 +103,56 @@ def _stdlib_files(stdlib: Path) -> Iterator[Path]:
                 yield Path(root) / name
 
 
-def rootfs_files() -> list[Path]:
-    """Every host file the image holds: interpreter, stdlib (see module doc), libraries."""
+def _is_elf_library(path: Path) -> bool:
+    return path.suffix == ".so" or ".so." in path.name
+
+
+def rootfs_files(extra_files: Iterable[Path] = ()) -> list[Path]:
+    """Every host file the image holds: interpreter, stdlib (see module doc), ``extra_files``
+    (e.g. :func:`package_files`) and the libraries all of them need."""
     exe = interpreter()
     stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
-    files = [exe, *_stdlib_files(stdlib)]
-    elves = [exe, *(f for f in files if f.suffix == ".so")]
+    files = [exe, *_stdlib_files(stdlib), *extra_files]
+    elves = [exe, *(f for f in files if _is_elf_library(f))]
     return files + sorted(shared_libraries(elves) - set(files))
 
 
-def _dockerfile(lib_dirs: Iterable[str]) -> bytes:
+def _requirement_names(dist: importlib.metadata.Distribution) -> list[str]:
+    """Names of what ``dist`` requires unconditionally here (markers evaluated, no extras)."""
+    out = []
+    for text in dist.requires or []:
+        req = Requirement(text)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            out.append(req.name)
+    return out
+
+
+def package_files(names: Iterable[str]) -> tuple[list[Path], set[Path]]:
+    """Files (no ``__pycache__``) of the installed distributions ``names`` and of everything
+    they require, recursively, and the site directories they live in (for PYTHONPATH).
+    Raises PackageNotFoundError naming a distribution that is not installed."""
+    todo, seen, files, sites = list(names), set(), [], set()
+    while todo:
+        name = todo.pop().lower().replace("_", "-")
+        if name in seen:
+            continue
+        seen.add(name)
+        dist = importlib.metadata.distribution(name)
+        todo += _requirement_names(dist)
+        sites.add(Path(dist.locate_file("")))
+        for f in dist.files or []:
+            path = Path(dist.locate_file(f))
+            if "__pycache__" not in path.parts and path.is_file():
+                files.append(path.absolute())
+    return files, sites
+
+
+def _dockerfile(lib_dirs: Iterable[str], python_path: Iterable[str]) -> bytes:
     cmd = ", ".join(f'"{a}"' for a in IDLE_CMD)
-    return (f"FROM scratch\nCOPY rootfs/ /\nENV LD_LIBRARY_PATH={':'.join(lib_dirs)}\n"
-            f"CMD [{cmd}]\n").encode()
+    env = f"ENV LD_LIBRARY_PATH={':'.join(lib_dirs)}\n"
+    if python_path:
+        env += f"ENV PYTHONPATH={':'.join(python_path)}\n"
+    return f"FROM scratch\nCOPY rootfs/ /\n{env}CMD [{cmd}]\n".encode()
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -120,16 +161,18 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def context(extra: dict[str, bytes] | None = None) -> io.BytesIO:
-    """The build context as a tar: Dockerfile and rootfs/ (files at their absolute paths,
-    symlinks stored as the files they point to, /bin/python3 -> the interpreter, /tmp);
-    ``extra``: more files, image path -> content (mode 0644)."""
-    files = rootfs_files()
-    lib_dirs = sorted({str(f.parent) for f in files if ".so" in f.name}
-                      | set(DEFAULT_LIB_DIRS[:2]))
-    buf = io.BytesIO()
+def context(extra: dict[str, bytes] | None = None, packages: Iterable[str] = ()) -> IO[bytes]:
+    """The build context as a tar in a temporary file: Dockerfile and rootfs/ (files at their
+    absolute paths, symlinks stored as the files they point to, /bin/python3 -> the
+    interpreter, /tmp); ``extra``: more files, image path -> content (mode 0644);
+    ``packages``: installed distributions copied with their requirements (on PYTHONPATH)."""
+    pkg_files, sites = package_files(packages)
+    files = rootfs_files(pkg_files)
+    lib_dirs = sorted({str(f.parent) for f in files if _is_elf_library(f)
+                       and "site-packages" not in f.parts} | set(DEFAULT_LIB_DIRS[:2]))
+    buf = tempfile.TemporaryFile()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        _add_bytes(tar, "Dockerfile", _dockerfile(lib_dirs))
+        _add_bytes(tar, "Dockerfile", _dockerfile(lib_dirs, sorted(map(str, sites))))
         for f in files:
             tar.add(os.path.realpath(f), arcname=f"rootfs{f}", recursive=False)
         link = tarfile.TarInfo("rootfs/bin/python3")
@@ -144,14 +187,16 @@ def context(extra: dict[str, bytes] | None = None) -> io.BytesIO:
     return buf
 
 
-def build_python_image(cli, tag: str = TAG, extra: dict[str, bytes] | None = None) -> bool:
-    """Build ``tag`` in the engine of ``cli`` unless it is there; True if built here (the
-    caller then removes it)."""
+def build_python_image(cli, tag: str = TAG, extra: dict[str, bytes] | None = None,
+                       packages: Iterable[str] = ()) -> bool:
+    """Build ``tag`` (see :func:`context`) in the engine of ``cli`` unless it is there; True
+    if built here (the caller then removes it)."""
     import docker
 
     try:
         cli.images.get(tag)
         return False
     except docker.errors.ImageNotFound:
-        cli.images.build(fileobj=context(extra), custom_context=True, tag=tag, rm=True)
+        with context(extra, packages) as ctx:
+            cli.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True)
         return True

@@ -103,3 +103,14 @@ def test_app_metrics_completion_and_slowest_node():
                  "failed_nodes": []}
     assert not f["ok"] and f["completion_time_s"] is None and f["failed_nodes"] == ["a", "b"]
     assert app_metrics(pd.DataFrame()) == {"workloads": []}
+
+
+def test_gloo_containers_example_prepares():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    prep = prepare(root / "examples" / "containers" / "gloo_allreduce.yaml")
+    gloo, ring = prep.workloads
+    assert [r.argv[3] for r in gloo.app.ranks] == ["0", "1", "2", "3"]
+    assert gloo.app.ranks[2].argv[7] == f"{prep.plan.address_of('g1')}:29500"
+    assert all(n.image == "aitb-gloo:1" for n in prep.plan.hosts()) and ring.app is None
