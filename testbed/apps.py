@@ -43,6 +43,7 @@ class AppProcess:
                  start: int | None) -> None:
         self.node, self.argv, self.log, self.pid, self.start = node, list(argv), log, pid, start
         self.returncode: int | None = None
+        self.proc: subprocess.Popen[Any] | None = None  # our own child (namespace hosts)
 
     def poll(self) -> int | None:
         """The exit status if it has ended, else None."""
@@ -59,7 +60,7 @@ class AppProcess:
 
     def kill(self) -> None:
         """End it by pid and start time (SIGTERM, then SIGKILL after 2 s); wait for its end."""
-        end_process(self.pid, self.start, getattr(self, "proc", None))
+        end_process(self.pid, self.start, self.proc)
         self.wait(10.0)
 
 
@@ -70,6 +71,7 @@ class _NetnsApp(AppProcess):
         self.proc = proc
 
     def poll(self) -> int | None:
+        assert self.proc is not None  # set in __init__
         self.returncode = self.proc.poll()
         return self.returncode
 

@@ -26,6 +26,7 @@ from typing import Any
 from aitb.models.errors import AitbError
 from aitb.models.records import FailureRecord
 from aitb.orchestration.apps import AppPlan
+from aitb.orchestration.concurrent import START_LOCK
 from traffic_gen.replay import ReplayResult
 
 __all__ = ["POLL_S", "run_app", "log_tail"]
@@ -45,9 +46,10 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
 def _start_all(lab: Any, app: AppPlan, logs: Path) -> list[tuple[Any, float]]:
     started = []
     for r in app.ranks:
-        t0 = time.time()
-        started.append((lab.exec_app(r.node, list(r.argv), dict(r.env),
-                                     logs / f"{r.node}.log"), t0))
+        with START_LOCK:  # the lab's registry and children: one start at a time
+            t0 = time.time()
+            started.append((lab.exec_app(r.node, list(r.argv), dict(r.env),
+                                         logs / f"{r.node}.log"), t0))
     return started
 
 

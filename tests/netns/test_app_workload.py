@@ -44,7 +44,7 @@ def engine(tmp_path_factory):
         eng.stop()
 
 
-def _experiment(tmp_path: Path, name: str, command: list[str]) -> Path:
+def _experiment(tmp_path: Path, name: str, command: list[str], timeout: str = "60s") -> Path:
     app = tmp_path / "app"  # bound at the same path inside the containers: one argv for all
     app.mkdir(exist_ok=True)
     (app / "worker.py").write_text(WORKER.read_text())
@@ -68,7 +68,7 @@ def _experiment(tmp_path: Path, name: str, command: list[str]) -> Path:
             nodes: [c1, c2, h1]
             command: {json.dumps(command)}
             env: {{PYTHONUNBUFFERED: "1"}}
-            timeout: 60s
+            timeout: {timeout}
         capture: {{interfaces: ["s1:p1"], snaplen: 128}}
         counters: {{interval: 50ms, tcp: false}}
     """).replace("APP", str(app)))
@@ -158,4 +158,20 @@ def test_failing_rank_fails_the_run_by_name_and_lab_goes_down(engine, tmp_path):
     assert recs["c2"]["exit_code"] == 3 and not recs["c2"]["killed"]
     assert recs["c1"]["killed"] and recs["h1"]["killed"]
     assert recs["c1"]["duration_s"] < 30  # ended at once, not after its 60 s sleep
+    _nothing_left(run_dir, engine, tmp_path, networks)
+
+
+def test_timeout_fails_the_run_and_ends_every_rank(engine, tmp_path):
+    networks = {n.id for n in engine.cli.networks.list()}
+    command = ["python3", "-c", "import time; time.sleep(60)", str(tmp_path / "app")]
+    out, run_dir = _run(_experiment(tmp_path, "appslow", command, timeout="2s"), tmp_path)
+    assert out.returncode == 1, out.stderr[-3000:]
+    error = json.loads((run_dir / "error.json").read_text())["error"]
+    for node in ("c1", "c2", "h1"):
+        assert f"{node}: python3 -c 'import time; time.sleep(60)'" in error
+    assert error.count("still running after the timeout of 2 s") == 3
+    recs = [json.loads(x) for x in (run_dir / "apps.jsonl").read_text().splitlines()]
+    assert all(r["killed"] for r in recs)
+    # ended at the timeout: 2 s plus the polling and the SIGTERM, not the 60 s sleep
+    assert all(2 <= r["duration_s"] < 20 for r in recs), [r["duration_s"] for r in recs]
     _nothing_left(run_dir, engine, tmp_path, networks)

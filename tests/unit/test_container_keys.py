@@ -78,3 +78,17 @@ def test_split_bind():
     assert split_bind("/a:rw") == ("/a", "rw")
     with pytest.raises(ValueError, match="ro or rw"):
         split_bind("/a:x")
+
+
+def test_missing_bind_is_refused_when_the_container_starts(tmp_path):
+    # a plan read from plan.json on another machine was never checked here
+    from aitb.models.errors import LabError
+    from aitb.models.plan import NodePlan
+    from testbed.containers import _volumes
+
+    node = NodePlan("c1", "host", image="x:1", binds={str(tmp_path): "/a:ro",
+                                                       "/nonexistent/aitb-y": "/b:rw"})
+    with pytest.raises(LabError, match="node c1: binds: host path '/nonexistent/aitb-y'"):
+        _volumes(node)
+    ok = NodePlan("c1", "host", image="x:1", binds={str(tmp_path): "/a:rw"})
+    assert _volumes(ok) == {str(tmp_path): {"bind": "/a", "mode": "rw"}}
