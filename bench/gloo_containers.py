@@ -7,14 +7,14 @@ Usage (root): .venv/bin/python bench/gloo_containers.py [--keep-image] [--result
 Needs torch (``pip install -e '.[yardstick]'``); without it prints "torch not available:
 skipped" and exits 0.
 
-Steps: a docker engine (the running one, else a dockerd started here and stopped by pid);
-the image ``aitb-gloo:1`` built locally (tests/netns/python_image.py: this host's Python, its
-stdlib, the installed torch with its requirements, the ELF closure of their libraries, and
-examples/containers/gloo_worker.py at /opt/aitb/gloo_worker.py); then ``aitb run`` of the
-example (runner.prepare + execute, without analysis). gloo's CCT per all-reduce is max end -
-min start over ranks of the times each worker prints (the CollectiveRecord definition);
-aitb's is collectives.jsonl's ``cct_s``. Both against the closed form 2(n-1)/n x S / B
-(Patarasuk and Yuan, JPDC 2009) at the TCP payload rate. The app's completion time (first
+Steps: a docker engine (the running one, else a dockerd started here and stopped by pid); the
+image ``aitb-gloo:1`` built locally (testbed.images, as ``aitb image build``: this host's
+Python, its stdlib, the installed torch with its requirements, the ELF closure of their
+libraries, and examples/containers/gloo_worker.py at /opt/aitb/gloo_worker.py); then ``aitb
+run`` of the example (runner.prepare + execute, without analysis). gloo's CCT per all-reduce is
+max end - min start over ranks of the times each worker prints (the CollectiveRecord
+definition); aitb's is collectives.jsonl's ``cct_s``. Both against the closed form 2(n-1)/n x S
+/ B (Patarasuk and Yuan, JPDC 2009) at the TCP payload rate. The app's completion time (first
 exec to last exit, from apps.jsonl) includes starting Python and importing torch.
 The image is removed afterwards if it was built here (unless --keep-image).
 """
@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "tests" / "netns"))
 from container_image import Engine  # noqa: E402
 
 from aitb.orchestration.runner import execute, prepare  # noqa: E402
+from testbed.images import build_python_image  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "containers" / "gloo_allreduce.yaml"
 WORKER = ROOT / "examples" / "containers" / "gloo_worker.py"
@@ -45,8 +46,6 @@ PAYLOAD_FRACTION = 1448 / 1514  # TCP payload per Ethernet frame with timestamps
 
 
 def build(eng: Engine) -> tuple[bool, float]:
-    from python_image import build_python_image
-
     t0 = time.perf_counter()
     built = build_python_image(eng.cli, TAG, extra={"/opt/aitb/gloo_worker.py":
                                                     WORKER.read_bytes()}, packages=["torch"])

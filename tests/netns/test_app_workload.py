@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 from conftest import run_namespaces
+from container_image import PYTHON_TAG as TAG
 from container_image import Engine
-from python_image import TAG, build_python_image
 
 from analysis.tcpflows import analyse_capture
 from testbed.containers import run_containers
+from testbed.images import build_python_image
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def engine(tmp_path_factory):
     eng = Engine(tmp_path_factory.mktemp("dockerd") / "dockerd.log")
     built = False
     try:
-        built = build_python_image(eng.cli)
+        built = build_python_image(eng.cli, TAG)
         yield eng
     finally:
         if built:  # leave the engine's image store as we found it
@@ -103,13 +104,14 @@ def _nothing_left(run_dir: Path, engine, tmp_path: Path, networks: set[str]) -> 
 
 
 def _payload_to_rank0(pcap: Path) -> list[int]:
-    """Unique TCP payload bytes sent toward PORT, one entry per connection."""
+    """Unique TCP payload bytes sent toward PORT, one entry per connection that carried any
+    (a sender that tried before rank 0 listened left a SYN/RST pair without payload)."""
     out = []
     for f in analyse_capture(pcap).flows:
         if f["proto"] == "tcp" and PORT in (f["sport"], f["dport"]):
             toward = f["a_to_b"] if f["dport"] == PORT else f["b_to_a"]
             out.append(toward["unique_payload_bytes"])
-    return sorted(out)
+    return sorted(n for n in out if n)
 
 
 def test_app_exchange_over_shaped_link_with_capture(engine, tmp_path):

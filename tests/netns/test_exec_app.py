@@ -9,10 +9,11 @@ import sys
 import textwrap
 
 import pytest
+from container_image import PYTHON_TAG as TAG
 from container_image import Engine
-from python_image import TAG, build_python_image
 
 from testbed.containers import run_containers
+from testbed.images import build_python_image
 from testbed.registry import pid_alive
 from topologies import load_topology
 
@@ -26,7 +27,7 @@ def engine(tmp_path_factory):
     eng = Engine(tmp_path_factory.mktemp("dockerd") / "dockerd.log")
     built = False
     try:
-        built = build_python_image(eng.cli)
+        built = build_python_image(eng.cli, TAG)
         yield eng
     finally:
         if built:
@@ -103,3 +104,24 @@ def test_shell_string_is_refused(labs, tmp_path):
                     "links: [{endpoints: [h1, h2]}]\n")
     with labs(load_topology(topo)) as lab, pytest.raises(TypeError, match="shell string"):
         lab.exec_app("h1", "echo hi")
+
+
+def test_image_build_cli(engine, tmp_path):
+    import json
+    import subprocess
+
+    tag = "aitb-test-cli:1"
+    src = tmp_path / "x.txt"
+    src.write_text("from the host")
+    out = subprocess.run([sys.executable, "-m", "aitb.cli", "image", "build", tag, "--file",
+                          f"{src}:/opt/x.txt", "--json"], capture_output=True, text=True,
+                         timeout=300)
+    try:
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["built"] is True
+        logs = engine.cli.containers.run(tag, ["python3", "-c", "import ssl, sqlite3; "
+                                               "print(open('/opt/x.txt').read())"],
+                                         network_mode="none", remove=True)
+        assert logs.decode().strip() == "from the host"
+    finally:
+        engine.cli.images.remove(tag, force=True)

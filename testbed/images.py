@@ -1,7 +1,8 @@
-"""A minimal Python image built locally in seconds (no registry is reachable here, see
+"""Minimal Python images built locally in seconds (no registry is reachable here, see
 KERNEL.md "Docker engine"): ``FROM scratch`` plus this host's own Python interpreter, its
-standard library (without tests, GUI and bundled pip), its extension modules, and every
-shared library they need.
+standard library (without tests, GUI and bundled pip), its extension modules, optionally
+installed distributions (with everything they require), extra files, and every shared
+library all of them need. ``aitb image build`` is its CLI (aitb/commands/image.py).
 
 The libraries are found from the ELF files themselves, not from ``ldd`` text: pyelftools
 reads each file's ``DT_NEEDED`` entries and its ``DT_RUNPATH``/``DT_RPATH`` (with ``$ORIGIN``
@@ -9,11 +10,12 @@ expanded), and the interpreter's ``PT_INTERP`` (the dynamic loader); a needed na
 up in those directories, then in the machine's multiarch and plain library directories (the
 loader's default search path, ld.so(8)); the closure is followed to a fixed point. Every
 file keeps its absolute path inside the image (so RUNPATHs and the interpreter's prefix still
-hold), and ``LD_LIBRARY_PATH`` names the library directories because the image has no
-``ld.so.cache``. ``python3`` and ``sleep``-like idling come from the interpreter itself.
+hold), ``LD_LIBRARY_PATH`` names the library directories because the image has no
+``ld.so.cache``, and ``PYTHONPATH`` the site directories of the copied distributions. The
+image's command idles (``python3 -c "time.sleep(86400)"``), as a container host's must.
 
-Used by tests/netns/test_app_workload.py and bench/gloo_containers.py; :func:`build_python_image`
-says whether it built the image, so its caller removes only what it made.
+:func:`build_python_image` says whether it built the image, so a caller (tests, bench)
+removes only what it made. Reads files, talks to the docker engine; needs root for that.
 """
 
 from __future__ import annotations
@@ -27,13 +29,18 @@ import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from packaging.requirements import Requirement
 
-TAG = f"aitb-test-python:{sys.version_info.major}.{sys.version_info.minor}"
+from aitb.models.errors import LabError
+
+__all__ = ["TAG", "DEFAULT_LIB_DIRS", "interpreter", "shared_libraries", "package_files",
+           "rootfs_files", "context", "build_python_image"]
+
+TAG = f"aitb-python:{sys.version_info.major}.{sys.version_info.minor}"
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter",
               "turtledemo", "ensurepip", "lib2to3", "__pycache__"}
 _MULTIARCH = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
@@ -187,16 +194,25 @@ def context(extra: dict[str, bytes] | None = None, packages: Iterable[str] = ())
     return buf
 
 
-def build_python_image(cli, tag: str = TAG, extra: dict[str, bytes] | None = None,
-                       packages: Iterable[str] = ()) -> bool:
-    """Build ``tag`` (see :func:`context`) in the engine of ``cli`` unless it is there; True
-    if built here (the caller then removes it)."""
+def build_python_image(cli: Any, tag: str = TAG, extra: dict[str, bytes] | None = None,
+                       packages: Iterable[str] = (), rebuild: bool = False) -> bool:
+    """Build ``tag`` (see :func:`context`) in the engine of ``cli`` unless it is there (or
+    ``rebuild``); True if built here (the caller then removes it). Raises LabError naming the
+    tag when a distribution is not installed, a library cannot be found, or docker refuses."""
     import docker
 
+    if not rebuild:
+        try:
+            cli.images.get(tag)
+            return False
+        except docker.errors.ImageNotFound:
+            pass
     try:
-        cli.images.get(tag)
-        return False
-    except docker.errors.ImageNotFound:
         with context(extra, packages) as ctx:
             cli.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True)
-        return True
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise LabError(f"image {tag}: distribution {exc} is not installed in this "
+                       "Python") from None
+    except (FileNotFoundError, docker.errors.DockerException) as exc:
+        raise LabError(f"image {tag}: {exc}") from exc
+    return True
