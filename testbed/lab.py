@@ -288,6 +288,11 @@ class Lab:
         ``log``; ended by :meth:`down` by pid. See :func:`testbed.apps.start_app` (errors)."""
         return apps.start_app(self, node, argv, env, log, workdir)
 
+    def exec_apps(self, requests: Sequence[apps.AppRequest]) -> list[apps.AppProcess]:
+        """Start several applications (one :class:`testbed.apps.AppRequest` each) as close
+        together as possible, like :meth:`exec_app`; see :func:`testbed.apps.start_apps`."""
+        return apps.start_apps(self, requests)
+
     def set_shaping(self, link_name: str, direction: str, shaping: Shaping) -> None:
         """Change the shaping of ``direction`` (``a_to_b``/``b_to_a``) of link ``link_name``
         on the live lab: in place where the qdisc structure stays, else replaced; then read

@@ -27,6 +27,7 @@ from aitb.models.errors import AitbError
 from aitb.models.records import FailureRecord
 from aitb.orchestration.apps import AppPlan
 from aitb.orchestration.concurrent import START_LOCK
+from testbed.apps import AppRequest
 from traffic_gen.replay import ReplayResult
 
 __all__ = ["POLL_S", "run_app", "log_tail"]
@@ -43,14 +44,11 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
         return ""
 
 
-def _start_all(lab: Any, app: AppPlan, logs: Path) -> list[tuple[Any, float]]:
-    started = []
-    for r in app.ranks:
-        with START_LOCK:  # the lab's registry and children: one start at a time
-            t0 = time.time()
-            started.append((lab.exec_app(r.node, list(r.argv), dict(r.env),
-                                         logs / f"{r.node}.log"), t0))
-    return started
+def _start_all(lab: Any, app: AppPlan, logs: Path) -> list[Any]:
+    requests = [AppRequest(r.node, list(r.argv), dict(r.env), logs / f"{r.node}.log")
+                for r in app.ranks]
+    with START_LOCK:  # the lab's registry and children: one start at a time
+        return lab.exec_apps(requests)
 
 
 def _watch(procs: list[Any], timeout_s: float) -> tuple[dict[int, float], bool]:
@@ -80,12 +78,11 @@ def run_app(lab: Any, app: AppPlan, part: Path, run_dir: Path, run_id: str) -> R
     """Run ``app`` on ``lab`` (see the module doc); records under ``part`` (created), log
     paths relative to ``run_dir``. Returns a ReplayResult (ok, failures naming the nodes).
     Raises AitbError if the lab cannot run applications (a backend without exec_app)."""
-    if not hasattr(lab, "exec_app"):
+    if not hasattr(lab, "exec_apps"):
         raise AitbError(f"workload {app.name}: kind app needs the native backend")
     logs = part / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    started = _start_all(lab, app, logs)
-    procs = [p for p, _ in started]
+    procs = _start_all(lab, app, logs)
     ends, timed_out = _watch(procs, app.timeout_s)
     failures = [_failure(run_id, i, p, f"exited with status {p.returncode}")
                 for i, p in enumerate(procs) if i in ends and p.returncode != 0]
@@ -97,16 +94,16 @@ def run_app(lab: Any, app: AppPlan, part: Path, run_dir: Path, run_id: str) -> R
     for i in sorted(killed):
         procs[i].kill()
         ends[i] = time.time()
-    _write(app, started, ends, killed, part, run_dir)
+    _write(app, procs, ends, killed, part, run_dir)
     _write_failures(part, failures)
     return ReplayResult(part, not failures, {"apps": part / "apps.jsonl"}, tuple(failures), {})
 
 
-def _write(app: AppPlan, started: list[tuple[Any, float]], ends: dict[int, float],
-           killed: set[int], part: Path, run_dir: Path) -> None:
+def _write(app: AppPlan, procs: list[Any], ends: dict[int, float], killed: set[int],
+           part: Path, run_dir: Path) -> None:
     with (part / "apps.jsonl").open("w", encoding="utf-8") as out:
-        for i, (p, t0) in enumerate(started):
-            t1 = ends.get(i)
+        for i, p in enumerate(procs):
+            t0, t1 = p.t_start, ends.get(i)
             out.write(json.dumps({
                 "record": "app", "node": p.node, "rank": i, "argv": p.argv,
                 "t_start": t0, "t_end": t1, "duration_s": None if t1 is None else t1 - t0,
