@@ -10,8 +10,11 @@ One call for both kinds of host, so an experiment can mix them:
   (:meth:`testbed.lab.Lab.popen`), output into ``log``, environment the caller's plus ``env``.
 
 Either way the process is registered (kind ``process``: pid and start time, plus the exec id
-for containers) before it can do anything, and the lab's teardown ends it by that pid (never
-by name); removing the container afterwards ends whatever an exec left behind. Needs root.
+for containers) and the lab's teardown ends it by that pid (never by name). A namespace
+host's process is registered the moment it exists; an exec once docker reports its pid
+(about 0.1 s after the start, see :func:`start_apps`): in that window only the container
+(registered before it was created) holds it, and removing the container at teardown ends
+whatever an exec left behind. Needs root.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from testbed.registry import pid_start_time
 
 __all__ = ["AppRequest", "AppProcess", "start_app", "start_apps"]
 
-EXEC_PID_WAIT_S = 5.0  # docker reports the exec's pid within milliseconds here
+EXEC_PID_WAIT_S = 5.0  # docker reported an exec's pid 0.1-0.3 s after its start here
 
 
 @dataclass(frozen=True)
