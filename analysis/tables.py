@@ -28,7 +28,7 @@ __all__ = ["RECORD_FILES", "COUNTER_FILES", "QDISC_COLUMNS", "RunTables", "load_
 RECORD_FILES: dict[str, str] = {
     "flows": "flows.jsonl", "collectives": "collectives.jsonl", "bursts": "bursts.jsonl",
     "timeline": "timeline.jsonl", "failures": "failures.jsonl", "rounds": "rounds.jsonl",
-    "requests": "requests.jsonl"}
+    "requests": "requests.jsonl", "apps": "apps.jsonl"}
 COUNTER_FILES: dict[str, str] = {
     "qdisc": "counters/qdisc.parquet", "links": "counters/links.parquet",
     "tcp": "counters/tcp.parquet"}

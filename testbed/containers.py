@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pyroute2 import netns as pr_netns
@@ -33,15 +34,31 @@ RUN_LABEL = "aitb.run"
 NODE_LABEL = "aitb.node"
 
 
+def _volumes(node: NodePlan) -> dict[str, dict[str, str]]:
+    """docker's ``volumes`` of ``node.binds``; raises LabError naming node and key when a
+    host path does not exist (a plan from plan.json was not checked on this machine)."""
+    out = {}
+    for host, target in node.binds.items():
+        if not Path(host).exists():
+            raise LabError(f"node {node.name}: binds: host path {host!r} does not exist")
+        path, _, mode = target.rpartition(":")
+        out[host] = {"bind": path, "mode": mode}
+    return out
+
+
 def _start_one(cli: Any, node: NodePlan, name: str, run_id: str) -> int:
-    """Start the container of ``node``; return its pid. Raises LabError naming node, image."""
+    """Start the container of ``node`` (its ``command``, ``environment`` and ``binds``);
+    return its pid. Raises LabError naming node and image."""
     import docker
 
     try:
         cli.images.get(node.image)  # never pull: no registry is reachable, and a lab is local
         box = cli.containers.create(node.image, name=name, network_mode="none",
                                     hostname=node.name, labels={RUN_LABEL: run_id,
-                                                                NODE_LABEL: node.name})
+                                                                NODE_LABEL: node.name},
+                                    command=list(node.command) if node.command else None,
+                                    environment=dict(node.environment),
+                                    volumes=_volumes(node))
         box.start()
         box.reload()
     except docker.errors.ImageNotFound:

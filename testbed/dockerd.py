@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from aitb.models.errors import LabError
+from testbed.procs import end_process
 from testbed.registry import Registry, pid_start_time
 
-__all__ = ["DOCKER_SOCKET", "DOCKERD_ARGV", "DOCKERD_STOP_GRACE_S", "client", "ensure_engine"]
+__all__ = ["DOCKER_SOCKET", "DOCKERD_ARGV", "DOCKERD_STOP_GRACE_S", "client", "ensure_engine",
+           "temporary_engine"]
 
 DOCKER_SOCKET = "unix:///var/run/docker.sock"
 DOCKERD_ARGV = ("dockerd", "--host", DOCKER_SOCKET, "--bridge=none", "--iptables=false",
@@ -92,3 +96,26 @@ def ensure_engine(registry: Registry, children: dict[int, subprocess.Popen[Any]]
                       "start": -1 if start is None else start, "argv": list(DOCKERD_ARGV)}])
     children[proc.pid] = proc
     return _wait_ready(proc, log)
+
+
+@contextmanager
+def temporary_engine(log: Path) -> Iterator[Any]:
+    """A client of the running docker engine; if none answers, of a ``dockerd`` started here
+    (output to ``log``) and stopped by its pid when the block ends, also after an error (for
+    one-off jobs such as ``aitb image build``). Raises LabError like :func:`ensure_engine`."""
+    cli = client()
+    if cli is not None:
+        yield cli
+        return
+    try:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(list(DOCKERD_ARGV), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as exc:
+        raise LabError(f"cannot start {' '.join(DOCKERD_ARGV)}: {exc} (install Debian's "
+                       "docker.io: scripts/setup.sh)") from exc
+    start = pid_start_time(proc.pid)
+    try:
+        yield _wait_ready(proc, log)
+    finally:
+        end_process(proc.pid, start, proc, grace_s=DOCKERD_STOP_GRACE_S)

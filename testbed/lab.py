@@ -14,7 +14,7 @@ import os
 import secrets
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from aitb.models.errors import LabError
 from aitb.models.plan import LabPlan
 from aitb.models.shaping import Shaping
 from testbed import (
+    apps,
     containers,
     kernel,
     netns,
@@ -293,6 +294,18 @@ class Lab:
         naming node and argv on a non-zero exit status or after ``timeout_s``."""
         proc = self.popen(node, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         return procs.run_checked(proc, argv, f"node {node}", timeout_s)
+
+    def exec_app(self, node: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+                 log: Path | None = None, workdir: str | None = None) -> apps.AppProcess:
+        """Start an application on ``node``: ``docker exec`` in a container host (argv from
+        the image), else argv from the host's file system in the node's namespace; output to
+        ``log``; ended by :meth:`down` by pid. See :func:`testbed.apps.start_app` (errors)."""
+        return apps.start_app(self, node, argv, env, log, workdir)
+
+    def exec_apps(self, requests: Sequence[apps.AppRequest]) -> list[apps.AppProcess]:
+        """Start several applications (one :class:`testbed.apps.AppRequest` each) as close
+        together as possible, like :meth:`exec_app`; see :func:`testbed.apps.start_apps`."""
+        return apps.start_apps(self, requests)
 
     def set_shaping(self, link_name: str, direction: str, shaping: Shaping) -> None:
         """Change the shaping of ``direction`` (``a_to_b``/``b_to_a``) of link ``link_name``

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from aitb.models.plan import NodePlan
+from topologies.container_keys import normal_binds
 from topologies.spec import NodeSettings, TopologySpec
 from topologies.validate import node_kind
 
@@ -49,5 +50,8 @@ def node_plans(spec: TopologySpec) -> dict[str, NodePlan]:
             group=node.group,
             labels=_merged_map(layers, "labels"),
             image=_pick(layers, "image"),
+            command=tuple(_pick(layers, "command") or ()) or None,
+            environment=_merged_map(layers, "environment"),
+            binds=normal_binds(_merged_map(layers, "binds")),
         )
     return out

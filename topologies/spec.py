@@ -185,6 +185,17 @@ class NodeSettings(_Strict):
         default=None, min_length=1, examples=["aitb-busybox:1"],
         description="Hosts: run the node as a container of this (local) docker image; its "
                     "network namespace gets the node's links, shaping and capture.")
+    command: list[str] | None = Field(
+        default=None, min_length=1, examples=[["python3", "/app/serve.py"]],
+        description="Container hosts: argv replacing the image's CMD; it must keep running "
+                    "for the lab's lifetime.")
+    environment: dict[str, SysctlValue] | None = Field(
+        default=None, description="Container hosts: environment variables of the container; "
+                                  "merged key by key over group and defaults.")
+    binds: dict[str, str] | None = Field(
+        default=None, examples=[{"/srv/data": "/data", "/srv/out": "/out:rw"}],
+        description="Container hosts: absolute host path -> container path, read-only unless "
+                    "the container path ends in ':rw'; the host path must exist.")
 
 
 class NodeSpec(NodeSettings):

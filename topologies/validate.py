@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 
 from aitb.models.errors import SpecIssue
 from aitb.models.plan import MAX_IFNAME, MAX_NODE_NAME
+from topologies.container_keys import check_container_keys
 from topologies.spec import NodeSettings, ProfileSpec, TopologySpec
 
 __all__ = ["NAME_RE", "IFNAME_RE", "split_endpoint", "node_kind", "check_spec"]
@@ -68,6 +69,8 @@ def _check_nodes(spec: TopologySpec) -> Iterator[SpecIssue]:
             yield from _check_settings(group, kind, ("groups", node.group))
         if kind == "switch":
             yield from _check_flows([node, group, spec.defaults.switch], path)
+        yield from check_container_keys([node, group, getattr(spec.defaults, kind)], kind,
+                                        path)
 
 
 def _check_flows(layers: list[NodeSettings | None], path: tuple) -> Iterator[SpecIssue]:

@@ -17,6 +17,7 @@ MODULES: tuple[str, ...] = (
     "aitb.commands.clab",
     "aitb.commands.analyze",
     "aitb.commands.campaign",
+    "aitb.commands.image",
 )
 
 

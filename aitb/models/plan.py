@@ -104,6 +104,9 @@ class NodePlan:
     datapath, forwarding computed by aitb: shortest paths, equal-cost ones through select
     groups, floods along a spanning tree; see testbed/ovs_flows.py); flows (ovs switches):
     extra OpenFlow rules in ``ovs-ofctl add-flow`` syntax, added after aitb's own.
+    command, environment, binds (container hosts only): argv replacing the image's CMD (None:
+    the image's own), the container's environment, and bind mounts host path ->
+    ``"<container path>:ro"`` or ``":rw"``.
     """
 
     name: str
@@ -119,6 +122,9 @@ class NodePlan:
     image: str | None = None
     datapath: Datapath = "bridge"
     flows: tuple[str, ...] = ()
+    command: tuple[str, ...] | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    binds: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +207,8 @@ def plan_from_dict(d: Mapping[str, Any]) -> LabPlan:
     ``plan.json``). Raises KeyError/TypeError/ValueError on a malformed dict."""
     nodes = tuple(
         NodePlan(**{**n, "routes": tuple(_route_from(r) for r in n.get("routes", ())),
-                    "flows": tuple(n.get("flows", ()))})
+                    "flows": tuple(n.get("flows", ())),
+                    "command": tuple(n["command"]) if n.get("command") else None})
         for n in d["nodes"])
     links = tuple(
         LinkPlan(name=lk["name"], a=_endpoint_from(lk["a"]), b=_endpoint_from(lk["b"]),

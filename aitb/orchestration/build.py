@@ -13,6 +13,8 @@ from aitb.models.errors import SpecError, SpecIssue
 from aitb.models.plan import LabPlan
 from aitb.models.schedule import Collective, Compute, Group, Op, Schedule, ScheduleError
 from aitb.models.units import UnitError, parse_duration_s, parse_rate_bps, parse_size_bytes
+from aitb.orchestration.app_entries import AppEntry
+from aitb.orchestration.apps import AppPlan, build_app
 from aitb.orchestration.experiment import (
     CollectiveEntry,
     ImportedEntry,
@@ -35,12 +37,14 @@ __all__ = ["BuiltWorkload", "build_entry"]
 
 @dataclass(frozen=True)
 class BuiltWorkload:
-    """A workload ready to replay: its name, schedule, rank -> host, stragglers."""
+    """A workload ready to replay: its name, schedule, rank -> host, stragglers; for
+    ``kind: app`` the processes to run (``app``; the schedule is then empty)."""
 
     name: str
     schedule: Schedule
     placement: dict[int, str]
     stragglers: StragglerSpec
+    app: AppPlan | None = None
 
 
 class _Ctx:
@@ -170,14 +174,19 @@ def _imported(ctx: _Ctx, e: ImportedEntry, base_dir: Path) -> Schedule:
 
 
 def build_entry(entry: CollectiveEntry | PatternEntry | ImportedEntry | InferenceEntry
-                | BackgroundEntry, index: int, *, plan: LabPlan, source: str, base_dir: Path,
-                seed: int, scale: float) -> BuiltWorkload:
+                | BackgroundEntry | AppEntry, index: int, *, plan: LabPlan, source: str,
+                base_dir: Path, seed: int, scale: float) -> BuiltWorkload:
     """Build workload ``index`` of an experiment for ``plan``.
 
     ``scale`` (>= 1) divides every size (ARCHITECTURE decision 8); ``seed`` seeds patterns and
     stragglers. Raises :class:`SpecError` naming ``source`` and ``workloads[index].<key>`` for
     a bad unit, an unknown host, too few hosts, or an invalid schedule.
     """
+    if isinstance(entry, AppEntry):
+        app = build_app(entry, index, plan, source)
+        return BuiltWorkload(app.name, Schedule(app.name, len(app.ranks), {}, (),
+                                                meta={"kind": "app"}),
+                             {r.rank: r.node for r in app.ranks}, StragglerSpec(seed=seed), app)
     if isinstance(entry, InferenceEntry | BackgroundEntry):
         schedule, placement = build_serving(entry, index, plan=plan, source=source, seed=seed,
                                             scale=scale)

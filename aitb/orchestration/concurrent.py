@@ -17,9 +17,11 @@ from typing import Any, TypeVar
 
 from traffic_gen.launch import LabLauncher
 
-__all__ = ["start_groups", "SerialLauncher", "run_group"]
+__all__ = ["start_groups", "SerialLauncher", "run_group", "START_LOCK"]
 
 R = TypeVar("R")
+# one process start at a time across the threads of a group (agents and kind: app processes)
+START_LOCK = threading.Lock()
 
 
 def start_groups(entries: Sequence[Any]) -> list[list[int]]:
@@ -38,7 +40,7 @@ def start_groups(entries: Sequence[Any]) -> list[list[int]]:
 class SerialLauncher(LabLauncher):
     """LabLauncher whose process starts are serialised across threads."""
 
-    _lock = threading.Lock()
+    _lock = START_LOCK
 
     def popen(self, node: str, argv: Any, **popen_kwargs: Any) -> Any:
         """Start ``argv`` in ``node`` (see LabLauncher.popen), one start at a time."""

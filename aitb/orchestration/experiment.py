@@ -28,6 +28,7 @@ An experiment file (YAML)::
                                        # before it (every kind; see runner.py)
 
 ``kind: inference`` and ``kind: background``: aitb/orchestration/serving_entries.py.
+``kind: app`` (a real application on several nodes): aitb/orchestration/app_entries.py.
 
 Relative paths are relative to the experiment file. Errors name the file, key path and line.
 """
@@ -53,6 +54,7 @@ from pydantic import (
 from aitb.models.errors import SpecError, SpecIssue
 from aitb.models.schedule import COLLECTIVES
 from aitb.models.units import parse_duration_s
+from aitb.orchestration.app_entries import AppEntry
 from aitb.orchestration.quantities import Duration, Quantity, Rate, Size
 from aitb.orchestration.serving_entries import BackgroundEntry, InferenceEntry, StartMode
 from topologies.issues import issues_from_validation, with_lines
@@ -62,7 +64,7 @@ __all__ = ["ExperimentSpec", "load_experiment", "parse_experiment", "NAME_PATTER
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 _KINDS = ("collective", "incast", "one_to_many", "permutation", "all_pairs", "training",
-          "aicb", "fedavg", "hierarchical", "gossip", "inference", "background")
+          "aicb", "fedavg", "hierarchical", "gossip", "inference", "background", "app")
 _Forbid = ConfigDict(extra="forbid")
 
 
@@ -161,7 +163,7 @@ class ImportedEntry(BaseModel):
 
 
 WorkloadEntry = Annotated[CollectiveEntry | PatternEntry | ImportedEntry | InferenceEntry
-                          | BackgroundEntry, Field(discriminator="kind")]
+                          | BackgroundEntry | AppEntry, Field(discriminator="kind")]
 
 
 RTO_MIN_MAX_S = 120.0  # TCP_RTO_MAX, include/net/tcp.h: a larger minimum means nothing

@@ -23,6 +23,7 @@ import topologies
 from aitb.models.errors import AitbError, SpecError, SpecIssue
 from aitb.models.plan import LabPlan, plan_to_dict
 from aitb.models.units import UnitError, parse_duration_s, parse_size_bytes
+from aitb.orchestration.app_run import run_app
 from aitb.orchestration.build import BuiltWorkload, build_entry
 from aitb.orchestration.concurrent import SerialLauncher, run_group, start_groups
 from aitb.orchestration.experiment import ExperimentSpec, load_experiment, spec_issue
@@ -48,7 +49,7 @@ __all__ = ["Prepared", "RunOutcome", "prepare", "prepare_spec", "execute", "anal
            "RECORD_FILES"]
 
 RECORD_FILES = ("flows.jsonl", "collectives.jsonl", "bursts.jsonl", "timeline.jsonl",
-                "failures.jsonl", "rounds.jsonl", "requests.jsonl")
+                "failures.jsonl", "rounds.jsonl", "requests.jsonl", "apps.jsonl")
 Progress = Callable[[str], None]
 
 
@@ -179,6 +180,8 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
 def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions) -> None:
     """Compile the per-rank programs now (pure), so an unknown algorithm or a bad schedule is
     refused before the lab exists, naming the experiment file and workload."""
+    if w.app is not None:
+        return
     try:
         compile_program(w.schedule, w.placement, options.sites, w.stragglers)
     except SpecError as exc:
@@ -225,6 +228,8 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
     def replay_one(i: int) -> ReplayResult:
         w = prep.workloads[i]
         part = run_dir / "workloads" / f"{i}-{w.name}"
+        if w.app is not None:  # kind: app, real processes (aitb.orchestration.app_run)
+            return run_app(lab, w.app, part, run_dir, lab_id)
         opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers)
         return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts)
 

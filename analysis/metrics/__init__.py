@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.metrics.apps import app_metrics
 from analysis.metrics.collectives import cct_metrics
 from analysis.metrics.dci import dci_metrics
 from analysis.metrics.fairness import fairness_metrics
@@ -97,7 +98,7 @@ def _goodput(flows: pd.DataFrame) -> float | None:
 
 def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
     """The metrics.json dict of run ``t`` (contracts.md section 4, plus ``requests``,
-    ``retransmissions``, ``dci`` and ``warnings`` sections) and the flow table with each
+    ``apps``, ``retransmissions``, ``dci`` and ``warnings`` sections) and the flow table with each
     flow's ideal FCT and slowdown. Pure: reads nothing beyond ``t`` except capture files."""
     flows, colls = t.table("flows"), t.table("collectives")
     fct, flow_table = fct_metrics(flows, t.plan)
@@ -114,6 +115,7 @@ def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
                                  t.snapshots),
         "stragglers": strag, "utilization": util, "fairness": fairness_metrics(flows),
         "requests": request_metrics(t.table("requests")),
+        "apps": app_metrics(t.table("apps")),
         "retransmissions": retrans_metrics(flows, t.captures),
         "dci": dci_metrics(t.dci), "sampler": t.sampler,
         "fidelity": t.fidelity,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -16,6 +17,8 @@ from testbed.registry import pid_start_time
 
 BUSYBOX = Path("/bin/busybox")  # Debian busybox-static
 TAG = "aitb-test-busybox:1"
+# the Python image of testbed.images (this host's interpreter) under a tag of the tests' own
+PYTHON_TAG = f"aitb-test-python:{sys.version_info.major}.{sys.version_info.minor}"
 DOCKERFILE = b'FROM scratch\nCOPY rootfs/ /\nCMD ["/bin/sleep", "3600"]\n'
 
 
