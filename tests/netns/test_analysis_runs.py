@@ -127,14 +127,16 @@ def test_no_analysis_skips_it_and_analyze_does_it_later(tmp_path, state_env):
 
 
 def test_incast_queue_drops_match_the_senders_retransmissions(tmp_path, state_env):
-    """CUBIC fills the 100-packet port with 7 x 2 MiB: real drops. Each dropped data segment
+    """CUBIC fills the port with 7 x 2 MiB: real drops. Scaled by 5 (200 Mbit/s, 20 packets,
+    7 x 410 KB): at 1 Gbit/s a loaded CI machine's CPU, not the shapers, paced the senders and
+    the queue never overflowed; at a fifth of the rate it does. Each dropped data segment
     is retransmitted, and every other retransmission is spurious and reported back by D-SACK
     (RFC 2883), so total_retrans - dsack_dups should equal the bottleneck's drops."""
     exp = tmp_path / "incast-cubic.yaml"
     exp.write_text(
         (ROOT / "examples/incast.yaml").read_text()
         .replace("../topologies/", str(ROOT / "topologies") + "/")
-        .replace("name: incast\n", "name: incast-cubic\ntransport: "
+        .replace("name: incast\n", "name: incast-cubic\nscale: 5\ntransport: "
                  "{tcp_congestion_control: cubic}\n")
         .replace("size: 256KiB", "size: 2MiB").replace("repeats: 5", "repeats: 3"))
     out = aitb("run", str(exp), "--results", str(tmp_path / "results"), env=state_env)
