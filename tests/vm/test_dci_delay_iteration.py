@@ -35,7 +35,7 @@ IW_BYTES = 10 * 1448  # RFC 6928 initial window, MSS of a 1500-byte MTU with tim
 DELAYS_S = (0.005, 0.300)  # one way; K x the difference (1.18 s) dominates TCG's noise
 HOSTS_PER_DC = 1
 WORKLOAD = {
-    "kind": "training", "name": "tiny-dp2", "iterations": 3,
+    "kind": "training", "name": "tiny-dp2", "iterations": 5,
     "model": {"num_layers": 1, "hidden_size": 256, "num_attention_heads": 4,
               "seq_length": 128, "vocab_size": 1000},
     # TP = 1: a first VM run with TP = 2 (34 ops per iteration) had ~0.4 s of run-to-run
@@ -112,19 +112,23 @@ def _iteration_times_s(run_dir: Path) -> list[float]:
 def test_iteration_time_grows_with_dci_delay_as_alpha_beta_predicts(tmp_path):
     k, biggest = _dci_steps_per_iteration()
     assert k >= 2 and biggest <= IW_BYTES, (k, biggest)  # the model's premises hold
-    means = {}
+    fastest = {}
     for d in DELAYS_S:
         times = _iteration_times_s(_run(tmp_path, d))
         assert len(times) == WORKLOAD["iterations"]
         # netem never delivers early: every iteration pays at least K one-way delays
         assert min(times) >= k * d, (d, times)
-        means[d] = sum(times) / len(times)
+        # the fastest iteration: every disturbance here (a delayed packet released late by
+        # TCG's timers, an agent descheduled on the shared machine) only adds time, so the
+        # minimum over 5 iterations is the least disturbed estimate of c + K * d (with 3
+        # iterations and the mean, a CI run with a second VM on the machine measured 1.447 s)
+        fastest[d] = min(times)
     predicted = k * (DELAYS_S[1] - DELAYS_S[0])
-    measured = means[DELAYS_S[1]] - means[DELAYS_S[0]]
-    print(f"dci-delay: K={k} mean iteration s {means} growth measured {measured:.3f} s "
+    measured = fastest[DELAYS_S[1]] - fastest[DELAYS_S[0]]
+    print(f"dci-delay: K={k} fastest iteration s {fastest} growth measured {measured:.3f} s "
           f"predicted {predicted:.3f} s")  # shown with pytest -s
     # 20 % (236 ms): under TCG each delayed packet arrives 0-20 ms late (KERNEL.md: 21-31 ms
     # RTT for a 10 ms netem), ~80 ms over K = 4 crossings, and the software time of the 8 ops
     # of an iteration varies between runs on a shared 2-core machine (tens of ms); 20 % covers
     # that and still tells K = 4 from K = 3 or 5 (25 % off).
-    assert abs(measured - predicted) <= 0.20 * predicted, (k, means, measured, predicted)
+    assert abs(measured - predicted) <= 0.20 * predicted, (k, fastest, measured, predicted)
