@@ -25,6 +25,7 @@ from testbed import (
     containers,
     kernel,
     netns,
+    ovs_datapath,
     ovs_lab,
     procs,
     realise,
@@ -88,6 +89,7 @@ class Lab:
         self.ovs: dict[str, Any] = {}  # OVS switch -> its daemons (testbed.ovs)
         self.ovs_rules: dict[str, Any] = {}
         self.ovs_controller: str | None = None  # "host:port" of an OpenFlow controller
+        self.ovs_datapaths: dict[str, str] = {}  # OVS switch -> "system"/"netdev" (chosen)
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Lab:
@@ -115,6 +117,7 @@ class Lab:
         """Create and configure everything, then read it back. On any failure (or signal)
         tears down what was made and re-raises. Raises LabError naming what failed."""
         self._check_kernel()
+        self.ovs_datapaths = ovs_datapath.choose_for_lab(self.plan)
         self.registry.create(self.plan)
         try:
             self._build()

@@ -50,7 +50,9 @@ class MininetLab(Lab):
 
     controller: ``"host:port"`` of an OpenFlow controller for OVS switches, or None.
     switch: ``"bridge"`` (each switch as the plan says: a Linux bridge unless ``datapath:
-    ovs``) or ``"ovs"`` (every switch Open vSwitch, user-space datapath, :mod:`testbed.ovs`).
+    ovs``) or ``"ovs"`` (every switch Open vSwitch, :mod:`testbed.ovs`; each with the
+    datapath its ``ovs_datapath`` asks for, by default the kernel's where the kernel has it,
+    else the user-space one: :mod:`testbed.ovs_datapath`).
     Other arguments as :class:`testbed.lab.Lab`.
 
     Side effects (up): Mininet node shells (one process per node), namespaces
@@ -114,7 +116,8 @@ class MininetLab(Lab):
     def _add_node(self, name: str, kind: str) -> None:
         """Start the Mininet node ``name``, register its shell, bind-mount its namespace."""
         if kind == "switch" and self.plan.node(name).datapath == "ovs":
-            node = self.net.addSwitch(name, cls=AitbOVS(), inNamespace=True)
+            node = self.net.addSwitch(name, cls=AitbOVS(), inNamespace=True, datapath={
+                "system": "kernel", "netdev": "user"}[self.ovs_datapaths[name]])
         elif kind == "switch":
             node = self.net.addSwitch(name, cls=AitbBridge(), inNamespace=True)
         else:
