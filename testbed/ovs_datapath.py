@@ -24,6 +24,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST, genlmsg
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.generic import GenericNetlinkSocket
 
@@ -31,7 +32,7 @@ from aitb.models.errors import LabError
 from aitb.models.plan import LabPlan
 
 __all__ = ["KERNEL", "USERSPACE", "FAMILY", "USERSPACE_PROGRAMS", "KernelDatapath",
-           "kernel_datapath", "userspace_problems", "program_problems", "choose", "choose_for_lab"]
+           "kernel_datapath", "userspace_problems", "program_problems", "datapaths_here", "choose", "choose_for_lab"]
 
 KERNEL, USERSPACE = "system", "netdev"
 FAMILY = "ovs_datapath"
@@ -95,6 +96,39 @@ def kernel_datapath() -> KernelDatapath:
             said = f"{tried}; {said}"
         _cache.append(KernelDatapath(present, said))
     return _cache[0]
+
+
+class OvsDpMsg(genlmsg):
+    """A message of the ``ovs_datapath`` family: genl header, then ``struct ovs_header``
+    (``dp_ifindex``), then attributes (include/uapi/linux/openvswitch.h)."""
+
+    fields = (*genlmsg.fields, ("dp_ifindex", "i"))
+    nla_map = (("OVS_DP_ATTR_UNSPEC", "none"), ("OVS_DP_ATTR_NAME", "asciiz"),
+               ("OVS_DP_ATTR_UPCALL_PID", "uint32"), ("OVS_DP_ATTR_STATS", "hex"))
+
+
+OVS_DP_CMD_GET, OVS_DATAPATH_VERSION = 3, 2  # include/uapi/linux/openvswitch.h
+
+
+def datapaths_here() -> list[str]:
+    """Names of the kernel's OVS datapaths in the calling thread's network namespace (a dump
+    of the ``ovs_datapath`` family; each namespace sees only its own). [] when the kernel has
+    no such family. Run it in a namespace with :func:`testbed.netns.run_in`."""
+    sock = GenericNetlinkSocket()
+    sock.module_err_level = "debug"
+    try:
+        try:
+            sock.bind(FAMILY, OvsDpMsg)
+        except NetlinkError as exc:
+            if exc.code == errno.ENOENT:
+                return []
+            raise
+        msg = OvsDpMsg()
+        msg["cmd"], msg["version"], msg["dp_ifindex"] = OVS_DP_CMD_GET, OVS_DATAPATH_VERSION, 0
+        return [m.get_attr("OVS_DP_ATTR_NAME") for m in sock.nlm_request(
+            msg, msg_type=sock.prid, msg_flags=NLM_F_REQUEST | NLM_F_DUMP)]
+    finally:
+        sock.close()
 
 
 def userspace_problems() -> list[str]:
