@@ -27,6 +27,7 @@ from testbed import (
     netns,
     ovs_datapath,
     ovs_lab,
+    ovs_settle,
     procs,
     realise,
     reshape,
@@ -90,6 +91,7 @@ class Lab:
         self.ovs_rules: dict[str, Any] = {}
         self.ovs_controller: str | None = None  # "host:port" of an OpenFlow controller
         self.ovs_datapaths: dict[str, str] = {}  # OVS switch -> "system"/"netdev" (chosen)
+        self.ovs_restored: dict[str, list[str]] = {}  # ingress qdiscs vswitchd removed
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Lab:
@@ -166,6 +168,7 @@ class Lab:
             realise.configure_node(n, self.layout, self.io[n.name], links_of)
         t = self._step("configure", t)
         self._wait_stp()
+        self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
         self.verify()
         self._step("verify", t)
 

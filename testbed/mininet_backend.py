@@ -32,7 +32,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from aitb.models.errors import LabError
 from aitb.models.plan import LabPlan
-from testbed import netns, realise, sysctl
+from testbed import netns, ovs_settle, realise, sysctl
 from testbed.clean import TeardownReport, teardown
 from testbed.lab import Lab
 from testbed.layout import BRIDGE, DIRECTIONS, FIRST_IFINDEX, IFB_INDEX_BASE, recipe_for
@@ -110,6 +110,7 @@ class MininetLab(Lab):
         t = self._step("configure", t)
         self.net.start()
         self._wait_stp()
+        self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
         self.verify()
         self._step("verify", t)
 

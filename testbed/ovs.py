@@ -29,7 +29,7 @@ from testbed.ovs_flows import OvsRules, port_numbers
 from testbed.procs import run_checked
 
 __all__ = ["OVS_BRIDGE", "SCHEMA", "OvsDaemons", "start_daemons", "configure", "check",
-           "ofctl", "controller_target"]
+           "ofctl", "appctl", "controller_target"]
 
 OVS_BRIDGE = "ovsbr"
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
@@ -140,6 +140,11 @@ def controller_target(controller: str) -> str:
     inside the lab)."""
     return controller if controller.split(":", 1)[0] in ("unix", "tcp", "ssl") \
         else f"tcp:{controller}"
+
+
+def appctl(d: OvsDaemons, *args: str) -> str:
+    """``ovs-appctl -t <this switch's vswitchd> ARGS``; its stdout. Raises CommandError."""
+    return _run(["ovs-appctl", "-t", str(d.rundir / "ovs-vswitchd.ctl"), *args], d)
 
 
 def ofctl(d: OvsDaemons, command: str, *args: str, stdin: str | None = None) -> str:

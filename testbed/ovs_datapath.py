@@ -32,7 +32,8 @@ from aitb.models.errors import LabError
 from aitb.models.plan import LabPlan
 
 __all__ = ["KERNEL", "USERSPACE", "FAMILY", "USERSPACE_PROGRAMS", "KernelDatapath",
-           "kernel_datapath", "userspace_problems", "program_problems", "datapaths_here", "choose", "choose_for_lab"]
+           "kernel_datapath", "userspace_problems", "program_problems", "datapaths_here",
+           "choose", "choose_for_lab", "OvsDpMsg"]
 
 KERNEL, USERSPACE = "system", "netdev"
 FAMILY = "ovs_datapath"

@@ -100,7 +100,8 @@ def test_kernel_datapath_forwards_spreads_and_leaves_nothing(backend, tmp_path):
                        "3"], timeout_s=60)
         server.wait(timeout=20)
         sent = {s: b - before[s] for s, b in _spine_bytes(lab, "leaf2").items()}
-    print(f"{backend}: ping h1->h3 RTTs {rtts}, bytes towards leaf2 per spine {sent}")
+    print(f"{backend}: ping h1->h3 RTTs {rtts}, bytes towards leaf2 per spine {sent}, "
+          f"ingress qdiscs restored after vswitchd removed them {lab.ovs_restored}")
     assert len(rtts) >= 4, rtts  # 5 sent; one may miss while the neighbour is resolved
     # four delayed host-link crossings per round trip: netem never delivers early
     assert min(rtts) >= 4 * DELAY_S, rtts
