@@ -51,21 +51,21 @@ class KernelDatapath:
     detail: str
 
 
-def _modprobe() -> str:
-    """Try ``modprobe openvswitch`` (root only); what happened, as a phrase."""
+def _modprobe(module: str) -> str:
+    """Try ``modprobe MODULE`` (root only); what happened, as a phrase."""
     if os.geteuid() != 0:
         return "modprobe not tried (not root)"
     if shutil.which("modprobe") is None:
         return "no modprobe on PATH"
     try:
-        res = subprocess.run(["modprobe", "openvswitch"], capture_output=True, text=True,
+        res = subprocess.run(["modprobe", module], capture_output=True, text=True,
                              timeout=_MODPROBE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
-        return f"modprobe openvswitch timed out after {_MODPROBE_TIMEOUT_S:g} s"
+        return f"modprobe {module} timed out after {_MODPROBE_TIMEOUT_S:g} s"
     if res.returncode != 0:
-        return (f"modprobe openvswitch exited {res.returncode}: "
+        return (f"modprobe {module} exited {res.returncode}: "
                 f"{res.stderr.strip()[:200] or 'no message'}")
-    return "modprobe openvswitch ok"
+    return f"modprobe {module} ok"
 
 
 def _family_resolves() -> tuple[bool, str]:
@@ -92,7 +92,7 @@ def kernel_datapath() -> KernelDatapath:
     if not _cache:
         present, said = _family_resolves()
         if not present:
-            tried = _modprobe()
+            tried = _modprobe("openvswitch")
             present, said = _family_resolves()
             said = f"{tried}; {said}"
         _cache.append(KernelDatapath(present, said))
@@ -133,11 +133,14 @@ def datapaths_here() -> list[str]:
 
 
 def userspace_problems() -> list[str]:
-    """What the user-space datapath lacks here (missing OVS programs, no ``/dev/net/tun``);
-    [] when it can run."""
+    """What the user-space datapath lacks here (missing OVS programs, no ``/dev/net/tun``
+    even after trying ``modprobe tun``: a stock kernel booted without udev, as in aitb's VM,
+    has the device node only once the module is loaded); [] when it can run."""
     out = program_problems()
     if not os.path.exists(TUN):
-        out.append(f"no {TUN} (the bridge's internal port is a tap device)")
+        tried = _modprobe("tun")
+        if not os.path.exists(TUN):
+            out.append(f"no {TUN} (the bridge's internal port is a tap device; {tried})")
     return out
 
 

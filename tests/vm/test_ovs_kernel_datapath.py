@@ -116,3 +116,28 @@ def test_kernel_datapath_forwards_spreads_and_leaves_nothing(backend, tmp_path):
     assert datapaths_here() == [] and _host_ovs_links() == []
     assert not any(pid_alive(p, s) for p, s in procs)
     assert not (tmp_path / lab.run_id).exists()
+
+
+def test_forced_netdev_next_to_auto_switches_in_one_lab(tmp_path):
+    """``ovs_datapath: netdev`` on leaf1 forces OVS's user-space datapath there (in the VM:
+    after ``modprobe tun``), the ``auto`` others get the kernel's; the mixed fabric forwards
+    over the delayed links and each switch's recorded datapath is the one it has."""
+    if not kernel_datapath().present:
+        pytest.skip(f"this kernel has no openvswitch datapath ({kernel_datapath().detail})")
+    text = _topology(tmp_path).read_text().replace(
+        "ovs_datapath: system", "ovs_datapath: auto").replace(
+        "leaf1: {kind: switch}", "leaf1: {kind: switch, ovs_datapath: netdev}")
+    path = tmp_path / "mixed.yaml"
+    path.write_text(text)
+    plan = load_topology(path)
+    want = {"leaf1": "netdev", "leaf2": "system", "spine1": "system", "spine2": "system"}
+    with make_lab(plan, "native", state_dir=tmp_path) as lab:
+        assert lab.ovs_datapaths == want
+        assert {s: seen_datapath(lab, s) for s in SWITCHES} == want
+        assert {s: describe(lab)["nodes"][s]["ovs_datapath"] for s in SWITCHES} == want
+        assert netns.run_in(lab.node_io("leaf1").fd, datapaths_here) == []  # user space
+        rtts = _rtts_s(lab, "h1", str(plan.address_of("h3")))
+    print(f"mixed datapaths: ping h1->h3 RTTs {rtts}")
+    assert len(rtts) >= 4 and min(rtts) >= 4 * DELAY_S, rtts
+    assert run_namespaces(lab.run_id) == []
+    assert datapaths_here() == [] and _host_ovs_links() == []
