@@ -289,5 +289,10 @@ class Lab:
     def set_shaping(self, link_name: str, direction: str, shaping: Shaping) -> None:
         """Change the shaping of ``direction`` (``a_to_b``/``b_to_a``) of link ``link_name``
         on the live lab: in place where the qdisc structure stays, else replaced; then read
-        back. Raises LabError naming the link (unknown link/direction, kernel refusal)."""
+        back. Raises LabError naming the link (unknown link/direction, kernel refusal, a delay
+        line into a user-space OVS switch: :func:`testbed.ovs_datapath.check_delay_line`)."""
+        rx = next((lk.b.node if direction == "a_to_b" else lk.a.node
+                   for lk in self.plan.links if lk.name == link_name), None)
+        if shaping.needs_netem and self.ovs_datapaths.get(rx or "") == ovs_datapath.USERSPACE:
+            ovs_datapath.check_delay_line(rx or "", [link_name])
         reshape.set_shaping(self, link_name, direction, shaping)

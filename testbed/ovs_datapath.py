@@ -33,7 +33,7 @@ from aitb.models.plan import LabPlan
 
 __all__ = ["KERNEL", "USERSPACE", "FAMILY", "USERSPACE_PROGRAMS", "KernelDatapath",
            "kernel_datapath", "userspace_problems", "program_problems", "datapaths_here",
-           "choose", "choose_for_lab", "OvsDpMsg"]
+           "choose", "choose_for_lab", "OvsDpMsg", "netem_into", "check_delay_line"]
 
 KERNEL, USERSPACE = "system", "netdev"
 FAMILY = "ovs_datapath"
@@ -153,7 +153,8 @@ def program_problems() -> list[str]:
 def choose(plan: LabPlan, kernel_has_it: bool) -> dict[str, str]:
     """switch -> ``system``/``netdev`` for every OVS switch of ``plan`` (pure): ``auto``
     takes ``system`` if ``kernel_has_it``, else ``netdev``. Raises LabError naming every
-    switch that asks for ``system`` when the kernel lacks it."""
+    switch that asks for ``system`` when the kernel lacks it, or a ``netdev`` switch with a
+    delay line into it (:func:`check_delay_line`)."""
     want = {n.name: n.ovs_datapath for n in plan.nodes
             if n.kind == "switch" and n.datapath == "ovs"}
     refused = sorted(s for s, d in want.items() if d == KERNEL and not kernel_has_it)
@@ -162,8 +163,35 @@ def choose(plan: LabPlan, kernel_has_it: bool) -> dict[str, str]:
                        "kernel's openvswitch datapath, which this kernel lacks (genl family "
                        f"{FAMILY} unknown); use ovs_datapath: auto or netdev, or run under "
                        "`aitb --vm ...` (the stock kernel has it)")
-    return {s: (KERNEL if kernel_has_it else USERSPACE) if d == "auto" else d
-            for s, d in want.items()}
+    chosen = {s: (KERNEL if kernel_has_it else USERSPACE) if d == "auto" else d
+              for s, d in want.items()}
+    for s in sorted(x for x, d in chosen.items() if d == USERSPACE):
+        check_delay_line(s, netem_into(plan, s))
+    return chosen
+
+
+def netem_into(plan: LabPlan, node: str) -> list[str]:
+    """Names of the links whose direction towards ``node`` needs a delay line (netem on an
+    IFB fed by ``node``'s ingress qdisc, :mod:`testbed.tc`)."""
+    return [lk.name for lk in plan.links
+            if (lk.b.node == node and lk.a_to_b.needs_netem)
+            or (lk.a.node == node and lk.b_to_a.needs_netem)]
+
+
+def check_delay_line(node: str, links: list[str]) -> None:
+    """Refuse a delay line into a port of user-space OVS switch ``node`` (``links``: the
+    links concerned, none: nothing to refuse). That datapath reads each port through a
+    packet socket, which the kernel serves before the ingress qdisc (net/core/dev.c,
+    ``__netif_receive_skb_core``: taps, then ``sch_handle_ingress``), and again when the IFB
+    hands the delayed packet back: every packet would be forwarded twice, once without the
+    delay (seen in the TCG VM: 36.7 ms ping RTT through four 10 ms crossings). Raises
+    LabError naming the node and links."""
+    if links:
+        raise LabError(f"node {node}: link(s) {', '.join(links)} need a delay line (netem) "
+                       "towards this OVS switch, which OVS's user-space datapath (netdev) "
+                       "would bypass (it reads packets before the kernel's ingress qdisc); "
+                       "use ovs_datapath: system or auto on a kernel with the openvswitch "
+                       "datapath (`aitb --vm ...`), or shape only the switch's egress")
 
 
 def choose_for_lab(plan: LabPlan) -> dict[str, str]:

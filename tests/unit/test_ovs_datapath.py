@@ -82,3 +82,32 @@ def test_ovs_datapath_needs_an_ovs_switch(tmp_path):
     text = TOPO.format(default="", s1="", s2="").replace(
         "h1: {kind: host}", "h1: {kind: host, ovs_datapath: netdev}")
     find_issue(issues(tmp_path, text), "nodes.h1.ovs_datapath", "applies to switches only")
+
+
+DELAYED = """
+name: d
+defaults:
+  switch: {{datapath: ovs{dp}}}
+nodes:
+  s1: {{kind: switch}}
+  h1: {{kind: host}}
+  h2: {{kind: host}}
+links:
+  - {{endpoints: [h1, s1]{l1}}}
+  - {{endpoints: [h2, s1]}}
+"""
+
+
+def test_a_delay_line_into_a_user_space_switch_is_refused_naming_node_and_link(tmp_path):
+    """The user-space datapath reads ports before the kernel's ingress qdisc, so a netem
+    direction towards it would be bypassed: refused for netdev, forced or chosen by auto."""
+    into = load(tmp_path, DELAYED.format(dp="", l1=", a_to_b: {delay: 5ms}"))
+    for plan, kernel in ((into, False),
+                         (load(tmp_path, DELAYED.format(dp=", ovs_datapath: netdev",
+                                                        l1=", a_to_b: {loss: 1%}")), True)):
+        with pytest.raises(LabError, match=r"node s1: link\(s\) h1-s1 need a delay line"):
+            choose(plan, kernel_has_it=kernel)
+    assert choose(into, kernel_has_it=True) == {"s1": "system"}
+    out_of = load(tmp_path, DELAYED.format(dp=", ovs_datapath: netdev",
+                                           l1=", b_to_a: {delay: 5ms, rate: 10Mbit}"))
+    assert choose(out_of, kernel_has_it=False) == {"s1": "netdev"}  # the IFB is in h1

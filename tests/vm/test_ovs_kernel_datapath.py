@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from pyroute2 import IPRoute
 
+from aitb.models.errors import LabError
 from testbed import netns
 from testbed.backends import make_lab
 from testbed.inspect import describe
@@ -120,16 +121,26 @@ def test_kernel_datapath_forwards_spreads_and_leaves_nothing(backend, tmp_path):
 
 def test_forced_netdev_next_to_auto_switches_in_one_lab(tmp_path):
     """``ovs_datapath: netdev`` on leaf1 forces OVS's user-space datapath there (in the VM:
-    after ``modprobe tun``), the ``auto`` others get the kernel's; the mixed fabric forwards
-    over the delayed links and each switch's recorded datapath is the one it has."""
+    after ``modprobe tun``), the ``auto`` others get the kernel's. With a delay line into
+    leaf1 the lab is refused before anything exists (the user-space datapath would bypass
+    it); with the delay on leaf2's host links only, the mixed fabric forwards over them and
+    each switch's recorded datapath is the one it has."""
     if not kernel_datapath().present:
         pytest.skip(f"this kernel has no openvswitch datapath ({kernel_datapath().detail})")
     text = _topology(tmp_path).read_text().replace(
         "ovs_datapath: system", "ovs_datapath: auto").replace(
         "leaf1: {kind: switch}", "leaf1: {kind: switch, ovs_datapath: netdev}")
-    path = tmp_path / "mixed.yaml"
-    path.write_text(text)
-    plan = load_topology(path)
+    refused = make_lab(load_topology(_write(tmp_path, "refused.yaml", text)), "native",
+                       state_dir=tmp_path / "refused")
+    with pytest.raises(LabError, match=r"node leaf1: link\(s\) h1-leaf1, h2-leaf1 need a"):
+        refused.up()
+    assert run_namespaces(refused.run_id) == []
+    text = text.replace("profiles:", "profiles:\n  slow: {rate: 100Mbit, buffer: 100p, "
+                        f"delay: {DELAY_S * 1000:g}ms}}").replace(
+        f"host: {{rate: 100Mbit, buffer: 100p, delay: {DELAY_S * 1000:g}ms}}",
+        "host: {rate: 100Mbit, buffer: 100p}").replace(
+        "- {endpoints: [h3, leaf2], profile: host}", "- {endpoints: [h3, leaf2], profile: slow}")
+    plan = load_topology(_write(tmp_path, "mixed.yaml", text))
     want = {"leaf1": "netdev", "leaf2": "system", "spine1": "system", "spine2": "system"}
     with make_lab(plan, "native", state_dir=tmp_path) as lab:
         assert lab.ovs_datapaths == want
@@ -138,6 +149,13 @@ def test_forced_netdev_next_to_auto_switches_in_one_lab(tmp_path):
         assert netns.run_in(lab.node_io("leaf1").fd, datapaths_here) == []  # user space
         rtts = _rtts_s(lab, "h1", str(plan.address_of("h3")))
     print(f"mixed datapaths: ping h1->h3 RTTs {rtts}")
-    assert len(rtts) >= 4 and min(rtts) >= 4 * DELAY_S, rtts
+    # the h3-leaf2 link is delayed both ways: two crossings per round trip
+    assert len(rtts) >= 4 and min(rtts) >= 2 * DELAY_S, rtts
     assert run_namespaces(lab.run_id) == []
     assert datapaths_here() == [] and _host_ovs_links() == []
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
