@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 
 from pyroute2 import NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.generic import GenericNetlinkSocket
 
 from aitb.models.errors import LabError
-from testbed import kernel
+from testbed import kernel, ovs_datapath
 from testbed.vm_kernel import SETUP_REMEDY, vm_problems
 
 __all__ = ["Capability", "CapabilityReport", "probe", "probe_kernel", "needs_vm", "require_kernel",
@@ -120,18 +119,28 @@ def _probe_link(ns: NetNS, kind: str, args: dict[str, object]) -> Capability:
     return Capability(kind, True, "created in the probe namespace")
 
 
-def _probe_openvswitch() -> Capability:
-    sock = GenericNetlinkSocket()
-    sock.module_err_level = "debug"  # absence is an answer here, not an error to log
-    try:
-        sock.discovery("ovs_datapath")
-    except NetlinkError as exc:
-        return Capability("openvswitch", False,
-                          "genl family ovs_datapath: " + _absent_or_raise(exc, "openvswitch"),
-                          _kernel_remedy("the openvswitch kernel datapath"))
-    finally:
-        sock.close()
-    return Capability("openvswitch", True, "genl family ovs_datapath resolved")
+def _probe_ovs_system() -> Capability:
+    found = ovs_datapath.kernel_datapath()
+    return Capability("ovs_system", found.present, found.detail, None if found.present else
+                      _kernel_remedy("the openvswitch kernel datapath (OVS switches use the "
+                                     "user-space one here)"))
+
+
+def _probe_ovs(kernel_caps: dict[str, Capability]) -> list[Capability]:
+    """``ovs_netdev`` (OVS's user-space datapath can run: programs, /dev/net/tun) and
+    ``openvswitch`` (OVS switches work here, on either datapath)."""
+    problems = ovs_datapath.userspace_problems()
+    netdev = Capability("ovs_netdev", not problems,
+                        "; ".join(problems) or "OVS programs and /dev/net/tun present",
+                        "apt-get install openvswitch-switch" if problems else None)
+    system = kernel_caps.get("ovs_system")
+    datapaths = [n for n, ok in (("system", system is not None and system.present
+                                  and not ovs_datapath.program_problems()),
+                                 ("netdev", netdev.present)) if ok]
+    usable = Capability("openvswitch", bool(datapaths),
+                        f"datapaths: {', '.join(datapaths) or 'none'} (ovs_datapath: auto "
+                        "takes system where present)", None if datapaths else netdev.remedy)
+    return [netdev, usable]
 
 
 def _in_throwaway_netns(body: Callable[[NetNS], list[Capability]]) -> list[Capability]:
@@ -157,7 +166,9 @@ def _probe_in_netns(ns: NetNS) -> list[Capability]:
 
 @functools.lru_cache(maxsize=1)
 def probe_kernel() -> tuple[Capability, ...]:
-    """Probe netns, link kinds, qdiscs and the openvswitch datapath (cached per process).
+    """Probe netns, link kinds, qdiscs and the openvswitch kernel datapath (``ovs_system``,
+    after trying ``modprobe openvswitch``; see :mod:`testbed.ovs_datapath`); cached per
+    process.
 
     Needs root; without it every kernel capability is reported absent with remedy "run as root".
     Side effects: creates and removes one namespace ``aitb-probe-<pid>-<hex>``.
@@ -165,7 +176,7 @@ def probe_kernel() -> tuple[Capability, ...]:
     Raises:
         LabError: when the kernel answers a probe with an unexpected errno.
     """
-    names = ["netns", *LINK_KINDS, *QDISCS, "openvswitch"]
+    names = ["netns", *LINK_KINDS, *QDISCS, "ovs_system"]
     if not _is_root():
         return tuple(Capability(n, False, "not probed: needs root",
                                 "run aitb as root (sudo): namespaces and tc need CAP_NET_ADMIN")
@@ -176,7 +187,7 @@ def probe_kernel() -> tuple[Capability, ...]:
     else:
         caps += [Capability(n, False, "no namespace to probe in", caps[0].remedy)
                  for n in names[1:-1]]
-    return (*caps, _probe_openvswitch())
+    return (*caps, _probe_ovs_system())
 
 
 def _probe_programs() -> list[Capability]:
@@ -196,14 +207,18 @@ def probe() -> CapabilityReport:
 
     Returns:
         A report whose capabilities are, in order: root, netns, veth, bridge, ifb, the qdiscs
-        of :data:`QDISCS`, openvswitch, the programs of :data:`PROGRAMS`, vm.
+        of :data:`QDISCS`, ovs_system (the kernel's OVS datapath), ovs_netdev (OVS's
+        user-space datapath), openvswitch (OVS switches work, on either), the programs of
+        :data:`PROGRAMS`, vm.
 
     Raises:
         LabError: a probe failed in an unexpected way (see :func:`probe_kernel`).
     """
     root = Capability("root", _is_root(), f"euid {os.geteuid()}",
                       "run aitb as root (sudo): namespaces and tc need CAP_NET_ADMIN")
-    caps = [root, *probe_kernel(), *_probe_programs(), _probe_vm()]
+    kernel_caps = probe_kernel()
+    caps = [root, *kernel_caps, *_probe_ovs({c.name: c for c in kernel_caps}),
+            *_probe_programs(), _probe_vm()]
     return CapabilityReport(os.uname().release, in_vm(), {c.name: c for c in caps})
 
 

@@ -10,6 +10,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from testbed.links import RTM_GETLINK, link_state
 from testbed.nl import dump
+from testbed.ovs_lab import recorded_datapaths
 from testbed.routes import RTM_GETADDR
 from testbed.verify import dump_tc
 
@@ -65,6 +66,10 @@ def _node(lab: Lab, name: str) -> dict[str, Any]:
 
 
 def describe(lab: Lab) -> dict[str, Any]:
-    """{run_id, lab, nodes: {node: {netns, kind, interfaces: [...]}}} read live."""
-    return {"run_id": lab.run_id, "lab": lab.plan.name,
-            "nodes": {n.name: _node(lab, n.name) for n in lab.plan.nodes}}
+    """{run_id, lab, nodes: {node: {netns, kind, interfaces: [...]}}} read live; an OVS
+    switch's node also has ``ovs_datapath`` (``system``/``netdev``, as recorded at bring-up
+    in the run's registry)."""
+    nodes = {n.name: _node(lab, n.name) for n in lab.plan.nodes}
+    for s, dp in recorded_datapaths(lab).items():
+        nodes[s]["ovs_datapath"] = dp
+    return {"run_id": lab.run_id, "lab": lab.plan.name, "nodes": nodes}

@@ -26,7 +26,9 @@ from testbed import (
     containers,
     kernel,
     netns,
+    ovs_datapath,
     ovs_lab,
+    ovs_settle,
     procs,
     realise,
     reshape,
@@ -89,6 +91,8 @@ class Lab:
         self.ovs: dict[str, Any] = {}  # OVS switch -> its daemons (testbed.ovs)
         self.ovs_rules: dict[str, Any] = {}
         self.ovs_controller: str | None = None  # "host:port" of an OpenFlow controller
+        self.ovs_datapaths: dict[str, str] = {}  # OVS switch -> "system"/"netdev" (chosen)
+        self.ovs_restored: dict[str, list[str]] = {}  # ingress qdiscs vswitchd removed
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Lab:
@@ -116,6 +120,7 @@ class Lab:
         """Create and configure everything, then read it back. On any failure (or signal)
         tears down what was made and re-raises. Raises LabError naming what failed."""
         self._check_kernel()
+        self.ovs_datapaths = ovs_datapath.choose_for_lab(self.plan)
         self.registry.create(self.plan)
         try:
             self._build()
@@ -163,6 +168,7 @@ class Lab:
             realise.configure_node(n, self.layout, self.io[n.name], links_of)
         t = self._step("configure", t)
         self._wait_stp()
+        self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
         self.verify()
         self._step("verify", t)
 
@@ -310,5 +316,10 @@ class Lab:
     def set_shaping(self, link_name: str, direction: str, shaping: Shaping) -> None:
         """Change the shaping of ``direction`` (``a_to_b``/``b_to_a``) of link ``link_name``
         on the live lab: in place where the qdisc structure stays, else replaced; then read
-        back. Raises LabError naming the link (unknown link/direction, kernel refusal)."""
+        back. Raises LabError naming the link (unknown link/direction, kernel refusal, a delay
+        line into a user-space OVS switch: :func:`testbed.ovs_datapath.check_delay_line`)."""
+        rx = next((lk.b.node if direction == "a_to_b" else lk.a.node
+                   for lk in self.plan.links if lk.name == link_name), None)
+        if shaping.needs_netem and self.ovs_datapaths.get(rx or "") == ovs_datapath.USERSPACE:
+            ovs_datapath.check_delay_line(rx or "", [link_name])
         reshape.set_shaping(self, link_name, direction, shaping)

@@ -32,7 +32,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from aitb.models.errors import LabError
 from aitb.models.plan import LabPlan
-from testbed import netns, realise, sysctl
+from testbed import netns, ovs_settle, realise, sysctl
 from testbed.clean import TeardownReport, teardown
 from testbed.lab import Lab
 from testbed.layout import BRIDGE, DIRECTIONS, FIRST_IFINDEX, IFB_INDEX_BASE, recipe_for
@@ -50,7 +50,9 @@ class MininetLab(Lab):
 
     controller: ``"host:port"`` of an OpenFlow controller for OVS switches, or None.
     switch: ``"bridge"`` (each switch as the plan says: a Linux bridge unless ``datapath:
-    ovs``) or ``"ovs"`` (every switch Open vSwitch, user-space datapath, :mod:`testbed.ovs`).
+    ovs``) or ``"ovs"`` (every switch Open vSwitch, :mod:`testbed.ovs`; each with the
+    datapath its ``ovs_datapath`` asks for, by default the kernel's where the kernel has it,
+    else the user-space one: :mod:`testbed.ovs_datapath`).
     Other arguments as :class:`testbed.lab.Lab`.
 
     Side effects (up): Mininet node shells (one process per node), namespaces
@@ -108,13 +110,15 @@ class MininetLab(Lab):
         t = self._step("configure", t)
         self.net.start()
         self._wait_stp()
+        self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
         self.verify()
         self._step("verify", t)
 
     def _add_node(self, name: str, kind: str) -> None:
         """Start the Mininet node ``name``, register its shell, bind-mount its namespace."""
         if kind == "switch" and self.plan.node(name).datapath == "ovs":
-            node = self.net.addSwitch(name, cls=AitbOVS(), inNamespace=True)
+            node = self.net.addSwitch(name, cls=AitbOVS(), inNamespace=True, datapath={
+                "system": "kernel", "netdev": "user"}[self.ovs_datapaths[name]])
         elif kind == "switch":
             node = self.net.addSwitch(name, cls=AitbBridge(), inNamespace=True)
         else:

@@ -89,15 +89,16 @@ def _ovs_class() -> type:
     base = mininet_api()["OVSSwitch"]
 
     class _AitbOVS(base):  # type: ignore[misc, valid-type]
-        """A Mininet OVSSwitch (user-space datapath) in its own namespace, run by the lab's
-        own ovsdb-server/ovs-vswitchd there (testbed.ovs): Mininet's start-up through
+        """A Mininet OVSSwitch in its own namespace, run by the lab's own ovsdb-server/
+        ovs-vswitchd there (testbed.ovs) with the datapath testbed.ovs_datapath chose
+        (``datapath``: Mininet's ``kernel`` or ``user``): Mininet's start-up through
         unchecked ``ovs-vsctl`` shell commands against the host's default database is
         replaced by aitb's checked configuration; ``dpctl`` reaches the lab's daemons."""
 
         ovs: Any = None  # testbed.ovs.OvsDaemons, set by the lab once they run
 
-        def __init__(self, name: str, **params: Any) -> None:
-            super().__init__(name, datapath="user", failMode="secure",
+        def __init__(self, name: str, datapath: str = "user", **params: Any) -> None:
+            super().__init__(name, datapath=datapath, failMode="secure",
                              protocols="OpenFlow13", **params)
 
         @classmethod

@@ -3,9 +3,11 @@
 Each OVS switch gets its own ``ovsdb-server`` and ``ovs-vswitchd``, started by the lab inside
 the switch's namespace as processes it owns (registered, ended by pid at teardown), with their
 own run directory ``<state_dir>/<run_id>/ovs/<node>/`` (database, sockets, logs; removed with
-the run). The bridge ``ovsbr`` uses the user-space datapath (``datapath_type=netdev``): the
-kernel's openvswitch module is not needed (this host has none), and since vswitchd opens the
-ports in its own namespace, nothing of the switch exists in the host's namespace. The rules
+the run). The bridge ``ovsbr`` uses the datapath :mod:`testbed.ovs_datapath` chose for the
+switch: the kernel's (``datapath_type=system``: vswitchd makes the datapath ``ovs-system``
+in the switch's namespace, where it dies with the namespace) or OVS's user-space one
+(``netdev``: no kernel module needed). Since vswitchd runs and opens the ports in the
+switch's namespace, nothing of the switch exists in the host's namespace. The rules
 come from :mod:`testbed.ovs_flows` (OpenFlow 1.3: select groups) and are read back.
 
 Control commands (``ovs-vsctl``, ``ovs-ofctl``) talk to the daemons over the Unix sockets in
@@ -27,7 +29,7 @@ from testbed.ovs_flows import OvsRules, port_numbers
 from testbed.procs import run_checked
 
 __all__ = ["OVS_BRIDGE", "SCHEMA", "OvsDaemons", "start_daemons", "configure", "check",
-           "ofctl", "controller_target"]
+           "ofctl", "appctl", "controller_target"]
 
 OVS_BRIDGE = "ovsbr"
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
@@ -106,8 +108,9 @@ def _wait_for(path: Path, node: str) -> None:
 
 
 def configure(d: OvsDaemons, plan: LabPlan, rules: OvsRules,
-              controller: str | None = None) -> None:
-    """Bridge :data:`OVS_BRIDGE` (user-space datapath, secure fail mode, OpenFlow 1.3) with
+              controller: str | None = None, datapath: str = "netdev") -> None:
+    """Bridge :data:`OVS_BRIDGE` (``datapath``: ``system`` the kernel's, ``netdev`` the
+    user-space one; secure fail mode, OpenFlow 1.3) with
     the switch's ports at fixed OpenFlow numbers, then its groups and flows. Ports get the
     ``linux-noop`` QoS, so that OVS leaves the qdiscs aitb puts on them alone (without a QoS
     record it deletes any qdisc it finds; ovs-vswitchd.conf.db(5), QoS type linux-noop);
@@ -117,7 +120,7 @@ def configure(d: OvsDaemons, plan: LabPlan, rules: OvsRules,
     fail mode aitb's stay when it is unreachable). ovs-vsctl waits
     until ovs-vswitchd has applied it. Raises CommandError naming the failing command."""
     args = ["--", "add-br", OVS_BRIDGE, "--", "set", "bridge", OVS_BRIDGE,
-            "datapath_type=netdev", "fail-mode=secure", f"protocols={OF_VERSIONS}",
+            f"datapath_type={datapath}", "fail-mode=secure", f"protocols={OF_VERSIONS}",
             "--", "--id=@noop", "create", "qos", "type=linux-noop"]
     for ifname, number in port_numbers(plan, d.node).items():
         args += ["--", "add-port", OVS_BRIDGE, ifname, "--", "set", "interface", ifname,
@@ -137,6 +140,11 @@ def controller_target(controller: str) -> str:
     inside the lab)."""
     return controller if controller.split(":", 1)[0] in ("unix", "tcp", "ssl") \
         else f"tcp:{controller}"
+
+
+def appctl(d: OvsDaemons, *args: str) -> str:
+    """``ovs-appctl -t <this switch's vswitchd> ARGS``; its stdout. Raises CommandError."""
+    return _run(["ovs-appctl", "-t", str(d.rundir / "ovs-vswitchd.ctl"), *args], d)
 
 
 def ofctl(d: OvsDaemons, command: str, *args: str, stdin: str | None = None) -> str:

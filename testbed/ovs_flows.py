@@ -7,8 +7,8 @@ switch gets, before any traffic:
 - unicast: ``dl_dst=<station MAC>`` -> the port(s) on a shortest path towards the switch the
   station hangs on (hop count over the switch graph). One such port: ``output``; several:
   an OpenFlow **select group** with one bucket per port, so flows are spread over equal-cost
-  paths by OVS's per-flow hash (dp_hash: the 5-tuple hash of the user-space datapath) - the
-  L2 alternative to the kernel's ECMP routes;
+  paths by OVS's per-flow hash (dp_hash: the datapath's 5-tuple hash, the skb hash in the
+  kernel datapath) - the L2 alternative to the kernel's ECMP routes;
 - floods (multicast/broadcast ``dl_dst``, i.e. ARP and IPv6 ND): along a spanning tree of the
   switch graph (BFS from the first switch by name), to every tree port and station port
   except the one it came in on; what arrives on a non-tree port is dropped, so loops (a

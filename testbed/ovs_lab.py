@@ -1,6 +1,9 @@
 """Bring-up and readback of a lab's OVS switches (:mod:`testbed.ovs`), for either backend:
 the stations' MACs are read from the kernel (or taken from the plan), the rules computed by
-:mod:`testbed.ovs_flows`, then per switch its daemons are started and configured. Root."""
+:mod:`testbed.ovs_flows`, then per switch its daemons are started and configured with the
+datapath :mod:`testbed.ovs_datapath` chose (``lab.ovs_datapaths``), which is read back from
+the switch's namespace through rtnetlink and recorded in the run's registry as
+``{"kind": "ovs", "node": ..., "datapath": "system"|"netdev"}``. Root."""
 
 from __future__ import annotations
 
@@ -17,7 +20,9 @@ from testbed.ovs_flows import OvsRules, ovs_rules, ovs_switches
 if TYPE_CHECKING:
     from testbed.lab import Lab
 
-__all__ = ["station_macs", "bring_up", "check_all"]
+__all__ = ["station_macs", "bring_up", "check_all", "seen_datapath", "recorded_datapaths"]
+
+OVS_LINK_KIND = "openvswitch"  # rtnetlink kind of the kernel datapath's own device
 
 
 def station_macs(lab: Lab) -> dict[str, str]:
@@ -52,12 +57,36 @@ def bring_up(lab: Lab) -> tuple[dict[str, ovs.OvsDaemons], dict[str, OvsRules]]:
     for s in names:
         daemons[s] = ovs.start_daemons(s, lab.registry.dir / "ovs" / s,
                                        functools.partial(lab.popen, s))
-        ovs.configure(daemons[s], lab.plan, rules[s], lab.ovs_controller)
+        ovs.configure(daemons[s], lab.plan, rules[s], lab.ovs_controller,
+                      lab.ovs_datapaths[s])
+        lab.registry.append([{"kind": "ovs", "node": s, "datapath": seen_datapath(lab, s)}])
     return daemons, rules
+
+
+def seen_datapath(lab: Lab, node: str) -> str:
+    """The datapath switch ``node`` has, read from its namespace through rtnetlink:
+    ``system`` when a device of kind ``openvswitch`` (the kernel datapath ``ovs-system`` or
+    its bridge port) is there, else ``netdev``."""
+    for m in dump(lab.node_io(node).sock, ifinfmsg(), RTM_GETLINK, f"node {node}"):
+        info = m.get_attr("IFLA_LINKINFO")
+        if info is not None and info.get_attr("IFLA_INFO_KIND") == OVS_LINK_KIND:
+            return "system"
+    return "netdev"
+
+
+def recorded_datapaths(lab: Lab) -> dict[str, str]:
+    """switch -> the datapath recorded at bring-up (from the run's registry)."""
+    return {r["node"]: r["datapath"] for r in lab.registry.records() if r["kind"] == "ovs"}
 
 
 def check_all(lab: Lab, daemons: dict[str, ovs.OvsDaemons], rules: dict[str, OvsRules]
               ) -> list[str]:
-    """Differences between the OVS switches and their plan (see :func:`testbed.ovs.check`)."""
-    return [p for s, d in daemons.items()
-            for p in ovs.check(d, lab.plan, rules[s], lab.ovs_controller)]
+    """Differences between the OVS switches and their plan (see :func:`testbed.ovs.check`),
+    and between the datapath each has and the one chosen for it."""
+    problems = [p for s, d in daemons.items()
+                for p in ovs.check(d, lab.plan, rules[s], lab.ovs_controller)]
+    for s in daemons:
+        got, want = seen_datapath(lab, s), lab.ovs_datapaths.get(s)
+        if want is not None and got != want:
+            problems.append(f"node {s}: OVS datapath is {got}, chosen {want}")
+    return problems

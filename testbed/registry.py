@@ -10,6 +10,7 @@ so that after a SIGKILL of the owner ``aitb clean`` can remove exactly those obj
     {"kind": "process", "node": ..., "pid": ..., "start": ..., "argv": [...],
      "signal": "KILL"}                                        (optional; default TERM)
     {"kind": "detached"}                                    (deploy left it up on purpose)
+    {"kind": "ovs", "node": ..., "datapath": "system"|"netdev"}   (a fact, nothing to remove)
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ def node_plans(spec: TopologySpec) -> dict[str, NodePlan]:
             stp=bool(_pick(layers, "stp")),
             datapath=_pick(layers, "datapath") or "bridge",
             flows=tuple(_pick(layers, "flows") or ()),
+            ovs_datapath=_pick(layers, "ovs_datapath") or "auto",
             group=node.group,
             labels=_merged_map(layers, "labels"),
             image=_pick(layers, "image"),

@@ -175,8 +175,12 @@ class NodeSettings(_Strict):
         default=None, description="Routers: multipath hash over addresses (l3) or ports (l4).")
     stp: bool | None = Field(default=None, description="Switches: run STP on the bridge.")
     datapath: Literal["bridge", "ovs"] | None = Field(
-        default=None, description="Switches: Linux bridge (default) or Open vSwitch (user-space "
-        "datapath; aitb computes its flows: shortest paths, ECMP through select groups).")
+        default=None, description="Switches: Linux bridge (default) or Open vSwitch (aitb "
+        "computes its flows: shortest paths, ECMP through select groups).")
+    ovs_datapath: Literal["auto", "system", "netdev"] | None = Field(
+        default=None, description="OVS switches: the kernel's openvswitch datapath (system), "
+        "OVS's user-space one (netdev), or system where the kernel has it, else netdev (auto, "
+        "the default).")
     flows: list[str] | None = Field(
         default=None, description="OVS switches: extra OpenFlow rules (ovs-ofctl add-flow "
         "syntax), added after aitb's own.", examples=[["priority=200,udp,actions=drop"]])

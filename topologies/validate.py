@@ -74,13 +74,16 @@ def _check_nodes(spec: TopologySpec) -> Iterator[SpecIssue]:
 
 
 def _check_flows(layers: list[NodeSettings | None], path: tuple) -> Iterator[SpecIssue]:
-    """Flows (from any layer) need the datapath the switch ends up with to be ovs."""
+    """Flows and ovs_datapath (from any layer) need the datapath the switch ends up with to
+    be ovs."""
     def first(key: str) -> object:
         return next((getattr(x, key) for x in layers
                      if x is not None and getattr(x, key) is not None), None)
-    if first("flows") and first("datapath") != "ovs":
-        yield SpecIssue("flows need datapath: ovs (here, in the group or in defaults.switch)",
-                        key_path=(*path, "flows"))
+    for key in ("flows", "ovs_datapath"):
+        if first(key) and first("datapath") != "ovs":
+            verb = "need" if key == "flows" else "needs"
+            yield SpecIssue(f"{key} {verb} datapath: ovs (here, in the group or in "
+                            "defaults.switch)", key_path=(*path, key))
 
 
 def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[SpecIssue]:
@@ -89,7 +92,7 @@ def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[
     if settings.image is not None and kind != "host":
         yield SpecIssue(f"image applies to hosts only (container hosts), not to a {kind}",
                         key_path=(*path, "image"))
-    for key in ("datapath", "flows"):
+    for key in ("datapath", "flows", "ovs_datapath"):
         if getattr(settings, key) is not None and kind != "switch":
             yield SpecIssue(f"{key} applies to switches only, not to a {kind}",
                             key_path=(*path, key))

@@ -67,8 +67,9 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
                "--cli", help="mininet backend: open Mininet's CLI on the live lab and tear it "
                "down when the CLI exits.")] = False,
            switch: Annotated[str, typer.Option(
-               "--switch", help="mininet backend: bridge (Linux bridge) or ovs (Open vSwitch,"
-               " user-space datapath).")] = "bridge",
+               "--switch", help="mininet backend: bridge (Linux bridge) or ovs (Open vSwitch;"
+               " the kernel datapath where the kernel has it, else the user-space one).")
+           ] = "bridge",
            controller: Annotated[str | None, typer.Option(
                "--controller", help="mininet backend, OVS switches: an OpenFlow controller "
                "target, unix:PATH (any namespace) or tcp:HOST:PORT (inside the lab); default "
@@ -104,7 +105,8 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
     lab.release()
     if as_json:
         typer.echo(json.dumps({"run_id": lab.run_id, "lab": lab.plan.name, "backend": chosen,
-                               "timings_s": lab.timings, "namespaces": {
+                               "timings_s": lab.timings, "ovs_datapaths": lab.ovs_datapaths,
+                               "namespaces": {
                                    n: lab.netns_name(n) for n in lab.layout.nodes}}))
     else:
         typer.echo(lab.run_id)

@@ -83,15 +83,12 @@ def run(
         if not use_vm:
             raise LabError(f"this lab needs {', '.join(missing)}, which the host kernel "
                            "lacks; drop --no-vm to run it in the stock-kernel VM")
-        if (backend or prep.backend) != "native":
-            raise LabError(f"the {backend or prep.backend} backend does not run inside the "
-                           "stock-kernel VM yet; this lab needs it for "
-                           f"{', '.join(missing)}")
         if not (quiet or as_json):
             console.print(f"this lab needs {', '.join(missing)}, which the host kernel lacks: "
                           "running it inside the stock-kernel VM (--no-vm refuses)")
         raise typer.Exit(_rerun_in_vm(path, results / prep.spec.name, results,
-                                      as_json=as_json, quiet=quiet, analysis=analysis))
+                                      as_json=as_json, quiet=quiet, analysis=analysis,
+                                      backend=backend))
     _check_congestion_control(prep, path)
     with StepProgress(console, quiet=quiet or as_json) as step:
         outcome = execute(prep, results, progress=step, analyze=analysis, backend=backend,
@@ -162,10 +159,11 @@ def _say_analysis(outcome, *, quiet: bool) -> None:
 
 
 def _rerun_in_vm(path: Path, experiment_dir: Path, results: Path, *, as_json: bool,
-                 quiet: bool, analysis: bool = True) -> int:
-    """The same run inside the VM, with the results folder shared read-write; its analysis
-    then runs here on the host (pandas and matplotlib under the VM's software emulation
-    take minutes). Returns the exit code."""
+                 quiet: bool, analysis: bool = True, backend: str | None = None) -> int:
+    """The same run inside the VM (on ``backend`` if given, either one: the guest has the
+    host's Mininet and Open vSwitch), with the results folder shared read-write; its
+    analysis then runs here on the host (pandas and matplotlib under the VM's software
+    emulation take minutes). Returns the exit code."""
     from aitb.orchestration.rundir import new_run_id
     from aitb.orchestration.runner import analyze_finished
 
@@ -174,6 +172,7 @@ def _rerun_in_vm(path: Path, experiment_dir: Path, results: Path, *, as_json: bo
     run_id = new_run_id()
     argv = [sys.executable, "-m", "aitb.cli", "run", str(path.resolve()), "--results",
             str(results), "--run-id", run_id, "--no-analysis",
+            *(["--backend", backend] if backend else []),
             *(["--json"] if as_json else []), *(["--quiet"] if quiet else [])]
     run_dir = experiment_dir.resolve() / run_id
     try:  # SIGINT/SIGTERM: the VM (its own process group) is ended, then we exit 130/143

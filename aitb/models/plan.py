@@ -18,7 +18,7 @@ from aitb.models.shaping import GilbertElliott, Shaping
 from aitb.models.units import BufferSize
 
 __all__ = [
-    "NodeKind", "NODE_KINDS", "EcmpHash", "Datapath", "MAX_IFNAME", "MAX_NODE_NAME",
+    "NodeKind", "NODE_KINDS", "EcmpHash", "Datapath", "OvsDatapath", "MAX_IFNAME", "MAX_NODE_NAME",
     "Endpoint", "LinkPlan", "NextHop", "Route", "NodePlan", "LabPlan",
     "plan_to_dict", "plan_from_dict",
 ]
@@ -27,6 +27,7 @@ NodeKind = Literal["host", "switch", "router"]
 NODE_KINDS: tuple[str, ...] = ("host", "switch", "router")
 EcmpHash = Literal["l3", "l4"]
 Datapath = Literal["bridge", "ovs"]
+OvsDatapath = Literal["auto", "system", "netdev"]
 MAX_IFNAME = 15  # IFNAMSIZ (16) minus the terminating NUL, include/uapi/linux/if.h
 MAX_NODE_NAME = 32
 
@@ -100,10 +101,12 @@ class NodePlan:
     = the kernel's default (200 ms, include/net/tcp.h TCP_RTO_MIN); image: hosts only, a
     container image (docker) whose container holds the node's network namespace, None for a
     plain namespace.
-    datapath (switches): ``bridge`` (a Linux bridge) or ``ovs`` (Open vSwitch, user-space
-    datapath, forwarding computed by aitb: shortest paths, equal-cost ones through select
-    groups, floods along a spanning tree; see testbed/ovs_flows.py); flows (ovs switches):
-    extra OpenFlow rules in ``ovs-ofctl add-flow`` syntax, added after aitb's own.
+    datapath (switches): ``bridge`` (a Linux bridge) or ``ovs`` (Open vSwitch, forwarding
+    computed by aitb: shortest paths, equal-cost ones through select groups, floods along a
+    spanning tree; see testbed/ovs_flows.py); flows (ovs switches): extra OpenFlow rules in
+    ``ovs-ofctl add-flow`` syntax, added after aitb's own; ovs_datapath (ovs switches):
+    ``system`` (the kernel's openvswitch datapath), ``netdev`` (OVS's user-space datapath) or
+    ``auto`` (system where the kernel has it, else netdev; see testbed/ovs_datapath.py).
     command, environment, binds (container hosts only): argv replacing the image's CMD (None:
     the image's own), the container's environment, and bind mounts host path ->
     ``"<container path>:ro"`` or ``":rw"``.
@@ -125,6 +128,7 @@ class NodePlan:
     command: tuple[str, ...] | None = None
     environment: Mapping[str, str] = field(default_factory=dict)
     binds: Mapping[str, str] = field(default_factory=dict)
+    ovs_datapath: OvsDatapath = "auto"
 
 
 @dataclass(frozen=True, slots=True)

@@ -319,6 +319,8 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
         with make_lab(prep.plan, backend, run_id=lab_id) as lab:
             manifest["lab_timings_s"] = dict(lab.timings)
+            if lab.ovs_datapaths:  # switch -> system/netdev, read back at bring-up
+                manifest["ovs_datapaths"] = dict(lab.ovs_datapaths)
             monitor = FidelityMonitor(prep.plan, lab, progress).before()
             with observing(prep.observe, lab, run_dir, manifest, progress):
                 try:

@@ -15,7 +15,7 @@ from testbed.capabilities import needs_vm, probe, require_kernel
 pytestmark = pytest.mark.netns
 
 REQUIRED = {"root", "netns", "veth", "bridge", "htb", "tbf", "netem", "ifb", "fq_codel", "red",
-            "openvswitch", "tcpdump", "iperf3", "tshark", "vm"}
+            "openvswitch", "ovs_system", "ovs_netdev", "tcpdump", "iperf3", "tshark", "vm"}
 
 
 def _tc_accepts(kind_args):

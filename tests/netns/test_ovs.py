@@ -120,3 +120,61 @@ def test_sigkill_of_the_owner_then_clean_removes_shells_daemons_and_namespaces(t
     assert not any(pid_alive(p, s) for p, s in daemons)
     assert run_namespaces(run_id) == []
     assert not (tmp_path / run_id).exists()
+
+
+def test_datapath_is_chosen_recorded_and_read_back_across_processes(tmp_path):
+    """`aitb topo deploy --json` says which datapath each OVS switch got, `aitb topo inspect`
+    of the live lab (another process) reads the same from the run's registry, and it is the
+    one the switch's namespace shows (an openvswitch-kind device iff ``system``)."""
+    import json
+    import subprocess
+    import sys
+
+    from testbed.lab import Lab
+    from testbed.ovs_datapath import kernel_datapath
+    from testbed.ovs_lab import seen_datapath
+
+    want = "system" if kernel_datapath().present else "netdev"
+    env = {**os.environ, "AITB_STATE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "aitb.cli", "topo", "deploy", str(TOPO),
+                          "--json"], capture_output=True, text=True, env=env, timeout=120,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    rid = json.loads(out.stdout)["run_id"]
+    try:
+        assert json.loads(out.stdout)["ovs_datapaths"] == dict.fromkeys(
+            ["spine1", "spine2", "leaf1", "leaf2"], want)
+        seen = subprocess.run([sys.executable, "-m", "aitb.cli", "topo", "inspect", rid,
+                               "--json"], capture_output=True, text=True, env=env,
+                              timeout=60, check=True)
+        nodes = json.loads(seen.stdout)["nodes"]
+        assert {n: v.get("ovs_datapath") for n, v in nodes.items() if "leaf" in n
+                or "spine" in n} == dict.fromkeys(["spine1", "spine2", "leaf1", "leaf2"], want)
+        lab = Lab.attach(rid, tmp_path)
+        try:
+            assert seen_datapath(lab, "leaf1") == want
+        finally:
+            lab.release()
+    finally:
+        subprocess.run([sys.executable, "-m", "aitb.cli", "topo", "destroy", rid], env=env,
+                       timeout=120, check=True, capture_output=True)
+    assert run_namespaces(rid) == []
+
+
+def test_system_datapath_on_a_kernel_without_it_is_refused_before_anything_exists(tmp_path):
+    import dataclasses
+
+    from aitb.models.errors import LabError
+    from testbed.ovs_datapath import kernel_datapath
+
+    if kernel_datapath().present:
+        pytest.skip("this kernel has the openvswitch datapath (the VM tier covers it)")
+    plan = load_topology(TOPO)
+    plan = dataclasses.replace(plan, nodes=tuple(
+        dataclasses.replace(n, ovs_datapath="system") if n.name == "spine2" else n
+        for n in plan.nodes))
+    lab = make_lab(plan, "native", state_dir=tmp_path)
+    with pytest.raises(LabError, match=r"node\(s\) spine2: ovs_datapath: system"):
+        lab.up()
+    assert run_namespaces(lab.run_id) == []
+    assert list(tmp_path.iterdir()) == []

@@ -22,4 +22,4 @@ def test_vm_flag_is_ignored_inside_the_vm_and_the_guest_kernel_has_netem():
     # The stock kernel has every qdisc and link kind aitb uses; `vm` itself is present too
     # because the guest sees the host's filesystem.
     assert not missing & {"netns", "veth", "bridge", "ifb", "htb", "tbf", "netem", "fq_codel",
-                          "red", "pfifo", "bfifo", "openvswitch"}, report["remedies"]
+                          "red", "pfifo", "bfifo", "openvswitch", "ovs_system"}, report["remedies"]
