@@ -72,6 +72,19 @@ def _wait_ready(proc: subprocess.Popen[Any], log: Path) -> Any:
                    f"{DOCKERD_START_TIMEOUT_S:.0f} s: {_tail(log)} (log: {log})")
 
 
+def _spawn(log: Path) -> tuple[subprocess.Popen[bytes], int | None]:
+    """Start :data:`DOCKERD_ARGV` in its own session, output appended to ``log``; returns the
+    process and its start time (for ending it by pid). Raises LabError naming the argv."""
+    try:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(list(DOCKERD_ARGV), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as exc:
+        raise LabError(f"cannot start {' '.join(DOCKERD_ARGV)}: {exc} (install Debian's "
+                       "docker.io: scripts/setup.sh)") from exc
+    return proc, pid_start_time(proc.pid)
+
+
 def ensure_engine(registry: Registry, children: dict[int, subprocess.Popen[Any]]) -> Any:
     """A client of a running docker engine; starts ``dockerd`` (see module doc) if none runs.
 
@@ -84,14 +97,7 @@ def ensure_engine(registry: Registry, children: dict[int, subprocess.Popen[Any]]
     if cli is not None:
         return cli
     log = registry.dir / "dockerd.log"
-    try:
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(list(DOCKERD_ARGV), stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-    except OSError as exc:
-        raise LabError(f"cannot start {' '.join(DOCKERD_ARGV)}: {exc} (install Debian's "
-                       "docker.io: scripts/setup.sh)") from exc
-    start = pid_start_time(proc.pid)
+    proc, start = _spawn(log)
     registry.append([{"kind": "dockerd", "node": "-", "pid": proc.pid,
                       "start": -1 if start is None else start, "argv": list(DOCKERD_ARGV)}])
     children[proc.pid] = proc
@@ -107,14 +113,7 @@ def temporary_engine(log: Path) -> Iterator[Any]:
     if cli is not None:
         yield cli
         return
-    try:
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(list(DOCKERD_ARGV), stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-    except OSError as exc:
-        raise LabError(f"cannot start {' '.join(DOCKERD_ARGV)}: {exc} (install Debian's "
-                       "docker.io: scripts/setup.sh)") from exc
-    start = pid_start_time(proc.pid)
+    proc, start = _spawn(log)
     try:
         yield _wait_ready(proc, log)
     finally:

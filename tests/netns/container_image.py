@@ -5,11 +5,16 @@ it in: the running one, else a dockerd this helper starts and stops by pid."""
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from testbed.dockerd import DOCKERD_ARGV, client
 from testbed.procs import end_process
@@ -90,3 +95,21 @@ class Engine:
             assert self.proc.poll() is not None, f"dockerd {self.proc.pid} still runs"
             self.proc = None
 
+
+
+def engine_with_image(tmp_path_factory, build: Callable[[Any], bool], tag: str
+                      ) -> Iterator[Engine]:
+    """Body of a module-scoped ``engine`` fixture: an :class:`Engine` whose image ``tag`` is
+    built by ``build(cli)`` (True if it built it); the image is removed again only if it was
+    built here, and a dockerd started here is stopped by pid. Skips without root."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (namespaces, docker engine)")
+    eng = Engine(tmp_path_factory.mktemp("dockerd") / "dockerd.log")
+    built = False
+    try:
+        built = build(eng.cli)
+        yield eng
+    finally:
+        if built:  # leave the engine's image store as we found it
+            eng.cli.images.remove(tag, force=True)
+        eng.stop()

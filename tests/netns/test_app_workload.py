@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import run_namespaces
 from container_image import PYTHON_TAG as TAG
-from container_image import Engine
+from container_image import engine_with_image
 
 from analysis.tcpflows import analyse_capture
 from testbed.containers import run_containers
@@ -32,17 +32,7 @@ RATE_BPS = 20_000_000
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (namespaces, docker engine)")
-    eng = Engine(tmp_path_factory.mktemp("dockerd") / "dockerd.log")
-    built = False
-    try:
-        built = build_python_image(eng.cli, TAG)
-        yield eng
-    finally:
-        if built:  # leave the engine's image store as we found it
-            eng.cli.images.remove(TAG, force=True)
-        eng.stop()
+    yield from engine_with_image(tmp_path_factory, lambda cli: build_python_image(cli, TAG), TAG)
 
 
 def _experiment(tmp_path: Path, name: str, command: list[str], timeout: str = "60s") -> Path:

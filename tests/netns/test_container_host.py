@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from container_image import TAG, Engine, build_image
+from container_image import TAG, Engine, build_image, engine_with_image
 from pyroute2 import NetNS
 
 from testbed.containers import RUN_LABEL, run_containers
@@ -89,17 +89,7 @@ def test_lab_starts_its_own_dockerd_and_stops_it_by_pid(labs, tmp_path):
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (namespaces, docker engine)")
-    eng = Engine(tmp_path_factory.mktemp("dockerd") / "dockerd.log")
-    built = False
-    try:
-        built = build_image(eng.cli)
-        yield eng
-    finally:
-        if built:  # leave the engine's image store as we found it
-            eng.cli.images.remove(TAG, force=True)
-        eng.stop()
+    yield from engine_with_image(tmp_path_factory, build_image, TAG)
 
 
 def test_container_host_traffic_over_shaped_link_and_clean_teardown(labs, engine, tmp_path):

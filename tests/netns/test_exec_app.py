@@ -4,13 +4,12 @@ and binds reach the container; apps left running are ended by pid at teardown.""
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 
 import pytest
 from container_image import PYTHON_TAG as TAG
-from container_image import Engine
+from container_image import engine_with_image
 
 from testbed.containers import run_containers
 from testbed.images import build_python_image
@@ -22,17 +21,7 @@ pytestmark = pytest.mark.netns
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (namespaces, docker engine)")
-    eng = Engine(tmp_path_factory.mktemp("dockerd") / "dockerd.log")
-    built = False
-    try:
-        built = build_python_image(eng.cli, TAG)
-        yield eng
-    finally:
-        if built:
-            eng.cli.images.remove(TAG, force=True)
-        eng.stop()
+    yield from engine_with_image(tmp_path_factory, lambda cli: build_python_image(cli, TAG), TAG)
 
 
 PROBE = textwrap.dedent("""\
