@@ -42,28 +42,33 @@ def mininet_api() -> dict[str, Any]:
             "RemoteController": RemoteController}
 
 
+class _LabMadeSwitch:
+    """Mixin (first base) of Mininet switch classes whose switch the lab makes, configures,
+    starts and stops itself (testbed.mininet_backend, testbed.ovs): Mininet's own class
+    set-up, start and stop do nothing, and the switch counts as connected."""
+
+    @classmethod
+    def setup(cls) -> None:
+        return None
+
+    def start(self, _controllers: Any) -> None:
+        return None
+
+    def stop(self, deleteIntfs: bool = False) -> None:  # noqa: N803 - Mininet's name
+        return None
+
+    def connected(self) -> bool:
+        return True
+
+
 def _bridge_class() -> type:
     base = mininet_api()["LinuxBridge"]
 
-    class _AitbBridge(base):  # type: ignore[misc, valid-type]
+    class _AitbBridge(_LabMadeSwitch, base):  # type: ignore[misc, valid-type]
         """A Mininet LinuxBridge in its own namespace whose bridge ``br0`` aitb made and
-        enslaved through netlink (verified by readback); start/stop do nothing here."""
-
-        @classmethod
-        def setup(cls) -> None:
-            """Mininet's check warns about the host's bridge-nf-call-* sysctls; aitb turns
-            them off inside each switch's namespace (testbed.sysctl), so there is nothing to
-            check in the host's."""
-            return None
-
-        def start(self, _controllers: Any) -> None:
-            return None
-
-        def stop(self, deleteIntfs: bool = False) -> None:  # noqa: N803 - Mininet's name
-            return None
-
-        def connected(self) -> bool:
-            return True
+        enslaved through netlink (verified by readback); start/stop do nothing here. (Mininet
+        checks the host's bridge-nf-call-* sysctls in ``setup``; aitb turns them off inside
+        each switch's namespace, testbed.sysctl, so there is nothing to check in the host's.)"""
 
         def dpctl(self, *args: Any) -> Any:
             """``brctl ARGS`` in the switch's namespace (Mininet CLI ``dpctl``)."""
@@ -88,7 +93,7 @@ def _intf_class() -> type:
 def _ovs_class() -> type:
     base = mininet_api()["OVSSwitch"]
 
-    class _AitbOVS(base):  # type: ignore[misc, valid-type]
+    class _AitbOVS(_LabMadeSwitch, base):  # type: ignore[misc, valid-type]
         """A Mininet OVSSwitch in its own namespace, run by the lab's own ovsdb-server/
         ovs-vswitchd there (testbed.ovs) with the datapath testbed.ovs_datapath chose
         (``datapath``: Mininet's ``kernel`` or ``user``): Mininet's start-up through
@@ -102,25 +107,12 @@ def _ovs_class() -> type:
                              protocols="OpenFlow13", **params)
 
         @classmethod
-        def setup(cls) -> None:
-            return None
-
-        @classmethod
         def batchStartup(cls, switches: Any, run: Any = None) -> Any:  # noqa: N802
             return switches
 
         @classmethod
         def batchShutdown(cls, switches: Any, run: Any = None) -> Any:  # noqa: N802
             return switches
-
-        def start(self, _controllers: Any) -> None:
-            return None
-
-        def stop(self, deleteIntfs: bool = False) -> None:  # noqa: N803 - Mininet's name
-            return None
-
-        def connected(self) -> bool:
-            return True
 
         def dpctl(self, *args: Any) -> Any:
             """``ovs-ofctl -O OpenFlow13 CMD <this bridge> ARGS`` (Mininet CLI ``dpctl``)."""
