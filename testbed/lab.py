@@ -118,17 +118,27 @@ class Lab:
 
     def up(self) -> None:
         """Create and configure everything, then read it back. On any failure (or signal)
-        tears down what was made and re-raises. Raises LabError naming what failed."""
+        tears down what was made and re-raises. Raises LabError naming what failed, and
+        :class:`testbed.signals.LabInterrupted` for SIGINT/SIGTERM under
+        :func:`testbed.signals.raising` even where a library wrapped or dropped it."""
         self._check_kernel()
         self.ovs_datapaths = ovs_datapath.choose_for_lab(self.plan)
         self.registry.create(self.plan)
         try:
             self._build()
+            late = signals.swallowed()  # an interrupt some library caught and dropped
+            if late is not None:
+                raise late
         except BaseException as exc:
             report, _ = self._teardown_held()  # a second Ctrl-C must not cut the cleanup short
+            # an interrupt raised inside a library that wrapped it (pyroute2's decoder) or
+            # that left it half-decoded data (a ValueError further on) is reported as such
+            real = signals.interruption(exc)
             if report.failures:
-                exc.add_note("teardown after the failure also failed:\n  "
-                             + "\n  ".join(report.failures))
+                real.add_note("teardown after the failure also failed:\n  "
+                              + "\n  ".join(report.failures))
+            if real is not exc:
+                raise real from exc
             raise
 
     def _step(self, name: str, t0: float) -> float:

@@ -84,6 +84,34 @@ def test_signal_during_deploy_removes_everything(labs, tmp_path, sig, code):
     assert not (labs.state_dir / rid).exists()
 
 
+def test_signal_at_any_stage_of_deploy_exits_130_without_traceback(labs, tmp_path):
+    """SIGINT landing anywhere in bring-up (links, addresses, routes, the netlink readback)
+    ends `topo deploy` with 130 and one line; inside pyroute2's attribute decoder the
+    handler's exception used to be wrapped (NetlinkNLADecodeError) or to leave half-decoded
+    bytes behind (a ValueError in the readback): exit 1 with a traceback."""
+    plan_file = _plan_file(tmp_path, _star(300))
+    env = {**os.environ, "AITB_STATE_DIR": str(labs.state_dir)}
+    outcomes = []
+    for delay_s in (0.3, 0.6, 0.9, 1.2, 1.5, 1.8):
+        rid = labs.new_id()
+        proc = subprocess.Popen([*AITB, "topo", "deploy", str(plan_file), "--run-id", rid],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        deadline = time.monotonic() + 30
+        while not run_namespaces(rid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(delay_s)  # from the first namespace on: later and later stages
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        if proc.returncode == 0:  # deployed before the signal: a live lab, ours to destroy
+            _aitb(labs.state_dir, "topo", "destroy", rid)
+        else:
+            assert proc.returncode == 130 and "Traceback" not in err, (delay_s, err[-3000:])
+        assert run_namespaces(rid) == []
+        outcomes.append(proc.returncode)
+    assert 130 in outcomes  # at least some signals landed inside bring-up
+
+
 OWNER = """
 import sys, time, json
 sys.path.insert(0, {tests!r})
