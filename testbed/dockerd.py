@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,8 @@ from aitb.models.errors import LabError
 from testbed.procs import end_process
 from testbed.registry import Registry, pid_start_time
 
-__all__ = ["DOCKER_SOCKET", "DOCKERD_ARGV", "DOCKERD_STOP_GRACE_S", "client", "ensure_engine",
-           "temporary_engine"]
+__all__ = ["DOCKER_SOCKET", "DOCKERD_ARGV", "DOCKERD_STOP_GRACE_S", "client", "missing_images",
+           "ensure_engine", "temporary_engine"]
 
 DOCKER_SOCKET = "unix:///var/run/docker.sock"
 DOCKERD_ARGV = ("dockerd", "--host", DOCKER_SOCKET, "--bridge=none", "--iptables=false",
@@ -49,6 +49,19 @@ def client(quiet: bool = True) -> Any:
         if quiet:
             return None
         raise LabError(f"the docker engine at {DOCKER_SOCKET} does not answer: {exc}") from exc
+
+
+def missing_images(cli: Any, images: Sequence[str]) -> list[str]:
+    """The names among ``images`` that the engine of ``cli`` does not hold (never pulls)."""
+    import docker
+
+    lacking = []
+    for image in dict.fromkeys(images):
+        try:
+            cli.images.get(image)
+        except docker.errors.ImageNotFound:
+            lacking.append(image)
+    return lacking
 
 
 def _tail(path: Path, lines: int = 5) -> str:

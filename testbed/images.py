@@ -207,6 +207,8 @@ def build_python_image(cli: Any, tag: str = TAG, extra: dict[str, bytes] | None 
             return False
         except docker.errors.ImageNotFound:
             pass
+        except docker.errors.DockerException as exc:  # e.g. an invalid reference
+            raise LabError(f"image {tag}: {exc}") from None
     try:
         with context(extra, packages) as ctx:
             cli.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True)

@@ -7,6 +7,7 @@ node (``ip netns exec sysctl`` would fork one each). Needs root.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Mapping, Sequence
 
@@ -88,6 +89,9 @@ def _write(node: str, key: str, value: str, required: bool) -> None:
             raise LabError(f"node {node}: sysctl {key} does not exist in this kernel") from None
     except OSError as exc:
         hint = ""
+        if exc.errno in (errno.EACCES, errno.EPERM) and key.startswith("net."):
+            hint = ("; this sysctl is not per network namespace (the kernel makes global "
+                    "ones read-only inside a namespace): set it on the host instead")
         if key == "net.ipv4.tcp_congestion_control":
             hint = ("; a namespace's default may only be an algorithm listed in the host's "
                     "net.ipv4.tcp_allowed_congestion_control (root can still pick any per "

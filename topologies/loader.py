@@ -53,10 +53,16 @@ def _syntax_issue(exc: YAMLError, source: str) -> SpecIssue:
     return SpecIssue(f"YAML syntax error: {exc}", file=source)
 
 
-def read_yaml(path: str | Path) -> tuple[Any, list[SpecIssue]]:
+TOPOLOGY_TOP = "a topology: a mapping with name, nodes and links"
+_YAML_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number",
+               bool: "true or false"}
+
+
+def read_yaml(path: str | Path, expected: str = TOPOLOGY_TOP) -> tuple[Any, list[SpecIssue]]:
     """Read ``path`` as YAML. Returns the round-trip document (mappings remember the line of
     every key) and the duplicate keys found. Raises :class:`SpecError` naming the file when it
-    is missing, unreadable, not YAML, or not a mapping at the top."""
+    is missing, unreadable, not YAML, or not a mapping at the top (the message says what was
+    ``expected``, e.g. "an experiment: a mapping with name, topology and workloads")."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -72,9 +78,9 @@ def read_yaml(path: str | Path) -> tuple[Any, list[SpecIssue]]:
     except YAMLError as exc:
         raise SpecError(_syntax_issue(exc, source)) from None
     if not isinstance(doc, Mapping):
-        got = "an empty file" if doc is None else f"a {type(doc).__name__}"
-        raise SpecError(SpecIssue(f"expected a mapping with name, nodes and links; got {got}",
-                                  file=source, line=1))
+        got = "an empty file" if doc is None else next(
+            (word for kind, word in _YAML_KINDS.items() if isinstance(doc, kind)), "a scalar")
+        raise SpecError(SpecIssue(f"expected {expected}; got {got}", file=source, line=1))
     return doc, dups
 
 

@@ -59,6 +59,7 @@ def import_cmd(
 ) -> None:
     """Import a containerlab topology as an aitb topology; kinds aitb cannot run become
     hosts, routers or switches with a warning. Exit 2 with every reason when it cannot."""
+    from aitb.commands.outputs import write_output_file
     from topologies.clab import import_clab
     from topologies.clab.yamlout import to_yaml
 
@@ -69,7 +70,7 @@ def import_cmd(
     if out is None:
         typer.echo(text, nl=False)
         return
-    out.write_text(text, encoding="utf-8")
+    write_output_file(out, text, "--output")
     err.print(f"wrote {out} ({len(result.plan.nodes)} nodes, {len(result.plan.links)} links)",
               highlight=False)
 

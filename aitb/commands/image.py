@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 import tempfile
 import time
 from pathlib import Path, PurePosixPath
@@ -20,6 +21,23 @@ from typing import Annotated
 import typer
 
 from aitb.models.errors import SpecError
+
+# docker's reference grammar (distribution/reference): path components of lowercase letters
+# and digits joined by '.', '_', '__' or dashes, separated by '/', an optional registry host
+# (with port) first; a tag of up to 128 word characters, dots and dashes
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+# a first component is a registry host only if it is localhost, has a dot or a port
+_HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+(?=:[0-9]))(?::[0-9]+)?"
+_REFERENCE = re.compile(rf"(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*"
+                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?")
+
+
+def _tag(tag: str) -> str:
+    """``tag`` if it is a valid docker image reference; SpecError (exit 2) otherwise."""
+    if not _REFERENCE.fullmatch(tag):
+        raise SpecError(f"image tag {tag!r}: not a valid docker reference (lowercase "
+                        "name[:tag], e.g. aitb-gloo:1)")
+    return tag
 
 
 def _files(specs: list[str]) -> dict[str, bytes]:
@@ -60,6 +78,7 @@ def build(
     from testbed.dockerd import temporary_engine
     from testbed.images import build_python_image
 
+    tag = _tag(tag)
     extra, packages = _files(file or []), _packages(package or [])
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aitb-image-") as tmp, \

@@ -11,6 +11,7 @@ Output: progress on stderr; stdout carries only the run directory (last line) or
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,7 +21,7 @@ import typer
 from rich.console import Console
 
 from aitb.commands.run_progress import StepProgress
-from aitb.models.errors import LabError, SpecError, SpecIssue
+from aitb.models.errors import SpecError, SpecIssue
 from aitb.orchestration.rundir import finite
 from testbed import signals
 from testbed.capabilities import in_vm
@@ -60,6 +61,7 @@ def run(
 ) -> None:
     """Deploy the experiment's lab, replay its workloads over real sockets, record, check
     fidelity, tear down. Exit codes: 0 ok, 1 run failed, 2 bad input, 130/143 interrupted."""
+    from aitb.commands.outputs import output_dir
     from aitb.orchestration.defaults import default_experiment
     from aitb.orchestration.runner import execute, prepare
     from testbed.backends import check_backend
@@ -75,21 +77,25 @@ def run(
         _emit({"ok": False, "run_dir": None, "error": str(exc), "exit_code": EXIT_BAD_INPUT,
                "issues": [i.to_dict() for i in exc.issues]})
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    if check:
-        typer.echo(f"{path}: ok ({len(prep.plan.nodes)} nodes, {len(prep.workloads)} workloads)")
-        return
     missing = [] if in_vm() else missing_kernel_features(prep.plan)
+    if missing and not use_vm:
+        raise SpecError(f"this lab needs {', '.join(missing)}, which the host kernel lacks; "
+                        "drop --no-vm to run it in the stock-kernel VM", file=str(path))
+    if not missing:  # the VM's kernel has its own list; checked there
+        _check_congestion_control(prep, path)
+    _check_images(prep, path)
+    if check:
+        typer.echo(f"{path}: ok ({len(prep.plan.nodes)} nodes, "
+                   f"{_count(len(prep.workloads), 'workload')})")
+        return
+    output_dir(results, "--results")
     if missing:
-        if not use_vm:
-            raise LabError(f"this lab needs {', '.join(missing)}, which the host kernel "
-                           "lacks; drop --no-vm to run it in the stock-kernel VM")
         if not (quiet or as_json):
             console.print(f"this lab needs {', '.join(missing)}, which the host kernel lacks: "
                           "running it inside the stock-kernel VM (--no-vm refuses)")
         raise typer.Exit(_rerun_in_vm(path, results / prep.spec.name, results,
                                       as_json=as_json, quiet=quiet, analysis=analysis,
                                       backend=backend))
-    _check_congestion_control(prep, path)
     with StepProgress(console, quiet=quiet or as_json) as step:
         outcome = execute(prep, results, progress=step, analyze=analysis, backend=backend,
                           run_id=run_id)
@@ -126,6 +132,32 @@ def _check_congestion_control(prep: Any, path: Path) -> None:
             key_path=("transport", "tcp_congestion_control"))])
 
 
+def _check_images(prep: Any, path: Path) -> None:
+    """Refuse, before anything exists, container hosts whose image the running docker engine
+    does not have (no registry is reachable: images are built locally). Without a running
+    engine nothing is checked here: the lab starts one and refuses a missing image before
+    its first namespace. Raises SpecError naming file, node and image."""
+    boxes = [n for n in prep.plan.nodes if n.image]
+    if not boxes:
+        return
+    from testbed.dockerd import client, missing_images
+
+    cli = client()
+    if cli is None:
+        return
+    lacking = missing_images(cli, [n.image for n in boxes])
+    if lacking:
+        raise SpecError([SpecIssue(
+            f"node {n.name}: image {n.image!r} is not in the local docker engine (no registry "
+            "is reachable: build it locally, e.g. `aitb image build`)", file=str(path))
+            for n in boxes if n.image in lacking])
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 workload``, ``3 workloads``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _emit(doc: dict[str, Any]) -> None:
     typer.echo(json.dumps(finite(doc), allow_nan=False))
 
@@ -133,8 +165,11 @@ def _emit(doc: dict[str, Any]) -> None:
 def _summary(outcome: Any, quiet: bool) -> None:
     """The verdict on stderr: failure always, fidelity unless quiet."""
     if not outcome.ok:
-        console.print(f"[bold red]run failed:[/] {outcome.error}", markup=True,
+        verdict = "run interrupted" if outcome.exit_code >= 128 else "run failed"
+        console.print(f"[bold red]{verdict}:[/] {outcome.error}", markup=True,
                       highlight=False)
+    if outcome.exit_code >= 128:  # no verdict on a run that was cut short
+        return
     if quiet or not outcome.run_dir.joinpath("fidelity.json").exists():
         return
     if outcome.trustworthy is None:
@@ -181,9 +216,20 @@ def _rerun_in_vm(path: Path, experiment_dir: Path, results: Path, *, as_json: bo
             res = run_in_vm(argv, rwdirs=[results], echo=not as_json,
                             timeout_s=_VM_RUN_TIMEOUT_S)
     except signals.LabInterrupted as exc:
+        if not (run_dir / "manifest.json").exists():  # the VM was still booting
+            console.print(f"[bold red]run interrupted[/] by {signal.Signals(exc.signum).name} "
+                          "before the run began in the VM; nothing was created",
+                          markup=True, highlight=False)
+            if as_json:
+                _emit({"ok": False, "run_dir": None, "error": str(exc),
+                       "exit_code": exc.exit_code})
+            return exc.exit_code
         _mark_interrupted(run_dir, exc)
         console.print(f"[bold red]run interrupted:[/] {exc}", markup=True, highlight=False)
-        if not as_json:
+        if as_json:
+            _emit({"ok": False, "run_dir": str(run_dir), "error": str(exc),
+                   "exit_code": exc.exit_code})
+        else:
             typer.echo(str(run_dir))
         return exc.exit_code
     code = res.returncode
@@ -211,7 +257,7 @@ def _mark_interrupted(run_dir: Path, exc: Exception) -> None:
     if not path.exists():
         return
     manifest = json.loads(path.read_text())
-    manifest.update(status="failed", error=f"{exc}; the stock-kernel VM was stopped")
+    manifest.update(status="interrupted", error=f"{exc}; the stock-kernel VM was stopped")
     write_json_atomic(path, manifest)
     write_json_atomic(run_dir / "error.json", {"error": manifest["error"],
                                                "type": type(exc).__name__})

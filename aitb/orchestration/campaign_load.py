@@ -67,7 +67,8 @@ def _base(spec: CampaignSpec, doc: Any, source: str) -> tuple[Any, str, Path]:
     if spec.base.file is not None:
         path = Path(spec.base.file) if Path(spec.base.file).is_absolute() \
             else here / spec.base.file
-        base_doc, dups = read_yaml(path)
+        base_doc, dups = read_yaml(
+            path, "an experiment: a mapping with name, topology and workloads")
         if dups:
             raise SpecError(dups)
         return base_doc, str(path), path.parent

@@ -127,7 +127,7 @@ def parse_campaign(data: Mapping[str, Any], source: str) -> CampaignSpec:
 def load_campaign(path: str | Path) -> tuple[CampaignSpec, Any]:
     """Read and validate the campaign file ``path``; returns the spec and the ruamel document
     (for line numbers). Raises :class:`SpecError` naming the file."""
-    doc, dups = read_yaml(path)
+    doc, dups = read_yaml(path, "a campaign: a mapping with name, base and grid or zip")
     if dups:
         raise SpecError(dups)
     return parse_campaign(doc, str(path)), doc

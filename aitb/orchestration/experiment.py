@@ -279,7 +279,7 @@ def _drop_tag(issue: SpecIssue) -> SpecIssue:
 def load_experiment(path: str | Path) -> tuple[ExperimentSpec, Any]:
     """Read and validate the experiment file ``path``; returns the spec and the ruamel
     document (for line numbers in later errors). Raises :class:`SpecError` naming the file."""
-    doc, dups = read_yaml(path)
+    doc, dups = read_yaml(path, "an experiment: a mapping with name, topology and workloads")
     if dups:
         raise SpecError(dups)
     return parse_experiment(doc, str(path)), doc

@@ -288,12 +288,12 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     """
     run_id = run_id or new_run_id()
     lab_id = run_id.rsplit("-", 1)[-1]
+    manifest = _manifest(prep, run_id, lab_id)  # before the folder: host facts take a moment
+    manifest["backend"] = backend = backend or prep.backend
     run_dir = create_run_dir(results_dir, prep.spec.name, run_id)
+    write_json_atomic(run_dir / "manifest.json", manifest)  # first: a run dir always has one
     write_json_atomic(run_dir / "experiment.json", prep.spec.model_dump(mode="json"))
     write_json_atomic(run_dir / "plan.json", plan_to_dict(prep.plan))
-    manifest = _manifest(prep, run_id, lab_id)
-    manifest["backend"] = backend = backend or prep.backend
-    write_json_atomic(run_dir / "manifest.json", manifest)
     outcome = RunOutcome(run_dir, ok=False)
     runlog = RunLog(run_dir)
     progress = runlog.wrap(progress)
@@ -347,10 +347,16 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
         _merge_records(run_dir)
         if monitor is not None:
             _fidelity(monitor, run_dir, manifest, outcome, progress)
-        manifest.update(status="ok" if outcome.ok else "failed", ended_at=_now(),
+        manifest.update(status=run_status(outcome.ok, outcome.exit_code), ended_at=_now(),
                         error=outcome.error)
         write_json_atomic(run_dir / "manifest.json", manifest)
         runlog.log.info("status %s", manifest["status"])
+
+
+def run_status(ok: bool, exit_code: int) -> str:
+    """The manifest's ``status``: ``ok``, ``interrupted`` (SIGINT/SIGTERM: exit code >= 128)
+    or ``failed``."""
+    return "ok" if ok else "interrupted" if exit_code >= 128 else "failed"
 
 
 def _analyze(run_dir: Path, manifest: dict[str, Any], outcome: RunOutcome,

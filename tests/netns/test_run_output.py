@@ -59,3 +59,26 @@ def test_bad_input_exits_2(tmp_path, env):
     doc = json.loads(aitb(str(bad), "--json", env=env).stdout)
     assert doc["exit_code"] == 2 and any("workloads" in (i["key"] or "") for i in doc["issues"])
     assert not (tmp_path / "r").exists()
+
+
+def test_early_ctrl_c_exits_130_with_no_traceback_and_no_manifestless_run_dir(tmp_path, env):
+    """SIGINT from the first moments on (imports, preparing, host facts, lab bring-up): the
+    console script exits 130 with one line, and a run directory, if one was made, has a
+    manifest saying ``interrupted`` (an early Ctrl-C used to print a KeyboardInterrupt
+    traceback, or leave a folder with only experiment.json and plan.json)."""
+    import signal
+    import time
+
+    script = Path(sys.executable).parent / "aitb"
+    results = tmp_path / "results"
+    for delay_s in (0.15, 0.4, 0.7, 1.0, 1.5, 2.5):
+        proc = subprocess.Popen([str(script), "run", str(QUICK), "--results", str(results)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, cwd=ROOT)
+        time.sleep(delay_s)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode in (0, 130) and "Traceback" not in err, (delay_s, err[-3000:])
+    for run_dir in results.glob("*/*"):
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert manifest["status"] in ("ok", "interrupted"), (run_dir, manifest["status"])

@@ -20,11 +20,21 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     (["t:1", "--file", "/nonexistent/aitb-z:/opt/z"], "is not a readable file"),
     (["t:1", "--file", "/etc/hostname:relative/z"], "absolute DEST"),
     (["t:1", "--package", "aitb-no-such-dist"], "not installed in this Python"),
+    (["Bad Tag!"], "not a valid docker reference"),
+    (["Upper/case:1"], "not a valid docker reference"),
+    (["aitb-x:bad tag"], "not a valid docker reference"),
 ])
 def test_bad_input_exits_2_naming_the_option(args, needle):
     out = _cli(*args)
     assert out.returncode == 2, out.stderr
     assert needle in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("tag", ["aitb-gloo:1", "localhost:5000/lab/py:3.11", "a__b", "a-b.c"])
+def test_valid_references_pass_the_tag_check(tag):
+    from aitb.commands.image import _tag
+
+    assert _tag(tag) == tag
 
 
 def test_closure_of_the_interpreter():

@@ -111,7 +111,8 @@ def test_yaml_syntax_error_has_line(tmp_path):
     assert found[0].line is not None and "YAML syntax error" in found[0].message
 
 
-@pytest.mark.parametrize("text,needle", [("", "empty file"), ("- a\n- b\n", "CommentedSeq")])
+@pytest.mark.parametrize("text,needle", [("", "empty file"), ("- a\n- b\n", "got a list"),
+                                         ("42\n", "got a number")])
 def test_not_a_mapping(tmp_path, text, needle):
     assert needle in issues(tmp_path, text)[0].message
 
@@ -213,3 +214,16 @@ links:
     assert find_issue(found, "links[1].endpoints[1]", "'ghost'").line == 9
     assert find_issue(found, "links[2].profile", "unknown profile").line == 11
     assert not any("has no links" in i.message for i in found)  # h1's link still counts
+
+
+def test_each_kind_of_file_says_what_it_expected(tmp_path):
+    from aitb.orchestration.campaign_spec import load_campaign
+    from aitb.orchestration.experiment import load_experiment
+    from topologies.clab import import_clab
+
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    for load, what in ((load_experiment, "an experiment"), (load_campaign, "a campaign"),
+                       (import_clab, "a containerlab topology")):
+        with pytest.raises(SpecError, match=f"expected {what}: a mapping"):
+            load(path)

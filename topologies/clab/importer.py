@@ -254,7 +254,7 @@ def import_clab(path: str | Path, *, drop_external: bool = False,
     cannot be imported (file, line, key path, node). Reads only ``path``; writes nothing.
     """
     source = str(path)
-    doc, dups = read_yaml(path)
+    doc, dups = read_yaml(path, "a containerlab topology: a mapping with name and topology")
     if dups:
         raise SpecError(dups)
     return import_clab_doc(doc, source, drop_external=drop_external, kinds=kinds)
