@@ -71,12 +71,14 @@ def campaign(
     Re-running the same command after a crash or Ctrl-C resumes: completed runs are kept
     untouched, an unfinished one is discarded and redone.
     """
+    from aitb.commands.outputs import output_dir
     from aitb.orchestration.campaign import load, run_campaign
 
     c = load(file)
     if dry_run:
         _dry_run(c, results, as_json)
         return
+    output_dir(results, "--results")
     say = (lambda m: None) if quiet or as_json else (lambda m: console.print(f"[dim]{m}[/]"))
     missing = _needs_vm(c)
     if missing:
