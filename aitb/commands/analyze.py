@@ -28,12 +28,26 @@ def analyze(
 
     metrics = analyze_run(run_dir)
     report = run_dir / "report.html"
+    _warn_unfinished(run_dir, Console(stderr=True))
     if as_json:
         typer.echo(json.dumps(metrics, indent=1))
         return
     if not quiet:
         show_summary(metrics, Console())
     typer.echo(str(report))
+
+
+def _warn_unfinished(run_dir: Path, console: Console) -> None:
+    """Say so on stderr when the run's manifest does not say it finished (``ok``/``failed``):
+    an interrupted run, or one whose owner died (``running``): its metrics cover partial
+    records."""
+    try:
+        status = json.loads((run_dir / "manifest.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return
+    if status not in ("ok", "failed"):
+        console.print(f"[bold yellow]warning:[/] the run's status is {status!r}, not finished: "
+                      "the metrics cover the records it left", highlight=False)
 
 
 def show_summary(metrics: dict[str, Any], console: Console) -> None:

@@ -39,7 +39,8 @@ def plan_summary(plan: LabPlan) -> dict[str, Any]:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
-    kinds = ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in s["nodes"].items())
+    kinds = ", ".join(f"{n} {k}{'' if n == 1 else 'es' if k.endswith('ch') else 's'}"
+                      for k, n in s["nodes"].items())
     typer.echo(f"{s['source']}: ok: lab {s['name']!r}")
     typer.echo(f"  nodes:   {kinds}")
     typer.echo(f"  links:   {s['links']} ({s['shaped_links']} shaped)")
