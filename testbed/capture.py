@@ -10,8 +10,10 @@ Each tcpdump runs as ``tcpdump -i IF -s SNAPLEN -U -w captures/<node>__<ifname>.
 
 - ``-s``: headers only (default 128 bytes: Ethernet + IPv4/IPv6 + TCP with options).
 - ``-C``/``-W``: size-bounded ring of ``FILES`` files of about ``rotate_size`` each (tcpdump's
-  unit for ``-C`` is 10^6 bytes, so the size is rounded up to whole MB); files are named
-  ``.pcap0``, ``.pcap1``, ... (contract section 1).
+  unit for ``-C`` is 10^6 bytes, so the size is rounded up to whole MB); tcpdump names them
+  ``.pcap0``, ``.pcap1``, ...; once it has stopped they are renamed ``<node>__<ifname>-0.pcap``,
+  ``-1.pcap``, ... oldest first, so that Wireshark's file dialog and file associations
+  (``*.pcap``) find them.
 - ``-U``: every packet is written through at once, so a normal stop (SIGTERM, then wait) leaves
   no cut record, and even a killed tcpdump loses at most the packet being written.
 - ``--immediate-mode``: packets reach tcpdump as they arrive, not in kernel blocks, so stopping
@@ -105,7 +107,7 @@ class Capture:
     """tcpdumps of one run on ``points`` of ``lab``, files under ``out_dir``.
 
     Side effects: one tcpdump process per point inside its node's namespace (registered with
-    the lab, so :meth:`Lab.down` ends any left over), files ``out_dir/<node>__<ifname>.pcap*``
+    the lab, so :meth:`Lab.down` ends any left over), files ``out_dir/<node>__<ifname>-<k>.pcap``
     and ``out_dir/index.json``. Needs root and tcpdump.
     """
 
@@ -155,6 +157,7 @@ class Capture:
         if self.running:
             time.sleep(settle_s)
         problems = self._stop_all()
+        self._rename_rings()
         index = self.index()
         (self.out_dir / "index.json").write_text(json.dumps(index, indent=1))
         if problems:
@@ -187,15 +190,32 @@ class Capture:
                     + "; ".join(r.lines[-3:])]
         return []
 
+    def _ring(self, point: CapturePoint) -> list[Path]:
+        """This interface's files, oldest first: renamed ones by their number, else tcpdump's
+        ring by modification time (a wrapped ring's lowest number is not its oldest)."""
+        base = pcap_base(point)
+        stem = re.escape(base.removesuffix(".pcap"))
+        renamed = [(int(m[1]), f) for f in self.out_dir.iterdir()
+                   if (m := re.fullmatch(stem + r"-(\d+)\.pcap", f.name))]
+        if renamed:
+            return [f for _k, f in sorted(renamed)]
+        ring = [f for f in self.out_dir.iterdir() if re.fullmatch(re.escape(base) + r"\d*", f.name)]
+        return sorted(ring, key=lambda f: (f.stat().st_mtime_ns, len(f.name), f.name))
+
+    def _rename_rings(self) -> None:
+        """``<base>N`` -> ``<stem>-K.pcap``, K = 0 for the oldest (tcpdump has stopped)."""
+        for r in self.running:
+            stem = pcap_base(r.point).removesuffix(".pcap")
+            for k, f in enumerate(self._ring(r.point)):
+                f.rename(f.with_name(f"{stem}-{k}.pcap"))
+
     def index(self) -> dict[str, Any]:
         """index.json (contract section 1): snaplen and, per interface, node, ifname, link,
         files (paths relative to the run directory, oldest first) and tcpdump's counters
         (packets captured counts every packet written, also to files the ring overwrote)."""
         out = []
         for r in self.running:
-            base = pcap_base(r.point)
-            files = sorted(self.out_dir.glob(base + "*"),  # oldest first, also after wrapping
-                           key=lambda f: (f.stat().st_mtime_ns, len(f.name), f.name))
+            files = self._ring(r.point)
             out.append({"node": r.point.node, "ifname": r.point.ifname, "link": r.point.link,
                         "files": [f"{self.out_dir.name}/{f.name}" for f in files],
                         **r.stats()})
