@@ -145,7 +145,11 @@ def test_incast_queue_drops_match_the_senders_retransmissions(tmp_path, state_en
     rec, inc = m["retransmissions"]["records"], m["incast"]
     assert inc["drops"] > 0 and m["summary"]["incast_loss_ratio"] > 0
     assert m["summary"]["queue_drops"] == inc["drops"]  # no queue but the bottleneck dropped
-    assert inc["drops"] <= rec["total_retrans"]
+    # every dropped data segment is sent again; a retransmission may carry two small dropped
+    # segments at once (Linux collapses adjacent sub-MSS segments when it retransmits,
+    # tcp_retrans_try_collapse), so drops can exceed retransmissions by a segment or two
+    # (a CI run saw 441 drops, 440 retransmissions)
+    assert inc["drops"] <= rec["total_retrans"] + 2
     # dsack_dups counts D-SACK reports, total_retrans segments: one report for a spurious
     # retransmission of several segments leaves a few more "real" ones than drops (seen: 0
     # and 2 of 60-155 drops); 10% or 5 packets

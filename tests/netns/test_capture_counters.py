@@ -199,10 +199,11 @@ def test_incast_queue_drops_agree_with_retransmissions(tmp_path, state_env):
     kernel_retrans = sum(f["tcp"]["total_retrans"] for f in flows)
     # the senders' kernels count the very segments their captures hold: equal
     assert resent == kernel_retrans
-    # each dropped segment is sent again at least once (all transfers completed); on top, at
-    # most one spurious resend per connection and burst (a tail-loss probe or an RTO resend
-    # of a segment that was only queued): 4 connections x 3 bursts
-    assert sampled <= resent <= sampled + 4 * 3
+    # each dropped segment is sent again at least once (all transfers completed), though one
+    # retransmission may carry two small dropped segments (tcp_retrans_try_collapse: 2 of
+    # slack, as in test_analysis_runs); on top, at most one spurious resend per connection
+    # and burst (a tail-loss probe or an RTO resend of a segment only queued): 4 x 3 bursts
+    assert sampled - 2 <= resent <= sampled + 4 * 3
     # TCP_INFO sampled through sock_diag counts the same retransmissions, up to its last
     # sample before each socket closed (so at most the agents' final reading)
     tcp = pd.read_parquet(run_dir / "counters" / "tcp.parquet")
