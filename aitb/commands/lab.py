@@ -86,20 +86,20 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
         raise unknown_name("--cli, --switch and --controller need --backend mininet")
     opts = {"switch": switch, "controller": controller} if chosen == "mininet" else {}
     lab = make_lab(plan, chosen, run_id, state_dir(), **opts)
-    up = False
     with signals.raising():
         try:
             lab.up()
-            up = True
             if cli:
                 typer.echo(f"run {lab.run_id}: Mininet CLI (exit tears the lab down)")
                 lab.cli()  # type: ignore[attr-defined]
-                up = False
                 lab.down()
                 return
             lab.detach()
         except BaseException:
-            if up:
+            # a failed up() has already removed its lab (and its registry); a signal that came
+            # after up() returned, even before the next statement ran, leaves a complete lab:
+            # its registry still exists, and an interrupted deploy leaves nothing behind
+            if lab.registry.dir.exists():
                 lab.down()
             raise
     lab.release()

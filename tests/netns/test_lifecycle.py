@@ -175,3 +175,29 @@ def test_signal_while_the_teardown_hold_is_installed_still_tears_down(labs, monk
     assert caught.value.exit_code == 130 and len(entries) == 2
     assert run_namespaces(rid) == []
     assert not (labs.state_dir / rid).exists()
+
+
+def test_signal_right_after_up_returns_still_tears_the_deploy_down(labs, tmp_path,
+                                                                    monkeypatch):
+    """The signal lands after `Lab.up()` returned but before `topo deploy` went on (a CI run
+    under load left all 301 namespaces of a star this way, exit 130): the interrupted deploy
+    must remove the complete lab."""
+    from aitb.commands.lab import deploy
+    from testbed import signals
+    from testbed.lab import Lab
+
+    real_up, made = Lab.up, []
+
+    def up_then_signal(self):
+        real_up(self)
+        made.append(self.run_id)
+        raise signals.LabInterrupted(signal.SIGINT)
+
+    monkeypatch.setattr(Lab, "up", up_then_signal)
+    monkeypatch.setenv("AITB_STATE_DIR", str(labs.state_dir))
+    rid = labs.new_id()
+    with pytest.raises(signals.LabInterrupted):
+        deploy(_plan_file(tmp_path, two_hosts_router()), run_id=rid, backend=None, cli=False,
+               switch="bridge", controller=None, as_json=False)
+    assert made == [rid] and run_namespaces(rid) == []
+    assert not (labs.state_dir / rid).exists()
