@@ -100,10 +100,17 @@ class Lab:
         self._signals.__enter__()
         try:
             self.up()
-        except BaseException:
+            return self  # inside the try: a signal before the with body starts is caught here
+        except BaseException as exc:
+            # up() removes what it made when it fails; a signal that lands after up() returned
+            # finds a complete lab (its registry exists) that no __exit__ would remove
+            if self.registry.dir.exists():
+                report, _ = self._teardown_held()
+                if report.failures:
+                    exc.add_note("teardown after the interrupt also failed:\n  "
+                                 + "\n  ".join(report.failures))
             self._close_signals()
             raise
-        return self
 
     def __exit__(self, *exc: object) -> None:
         try:

@@ -201,3 +201,22 @@ def test_signal_right_after_up_returns_still_tears_the_deploy_down(labs, tmp_pat
                switch="bridge", controller=None, as_json=False)
     assert made == [rid] and run_namespaces(rid) == []
     assert not (labs.state_dir / rid).exists()
+
+
+def test_signal_right_after_up_inside_with_lab_tears_it_down(labs, monkeypatch):
+    """`with Lab(...)`: a signal after up() returned but before the with body started raises
+    out of __enter__, so no __exit__ runs; the lab must still be removed."""
+    from testbed import signals
+    from testbed.lab import Lab
+
+    real_up = Lab.up
+
+    def up_then_signal(self):
+        real_up(self)
+        raise signals.LabInterrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(Lab, "up", up_then_signal)
+    lab = labs(two_hosts_router())
+    with pytest.raises(signals.LabInterrupted), lab:
+        pytest.fail("the with body must not run")
+    assert run_namespaces(lab.run_id) == [] and not lab.registry.dir.exists()
