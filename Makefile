@@ -16,7 +16,7 @@ campaign:         ## run (or resume) a campaign: CAMPAIGN=file (default: the inc
 	$(AITB) campaign $(CAMPAIGN)
 
 lint:             ## style, import contracts between layers
-	.venv/bin/ruff check --no-cache aitb testbed topologies workloads traffic_gen analysis tests bench scripts
+	.venv/bin/ruff check --no-cache aitb orchestration testbed topologies workloads traffic_gen analysis tests bench scripts
 	.venv/bin/lint-imports
 
 test-unit:        ## no root, no network

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aitb.models.paths import dci_links
-from aitb.models.plan import plan_from_dict
+from aitb.paths import dci_links
+from aitb.plan import plan_from_dict
 from analysis.dci import write_dci
 from analysis.io import write_json_atomic
 from analysis.metrics import compute_metrics
@@ -25,7 +25,7 @@ def analyze_run(run_dir: Path) -> dict[str, Any]:
     (contracts.md section 4), ``dci.json`` when the plan has DCI links (analysis.dci) and
     ``report.html``.
     Needs no root; re-runnable (the outputs are replaced, the inputs never touched). Returns
-    the metrics dict (as written to metrics.json). Raises :class:`aitb.models.errors.SpecError`
+    the metrics dict (as written to metrics.json). Raises :class:`aitb.errors.SpecError`
     naming the directory if it is missing or not a run directory (no manifest.json), or
     naming a malformed JSON file; nothing is written then.
     """

@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from aitb.models.errors import SpecError
-from aitb.models.plan import LabPlan, plan_from_dict
+from aitb.errors import SpecError
+from aitb.plan import LabPlan, plan_from_dict
 from analysis.io import write_parquet_atomic
 
 __all__ = ["RECORD_FILES", "COUNTER_FILES", "QDISC_COLUMNS", "RunTables", "load_run",

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import topologies
-from aitb.models.units import parse_duration_s
+from aitb.units import parse_duration_s
 from testbed.counters import CounterSampler, SamplerConfig
 from testbed.lab import Lab
 

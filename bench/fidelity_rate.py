@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "netns"))
 
 from plans import two_hosts_router  # noqa: E402
 
-from aitb.models.shaping import Shaping  # noqa: E402
-from aitb.orchestration.fidelity import direction_refs  # noqa: E402
+from aitb.shaping import Shaping  # noqa: E402
 from analysis.fidelity import rate_check  # noqa: E402
+from orchestration.run.fidelity import direction_refs  # noqa: E402
 from testbed.countersnap import QDISC_COLUMNS, snapshot  # noqa: E402
 from testbed.lab import Lab  # noqa: E402
 

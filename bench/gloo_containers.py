@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tests" / "netns"))
 
 from container_image import Engine  # noqa: E402
 
-from aitb.orchestration.runner import execute, prepare  # noqa: E402
+from orchestration.run.runner import execute, prepare  # noqa: E402
 from testbed.images import build_python_image  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "containers" / "gloo_allreduce.yaml"

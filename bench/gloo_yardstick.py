@@ -51,10 +51,10 @@ import time
 from pathlib import Path
 
 import topologies
-from aitb.models.plan import LabPlan
-from aitb.models.records import CollectiveRecord
-from aitb.models.schedule import Collective, Group, Schedule
-from aitb.models.shaping import Shaping
+from aitb.plan import LabPlan
+from aitb.records import CollectiveRecord
+from aitb.schedule import Collective, Group, Schedule
+from aitb.shaping import Shaping
 from testbed.counters.readers import TCP_FIELDS, NamespaceReader
 from testbed.countersnap import snapshot
 from testbed.lab import Lab

@@ -11,9 +11,9 @@ import ipaddress as ip
 import time
 from pathlib import Path
 
-from aitb.models.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
-from aitb.models.shaping import Shaping
-from aitb.models.units import BufferSize
+from aitb.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
+from aitb.shaping import Shaping
+from aitb.units import BufferSize
 from testbed.lab import Lab
 
 IF = ip.IPv4Interface

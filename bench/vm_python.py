@@ -3,7 +3,8 @@
 Run: .venv/bin/python bench/vm_python.py                       (with the Python image)
      AITB_VM_PYTHON_IMAGE=0 .venv/bin/python bench/vm_python.py  (reading Python over 9p)
 Boots the VM twice: once for `true` (boot cost), once for this file with --guest, which times
-(wall clock, inside the guest) `python -c pass`, `import aitb.cli`, the agent proxy imports,
+(wall clock, inside the guest) `python -c pass`, `import orchestration.cli.app`, the agent
+proxy imports,
 then builds 8 namespaces joined by veths on a bridge (pyroute2) and starts one Python process
 per namespace importing the agent proxy, in parallel: the time until all have imported.
 The agent proxy is `import pyroute2, pydantic, typer, rich` (traffic_gen has no agent yet).
@@ -70,8 +71,9 @@ def guest() -> None:
     """Inside the VM: print one `name seconds` line per measurement."""
     py = sys.executable
     for name, argv in [("python -c pass", [py, "-c", "pass"]),
-                       ("import aitb.cli", [py, "-c", "import aitb.cli"]),
-                       ("import aitb.cli (again)", [py, "-c", "import aitb.cli"]),
+                       ("import orchestration.cli.app", [py, "-c", "import orchestration.cli.app"]),
+                       ("import orchestration.cli.app (again)",
+                        [py, "-c", "import orchestration.cli.app"]),
                        (AGENT_PROXY, [py, "-c", AGENT_PROXY])]:
         print(f"{name}: {_timed(argv):.1f} s", flush=True)
     from pyroute2 import netns

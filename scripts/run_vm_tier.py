@@ -12,8 +12,8 @@ import os
 import sys
 import time
 
-from aitb.cli import report_error
-from aitb.models.errors import AitbError
+from aitb.errors import AitbError
+from orchestration.cli.app import report_error
 from testbed.capabilities import needs_vm
 from testbed.vm import run_in_vm
 from testbed.vm_kernel import CHECKOUT

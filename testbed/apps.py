@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed.dockerd import client
 from testbed.procs import end_process
 from testbed.registry import pid_start_time

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import LabError
-from aitb.models.plan import LabPlan
+from aitb.errors import LabError
+from aitb.plan import LabPlan
 from testbed.lab import Lab
 from testbed.registry import DEFAULT_STATE_DIR
 

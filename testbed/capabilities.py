@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pyroute2 import NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed import kernel, ovs_datapath
 from testbed.vm_kernel import SETUP_REMEDY, vm_problems
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed.capture_select import CapturePoint
 
 __all__ = ["CaptureConfig", "Capture", "tcpdump_argv", "pcap_base"]

@@ -3,7 +3,7 @@
 ``"bottleneck"`` (the default) is where queues build and packets are lost, by these rules, in
 plan order, each interface once:
 
-1. **DCI links**: both ends of every DCI link (aitb.models.paths.dci_links: the two nodes lie
+1. **DCI links**: both ends of every DCI link (aitb.paths.dci_links: the two nodes lie
    in different sites, by node label ``site``, else ``group``, when both ends have one; or an
    end's interface is named ``dci-*``).
 2. **Fan-in toward a host**: a switch or router port whose egress toward a host is shaped
@@ -25,9 +25,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aitb.models.errors import SpecError, SpecIssue
-from aitb.models.paths import dci_links
-from aitb.models.plan import LabPlan, LinkPlan
+from aitb.errors import SpecError, SpecIssue
+from aitb.paths import dci_links
+from aitb.plan import LabPlan, LinkPlan
 
 __all__ = ["CapturePoint", "select_interfaces", "bottleneck_interfaces"]
 

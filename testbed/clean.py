@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed import netns
 from testbed.procs import end_process
 from testbed.registry import Registry, unknown_name

@@ -21,8 +21,8 @@ from typing import Any
 
 from pyroute2 import netns as pr_netns
 
-from aitb.models.errors import LabError
-from aitb.models.plan import NodePlan
+from aitb.errors import LabError
+from aitb.plan import NodePlan
 from testbed import netns
 from testbed.dockerd import client, ensure_engine
 from testbed.layout import Layout

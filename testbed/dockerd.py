@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed.procs import end_process
 from testbed.registry import Registry, pid_start_time
 

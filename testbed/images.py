@@ -2,7 +2,7 @@
 KERNEL.md "Docker engine"): ``FROM scratch`` plus this host's own Python interpreter, its
 standard library (without tests, GUI and bundled pip), its extension modules, optionally
 installed distributions (with everything they require), extra files, and every shared
-library all of them need. ``aitb image build`` is its CLI (aitb/commands/image.py).
+library all of them need. ``aitb image build`` is its CLI (orchestration/cli/commands/image.py).
 
 The libraries are found from the ELF files themselves, not from ``ldd`` text: pyelftools
 reads each file's ``DT_NEEDED`` entries and its ``DT_RUNPATH``/``DT_RPATH`` (with ``$ORIGIN``
@@ -35,7 +35,7 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from packaging.requirements import Requirement
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 
 __all__ = ["TAG", "DEFAULT_LIB_DIRS", "interpreter", "shared_libraries", "package_files",
            "rootfs_files", "context", "build_python_image"]

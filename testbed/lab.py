@@ -1,4 +1,4 @@
-"""``Lab``: realise a :class:`~aitb.models.plan.LabPlan` as namespaces, veths, bridges,
+"""``Lab``: realise a :class:`~aitb.plan.LabPlan` as namespaces, veths, bridges,
 routes and tc, hold it, and tear it down (also on errors and SIGINT/SIGTERM). Needs root.
 
     with Lab(plan) as lab:                       # up(): ~1 s for 256 hosts (see bench/)
@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import LabError
-from aitb.models.plan import LabPlan
-from aitb.models.shaping import Shaping
+from aitb.errors import LabError
+from aitb.plan import LabPlan
+from aitb.shaping import Shaping
 from testbed import (
     apps,
     containers,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aitb.models.errors import LabError
-from aitb.models.plan import LabPlan, LinkPlan
-from aitb.models.shaping import Shaping
+from aitb.errors import LabError
+from aitb.plan import LabPlan, LinkPlan
+from aitb.shaping import Shaping
 from testbed.registry import unknown_name
 from testbed.tc import DirectionRecipe, TcObject, direction_recipe
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-from aitb.models.plan import LinkPlan
+from aitb.plan import LinkPlan
 from testbed.layout import BRIDGE, Layout
 
 __all__ = ["veth_msg", "setlink_msg", "bridge_msg", "ifb_msg", "RTM_NEWLINK", "RTM_GETLINK",

@@ -1,4 +1,4 @@
-"""The Mininet backend: the same :class:`~aitb.models.plan.LabPlan` realised with Mininet's
+"""The Mininet backend: the same :class:`~aitb.plan.LabPlan` realised with Mininet's
 hosts, switches and links, and aitb's own shaping, addresses, routes and teardown.
 
     with MininetLab(plan) as lab:            # Lab's interface: popen, run, set_shaping, ...
@@ -30,8 +30,8 @@ from typing import Any
 
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-from aitb.models.errors import LabError
-from aitb.models.plan import LabPlan
+from aitb.errors import LabError
+from aitb.plan import LabPlan
 from testbed import netns, ovs_settle, realise, sysctl
 from testbed.clean import TeardownReport, teardown
 from testbed.lab import Lab

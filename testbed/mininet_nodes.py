@@ -16,7 +16,7 @@ import resource
 import signal
 from typing import Any
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 
 __all__ = ["mininet_api", "AitbBridge", "AitbIntf", "AitbOVS", "new_net", "end_node", "SETUP_HINT"]
 

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from pyroute2 import netns as pr_netns
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 
 __all__ = ["NETNS_DIR", "netns_path", "exists", "create_many", "remove", "run_in", "open_fd",
            "NETLINK_ROUTE", "enter", "socket_in", "attach_pid"]

@@ -22,7 +22,7 @@ from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed.tcmsgs import TcMsg
 
 __all__ = ["Batch", "dump", "F_CREATE", "F_EXCL", "F_REPLACE", "NlFailure"]

@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import LabError
-from aitb.models.plan import LabPlan
+from aitb.errors import LabError
+from aitb.plan import LabPlan
 from testbed.ovs_flows import OvsRules, port_numbers
 from testbed.procs import run_checked
 

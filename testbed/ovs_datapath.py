@@ -1,6 +1,6 @@
 """Which datapath each Open vSwitch switch of a lab gets: the kernel's or OVS's user-space one.
 
-``ovs_datapath`` of a switch (:class:`aitb.models.plan.NodePlan`):
+``ovs_datapath`` of a switch (:class:`aitb.plan.NodePlan`):
 
 - ``system``: the kernel's openvswitch datapath (``datapath_type=system``): packets are
   switched in the kernel, ovs-vswitchd only sees a flow's first packet;
@@ -28,8 +28,8 @@ from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST, genlmsg
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.generic import GenericNetlinkSocket
 
-from aitb.models.errors import LabError
-from aitb.models.plan import LabPlan
+from aitb.errors import LabError
+from aitb.plan import LabPlan
 
 __all__ = ["KERNEL", "USERSPACE", "FAMILY", "USERSPACE_PROGRAMS", "KernelDatapath",
            "kernel_datapath", "userspace_problems", "program_problems", "datapaths_here",

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aitb.models.plan import LabPlan
+from aitb.plan import LabPlan
 
 __all__ = ["OvsRules", "ovs_rules", "ovs_switches", "port_numbers", "MULTICAST",
            "PRIO_FLOOD", "PRIO_UNICAST"]

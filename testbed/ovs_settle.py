@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed import ovs
 from testbed.nl import F_CREATE, F_EXCL, Batch, dump
 from testbed.realise import add_tc

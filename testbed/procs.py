@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from aitb.models.errors import CommandError
+from aitb.errors import CommandError
 from testbed import netns
 from testbed.registry import pid_alive
 

@@ -12,7 +12,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from aitb.models.plan import LabPlan, LinkPlan, NodePlan
+from aitb.plan import LabPlan, LinkPlan, NodePlan
 from testbed.layout import BRIDGE, IFB_INDEX_BASE, Layout, NodeLayout, owner_alias
 from testbed.links import RTM_NEWLINK, bridge_msg, ifb_msg, setlink_msg, veth_msg
 from testbed.nl import F_CREATE, F_EXCL, F_REPLACE, Batch

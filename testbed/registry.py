@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import LabError
-from aitb.models.plan import LabPlan, plan_from_dict, plan_to_dict
+from aitb.errors import LabError
+from aitb.plan import LabPlan, plan_from_dict, plan_to_dict
 
 __all__ = ["unknown_name", "Registry", "pid_start_time", "pid_alive", "RUN_ID_RE",
            "DEFAULT_STATE_DIR"]

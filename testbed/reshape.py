@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-from aitb.models.errors import LabError
-from aitb.models.plan import LinkPlan, plan_to_dict
-from aitb.models.shaping import Shaping
+from aitb.errors import LabError
+from aitb.plan import LinkPlan, plan_to_dict
+from aitb.shaping import Shaping
 from testbed.layout import (
     BRIDGE,
     DIRECTIONS,

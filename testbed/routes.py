@@ -10,7 +10,7 @@ from typing import Any
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-from aitb.models.plan import Route
+from aitb.plan import Route
 from testbed.layout import NodeLayout
 
 __all__ = ["addr_msg", "route_msg", "connected_route_msg", "rto_min_ms", "dumped_rto_min_ms",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed import netns
 
 if TYPE_CHECKING:

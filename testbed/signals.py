@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 
 __all__ = ["LabInterrupted", "raising", "held", "interruption", "swallowed"]
 

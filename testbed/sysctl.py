@@ -11,8 +11,8 @@ import errno
 import os
 from collections.abc import Mapping, Sequence
 
-from aitb.models.errors import LabError
-from aitb.models.plan import NodePlan
+from aitb.errors import LabError
+from aitb.plan import NodePlan
 from testbed import netns
 
 __all__ = ["node_sysctls", "apply_all", "sysctl_path", "read", "all_cpus_mask", "RPS_DEFAULT_MASK"]

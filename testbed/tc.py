@@ -2,7 +2,7 @@
 
 A :class:`DirectionRecipe` lists the queueing objects (qdiscs, classes, filters) for the
 traffic that node ``tx`` sends to node ``rx`` over one veth pair. It is built by a pure
-function from a :class:`~aitb.models.shaping.Shaping` (no root, golden-tested), applied through
+function from a :class:`~aitb.shaping.Shaping` (no root, golden-tested), applied through
 netlink by :mod:`testbed.tcnl`, and printed as equivalent ``tc`` command lines for people and
 for exports.
 
@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aitb.models.shaping import Shaping
-from aitb.models.units import format_duration, format_rate
+from aitb.shaping import Shaping
+from aitb.units import format_duration, format_rate
 
 __all__ = [
     "TcObject", "DirectionRecipe", "direction_recipe", "htb_burst_bytes", "htb_quantum_bytes",

@@ -18,7 +18,7 @@ from pyroute2.netlink import nla
 from pyroute2.netlink.rtnl.tcmsg import cls_u32, sched_htb, sched_pfifo, tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import red_eval_ewma, red_eval_idle_damping, red_eval_P
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 
 __all__ = ["TcMsg", "handle", "tc_message", "RTM_NEWQDISC", "RTM_NEWTCLASS", "RTM_NEWTFILTER",
            "RTM_DELQDISC", "RTM_GETQDISC", "RTM_GETTCLASS", "pct_u32", "dist_table"]

@@ -14,8 +14,8 @@ from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-from aitb.models.errors import LabError
-from aitb.models.plan import LinkPlan, NodePlan
+from aitb.errors import LabError
+from aitb.plan import LinkPlan, NodePlan
 from testbed.layout import BRIDGE, IFB_INDEX_BASE, Layout, NodeLayout, owner_alias
 from testbed.links import RTM_GETLINK, link_state
 from testbed.nl import dump

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aitb.models.errors import CommandError, LabError
+from aitb.errors import CommandError, LabError
 from testbed.vm_boot import boot, guest_script, vng_argv
 from testbed.vm_image import IMAGE, ImageTree, ensure_image, guest_mount_lines
 from testbed.vm_kernel import require_vm, scripts_dir

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from aitb.models.errors import CommandError
+from aitb.errors import CommandError
 from testbed.vm_kernel import StockKernel, scripts_dir
 
 __all__ = ["GUEST_MODULES", "guest_script", "vng_argv", "boot"]
@@ -34,8 +34,8 @@ GUEST_MODULES = (
 GUEST_MEMORY = "2G"   # of a 24 GiB host; several helpers may boot VMs at once
 GUEST_CPUS = "2"      # the host has 2 cores
 # Under TCG the guest kernel picks the emulated HPET as clock source: every clock read is
-# emulated and clock_gettime cannot use the vDSO (a `import aitb.cli` made 7317 such system
-# calls). The TSC of TCG follows the host's clock; trusting it took 8 parallel imports of
+# emulated and clock_gettime cannot use the vDSO (a `import orchestration.cli.app` made 7317
+# such system calls). The TSC of TCG follows the host's clock; trusting it took 8 parallel imports of
 # pyroute2, pydantic, typer and rich from 53 s to 27 s here (one A/B pair on the shared,
 # loaded 2-core machine: noisy). KVM guests keep kvm-clock.
 TCG_KERNEL_ARGS = "clocksource=tsc tsc=reliable"

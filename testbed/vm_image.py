@@ -1,7 +1,8 @@
 """A read-only ext4 image of this Python installation, mounted in the VM over the same paths.
 
 The guest sees the host's root over 9p without caching (virtme-ng fixes the mount options), and
-under software emulation every stat/open of an import is a slow round trip: ``import aitb.cli``
+under software emulation every stat/open of an import is a slow round trip:
+``import orchestration.cli.app``
 took 31-38 s in the guest against 0.3 s on the host. So the interpreter's standard library and
 the virtual environment (with their ``.pyc`` files) are copied once into an ext4 image under
 ``.vm/`` of the checkout, attached to the guest as a virtio disk and bind-mounted over the very
@@ -27,7 +28,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed.vm_kernel import CHECKOUT
 
 __all__ = ["ImageTree", "python_trees", "ensure_image", "guest_mount_lines", "IMAGE",

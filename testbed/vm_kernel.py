@@ -14,7 +14,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 
 __all__ = ["StockKernel", "find_stock_kernel", "vm_problems", "vng_path", "scripts_dir",
            "CHECKOUT", "SETUP_REMEDY"]

@@ -7,7 +7,7 @@ Pure (no root, no network). The runtime and the CLI use these four functions:
 * :func:`resolve` -- spec -> plan
 * :func:`generate` -- a registered generator with parameters -> plan
 
-All raise :class:`aitb.models.errors.SpecError` listing every problem found, each with file,
+All raise :class:`aitb.errors.SpecError` listing every problem found, each with file,
 key path and (for files) line number.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import SpecError
-from aitb.models.plan import LabPlan
+from aitb.errors import SpecError
+from aitb.plan import LabPlan
 from topologies.generators import GENERATORS, build_spec
 from topologies.issues import with_lines
 from topologies.loader import parse_topology, read_yaml

@@ -17,7 +17,7 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aitb.models.errors import SpecIssue
+from aitb.errors import SpecIssue
 from topologies.graph import Edge, Port
 from topologies.spec import AddressingSpec
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from aitb.models.errors import SpecError, SpecIssue
+from aitb.errors import SpecError, SpecIssue
 
 __all__ = ["issues_from_validation", "line_of", "with_lines"]
 

@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, SequenceNode
 
-from aitb.models.errors import SpecError, SpecIssue
+from aitb.errors import SpecError, SpecIssue
 from topologies.issues import issues_from_validation, with_lines
 from topologies.lenient import structural_issues
 from topologies.spec import TopologySpec

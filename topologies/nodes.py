@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitb.models.plan import NodePlan
+from aitb.plan import NodePlan
 from topologies.container_keys import normal_binds
 from topologies.spec import NodeSettings, TopologySpec
 from topologies.validate import node_kind

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from aitb.models.errors import SpecError, SpecIssue
-from aitb.models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from aitb.errors import SpecError, SpecIssue
+from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
 from topologies.addressing import Segment, allocate, check_segments, find_segments
 from topologies.generators import expand
 from topologies.graph import Edge, Port, build_edges

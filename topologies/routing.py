@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from aitb.models.plan import NextHop, Route
+from aitb.plan import NextHop, Route
 from topologies.addressing import Segment
 from topologies.graph import Port
 

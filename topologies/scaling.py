@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from aitb.models.plan import LabPlan, LinkPlan
-from aitb.models.shaping import Shaping
-from aitb.models.units import BufferSize
+from aitb.plan import LabPlan, LinkPlan
+from aitb.shaping import Shaping
+from aitb.units import BufferSize
 
 __all__ = ["scale_plan"]
 

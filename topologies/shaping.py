@@ -1,5 +1,5 @@
 """Link shaping: merge the layers of a link's settings per direction and convert the result to
-:class:`aitb.models.shaping.Shaping` with the parsers of :mod:`aitb.models.units`.
+:class:`aitb.shaping.Shaping` with the parsers of :mod:`aitb.units`.
 
 Precedence for one direction, most specific first (later layers in :func:`layers` win):
 ``a_to_b``/``b_to_a`` on the link > the link's own keys > the profile's ``up``/``down`` > the
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from aitb.models.shaping import GilbertElliott, Shaping
-from aitb.models.units import (
+from aitb.shaping import GilbertElliott, Shaping
+from aitb.units import (
     UnitError,
     parse_buffer,
     parse_duration_s,

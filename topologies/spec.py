@@ -1,11 +1,11 @@
 """The topology file format as pydantic v2 models (the raw, unresolved spec).
 
 A topology file (YAML) or a generator produces a :class:`TopologySpec`; ``topologies.resolve``
-turns it into an addressed, routed, shaped :class:`aitb.models.plan.LabPlan`. Every model
+turns it into an addressed, routed, shaped :class:`aitb.plan.LabPlan`. Every model
 forbids unknown keys, so a misspelt key is an error, not a silently ignored setting.
 
 Unit strings ("10Gbit", "5ms", "0.1%", "100p") stay strings here; they are checked on input by
-the parsers of :mod:`aitb.models.units` (the only place that reads units) and converted to
+the parsers of :mod:`aitb.units` (the only place that reads units) and converted to
 numbers when the spec is resolved (:mod:`topologies.shaping`).
 """
 
@@ -24,8 +24,8 @@ from pydantic import (
     field_validator,
 )
 
-from aitb.models.shaping import AQMS, JITTER_DISTRIBUTIONS
-from aitb.models.units import (
+from aitb.shaping import AQMS, JITTER_DISTRIBUTIONS
+from aitb.units import (
     UnitError,
     parse_buffer,
     parse_duration_s,

@@ -9,8 +9,8 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 
-from aitb.models.errors import SpecIssue
-from aitb.models.plan import MAX_IFNAME, MAX_NODE_NAME
+from aitb.errors import SpecIssue
+from aitb.plan import MAX_IFNAME, MAX_NODE_NAME
 from topologies.container_keys import check_container_keys
 from topologies.spec import NodeSettings, ProfileSpec, TopologySpec
 

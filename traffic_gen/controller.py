@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aitb.models.records import FailureRecord
+from aitb.records import FailureRecord
 from traffic_gen.jsonl import RecordWriter
 from traffic_gen.launch import Launcher
 from traffic_gen.merge import merge_phase

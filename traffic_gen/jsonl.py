@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, TypeVar
 
-from aitb.models.records import (
+from aitb.records import (
     BurstRecord,
     CollectiveRecord,
     FailureRecord,
@@ -15,7 +15,7 @@ from aitb.models.records import (
     RankOpRecord,
     RoundRecord,
 )
-from aitb.models.requests import RequestRecord
+from aitb.requests import RequestRecord
 
 __all__ = ["RecordWriter", "read_records", "FILES"]
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from aitb.models.records import (
+from aitb.records import (
     BurstRecord,
     CollectiveRecord,
     FlowRecord,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from aitb.models.schedule import Burst, Compute, Flow, Group, Op, Protocol, Schedule
+from aitb.schedule import Burst, Compute, Flow, Group, Op, Protocol, Schedule
 
 __all__ = ["incast", "one_to_many", "permutation", "all_pairs", "pattern_schedule"]
 

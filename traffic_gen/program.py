@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aitb.models.errors import SpecError, SpecIssue
-from aitb.models.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv, Timed
+from aitb.errors import SpecError, SpecIssue
+from aitb.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv, Timed
 from traffic_gen.algorithms import AlgorithmError, PlanRequest, build_plan, resolve
 from traffic_gen.algorithms.rooted import send_recv
 from traffic_gen.algorithms.steps import PlanBuilder

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import SpecError, SpecIssue
-from aitb.models.records import BurstRecord, FailureRecord, skew_summary
-from aitb.models.schedule import Schedule
+from aitb.errors import SpecError, SpecIssue
+from aitb.records import BurstRecord, FailureRecord, skew_summary
+from aitb.schedule import Schedule
 from traffic_gen.controller import Controller, RunFailed
 from traffic_gen.jsonl import FILES, RecordWriter, read_records
 from traffic_gen.launch import Launcher

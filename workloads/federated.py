@@ -4,7 +4,7 @@ FedAvg (McMahan et al. 2017, "Communication-Efficient Learning of Deep Networks 
 Decentralized Data", Algorithm 1): each round the server selects a fraction C of the K
 clients, sends them the model, each trains locally, uploads its update, and the server
 averages. Rank 0 is the aggregator, ranks 1..N the clients. One round is one
-:class:`~aitb.models.schedule.Gather` (model download, local training, upload: the incast at
+:class:`~aitb.schedule.Gather` (model download, local training, upload: the incast at
 the aggregator, bounded by the round deadline and, with over-commitment, a quorum), then the
 aggregation :class:`Compute` on rank 0. The traffic generator cuts late clients off and
 writes one RoundRecord per round.
@@ -31,7 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from aitb.models.schedule import Burst, Compute, Flow, Gather, Op, Schedule
+from aitb.schedule import Burst, Compute, Flow, Gather, Op, Schedule
 
 __all__ = ["TrainTime", "FlBase", "FedAvg", "fedavg_schedule"]
 

@@ -33,8 +33,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from aitb.models.requests import tag
-from aitb.models.schedule import Message, Schedule, Timed
+from aitb.requests import tag
+from aitb.schedule import Message, Schedule, Timed
 
 __all__ = ["POLICIES", "InferenceParams", "Arrival", "poisson_arrivals", "inference_schedule"]
 

@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, TypeAdapter, Val
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from aitb.models.errors import SpecError, SpecIssue
-from aitb.models.schedule import Schedule
+from aitb.errors import SpecError, SpecIssue
+from aitb.schedule import Schedule
 from workloads.aicb import AicbOptions, load_aicb
 from workloads.federated import FedAvg, fedavg_schedule
 from workloads.gossip import Gossip, gossip_schedule

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from aitb.models.schedule import Burst, Collective, Gather, Op, Schedule, SendRecv, Timed
+from aitb.schedule import Burst, Collective, Gather, Op, Schedule, SendRecv, Timed
 from workloads.aicb.build import scale_size
 
 __all__ = ["scale_schedule"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from aitb.models.shaping import Shaping
+from aitb.shaping import Shaping
 
 __all__ = ["DirectionRef", "expected_rtt_s", "rtt_tolerance_s", "rate_check", "loss_check",
            "rtt_check", "RATE_TOLERANCE", "MIN_BACKLOGGED_INTERVALS", "LOSS_Z",

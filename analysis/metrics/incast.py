@@ -11,7 +11,7 @@ section 2.3.1, taken at the switch queue):
 from the cumulative counters of the bottleneck interface's root qdisc
 (counters/qdisc.parquet; analysis.metrics.counters). The bottleneck is the link direction
 shared by every flow of the burst with the lowest configured rate, the last such on ties (the
-port into the receiver; aitb.models.paths). The window runs from the burst's planned start (or
+port into the receiver; aitb.paths). The window runs from the burst's planned start (or
 its earliest actual start) to the last byte of its last flow at the receiver. The run's ratio
 is packet-weighted: sum of drops over sum of packets offered.
 
@@ -30,8 +30,8 @@ from typing import Any
 
 import pandas as pd
 
-from aitb.models.paths import PathError, paths
-from aitb.models.plan import LabPlan
+from aitb.paths import PathError, paths
+from aitb.plan import LabPlan
 from analysis.metrics.counters import root_qdiscs, snapshot_delta, window_delta
 from analysis.metrics.stats import mean
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from aitb.models.plan import LabPlan
+from aitb.plan import LabPlan
 from analysis.metrics.counters import root_qdiscs, snapshot_qdiscs
 from analysis.metrics.stats import distribution
 

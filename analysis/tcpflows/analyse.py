@@ -46,7 +46,7 @@ def analyse_capture(path: str | os.PathLike[str], engine: str = "auto") -> Captu
     give identical results (tested).
     Streaming: memory grows with the number of flows, not packets. A truncated or corrupt
     file is analysed up to the damage, which is reported in ``warnings``. Raises
-    :class:`aitb.models.errors.SpecError` if the file is missing, unreadable or not a capture;
+    :class:`aitb.errors.SpecError` if the file is missing, unreadable or not a capture;
     ValueError for an unknown engine.
     """
     if engine not in ENGINES:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed.counters.loop import DEFAULT_MAX_ROWS
 from testbed.registry import pid_start_time
 

@@ -36,7 +36,7 @@ from pyroute2.netlink.rtnl import (
     RTM_NEWSTATS,
 )
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed import netns
 from testbed.counters.msgs import (
     LINK64_FIELDS,

@@ -22,7 +22,7 @@ import socket
 import time
 from typing import Any
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed.counters.msgs import RowMarshal
 from testbed.counters.readers import GONE, diag_request, dump
 

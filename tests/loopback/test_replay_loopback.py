@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from aitb.models.errors import SpecError
-from aitb.models.records import CollectiveRecord, FlowRecord, RankOpRecord
-from aitb.models.schedule import Burst, Collective, Compute, Flow, Group, Schedule
+from aitb.errors import SpecError
+from aitb.records import CollectiveRecord, FlowRecord, RankOpRecord
+from aitb.schedule import Burst, Collective, Compute, Flow, Group, Schedule
 from traffic_gen import ReplayOptions, replay
 from traffic_gen.algorithms import PlanRequest, build_plan
 from traffic_gen.algorithms.check import bytes_sent

@@ -24,7 +24,7 @@ COUNTER_PLOTS = ("queue-occupancy", "link-throughput")
 
 
 def aitb(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aitb.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], capture_output=True,
                           text=True, timeout=300, env=env, cwd=ROOT)
 
 

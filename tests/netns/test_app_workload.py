@@ -68,7 +68,7 @@ def _experiment(tmp_path: Path, name: str, command: list[str], timeout: str = "6
 
 def _run(exp: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
     env = {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "run", str(exp), "--results",
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(exp), "--results",
                           str(tmp_path / "results")], capture_output=True, text=True,
                          timeout=300, env=env, cwd=ROOT)
     runs = sorted((tmp_path / "results").glob("*/*/manifest.json"))

@@ -77,7 +77,8 @@ def env(tmp_path):
 def test_interrupted_campaign_resumes_without_touching_completed_runs(tmp_path, env):
     spec, results = tmp_path / "campaign.yaml", tmp_path / "results"
     spec.write_text(CAMPAIGN)
-    argv = [sys.executable, "-m", "aitb.cli", "campaign", str(spec), "--results", str(results)]
+    argv = [sys.executable, "-m", "orchestration.cli",
+     "campaign", str(spec), "--results", str(results)]
     proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120

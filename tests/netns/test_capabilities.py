@@ -9,7 +9,7 @@ import sys
 import pytest
 from pyroute2 import netns
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed.capabilities import needs_vm, probe, require_kernel
 
 pytestmark = pytest.mark.netns
@@ -53,7 +53,7 @@ def test_needs_vm_follows_the_probe_and_rejects_unknown_names():
 
 
 def test_doctor_json_names_every_capability_with_a_remedy_for_each_missing():
-    res = subprocess.run([sys.executable, "-m", "aitb.cli", "doctor", "--json"],
+    res = subprocess.run([sys.executable, "-m", "orchestration.cli", "doctor", "--json"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)

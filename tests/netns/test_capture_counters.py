@@ -37,7 +37,7 @@ def state_env(tmp_path):
 
 
 def run(exp: Path, results: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aitb.cli", "run", str(exp), "--results",
+    return subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(exp), "--results",
                            str(results)], capture_output=True, text=True, timeout=300, env=env,
                           cwd=ROOT)
 

@@ -15,7 +15,7 @@ import pytest
 from pyroute2 import NetNS, netns
 from ruamel.yaml import YAML
 
-from aitb.commands.clab import export_files
+from orchestration.cli.commands.clab import export_files
 from topologies import load_topology
 
 pytestmark = pytest.mark.netns

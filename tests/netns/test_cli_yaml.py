@@ -25,7 +25,7 @@ def test_deploy_each_example_or_say_why_not(labs, path):
     kinds = set().union(*(r.kinds() for r in make_layout(plan, "x").recipes.values()))
     rid = labs.new_id()
     env = {**os.environ, "AITB_STATE_DIR": str(labs.state_dir)}
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "topo", "deploy", str(path),
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "topo", "deploy", str(path),
                           "--run-id", rid], env=env, capture_output=True, text=True, timeout=300)
     if missing_features(kinds):  # e.g. netem on this host: a clear error, nothing created
         assert out.returncode == 1 and "aitb --vm" in out.stderr
@@ -33,5 +33,5 @@ def test_deploy_each_example_or_say_why_not(labs, path):
         return
     assert out.returncode == 0, out.stderr
     assert len(run_namespaces(rid)) == len(plan.nodes)
-    subprocess.run([sys.executable, "-m", "aitb.cli", "topo", "destroy", rid], env=env,
+    subprocess.run([sys.executable, "-m", "orchestration.cli", "topo", "destroy", rid], env=env,
                    check=True, timeout=120)

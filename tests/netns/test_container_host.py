@@ -122,7 +122,7 @@ def test_container_host_traffic_over_shaped_link_and_clean_teardown(labs, engine
 
 
 def test_missing_image_is_named_and_nothing_remains(labs, engine, tmp_path):
-    from aitb.models.errors import LabError
+    from aitb.errors import LabError
     from topologies import resolve
     from topologies.spec import TopologySpec
 

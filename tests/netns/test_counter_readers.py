@@ -14,7 +14,7 @@ import pytest
 from plans import two_hosts_router
 from pyroute2 import DiagSocket, IPRoute
 
-from aitb.models.shaping import Shaping
+from aitb.shaping import Shaping
 from testbed import netns
 from testbed.counters.readers import LINK_FIELDS, QDISC_FIELDS, TCP_FIELDS, NamespaceReader
 from testbed.tcmsgs import handle

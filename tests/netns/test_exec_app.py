@@ -102,7 +102,8 @@ def test_image_build_cli(engine, tmp_path):
     tag = "aitb-test-cli:1"
     src = tmp_path / "x.txt"
     src.write_text("from the host")
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "image", "build", tag, "--file",
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli",
+     "image", "build", tag, "--file",
                           f"{src}:/opt/x.txt", "--json"], capture_output=True, text=True,
                          timeout=300)
     try:

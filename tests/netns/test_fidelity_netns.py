@@ -8,8 +8,8 @@ import json
 import pytest
 from plans import two_hosts_router, two_hosts_switch
 
-from aitb.models.shaping import Shaping
-from aitb.orchestration.fidelity import FidelityMonitor, echo_probes
+from aitb.shaping import Shaping
+from orchestration.run.fidelity import FidelityMonitor, echo_probes
 from testbed.rttprobe import EchoProbe, probe_rtts
 
 pytestmark = pytest.mark.netns

@@ -55,7 +55,7 @@ workloads:
 
 
 def aitb(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aitb.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], capture_output=True,
                           text=True, timeout=300, env=env, cwd=ROOT)
 
 

@@ -9,9 +9,9 @@ import pytest
 from plans import ecmp_diamond, two_hosts_router, two_hosts_switch
 from pyroute2 import IPRoute
 
-from aitb.models.errors import CommandError, LabError
-from aitb.models.shaping import Shaping
-from aitb.models.units import BufferSize
+from aitb.errors import CommandError, LabError
+from aitb.shaping import Shaping
+from aitb.units import BufferSize
 from testbed import netns, sysctl
 
 pytestmark = pytest.mark.netns
@@ -105,7 +105,7 @@ def test_dual_stack_router_forwards_ipv6(labs):
     import dataclasses
     import ipaddress as ip
 
-    from aitb.models.plan import NextHop, Route
+    from aitb.plan import NextHop, Route
 
     plan = two_hosts_router()
     v6 = {("h1", "eth0"): "2001:db8:1::1/64", ("r1", "e1"): "2001:db8:1::2/64",

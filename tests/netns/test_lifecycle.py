@@ -15,11 +15,11 @@ import pytest
 from conftest import run_namespaces
 from plans import two_hosts_router
 
-from aitb.models.plan import plan_to_dict
+from aitb.plan import plan_to_dict
 from testbed.registry import pid_alive
 
 pytestmark = pytest.mark.netns
-AITB = [sys.executable, "-m", "aitb.cli"]
+AITB = [sys.executable, "-m", "orchestration.cli"]
 
 
 def _aitb(state: Path, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -184,7 +184,7 @@ def test_signal_right_after_up_returns_still_tears_the_deploy_down(labs, tmp_pat
     """The signal lands after `Lab.up()` returned but before `topo deploy` went on (a CI run
     under load left all 301 namespaces of a star this way, exit 130): the interrupted deploy
     must remove the complete lab."""
-    from aitb.commands.lab import deploy
+    from orchestration.cli.commands.lab import deploy
     from testbed import signals
     from testbed.lab import Lab
 

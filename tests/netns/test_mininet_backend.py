@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import root_links, run_namespaces
 
-from aitb.models.errors import LabError
-from aitb.models.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
-from aitb.orchestration.runner import execute, prepare
+from aitb.errors import LabError
+from aitb.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
+from orchestration.run.runner import execute, prepare
 from testbed.registry import pid_alive
 
 pytestmark = pytest.mark.netns
@@ -129,7 +129,8 @@ def test_sigterm_during_a_mininet_run_tears_the_lab_down(tmp_path):
 
     exp = tmp_path / "long.yaml"
     exp.write_text(RING.read_text().replace("iterations: 3", "iterations: 200"))
-    proc = subprocess.Popen([sys.executable, "-m", "aitb.cli", "run", str(exp), "--backend",
+    proc = subprocess.Popen([sys.executable, "-m", "orchestration.cli",
+     "run", str(exp), "--backend",
                              "mininet", "--results", str(tmp_path / "r")], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lab_id, procs, agents, deadline = None, [], 0, time.monotonic() + 60

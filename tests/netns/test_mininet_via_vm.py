@@ -32,7 +32,7 @@ def test_mininet_run_needing_netem_goes_through_the_vm(tmp_path):
     k, _ = _dci_steps_per_iteration()
     exp = tmp_path / "exp.yaml"
     exp.write_text(json.dumps(_experiment(DELAY_S)))  # JSON is YAML
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "run", str(exp), "--results",
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(exp), "--results",
                           str(tmp_path / "results"), "--json", "--no-analysis", "--backend",
                           "mininet"], capture_output=True, text=True, timeout=800, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]

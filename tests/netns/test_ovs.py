@@ -136,7 +136,7 @@ def test_datapath_is_chosen_recorded_and_read_back_across_processes(tmp_path):
 
     want = "system" if kernel_datapath().present else "netdev"
     env = {**os.environ, "AITB_STATE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "topo", "deploy", str(TOPO),
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "topo", "deploy", str(TOPO),
                           "--json"], capture_output=True, text=True, env=env, timeout=120,
                          cwd=ROOT)
     assert out.returncode == 0, out.stderr
@@ -144,7 +144,7 @@ def test_datapath_is_chosen_recorded_and_read_back_across_processes(tmp_path):
     try:
         assert json.loads(out.stdout)["ovs_datapaths"] == dict.fromkeys(
             ["spine1", "spine2", "leaf1", "leaf2"], want)
-        seen = subprocess.run([sys.executable, "-m", "aitb.cli", "topo", "inspect", rid,
+        seen = subprocess.run([sys.executable, "-m", "orchestration.cli", "topo", "inspect", rid,
                                "--json"], capture_output=True, text=True, env=env,
                               timeout=60, check=True)
         nodes = json.loads(seen.stdout)["nodes"]
@@ -156,7 +156,7 @@ def test_datapath_is_chosen_recorded_and_read_back_across_processes(tmp_path):
         finally:
             lab.release()
     finally:
-        subprocess.run([sys.executable, "-m", "aitb.cli", "topo", "destroy", rid], env=env,
+        subprocess.run([sys.executable, "-m", "orchestration.cli", "topo", "destroy", rid], env=env,
                        timeout=120, check=True, capture_output=True)
     assert run_namespaces(rid) == []
 
@@ -164,7 +164,7 @@ def test_datapath_is_chosen_recorded_and_read_back_across_processes(tmp_path):
 def test_system_datapath_on_a_kernel_without_it_is_refused_before_anything_exists(tmp_path):
     import dataclasses
 
-    from aitb.models.errors import LabError
+    from aitb.errors import LabError
     from testbed.ovs_datapath import kernel_datapath
 
     if kernel_datapath().present:

@@ -9,8 +9,8 @@ from plans import two_hosts_switch
 from pyroute2 import IPRoute
 from traffic import iperf3
 
-from aitb.models.shaping import Shaping
-from aitb.models.units import BufferSize
+from aitb.shaping import Shaping
+from aitb.units import BufferSize
 
 pytestmark = pytest.mark.netns
 

@@ -11,7 +11,7 @@ import pytest
 from plans import two_hosts_router, two_hosts_switch
 from pyroute2 import IPRoute
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed import netns
 from traffic_gen.tcpinfo import read_tcp_info
 

@@ -18,7 +18,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
 def aitb(*args: str, env: dict[str, str] | None = None, timeout: float = 600):
-    return subprocess.run([sys.executable, "-m", "aitb.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], capture_output=True,
                           text=True, timeout=timeout, env=env, cwd=ROOT)
 
 

@@ -16,7 +16,8 @@ QUICK = ROOT / "examples" / "ring_allreduce_quick.yaml"
 
 
 def aitb(*args, env):
-    return subprocess.run([sys.executable, "-m", "aitb.cli", "run", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "orchestration.cli",
+     "run", *args], capture_output=True,
                           text=True, timeout=300, env=env, cwd=ROOT)
 
 

@@ -39,7 +39,7 @@ def _run(doc: dict, tmp_path: Path, env: dict) -> Path:
         YAML().dump(doc, f)
     # records only: no analysis (in the TCG VM pandas/matplotlib/numba take long, and one
     # run there died with SIGSEGV while analysing)
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "run", str(path), "--results",
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(path), "--results",
                           str(tmp_path / "results"), "--no-analysis"], capture_output=True,
                          text=True,
                          timeout=240, env=env, cwd=ROOT)

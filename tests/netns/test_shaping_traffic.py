@@ -7,8 +7,8 @@ import pytest
 from plans import two_hosts_router
 from traffic import iperf3, received_bps, tcp_goodput_bound_bps
 
-from aitb.models.shaping import Shaping
-from aitb.models.units import BufferSize
+from aitb.shaping import Shaping
+from aitb.units import BufferSize
 
 pytestmark = pytest.mark.netns
 
@@ -26,7 +26,7 @@ def test_tcp_goodput_within_5pct_of_bound(labs, rate_bps):
 
 
 def test_set_shaping_changes_the_measured_rate(labs):
-    from aitb.models.errors import LabError
+    from aitb.errors import LabError
 
     with labs(two_hosts_router(Shaping(rate_bps=50 * 10**6))) as lab:
         with pytest.raises(LabError, match="wire_packets=True"):  # GSO lab: counts inexact

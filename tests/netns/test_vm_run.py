@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.models.errors import CommandError
+from aitb.errors import CommandError
 from testbed.capabilities import needs_vm
 from testbed.vm import run_in_vm
 

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 import topologies
-from aitb.models.paths import PathError
-from aitb.models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
-from aitb.models.shaping import Shaping
+from aitb.paths import PathError
+from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from aitb.shaping import Shaping
 from analysis.metrics.counters import root_qdiscs, window_delta
 from analysis.metrics.fairness import fairness_metrics, jain_index
 from analysis.metrics.fct import fct_metrics, ideal_fct_s

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 import topologies
-from aitb.models.errors import SpecError
-from aitb.models.plan import plan_to_dict
+from aitb.errors import SpecError
+from aitb.plan import plan_to_dict
 from analysis import analyze_run
 from analysis.metrics import SUMMARY_KEYS
 from analysis.report import PLOTS
@@ -178,13 +178,15 @@ def test_not_a_run_directory_is_a_clear_error(tmp_path):
     with pytest.raises(SpecError, match="no such run directory"):
         analyze_run(tmp_path / "missing")
     assert list(tmp_path.iterdir()) == []  # nothing written
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "analyze", str(tmp_path / "nope")],
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli",
+     "analyze", str(tmp_path / "nope")],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and "no such run directory" in out.stderr
     assert "Traceback" not in out.stderr
     # with --json, stdout carries the same error as one JSON object (scripts parse stdout)
     for argv in (["analyze", str(tmp_path / "nope")], ["pcap", str(tmp_path / "no.pcap")]):
-        out = subprocess.run([sys.executable, "-m", "aitb.cli", *argv, "--json"],
+        out = subprocess.run([sys.executable, "-m", "orchestration.cli",
+     *argv, "--json"],
                              capture_output=True, text=True, cwd=ROOT)
         doc = json.loads(out.stdout)
         assert out.returncode == 2 and doc["ok"] is False and doc["exit_code"] == 2, argv
@@ -238,7 +240,7 @@ def test_dci_collective_time_counts_only_collectives_across_sites(tmp_path):
 def test_runner_records_an_analysis_failure_and_keeps_the_run(tmp_path):
     """aitb run's last step: a directory analysis cannot read (here: no manifest.json yet)
     gives a failed ``analysis`` entry in the manifest, not an exception."""
-    from aitb.orchestration.runner import RunOutcome, _analyze
+    from orchestration.run.runner import RunOutcome, _analyze
 
     outcome, manifest, said = RunOutcome(tmp_path, ok=True), {"status": "ok"}, []
     _analyze(tmp_path, manifest, outcome, said.append)

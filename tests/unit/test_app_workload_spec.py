@@ -8,10 +8,10 @@ import textwrap
 import pandas as pd
 import pytest
 
-from aitb.models.errors import SpecError
-from aitb.orchestration.apps import fill
-from aitb.orchestration.runner import prepare
+from aitb.errors import SpecError
 from analysis.metrics.apps import app_metrics
+from orchestration.run.apps import fill
+from orchestration.run.runner import prepare
 
 TOPO = """\
     topology:

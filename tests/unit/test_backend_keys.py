@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from aitb.models.errors import LabError, SpecError
-from aitb.models.plan import plan_from_dict, plan_to_dict
-from aitb.orchestration.runner import prepare
+from aitb.errors import LabError, SpecError
+from aitb.plan import plan_from_dict, plan_to_dict
+from orchestration.run.runner import prepare
 from testbed.backends import check_backend
 from topologies import load_topology, parse_topology, resolve
 
@@ -25,7 +25,7 @@ def test_unknown_backend_is_refused_with_the_known_ones():
 
 
 def test_run_refuses_an_unknown_backend_before_anything_exists():
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "run",
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run",
                           str(ROOT / "examples/ring_allreduce.yaml"), "--backend", "ns3"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2 and "unknown backend 'ns3'" in out.stderr

@@ -12,13 +12,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from aitb.models.errors import SpecError
-from aitb.orchestration.campaign import load
-from aitb.orchestration.campaign_aggregate import aggregate, mean_ci95
-from aitb.orchestration.campaign_plots import axis_value
-from aitb.orchestration.campaign_spec import parse_campaign
-from aitb.orchestration.campaign_sweep import PathError, expand, parse_path, runs, set_path
-from aitb.orchestration.schemas import schema_path, schema_text
+from aitb.errors import SpecError
+from orchestration.campaign.aggregate import aggregate, mean_ci95
+from orchestration.campaign.plots import axis_value
+from orchestration.campaign.runner import load
+from orchestration.campaign.spec import parse_campaign
+from orchestration.campaign.sweep import PathError, expand, parse_path, runs, set_path
+from orchestration.run.schemas import schema_path, schema_text
 from topologies.loader import read_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,10 +177,10 @@ def test_axis_values_parse_units():
 @pytest.mark.parametrize("kind,examples", [
     ("campaign", EXAMPLES),
     ("experiment", sorted((ROOT / "examples").glob("*.yaml"))
-     + [ROOT / "aitb/orchestration/quickstart.yaml"])])
+     + [ROOT / "orchestration/run/quickstart.yaml"])])
 def test_committed_schemas_are_current_and_examples_validate(kind, examples):
     assert schema_path(kind).read_text() == schema_text(kind), \
-        "run python -m aitb.orchestration.schemas"
+        "run python -m orchestration.run.schemas"
     schema = json.loads(schema_path(kind).read_text())
     assert examples
     for path in examples:
@@ -192,7 +192,7 @@ def test_committed_schemas_are_current_and_examples_validate(kind, examples):
 def test_example_campaigns_load_and_dry_run(path):
     c = load(path)
     assert len(c.runs) == len(c.points) * c.spec.repetitions
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "campaign", str(path),
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "campaign", str(path),
                           "--dry-run", "--json"], capture_output=True, text=True, timeout=120,
                          cwd=ROOT)
     assert out.returncode == 0, out.stderr

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import topologies
-from aitb.models.errors import SpecError
-from aitb.orchestration.runner import prepare
+from aitb.errors import SpecError
+from orchestration.run.runner import prepare
 from testbed.capture import CaptureConfig, pcap_base, tcpdump_argv
 from testbed.capture_select import CapturePoint, select_interfaces
 from testbed.counters.loop import _quantile

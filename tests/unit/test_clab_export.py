@@ -13,7 +13,7 @@ import regex
 from jsonschema import Draft7Validator, validators
 from ruamel.yaml import YAML
 
-from aitb.commands.clab import export_files, shaping_commands
+from orchestration.cli.commands.clab import export_files, shaping_commands
 from topologies import load_topology
 from topologies.clab import import_clab
 from topologies.clab.export import DEFAULT_IMAGE, clab_plan
@@ -117,7 +117,7 @@ def test_script_with_delay_has_ifb_and_netem(tmp_path):
 
 
 def test_cli_export_unknown_format(tmp_path, capsys):
-    from aitb.cli import main
+    from orchestration.cli.app import main
 
     with pytest.raises(SystemExit) as info:
         main(["topo", "export", str(EXAMPLES / "incast.yaml"), "--format", "gns3",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.models.errors import SpecError
+from aitb.errors import SpecError
 from topologies.clab import import_clab
 
 DATA = Path(__file__).parent.parent / "data" / "clab"
@@ -205,7 +205,7 @@ def test_not_a_containerlab_file(tmp_path):
 
 
 def test_cli_import_writes_a_loadable_topology(tmp_path):
-    from aitb.cli import main
+    from orchestration.cli.app import main
     from topologies import load_topology
 
     out = tmp_path / "clos.yaml"
@@ -217,7 +217,7 @@ def test_cli_import_writes_a_loadable_topology(tmp_path):
 
 
 def test_cli_import_refusal_exits_2(tmp_path, capsys):
-    from aitb.cli import main
+    from orchestration.cli.app import main
 
     with pytest.raises(SystemExit) as info:
         main(["topo", "import", str(DATA / "clab_01-linux-nodes_extlinks.clab.yml")])

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from aitb.commands.outputs import output_dir, write_output_file
-from aitb.models.errors import SpecError
+from aitb.errors import SpecError
+from orchestration.cli.commands.outputs import output_dir, write_output_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ def test_commands_refuse_an_unusable_output_without_traceback(tmp_path, argv):
     inputs = [a for a in argv if a.endswith((".yaml", ".yml")) and "{" not in a]
     if not all((ROOT / a).exists() for a in inputs):
         pytest.skip(f"{inputs} not all on this machine (shared data lives beside the checkout)")
-    out = subprocess.run([sys.executable, "-m", "aitb.cli",
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli",
                           *[a.format(afile=afile) for a in argv]],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]

@@ -7,7 +7,7 @@ import pytest
 from ruamel.yaml import YAML
 from topo_helpers import issues, load
 
-from aitb.models.plan import plan_from_dict, plan_to_dict
+from aitb.plan import plan_from_dict, plan_to_dict
 
 LAB = """\
     name: boxes
@@ -44,7 +44,7 @@ def test_image_on_a_router_is_refused(tmp_path, where):
 
 
 def test_export_carries_the_container_image(tmp_path):
-    from aitb.commands.clab import export_files
+    from orchestration.cli.commands.clab import export_files
 
     topo, _ = export_files(load(tmp_path, LAB), tmp_path / "out", "default-img", False)
     nodes = YAML(typ="safe").load(topo.read_text())["topology"]["nodes"]

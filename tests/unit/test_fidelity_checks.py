@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from aitb.models.shaping import GilbertElliott, Shaping
+from aitb.shaping import GilbertElliott, Shaping
 from analysis.fidelity import (
     CPU_SATURATED_PCT,
     DirectionRef,

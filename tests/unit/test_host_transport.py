@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-from aitb.models.errors import SpecError
-from aitb.models.plan import (
+from aitb.errors import SpecError
+from aitb.plan import (
     Endpoint,
     LabPlan,
     LinkPlan,
@@ -21,9 +21,9 @@ from aitb.models.plan import (
     plan_from_dict,
     plan_to_dict,
 )
-from aitb.orchestration.experiment import parse_experiment
-from aitb.orchestration.runner import prepare
-from aitb.orchestration.transport import apply_host_transport, host_transport_record
+from orchestration.run.experiment import parse_experiment
+from orchestration.run.runner import prepare
+from orchestration.run.transport import apply_host_transport, host_transport_record
 from testbed.layout import make_layout
 from testbed.routes import connected_route_msg, dumped_rto_min_ms, route_msg
 

@@ -12,7 +12,7 @@ from testbed.images import interpreter, package_files, shared_libraries
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aitb.cli", "image", "build", *args],
+    return subprocess.run([sys.executable, "-m", "orchestration.cli", "image", "build", *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -32,7 +32,7 @@ def test_bad_input_exits_2_naming_the_option(args, needle):
 
 @pytest.mark.parametrize("tag", ["aitb-gloo:1", "localhost:5000/lab/py:3.11", "a__b", "a-b.c"])
 def test_valid_references_pass_the_tag_check(tag):
-    from aitb.commands.image import _tag
+    from orchestration.cli.commands.image import _tag
 
     assert _tag(tag) == tag
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from topo_helpers import find_issue, issues, load
 
-from aitb.models.errors import LabError
-from aitb.models.plan import plan_from_dict, plan_to_dict
+from aitb.errors import LabError
+from aitb.plan import plan_from_dict, plan_to_dict
 from testbed.ovs_datapath import choose
 
 TOPO = """

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from aitb.models.errors import SpecError
-from aitb.models.records import (
+from aitb.errors import SpecError
+from aitb.records import (
     BurstRecord,
     CollectiveRecord,
     FailureRecord,
@@ -16,7 +16,7 @@ from aitb.models.records import (
     busbw_factor,
     percentile,
 )
-from aitb.models.schedule import Burst, Collective, Compute, Group, Schedule
+from aitb.schedule import Burst, Collective, Compute, Group, Schedule
 from traffic_gen.jsonl import RecordWriter, read_records
 from traffic_gen.patterns import all_pairs, incast, one_to_many, pattern_schedule, permutation
 from traffic_gen.program import compile_program

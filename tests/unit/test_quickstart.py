@@ -6,9 +6,9 @@ import io
 
 from rich.console import Console
 
-from aitb.commands.run_progress import StepProgress
-from aitb.orchestration.defaults import default_experiment
-from aitb.orchestration.runner import prepare
+from orchestration.cli.commands.run_progress import StepProgress
+from orchestration.run.defaults import default_experiment
+from orchestration.run.runner import prepare
 
 
 def test_quickstart_layout():

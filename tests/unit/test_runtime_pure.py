@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from aitb.models.errors import LabError
-from aitb.models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
-from aitb.models.shaping import GilbertElliott, Shaping
-from aitb.models.units import BufferSize
+from aitb.errors import LabError
+from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from aitb.shaping import GilbertElliott, Shaping
+from aitb.units import BufferSize
 from testbed.layout import FIRST_IFINDEX, make_layout
 from testbed.registry import Registry, pid_alive, pid_start_time
 from testbed.sysctl import RPS_DEFAULT_MASK, all_cpus_mask, node_sysctls

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from aitb.models.errors import SpecError
-from aitb.orchestration.concurrent import start_groups
-from aitb.orchestration.runner import prepare
+from aitb.errors import SpecError
+from orchestration.run.concurrent import start_groups
+from orchestration.run.runner import prepare
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 import pytest
 
-from aitb.models.shaping import GilbertElliott, Shaping
-from aitb.models.units import UnitError
+from aitb.shaping import GilbertElliott, Shaping
+from aitb.units import UnitError
 
 
 def test_unshaped_needs_nothing():

@@ -1,7 +1,7 @@
 """Golden tests of the tc recipes (pure data, no root)."""
 
-from aitb.models.shaping import GilbertElliott, Shaping
-from aitb.models.units import BufferSize
+from aitb.shaping import GilbertElliott, Shaping
+from aitb.units import BufferSize
 from testbed.tc import direction_recipe, htb_burst_bytes, netem_limit_packets
 
 

@@ -3,7 +3,7 @@
 import pytest
 from topo_helpers import find_issue, issues, write
 
-from aitb.models.errors import SpecError
+from aitb.errors import SpecError
 from topologies import load_topology, parse_topology
 
 GOOD_NODES = """
@@ -217,8 +217,8 @@ links:
 
 
 def test_each_kind_of_file_says_what_it_expected(tmp_path):
-    from aitb.orchestration.campaign_spec import load_campaign
-    from aitb.orchestration.experiment import load_experiment
+    from orchestration.campaign.spec import load_campaign
+    from orchestration.run.experiment import load_experiment
     from topologies.clab import import_clab
 
     path = tmp_path / "empty.yaml"

@@ -1,7 +1,7 @@
 import pytest
 
-from aitb.models.errors import SpecError
-from aitb.models.schedule import Compute, SendRecv
+from aitb.errors import SpecError
+from aitb.schedule import Compute, SendRecv
 from workloads.summary import collective_table
 from workloads.training import (
     Accelerator,

@@ -1,6 +1,6 @@
 import pytest
 
-from aitb.models.units import (
+from aitb.units import (
     BufferSize,
     UnitError,
     format_rate,

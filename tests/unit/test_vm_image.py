@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed.vm_boot import vng_argv
 from testbed.vm_image import ImageTree, ensure_image, guest_mount_lines
 from testbed.vm_kernel import StockKernel

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from aitb.models.errors import LabError
-from aitb.vm_rerun import strip_vm_flag
+from aitb.errors import LabError
+from orchestration.vm_rerun import strip_vm_flag
 from testbed.capabilities import Capability, CapabilityReport
 from testbed.vm import detect_accel
 from testbed.vm_boot import _command_words, guest_script, vng_argv

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from aitb.cli import app
-from aitb.models.errors import SpecError
+from aitb.errors import SpecError
+from orchestration.cli.app import app
 from workloads.spec import load_schedule, read_workload_file
 
 ROOT = Path(__file__).parent.parent.parent
@@ -92,7 +92,7 @@ def test_tp_not_dividing_heads_names_the_key(tmp_path):
 
 def test_cli_exits_2_with_a_clear_message_and_no_traceback(tmp_path):
     p = _spec(tmp_path, TRAINING.replace("world_size: 8", "dp: 3, world_size: 8"))
-    r = subprocess.run([sys.executable, "-m", "aitb.cli", "workload", "inspect", str(p)],
+    r = subprocess.run([sys.executable, "-m", "orchestration.cli", "workload", "inspect", str(p)],
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2
     assert "parallelism.world_size" in r.stderr and "Traceback" not in r.stderr

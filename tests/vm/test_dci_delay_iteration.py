@@ -88,7 +88,7 @@ def _run(tmp_path: Path, delay_s: float) -> Path:
     exp = tmp_path / f"exp-{delay_s}.yaml"
     exp.write_text(json.dumps(_experiment(delay_s)))  # JSON is YAML
     env = {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "run", str(exp), "--results",
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(exp), "--results",
                           str(tmp_path / "results"), "--json", "--no-analysis"],
                          capture_output=True, text=True, timeout=400, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]

@@ -29,7 +29,7 @@ def test_mininet_backend_run_pays_the_dci_delay_in_every_iteration(tmp_path):
     exp = tmp_path / "exp.yaml"
     exp.write_text(json.dumps(_experiment(DELAY_S)))  # JSON is YAML
     env = {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "run", str(exp), "--results",
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(exp), "--results",
                           str(tmp_path / "results"), "--json", "--no-analysis", "--backend",
                           "mininet"], capture_output=True, text=True, timeout=500, env=env,
                          cwd=ROOT)

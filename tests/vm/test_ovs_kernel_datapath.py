@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pyroute2 import IPRoute
 
-from aitb.models.errors import LabError
+from aitb.errors import LabError
 from testbed import netns
 from testbed.backends import make_lab
 from testbed.inspect import describe

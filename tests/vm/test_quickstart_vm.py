@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from aitb.models.plan import plan_from_dict
+from aitb.plan import plan_from_dict
 from workloads.paths import path_delay_s
 
 # boot excluded: 3 workloads, each starting its agents (~30 s of Python imports under TCG)
@@ -43,7 +43,7 @@ def shaped(s):
 
 def test_quickstart_fidelity_covers_every_shaped_link(tmp_path):
     env = {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-m", "aitb.cli", "run", "--results",
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", "--results",
                           str(tmp_path / "results"), "--json"], capture_output=True, text=True,
                          timeout=900, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]

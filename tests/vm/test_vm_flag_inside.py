@@ -13,7 +13,7 @@ from testbed.capabilities import in_vm
 def test_vm_flag_is_ignored_inside_the_vm_and_the_guest_kernel_has_netem():
     if in_vm() is None:
         pytest.skip("checks `--vm` inside the VM; this host has netem, so the tier runs natively")
-    res = subprocess.run([sys.executable, "-m", "aitb.cli", "--vm", "doctor", "--json"],
+    res = subprocess.run([sys.executable, "-m", "orchestration.cli", "--vm", "doctor", "--json"],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)

@@ -25,7 +25,7 @@ from typing import Any
 
 import jinja2
 
-from aitb.models.plan import Endpoint, LabPlan, LinkPlan, NodePlan, Route
+from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan, Route
 from topologies.clab.kinds import DATAPATH_LABEL
 from topologies.clab.kinds import SWITCH_KINDS as HOST_BRIDGE_KINDS
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aitb.models.errors import SpecError, SpecIssue
-from aitb.models.plan import LabPlan
+from aitb.errors import SpecError, SpecIssue
+from aitb.plan import LabPlan
 from topologies.clab.kinds import DATAPATH_LABEL, KindMapping, map_kind
 from topologies.clab.links import ClabLink, LinkScan, scan_links
 from topologies.clab.names import ifname, lab_name, node_name, unique_names

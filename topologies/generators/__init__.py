@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from aitb.models.errors import SpecError, SpecIssue
+from aitb.errors import SpecError, SpecIssue
 from topologies.generators.edge_star import edge_star
 from topologies.generators.leaf_spine import leaf_spine
 from topologies.generators.multi_dc import multi_dc_leaf_spine

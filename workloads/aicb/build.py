@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aitb.models.errors import SpecError, SpecIssue
-from aitb.models.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
+from aitb.errors import SpecError, SpecIssue
+from aitb.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
 from workloads.aicb.rows import AicbFile, AicbRow
 from workloads.layout import Layout, LayoutError
 

@@ -15,7 +15,7 @@ import csv
 import re
 from pathlib import Path
 
-from aitb.models.errors import SpecError, SpecIssue
+from aitb.errors import SpecError, SpecIssue
 from workloads.aicb.rows import AicbFile, AicbRow
 
 __all__ = ["read_csv", "COMM_TYPES", "COMM_GROUPS"]

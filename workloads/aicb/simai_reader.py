@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aitb.models.errors import SpecError, SpecIssue
+from aitb.errors import SpecError, SpecIssue
 from workloads.aicb.rows import AicbFile, AicbRow
 
 __all__ = ["read_simai"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitb.models.errors import SpecError
-from aitb.models.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
+from aitb.errors import SpecError
+from aitb.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
 from workloads.layout import Layout
 from workloads.training.flops import iteration_model_flops, params_per_tp_rank
 from workloads.training.megatron import StageBuilder, Step

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
-from aitb.models.errors import SpecIssue
+from aitb.errors import SpecIssue
 
 __all__ = ["TransformerModel", "Parallelism", "Accelerator", "check_training"]
 

@@ -1,1 +1,0 @@
-"""Orchestration: experiment files, runs and (later) campaigns. Imports every layer."""

@@ -1,0 +1,186 @@
+"""Routed paths through a resolved :class:`LabPlan`, and its DCI links (pure; the one walk).
+
+**The walk** follows the plan's own forwarding state as the kernel would apply it: at each L3
+node (host or router) the longest prefix among its connected subnets (its interfaces'
+addresses) and its planned routes (``NodePlan.routes``, from topologies.routing) wins, a
+connected subnet winning a tie; every next hop of an equal-cost multipath route is followed
+(the kernel hashes each flow onto one of them, which the plan cannot predict), so a flow gets
+one path per ECMP choice. Inside an L2 segment (``switch`` nodes: Linux bridges or OVS) the
+frame crosses the switches on the shortest path (fewest links) to the port that owns the next
+hop's address. Each crossed link direction is a :class:`Hop` carrying the sender's egress
+:class:`Shaping` (rate limiter and buffer on that interface, the delay line after it).
+
+Paths are listed in next-hop order: the first path takes every route's first next hop, the
+next ones vary the last choice first. At most :data:`MAX_PATHS` paths are kept per (node,
+destination) (the first ones in that order). A node that the walk reaches twice is a routing
+loop, and so is a host in transit (hosts run with ip_forward=0, testbed/sysctl.py); an unknown
+node or address, a missing route or interface, or an unreachable next hop is a
+:class:`PathError` naming it.
+
+**DCI links** (:func:`dci_links`): a link is a data-centre interconnect if both its ends have a
+site and the sites differ (a node's site: its label ``site``, else its ``group``; the
+``multi_dc_leaf_spine`` generator labels every node of DC ``dcN`` with ``site: dcN``), or if
+either end's interface is named ``dci-*`` (that generator's names for DCI ports, so a DCI is
+found even when its ends carry no site). This is the union of the rules that analysis
+(``site`` labels or ``dci-*`` names) and capture selection (``site`` else ``group``) used.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import deque
+from dataclasses import dataclass
+
+from aitb.plan import LabPlan, LinkPlan
+from aitb.shaping import Shaping
+
+__all__ = ["Hop", "PathError", "PathWalker", "paths", "dci_links", "site_of",
+           "MAX_PATHS"]
+
+MAX_PATHS = 256  # ECMP fan-out kept per (node, destination): 16x the generated fabrics' widest
+Ip = ipaddress.IPv4Address | ipaddress.IPv6Address
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class PathError(ValueError):
+    """No path: an unknown node or address, no route, a missing interface, an unowned next
+    hop, or a routing loop. The message names the node, address or interface."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """One link direction on a path: ``node`` sends on its interface ``ifname`` over the link
+    named ``link``; ``shaping`` is that direction's (``rate_bps`` None when unshaped)."""
+
+    link: str
+    node: str
+    ifname: str
+    shaping: Shaping
+
+
+def _hop(lk: LinkPlan, node: str) -> Hop:
+    return Hop(lk.name, node, lk.endpoint(node).ifname, lk.egress(node))
+
+
+class PathWalker:
+    """The route walk over one plan, with its lookups built once and each (node,
+    destination) answer cached: construct once, then ask :meth:`paths` for many flows."""
+
+    def __init__(self, plan: LabPlan) -> None:
+        """Index ``plan`` (pure; the plan must not change afterwards)."""
+        self.plan = plan
+        self.kind = {n.name: n.kind for n in plan.nodes}
+        self.routes = {n.name: n.routes for n in plan.nodes}
+        self.port: dict[tuple[str, str], LinkPlan] = {}
+        self.owner: dict[Ip, str] = {}
+        self.connected: dict[str, list[tuple[Net, str]]] = {n.name: [] for n in plan.nodes}
+        for lk in plan.links:
+            for ep in (lk.a, lk.b):
+                self.port[(ep.node, ep.ifname)] = lk
+                for ifa in (ep.ipv4, ep.ipv6):
+                    if ifa is not None:
+                        self.owner[ifa.ip] = ep.node
+                        self.connected[ep.node].append((ifa.network, ep.ifname))
+        self._cache: dict[tuple[str, Ip], list[list[Hop]]] = {}
+
+    def paths(self, src_node: str, dst_ip: str | Ip) -> list[list[Hop]]:
+        """Every path (one per ECMP choice, in next-hop order, at most :data:`MAX_PATHS`)
+        from node ``src_node`` to the node owning address ``dst_ip``, as the link directions
+        crossed in order; ``[[]]`` when ``src_node`` owns ``dst_ip``.
+
+        Raises :class:`PathError` for an unknown node or address, a missing route or
+        interface, an unreachable next hop, a host in transit, or a routing loop (the
+        message shows the loop)."""
+        try:
+            dst = ipaddress.ip_address(dst_ip)
+        except ValueError:
+            raise PathError(f"{dst_ip!r} is not an IP address") from None
+        if src_node not in self.kind:
+            raise PathError(f"no node {src_node!r} in lab {self.plan.name!r}")
+        if dst not in self.owner:
+            raise PathError(f"address {dst} is on no interface of lab {self.plan.name!r}")
+        return [list(p) for p in self._walk(src_node, dst, (src_node,))]  # cache stays intact
+
+    def _walk(self, node: str, dst: Ip, trail: tuple[str, ...]) -> list[list[Hop]]:
+        """Paths from ``node`` (reached along the L3 nodes ``trail``) to ``dst``."""
+        if self.owner[dst] == node:
+            return [[]]
+        if (node, dst) in self._cache:
+            return self._cache[(node, dst)]
+        out: list[list[Hop]] = []
+        for ifname, gw in self._nexthops(node, dst):
+            seg, nxt = self._segment(node, ifname, gw)
+            if nxt in trail:
+                loop = " -> ".join((*trail[trail.index(nxt):], nxt))
+                raise PathError(f"routing loop towards {dst}: {loop}")
+            if self.kind[nxt] == "host" and self.owner[dst] != nxt:
+                raise PathError(f"node {node} routes {dst} via host {nxt}, which does not "
+                                "forward (ip_forward=0)")
+            out += [seg + rest for rest in self._walk(nxt, dst, (*trail, nxt))]
+        out = _unique(out)[:MAX_PATHS]
+        self._cache[(node, dst)] = out
+        return out
+
+    def _nexthops(self, node: str, dst: Ip) -> list[tuple[str, Ip]]:
+        """(outgoing interface, address of the next L3 hop) by longest prefix match."""
+        best, hops = -1, []
+        for net, ifname in self.connected[node]:
+            if dst in net and net.prefixlen > best:
+                best, hops = net.prefixlen, [(ifname, dst)]
+        for r in self.routes[node]:
+            if dst in r.dst and r.dst.prefixlen > best:
+                best, hops = r.dst.prefixlen, [(h.ifname, h.via or dst) for h in r.nexthops]
+        if not hops:
+            raise PathError(f"node {node} has no route to {dst}")
+        return hops
+
+    def _segment(self, node: str, ifname: str, gw: Ip) -> tuple[list[Hop], str]:
+        """The hops from ``node``'s ``ifname`` through switches (breadth first: fewest links)
+        to the L3 port that owns ``gw``, and that port's node."""
+        first = self.port.get((node, ifname))
+        if first is None:
+            raise PathError(f"node {node} routes via interface {ifname}, which it does not "
+                            "have")
+        todo, seen = deque([(first, node, [_hop(first, node)])]), {first.name}
+        while todo:
+            lk, frm, hops = todo.popleft()
+            far = lk.b if lk.a.node == frm else lk.a
+            if self.kind.get(far.node) != "switch":
+                if gw in {i.ip for i in (far.ipv4, far.ipv6) if i is not None}:
+                    return hops, far.node
+                continue
+            for nxt in self.plan.links_of(far.node):
+                if nxt.name not in seen:
+                    seen.add(nxt.name)
+                    todo.append((nxt, far.node, [*hops, _hop(nxt, far.node)]))
+        raise PathError(f"next hop {gw} of node {node} is not reachable from {node}:{ifname}")
+
+
+def _unique(found: list[list[Hop]]) -> list[list[Hop]]:
+    return [list(p) for p in dict.fromkeys(tuple(p) for p in found)]
+
+
+def paths(plan: LabPlan, src_node: str, dst_ip: str | Ip) -> list[list[Hop]]:
+    """:meth:`PathWalker.paths` on a fresh walker of ``plan`` (for one-off questions; build
+    a :class:`PathWalker` once for many). Raises :class:`PathError` as that does."""
+    return PathWalker(plan).paths(src_node, dst_ip)
+
+
+def site_of(plan: LabPlan, node: str) -> str | None:
+    """The site of ``node``: its label ``site``, else its ``group``, else None. Raises
+    KeyError naming an unknown node."""
+    n = plan.node(node)
+    return (n.labels or {}).get("site", n.group)
+
+
+def dci_links(plan: LabPlan) -> frozenset[str]:
+    """Names of the DCI links of ``plan``: both ends in different sites (:func:`site_of`),
+    or an end's interface named ``dci-*`` (the module docstring gives the why)."""
+    site = {n.name: site_of(plan, n.name) for n in plan.nodes}
+    out = set()
+    for lk in plan.links:
+        a, b = site.get(lk.a.node), site.get(lk.b.node)
+        named = lk.a.ifname.startswith("dci-") or lk.b.ifname.startswith("dci-")
+        if named or (a is not None and b is not None and a != b):
+            out.add(lk.name)
+    return frozenset(out)

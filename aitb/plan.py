@@ -1,0 +1,222 @@
+"""The resolved lab plan: what the runtime (testbed/) realises, with nothing left to infer.
+
+A :class:`LabPlan` is produced by topologies/ (from a file or a generator) after validation,
+defaults, addressing and routing; it is pure data, needs no root, and is JSON-serialisable with
+:func:`plan_to_dict`. Node names are at most :data:`MAX_NODE_NAME` characters of
+``[a-z0-9_-]``; interface names at most 15 characters (IFNAMSIZ-1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aitb.shaping import GilbertElliott, Shaping
+from aitb.units import BufferSize
+
+__all__ = [
+    "NodeKind", "NODE_KINDS", "EcmpHash", "Datapath", "OvsDatapath", "MAX_IFNAME", "MAX_NODE_NAME",
+    "Endpoint", "LinkPlan", "NextHop", "Route", "NodePlan", "LabPlan",
+    "plan_to_dict", "plan_from_dict",
+]
+
+NodeKind = Literal["host", "switch", "router"]
+NODE_KINDS: tuple[str, ...] = ("host", "switch", "router")
+EcmpHash = Literal["l3", "l4"]
+Datapath = Literal["bridge", "ovs"]
+OvsDatapath = Literal["auto", "system", "netdev"]
+MAX_IFNAME = 15  # IFNAMSIZ (16) minus the terminating NUL, include/uapi/linux/if.h
+MAX_NODE_NAME = 32
+
+IPv4If = ipaddress.IPv4Interface
+IPv6If = ipaddress.IPv6Interface
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One end of a link: node, interface name inside that node, its addresses (or none: a
+    switch port), and an optional fixed MAC address."""
+
+    node: str
+    ifname: str
+    ipv4: IPv4If | None = None
+    ipv6: IPv6If | None = None
+    mac: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkPlan:
+    """A point-to-point link (one veth pair): ``a_to_b`` shapes what ``a`` sends to ``b``."""
+
+    name: str
+    a: Endpoint
+    b: Endpoint
+    a_to_b: Shaping = field(default_factory=Shaping)
+    b_to_a: Shaping = field(default_factory=Shaping)
+    mtu: int = 1500
+
+    def endpoint(self, node: str) -> Endpoint:
+        """The endpoint on ``node``; raises KeyError if the link does not touch it."""
+        if self.a.node == node:
+            return self.a
+        if self.b.node == node:
+            return self.b
+        raise KeyError(f"link {self.name} does not touch node {node}")
+
+    def egress(self, node: str) -> Shaping:
+        """The shaping of what ``node`` sends on this link."""
+        return self.a_to_b if node == self.a.node else self.b_to_a
+
+
+@dataclass(frozen=True, slots=True)
+class NextHop:
+    """A next hop: gateway address (``None`` for on-link) and the outgoing interface."""
+
+    ifname: str
+    via: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+    weight: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A static route; several next hops make an equal-cost multipath route."""
+
+    dst: ipaddress.IPv4Network | ipaddress.IPv6Network
+    nexthops: tuple[NextHop, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """An emulated node. ``host``: an end system; ``router``: forwards (ip_forward=1);
+    ``switch``: an L2 Linux bridge over its ports.
+
+    sysctls: applied inside the node's namespace (keys as in ``sysctl -a``, for example
+    ``net.ipv4.tcp_rmem``); tcp_congestion_control: ``net.ipv4.tcp_congestion_control``;
+    ecmp_hash: ``net.ipv4.fib_multipath_hash_policy`` 0 (l3) or 1 (l4); stp: switches only;
+    rto_min_s: TCP's minimum retransmission timeout as a locked RTAX_RTO_MIN route metric on
+    every route of the node (planned and connected; the kernel keeps whole milliseconds), None
+    = the kernel's default (200 ms, include/net/tcp.h TCP_RTO_MIN); image: hosts only, a
+    container image (docker) whose container holds the node's network namespace, None for a
+    plain namespace.
+    datapath (switches): ``bridge`` (a Linux bridge) or ``ovs`` (Open vSwitch, forwarding
+    computed by aitb: shortest paths, equal-cost ones through select groups, floods along a
+    spanning tree; see testbed/ovs_flows.py); flows (ovs switches): extra OpenFlow rules in
+    ``ovs-ofctl add-flow`` syntax, added after aitb's own; ovs_datapath (ovs switches):
+    ``system`` (the kernel's openvswitch datapath), ``netdev`` (OVS's user-space datapath) or
+    ``auto`` (system where the kernel has it, else netdev; see testbed/ovs_datapath.py).
+    command, environment, binds (container hosts only): argv replacing the image's CMD (None:
+    the image's own), the container's environment, and bind mounts host path ->
+    ``"<container path>:ro"`` or ``":rw"``.
+    """
+
+    name: str
+    kind: NodeKind
+    routes: tuple[Route, ...] = ()
+    sysctls: Mapping[str, str] = field(default_factory=dict)
+    tcp_congestion_control: str | None = None
+    ecmp_hash: EcmpHash = "l3"
+    stp: bool = False
+    group: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    rto_min_s: float | None = None
+    image: str | None = None
+    datapath: Datapath = "bridge"
+    flows: tuple[str, ...] = ()
+    command: tuple[str, ...] | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    binds: Mapping[str, str] = field(default_factory=dict)
+    ovs_datapath: OvsDatapath = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class LabPlan:
+    """Everything the runtime needs to bring a lab up; ``source`` names where it came from."""
+
+    name: str
+    nodes: tuple[NodePlan, ...]
+    links: tuple[LinkPlan, ...]
+    source: str = "<generated>"
+
+    def node(self, name: str) -> NodePlan:
+        """The node called ``name``; raises KeyError naming it if absent."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node {name!r} in lab {self.name!r}")
+
+    def links_of(self, node: str) -> list[LinkPlan]:
+        """The links that touch ``node``, in plan order."""
+        return [lk for lk in self.links if node in (lk.a.node, lk.b.node)]
+
+    def hosts(self) -> list[NodePlan]:
+        """The nodes of kind host, in plan order."""
+        return [n for n in self.nodes if n.kind == "host"]
+
+    def address_of(self, node: str) -> ipaddress.IPv4Address | None:
+        """The first IPv4 address of ``node`` (its address for traffic), or None."""
+        for lk in self.links_of(node):
+            ep = lk.endpoint(node)
+            if ep.ipv4 is not None:
+                return ep.ipv4.ip
+        return None
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, ipaddress._BaseAddress | ipaddress._BaseNetwork):  # noqa: SLF001
+        return str(value)
+    if isinstance(value, ipaddress.IPv4Interface | ipaddress.IPv6Interface):
+        return str(value)
+    return value
+
+
+def plan_to_dict(plan: LabPlan) -> dict[str, Any]:
+    """A JSON-ready dict of ``plan`` (addresses as strings); inverse of :func:`plan_from_dict`."""
+    return _jsonable(plan)
+
+
+def _shaping_from(d: Mapping[str, Any]) -> Shaping:
+    d = dict(d)
+    if d.get("buffer") is not None:
+        d["buffer"] = BufferSize(**d["buffer"])
+    if d.get("loss_gemodel") is not None:
+        d["loss_gemodel"] = GilbertElliott(**d["loss_gemodel"])
+    return Shaping(**d)
+
+
+def _endpoint_from(d: Mapping[str, Any]) -> Endpoint:
+    return Endpoint(node=d["node"], ifname=d["ifname"],
+                    ipv4=ipaddress.IPv4Interface(d["ipv4"]) if d.get("ipv4") else None,
+                    ipv6=ipaddress.IPv6Interface(d["ipv6"]) if d.get("ipv6") else None,
+                    mac=d.get("mac"))
+
+
+def _route_from(d: Mapping[str, Any]) -> Route:
+    hops = tuple(NextHop(ifname=h["ifname"],
+                         via=ipaddress.ip_address(h["via"]) if h.get("via") else None,
+                         weight=h.get("weight", 1)) for h in d["nexthops"])
+    return Route(dst=ipaddress.ip_network(d["dst"]), nexthops=hops)
+
+
+def plan_from_dict(d: Mapping[str, Any]) -> LabPlan:
+    """Rebuild a :class:`LabPlan` from :func:`plan_to_dict` output (for example a run's
+    ``plan.json``). Raises KeyError/TypeError/ValueError on a malformed dict."""
+    nodes = tuple(
+        NodePlan(**{**n, "routes": tuple(_route_from(r) for r in n.get("routes", ())),
+                    "flows": tuple(n.get("flows", ())),
+                    "command": tuple(n["command"]) if n.get("command") else None})
+        for n in d["nodes"])
+    links = tuple(
+        LinkPlan(name=lk["name"], a=_endpoint_from(lk["a"]), b=_endpoint_from(lk["b"]),
+                 a_to_b=_shaping_from(lk["a_to_b"]), b_to_a=_shaping_from(lk["b_to_a"]),
+                 mtu=lk.get("mtu", 1500))
+        for lk in d["links"])
+    return LabPlan(name=d["name"], nodes=nodes, links=links, source=d.get("source", "<dict>"))

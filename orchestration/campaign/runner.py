@@ -1,0 +1,148 @@
+"""``aitb campaign``: many runs of one experiment over a parameter sweep, resumable.
+
+campaign file -> points (grid x zip) -> every point validated and built (prepare_spec, nothing
+created) -> runs (points x repetitions, repetition-major) -> each run a normal run directory
+``results/<campaign>/<point-id>/<experiment>/rep<k>-<hex6>/`` (runner.execute) -> campaign
+state after every run (campaign_state) -> ``aggregate.parquet``/``aggregate.csv`` and plots.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aitb.errors import AitbError, LabError
+from orchestration.campaign.aggregate import run_summary, write_tables
+from orchestration.campaign.load import Campaign, load, prepare_point
+from orchestration.campaign.plots import write_plots
+from orchestration.campaign.state import CampaignState, fingerprint
+from orchestration.campaign.sweep import Run, plain
+from orchestration.run.runner import RunOutcome, execute
+
+__all__ = ["Campaign", "CampaignInterrupted", "CampaignResult", "load", "run_campaign"]
+
+Progress = Callable[[str], None]
+
+
+class CampaignInterrupted(AitbError):
+    """SIGINT/SIGTERM during a campaign: the current run was discarded-to-be; exit 130."""
+
+    exit_code = 130
+
+
+@dataclass
+class CampaignResult:
+    """What a campaign did: runs done before (skipped) and now, failures, discarded run
+    directories, files written."""
+
+    root: Path
+    skipped: list[str] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    discarded: list[Path] = field(default_factory=list)
+    tables: list[Path] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+
+
+def _fingerprint(c: Campaign) -> str:
+    return fingerprint({p.id: p.values for p in c.points}, plain(c.src.base_doc), c.spec.seeds)
+
+
+def _interrupted(outcome: RunOutcome) -> bool:
+    """Whether the run ended because of SIGINT/SIGTERM (testbed.signals.LabInterrupted,
+    which runner.execute records in error.json)."""
+    err = outcome.run_dir / "error.json"
+    return err.exists() and '"LabInterrupted"' in err.read_text(encoding="utf-8")
+
+
+def _one_run(c: Campaign, run: Run, state: CampaignState, result: CampaignResult,
+             progress: Progress) -> None:
+    prep = prepare_point(c.src, run.point, seed=run.seed)
+    run_id = f"rep{run.rep}-{secrets.token_hex(3)}"
+    point_dir = state.root / run.point.id
+    state.start(run.key, point_dir / prep.spec.name / run_id, run.seed)
+    progress(f"run {run.key} ({run.point.label() or 'base'}, seed {run.seed})")
+    outcome = execute(prep, point_dir, progress, run_id=run_id)
+    if _interrupted(outcome):
+        raise CampaignInterrupted(f"interrupted during run {run.key}; run the same command "
+                                  "again to resume (that run is redone)")
+    _analyze(outcome.run_dir)
+    state.finish(run.key, outcome.ok, outcome.error)
+    if outcome.ok:
+        result.ran.append(run.key)
+    else:
+        result.failed[run.key] = outcome.error or "failed"
+        progress(f"run {run.key} failed: {outcome.error}")
+
+
+def _analyze(run_dir: Path) -> None:
+    """Write metrics.json with analysis.analyze_run (contracts.md section 4) when this build
+    has it and the runner has not already done so."""
+    import analysis
+
+    analyze = getattr(analysis, "analyze_run", None)
+    if analyze is not None and not (run_dir / "metrics.json").exists():
+        analyze(run_dir)
+
+
+def run_campaign(c: Campaign, results: Path, progress: Progress = lambda _m: None
+                 ) -> CampaignResult:
+    """Run every run of ``c`` not yet completed under ``results/<campaign>/`` (needs root),
+    then write the aggregate tables and plots. Completed runs (state ``ok``) are skipped and
+    not touched; runs left running or failed by an earlier invocation are discarded and
+    redone. Raises :class:`CampaignInterrupted` on SIGINT/SIGTERM (state stays consistent),
+    :class:`SpecError` if ``results/<campaign>`` holds a different campaign."""
+    root = results / c.spec.name
+    root.mkdir(parents=True, exist_ok=True)
+    with _exclusive(root):
+        state = CampaignState.open(root, c.spec.name, c.src.source, _fingerprint(c))
+        result = CampaignResult(root, discarded=state.discard_unfinished())
+        for path in result.discarded:
+            progress(f"discarded unfinished run {path}")
+        try:
+            for run in c.runs:
+                if state.status(run.key) == "ok":
+                    result.skipped.append(run.key)
+                    continue
+                _one_run(c, run, state, result, progress)
+        except KeyboardInterrupt:
+            raise CampaignInterrupted("interrupted; run the same command again to "
+                                      "resume") from None
+        finish(c, state, result)
+    return result
+
+
+@contextmanager
+def _exclusive(root: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``root/.lock`` (flock; released when the process ends, even
+    if killed), so that two invocations never work on one campaign folder at once. Raises
+    :class:`LabError` if another holds it."""
+    with (root / ".lock").open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LabError(f"another aitb campaign is working on {root}; wait for it or "
+                           "stop it first") from None
+        yield
+
+
+def finish(c: Campaign, state: CampaignState, result: CampaignResult) -> None:
+    """Aggregate the completed runs into tables and plots under the campaign folder."""
+    rows = []
+    for run in c.runs:
+        if state.status(run.key) != "ok":
+            continue
+        run_dir = state.root / state.data["runs"][run.key]["run_dir"]
+        summary, origin = run_summary(run_dir)
+        rows.append({"point": run.point.id, **run.point.values, "rep": run.rep,
+                     "seed": run.seed, "run_dir": str(run_dir), "source": origin,
+                     "summary": summary})
+    if not rows:
+        return
+    table = write_tables(state.root, rows, c.spec.swept())
+    result.tables = [state.root / n for n in ("aggregate.parquet", "aggregate.csv", "runs.csv")]
+    result.plots = write_plots(state.root, c.spec, table)

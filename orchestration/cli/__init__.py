@@ -1,0 +1,1 @@
+"""The ``aitb`` command line (:mod:`.app`); ``python -m orchestration.cli`` runs it."""

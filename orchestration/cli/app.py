@@ -1,0 +1,97 @@
+"""The ``aitb`` command line: one typer app; each command group lives in
+orchestration/cli/commands/.
+
+Errors that are the user's (bad files, unknown names) and failures while running are printed as
+one clear message without a traceback; the exit code is 2 for bad input and 1 for a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from aitb import __version__
+from aitb.errors import AitbError, SpecError
+from orchestration.cli.commands import register_all
+from orchestration.vm_rerun import rerun_in_vm, wants_vm
+
+app = typer.Typer(
+    name="aitb",
+    help="AI traffic testbed: emulated networks, AI workload traffic, measurements.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+err_console = Console(stderr=True)
+_argv: list[str] | None = None  # the command line main() was given, for --vm to re-execute
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"aitb {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+    vm: bool = typer.Option(False, "--vm", help="Run this command inside the stock-kernel VM "
+                            "(for qdiscs the host kernel lacks, e.g. netem)."),
+) -> None:
+    """AI traffic testbed."""
+    if wants_vm(vm):
+        args = _argv if _argv is not None else sys.argv[1:]
+        if "deploy" in args:
+            raise SpecError("a lab deployed with --vm would end with the VM, before you could "
+                            "use it; use `aitb --vm run EXPERIMENT` (or any command that does "
+                            "its work and finishes) instead")
+        raise typer.Exit(rerun_in_vm(args))
+
+
+register_all(app)
+
+
+def report_error(exc: AitbError) -> None:
+    """Print ``exc`` for a person: one line per issue, prefixed with ``error:``."""
+    if isinstance(exc, SpecError):
+        for issue in exc.issues:
+            err_console.print(f"[bold red]error:[/] {escape(str(issue))}", markup=True,
+                              highlight=False, soft_wrap=True)
+    else:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True,
+                          highlight=False, soft_wrap=True)
+
+
+def print_json_error(exc: AitbError) -> None:
+    """The error as one JSON object on stdout (``ok: false``, message, exit code and, for bad
+    input, one entry per issue), so that a script reading a ``--json`` command's stdout gets
+    JSON on failure too; the stderr lines of :func:`report_error` stay for a person."""
+    doc: dict[str, object] = {"ok": False, "error": str(exc), "exit_code": exc.exit_code}
+    if isinstance(exc, SpecError):
+        doc["issues"] = [issue.to_dict() for issue in exc.issues]
+    typer.echo(json.dumps(doc))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``aitb`` console script; exits with the command's status."""
+    global _argv
+    _argv = argv
+    try:
+        app(args=argv, prog_name="aitb")
+    except AitbError as exc:
+        report_error(exc)
+        if "--json" in (sys.argv[1:] if argv is None else argv):
+            print_json_error(exc)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,127 @@
+"""``aitb campaign FILE``: sweep an experiment, resumable; ``--dry-run`` lists the runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from aitb.errors import LabError
+from testbed.capabilities import in_vm
+from testbed.lab import missing_kernel_features
+from testbed.vm import run_in_vm
+
+if TYPE_CHECKING:
+    from orchestration.campaign.runner import Campaign, CampaignResult
+
+console = Console(stderr=True)
+
+
+def _dry_run(c: Campaign, results: Path, as_json: bool) -> None:
+    from orchestration.campaign.state import STATE_FILE
+
+    state_path = results / c.spec.name / STATE_FILE
+    done = set()
+    if state_path.exists():
+        runs = json.loads(state_path.read_text(encoding="utf-8")).get("runs", {})
+        done = {k for k, e in runs.items() if e.get("status") == "ok"}
+    rows = [{"run": r.key, "point": r.point.id, "rep": r.rep, "seed": r.seed,
+             "values": r.point.values, "done": r.key in done} for r in c.runs]
+    if as_json:
+        typer.echo(json.dumps({"campaign": c.spec.name, "points": len(c.points),
+                               "repetitions": c.spec.repetitions, "runs": rows}))
+        return
+    table = Table(title=f"campaign {c.spec.name}: {len(c.points)} points x "
+                        f"{c.spec.repetitions} repetitions = {len(rows)} runs")
+    for col in ("run", "seed", *c.spec.swept(), "done"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["run"], str(r["seed"]), *(str(r["values"][k]) for k in c.spec.swept()),
+                      "yes" if r["done"] else "")
+    Console().print(table)
+
+
+def _needs_vm(c: Campaign) -> list[str]:
+    if in_vm():
+        return []
+    return sorted({f for plan in c.plans() for f in missing_kernel_features(plan)})
+
+
+def campaign(
+    file: Annotated[Path, typer.Argument(help="Campaign file (YAML).", show_default=False)],
+    results: Annotated[Path, typer.Option(
+        "--results", help="Folder that receives <campaign>/.")] = Path("results"),
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Validate every point, list the runs, run nothing (no root).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the campaign folder.")
+                     ] = False,
+    use_vm: Annotated[bool, typer.Option(
+        "--auto-vm/--no-vm", help="When a point's lab needs qdiscs the host kernel lacks "
+        "(netem), run the whole campaign inside the stock-kernel VM (default), or refuse.")
+                      ] = True,
+) -> None:
+    """Run every point x repetition of a campaign not yet done, then aggregate and plot.
+
+    Re-running the same command after a crash or Ctrl-C resumes: completed runs are kept
+    untouched, an unfinished one is discarded and redone.
+    """
+    from orchestration.campaign.runner import load, run_campaign
+    from orchestration.cli.commands.outputs import output_dir
+
+    c = load(file)
+    if dry_run:
+        _dry_run(c, results, as_json)
+        return
+    output_dir(results, "--results")
+    say = (lambda m: None) if quiet or as_json else (lambda m: console.print(f"[dim]{m}[/]"))
+    missing = _needs_vm(c)
+    if missing:
+        if not use_vm:
+            raise LabError(f"this campaign needs {', '.join(missing)}, which the host kernel "
+                           "lacks; drop --no-vm to run it in the stock-kernel VM")
+        say(f"this campaign needs {', '.join(missing)}: running it inside the stock-kernel VM")
+        raise typer.Exit(_rerun_in_vm(file, results, as_json=as_json, quiet=quiet))
+    result = run_campaign(c, results, progress=say)
+    _report(result, as_json, quiet)
+    if result.failed:
+        raise typer.Exit(1)
+
+
+def _report(result: CampaignResult, as_json: bool, quiet: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"root": str(result.root), "ran": result.ran,
+                               "skipped": result.skipped, "failed": result.failed,
+                               "discarded": [str(p) for p in result.discarded],
+                               "tables": [str(p) for p in result.tables],
+                               "plots": [str(p) for p in result.plots]}))
+        return
+    if not quiet:
+        console.print(f"{len(result.ran)} runs now, {len(result.skipped)} done before, "
+                      f"{len(result.failed)} failed")
+        for key, err in result.failed.items():
+            console.print(f"[bold red]run {key} failed:[/] {err}", markup=True,
+                          highlight=False)
+        for p in [*result.tables, *result.plots]:
+            console.print(str(p), highlight=False)
+    typer.echo(str(result.root))
+
+
+def _rerun_in_vm(file: Path, results: Path, *, as_json: bool, quiet: bool) -> int:
+    """The same campaign inside the VM (one boot), the results folder shared read-write."""
+    results = results.resolve()
+    results.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "orchestration.cli", "campaign", str(file.resolve()),
+            "--results", str(results), *(["--json"] if as_json else []),
+            *(["--quiet"] if quiet else [])]
+    return run_in_vm(argv, rwdirs=[results], echo=True).returncode
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``campaign`` to ``app``."""
+    app.command("campaign")(campaign)

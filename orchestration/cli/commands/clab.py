@@ -1,0 +1,146 @@
+"""``aitb topo import`` and ``aitb topo export --format clab``: containerlab interop.
+
+import reads a containerlab topology and writes an aitb topology; export writes a containerlab
+topology plus a script with the lab's addresses, routes and tc shaping (topologies/clab/).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from aitb.errors import SpecError, SpecIssue
+from aitb.plan import LabPlan
+from orchestration.cli.commands.topo import topo_app
+
+FORMATS = ("clab",)
+KIND_CHOICES = ("host", "router", "switch")
+err = Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    """The commands add themselves to ``aitb topo`` (see :data:`topo_app`)."""
+
+
+def _kinds(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        node, sep, kind = pair.partition("=")
+        if not sep or kind not in KIND_CHOICES:
+            raise SpecError(f"--kind {pair!r}: use NODE=KIND with KIND one of "
+                            f"{', '.join(KIND_CHOICES)}")
+        out[node] = kind
+    return out
+
+
+def _warn(issues: list[SpecIssue]) -> None:
+    for issue in issues:
+        err.print(f"[bold yellow]warning:[/] {escape(str(issue))}", highlight=False,
+                  soft_wrap=True)
+
+
+@topo_app.command("import")
+def import_cmd(
+    file: Annotated[Path, typer.Argument(help="containerlab topology (*.clab.yml).")],
+    out: Annotated[Path | None, typer.Option("-o", "--output",
+                                             help="Write the aitb topology here (default: "
+                                             "standard output).")] = None,
+    drop_external: Annotated[bool, typer.Option(
+        "--drop-external", help="Drop links that leave the lab (host, mgmt-net, macvlan, "
+        "vxlan) with a warning instead of refusing the file.")] = False,
+    kind: Annotated[list[str] | None, typer.Option(
+        "--kind", help="NODE=host|router|switch: override the mapping of one node "
+        "(repeatable).")] = None,
+) -> None:
+    """Import a containerlab topology as an aitb topology; kinds aitb cannot run become
+    hosts, routers or switches with a warning. Exit 2 with every reason when it cannot."""
+    from orchestration.cli.commands.outputs import write_output_file
+    from topologies.clab import import_clab
+    from topologies.clab.yamlout import to_yaml
+
+    result = import_clab(file, drop_external=drop_external, kinds=_kinds(kind or []))
+    _warn(result.warnings)
+    text = to_yaml(result.topology, [f"aitb topology imported from the containerlab file "
+                                     f"{file.name} by `aitb topo import`."])
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    write_output_file(out, text, "--output")
+    err.print(f"wrote {out} ({len(result.plan.nodes)} nodes, {len(result.plan.links)} links)",
+              highlight=False)
+
+
+def shaping_commands(plan: LabPlan) -> list:
+    """aitb's tc recipe for every direction of every link of ``plan`` as
+    :class:`topologies.clab.export.NodeCommand` (section "shaping"), in creation order:
+    egress objects on the sender, then the IFB and the ingress objects on the receiver."""
+    from testbed.layout import make_layout
+    from topologies.clab.export import NodeCommand
+
+    layout = make_layout(plan, "export")
+    out = []
+    for recipe in layout.recipes.values():
+        out += [NodeCommand(o.node, tuple(o.tc_argv()), "shaping") for o in recipe.egress]
+        if recipe.ifb:
+            out += [NodeCommand(recipe.rx_node, argv, "shaping") for argv in (
+                ("ip", "link", "add", recipe.ifb, "type", "ifb"),
+                ("ip", "link", "set", recipe.ifb, "up"))]
+        out += [NodeCommand(o.node, tuple(o.tc_argv()), "shaping") for o in recipe.ingress]
+    return out
+
+
+def export_files(plan: LabPlan, out_dir: Path, image: str, keep_kinds: bool) -> list[Path]:
+    """Write ``<lab>.clab.yml`` and ``<lab>.aitb.sh`` (mode 0755) for ``plan`` into
+    ``out_dir`` (created if missing); with ``keep_kinds`` imported network-OS nodes get their
+    containerlab kind back and the script shapes their links but leaves their addresses and
+    routes to their own configuration. Returns both paths. Raises SpecError if ``out_dir``
+    cannot be written."""
+    from testbed.layout import needs_wire_packets
+    from topologies.clab.export import (
+        clab_plan,
+        network_commands,
+        render_script,
+        render_topology,
+        vendor_nodes,
+    )
+
+    cplan = clab_plan(plan)
+    topo, script = out_dir / f"{plan.name}.clab.yml", out_dir / f"{plan.name}.aitb.sh"
+    skip = vendor_nodes(cplan, keep_kinds)  # network OSes configure themselves
+    commands = network_commands(cplan, needs_wire_packets(cplan), skip) + shaping_commands(cplan)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        topo.write_text(render_topology(cplan, image, keep_kinds, script.name), encoding="utf-8")
+        script.write_text(render_script(cplan, commands, topo.name), encoding="utf-8")
+        os.chmod(script, 0o755)
+    except OSError as exc:
+        raise SpecError(f"cannot write the export: {exc}", file=str(out_dir)) from None
+    return [topo, script]
+
+
+@topo_app.command("export")
+def export_cmd(
+    file: Annotated[Path, typer.Argument(help="aitb topology (YAML) or a run's plan.json.")],
+    fmt: Annotated[str, typer.Option("--format", help="Target: clab (containerlab).")],
+    out: Annotated[Path, typer.Option("-o", "--output", help="Directory to write into.")
+                   ] = Path("."),
+    image: Annotated[str | None, typer.Option("--image", help="Container image of every "
+                                              "node (default: network-multitool).")] = None,
+    keep_kinds: Annotated[bool, typer.Option(
+        "--keep-kinds", help="Nodes imported from containerlab get their original kind and "
+        "image back (e.g. a vendor NOS).")] = False,
+) -> None:
+    """Export a topology to containerlab: a topology file plus a script that applies the
+    same addresses, routes and link shaping (tc) inside containerlab's nodes."""
+    from orchestration.cli.commands.lab import load_plan
+    from topologies.clab.export import DEFAULT_IMAGE
+
+    if fmt not in FORMATS:
+        raise SpecError(f"--format {fmt!r}: known formats: {', '.join(FORMATS)}")
+    for path in export_files(load_plan(file), out, image or DEFAULT_IMAGE, keep_kinds):
+        typer.echo(f"wrote {path}")

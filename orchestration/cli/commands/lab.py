@@ -1,0 +1,207 @@
+"""``aitb topo deploy|inspect|destroy``, ``aitb exec`` and ``aitb clean``: live labs.
+
+All need root. Run state lives under ``$AITB_STATE_DIR`` (default /run/aitb).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from aitb.errors import LabError, SpecError
+from aitb.plan import LabPlan, plan_from_dict
+from orchestration.cli.commands.topo import topo_app
+from testbed import clean as clean_mod
+from testbed import signals
+from testbed.inspect import describe
+from testbed.lab import Lab
+from testbed.registry import DEFAULT_STATE_DIR, Registry, unknown_name
+
+console = Console()
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def state_dir() -> Path:
+    """Where runs keep their registries: ``$AITB_STATE_DIR`` or /run/aitb."""
+    return Path(os.environ.get("AITB_STATE_DIR", str(DEFAULT_STATE_DIR)))
+
+
+def load_plan(path: Path) -> LabPlan:
+    """A topology file through ``topologies.load_topology``, or a run's ``plan.json``."""
+    if path.suffix == ".json":
+        try:
+            return plan_from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SpecError(f"cannot read plan: {exc}", file=str(path)) from None
+    from topologies import load_topology  # written in parallel; resolves after the merge
+
+    return load_topology(path)
+
+
+def file_backend(path: Path) -> str | None:
+    """The ``backend:`` key of a topology file (None if absent or a plan.json)."""
+    if path.suffix == ".json":
+        return None
+    from topologies.loader import read_yaml
+
+    doc, _ = read_yaml(path)
+    value = doc.get("backend") if hasattr(doc, "get") else None
+    return None if value is None else str(value)
+
+
+BackendOpt = Annotated[str | None, typer.Option(
+    "--backend", help="native (default) or mininet; overrides the file's backend: key.")]
+
+
+def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a plan.json.")],
+           run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (a-z0-9).")
+                             ] = None,
+           backend: BackendOpt = None,
+           cli: Annotated[bool, typer.Option(
+               "--cli", help="mininet backend: open Mininet's CLI on the live lab and tear it "
+               "down when the CLI exits.")] = False,
+           switch: Annotated[str, typer.Option(
+               "--switch", help="mininet backend: bridge (Linux bridge) or ovs (Open vSwitch;"
+               " the kernel datapath where the kernel has it, else the user-space one).")
+           ] = "bridge",
+           controller: Annotated[str | None, typer.Option(
+               "--controller", help="mininet backend, OVS switches: an OpenFlow controller "
+               "target, unix:PATH (any namespace) or tcp:HOST:PORT (inside the lab); default "
+               "none: aitb's own rules only.")] = None,
+           as_json: JsonOpt = False) -> None:
+    """Bring a lab up and leave it up; prints its run id. On failure or SIGINT/SIGTERM
+    everything made so far is removed (exit 130/143 on a signal)."""
+    from testbed.backends import check_backend, make_lab
+
+    plan = load_plan(file)
+    chosen = check_backend(backend or file_backend(file) or "native",
+                           "--backend" if backend else f"{file}: backend")
+    if chosen != "mininet" and (cli or switch != "bridge" or controller):
+        raise unknown_name("--cli, --switch and --controller need --backend mininet")
+    opts = {"switch": switch, "controller": controller} if chosen == "mininet" else {}
+    lab = make_lab(plan, chosen, run_id, state_dir(), **opts)
+    with signals.raising():
+        try:
+            lab.up()
+            if cli:
+                typer.echo(f"run {lab.run_id}: Mininet CLI (exit tears the lab down)")
+                lab.cli()  # type: ignore[attr-defined]
+                lab.down()
+                return
+            lab.detach()
+        except BaseException:
+            # a failed up() has already removed its lab (and its registry); a signal that came
+            # after up() returned, even before the next statement ran, leaves a complete lab:
+            # its registry still exists, and an interrupted deploy leaves nothing behind
+            if lab.registry.dir.exists():
+                lab.down()
+            raise
+    lab.release()
+    if as_json:
+        typer.echo(json.dumps({"run_id": lab.run_id, "lab": lab.plan.name, "backend": chosen,
+                               "timings_s": lab.timings, "ovs_datapaths": lab.ovs_datapaths,
+                               "namespaces": {
+                                   n: lab.netns_name(n) for n in lab.layout.nodes}}))
+    else:
+        typer.echo(lab.run_id)
+
+
+def inspect(run_id: str, as_json: JsonOpt = False) -> None:
+    """Nodes, namespaces, interfaces with addresses, qdiscs with live counters."""
+    lab = Lab.attach(run_id, state_dir())
+    try:
+        info = describe(lab)
+    finally:
+        lab.release()
+    if as_json:
+        typer.echo(json.dumps(info))
+        return
+    table = Table("node", "netns", "interface", "addresses", "qdiscs / classes")
+    for node, n in info["nodes"].items():
+        for i in n["interfaces"]:
+            tc = [f"{q['kind']} {q['handle']} pkts={q.get('packets')} drops={q.get('drops')}"
+                  + (f" rate={q['rate_bps']}" if "rate_bps" in q else "")
+                  for q in i.get("qdiscs", []) + i.get("classes", [])]
+            table.add_row(node, n["netns"], i["ifname"], " ".join(i.get("addresses", [])),
+                          "\n".join(tc))
+    console.print(table)
+
+
+def destroy(run_id: str, as_json: JsonOpt = False) -> None:
+    """Tear a lab down (processes, namespaces, registry). Refuses while its owner process
+    holds it (use `aitb clean RUN_ID --force`)."""
+    if run_id not in Registry.runs(state_dir()):
+        raise unknown_name(f"unknown run id {run_id!r}; known runs: "
+                           f"{', '.join(Registry.runs(state_dir())) or 'none'}")
+    reg = Registry(state_dir(), run_id)
+    if reg.owner_alive():
+        raise LabError(f"run {run_id} is held by its owner pid {reg.owner()[0]}; stop that "
+                       f"process or use `aitb clean {run_id} --force`")
+    report = clean_mod.teardown(reg)
+    clean_mod.raise_failures(report)
+    typer.echo(json.dumps(report.to_dict()) if as_json else
+               f"destroyed run {run_id}: {len(report.namespaces)} namespace(s), "
+               f"{len(report.processes)} process(es)")
+
+
+def exec_(run_id: str, node: str,
+          cmd: Annotated[list[str], typer.Argument(help="Command and arguments (after --).")]
+          ) -> None:
+    """Run CMD inside NODE's namespace (like `ip netns exec`); exits with CMD's status."""
+    lab = Lab.attach(run_id, state_dir())
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    try:
+        proc = lab.popen(node, cmd)
+    finally:
+        lab.release()
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:
+            continue  # the terminal's SIGINT reached CMD too; wait for it to end
+    raise typer.Exit(code)
+
+
+def clean(run_id: Annotated[str | None, typer.Argument(help="Only this run.")] = None,
+          force: Annotated[bool, typer.Option("--force", help="Even if its owner is alive.")
+                           ] = False,
+          as_json: JsonOpt = False) -> None:
+    """Remove what crashed runs left (their owner pid is dead), exactly as their registries
+    list it; with RUN_ID also a deployed run."""
+    if force and run_id is None:
+        raise unknown_name("--force needs a RUN_ID: it removes a run whose owner is alive")
+    reports, skipped = clean_mod.clean(state_dir(), run_id, force)
+    out: dict[str, Any] = {"removed": [r.to_dict() for r in reports], "skipped": skipped}
+    failures = [f for r in reports for f in r.failures]
+    if as_json:
+        typer.echo(json.dumps(out))
+    else:
+        for r in reports:
+            typer.echo(f"run {r.run_id}: removed {len(r.namespaces)} namespace(s), "
+                       f"{len(r.processes)} process(es)")
+        for s in skipped:
+            typer.echo(f"run {s['run_id']}: kept ({s['reason']})")
+        if not reports and not skipped:
+            typer.echo("nothing to clean: no aitb run is registered under " + str(state_dir()))
+    if failures:
+        raise LabError("clean left objects behind:\n  " + "\n  ".join(failures))
+
+
+def register(app: typer.Typer) -> None:
+    """Add deploy/inspect/destroy to ``topo``, and ``exec`` and ``clean`` to ``app``."""
+    topo_app.command("deploy")(deploy)
+    topo_app.command("inspect")(inspect)
+    topo_app.command("destroy")(destroy)
+    app.command("exec", context_settings={"ignore_unknown_options": True,
+                                          "allow_interspersed_args": False})(exec_)
+    app.command("clean")(clean)
+
+

@@ -1,0 +1,95 @@
+"""``aitb topo ...``: validate topology files and print their JSON Schema (deploy, inspect and
+destroy live in orchestration/cli/commands/lab.py and add themselves to :data:`topo_app`)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from aitb.errors import SpecError
+from aitb.plan import LabPlan, plan_to_dict
+
+topo_app = typer.Typer(help="Topologies: validate, deploy, inspect, destroy.",
+                       no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``topo`` group to ``app``."""
+    app.add_typer(topo_app, name="topo")
+
+
+def plan_summary(plan: LabPlan) -> dict[str, Any]:
+    """Counts that describe ``plan``: nodes by kind, links, shaped links, whether any direction
+    needs netem (delay or impairments), subnets and routes."""
+    directions = [s for lk in plan.links for s in (lk.a_to_b, lk.b_to_a)]
+    subnets = {ep.ipv4.network for lk in plan.links for ep in (lk.a, lk.b) if ep.ipv4}
+    return {
+        "name": plan.name, "source": plan.source,
+        "nodes": dict(sorted(Counter(n.kind for n in plan.nodes).items())),
+        "links": len(plan.links),
+        "shaped_links": sum(lk.a_to_b.is_shaped or lk.b_to_a.is_shaped for lk in plan.links),
+        "needs_netem": any(s.needs_netem for s in directions),
+        "subnets": len(subnets),
+        "routes": sum(len(n.routes) for n in plan.nodes),
+    }
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    kinds = ", ".join(f"{n} {k}{'' if n == 1 else 'es' if k.endswith('ch') else 's'}"
+                      for k, n in s["nodes"].items())
+    typer.echo(f"{s['source']}: ok: lab {s['name']!r}")
+    typer.echo(f"  nodes:   {kinds}")
+    typer.echo(f"  links:   {s['links']} ({s['shaped_links']} shaped)")
+    netem = "needed (delay or impairments)" if s["needs_netem"] else "not needed"
+    typer.echo(f"  netem:   {netem}")
+    typer.echo(f"  subnets: {s['subnets']}, static routes: {s['routes']}")
+
+
+@topo_app.command("validate")
+def validate(
+    file: Annotated[Path, typer.Argument(help="Topology file (YAML).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object.")] = False,
+    plan: Annotated[bool, typer.Option("--plan", help="Print JSON with the resolved plan "
+                                       "(addresses, routes, shaping); implies --json.")]
+    = False,
+) -> None:
+    """Check FILE and resolve it (addresses, routes, shaping); create nothing.
+
+    Exit status 0 when valid, 2 with every problem listed (file:line: key.path: message).
+    """
+    from topologies import load_topology  # the CLI may import every layer
+
+    as_json = as_json or plan
+
+    try:
+        lab = load_topology(file)
+    except SpecError as exc:
+        if not as_json:
+            raise
+        errors = [i.to_dict() for i in exc.issues]
+        typer.echo(json.dumps({"ok": False, "errors": errors}, indent=2))
+        raise typer.Exit(exc.exit_code) from None
+    summary = plan_summary(lab)
+    if as_json:
+        out = {"ok": True, **summary, **({"plan": plan_to_dict(lab)} if plan else {})}
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        _print_summary(summary)
+
+
+@topo_app.command("schema")
+def schema(
+    write: Annotated[bool, typer.Option("--write", help="Rewrite the committed schema file.")]
+    = False,
+) -> None:
+    """Print the JSON Schema of topology files (or rewrite topologies/schema/ with --write)."""
+    from topologies.schema_gen import schema_text, write_schema
+
+    if write:
+        typer.echo(f"wrote {write_schema()}")
+    else:
+        typer.echo(schema_text(), nl=False)

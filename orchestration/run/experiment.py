@@ -1,0 +1,290 @@
+"""Experiment files: topology + workloads + transport, validated before anything is created.
+
+An experiment file (YAML)::
+
+    name: ring-allreduce               # [a-z0-9-], names the results folder
+    seed: 1
+    scale: 1                           # divide rates, sizes and buffers by this (keep delays)
+    topology: {file: ../topologies/examples/single_switch.yaml}   # or {generator: NAME,
+                                       #   params: {...}}, or the topology mapping inline
+    transport: {tcp_congestion_control: cubic, nodelay: true, sndbuf: 4MiB,
+                rto_min: 50ms, ecn: true}   # the last two: on every host
+    backend: mininet                   # optional: native (default) or mininet (Mininet's
+                                       #   nodes and links, aitb's shaping and records)
+    workloads:
+      - kind: collective               # collective | incast | one_to_many | permutation |
+        op: all_reduce                 # all_pairs | training | aicb | fedavg |
+                                       # hierarchical | gossip
+        algorithm: ring
+        size: 16MiB
+        hosts: [h1, h2, h3, h4]        # rank i on hosts[i]; or placement: {policy: packed}
+        iterations: 3
+        compute: 10ms                  # compute time before each collective (per rank)
+        stragglers: {fixed: {3: 2.0}}  # rank 3 computes twice as slowly
+    capture: {interfaces: bottleneck, snaplen: 128, rotate_size: 100MB, files: 4}
+                                       # or interfaces: all | [s1:rx, ...]; enabled: false
+    counters: {interval: 10ms, tcp: true}   # qdisc/link/TCP_INFO samples; enabled: false
+        start: after_previous          # or with_previous: run concurrently with the workload
+                                       # before it (every kind; see runner.py)
+
+``kind: inference`` and ``kind: background``: orchestration/run/serving_entries.py.
+``kind: app`` (a real application on several nodes): orchestration/run/app_entries.py.
+
+Relative paths are relative to the experiment file. Errors name the file, key path and line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    model_validator,
+)
+
+from aitb.errors import SpecError, SpecIssue
+from aitb.schedule import COLLECTIVES
+from aitb.units import parse_duration_s
+from orchestration.run.app_entries import AppEntry
+from orchestration.run.quantities import Duration, Quantity, Rate, Size
+from orchestration.run.serving_entries import BackgroundEntry, InferenceEntry, StartMode
+from topologies.issues import issues_from_validation, with_lines
+from topologies.loader import read_yaml
+
+__all__ = ["ExperimentSpec", "load_experiment", "parse_experiment", "NAME_PATTERN"]
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+_KINDS = ("collective", "incast", "one_to_many", "permutation", "all_pairs", "training",
+          "aicb", "fedavg", "hierarchical", "gossip", "inference", "background", "app")
+_Forbid = ConfigDict(extra="forbid")
+
+
+class TopologyRef(BaseModel):
+    """Where the lab comes from: a topology ``file``, a ``generator`` with ``params``, or an
+    ``inline`` topology mapping (the topology file format)."""
+
+    model_config = _Forbid
+    file: str | None = None
+    generator: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    inline: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TopologyRef:
+        given = [k for k in ("file", "generator", "inline") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of file, generator, inline (got {given or 'none'})")
+        if self.params and self.generator is None:
+            raise ValueError("params go with generator")
+        return self
+
+
+class PlacementSpec(BaseModel):
+    """Ranks onto hosts: explicit ``hosts`` (rank i on hosts[i]) or a ``policy`` over the
+    lab's hosts grouped by site (workloads.placement)."""
+
+    model_config = _Forbid
+    hosts: list[str] | None = None
+    policy: Literal["packed", "spread"] = "packed"
+    slots: PositiveInt = 1
+    block: PositiveInt = 1
+
+
+class StragglerSpecModel(BaseModel):
+    """Slow workers: ``fixed`` rank -> compute slowdown factor (> 0), and/or a lognormal
+    factor per rank and compute op with ``lognormal_sigma`` (traffic_gen.stragglers)."""
+
+    model_config = _Forbid
+    fixed: dict[int, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    lognormal_sigma: Annotated[float, Field(ge=0)] | None = None
+
+
+class _Common(BaseModel):
+    model_config = _Forbid
+    name: str | None = None
+    start: StartMode = "after_previous"
+    hosts: list[str] | None = None
+    placement: PlacementSpec | None = None
+    stragglers: StragglerSpecModel = Field(default_factory=StragglerSpecModel)
+
+
+class CollectiveEntry(_Common):
+    """``kind: collective``: one collective over all placed ranks, ``iterations`` times, each
+    after ``compute`` of compute time."""
+
+    kind: Literal["collective"]
+    op: str
+    algorithm: str | None = None
+    size: Size
+    chunk: Size | None = None
+    ranks: PositiveInt | None = None
+    iterations: PositiveInt = 1
+    compute: Duration | None = None
+
+    @model_validator(mode="after")
+    def _known_op(self) -> CollectiveEntry:
+        if self.op not in COLLECTIVES:
+            raise ValueError(f"unknown collective {self.op!r}; known: {', '.join(COLLECTIVES)}")
+        return self
+
+
+class PatternEntry(_Common):
+    """Point-to-point patterns: ``incast`` (every other placed host sends ``size`` to
+    ``receiver``), ``one_to_many`` (``sender`` to every other), ``permutation``, ``all_pairs``;
+    ``repeats`` bursts separated by ``gap``."""
+
+    kind: Literal["incast", "one_to_many", "permutation", "all_pairs"]
+    size: Size
+    receiver: str | None = None
+    sender: str | None = None
+    repeats: PositiveInt = 1
+    gap: Duration | None = None
+    protocol: Literal["tcp", "udp"] = "tcp"
+    rate: Rate | None = None
+
+
+class ImportedEntry(BaseModel):
+    """``kind: training | aicb | fedavg | hierarchical | gossip``: the workload spec of
+    workloads/spec.py, plus ``hosts``/``placement`` and ``stragglers`` (checked by
+    workloads.spec)."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["training", "aicb", "fedavg", "hierarchical", "gossip"]
+    start: StartMode = "after_previous"
+
+
+WorkloadEntry = Annotated[CollectiveEntry | PatternEntry | ImportedEntry | InferenceEntry
+                          | BackgroundEntry | AppEntry, Field(discriminator="kind")]
+
+
+RTO_MIN_MAX_S = 120.0  # TCP_RTO_MAX, include/net/tcp.h: a larger minimum means nothing
+
+
+def _rto_min_ok(value: Quantity) -> Quantity:
+    seconds = parse_duration_s(value)
+    if not 0.001 <= seconds <= RTO_MIN_MAX_S:
+        raise ValueError(f"rto_min {value!r} must lie in 1ms..{RTO_MIN_MAX_S:g}s (the kernel "
+                         "keeps whole milliseconds, at most TCP_RTO_MAX)")
+    return value
+
+
+class TransportSpec(BaseModel):
+    """TCP knobs of every workload socket: congestion control (what the kernel offers),
+    socket buffers (unit strings; None = autotuning), TCP_NODELAY, connections per peer; and
+    of every host: ``rto_min`` (a duration; a locked route metric on all its routes) and
+    ``ecn`` (net.ipv4.tcp_ecn: true 1, false 0, "server" 2 = accept but never request)."""
+
+    model_config = _Forbid
+    tcp_congestion_control: str | None = None
+    sndbuf: Size | None = None
+    rcvbuf: Size | None = None
+    nodelay: bool = True
+    conns_per_peer: PositiveInt = 1
+    rto_min: Annotated[Duration, AfterValidator(_rto_min_ok)] | None = None
+    ecn: StrictBool | Literal["server"] | None = None
+
+
+class TimeoutSpec(BaseModel):
+    """Longest a transfer (after its first byte) and a phase may take, and how long the
+    agents may take to start and connect (``agent_start``; more agents on a slow machine, e.g.
+    inside the TCG VM, need more) (duration strings)."""
+
+    model_config = _Forbid
+    transfer: Duration = "60s"
+    phase: Duration = "600s"
+    agent_start: Duration = "20s"
+
+
+MIN_SNAPLEN = 64  # Ethernet 14 + IPv4 20 + TCP 20 bytes fit; 128 also keeps IPv6 + options
+MAX_SNAPLEN = 262144  # libpcap's MAXIMUM_SNAPLEN
+MIN_INTERVAL_S = 0.001  # below this the sampler can only fall behind (bench/counter_sampler.py)
+
+
+def _interval_ok(value: Quantity) -> Quantity:
+    seconds = parse_duration_s(value)
+    if not MIN_INTERVAL_S <= seconds <= 60:
+        raise ValueError(f"interval {value!r} must lie in 1ms..60s")
+    return value
+
+
+class CaptureSpecModel(BaseModel):
+    """``capture:`` packet capture during the run (contracts.md section 1): ``interfaces``
+    ``bottleneck`` (testbed.capture_select), ``all`` or a list of ``node:ifname``; ``snaplen``
+    bytes kept per packet; ``rotate_size`` (a size) per file, ``files`` in the ring."""
+
+    model_config = _Forbid
+    enabled: StrictBool = True
+    interfaces: Literal["bottleneck", "all"] | list[str] = "bottleneck"
+    snaplen: Annotated[StrictInt, Field(ge=MIN_SNAPLEN, le=MAX_SNAPLEN)] = 128
+    rotate_size: Size = "100MB"
+    files: Annotated[StrictInt, Field(ge=1, le=1000)] = 4
+
+
+class CountersSpecModel(BaseModel):
+    """``counters:`` counter sampling during the run (contracts.md section 2): every
+    ``interval`` (a duration), qdisc and interface counters of every node, and TCP_INFO of
+    the hosts' sockets unless ``tcp: false``."""
+
+    model_config = _Forbid
+    enabled: StrictBool = True
+    interval: Annotated[Duration, AfterValidator(_interval_ok)] = "10ms"
+    tcp: StrictBool = True
+
+
+class ExperimentSpec(BaseModel):
+    """One experiment (see the module docstring)."""
+
+    model_config = _Forbid
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    description: str = ""
+    seed: int = 0
+    scale: Annotated[float, Field(ge=1)] = 1.0
+    topology: TopologyRef
+    workloads: Annotated[list[WorkloadEntry], Field(min_length=1)]
+    transport: TransportSpec = Field(default_factory=TransportSpec)
+    timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
+    backend: Literal["native", "mininet"] | None = None  # None: the topology's, else native
+    capture: CaptureSpecModel = Field(default_factory=CaptureSpecModel)
+    counters: CountersSpecModel = Field(default_factory=CountersSpecModel)
+
+
+def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:
+    """Validate an experiment mapping. Raises :class:`SpecError` with one issue per problem,
+    each with ``source``, the key path and (for ruamel documents) the line."""
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValidationError as exc:
+        issues = [_drop_tag(i) for i in issues_from_validation(exc, ExperimentSpec, source)]
+        raise with_lines(SpecError(issues), data, source) from None
+
+
+def _drop_tag(issue: SpecIssue) -> SpecIssue:
+    """pydantic puts the union member's tag in the location (workloads.0.collective.size);
+    users wrote workloads[0].size."""
+    path = issue.key_path
+    if len(path) > 2 and path[0] == "workloads" and path[2] in _KINDS:
+        path = (*path[:2], *path[3:])
+    return SpecIssue(issue.message, file=issue.file, key_path=path, line=issue.line)
+
+
+def load_experiment(path: str | Path) -> tuple[ExperimentSpec, Any]:
+    """Read and validate the experiment file ``path``; returns the spec and the ruamel
+    document (for line numbers in later errors). Raises :class:`SpecError` naming the file."""
+    doc, dups = read_yaml(path, "an experiment: a mapping with name, topology and workloads")
+    if dups:
+        raise SpecError(dups)
+    return parse_experiment(doc, str(path)), doc
+
+
+def spec_issue(source: str, doc: Any, key_path: tuple[str | int, ...], message: str) -> SpecError:
+    """A :class:`SpecError` for one problem found after parsing, with its line in ``doc``."""
+    return with_lines(SpecError(SpecIssue(message, file=source, key_path=key_path)), doc, source)

@@ -1,0 +1,389 @@
+"""``aitb run``: one experiment end to end.
+
+experiment file -> validated spec -> LabPlan (scaled) -> schedules and placements (all checked
+before anything is created) -> run directory -> Lab up -> replay each workload over real
+sockets (one after another; an entry with ``start: with_previous`` runs concurrently with
+the one before it, see orchestration.run.concurrent) -> Lab down (also on error and SIGINT/SIGTERM)
+-> manifest. A failed run keeps its
+manifest, its partial records and ``error.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import topologies
+from aitb.errors import AitbError, SpecError, SpecIssue
+from aitb.plan import LabPlan, plan_to_dict
+from aitb.units import UnitError, parse_duration_s, parse_size_bytes
+from orchestration.run.app_run import run_app
+from orchestration.run.build import BuiltWorkload, build_entry
+from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
+from orchestration.run.experiment import ExperimentSpec, load_experiment, spec_issue
+from orchestration.run.fidelity import FidelityMonitor
+from orchestration.run.observe import ObserveConfig, observe_config, observing
+from orchestration.run.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
+from orchestration.run.runlog import RunLog
+from orchestration.run.transport import apply_host_transport, host_transport_record
+from testbed.backends import make_lab
+from testbed.capabilities import in_vm
+from testbed.inspect import describe
+from testbed.lab import Lab
+from testbed.signals import interruption, swallowed
+from topologies.issues import with_lines
+from topologies.loader import read_yaml
+from topologies.scaling import scale_plan
+from traffic_gen.program import compile_program
+from traffic_gen.replay import ReplayOptions, ReplayResult, replay
+from traffic_gen.tcpinfo import TcpKnobs
+from workloads.placement import sites_of_plan
+
+__all__ = ["Prepared", "RunOutcome", "prepare", "prepare_spec", "execute", "analyze_finished",
+           "RECORD_FILES"]
+
+RECORD_FILES = ("flows.jsonl", "collectives.jsonl", "bursts.jsonl", "timeline.jsonl",
+                "failures.jsonl", "rounds.jsonl", "requests.jsonl", "apps.jsonl")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An experiment checked and ready: nothing has been created yet."""
+
+    spec: ExperimentSpec
+    source: str
+    plan: LabPlan
+    workloads: tuple[BuiltWorkload, ...]
+    options: ReplayOptions
+    backend: str = "native"
+    observe: ObserveConfig = ObserveConfig()  # capture and counter sampling (observe.py)
+
+
+@dataclass
+class RunOutcome:
+    """What ``aitb run`` reports: the run directory, success, the error if any."""
+
+    run_dir: Path
+    ok: bool
+    error: str | None = None
+    workloads: list[dict[str, Any]] = field(default_factory=list)
+    report: Path | None = None
+    analysis_error: str | None = None
+    trustworthy: bool | None = None  # fidelity.json's verdict; None if the lab never came up
+    exit_code: int = 0  # what `aitb run` exits with: 0, 1 failed, 128+signal interrupted
+
+
+def _plan(spec: ExperimentSpec, source: str, base: Path) -> LabPlan:
+    ref = spec.topology
+    if ref.file is not None:
+        path = Path(ref.file) if Path(ref.file).is_absolute() else base / ref.file
+        return topologies.load_topology(path)
+    if ref.generator is not None:
+        return topologies.generate(ref.generator, **ref.params)
+    where = f"{source}: topology.inline"
+    return topologies.resolve(topologies.parse_topology(ref.inline or {}, where), where)
+
+
+def _backend(spec: ExperimentSpec, base: Path) -> str:
+    """The experiment's ``backend``, else its topology file's or inline topology's, else
+    native."""
+    if spec.backend is not None:
+        return spec.backend
+    ref = spec.topology
+    if ref.inline is not None:
+        return str(ref.inline.get("backend") or "native")
+    if ref.file is not None:
+        path = Path(ref.file) if Path(ref.file).is_absolute() else base / ref.file
+        doc, _ = read_yaml(path)
+        return str(doc.get("backend") or "native")
+    return "native"
+
+
+def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> ReplayOptions:
+    t = spec.transport
+
+    def unit(key: tuple[str, ...], parse: Callable[[str], Any], text: str | None) -> Any:
+        if text is None:
+            return None
+        try:
+            return parse(text)
+        except UnitError as exc:
+            raise spec_issue(source, doc, key, str(exc)) from None
+
+    knobs = TcpKnobs(congestion_control=t.tcp_congestion_control, nodelay=t.nodelay,
+                     sndbuf_bytes=unit(("transport", "sndbuf"), parse_size_bytes, t.sndbuf),
+                     rcvbuf_bytes=unit(("transport", "rcvbuf"), parse_size_bytes, t.rcvbuf))
+    sites = {h: site for site, hosts in sites_of_plan(plan).items() for h in hosts}
+    # aitb run runs as root: the starters (traffic_gen.kick) spin the last 200 us before a
+    # burst's instant at SCHED_FIFO 10 and write every flow's first segment then
+    # (bench/start_skew.py); inside the stock-kernel VM under software emulation (TCG) an
+    # agent's Python start alone took over 20 s with a few agents sharing 2 emulated CPUs
+    agent_start = unit(("timeouts", "agent_start"), parse_duration_s, spec.timeouts.agent_start)
+    return ReplayOptions(
+        knobs=knobs, sites=sites, conns_per_peer=t.conns_per_peer, spin_s=200e-6,
+        rt_priority=10, agent_start_timeout_s=max(agent_start, _agent_start_timeout_s()),
+        transfer_timeout_s=unit(("timeouts", "transfer"), parse_duration_s,
+                                spec.timeouts.transfer),
+        phase_timeout_s=unit(("timeouts", "phase"), parse_duration_s, spec.timeouts.phase))
+
+
+def _agent_start_timeout_s() -> float:
+    """The least time agents get to say hello (``timeouts.agent_start`` may give more): an
+    agent's Python starts in ~0.2 s here, but
+    under software emulation (TCG) its imports take seconds of a vCPU, and all the agents of
+    a workload start at once on 2 vCPUs (8 agents did not make 20 s in the VM)."""
+    return 120.0 if in_vm() == "tcg" else 20.0
+
+
+def prepare(path: Path) -> Prepared:
+    """Load, validate and build everything of the experiment file ``path``; create nothing.
+
+    Raises :class:`SpecError` naming the file (the experiment's, or the topology/workload file
+    it references), the key path and the line for every problem found.
+    """
+    spec, doc = load_experiment(path)
+    return prepare_spec(spec, doc, str(path), path.parent)
+
+
+def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Prepared:
+    """:func:`prepare` for an already validated ``spec`` (e.g. a campaign point): ``doc`` is
+    the mapping it came from (for line numbers), ``source`` names it in errors, ``base`` is the
+    folder relative paths are relative to. Creates nothing; raises :class:`SpecError`."""
+    if spec.workloads[0].start == "with_previous":
+        raise spec_issue(source, doc, ("workloads", 0, "start"),
+                         "with_previous needs a workload before it")
+    plan = apply_host_transport(scale_plan(_plan(spec, source, base), spec.scale),
+                                spec.transport)
+    options = _options(spec, source, doc, plan)
+    built, issues = [], []
+    for i, entry in enumerate(spec.workloads):
+        try:
+            w = build_entry(entry, i, plan=plan, source=source, base_dir=base,
+                            seed=spec.seed, scale=spec.scale)
+            _compile_check(w, i, source, options)
+            built.append(w)
+        except SpecError as exc:
+            issues += exc.issues
+    if issues:
+        raise with_lines(SpecError(issues), doc, source)
+    return Prepared(spec, source, plan, tuple(built), options, _backend(spec, base),
+                    observe_config(spec, source, doc, plan))
+
+
+def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions) -> None:
+    """Compile the per-rank programs now (pure), so an unknown algorithm or a bad schedule is
+    refused before the lab exists, naming the experiment file and workload."""
+    if w.app is not None:
+        return
+    try:
+        compile_program(w.schedule, w.placement, options.sites, w.stragglers)
+    except SpecError as exc:
+        raise SpecError([SpecIssue(f"{w.name}: {i.where() + ': ' if i.where() else ''}"
+                                   f"{i.message}", file=source,
+                                   key_path=("workloads", index)) for i in exc.issues]) from None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _manifest(prep: Prepared, run_id: str, lab_id: str) -> dict[str, Any]:
+    return {"schema_version": 1, "experiment": prep.spec.name, "run_id": run_id,
+            "lab_run_id": lab_id, "source": prep.source, "seed": prep.spec.seed,
+            "scale": prep.spec.scale, "status": "running", "started_at": _now(),
+            "ended_at": None, "error": None, "host": dict(host_facts()),
+            "host_transport": host_transport_record(prep.plan), "workloads": []}
+
+
+def _merge_records(run_dir: Path) -> None:
+    root = run_dir / "workloads"
+    parts = sorted((p for p in root.glob("*") if p.is_dir()),
+                   key=lambda p: int(p.name.split("-", 1)[0])) if root.exists() else []
+    for name in RECORD_FILES:
+        with (run_dir / name).open("w", encoding="utf-8") as out:
+            for part in parts:
+                src = part / name
+                if not src.exists():
+                    continue
+                index, workload = part.name.split("-", 1)
+                with src.open(encoding="utf-8") as fh:
+                    for line in fh:  # ids (c0.1, b0.0) restart in every workload
+                        if line.strip():
+                            rec = json.loads(line)
+                            rec.update(workload=workload, workload_index=int(index))
+                            out.write(json.dumps(rec) + "\n")
+
+
+def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
+                manifest: dict[str, Any], progress: Progress) -> None:
+    addresses = {h.name: str(prep.plan.address_of(h.name)) for h in prep.plan.hosts()}
+
+    def replay_one(i: int) -> ReplayResult:
+        w = prep.workloads[i]
+        part = run_dir / "workloads" / f"{i}-{w.name}"
+        if w.app is not None:  # kind: app, real processes (orchestration.run.app_run)
+            return run_app(lab, w.app, part, run_dir, lab_id)
+        opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers)
+        return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts)
+
+    for group in start_groups(prep.spec.workloads):  # start: with_previous -> concurrent
+        for i in group:
+            progress(f"workload {i} ({prep.workloads[i].name}): "
+                     f"{len(prep.workloads[i].placement)} ranks"
+                     + (" (concurrent)" if len(group) > 1 else ""))
+        results = run_group(group, replay_one)
+        for i in group:
+            w, res = prep.workloads[i], results[i]
+            part = run_dir / "workloads" / f"{i}-{w.name}"
+            # cumulative kernel counters (qdisc bytes, packets, drops, backlog; per interface)
+            # at the end of this workload (of its group, for concurrent workloads); the
+            # difference to the previous snapshot is its (its group's) share
+            write_json_atomic(part / "counters_end.json", describe(lab))
+            manifest["workloads"].append({"index": i, "name": w.name, "dir": str(
+                part.relative_to(run_dir)), "ok": res.ok, "skew": dict(res.skew),
+                "failures": [f.to_dict() for f in res.failures], "group": group})
+        write_json_atomic(run_dir / "manifest.json", manifest)
+        failed = [i for i in group if not results[i].ok]
+        if failed:
+            raise AitbError("; ".join(
+                f"workload {i} ({prep.workloads[i].name}) failed: "
+                + "; ".join(f"{f.node}: {f.detail}" for f in results[i].failures)
+                for i in failed))
+
+
+def _fidelity(monitor: FidelityMonitor, run_dir: Path, manifest: dict[str, Any],
+              outcome: RunOutcome, progress: Progress) -> None:
+    """fidelity.json, and its verdict in the manifest and the outcome."""
+    doc = monitor.write(run_dir)
+    outcome.trustworthy = doc["trustworthy"]
+    manifest["fidelity"] = {"trustworthy": doc["trustworthy"], "reasons": doc["reasons"]}
+    for reason in doc["reasons"]:
+        logging.getLogger("aitb.run").warning("fidelity: %s", reason)
+    bad = sum(not e["ok"] for e in doc["links"])
+    progress(f"fidelity: {len(doc['links'])} shaped link directions, {bad} off"
+             + ("" if not doc["cpu"]["saturated"] else ", host CPU saturated"))
+
+
+def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: None,
+            run_id: str | None = None, analyze: bool = True,
+            backend: str | None = None) -> RunOutcome:
+    """Run a prepared experiment; needs root. ``backend`` (native/mininet) overrides the
+    experiment's (:func:`testbed.backends.make_lab`). Creates
+    ``results_dir/<name>/<run-id>/`` with experiment.json, plan.json, manifest.json,
+    per-workload records under workloads/, the merged flows/collectives/bursts/timeline/
+    failures JSONL files, captures/ and counters/ (unless the experiment turns them off),
+    ``run.log`` (every progress step and aitb's log records) and ``fidelity.json`` (once the
+    lab was up); a lab owner-marked with the run id's last 6 hex digits exists only while it
+    runs. Never raises for a failure while running: the outcome says it, and error.json
+    holds it. With ``analyze`` (default), then analyses the run (also a failed one, from its
+    partial records, but not an interrupted one; see _analyze): tables/, metrics.json,
+    report.html.
+    """
+    run_id = run_id or new_run_id()
+    lab_id = run_id.rsplit("-", 1)[-1]
+    manifest = _manifest(prep, run_id, lab_id)  # before the folder: host facts take a moment
+    manifest["backend"] = backend = backend or prep.backend
+    run_dir = create_run_dir(results_dir, prep.spec.name, run_id)
+    write_json_atomic(run_dir / "manifest.json", manifest)  # first: a run dir always has one
+    write_json_atomic(run_dir / "experiment.json", prep.spec.model_dump(mode="json"))
+    write_json_atomic(run_dir / "plan.json", plan_to_dict(prep.plan))
+    outcome = RunOutcome(run_dir, ok=False)
+    runlog = RunLog(run_dir)
+    progress = runlog.wrap(progress)
+    runlog.log.info("run %s of %s (%s), scale %g, seed %d", run_id, prep.spec.name,
+                    prep.source, prep.spec.scale, prep.spec.seed)
+    try:
+        _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog)
+        outcome.workloads = manifest["workloads"]
+        if analyze and outcome.exit_code < 128:  # interrupted: stop now (aitb analyze later)
+            _analyze(run_dir, manifest, outcome, progress)
+    finally:
+        runlog.close()
+    return outcome
+
+
+def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any],
+             outcome: RunOutcome, progress: Progress, backend: str, runlog: RunLog) -> None:
+    """Lab up, fidelity probes, capture and sampling, every workload, lab down; then records
+    merged, fidelity.json and the manifest written, also after a failure (kept in error.json
+    and ``outcome``). Only KeyboardInterrupt propagates."""
+    monitor: FidelityMonitor | None = None
+    try:
+        progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
+        with make_lab(prep.plan, backend, run_id=lab_id) as lab:
+            manifest["lab_timings_s"] = dict(lab.timings)
+            if lab.ovs_datapaths:  # switch -> system/netdev, read back at bring-up
+                manifest["ovs_datapaths"] = dict(lab.ovs_datapaths)
+            monitor = FidelityMonitor(prep.plan, lab, progress).before()
+            with observing(prep.observe, lab, run_dir, manifest, progress):
+                try:
+                    _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
+                finally:
+                    monitor.after()
+            progress("tearing down")
+        late = swallowed()  # an interrupt that some handler on the way caught and dropped
+        if late is not None:
+            raise late
+        outcome.ok = True
+    except (Exception, KeyboardInterrupt) as raised:  # only failures and interrupts stay
+        exc = interruption(raised)
+        if not isinstance(exc, AitbError | KeyboardInterrupt):
+            raise
+        outcome.error = str(exc) or type(exc).__name__
+        outcome.exit_code = getattr(exc, "exit_code", 130)  # KeyboardInterrupt: SIGINT
+        runlog.log.error("run failed: %s", outcome.error)
+        write_json_atomic(run_dir / "error.json", {"error": outcome.error,
+                                                   "type": type(exc).__name__})
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+    finally:
+        _merge_records(run_dir)
+        if monitor is not None:
+            _fidelity(monitor, run_dir, manifest, outcome, progress)
+        manifest.update(status=run_status(outcome.ok, outcome.exit_code), ended_at=_now(),
+                        error=outcome.error)
+        write_json_atomic(run_dir / "manifest.json", manifest)
+        runlog.log.info("status %s", manifest["status"])
+
+
+def run_status(ok: bool, exit_code: int) -> str:
+    """The manifest's ``status``: ``ok``, ``interrupted`` (SIGINT/SIGTERM: exit code >= 128)
+    or ``failed``."""
+    return "ok" if ok else "interrupted" if exit_code >= 128 else "failed"
+
+
+def _analyze(run_dir: Path, manifest: dict[str, Any], outcome: RunOutcome,
+             progress: Progress) -> None:
+    """analysis.analyze_run on the finished run: tables/, metrics.json, report.html. Its
+    result goes into the manifest's ``analysis`` ({ok, report, error}) and the outcome; a
+    failure of the analysis keeps the run (records intact, `aitb analyze` can redo it)."""
+    from analysis import analyze_run  # pandas, matplotlib: loaded only when analysing
+
+    progress("analysing")
+    try:
+        analyze_run(run_dir)
+        outcome.report = run_dir / "report.html"
+    except Exception as exc:  # noqa: BLE001 - recorded in the manifest, reported by the CLI
+        outcome.analysis_error = f"{type(exc).__name__}: {exc}"
+    manifest["analysis"] = {"ok": outcome.analysis_error is None,
+                            "report": "report.html" if outcome.report else None,
+                            "error": outcome.analysis_error}
+    write_json_atomic(run_dir / "manifest.json", manifest)
+
+
+def analyze_finished(run_dir: Path, progress: Progress = lambda _m: None
+                     ) -> tuple[Path | None, str | None]:
+    """Analyse a run that finished elsewhere (the VM path: the run inside the VM, this on the
+    host): writes tables/, metrics.json, report.html and the manifest's ``analysis``; returns
+    (report path, None) or (None, the analysis error). Needs no root."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    outcome = RunOutcome(run_dir, ok=manifest.get("status") == "ok")
+    _analyze(run_dir, manifest, outcome, progress)
+    return outcome.report, outcome.analysis_error

@@ -1,0 +1,137 @@
+"""Build ``kind: inference`` and ``kind: background`` experiment entries into schedules and
+placements for a plan (pure; errors name the experiment file and the entry's key)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aitb.errors import SpecError, SpecIssue
+from aitb.paths import PathError
+from aitb.plan import LabPlan
+from aitb.schedule import Schedule, ScheduleError
+from aitb.units import parse_duration_s, parse_rate_bps, parse_size_bytes
+from orchestration.run.serving_entries import BackgroundEntry, InferenceEntry
+from workloads.background import BackgroundParams, background_schedule
+from workloads.inference import Arrival, InferenceParams, inference_schedule, poisson_arrivals
+from workloads.paths import path_hops, rtt_delay_s
+from workloads.transform import scale_schedule
+
+__all__ = ["build_serving"]
+
+
+class _Where:
+    def __init__(self, source: str, index: int) -> None:
+        self.source, self.prefix = source, ("workloads", index)
+
+    def error(self, *key: str | int, message: str) -> SpecError:
+        return SpecError(SpecIssue(message, file=self.source, key_path=(*self.prefix, *key)))
+
+
+def _known_hosts(w: _Where, plan: LabPlan, key: str, hosts: Sequence[str]) -> None:
+    known = {n.name for n in plan.hosts()}
+    bad = [h for h in hosts if h not in known]
+    if bad:
+        raise w.error(key, message=f"not hosts of lab {plan.name}: {', '.join(bad)}; hosts "
+                                   f"are {', '.join(sorted(known))}")
+
+
+def _arrivals(w: _Where, plan: LabPlan, e: InferenceEntry, seed: int) -> list[Arrival]:
+    a = e.arrivals
+    if a.process == "poisson":
+        return poisson_arrivals(e.clients, float(a.rate_per_s or 0),
+                                parse_duration_s(a.duration), seed)  # type: ignore[arg-type]
+    out = []
+    for i, r in enumerate(a.requests or []):
+        if r.client not in e.clients:
+            raise w.error("arrivals", "requests", i, "client",
+                          message=f"{r.client!r} is not among clients ({', '.join(e.clients)})")
+        out.append(Arrival(parse_duration_s(r.at), r.client, r.session))
+    return out
+
+
+def _inference(w: _Where, plan: LabPlan, e: InferenceEntry,
+               seed: int) -> tuple[Schedule, list[str]]:
+    for key in ("clients", "servers", "holders"):
+        _known_hosts(w, plan, key, getattr(e, key))
+    p = InferenceParams(
+        prompt_bytes=parse_size_bytes(e.prompt), tokens=e.tokens,
+        token_bytes=parse_size_bytes(e.token_size), token_rate_per_s=e.token_rate_per_s,
+        policy=e.policy, session_requests=e.session_requests,
+        prefill_s=parse_duration_s(e.prefill),
+        bootstrap_bytes=parse_size_bytes(e.bootstrap.size) if e.bootstrap else 0,
+        layers=tuple(e.bootstrap.layers) if e.bootstrap else (1.0,))
+    arrivals = _arrivals(w, plan, e, seed)
+    if not arrivals:
+        raise w.error("arrivals", message="no request arrives (raise rate_per_s or duration)")
+    try:
+        return inference_schedule(p, arrivals, e.servers, e.holders,
+                                  lambda c, s: rtt_delay_s(plan, c, s), e.name or "inference")
+    except PathError as exc:
+        raise w.error("servers", message=f"no path: {exc}") from None
+    except ValueError as exc:
+        raise w.error("holders" if "holder" in str(exc) else "policy", message=str(exc)) from None
+
+
+def _link_rate_bps(w: _Where, plan: LabPlan, e: BackgroundEntry) -> float:
+    """The rate of ``e.link`` in the direction every sender -> receiver path crosses it."""
+    link = next((lk for lk in plan.links if lk.name == e.link), None)
+    if link is None:
+        raise w.error("link", message=f"no link {e.link!r} in lab {plan.name}; links are "
+                                      f"{', '.join(lk.name for lk in plan.links)}")
+    directions = set()
+    for s in e.senders:
+        for r in e.receivers:
+            if s == r:
+                continue
+            hops = [n for lk, n in path_hops(plan, s, r) if lk.name == e.link]
+            if not hops:
+                raise w.error("link", message=f"the path {s} -> {r} does not cross link "
+                                              f"{e.link}")
+            directions.add(hops[0])
+    if len(directions) != 1:
+        raise w.error("link", message=f"senders -> receivers cross link {e.link} in both "
+                                      "directions; load one direction")
+    rate = link.egress(directions.pop()).rate_bps
+    if e.rate is not None:
+        return float(parse_rate_bps(e.rate))
+    if rate is None:
+        raise w.error("rate", message=f"link {e.link} is not rate-limited: give rate")
+    return float(rate)
+
+
+def _background(w: _Where, plan: LabPlan, e: BackgroundEntry, seed: int,
+                scale: float) -> tuple[Schedule, list[str]]:
+    for key in ("senders", "receivers"):
+        _known_hosts(w, plan, key, getattr(e, key))
+    rate = _link_rate_bps(w, plan, e)  # the plan is already scaled: sizes get the same factor
+    hosts = list(dict.fromkeys([*e.senders, *e.receivers]))
+    p = BackgroundParams(e.distribution, e.load, rate, parse_duration_s(e.duration),
+                         e.size_scale * scale, seed)
+    try:
+        s = background_schedule(p, [hosts.index(h) for h in e.senders],
+                                [hosts.index(h) for h in e.receivers], len(hosts),
+                                e.name or "background")
+    except ValueError as exc:
+        raise w.error("receivers", message=str(exc)) from None
+    return s, hosts
+
+
+def build_serving(entry: InferenceEntry | BackgroundEntry, index: int, *, plan: LabPlan,
+                  source: str, seed: int, scale: float) -> tuple[Schedule, dict[int, str]]:
+    """(schedule, rank -> host) of workload ``index``. ``scale`` (>= 1) divides sizes (the
+    plan's rates are already divided): an inference schedule is scaled after it is built; a
+    background load is computed from the scaled link rate with sizes divided by the same
+    factor, so lambda and the offered load stay those of the unscaled network.
+    Raises SpecError naming ``source`` and ``workloads[index].<key>``."""
+    w = _Where(source, index)
+    try:
+        if isinstance(entry, InferenceEntry):
+            schedule, hosts = _inference(w, plan, entry, seed)
+            schedule = scale_schedule(schedule, scale) if scale > 1 else schedule
+        else:
+            schedule, hosts = _background(w, plan, entry, seed, scale)
+    except ScheduleError as exc:
+        raise w.error(message=str(exc)) from None
+    except PathError as exc:
+        raise w.error(message=str(exc)) from None
+    return schedule, dict(enumerate(hosts))

@@ -1,0 +1,133 @@
+"""Experiment entries ``kind: inference`` and ``kind: background`` (validated with pydantic;
+unit strings are checked here and parsed by aitb.units when the workload is built).
+
+::
+
+    - kind: inference
+      clients: [c1, c2]            # users' hosts
+      servers: [s1, s2]            # inference servers (instances)
+      holders: [k1]                # hosts holding the context / model shards (bootstrap source)
+      policy: nearest              # nearest | least_loaded | affinity
+      arrivals: {process: poisson, rate_per_s: 2, duration: 3s}
+      #   or {process: trace, requests: [{at: 100ms, client: c1, session: a}, ...]}
+      session_requests: 4          # consecutive requests of a client form one session
+      prompt: 2KiB
+      tokens: 20
+      token_size: 16B
+      token_rate_per_s: 50
+      prefill: 5ms
+      bootstrap: {size: 4MiB, layers: [0.25, 0.75]}   # layers: coarse first (optional)
+      start: with_previous         # run alongside the previous workload (every kind has it)
+
+    - kind: background
+      distribution: websearch      # websearch (DCTCP) | datamining (VL2)
+      load: 0.5                    # target offered load on `link`, of its rate
+      link: s1-rx                  # a link of the plan that every sender -> receiver path crosses
+      senders: [tx1, tx2]
+      receivers: [rx]
+      duration: 5s                 # flows arrive during this long
+      size_scale: 32               # divide flow sizes (scaled emulation of a faster network)
+      rate: 100Mbit                # optional: the link's rate when it is not shaped
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+from orchestration.run.quantities import Duration, Rate, Size
+
+__all__ = ["StartMode", "InferenceEntry", "BackgroundEntry", "ArrivalsSpec", "TraceRequest",
+           "BootstrapSpec"]
+
+StartMode = Literal["after_previous", "with_previous"]
+_Forbid = ConfigDict(extra="forbid")
+
+
+class TraceRequest(BaseModel):
+    """One traced request: ``at`` (duration after the start), ``client``, optional
+    ``session``."""
+
+    model_config = _Forbid
+    at: Duration
+    client: str
+    session: str | None = None
+
+
+class ArrivalsSpec(BaseModel):
+    """``poisson``: ``rate_per_s`` requests per second per client during ``duration``;
+    ``trace``: the listed ``requests``."""
+
+    model_config = _Forbid
+    process: Literal["poisson", "trace"] = "poisson"
+    rate_per_s: Annotated[float, Field(gt=0)] | None = None
+    duration: Duration | None = None
+    requests: list[TraceRequest] | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> ArrivalsSpec:
+        if self.process == "poisson" and (self.rate_per_s is None or self.duration is None):
+            raise ValueError("poisson arrivals need rate_per_s and duration")
+        if self.process == "trace" and not self.requests:
+            raise ValueError("trace arrivals need a non-empty requests list")
+        return self
+
+
+class BootstrapSpec(BaseModel):
+    """Bytes fetched from the holders on a session's first request on a server;
+    ``layers``: fractions (coarse first) summing to 1."""
+
+    model_config = _Forbid
+    size: Size
+    layers: list[Annotated[float, Field(gt=0, le=1)]] = Field(default_factory=lambda: [1.0])
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> BootstrapSpec:
+        if abs(sum(self.layers) - 1.0) > 1e-6:
+            raise ValueError(f"layers {self.layers} must sum to 1")
+        return self
+
+
+class InferenceEntry(BaseModel):
+    """``kind: inference`` (see the module docstring)."""
+
+    model_config = _Forbid
+    kind: Literal["inference"]
+    name: str | None = None
+    start: StartMode = "after_previous"
+    clients: Annotated[list[str], Field(min_length=1)]
+    servers: Annotated[list[str], Field(min_length=1)]
+    holders: list[str] = Field(default_factory=list)
+    policy: Literal["nearest", "least_loaded", "affinity"] = "nearest"
+    arrivals: ArrivalsSpec
+    session_requests: PositiveInt = 4
+    prompt: Size = "2KiB"
+    tokens: PositiveInt = 16
+    token_size: Size = "16B"
+    token_rate_per_s: Annotated[float, Field(gt=0)] = 50.0
+    prefill: Duration = "0s"
+    bootstrap: BootstrapSpec | None = None
+
+    @model_validator(mode="after")
+    def _holders_for_bootstrap(self) -> InferenceEntry:
+        if self.bootstrap is not None and not self.holders:
+            raise ValueError("bootstrap needs holders: the hosts that hold the context")
+        return self
+
+
+class BackgroundEntry(BaseModel):
+    """``kind: background`` (see the module docstring)."""
+
+    model_config = _Forbid
+    kind: Literal["background"]
+    name: str | None = None
+    start: StartMode = "after_previous"
+    distribution: Literal["websearch", "datamining"] = "websearch"
+    load: Annotated[float, Field(gt=0, le=1)]
+    link: str
+    senders: Annotated[list[str], Field(min_length=1)]
+    receivers: Annotated[list[str], Field(min_length=1)]
+    duration: Duration
+    size_scale: Annotated[float, Field(ge=1)] = 1.0
+    rate: Rate | None = None
