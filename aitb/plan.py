@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,7 +21,7 @@ from aitb.units import BufferSize
 __all__ = [
     "NodeKind", "NODE_KINDS", "EcmpHash", "Datapath", "OvsDatapath", "MAX_IFNAME", "MAX_NODE_NAME",
     "Endpoint", "LinkPlan", "NextHop", "Route", "NodePlan", "LabPlan",
-    "plan_to_dict", "plan_from_dict",
+    "plan_to_dict", "plan_from_dict", "PlanError", "plan_problems", "NAME_RE", "IFNAME_RE",
 ]
 
 NodeKind = Literal["host", "switch", "router"]
@@ -30,6 +31,16 @@ Datapath = Literal["bridge", "ovs"]
 OvsDatapath = Literal["auto", "system", "netdev"]
 MAX_IFNAME = 15  # IFNAMSIZ (16) minus the terminating NUL, include/uapi/linux/if.h
 MAX_NODE_NAME = 32
+MAX_LINK_NAME = 64
+# Names end up in argv (ip, tc, tcpdump), in Mininet's shell commands and in generated shell
+# scripts (topologies/clab): only characters that no shell and no iproute2 parser treats
+# specially. The topology reader checks the same rules with file, key and line.
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
+IFNAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+_SYSCTL_RE = re.compile(r"[a-z0-9_]+(\.[a-z0-9_-]+)+")
+_CC_RE = re.compile(r"[a-z0-9_]+")
+_MAC_RE = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 IPv4If = ipaddress.IPv4Interface
 IPv6If = ipaddress.IPv6Interface
@@ -140,6 +151,11 @@ class LabPlan:
     links: tuple[LinkPlan, ...]
     source: str = "<generated>"
 
+    def __post_init__(self) -> None:
+        problems = plan_problems(self)
+        if problems:
+            raise PlanError(problems)
+
     def node(self, name: str) -> NodePlan:
         """The node called ``name``; raises KeyError naming it if absent."""
         for n in self.nodes:
@@ -162,6 +178,88 @@ class LabPlan:
             if ep.ipv4 is not None:
                 return ep.ipv4.ip
         return None
+
+
+class PlanError(ValueError):
+    """A lab plan with a name or value no runtime may receive (a shell or iproute2 would read
+    it as syntax); ``problems`` lists each, naming node, link or key."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10
+                                 else [])
+        super().__init__("; ".join(shown))
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _name_problem(value: object, what: str, regex: re.Pattern[str], limit: int) -> list[str]:
+    if not isinstance(value, str) or not regex.fullmatch(value) or len(value) > limit:
+        return [f"{what} {_short(value)} is not a valid name (at most {limit} characters of "
+                f"{regex.pattern})"]
+    return []
+
+
+def _text_problem(value: object, what: str) -> list[str]:
+    if not isinstance(value, str) or _CONTROL_RE.search(value):
+        return [f"{what} {_short(value)} must be text without control characters"]
+    return []
+
+
+def _node_problems(n: NodePlan) -> list[str]:
+    where = f"node {_short(n.name)}"
+    out = _name_problem(n.name, "node name", NAME_RE, MAX_NODE_NAME)
+    if n.kind not in NODE_KINDS:
+        out.append(f"{where}: kind {_short(n.kind)} is not one of {', '.join(NODE_KINDS)}")
+    if n.group is not None:
+        out += _name_problem(n.group, f"{where}: group", NAME_RE, MAX_NODE_NAME)
+    if n.tcp_congestion_control is not None:
+        out += _name_problem(n.tcp_congestion_control, f"{where}: tcp_congestion_control",
+                             _CC_RE, 32)
+    for key, value in n.sysctls.items():
+        out += _name_problem(key, f"{where}: sysctl", _SYSCTL_RE, 128)
+        out += _text_problem(value, f"{where}: sysctl {_short(key)} value")
+    for r in n.routes:
+        for h in r.nexthops:
+            out += _name_problem(h.ifname, f"{where}: route interface", IFNAME_RE, MAX_IFNAME)
+    for text in (*n.flows, *(n.command or ()), *n.environment, *n.environment.values(),
+                 *n.binds, *n.binds.values(), *n.labels, *n.labels.values(), n.image or ""):
+        out += _text_problem(text, f"{where}: value")
+    return out
+
+
+def _endpoint_problems(ep: Endpoint, link: str) -> list[str]:
+    out = _name_problem(ep.ifname, f"link {link}: interface", IFNAME_RE, MAX_IFNAME)
+    if ep.ifname == "lo":
+        out.append(f"link {link}: interface name 'lo' is the loopback device")
+    if ep.mac is not None and not (isinstance(ep.mac, str) and _MAC_RE.fullmatch(ep.mac)):
+        out.append(f"link {link}: mac {_short(ep.mac)} is not like 02:00:00:00:00:01")
+    return out
+
+
+def plan_problems(plan: LabPlan) -> list[str]:
+    """Every name or value of ``plan`` that must not reach an argv, a shell or iproute2: lab,
+    node, group and interface names (:data:`NAME_RE`, :data:`IFNAME_RE`, IFNAMSIZ), link
+    names and free text (no control characters), sysctl keys, MAC addresses, endpoints that
+    name no node. Empty for a valid plan. Pure."""
+    out = _name_problem(plan.name, "lab name", NAME_RE, MAX_NODE_NAME)
+    names = set()
+    for n in plan.nodes:
+        out += _node_problems(n)
+        names.add(n.name)
+    for lk in plan.links:
+        link = _short(lk.name)
+        if not isinstance(lk.name, str) or len(lk.name) > MAX_LINK_NAME:
+            out.append(f"link name {link} is longer than {MAX_LINK_NAME} characters")
+        out += _text_problem(lk.name, "link name")
+        for ep in (lk.a, lk.b):
+            out += _endpoint_problems(ep, link)
+            if ep.node not in names:
+                out.append(f"link {link}: endpoint names node {_short(ep.node)}, not in the plan")
+    return out
 
 
 def _jsonable(value: Any) -> Any:
@@ -208,7 +306,8 @@ def _route_from(d: Mapping[str, Any]) -> Route:
 
 def plan_from_dict(d: Mapping[str, Any]) -> LabPlan:
     """Rebuild a :class:`LabPlan` from :func:`plan_to_dict` output (for example a run's
-    ``plan.json``). Raises KeyError/TypeError/ValueError on a malformed dict."""
+    ``plan.json``). Raises KeyError/TypeError/ValueError on a malformed dict, :class:`PlanError`
+    (a ValueError) naming every name no runtime may receive (:func:`plan_problems`)."""
     nodes = tuple(
         NodePlan(**{**n, "routes": tuple(_route_from(r) for r in n.get("routes", ())),
                     "flows": tuple(n.get("flows", ())),

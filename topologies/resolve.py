@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from aitb.errors import SpecError, SpecIssue
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan, PlanError
 from topologies.addressing import Segment, allocate, check_segments, find_segments
 from topologies.generators import expand
 from topologies.graph import Edge, Port, build_edges
@@ -112,5 +112,8 @@ def resolve(spec: TopologySpec, source: str = "<spec>") -> LabPlan:
     rr = compute_routes(segments, kinds, cost, addr, pools)
     stage.check(_unreachable(nodes, segments, rr))
     plan_nodes = tuple(replace(p, routes=rr.routes.get(name, ())) for name, p in nodes.items())
-    return LabPlan(name=spec.name, nodes=plan_nodes, links=_link_plans(edges, addr),
-                   source=source)
+    try:
+        return LabPlan(name=spec.name, nodes=plan_nodes, links=_link_plans(edges, addr),
+                       source=source)
+    except PlanError as exc:  # what the spec checks above let through (free-text values)
+        raise SpecError([SpecIssue(p, file=source) for p in exc.problems]) from None

@@ -10,14 +10,12 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 
 from aitb.errors import SpecIssue
-from aitb.plan import MAX_IFNAME, MAX_NODE_NAME
+from aitb.plan import IFNAME_RE, MAX_IFNAME, MAX_NODE_NAME, NAME_RE
 from topologies.container_keys import check_container_keys
 from topologies.spec import NodeSettings, ProfileSpec, TopologySpec
 
 __all__ = ["NAME_RE", "IFNAME_RE", "split_endpoint", "node_kind", "check_spec"]
 
-NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
-IFNAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 SYSCTL_RE = re.compile(r"[a-z0-9_]+(\.[a-z0-9_-]+)+")
 _FORWARDING = re.compile(r"net\.ipv4\.ip_forward|net\.ipv[46]\.conf\.[^.]+\.forwarding")
 _NAME_RULE = ("lower-case letters, digits, '-' and '_', starting with a letter or digit "

@@ -150,12 +150,42 @@ def network_commands(plan: LabPlan, wire_packets: bool = False,
     return out
 
 
-def _env() -> jinja2.Environment:
+class _Escaped(str):
+    """Template output already escaped for its target language (a filter's result)."""
+
+    __slots__ = ()
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _printable(text: str) -> str:
+    """``text`` with every control character (newline included) as a ``\\xNN`` escape, so
+    that it stays on its line (a comment of the script or of the YAML file)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _sh(value: object) -> _Escaped:
+    return _Escaped(shlex.quote(_printable(str(value))))
+
+
+def _yq(value: object) -> _Escaped:
+    return _Escaped(json.dumps(value))  # a JSON string is a valid YAML double-quoted scalar
+
+
+def _env(target: str) -> jinja2.Environment:
+    """The jinja2 environment of the ``sh`` or ``yaml`` templates. Every ``{{ value }}`` goes
+    through ``finalize``: a value a filter escaped stays as it is, any other is escaped for
+    the target (shell word or YAML double-quoted scalar), so no template can put a user's
+    string into the output unquoted (the autoescape of a non-HTML language)."""
+    default = _sh if target == "sh" else _yq
     env = jinja2.Environment(loader=jinja2.PackageLoader("topologies.clab", "templates"),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    env.filters["yq"] = json.dumps  # a JSON string is a valid YAML double-quoted scalar
-    env.filters["sh"] = shlex.quote
+                             trim_blocks=True, lstrip_blocks=True, autoescape=False,
+                             finalize=lambda v: v if isinstance(v, _Escaped) else default(v))
+    env.filters["yq"] = _yq
+    env.filters["sh"] = _sh
+    env.filters["shargv"] = lambda argv: _Escaped(" ".join(_sh(a) for a in argv))
     return env
 
 
@@ -185,7 +215,7 @@ def render_topology(plan: LabPlan, image: str = DEFAULT_IMAGE, keep_kinds: bool 
     containerlab get their original kind and image back (labels ``clab.kind``,
     ``clab.image``; host bridges excepted, see :func:`vendor_nodes`). Pure."""
     vendor = vendor_nodes(plan, keep_kinds)
-    return _env().get_template("topology.clab.yml.j2").render(
+    return _env("yaml").get_template("topology.clab.yml.j2").render(
         name=plan.name, source=plan.source, script=script_name,
         nodes=[_clab_node(n, image, keep_kinds, n.name in vendor)
                for n in plan.nodes],
@@ -198,5 +228,5 @@ def render_script(plan: LabPlan, commands: Sequence[NodeCommand], topology_name:
     sections = [{"title": title, "commands": [c for c in commands if c.section == key]}
                 for key, title in (("network", "bridges, addresses, sysctls, routes"),
                                    ("shaping", "link shaping (tc), aitb's recipe"))]
-    return _env().get_template("shaping.sh.j2").render(
+    return _env("sh").get_template("shaping.sh.j2").render(
         name=plan.name, source=plan.source, topology=topology_name, sections=sections)

@@ -137,7 +137,7 @@ def export_cmd(
 ) -> None:
     """Export a topology to containerlab: a topology file plus a script that applies the
     same addresses, routes and link shaping (tc) inside containerlab's nodes."""
-    from orchestration.cli.commands.lab import load_plan
+    from orchestration.cli.commands.topo import load_plan
     from topologies.clab.export import DEFAULT_IMAGE
 
     if fmt not in FORMATS:

@@ -14,9 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from aitb.errors import LabError, SpecError
-from aitb.plan import LabPlan, plan_from_dict
-from orchestration.cli.commands.topo import topo_app
+from aitb.errors import LabError
+from orchestration.cli.commands.topo import load_plan, topo_app
 from testbed import clean as clean_mod
 from testbed import signals
 from testbed.inspect import describe
@@ -30,18 +29,6 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 def state_dir() -> Path:
     """Where runs keep their registries: ``$AITB_STATE_DIR`` or /run/aitb."""
     return Path(os.environ.get("AITB_STATE_DIR", str(DEFAULT_STATE_DIR)))
-
-
-def load_plan(path: Path) -> LabPlan:
-    """A topology file through ``topologies.load_topology``, or a run's ``plan.json``."""
-    if path.suffix == ".json":
-        try:
-            return plan_from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SpecError(f"cannot read plan: {exc}", file=str(path)) from None
-    from topologies import load_topology  # written in parallel; resolves after the merge
-
-    return load_topology(path)
 
 
 def file_backend(path: Path) -> str | None:

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from aitb.errors import SpecError
-from aitb.plan import LabPlan, plan_to_dict
+from aitb.errors import SpecError, SpecIssue
+from aitb.plan import LabPlan, PlanError, plan_from_dict, plan_to_dict
 
 topo_app = typer.Typer(help="Topologies: validate, deploy, inspect, destroy.",
                        no_args_is_help=True)
@@ -20,6 +20,22 @@ topo_app = typer.Typer(help="Topologies: validate, deploy, inspect, destroy.",
 def register(app: typer.Typer) -> None:
     """Add the ``topo`` group to ``app``."""
     app.add_typer(topo_app, name="topo")
+
+
+def load_plan(path: Path) -> LabPlan:
+    """A topology file through ``topologies.load_topology``, or a run's ``plan.json``
+    (checked like a topology file: every name through aitb.plan.plan_problems). Raises
+    SpecError naming the file and each problem."""
+    if path.suffix == ".json":
+        try:
+            return plan_from_dict(json.loads(path.read_text()))
+        except PlanError as exc:
+            raise SpecError([SpecIssue(p, file=str(path)) for p in exc.problems]) from None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SpecError(f"cannot read plan: {exc}", file=str(path)) from None
+    from topologies import load_topology
+
+    return load_topology(path)
 
 
 def plan_summary(plan: LabPlan) -> dict[str, Any]:
@@ -51,7 +67,7 @@ def _print_summary(s: dict[str, Any]) -> None:
 
 @topo_app.command("validate")
 def validate(
-    file: Annotated[Path, typer.Argument(help="Topology file (YAML).")],
+    file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a run's plan.json.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object.")] = False,
     plan: Annotated[bool, typer.Option("--plan", help="Print JSON with the resolved plan "
                                        "(addresses, routes, shaping); implies --json.")]
@@ -61,12 +77,10 @@ def validate(
 
     Exit status 0 when valid, 2 with every problem listed (file:line: key.path: message).
     """
-    from topologies import load_topology  # the CLI may import every layer
-
     as_json = as_json or plan
 
     try:
-        lab = load_topology(file)
+        lab = load_plan(file)
     except SpecError as exc:
         if not as_json:
             raise
