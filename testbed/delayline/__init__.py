@@ -36,7 +36,8 @@ class Helper:
     /var/run/netns).  Started by this process, which must outlive it (PR_SET_PDEATHSIG)."""
 
     def __init__(self, netns: str | None, queues: Sequence[QueueParams], state_dir: Path,
-                 stats_interval_ms: int = 500, spin_us: float | None = None) -> None:
+                 stats_interval_ms: int = 500, spin_us: float | None = None,
+                 rt_prio: int = 0, nice: int = 0) -> None:
         self.netns = netns
         self.queues = list(queues)
         self.state_dir = Path(state_dir)
@@ -46,6 +47,7 @@ class Helper:
         self.stderr_path = self.state_dir / f"delayline-{tag}.stderr"
         self.stats_interval_ms = stats_interval_ms
         self.spin_us = spin_us
+        self.rt_prio, self.nice = rt_prio, nice
         self.proc: subprocess.Popen | None = None
 
     def argv(self) -> list[str]:
@@ -53,7 +55,8 @@ class Helper:
         from .build import helper_path  # not at import: `python -m testbed.delayline.build`
         return helper_argv(str(helper_path()), os.getpid(), self.queues, str(self.stats_path),
                            f"{NETNS_DIR}/{self.netns}" if self.netns else None,
-                           self.stats_interval_ms, str(self.params_path), self.spin_us)
+                           self.stats_interval_ms, str(self.params_path), self.spin_us,
+                           self.rt_prio, self.nice)
 
     def start(self) -> int:
         """Start the helper; returns its pid."""

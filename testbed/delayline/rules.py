@@ -148,8 +148,13 @@ def nfqueue_rules_argvs(ifname: str, queue_num: int, run_id: str, netns: str | N
 
 def helper_argv(binary: str, parent_pid: int, queues: Sequence[QueueParams], stats_path: str,
                 netns_path: str | None = None, stats_interval_ms: int = 1000,
-                params_path: str | None = None, spin_us: float | None = None) -> list[str]:
-    """The helper's argv: one process serving ``queues`` (all in one namespace)."""
+                params_path: str | None = None, spin_us: float | None = None,
+                rt_prio: int = 0, nice: int = 0) -> list[str]:
+    """The helper's argv: one process serving ``queues`` (all in one namespace).
+
+    rt_prio > 0 runs it SCHED_FIFO at that priority, nice != 0 renices it: both keep releases
+    on time when traffic generators fill the cores.
+    """
     if not queues:
         raise ValueError("at least one queue")
     nums = [q.queue_num for q in queues]
@@ -163,6 +168,10 @@ def helper_argv(binary: str, parent_pid: int, queues: Sequence[QueueParams], sta
         argv += ["--params", params_path]
     if spin_us is not None:
         argv += ["--spin-us", _g(spin_us)]
+    if rt_prio:
+        argv += ["--rt-prio", str(rt_prio)]
+    if nice:
+        argv += ["--nice", str(nice)]
     for q in queues:
         argv += ["--queue", q.spec()]
     return argv

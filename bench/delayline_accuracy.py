@@ -1,0 +1,203 @@
+"""Accuracy and cost of the native delay line (NFQUEUE + aitb-delayline) under load.
+
+Two namespaces joined by a veth.  For each configured one-way delay (1, 10, 50, 200 ms) the
+A->B direction is delayed by a helper in B while iperf3 carries
+  udp1g:  ~1 Gbit/s of MTU-sized datagrams (iperf3 -u -b 1G -l 1472), and
+  tcpgso: one unshaped iperf3 TCP flow (GSO/GRO super-packets, queued whole);
+the release error (release - intended release) comes from the helper's own per-packet log.
+Then one TCP flow through HTB 1 Gbit/s with 50 ms each way (RTT 100 ms) and a BDP-sized
+window, against the bound 1 Gbit/s x 1448/1514 (payload per wire byte HTB counts).
+
+Run as root:  PYTHONPATH=. .venv/bin/python bench/delayline_accuracy.py [--seconds 5]
+Lab traffic only: 10.232.0.0/24 inside the two namespaces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pyroute2 import IPRoute, NetNS
+from pyroute2 import netns as pr_netns
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from testbed.delayline import Helper, QueueParams, maxlen_for_bdp, read_pktlog  # noqa: E402
+from testbed.delayline.rules import nfqueue_rule_argv  # noqa: E402
+
+A_IP, B_IP = "10.232.0.1", "10.232.0.2"
+RT_PRIO = 0  # --rt-prio
+
+
+def sh(ns: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True,
+                          check=check)
+
+
+class Pair:
+    def __init__(self) -> None:
+        self.tag = secrets.token_hex(2)
+        self.a, self.b = f"dlb-{self.tag}-a", f"dlb-{self.tag}-b"
+        self.ia, self.ib = f"dlb{self.tag}a", f"dlb{self.tag}b"
+
+    def up(self) -> None:
+        for ns in (self.a, self.b):
+            pr_netns.create(ns)
+        with IPRoute() as ipr:
+            ipr.link("add", ifname=self.ia, kind="veth", peer=self.ib)
+            ipr.link("set", index=ipr.link_lookup(ifname=self.ia)[0], net_ns_fd=self.a)
+            ipr.link("set", index=ipr.link_lookup(ifname=self.ib)[0], net_ns_fd=self.b)
+        for ns, ifn, ip in ((self.a, self.ia, A_IP), (self.b, self.ib, B_IP)):
+            with NetNS(ns) as n:
+                idx = n.link_lookup(ifname=ifn)[0]
+                n.addr("add", index=idx, address=ip, prefixlen=24)
+                n.link("set", index=idx, state="up")
+                n.link("set", index=n.link_lookup(ifname="lo")[0], state="up")
+            # room for a BDP-sized window (1 Gbit/s x 100 ms = 12.5 MB) and more
+            sh(ns, "sysctl", "-qw", "net.ipv4.tcp_rmem=4096 131072 67108864",
+               "net.ipv4.tcp_wmem=4096 131072 67108864")
+
+    def down(self) -> None:
+        for ns in (self.a, self.b):
+            try:
+                pr_netns.remove(ns)
+            except OSError:
+                pass
+
+
+def iperf(p: Pair, args: list[str], seconds: float) -> dict:
+    srv = subprocess.Popen(["ip", "netns", "exec", p.b, "iperf3", "-s", "-1", "-B", B_IP],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        res = sh(p.a, "iperf3", "-c", B_IP, "-J", "-t", str(seconds), *args, check=False)
+        return json.loads(res.stdout) if res.stdout.strip() else {}
+    finally:
+        try:
+            srv.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()
+
+
+def pct(sorted_vals: list[float], q: float) -> float:
+    if not sorted_vals:
+        return float("nan")
+    return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
+
+
+def run_case(p: Pair, tmp: Path, delay_s: float, mode: str, seconds: float, qnum: int) -> dict:
+    log = tmp / f"pkt-{mode}-{delay_s}"
+    q = QueueParams(qnum, delay_s=delay_s, maxlen_packets=maxlen_for_bdp(10e9, delay_s),
+                    pktlog_path=str(log))
+    sh(p.b, *nfqueue_rule_argv(p.ib, qnum, "bench"))
+    h = Helper(p.b, [q], tmp / f"h{qnum}", rt_prio=RT_PRIO)
+    h.start()
+    while not h.stats_path.exists():
+        if not h.alive():
+            raise RuntimeError(h.stderr())
+        time.sleep(0.02)
+    try:
+        args = ["-u", "-b", "1G", "-l", "1472"] if mode == "udp1g" else []
+        out = iperf(p, args, seconds)
+    finally:
+        h.stop()
+        sh(p.b, *nfqueue_rule_argv(p.ib, qnum, "bench", delete=True))
+    st = h.stats().queues[qnum]
+    recs = [r for r in read_pktlog(log) if r[2]]
+    err = sorted((r[2] - r[1]) / 1e3 for r in recs)  # us
+    added = sorted((r[2] - r[0]) / 1e3 - delay_s * 1e6 for r in recs)
+    end = out.get("end", {})
+    bps = (end.get("sum_received") or end.get("sum") or {}).get("bits_per_second", 0.0)
+    gbit = st.in_bytes * 8 / 1e9
+    return {"delay_ms": delay_s * 1e3, "mode": mode, "gbps": bps / 1e9, "pkts": st.in_packets,
+            "mean_pkt_B": st.in_bytes / max(1, st.in_packets),
+            "err_p50_us": pct(err, .5), "err_p99_us": pct(err, .99),
+            "err_max_us": err[-1] if err else 0,
+            "added_minus_cfg_p99_us": pct(added, .99),
+            "kdrop": st.kernel_queue_dropped + st.kernel_user_dropped,
+            "cpu_s": h.stats().cpu_s, "cpu_s_per_gbit": h.stats().cpu_s / gbit if gbit else 0}
+
+
+def goodput_case(p: Pair, tmp: Path, seconds: float) -> dict:
+    """TCP through HTB 1 Gbit/s on A's egress, 50 ms each way, window ~BDP."""
+    sh(p.a, "tc", "qdisc", "add", "dev", p.ia, "root", "handle", "1:", "htb", "default", "1")
+    sh(p.a, "tc", "class", "add", "dev", p.ia, "parent", "1:", "classid", "1:1", "htb",
+       "rate", "1gbit", "ceil", "1gbit")
+    sh(p.a, "tc", "qdisc", "add", "dev", p.ia, "parent", "1:1", "handle", "10:", "bfifo",
+       "limit", "12500000")  # a BDP of buffer at the bottleneck
+    hs = []
+    try:
+        for ns, ifn, qn in ((p.b, p.ib, 101), (p.a, p.ia, 102)):
+            sh(ns, *nfqueue_rule_argv(ifn, qn, "bench"))
+            h = Helper(ns, [QueueParams(qn, delay_s=0.050, maxlen_packets=maxlen_for_bdp(
+                1e9, 0.05, factor=4))], tmp / f"g{qn}", rt_prio=RT_PRIO)
+            h.start()
+            hs.append(h)
+        time.sleep(0.7)
+        # window: autotuning up to tcp_rmem/tcp_wmem max 64 MB (> 2 x BDP of 12.5 MB); iperf3 -w
+        # is refused here ("socket buffer size not set correctly": net.core.[rw]mem_max)
+        out = iperf(p, ["-O", "3"], seconds)
+    finally:
+        for h in hs:
+            h.stop()
+        for ns, ifn, qn in ((p.b, p.ib, 101), (p.a, p.ia, 102)):
+            sh(ns, *nfqueue_rule_argv(ifn, qn, "bench", delete=True), check=False)
+        sh(p.a, "tc", "qdisc", "del", "dev", p.ia, "root", check=False)
+    end = out.get("end", {})
+    bps = end.get("sum_received", {}).get("bits_per_second", 0.0)
+    rtx = end.get("sum_sent", {}).get("retransmits")
+    st = hs[0].stats()
+    return {"gbps": bps / 1e9, "bound_gbps": 1e9 * 1448 / 1514 / 1e9, "retransmits": rtx,
+            "cpu_s": st.cpu_s + hs[1].stats().cpu_s,
+            "rtt_ms": [s.get("min_rtt", 0) / 1e3 for s in end.get("streams", [{}])
+                       for s in [s.get("sender", {})]]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--delays-ms", default="1,10,50,200")
+    ap.add_argument("--rt-prio", type=int, default=0, help="run the helpers SCHED_FIFO")
+    ap.add_argument("--skip-goodput", action="store_true")
+    a = ap.parse_args()
+    global RT_PRIO
+    RT_PRIO = a.rt_prio
+    p = Pair()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="dlbench") as td:
+        tmp = Path(td)
+        try:
+            p.up()
+            qn = 1
+            for d in (float(x) / 1e3 for x in a.delays_ms.split(",")):
+                for mode in ("udp1g", "tcpgso"):
+                    rows.append(run_case(p, tmp, d, mode, a.seconds, qn))
+                    qn += 1
+                    r = rows[-1]
+                    print(f"{r['delay_ms']:>6.0f} ms {r['mode']:>7}  {r['gbps']:6.2f} Gbit/s  "
+                          f"{r['pkts']:>8} pkts avg {r['mean_pkt_B']:>6.0f} B  release error "
+                          f"p50 {r['err_p50_us']:7.1f} us p99 {r['err_p99_us']:8.1f} us "
+                          f"max {r['err_max_us']:8.1f} us  kernel drops {r['kdrop']:>6}  "
+                          f"helper CPU {r['cpu_s']:5.2f} s = {r['cpu_s_per_gbit']:.3f} "
+                          f"CPU-s per Gbit carried", flush=True)
+            if a.skip_goodput:
+                return 0
+            g = goodput_case(p, tmp, max(8.0, 2 * a.seconds))
+            print("TCP through HTB 1 Gbit/s, 50 ms each way (RTT 100 ms), window autotuned "
+                  "(max 64 MB > BDP 12.5 MB): "
+                  f"{g['gbps']:.3f} Gbit/s vs bound {g['bound_gbps']:.3f} "
+                  f"({100 * g['gbps'] / g['bound_gbps']:.1f}%), retransmits {g['retransmits']}, "
+                  f"iperf3 min RTT {g['rtt_ms']} ms, helpers CPU {g['cpu_s']:.2f} s")
+        finally:
+            p.down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
