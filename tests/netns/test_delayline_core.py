@@ -267,3 +267,42 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.netns
+@needs_root
+@pytest.mark.parametrize("params,check", [
+    # corrupted echo requests fail their checksum at b: some, not all, are lost
+    (dict(corrupt_pct=50, seed=5), lambda s, n: 0 < s.corrupted < 40 and n < 40),
+    # netem's reorder 50% gap 1: about half skip the 20 ms delay
+    (dict(delay_s=0.020, reorder_pct=50, reorder_gap=1, seed=5),
+     lambda s, n: 0 < s.reordered < 40 and s.added_delay.min_us < 20_000),
+    # Gilbert-Elliott, lossy bad state: some drops, all counted as GE
+    (dict(seed=5, **gemodel(20.0, 30.0)), lambda s, n: s.dropped_ge > 0 and n == 40 - s.dropped_ge),
+    # jitter: delays spread around 10 ms, never below 0
+    (dict(delay_s=0.010, jitter_s=0.003, distribution="paretonormal", reorder_allowed=True,
+          seed=5), lambda s, n: n == 40 and s.added_delay.max_us - s.added_delay.min_us > 1000),
+], ids=["corrupt", "reorder", "gemodel", "jitter"])
+def test_impairments_do_something(pair, helpers, tmp_path, params, check):
+    h = delay_in(pair, pair.b, QueueParams(1, **params), tmp_path, helpers)
+    seqs, _ = ping(pair, 40, interval=0.01, wait=1)
+    h.stop()
+    s = h.stats().queues[1]
+    assert s.in_packets == 40
+    assert check(s, len(seqs)), (s, len(seqs))
+
+
+@pytest.mark.netns
+@needs_root
+def test_trace_steps_apply_at_their_time(pair, helpers, tmp_path):
+    from testbed.delayline.rules import trace_file_text
+    trace = tmp_path / "trace"
+    trace.write_text(trace_file_text([(0.0, 0.002, 0.0), (1.0, 0.040, 0.0)]))
+    start = time.time_ns() + 300_000_000
+    q = QueueParams(1, trace_path=str(trace), trace_start_realtime_ns=start)
+    delay_in(pair, pair.b, q, tmp_path, helpers)
+    time.sleep(max(0.0, (start - time.time_ns()) / 1e9) + 0.1)
+    _, early = ping(pair, 3, interval=0.05)
+    time.sleep(max(0.0, (start + 1_100_000_000 - time.time_ns()) / 1e9))
+    _, late = ping(pair, 3, interval=0.05)
+    assert 2 <= early < 40 <= late
