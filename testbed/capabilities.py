@@ -27,7 +27,7 @@ from pyroute2 import NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from aitb.errors import LabError
-from testbed import kernel, ovs_datapath
+from testbed import kernel, ovs_datapath, qdiscs
 from testbed.vm_kernel import SETUP_REMEDY, vm_problems
 
 __all__ = ["Capability", "CapabilityReport", "probe", "probe_kernel", "needs_vm", "require_kernel",
@@ -37,9 +37,10 @@ __all__ = ["Capability", "CapabilityReport", "probe", "probe_kernel", "needs_vm"
 ABSENT_ERRNOS = {errno.ENOENT, errno.EOPNOTSUPP}
 VM_HINT = "run under `aitb --vm ...` (`make vm` installs the stock-kernel VM)"
 
-# qdisc kinds, probed by testbed.kernel (the same probe that guards a lab's bring-up, so
-# `aitb doctor` and `aitb topo deploy` can never disagree)
-QDISCS: tuple[str, ...] = ("htb", "tbf", "netem", "fq_codel", "red", "pfifo", "bfifo")
+# qdisc kinds (each discipline module of testbed.qdiscs names its own), probed by
+# testbed.kernel (the same probe that guards a lab's bring-up, so `aitb doctor` and
+# `aitb topo deploy` can never disagree)
+QDISCS: tuple[str, ...] = qdiscs.capabilities()
 LINK_KINDS: dict[str, dict[str, object]] = {
     "veth": {"peer": "aitbprb1"},
     "bridge": {},

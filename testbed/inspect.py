@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
+from testbed import qdiscs
 from testbed.links import RTM_GETLINK, link_state
 from testbed.nl import dump
 from testbed.ovs_lab import recorded_datapaths
@@ -27,7 +28,8 @@ def _handle(h: int) -> str:
 
 def qdisc_stats(m: Any) -> dict[str, Any]:
     """Counters of a dumped qdisc/class: bytes, packets, drops, overlimits, qlen, backlog
-    (bytes queued), requeues; and ``rate_bps`` for an HTB class."""
+    (bytes queued), requeues; and what the kind's module in :mod:`testbed.qdiscs` adds
+    (``rate_bps`` for an HTB class, ``limit`` for pfifo, bfifo and netem)."""
     out: dict[str, Any] = {"kind": m.get_attr("TCA_KIND"), "handle": _handle(m["handle"]),
                            "parent": _handle(m["parent"])}
     st = m.get_attr("TCA_STATS2")
@@ -39,12 +41,10 @@ def qdisc_stats(m: Any) -> dict[str, Any]:
             out.update(drops=queue["drops"], overlimits=queue["overlimits"],
                        qlen=queue["qlen"], backlog_bytes=queue["backlog"],
                        requeues=queue["requeues"])
+    plugin = qdiscs.known(out["kind"])  # None for kinds aitb does not build (noqueue, ...)
     opts = m.get_attr("TCA_OPTIONS")
-    if out["kind"] == "htb" and opts is not None and opts.get_attr("TCA_HTB_PARMS"):
-        out["rate_bps"] = 8 * (opts.get_attr("TCA_HTB_RATE64")
-                               or opts.get_attr("TCA_HTB_PARMS")["rate"])
-    elif opts is not None and out["kind"] in ("pfifo", "bfifo", "netem"):
-        out["limit"] = opts["limit"]
+    if plugin is not None and opts is not None:
+        out.update(plugin.stats(opts))
     return out
 
 

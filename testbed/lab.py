@@ -24,6 +24,7 @@ from aitb.shaping import Shaping
 from testbed import (
     apps,
     containers,
+    delaylines,
     kernel,
     netns,
     ovs_datapath,
@@ -40,6 +41,7 @@ from testbed.clean import TeardownReport, raise_failures, teardown
 from testbed.layout import Layout, make_layout
 from testbed.realise import NodeIO
 from testbed.registry import DEFAULT_STATE_DIR, Registry, pid_start_time, unknown_name
+from testbed.tcobjects import DirectionRecipe
 
 __all__ = ["Lab", "new_run_id", "missing_kernel_features"]
 
@@ -186,6 +188,8 @@ class Lab:
         t = self._step("configure", t)
         self._wait_stp()
         self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
+        for r in self._delay_lines():
+            delaylines.backend(r.delay_line or "").apply(self, r)
         self.verify()
         self._step("verify", t)
 
@@ -220,7 +224,13 @@ class Lab:
                                               self.node_io(n.name).sock)
         problems += ovs_lab.check_all(self, {s: d for s, d in self.ovs.items()
                                              if nodes is None or s in nodes}, self.ovs_rules)
+        problems += [p for r in self._delay_lines() if nodes is None or r.rx_node in nodes
+                     for p in delaylines.backend(r.delay_line or "").verify(self, r)]
         verify.raise_if(problems, f"lab {self.plan.name} (run {self.run_id})")
+
+    def _delay_lines(self) -> list[DirectionRecipe]:
+        """The recipes with a delay line (its backend in :mod:`testbed.delaylines`)."""
+        return [r for r in self.layout.recipes.values() if r.delay_line is not None]
 
     def down(self) -> TeardownReport:
         """End processes, delete namespaces (with their veths and IFBs), remove the run
@@ -250,8 +260,11 @@ class Lab:
 
     def _teardown(self) -> TeardownReport:
         t = time.perf_counter()
+        failures = [f for r in self._delay_lines()
+                    for f in delaylines.backend(r.delay_line or "").teardown(self, r)]
         self.release()
         report = teardown(self.registry, self.children)
+        report.failures[:0] = failures
         self.children = {}
         self._step("down", t)
         return report

@@ -15,7 +15,8 @@ from aitb.errors import LabError
 from aitb.plan import LabPlan, LinkPlan
 from aitb.shaping import Shaping
 from testbed.registry import unknown_name
-from testbed.tc import DirectionRecipe, TcObject, direction_recipe
+from testbed.tc import direction_recipe
+from testbed.tcobjects import DirectionRecipe, TcObject
 
 __all__ = ["NodeLayout", "Layout", "make_layout", "needs_wire_packets", "netns_name",
            "DIRECTIONS", "BRIDGE", "owner_alias", "recipe_for"]

@@ -17,8 +17,8 @@ from testbed.layout import BRIDGE, IFB_INDEX_BASE, Layout, NodeLayout, owner_ali
 from testbed.links import RTM_NEWLINK, bridge_msg, ifb_msg, setlink_msg, veth_msg
 from testbed.nl import F_CREATE, F_EXCL, F_REPLACE, Batch
 from testbed.routes import RTM_NEWADDR, RTM_NEWROUTE, addr_msg, connected_route_msg, route_msg
-from testbed.tc import DirectionRecipe, TcObject
 from testbed.tcmsgs import tc_message
+from testbed.tcobjects import DirectionRecipe, TcObject
 
 __all__ = ["NodeIO", "create_links", "configure_node", "add_tc", "ifbs_of", "links_by_node",
            "add_ifb"]

@@ -30,8 +30,8 @@ from testbed.layout import (
 from testbed.links import RTM_GETLINK
 from testbed.nl import F_CREATE, F_EXCL, Batch, dump
 from testbed.realise import add_ifb, add_tc
-from testbed.tc import DirectionRecipe, TcObject
 from testbed.tcmsgs import RTM_DELQDISC, TC_H_INGRESS, TC_H_ROOT, TcMsg
+from testbed.tcobjects import DirectionRecipe, TcObject
 
 if TYPE_CHECKING:
     from testbed.lab import Lab

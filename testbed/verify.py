@@ -2,7 +2,8 @@
 
 A zero return code is not evidence (STYLE.md): after bring-up and after every change the lab
 dumps links, addresses, routes, qdiscs and classes and raises one LabError naming node,
-interface and what differs.
+interface and what differs. What is compared of each qdisc or class is its module's
+``problems`` in :mod:`testbed.qdiscs`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from aitb.errors import LabError
 from aitb.plan import LinkPlan, NodePlan
+from testbed import qdiscs
 from testbed.layout import BRIDGE, IFB_INDEX_BASE, Layout, NodeLayout, owner_alias
 from testbed.links import RTM_GETLINK, link_state
 from testbed.nl import dump
@@ -29,8 +31,8 @@ from testbed.routes import (
     route_key,
     rto_min_ms,
 )
-from testbed.tc import TcObject
-from testbed.tcmsgs import RTM_GETQDISC, RTM_GETTCLASS, TcMsg, handle, pct_u32
+from testbed.tcmsgs import RTM_GETQDISC, RTM_GETTCLASS, TcMsg, handle
+from testbed.tcobjects import TcObject
 
 __all__ = ["check_node", "dump_tc", "tc_differences", "raise_if"]
 
@@ -146,23 +148,6 @@ def dump_tc(sock: socket.socket, where: str, ifindexes: list[int], counters: boo
     return out
 
 
-def _param_problems(o: TcObject, m: Any) -> list[str]:
-    opts, p = m.get_attr("TCA_OPTIONS"), o.params
-    if o.kind == "htb" and o.verb == "class":
-        parms = opts.get_attr("TCA_HTB_PARMS")
-        rate = opts.get_attr("TCA_HTB_RATE64") or parms["rate"]
-        want = round(p["rate_bps"] / 8)
-        return [] if rate == want else [f"rate {rate * 8} bit/s, planned {want * 8}"]
-    if o.kind in ("pfifo", "bfifo"):
-        want = p.get("limit_packets", p.get("limit_bytes"))
-        return [] if opts["limit"] == want else [f"limit {opts['limit']}, planned {want}"]
-    if o.kind == "netem":
-        got = (opts["limit"], opts["loss"], abs(opts["delay"] * 64 - p["delay_s"] * 1e9) <= 64)
-        want = (p["limit_packets"], pct_u32(p.get("loss_pct", 0.0)), True)
-        return [] if got == want else [f"netem (limit, loss, delay ok) {got}, planned {want}"]
-    return []
-
-
 def tc_differences(node: NodeLayout, objects: list[TcObject], got: dict[tuple, Any]
                    ) -> list[str]:
     """Problems of ``objects`` (qdiscs and classes of one node) against dumped ``got``."""
@@ -177,7 +162,8 @@ def tc_differences(node: NodeLayout, objects: list[TcObject], got: dict[tuple, A
             kind = m.get_attr("TCA_KIND") if m is not None else "nothing"
             out.append(f"{where}: found {kind}")
             continue
-        out += [f"{where}: {problem}" for problem in _param_problems(o, m)]
+        problems = qdiscs.module(o.kind).problems(o, m.get_attr("TCA_OPTIONS"))
+        out += [f"{where}: {problem}" for problem in problems]
     return out
 
 

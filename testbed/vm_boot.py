@@ -18,26 +18,28 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from aitb.errors import CommandError
+from testbed import qdiscs
 from testbed.vm_kernel import StockKernel, scripts_dir
 
 __all__ = ["GUEST_MODULES", "guest_script", "vng_argv", "boot"]
 
 # Loaded at guest start (modprobe of a built-in module is a no-op). All are in Debian's stock
 # kernel, so a failure means a broken kernel or module tree: the command is not run and
-# run_in_vm raises with <result>/modprobe.log.
+# run_in_vm raises with <result>/modprobe.log. The disciplines aitb builds name their own
+# modules (testbed.qdiscs); the other qdiscs and classifiers are for experiments by hand.
 GUEST_MODULES = (
     "veth", "bridge", "ifb", "dummy", "macvlan", "vxlan", "8021q",
-    "sch_netem", "sch_htb", "sch_tbf", "sch_fq_codel", "sch_fq", "sch_codel", "sch_red",
-    "sch_prio", "sch_sfq", "sch_ingress", "cls_u32", "cls_bpf", "cls_fw", "act_mirred",
+    *qdiscs.kernel_modules(),
+    "sch_fq", "sch_codel", "sch_prio", "sch_sfq", "cls_bpf", "cls_fw",
     "openvswitch", "tcp_dctcp", "tcp_bbr", "nf_tables", "nft_numgen",
 )
 GUEST_MEMORY = "2G"   # of a 24 GiB host; several helpers may boot VMs at once
 GUEST_CPUS = "2"      # the host has 2 cores
 # Under TCG the guest kernel picks the emulated HPET as clock source: every clock read is
 # emulated and clock_gettime cannot use the vDSO (a `import orchestration.cli.app` made 7317
-# such system calls). The TSC of TCG follows the host's clock; trusting it took 8 parallel imports of
-# pyroute2, pydantic, typer and rich from 53 s to 27 s here (one A/B pair on the shared,
-# loaded 2-core machine: noisy). KVM guests keep kvm-clock.
+# such system calls). The TSC of TCG follows the host's clock; trusting it took 8 parallel
+# imports of pyroute2, pydantic, typer and rich from 53 s to 27 s here (one A/B pair on the
+# shared, loaded 2-core machine: noisy). KVM guests keep kvm-clock.
 TCG_KERNEL_ARGS = "clocksource=tsc tsc=reliable"
 KILL_GRACE_S = 5.0
 

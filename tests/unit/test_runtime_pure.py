@@ -14,10 +14,11 @@ from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
 from aitb.shaping import GilbertElliott, Shaping
 from aitb.units import BufferSize
 from testbed.layout import FIRST_IFINDEX, make_layout
+from testbed.qdiscs.common import pct_u32
 from testbed.registry import Registry, pid_alive, pid_start_time
 from testbed.sysctl import RPS_DEFAULT_MASK, all_cpus_mask, node_sysctls
 from testbed.tc import direction_recipe
-from testbed.tcmsgs import TcMsg, handle, pct_u32, tc_message
+from testbed.tcmsgs import TcMsg, handle, tc_message
 
 IF = ip.IPv4Interface
 

@@ -2,7 +2,9 @@
 
 from aitb.shaping import GilbertElliott, Shaping
 from aitb.units import BufferSize
-from testbed.tc import direction_recipe, htb_burst_bytes, netem_limit_packets
+from testbed.qdiscs.htb import htb_burst_bytes
+from testbed.qdiscs.netem import netem_limit_packets
+from testbed.tc import direction_recipe
 
 
 def _recipe(shaping, mtu=1500):
