@@ -24,7 +24,7 @@ from aitb.shaping import Shaping
 from testbed import (
     apps,
     containers,
-    delaylines,
+    delay_backends,
     kernel,
     netns,
     ovs_datapath,
@@ -189,7 +189,7 @@ class Lab:
         self._wait_stp()
         self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
         for r in self._delay_lines():
-            delaylines.backend(r.delay_line or "").apply(self, r)
+            delay_backends.backend(r.delay_line or "").apply(self, r)
         self.verify()
         self._step("verify", t)
 
@@ -225,11 +225,11 @@ class Lab:
         problems += ovs_lab.check_all(self, {s: d for s, d in self.ovs.items()
                                              if nodes is None or s in nodes}, self.ovs_rules)
         problems += [p for r in self._delay_lines() if nodes is None or r.rx_node in nodes
-                     for p in delaylines.backend(r.delay_line or "").verify(self, r)]
+                     for p in delay_backends.backend(r.delay_line or "").verify(self, r)]
         verify.raise_if(problems, f"lab {self.plan.name} (run {self.run_id})")
 
     def _delay_lines(self) -> list[DirectionRecipe]:
-        """The recipes with a delay line (its backend in :mod:`testbed.delaylines`)."""
+        """The recipes with a delay line (its backend in :mod:`testbed.delay_backends`)."""
         return [r for r in self.layout.recipes.values() if r.delay_line is not None]
 
     def down(self) -> TeardownReport:
@@ -261,7 +261,7 @@ class Lab:
     def _teardown(self) -> TeardownReport:
         t = time.perf_counter()
         failures = [f for r in self._delay_lines()
-                    for f in delaylines.backend(r.delay_line or "").teardown(self, r)]
+                    for f in delay_backends.backend(r.delay_line or "").teardown(self, r)]
         self.release()
         report = teardown(self.registry, self.children)
         report.failures[:0] = failures

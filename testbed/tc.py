@@ -6,7 +6,7 @@ by a pure function from a :class:`~aitb.shaping.Shaping` (no root, golden-tested
 through netlink by :mod:`testbed.realise` (messages from :mod:`testbed.tcmsgs`), and printed
 as equivalent ``tc`` command lines for people and for exports. What each kind's objects hold
 is the business of its module in :mod:`testbed.qdiscs`; the delay line's of its backend in
-:mod:`testbed.delaylines`.
+:mod:`testbed.delay_backends`.
 
 Layout (the bottleneck buffer is independent of the delay line, see aitb/shaping.py)::
 
@@ -23,7 +23,7 @@ So queueing drops happen only in the leaf qdisc; netem drops only what its loss 
 from __future__ import annotations
 
 from aitb.shaping import Shaping
-from testbed import delaylines, qdiscs
+from testbed import delay_backends, qdiscs
 from testbed.qdiscs import htb
 from testbed.qdiscs.common import UNSHAPED_RATE_BPS
 from testbed.tcobjects import DirectionRecipe, TcObject
@@ -49,16 +49,16 @@ def _egress(shaping: Shaping, mtu: int, node: str, dev: str) -> tuple[TcObject, 
 
 
 def direction_recipe(shaping: Shaping, mtu: int, tx: tuple[str, str], rx: tuple[str, str],
-                     ifb: str, delay_line: str = delaylines.DEFAULT) -> DirectionRecipe:
+                     ifb: str, delay_line: str = delay_backends.DEFAULT) -> DirectionRecipe:
     """The recipe for traffic from ``tx`` = (node, ifname) to ``rx`` = (node, ifname).
 
     Args: shaping of that direction; mtu of the link (bytes, IP MTU); ifb: the name the IFB
     device gets in rx's namespace if a delay line needs one; delay_line: the backend name in
-    :mod:`testbed.delaylines`. Returns a recipe with no objects for an unshaped direction.
+    :mod:`testbed.delay_backends`. Returns a recipe with no objects for an unshaped direction.
     Pure: no root, no I/O. Raises LabError for an unknown AQM or delay-line backend.
     """
     egress = _egress(shaping, mtu, *tx)
     if not shaping.needs_netem:
         return DirectionRecipe(tx[0], tx[1], rx[0], rx[1], None, egress, ())
-    line_ifb, ingress = delaylines.backend(delay_line).ingress(shaping, mtu, rx, ifb)
+    line_ifb, ingress = delay_backends.backend(delay_line).ingress(shaping, mtu, rx, ifb)
     return DirectionRecipe(tx[0], tx[1], rx[0], rx[1], line_ifb, egress, ingress, delay_line)

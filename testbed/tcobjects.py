@@ -53,7 +53,7 @@ class DirectionRecipe:
 
     ifb: name of the IFB device to create in ``rx``'s namespace (``None`` without delay line).
     egress: objects on tx's interface; ingress: objects on rx's interface and on the IFB.
-    delay_line: the :mod:`testbed.delaylines` backend of the delay line (``None`` without one).
+    delay_line: the :mod:`testbed.delay_backends` backend of the delay line (``None`` without one).
     """
 
     tx_node: str

@@ -20,7 +20,7 @@ A discipline module holds everything aitb knows about its kind, by phase:
 
 ``obj`` is a :class:`testbed.tcobjects.TcObject`; ``opts`` its dumped ``TCA_OPTIONS``.
 Where the delay line sits (IFB, or a user-space queue) is not a discipline: see
-:mod:`testbed.delaylines`.
+:mod:`testbed.delay_backends`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ corrupt), sized so that it never drops on its own.
 
 pyroute2 0.9 lacks netem's Gilbert-Elliott loss, delay distributions and 64-bit latencies:
 :class:`NetemOptions` has them. Where the delay line sits (an IFB on the receiving side) is
-the business of :mod:`testbed.delaylines.netem_ifb`.
+the business of :mod:`testbed.delay_backends.netem_ifb`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import pytest
 
 from aitb.errors import LabError
 from aitb.shaping import AQMS, Shaping
-from testbed import delaylines, qdiscs
+from testbed import delay_backends, qdiscs
 from testbed.capabilities import QDISCS
 from testbed.tc import direction_recipe
 from testbed.tcobjects import TcObject
@@ -57,8 +57,8 @@ def test_unknown_delay_line_backend_lists_the_valid_ones():
 
 def test_netem_backend_names_itself_on_the_recipe():
     r = direction_recipe(Shaping(delay_s=0.01), 1500, ("a", "e0"), ("b", "e0"), "ifb1")
-    assert r.delay_line == delaylines.DEFAULT == "netem" and r.ifb == "ifb1"
+    assert r.delay_line == delay_backends.DEFAULT == "netem" and r.ifb == "ifb1"
     assert [o.kind for o in r.ingress] == ["netem", "ingress", "u32"]
-    assert set(delaylines.backend("netem").CAPABILITIES) <= r.kinds() | {"ifb"}
+    assert set(delay_backends.backend("netem").CAPABILITIES) <= r.kinds() | {"ifb"}
     assert direction_recipe(Shaping(rate_bps=10**6), 1500, ("a", "e0"), ("b", "e0"),
                             "ifb1").delay_line is None

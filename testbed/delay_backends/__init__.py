@@ -3,7 +3,8 @@
 The delay line holds each packet of one link direction for its delay and applies the
 impairments (jitter, loss, reorder, duplicate, corrupt) of :class:`aitb.shaping.Shaping`,
 after the bottleneck buffer, on the receiving side. Today's backend is ``netem``
-(:mod:`testbed.delaylines.netem_ifb`: netem on an IFB fed by an ingress redirect).
+(:mod:`testbed.delay_backends.netem_ifb`: netem on an IFB fed by an ingress redirect); the
+user-space NFQUEUE delay line of :mod:`testbed.delayline` plugs in as a second module here.
 
 **To add a backend: one module here + one line in** :data:`BACKENDS` **below.** A backend
 module provides (see :class:`DelayLineBackend`):
@@ -31,7 +32,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
-from testbed.delaylines import netem_ifb
+from testbed.delay_backends import netem_ifb
 from testbed.qdiscs import unknown_name_error
 
 if TYPE_CHECKING:
