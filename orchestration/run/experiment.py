@@ -240,6 +240,18 @@ class CountersSpecModel(BaseModel):
     tcp: StrictBool = True
 
 
+class AltoSpecModel(BaseModel):
+    """``alto:`` the lab's ALTO maps (aitb.alto; always written to ``alto/`` of the run):
+    ``pids`` one PID per ``site`` or per ``rack``; ``serve`` also serves them over HTTP from
+    ``node``'s namespace (default: the first host) on ``port`` (orchestration.run.alto_serve)."""
+
+    model_config = _Forbid
+    pids: Literal["site", "rack"] = "site"
+    serve: StrictBool = False
+    node: str | None = None
+    port: Annotated[StrictInt, Field(ge=1, le=65535)] = 8181
+
+
 class ExperimentSpec(BaseModel):
     """One experiment (see the module docstring)."""
 
@@ -255,6 +267,7 @@ class ExperimentSpec(BaseModel):
     backend: Literal["native", "mininet"] | None = None  # None: the topology's, else native
     capture: CaptureSpecModel = Field(default_factory=CaptureSpecModel)
     counters: CountersSpecModel = Field(default_factory=CountersSpecModel)
+    alto: AltoSpecModel = Field(default_factory=AltoSpecModel)
 
 
 def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:

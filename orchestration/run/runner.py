@@ -21,8 +21,10 @@ from typing import Any
 
 import topologies
 from aitb.errors import AitbError, SpecError, SpecIssue
+from aitb.paths import PathError
 from aitb.plan import LabPlan, plan_to_dict
 from aitb.units import UnitError, parse_duration_s, parse_size_bytes
+from orchestration.run.alto_files import write_alto
 from orchestration.run.app_run import run_app
 from orchestration.run.build import BuiltWorkload, build_entry
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
@@ -299,6 +301,10 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     progress = runlog.wrap(progress)
     runlog.log.info("run %s of %s (%s), scale %g, seed %d", run_id, prep.spec.name,
                     prep.source, prep.spec.scale, prep.spec.seed)
+    try:
+        write_alto(run_dir, prep.plan, prep.spec.alto.pids)
+    except PathError as exc:  # a plan with a routing hole still runs; its maps cannot exist
+        runlog.log.warning("no ALTO maps: %s", exc)
     try:
         _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog)
         outcome.workloads = manifest["workloads"]

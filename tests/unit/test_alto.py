@@ -1,0 +1,99 @@
+"""ALTO network and cost maps of a plan (aitb.alto): RFC 7285 shapes and costs checked against
+hand-computed values of topologies/examples/two_dc.yaml; no root, no network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import topologies
+from aitb.alto import (
+    COST_METRICS,
+    alto_maps,
+    costs_of,
+    network_map,
+    pid_of_address,
+    pids_of_plan,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def two_dc():
+    return topologies.load_topology(ROOT / "topologies/examples/two_dc.yaml")
+
+
+def test_network_map_has_rfc7285_shape_and_every_host_address(two_dc):
+    maps = alto_maps(two_dc)
+    nmap = maps.network_map
+    assert set(nmap["network-map"]) == {"dc1", "dc2"}
+    vtag = nmap["meta"]["vtag"]
+    assert vtag["resource-id"] == "networkmap" and len(vtag["tag"]) == 64
+    for h in two_dc.hosts():
+        addr = str(two_dc.address_of(h.name))
+        assert f"{addr}/32" in nmap["network-map"][maps.pids[h.name]]["ipv4"]
+        assert pid_of_address(nmap, addr) == h.name.split("-")[0]
+    assert pid_of_address(nmap, "192.0.2.1") is None  # TEST-NET-1: in no PID
+
+
+def test_vtag_changes_with_the_map(two_dc):
+    site = network_map(two_dc, pids_of_plan(two_dc, "site"))["meta"]["vtag"]["tag"]
+    rack = network_map(two_dc, pids_of_plan(two_dc, "rack"))["meta"]["vtag"]["tag"]
+    again = network_map(two_dc, pids_of_plan(two_dc, "site"))["meta"]["vtag"]["tag"]
+    assert site == again and site != rack
+
+
+def test_cost_maps_match_hand_computed_costs(two_dc):
+    maps = alto_maps(two_dc)
+    assert set(maps.cost_maps) == set(COST_METRICS)
+    for metric, doc in maps.cost_maps.items():
+        assert doc["meta"]["cost-type"] == {"cost-mode": "numerical", "cost-metric": metric}
+        assert doc["meta"]["dependent-vtags"] == [maps.network_map["meta"]["vtag"]]
+    hops = costs_of(maps.cost_maps["hopcount"])
+    # inside a DC, worst pair on different leaves: host, leaf, spine, leaf = 4 IP hops;
+    # across: host, leaf, spine, border, border, spine, leaf = 7
+    assert hops[("dc1", "dc1")] == 4 and hops[("dc1", "dc2")] == 7
+    delay = costs_of(maps.cost_maps["delay-ow"])
+    assert delay[("dc1", "dc2")] == pytest.approx(0.5) and delay[("dc1", "dc1")] == 0
+    bw = costs_of(maps.cost_maps["bw-available"])
+    assert bw[("dc1", "dc2")] == pytest.approx(10e6)  # 10 Gbit/s in kbit/s
+    rc = costs_of(maps.cost_maps["routingcost"])
+    # 10 Gbit/s links cost 100G/10G = 10 each: 4 links inside, 7 across
+    assert rc[("dc1", "dc1")] == 40 and rc[("dc2", "dc1")] == 70
+
+
+def test_rack_pids_are_the_leaves(two_dc):
+    pids = pids_of_plan(two_dc, "rack")
+    assert set(pids.values()) == {"dc1-l1", "dc1-l2", "dc2-l1", "dc2-l2"}
+    hops = costs_of(alto_maps(two_dc, "rack").cost_maps["hopcount"])
+    assert hops[("dc1-l1", "dc1-l1")] == 2 and hops[("dc1-l1", "dc1-l2")] == 4
+
+
+def test_unknown_metric_and_grouping_are_refused(two_dc):
+    with pytest.raises(ValueError, match="known: hopcount"):
+        alto_maps(two_dc, metrics=["latency"])
+    with pytest.raises(ValueError, match="known: site, rack"):
+        pids_of_plan(two_dc, "row")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="numerical"):
+        costs_of({"meta": {"cost-type": {"cost-mode": "ordinal"}}, "cost-map": {}})
+
+
+def test_run_directory_gets_the_maps_and_an_index(two_dc, tmp_path):
+    import json
+
+    from orchestration.run.alto_files import write_alto
+
+    write_alto(tmp_path, two_dc)
+    names = sorted(p.name for p in (tmp_path / "alto").iterdir())
+    assert names == ["costmap-bw-available.json", "costmap-delay-ow.json",
+                     "costmap-hopcount.json", "costmap-routingcost.json", "index.json",
+                     "networkmap.json"]
+    index = json.loads((tmp_path / "alto/index.json").read_text())
+    assert index["resources"]["networkmap.json"]["media-type"] == \
+        "application/alto-networkmap+json"
+    assert index["resources"]["costmap-hopcount.json"]["cost-type"]["cost-metric"] == "hopcount"
+    assert index["pids"]["dc2-l1-h1"] == "dc2"
+    doc = json.loads((tmp_path / "alto/costmap-hopcount.json").read_text())
+    assert costs_of(doc)[("dc2", "dc1")] == 7
