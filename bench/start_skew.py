@@ -32,7 +32,7 @@ from traffic_gen import ReplayOptions, replay  # noqa: E402
 from traffic_gen.datapath import sleep_until  # noqa: E402
 from traffic_gen.jsonl import read_records  # noqa: E402
 from traffic_gen.launch import NetnsExecLauncher  # noqa: E402
-from traffic_gen.patterns import incast, pattern_schedule, permutation  # noqa: E402
+from workloads.patterns import incast, pattern_schedule, permutation  # noqa: E402
 
 
 def _bare_child(t0: float, q, rt_priority: int | None, spin_s: float) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from aitb.schedule import Burst, Gather, Schedule
-from traffic_gen.stragglers import SlowdownDraw
+from aitb.stragglers import SlowdownDraw
 
 __all__ = ["gather_ops", "renumber_phases"]
 

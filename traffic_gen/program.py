@@ -25,7 +25,7 @@ from traffic_gen.algorithms import AlgorithmError, PlanRequest, build_plan, reso
 from traffic_gen.algorithms.rooted import send_recv
 from traffic_gen.algorithms.steps import PlanBuilder
 from traffic_gen.gather_ops import gather_ops, renumber_phases
-from traffic_gen.stragglers import SlowdownDraw, StragglerSpec
+from aitb.stragglers import SlowdownDraw, StragglerSpec
 from traffic_gen.timed_plan import compile_timed
 
 __all__ = ["Program", "Phase", "compile_program"]

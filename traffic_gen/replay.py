@@ -24,7 +24,7 @@ from traffic_gen.controller import Controller, RunFailed
 from traffic_gen.jsonl import FILES, RecordWriter, read_records
 from traffic_gen.launch import Launcher
 from traffic_gen.program import compile_program
-from traffic_gen.stragglers import StragglerSpec
+from aitb.stragglers import StragglerSpec
 from traffic_gen.tcpinfo import TcpKnobs
 
 __all__ = ["ReplayOptions", "ReplayResult", "replay"]

@@ -27,8 +27,10 @@ An experiment file (YAML)::
         start: after_previous          # or with_previous: run concurrently with the workload
                                        # before it (every kind; see runner.py)
 
-``kind: inference`` and ``kind: background``: orchestration/run/serving_entries.py.
-``kind: app`` (a real application on several nodes): orchestration/run/app_entries.py.
+Each workload kind (its keys and its builder) is one module of orchestration/run/kinds/:
+``kind: inference`` and ``kind: background`` take the keys of
+orchestration/run/serving_entries.py, ``kind: app`` (a real application on several nodes) those
+of orchestration/run/app_entries.py.
 
 Relative paths are relative to the experiment file. Errors name the file, key path and line.
 """
@@ -52,19 +54,16 @@ from pydantic import (
 )
 
 from aitb.errors import SpecError, SpecIssue
-from aitb.schedule import COLLECTIVES
 from aitb.units import parse_duration_s
-from orchestration.run.app_entries import AppEntry
-from orchestration.run.quantities import Duration, Quantity, Rate, Size
-from orchestration.run.serving_entries import BackgroundEntry, InferenceEntry, StartMode
+from orchestration.run.kinds import KIND_NAMES, WorkloadEntry
+from orchestration.run.quantities import Duration, Quantity, Size
 from topologies.issues import issues_from_validation, with_lines
 from topologies.loader import read_yaml
 
 __all__ = ["ExperimentSpec", "load_experiment", "parse_experiment", "NAME_PATTERN"]
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-_KINDS = ("collective", "incast", "one_to_many", "permutation", "all_pairs", "training",
-          "aicb", "fedavg", "hierarchical", "gossip", "inference", "background", "app")
+_KINDS = KIND_NAMES  # the workload kinds, each a module of orchestration.run.kinds
 _Forbid = ConfigDict(extra="forbid")
 
 
@@ -86,84 +85,6 @@ class TopologyRef(BaseModel):
         if self.params and self.generator is None:
             raise ValueError("params go with generator")
         return self
-
-
-class PlacementSpec(BaseModel):
-    """Ranks onto hosts: explicit ``hosts`` (rank i on hosts[i]) or a ``policy`` over the
-    lab's hosts grouped by site (workloads.placement)."""
-
-    model_config = _Forbid
-    hosts: list[str] | None = None
-    policy: Literal["packed", "spread"] = "packed"
-    slots: PositiveInt = 1
-    block: PositiveInt = 1
-
-
-class StragglerSpecModel(BaseModel):
-    """Slow workers: ``fixed`` rank -> compute slowdown factor (> 0), and/or a lognormal
-    factor per rank and compute op with ``lognormal_sigma`` (traffic_gen.stragglers)."""
-
-    model_config = _Forbid
-    fixed: dict[int, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
-    lognormal_sigma: Annotated[float, Field(ge=0)] | None = None
-
-
-class _Common(BaseModel):
-    model_config = _Forbid
-    name: str | None = None
-    start: StartMode = "after_previous"
-    hosts: list[str] | None = None
-    placement: PlacementSpec | None = None
-    stragglers: StragglerSpecModel = Field(default_factory=StragglerSpecModel)
-
-
-class CollectiveEntry(_Common):
-    """``kind: collective``: one collective over all placed ranks, ``iterations`` times, each
-    after ``compute`` of compute time."""
-
-    kind: Literal["collective"]
-    op: str
-    algorithm: str | None = None
-    size: Size
-    chunk: Size | None = None
-    ranks: PositiveInt | None = None
-    iterations: PositiveInt = 1
-    compute: Duration | None = None
-
-    @model_validator(mode="after")
-    def _known_op(self) -> CollectiveEntry:
-        if self.op not in COLLECTIVES:
-            raise ValueError(f"unknown collective {self.op!r}; known: {', '.join(COLLECTIVES)}")
-        return self
-
-
-class PatternEntry(_Common):
-    """Point-to-point patterns: ``incast`` (every other placed host sends ``size`` to
-    ``receiver``), ``one_to_many`` (``sender`` to every other), ``permutation``, ``all_pairs``;
-    ``repeats`` bursts separated by ``gap``."""
-
-    kind: Literal["incast", "one_to_many", "permutation", "all_pairs"]
-    size: Size
-    receiver: str | None = None
-    sender: str | None = None
-    repeats: PositiveInt = 1
-    gap: Duration | None = None
-    protocol: Literal["tcp", "udp"] = "tcp"
-    rate: Rate | None = None
-
-
-class ImportedEntry(BaseModel):
-    """``kind: training | aicb | fedavg | hierarchical | gossip``: the workload spec of
-    workloads/spec.py, plus ``hosts``/``placement`` and ``stragglers`` (checked by
-    workloads.spec)."""
-
-    model_config = ConfigDict(extra="allow")
-    kind: Literal["training", "aicb", "fedavg", "hierarchical", "gossip"]
-    start: StartMode = "after_previous"
-
-
-WorkloadEntry = Annotated[CollectiveEntry | PatternEntry | ImportedEntry | InferenceEntry
-                          | BackgroundEntry | AppEntry, Field(discriminator="kind")]
 
 
 RTO_MIN_MAX_S = 120.0  # TCP_RTO_MAX, include/net/tcp.h: a larger minimum means nothing

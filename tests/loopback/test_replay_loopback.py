@@ -15,7 +15,7 @@ from traffic_gen import ReplayOptions, replay
 from traffic_gen.algorithms import PlanRequest, build_plan
 from traffic_gen.algorithms.check import bytes_sent
 from traffic_gen.jsonl import read_records
-from traffic_gen.stragglers import StragglerSpec
+from aitb.stragglers import StragglerSpec
 from traffic_gen.tcpinfo import TcpKnobs
 
 pytestmark = pytest.mark.timeout(120)

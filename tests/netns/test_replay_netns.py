@@ -9,7 +9,7 @@ from aitb.schedule import Collective, Group, Schedule
 from traffic_gen import ReplayOptions, replay
 from traffic_gen.jsonl import read_records
 from traffic_gen.launch import NetnsExecLauncher
-from traffic_gen.patterns import incast, pattern_schedule
+from workloads.patterns import incast, pattern_schedule
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180)]
 

@@ -18,9 +18,9 @@ from aitb.records import (
 )
 from aitb.schedule import Burst, Collective, Compute, Group, Schedule
 from traffic_gen.jsonl import RecordWriter, read_records
-from traffic_gen.patterns import all_pairs, incast, one_to_many, pattern_schedule, permutation
+from workloads.patterns import all_pairs, incast, one_to_many, pattern_schedule, permutation
 from traffic_gen.program import compile_program
-from traffic_gen.stragglers import SlowdownDraw, StragglerSpec
+from aitb.stragglers import SlowdownDraw, StragglerSpec
 
 
 def test_incast_builds_repeated_bursts_with_gaps():

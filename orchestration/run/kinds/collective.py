@@ -1,0 +1,79 @@
+"""``kind: collective``: one collective over all placed ranks, ``iterations`` times, each after
+``compute`` of compute time; the algorithm from traffic_gen.algorithms (checked here)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import PositiveInt, model_validator
+
+from aitb.plan import LabPlan
+from aitb.schedule import COLLECTIVES, Collective, Compute, Group, Op, Schedule
+from aitb.units import parse_duration_s, parse_size_bytes
+from orchestration.run.kinds.common import (
+    BuiltWorkload,
+    Common,
+    Ctx,
+    finish,
+    guarded,
+    placement_of,
+    world_hosts,
+)
+from orchestration.run.quantities import Duration, Size
+from traffic_gen.algorithms import REGISTRY
+
+__all__ = ["KINDS", "Entry", "CollectiveEntry", "build"]
+
+KINDS = ("collective",)
+
+
+class CollectiveEntry(Common):
+    """``kind: collective``: one collective over all placed ranks, ``iterations`` times, each
+    after ``compute`` of compute time."""
+
+    kind: Literal["collective"]
+    op: str
+    algorithm: str | None = None
+    size: Size
+    chunk: Size | None = None
+    ranks: PositiveInt | None = None
+    iterations: PositiveInt = 1
+    compute: Duration | None = None
+
+    @model_validator(mode="after")
+    def _known_op(self) -> CollectiveEntry:
+        if self.op not in COLLECTIVES:
+            raise ValueError(f"unknown collective {self.op!r}; known: {', '.join(COLLECTIVES)}")
+        return self
+
+
+Entry = CollectiveEntry
+
+
+def _schedule(ctx: Ctx, plan: LabPlan, e: CollectiveEntry) -> tuple[Schedule, list[str]]:
+    hosts = world_hosts(ctx, plan, e.hosts)
+    world = e.ranks or len(hosts)
+    if world < 2:
+        raise ctx.error("hosts", "a collective needs at least 2 ranks")
+    size = ctx.unit("size", parse_size_bytes, e.size)
+    chunk = ctx.unit("chunk", parse_size_bytes, e.chunk) if e.chunk else None
+    known = REGISTRY.get(e.op, {})
+    if e.algorithm is not None and e.algorithm not in known:
+        raise ctx.error("algorithm", f"unknown algorithm {e.algorithm!r} for {e.op}; known: "
+                                     f"{', '.join(known)}")
+    ops: list[Op] = []
+    if e.compute:
+        ops.append(Compute(ctx.unit("compute", parse_duration_s, e.compute), label="compute"))
+    ops.append(Collective(e.op, "world", size, e.algorithm, chunk, label=e.op))  # type: ignore[arg-type]
+    group = Group("world", "world", tuple(range(world)))
+    name = e.name or f"{e.op}-{e.algorithm or 'default'}"
+    return Schedule(name, world, {"world": group}, tuple(ops), iterations=e.iterations), hosts
+
+
+def build(e: CollectiveEntry, ctx: Ctx, plan: LabPlan) -> BuiltWorkload:
+    """The collective's schedule, ranks on ``hosts`` in order (or all the lab's hosts)."""
+    def run() -> tuple[Schedule, dict[int, str]]:
+        schedule, hosts = _schedule(ctx, plan, e)
+        return schedule, placement_of(ctx, plan, schedule.world_size, hosts, None)
+    schedule, placement = guarded(ctx, run)
+    return finish(ctx, schedule, placement, e.stragglers)

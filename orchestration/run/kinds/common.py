@@ -1,0 +1,162 @@
+"""What every workload kind of :mod:`orchestration.run.kinds` shares: the entry keys common to
+the schedule kinds (placement, stragglers, start), the built result, and the checks that point
+errors at ``workloads[i].<key>`` of the experiment file. Pure: nothing runs here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+
+from aitb.errors import SpecError, SpecIssue
+from aitb.plan import LabPlan
+from aitb.schedule import Schedule, ScheduleError
+from aitb.stragglers import StragglerSpec
+from aitb.units import UnitError
+from orchestration.run.apps import AppPlan
+from orchestration.run.serving_entries import StartMode
+from workloads.placement import place, sites_of_plan
+from workloads.transform import scale_schedule
+
+__all__ = ["BuiltWorkload", "Ctx", "PlacementSpec", "StragglerSpecModel", "Common",
+           "hosts_of", "placement_of", "world_hosts", "stragglers_of", "finish", "guarded"]
+
+_Forbid = ConfigDict(extra="forbid")
+
+
+class PlacementSpec(BaseModel):
+    """Ranks onto hosts: explicit ``hosts`` (rank i on hosts[i]) or a ``policy`` over the
+    lab's hosts grouped by site (workloads.placement)."""
+
+    model_config = _Forbid
+    hosts: list[str] | None = None
+    policy: Literal["packed", "spread"] = "packed"
+    slots: PositiveInt = 1
+    block: PositiveInt = 1
+
+
+class StragglerSpecModel(BaseModel):
+    """Slow workers: ``fixed`` rank -> compute slowdown factor (> 0), and/or a lognormal
+    factor per rank and compute op with ``lognormal_sigma`` (aitb.stragglers)."""
+
+    model_config = _Forbid
+    fixed: dict[int, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    lognormal_sigma: Annotated[float, Field(ge=0)] | None = None
+
+
+class Common(BaseModel):
+    """Keys of every entry built here: ``name``, ``start``, ``hosts`` or ``placement``,
+    ``stragglers``."""
+
+    model_config = _Forbid
+    name: str | None = None
+    start: StartMode = "after_previous"
+    hosts: list[str] | None = None
+    placement: PlacementSpec | None = None
+    stragglers: StragglerSpecModel = Field(default_factory=StragglerSpecModel)
+
+
+@dataclass(frozen=True)
+class BuiltWorkload:
+    """A workload ready to replay: its name, schedule, rank -> host, stragglers; for
+    ``kind: app`` the processes to run (``app``; the schedule is then empty)."""
+
+    name: str
+    schedule: Schedule
+    placement: dict[int, str]
+    stragglers: StragglerSpec
+    app: AppPlan | None = None
+
+
+class Ctx:
+    """Where errors point: the experiment file ``source`` and entry ``index``; ``plan`` (the
+    lab), ``base_dir`` (of relative files), ``seed`` and ``scale`` (>= 1) of the experiment."""
+
+    def __init__(self, source: str, index: int, plan: LabPlan | None = None,
+                 base_dir: Any = ".", seed: int = 0, scale: float = 1.0) -> None:
+        self.source, self.index, self.prefix = source, index, ("workloads", index)
+        self.plan, self.base_dir, self.seed, self.scale = plan, base_dir, seed, scale
+
+    def error(self, key: str | tuple[str | int, ...], message: str) -> SpecError:
+        """A SpecError at ``workloads[index].<key>``."""
+        path = (key,) if isinstance(key, str) else key
+        return SpecError(SpecIssue(message, file=self.source, key_path=(*self.prefix, *path)))
+
+    def unit(self, key: str, parse: Any, text: str) -> Any:
+        """``parse(text)``, a UnitError becoming a SpecError at ``key``."""
+        try:
+            return parse(text)
+        except UnitError as exc:
+            raise self.error(key, str(exc)) from None
+
+    def reprefix(self, exc: SpecError) -> SpecError:
+        """``exc``'s issues re-pointed into this entry."""
+        return SpecError([SpecIssue(i.message, file=self.source, key_path=(*self.prefix,
+                                    *i.key_path)) for i in exc.issues])
+
+
+def hosts_of(ctx: Ctx, plan: LabPlan, hosts: list[str]) -> list[str]:
+    """``hosts`` checked: hosts of ``plan``, none twice."""
+    known = {n.name for n in plan.hosts()}
+    bad = [h for h in hosts if h not in known]
+    if bad:
+        raise ctx.error("hosts", f"not hosts of lab {plan.name}: {', '.join(bad)}; hosts are "
+                                 f"{', '.join(sorted(known))}")
+    if len(set(hosts)) != len(hosts):
+        raise ctx.error("hosts", "a host is listed twice (use placement: {slots: N} to put "
+                                 "several ranks on one host)")
+    return hosts
+
+
+def placement_of(ctx: Ctx, plan: LabPlan, world: int, hosts: list[str] | None,
+                 spec: PlacementSpec | None) -> dict[int, str]:
+    """rank -> host: ``hosts`` in order, else ``spec`` (explicit hosts or a policy)."""
+    if hosts is not None:
+        if len(hosts) < world:
+            raise ctx.error("hosts", f"{world} ranks need {world} hosts; {len(hosts)} listed")
+        return {r: hosts[r] for r in range(world)}
+    spec = spec or PlacementSpec()
+    if spec.hosts is not None:
+        return placement_of(ctx, plan, world, hosts_of(ctx, plan, spec.hosts), None)
+    try:
+        return place(world, sites_of_plan(plan), spec.policy, slots=spec.slots,
+                     block=spec.block, key="placement")
+    except SpecError as exc:
+        raise ctx.reprefix(exc) from None
+
+
+def world_hosts(ctx: Ctx, plan: LabPlan, hosts: list[str] | None) -> list[str]:
+    """The entry's ``hosts`` (checked), else every host of the lab."""
+    if hosts is not None:
+        return hosts_of(ctx, plan, hosts)
+    return [h.name for h in plan.hosts()]
+
+
+def stragglers_of(m: StragglerSpecModel, seed: int) -> StragglerSpec:
+    """The runtime form of an entry's ``stragglers``."""
+    return StragglerSpec(fixed=dict(m.fixed), lognormal_sigma=m.lognormal_sigma, seed=seed)
+
+
+def finish(ctx: Ctx, schedule: Schedule, placement: dict[int, str],
+           strag: StragglerSpecModel) -> BuiltWorkload:
+    """Scale ``schedule`` by ``ctx.scale`` and check that the stragglers' ranks exist."""
+    if ctx.scale > 1:
+        schedule = scale_schedule(schedule, ctx.scale)
+    bad = sorted(r for r in strag.fixed if not 0 <= r < schedule.world_size)
+    if bad:
+        raise ctx.error("stragglers", f"rank(s) {bad} do not exist: this workload has ranks "
+                                      f"0..{schedule.world_size - 1}")
+    return BuiltWorkload(schedule.name, schedule, placement, stragglers_of(strag, ctx.seed))
+
+
+def guarded(ctx: Ctx, build: Any) -> Any:
+    """``build()``, a ScheduleError or a pydantic ValidationError becoming a SpecError that
+    names ``workloads[index]`` (and the key, for a ValidationError)."""
+    try:
+        return build()
+    except ScheduleError as exc:
+        raise ctx.error((), str(exc)) from None
+    except ValidationError as exc:
+        raise SpecError([SpecIssue(e["msg"], file=ctx.source, key_path=(*ctx.prefix, *e["loc"]))
+                         for e in exc.errors()]) from None

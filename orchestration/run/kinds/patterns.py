@@ -1,0 +1,88 @@
+"""Point-to-point patterns (workloads.patterns): ``incast`` (every other placed host sends
+``size`` to ``receiver``), ``one_to_many`` (``sender`` to every other), ``permutation``,
+``all_pairs``; ``repeats`` bursts separated by ``gap``; TCP, or UDP paced at ``rate``."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import PositiveInt
+
+from aitb.plan import LabPlan
+from aitb.schedule import Schedule
+from aitb.units import parse_duration_s, parse_rate_bps, parse_size_bytes
+from orchestration.run.kinds.common import (
+    BuiltWorkload,
+    Common,
+    Ctx,
+    finish,
+    guarded,
+    placement_of,
+    world_hosts,
+)
+from orchestration.run.quantities import Duration, Rate, Size
+from workloads import patterns
+
+__all__ = ["KINDS", "Entry", "PatternEntry", "build"]
+
+KINDS = ("incast", "one_to_many", "permutation", "all_pairs")
+
+
+class PatternEntry(Common):
+    """Point-to-point patterns: ``incast`` (every other placed host sends ``size`` to
+    ``receiver``), ``one_to_many`` (``sender`` to every other), ``permutation``, ``all_pairs``;
+    ``repeats`` bursts separated by ``gap``."""
+
+    kind: Literal["incast", "one_to_many", "permutation", "all_pairs"]
+    size: Size
+    receiver: str | None = None
+    sender: str | None = None
+    repeats: PositiveInt = 1
+    gap: Duration | None = None
+    protocol: Literal["tcp", "udp"] = "tcp"
+    rate: Rate | None = None
+
+
+Entry = PatternEntry
+
+
+def _rank_of(ctx: Ctx, hosts: list[str], key: str, host: str | None) -> int:
+    if host is None:
+        raise ctx.error(key, f"this pattern needs {key}: a host name")
+    if host not in hosts:
+        raise ctx.error(key, f"{host!r} is not among the workload's hosts "
+                             f"({', '.join(hosts)})")
+    return hosts.index(host)
+
+
+def _schedule(ctx: Ctx, plan: LabPlan, e: PatternEntry) -> tuple[Schedule, list[str]]:
+    hosts = world_hosts(ctx, plan, e.hosts)
+    size = ctx.unit("size", parse_size_bytes, e.size)
+    rate = ctx.unit("rate", parse_rate_bps, e.rate) if e.rate else None
+    if e.protocol == "udp" and rate is None:
+        raise ctx.error("rate", "UDP flows need a pacing rate, like '100mbit'")
+    ranks = list(range(len(hosts)))
+    common: dict[str, Any] = {"protocol": e.protocol, "rate_bps": rate}
+    if e.kind == "incast":
+        recv = _rank_of(ctx, hosts, "receiver", e.receiver)
+        gap = ctx.unit("gap", parse_duration_s, e.gap) if e.gap else 0.0
+        ops = patterns.incast([r for r in ranks if r != recv], recv, size, e.repeats, gap,
+                              **common)
+    elif e.kind == "one_to_many":
+        src = _rank_of(ctx, hosts, "sender", e.sender)
+        ops = patterns.one_to_many(src, [r for r in ranks if r != src], size, **common) \
+            * e.repeats
+    elif e.kind == "permutation":
+        ops = patterns.permutation(ranks, size, ctx.seed, **common) * e.repeats
+    else:
+        ops = patterns.all_pairs(ranks, size, **common) * e.repeats
+    return patterns.pattern_schedule(e.name or e.kind, len(hosts), ops), hosts
+
+
+def build(e: PatternEntry, ctx: Ctx, plan: LabPlan) -> BuiltWorkload:
+    """The pattern's schedule, ranks on ``hosts`` in order (or all the lab's hosts)."""
+    def run() -> tuple[Schedule, dict[int, str]]:
+        schedule, hosts = _schedule(ctx, plan, e)
+        return schedule, placement_of(ctx, plan, schedule.world_size, hosts, None)
+    schedule, placement = guarded(ctx, run)
+    return finish(ctx, schedule, placement, e.stragglers)
