@@ -21,11 +21,11 @@ from typing import Any
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv, Timed
+from aitb.stragglers import SlowdownDraw, StragglerSpec
 from traffic_gen.algorithms import AlgorithmError, PlanRequest, build_plan, resolve
 from traffic_gen.algorithms.rooted import send_recv
 from traffic_gen.algorithms.steps import PlanBuilder
 from traffic_gen.gather_ops import gather_ops, renumber_phases
-from aitb.stragglers import SlowdownDraw, StragglerSpec
 from traffic_gen.timed_plan import compile_timed
 
 __all__ = ["Program", "Phase", "compile_program"]

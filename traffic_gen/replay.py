@@ -20,11 +20,11 @@ from typing import Any
 from aitb.errors import SpecError, SpecIssue
 from aitb.records import BurstRecord, FailureRecord, skew_summary
 from aitb.schedule import Schedule
+from aitb.stragglers import StragglerSpec
 from traffic_gen.controller import Controller, RunFailed
 from traffic_gen.jsonl import FILES, RecordWriter, read_records
 from traffic_gen.launch import Launcher
 from traffic_gen.program import compile_program
-from aitb.stragglers import StragglerSpec
 from traffic_gen.tcpinfo import TcpKnobs
 
 __all__ = ["ReplayOptions", "ReplayResult", "replay"]

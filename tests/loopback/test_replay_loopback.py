@@ -11,11 +11,11 @@ import pytest
 from aitb.errors import SpecError
 from aitb.records import CollectiveRecord, FlowRecord, RankOpRecord
 from aitb.schedule import Burst, Collective, Compute, Flow, Group, Schedule
+from aitb.stragglers import StragglerSpec
 from traffic_gen import ReplayOptions, replay
 from traffic_gen.algorithms import PlanRequest, build_plan
 from traffic_gen.algorithms.check import bytes_sent
 from traffic_gen.jsonl import read_records
-from aitb.stragglers import StragglerSpec
 from traffic_gen.tcpinfo import TcpKnobs
 
 pytestmark = pytest.mark.timeout(120)

@@ -17,10 +17,10 @@ from aitb.records import (
     percentile,
 )
 from aitb.schedule import Burst, Collective, Compute, Group, Schedule
-from traffic_gen.jsonl import RecordWriter, read_records
-from workloads.patterns import all_pairs, incast, one_to_many, pattern_schedule, permutation
-from traffic_gen.program import compile_program
 from aitb.stragglers import SlowdownDraw, StragglerSpec
+from traffic_gen.jsonl import RecordWriter, read_records
+from traffic_gen.program import compile_program
+from workloads.patterns import all_pairs, incast, one_to_many, pattern_schedule, permutation
 
 
 def test_incast_builds_repeated_bursts_with_gaps():
