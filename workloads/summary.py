@@ -15,18 +15,44 @@ from typing import Any
 
 from aitb.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv
 
-__all__ = ["summarise", "collective_table"]
+__all__ = ["summarise", "collective_table", "stage_table"]
 
 
 def collective_table(s: Schedule) -> list[dict[str, Any]]:
     """Per (op, group kind, group size): ``count`` and ``total_bytes`` per communicator per
     iteration, ``instances`` (communicators of that kind taking part) and the distinct
     ``sizes_bytes``. Sorted by group kind, then op."""
-    acc: dict[tuple[str, str, int], dict[str, Any]] = {}
+    return _table(s, None)
+
+
+def stage_table(s: Schedule) -> list[dict[str, Any]]:
+    """:func:`collective_table` split by pipeline stage: each row has ``stage``, the stage
+    index of its ranks (``"S->T"`` for hand-offs from stage S to T, ``"S,T"`` for a group
+    over stages S and T, ``"all"`` over every stage). Stages are ``meta["pp"]`` blocks of
+    consecutive ranks (Megatron's layout, workloads/layout.py); ``[]`` when pp is 1."""
+    pp = int(s.meta.get("pp", 1) or 1)  # type: ignore[call-overload]
+    if pp <= 1 or s.world_size % pp:
+        return []
+    return _table(s, s.world_size // pp)
+
+
+def _stage_of(s: Schedule, op: object, per_stage: int) -> str:
+    if isinstance(op, SendRecv):
+        return f"{op.src // per_stage}->{op.dst // per_stage}"
+    stages = sorted({r // per_stage for r in s.ranks_of(op)})  # type: ignore[arg-type]
+    if len(stages) == s.world_size // per_stage and len(stages) > 2:
+        return "all"
+    return ",".join(map(str, stages))
+
+
+def _table(s: Schedule, per_stage: int | None) -> list[dict[str, Any]]:
+    acc: dict[tuple, dict[str, Any]] = {}
     for op in s.ops:
         key, name = _key(s, op)
         if key is None:
             continue
+        if per_stage is not None:
+            key = (*key, _stage_of(s, op, per_stage))
         row = acc.setdefault(key, {"ops": 0, "bytes": 0, "names": set(), "sizes": set()})
         size = _size(op)
         row["ops"] += 1
@@ -34,11 +60,11 @@ def collective_table(s: Schedule) -> list[dict[str, Any]]:
         row["names"].add(name)
         row["sizes"].add(size)
     out = []
-    for (op_name, kind, gsize), row in sorted(acc.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for key, row in sorted(acc.items(), key=lambda kv: (kv[0][3:], kv[0][1], kv[0][0])):
         n = len(row["names"])
-        out.append({"op": op_name, "group": kind, "group_size": gsize, "instances": n,
+        out.append({"op": key[0], "group": key[1], "group_size": key[2], "instances": n,
                     "count": row["ops"] // n, "total_bytes": row["bytes"] // n,
-                    "sizes_bytes": sorted(row["sizes"])})
+                    "sizes_bytes": sorted(row["sizes"]), **({"stage": key[3]} if key[3:] else {})})
     return out
 
 
@@ -77,7 +103,8 @@ def compute_per_rank_s(s: Schedule) -> list[float]:
 
 def summarise(s: Schedule) -> dict[str, Any]:
     """A JSON-ready summary of ``s``: name, source, world size, iterations, groups per kind,
-    the busiest rank's compute seconds per iteration, the collective table and ``meta``."""
+    the busiest rank's compute seconds per iteration, the collective table, the per-stage
+    table (:func:`stage_table`, empty without pipeline stages) and ``meta``."""
     kinds: dict[str, int] = defaultdict(int)
     for g in s.groups.values():
         kinds[g.kind] += 1
@@ -86,4 +113,5 @@ def summarise(s: Schedule) -> dict[str, Any]:
             "iterations": s.iterations, "ops_per_iteration": len(s.ops),
             "groups": dict(sorted(kinds.items())),
             "compute_s_per_iteration": max(per) if per else 0.0,
-            "collectives": collective_table(s), "meta": dict(s.meta)}
+            "collectives": collective_table(s), "stages": stage_table(s),
+            "meta": dict(s.meta)}

@@ -8,6 +8,8 @@ without GPUs), so only ``send_next`` (activations) and ``recv_next`` (gradients)
 turns ``send_next`` into one :class:`SendRecv` from stage i to i+1 and ``recv_next`` into one
 from stage i+1 to i, for every stage boundary of every pipeline; ``*_prev`` rows (the other end
 of the same transfers, seen from later stages) are skipped so that nothing is counted twice.
+Files with one section per stage (AICB's layout for pipeline-parallel jobs) are merged stage
+by stage instead (workloads/aicb/pipeline.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
-from workloads.aicb.rows import AicbFile, AicbRow
+from workloads.aicb.pipeline import merge_stages
+from workloads.aicb.rows import AicbFile, AicbRow, AicbStage
 from workloads.layout import Layout, LayoutError
 
 __all__ = ["AicbOptions", "build_schedule", "scale_size"]
@@ -65,20 +68,32 @@ def build_schedule(f: AicbFile, opts: AicbOptions | None = None) -> Schedule:
     layout = full
     if opts.dp_replicas is not None:
         layout = _subset(f, full, opts.dp_replicas)
-    rows = [r for r in (*(f.setup if opts.setup else ()), *f.iteration)
-            if not any(r.stage.startswith(p) for p in opts.exclude_stages)]
-    for r in rows:
-        _check_group_size(f, full, r)
-    kinds = sorted({r.group for r in rows if r.group})
+    sections = f.stages or (AicbStage(0, (), f.setup, f.iteration),)
+    rows_of = {st.index: _select(st, opts) for st in sections}
+    wanted: dict[str, int] = {}
+    for rows in rows_of.values():
+        for r in rows:
+            _check_group_size(f, full, r, wanted)
+    kinds = sorted({r.group for rows in rows_of.values() for r in rows if r.group})
     groups: dict[str, Group] = {}
     for k in kinds:
         groups.update(layout.groups(k))
-    ops = tuple(op for r in rows for op in _ops(r, layout, groups, opts.scale))
-    meta = {"format": f.fmt, "tp": layout.tp, "dp": layout.dp, "pp": layout.pp,
-            "ep": layout.ep, "scale": opts.scale, "file_world_size": full.world_size,
+    if f.stages:
+        ops = tuple(merge_stages(f, layout, rows_of, groups,
+                                 lambda r: scale_size(r.size_bytes, opts.scale)))
+    else:
+        ops = tuple(op for r in rows_of[0] for op in _ops(r, layout, groups, opts.scale))
+    meta = {"format": f.fmt, "per_stage_sections": bool(f.stages), "tp": layout.tp,
+            "dp": layout.dp, "pp": layout.pp, "ep": layout.ep, "scale": opts.scale,
+            "file_world_size": full.world_size,
             "file_iterations": f.file_iterations, "setup_included": opts.setup}
     return Schedule(name=_name(f.path), world_size=layout.world_size, groups=groups, ops=ops,
                     iterations=opts.iterations or f.file_iterations, source=f.path, meta=meta)
+
+
+def _select(st: AicbStage, opts: AicbOptions) -> list[AicbRow]:
+    return [r for r in (*(st.setup if opts.setup else ()), *st.iteration)
+            if not any(r.stage.startswith(p) for p in opts.exclude_stages)]
 
 
 def _name(path: str) -> str:
@@ -96,7 +111,8 @@ def _agree(f: AicbFile, key: str, from_file: int | None, option: int | None) -> 
 
 
 def _sizes(f: AicbFile, kind: str) -> set[int]:
-    return {r.group_size for r in (*f.setup, *f.iteration)
+    sections = f.stages or (AicbStage(0, (), f.setup, f.iteration),)
+    return {r.group_size for st in sections for r in (*st.setup, *st.iteration)
             if r.group == kind and r.group_size is not None}
 
 
@@ -143,10 +159,13 @@ def _subset(f: AicbFile, full: Layout, k: int) -> Layout:
         raise _err(f, f"dp_replicas={k}: {exc}") from None
 
 
-def _check_group_size(f: AicbFile, layout: Layout, r: AicbRow) -> None:
+def _check_group_size(f: AicbFile, layout: Layout, r: AicbRow, wanted: dict[str, int]) -> None:
+    """``wanted``: group size per kind, filled as kinds are met (a cache)."""
     if r.group_size is None or r.group in (None, "pp"):  # AICB writes 1 for p2p rows
         return
-    want = len(layout.groups(r.group)[f"{r.group}0"].ranks)
+    if r.group not in wanted:
+        wanted[r.group] = len(layout.groups(r.group)[f"{r.group}0"].ranks)
+    want = wanted[r.group]
     if r.group_size != want:
         raise _err(f, f"{r.group} group of size {r.group_size}, but the layout "
                       f"(tp={layout.tp}, dp={layout.dp}, pp={layout.pp}, ep={layout.ep}) "

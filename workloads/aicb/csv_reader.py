@@ -7,6 +7,11 @@ _elapsed_time, algbw, busbw, count``; micro-benchmark files lack ``comm_group_si
 row per operation. ``comm_type`` is ``CommType.<name>`` and ``comm_group`` ``CommGroup.<name>``
 or ``None`` (utils/utils.py ``CommType``/``CommGroup``). ``CommType.epoch_end`` rows separate
 the setup (``init``/``warmup``) from each training iteration.
+
+Pipeline-parallel jobs (log_analyzer/log.py ``Workload.dump`` with ``pp > 1``): one section
+per stage, each opened by ``[ pp_stageS: [rankA, rankB, ...] ]`` and its own header line,
+written from that stage's point of view (its isend/irecv rows on the pp group carry
+``send_next``/``recv_prev``/``send_prev``/``recv_next`` in ``additional``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import re
 from pathlib import Path
 
 from aitb.errors import SpecError, SpecIssue
-from workloads.aicb.rows import AicbFile, AicbRow
+from workloads.aicb.rows import AicbFile, AicbRow, AicbStage
 
 __all__ = ["read_csv", "COMM_TYPES", "COMM_GROUPS"]
 
@@ -33,6 +38,7 @@ COMM_GROUPS: dict[str, str] = {
     "all": "world", "all_nodes": "world",
 }
 _RANK_LINE = re.compile(r"^\[rank(\d+)\s*~\s*rank(\d+)\]\s*$")
+_STAGE_LINE = re.compile(r"^\[\s*pp_stage(\d+)\s*:\s*\[(.*)\]\s*\]$")
 _REQUIRED = ("comm_type", "comm_group", "msg_size")
 
 
@@ -40,16 +46,59 @@ def read_csv(path: str | Path) -> AicbFile:
     """Parse the AICB CSV at ``path``.
 
     Returns an :class:`AicbFile` whose ``world_size`` comes from the ``[rank0 ~ rankN]`` line
-    (None without it). Raises :class:`SpecError` naming file and line for a missing column,
-    a row with the wrong number of columns, an unknown comm type or group, or a bad size.
+    (None without it), or, for a per-stage file (sections headed ``[ pp_stageS: [rank...] ]``,
+    what AICB writes for pipeline-parallel jobs), from the ranks of all sections, with one
+    :class:`AicbStage` per section. Raises :class:`SpecError` naming file and line for a
+    missing column, a row with the wrong number of columns, an unknown comm type or group, a
+    bad size, or stage headings out of order or with bad rank lists.
     """
     path = str(path)
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read AICB CSV: {exc}", file=path) from exc
+    if lines and _STAGE_LINE.match(lines[0].strip()):
+        return _staged(path, lines)
     world, start = _world_line(lines)
-    if start >= len(lines):
+    setup, iteration, n = _section(path, lines, start, len(lines))
+    return AicbFile(path, "csv", setup, iteration, n, world)
+
+
+def _staged(path: str, lines: list[str]) -> AicbFile:
+    heads = [i for i, ln in enumerate(lines) if _STAGE_LINE.match(ln.strip())]
+    stages = []
+    for k, (i, end) in enumerate(zip(heads, [*heads[1:], len(lines)], strict=True)):
+        m = _STAGE_LINE.match(lines[i].strip())
+        assert m is not None  # heads holds matching lines only
+        if int(m.group(1)) != k:
+            raise _issue(f"pipeline stage heading pp_stage{m.group(1)} where pp_stage{k} was "
+                         "expected (sections must be in stage order from 0)", path, i + 1)
+        ranks = _stage_ranks(m.group(2), path, i + 1)
+        setup, iteration, n = _section(path, lines, i + 1, end)
+        stages.append(AicbStage(k, ranks, setup, iteration, n, line=i + 1))
+    seen = [r for st in stages for r in st.ranks]
+    if sorted(seen) != list(range(len(seen))):
+        raise _issue(f"the stages' rank lists do not cover ranks 0..{len(seen) - 1} once each",
+                     path, 1)
+    first = stages[0]
+    return AicbFile(path, "csv", first.setup, first.iteration, first.file_iterations,
+                    len(seen), pp=len(stages), stages=tuple(stages))
+
+
+def _stage_ranks(text: str, path: str, line: int) -> tuple[int, ...]:
+    out = []
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*rank(\d+)\s*", item)
+        if m is None:
+            raise _issue(f"stage rank list item {item.strip()!r} is not rankN", path, line)
+        out.append(int(m.group(1)))
+    return tuple(out)
+
+
+def _section(path: str, lines: list[str], start: int,
+             end: int) -> tuple[tuple[AicbRow, ...], tuple[AicbRow, ...], int]:
+    """Header at ``lines[start]``, rows up to ``end``: (setup, iteration, file iterations)."""
+    if start >= end:
         raise SpecError(SpecIssue("no header line", file=path, line=start + 1))
     header = [c.strip() for c in next(csv.reader([lines[start]]))]
     missing = [c for c in _REQUIRED if c not in header]
@@ -57,7 +106,7 @@ def read_csv(path: str | Path) -> AicbFile:
         raise SpecError(SpecIssue(f"header lacks column(s) {', '.join(missing)}; found "
                                   f"{', '.join(header)}", file=path, line=start + 1))
     segments: list[list[AicbRow]] = [[]]
-    for lineno, cells in enumerate(csv.reader(lines[start + 1:]), start=start + 2):
+    for lineno, cells in enumerate(csv.reader(lines[start + 1:end]), start=start + 2):
         if not cells:
             continue
         if len(cells) != len(header):
@@ -69,7 +118,7 @@ def read_csv(path: str | Path) -> AicbFile:
         else:
             segments[-1].extend([row] * _count(dict(zip(header, cells, strict=True)), path,
                                                lineno))
-    return _file(path, segments, world)
+    return _split(path, segments, start + 1)
 
 
 def _world_line(lines: list[str]) -> tuple[int | None, int]:
@@ -78,16 +127,17 @@ def _world_line(lines: list[str]) -> tuple[int | None, int]:
     return None, 0
 
 
-def _file(path: str, segments: list[list[AicbRow]], world: int | None) -> AicbFile:
+def _split(path: str, segments: list[list[AicbRow]],
+           line: int) -> tuple[tuple[AicbRow, ...], tuple[AicbRow, ...], int]:
     # segments: [setup, iter1, iter2, ..., trailing (empty after the last epoch_end)]
     if len(segments) == 1:  # no epoch_end at all: the whole file is one iteration
-        return AicbFile(path, "csv", (), tuple(segments[0]), 1, world)
+        return (), tuple(segments[0]), 1
     iters = [s for s in segments[1:] if s]
     if not iters:  # rows, then one epoch_end: those rows are the iteration
         if not segments[0]:
-            raise SpecError(SpecIssue("the file has no operation rows", file=path))
-        return AicbFile(path, "csv", (), tuple(segments[0]), 1, world)
-    return AicbFile(path, "csv", tuple(segments[0]), tuple(iters[0]), len(iters), world)
+            raise SpecError(SpecIssue("the file has no operation rows", file=path, line=line))
+        return (), tuple(segments[0]), 1
+    return tuple(segments[0]), tuple(iters[0]), len(iters)
 
 
 def _issue(msg: str, path: str, line: int) -> SpecError:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["AicbRow", "AicbFile", "ROW_OPS", "GROUP_KINDS"]
+__all__ = ["AicbRow", "AicbFile", "AicbStage", "ROW_OPS", "GROUP_KINDS"]
 
 ROW_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
            "barrier", "send", "recv", "compute")
@@ -50,11 +50,28 @@ class AicbRow:
 
 
 @dataclass(frozen=True, slots=True)
+class AicbStage:
+    """One pipeline stage's section of a per-stage file (AICB writes one for each stage of a
+    pipeline-parallel job, headed by ``[ pp_stageS: [rankA, rankB, ...] ]``): ``index`` S,
+    ``ranks`` as listed, ``setup``/``iteration``/``file_iterations`` as in :class:`AicbFile`,
+    but from this stage's point of view; ``line`` the 1-based line of the heading."""
+
+    index: int
+    ranks: tuple[int, ...]
+    setup: tuple[AicbRow, ...]
+    iteration: tuple[AicbRow, ...]
+    file_iterations: int = 1
+    line: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class AicbFile:
     """A parsed file: ``setup`` rows run once before training (AICB's ``init``/``warmup``
     before the first ``epoch_end``), ``iteration`` the rows of one training iteration,
     ``file_iterations`` how many iterations the file repeats; ``world_size``/``tp``/``pp``/
-    ``ep`` as far as the file states them (None: not stated)."""
+    ``ep`` as far as the file states them (None: not stated). ``stages``: the per-stage
+    sections of a pipeline-parallel file (empty otherwise); then ``setup``/``iteration`` are
+    stage 0's and ``pp`` the number of sections."""
 
     path: str
     fmt: str
@@ -66,3 +83,4 @@ class AicbFile:
     pp: int | None = None
     ep: int | None = None
     info: dict[str, str] = field(default_factory=dict)
+    stages: tuple[AicbStage, ...] = ()

@@ -65,6 +65,17 @@ def _print(summary: dict) -> None:
         table.add_row(r["op"], r["group"], str(r["group_size"]), str(r["instances"]),
                       str(r["count"]), format_size(r["total_bytes"]))
     console.print(table)
+    if summary.get("stages"):
+        console.print(_stage_rows(summary["stages"]))
+
+
+def _stage_rows(rows: list[dict]) -> Table:
+    table = Table("stage", "op", "group", "group size", "communicators", "count", "bytes",
+                  title="per pipeline stage, per communicator, per iteration")
+    for r in rows:
+        table.add_row(r["stage"], r["op"], r["group"], str(r["group_size"]),
+                      str(r["instances"]), str(r["count"]), format_size(r["total_bytes"]))
+    return table
 
 
 def register(app: typer.Typer) -> None:
