@@ -19,7 +19,8 @@ from aitb.shaping import GilbertElliott, Shaping
 from aitb.units import BufferSize
 
 __all__ = [
-    "NodeKind", "NODE_KINDS", "EcmpHash", "Datapath", "OvsDatapath", "MAX_IFNAME", "MAX_NODE_NAME",
+    "NodeKind", "NODE_KINDS", "EcmpHash", "Datapath", "OvsDatapath", "DelayLine", "DELAY_LINES",
+    "MAX_IFNAME", "MAX_NODE_NAME",
     "Endpoint", "LinkPlan", "NextHop", "Route", "NodePlan", "LabPlan",
     "plan_to_dict", "plan_from_dict", "PlanError", "plan_problems", "NAME_RE", "IFNAME_RE",
 ]
@@ -29,6 +30,10 @@ NODE_KINDS: tuple[str, ...] = ("host", "switch", "router")
 EcmpHash = Literal["l3", "l4"]
 Datapath = Literal["bridge", "ovs"]
 OvsDatapath = Literal["auto", "system", "netdev"]
+# which delay line holds a link's delay and impairments: netem (the kernel's qdisc), native
+# (aitb's NFQUEUE helper, testbed/delayline) or auto (netem where the kernel has it, else native)
+DelayLine = Literal["auto", "netem", "native"]
+DELAY_LINES: tuple[str, ...] = ("auto", "netem", "native")
 MAX_IFNAME = 15  # IFNAMSIZ (16) minus the terminating NUL, include/uapi/linux/if.h
 MAX_NODE_NAME = 32
 MAX_LINK_NAME = 64
@@ -60,7 +65,9 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True)
 class LinkPlan:
-    """A point-to-point link (one veth pair): ``a_to_b`` shapes what ``a`` sends to ``b``."""
+    """A point-to-point link (one veth pair): ``a_to_b`` shapes what ``a`` sends to ``b``.
+    delay_line: the delay line asked for (:data:`DelayLine`); the runtime resolves ``auto``
+    when the lab is brought up (testbed/delayline/choose.py)."""
 
     name: str
     a: Endpoint
@@ -68,6 +75,7 @@ class LinkPlan:
     a_to_b: Shaping = field(default_factory=Shaping)
     b_to_a: Shaping = field(default_factory=Shaping)
     mtu: int = 1500
+    delay_line: DelayLine = "auto"
 
     def endpoint(self, node: str) -> Endpoint:
         """The endpoint on ``node``; raises KeyError if the link does not touch it."""
@@ -255,6 +263,9 @@ def plan_problems(plan: LabPlan) -> list[str]:
         if not isinstance(lk.name, str) or len(lk.name) > MAX_LINK_NAME:
             out.append(f"link name {link} is longer than {MAX_LINK_NAME} characters")
         out += _text_problem(lk.name, "link name")
+        if lk.delay_line not in DELAY_LINES:
+            out.append(f"link {link}: delay_line {_short(lk.delay_line)} is not one of "
+                       f"{', '.join(DELAY_LINES)}")
         for ep in (lk.a, lk.b):
             out += _endpoint_problems(ep, link)
             if ep.node not in names:
@@ -316,6 +327,6 @@ def plan_from_dict(d: Mapping[str, Any]) -> LabPlan:
     links = tuple(
         LinkPlan(name=lk["name"], a=_endpoint_from(lk["a"]), b=_endpoint_from(lk["b"]),
                  a_to_b=_shaping_from(lk["a_to_b"]), b_to_a=_shaping_from(lk["b_to_a"]),
-                 mtu=lk.get("mtu", 1500))
+                 mtu=lk.get("mtu", 1500), delay_line=lk.get("delay_line", "auto"))
         for lk in d["links"])
     return LabPlan(name=d["name"], nodes=nodes, links=links, source=d.get("source", "<dict>"))

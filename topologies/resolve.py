@@ -76,13 +76,16 @@ def _unreachable(plan_nodes: dict[str, NodePlan], segments: list[Segment],
     return out
 
 
-def _link_plans(edges: list[Edge], addr: dict) -> tuple[LinkPlan, ...]:
+def _link_plans(edges: list[Edge], addr: dict, spec: TopologySpec) -> tuple[LinkPlan, ...]:
     def ep(port: Port) -> Endpoint:
         v4, v6 = addr.get(port, (None, None))
         return Endpoint(node=port.node, ifname=port.ifname, ipv4=v4, ipv6=v6)
 
+    def line(e: Edge) -> str:  # the link's own key, else the file's, else auto
+        return spec.links[e.index].delay_line or spec.delay_line or "auto"
+
     return tuple(LinkPlan(name=e.name, a=ep(e.a), b=ep(e.b), a_to_b=e.a_to_b, b_to_a=e.b_to_a,
-                          mtu=e.mtu) for e in edges)
+                          mtu=e.mtu, delay_line=line(e)) for e in edges)
 
 
 def resolve(spec: TopologySpec, source: str = "<spec>") -> LabPlan:
@@ -113,7 +116,7 @@ def resolve(spec: TopologySpec, source: str = "<spec>") -> LabPlan:
     stage.check(_unreachable(nodes, segments, rr))
     plan_nodes = tuple(replace(p, routes=rr.routes.get(name, ())) for name, p in nodes.items())
     try:
-        return LabPlan(name=spec.name, nodes=plan_nodes, links=_link_plans(edges, addr),
+        return LabPlan(name=spec.name, nodes=plan_nodes, links=_link_plans(edges, addr, spec),
                        source=source)
     except PlanError as exc:  # what the spec checks above let through (free-text values)
         raise SpecError([SpecIssue(p, file=source) for p in exc.problems]) from None

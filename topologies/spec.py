@@ -136,6 +136,7 @@ class ProfileSpec(ShapingSpec):
 
 _Mtu = Annotated[int, Field(ge=68, le=65535, description="Link MTU in bytes.")]
 _Cost = Annotated[int, Field(ge=1, le=65535, description="Routing cost (default 1).")]
+_DelayLine = Literal["auto", "netem", "native"]  # aitb.plan.DELAY_LINES
 
 
 class LinkDefaults(ShapingSpec):
@@ -161,6 +162,8 @@ class LinkSpec(ShapingSpec):
     b_to_a: ShapingSpec | None = None
     mtu: _Mtu | None = None
     cost: _Cost | None = None
+    delay_line: _DelayLine | None = Field(
+        default=None, description="This link's delay line (overrides the top-level key).")
 
 
 class NodeSettings(_Strict):
@@ -266,6 +269,10 @@ class TopologySpec(_Strict):
     nodes: dict[str, NodeSpec] = Field(default_factory=dict)
     links: list[LinkSpec] = Field(default_factory=list)
     generator: GeneratorRef | None = None
+    delay_line: _DelayLine | None = Field(
+        default=None, description="What holds the links' delay and impairments: netem (the "
+        "kernel's qdisc), native (aitb's NFQUEUE helper, for kernels without netem) or auto "
+        "(default: netem where the kernel has it, else native); a link's own key overrides it.")
     backend: Literal["native", "mininet"] | None = Field(
         default=None, description="Runtime that realises the lab: native (aitb's own "
         "namespaces) or mininet (Mininet's nodes, aitb's shaping); `--backend` overrides it.")
