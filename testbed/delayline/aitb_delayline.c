@@ -35,6 +35,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <setjmp.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
@@ -185,10 +186,17 @@ static void die(int q, const char *call, const char *fmt, ...) {
     fputc('\n', stderr);
     exit(1);
 }
+/* while a SIGHUP re-reads the params file, a bad value is refused (the old parameters stay)
+   instead of ending the helper: usage_die jumps back into reload_params */
+static jmp_buf reload_jmp;
+static bool reloading;
 static void usage_die(const char *fmt, ...) {
     va_list ap; va_start(ap, fmt);
-    fputs("aitb-delayline: ", stderr); vfprintf(stderr, fmt, ap); fputc('\n', stderr);
-    va_end(ap); exit(2);
+    fputs(reloading ? "aitb-delayline: params: refused: " : "aitb-delayline: ", stderr);
+    vfprintf(stderr, fmt, ap); fputc('\n', stderr); fflush(stderr);
+    va_end(ap);
+    if (reloading) longjmp(reload_jmp, 1);
+    exit(2);
 }
 static uint64_t mono(void) {
     struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
@@ -640,20 +648,33 @@ static void write_stats(bool final) {
 static void reload_params(void) {
     if (!params_path) { fprintf(stderr, "aitb-delayline: SIGHUP without --params: ignored\n"); return; }
     FILE *f = fopen(params_path, "r");
-    if (!f) { fprintf(stderr, "aitb-delayline: fopen(%s) failed: %s (params kept)\n", params_path, strerror(errno)); return; }
+    if (!f) {
+        fprintf(stderr, "aitb-delayline: params: refused: fopen(%s) failed: %s (params kept)\n",
+                params_path, strerror(errno));
+        fflush(stderr); return;
+    }
+    static params_t saved[MAXQ];
+    static uint32_t oldmax[MAXQ];
+    for (int i = 0; i < nq; i++) { saved[i] = Q[i].p; oldmax[i] = Q[i].p.maxlen; }
     char line[4096];
+    reloading = true;
+    if (setjmp(reload_jmp)) {  /* a bad value: every queue keeps its old parameters */
+        for (int i = 0; i < nq; i++) Q[i].p = saved[i];
+        reloading = false; fclose(f); return;
+    }
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\r\n#")] = 0;
         if (!line[0]) continue;
         const char *n = strstr(line, "num=");
-        if (!n) { fprintf(stderr, "aitb-delayline: params line without num=: %s\n", line); continue; }
+        if (!n) usage_die("params line without num=: %s", line);
         queue_t *q = find_queue((unsigned)atoi(n + 4));
-        if (!q) { fprintf(stderr, "aitb-delayline: params for unknown queue: %s\n", line); continue; }
-        uint32_t oldmax = q->p.maxlen;
+        if (!q) usage_die("params for unknown queue: %s", line);
         parse_spec(q, line, true);
-        if (q->p.maxlen != oldmax) config_queue(q, false);
     }
+    reloading = false;
     fclose(f);
+    for (int i = 0; i < nq; i++) if (Q[i].p.maxlen != oldmax[i]) config_queue(&Q[i], false);
+    fprintf(stderr, "aitb-delayline: params: ok\n"); fflush(stderr);
 }
 
 int main(int argc, char **argv) {

@@ -261,6 +261,23 @@ def test_live_change_by_sighup(pair, helpers, tmp_path):
     assert h.stats().queues[1].delay_us == 30000
 
 
+@pytest.mark.netns
+@needs_root
+def test_a_bad_params_file_on_sighup_keeps_the_old_parameters(pair, helpers, tmp_path):
+    h = delay_in(pair, pair.b, QueueParams(1, delay_s=0.020), tmp_path, helpers)
+    h.params_path.write_text("num=1,delay_us=-5\n")  # out of range: refused, not fatal
+    h.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10  # bound only: the refusal line comes within ms
+    while "params: refused" not in h.stderr():
+        assert h.alive(), h.stderr()
+        assert time.monotonic() < deadline, h.stderr()
+        time.sleep(0.01)
+    seqs, rtt = ping(pair, 5)
+    assert h.alive() and len(seqs) == 5 and rtt >= 20  # still running, still 20 ms
+    h.stop()
+    assert h.stats().queues[1].delay_us == 20000
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
