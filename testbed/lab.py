@@ -38,6 +38,8 @@ from testbed import (
     verify,
 )
 from testbed.clean import TeardownReport, raise_failures, teardown
+from testbed.delay_backends import native
+from testbed.delayline import choose
 from testbed.layout import Layout, make_layout
 from testbed.realise import NodeIO
 from testbed.registry import DEFAULT_STATE_DIR, Registry, pid_start_time, unknown_name
@@ -54,14 +56,19 @@ def new_run_id() -> str:
 
 
 def missing_kernel_features(layout: Layout | LabPlan) -> list[str]:
-    """The qdisc kinds (and ``ifb``) a lab of this plan needs that this kernel lacks, sorted.
-    Probes the kernel once per process in a throwaway namespace (needs root)."""
+    """The qdisc kinds (and ``ifb``; ``nfqueue`` for a native delay line this host cannot
+    run) a lab of this plan needs that this kernel lacks, sorted. ``auto`` delay lines are
+    resolved first (:func:`testbed.delayline.choose.resolve_here`: native where netem is
+    missing), so a kernel without netem lacks nothing for them. Probes the kernel once per
+    process in a throwaway namespace (needs root)."""
     if isinstance(layout, LabPlan):
-        layout = make_layout(layout, "probe0")
+        layout = make_layout(choose.resolve_here(layout), "probe0")
     kinds = set().union(*(r.kinds() for r in layout.recipes.values()))
     if any(r.ifb for r in layout.recipes.values()):
         kinds.add("ifb")
-    return kernel.missing_features(kinds)
+    native = any(r.delay_line == "native" for r in layout.recipes.values())
+    return sorted(kernel.missing_features(kinds)
+                  + ([choose.NATIVE_FEATURE] if native and not choose.native_available() else []))
 
 
 class Lab:
@@ -130,6 +137,7 @@ class Lab:
         tears down what was made and re-raises. Raises LabError naming what failed, and
         :class:`testbed.signals.LabInterrupted` for SIGINT/SIGTERM under
         :func:`testbed.signals.raising` even where a library wrapped or dropped it."""
+        self._resolve_delay_lines()
         self._check_kernel()
         self.ovs_datapaths = ovs_datapath.choose_for_lab(self.plan)
         self.registry.create(self.plan)
@@ -199,6 +207,27 @@ class Lab:
         self.ovs, self.ovs_rules = ovs_lab.bring_up(self)
         if self.ovs:
             self._step("ovs", t)
+
+    def _resolve_delay_lines(self) -> None:
+        """``auto`` delay lines become netem or native for this host (the plan, its layout
+        and plan.json say which); a native line's impossible keys are refused here, before
+        anything exists."""
+        plan = choose.resolve_here(self.plan)
+        if plan is not self.plan:
+            self.plan = plan
+            self.layout = make_layout(plan, self.run_id, self.layout.wire_packets)
+        native.check_plan(self)
+
+    def delay_lines(self) -> dict[str, dict[str, Any]]:
+        """``"<link>/<direction>"`` -> ``{"backend": netem|native, ...}`` for every direction
+        with a delay line; native ones add node, hook and interface of the line and, while
+        the lab runs, the helper's counters (:func:`testbed.delay_backends.native.stats`)."""
+        out: dict[str, dict[str, Any]] = {k: {"backend": v}
+                                          for k, v in choose.lines_of(self.plan).items()}
+        for key, rec in native.stats(self, fresh=False).items():
+            out.setdefault(key, {"backend": "native"}).update(
+                {k: rec[k] for k in ("node", "hook", "dev")})
+        return out
 
     def _check_kernel(self) -> None:
         missing = missing_kernel_features(self.layout)
@@ -346,10 +375,18 @@ class Lab:
     def set_shaping(self, link_name: str, direction: str, shaping: Shaping) -> None:
         """Change the shaping of ``direction`` (``a_to_b``/``b_to_a``) of link ``link_name``
         on the live lab: in place where the qdisc structure stays, else replaced; then read
-        back. Raises LabError naming the link (unknown link/direction, kernel refusal, a delay
-        line into a user-space OVS switch: :func:`testbed.ovs_datapath.check_delay_line`)."""
-        rx = next((lk.b.node if direction == "a_to_b" else lk.a.node
-                   for lk in self.plan.links if lk.name == link_name), None)
-        if shaping.needs_netem and self.ovs_datapaths.get(rx or "") == ovs_datapath.USERSPACE:
+        back; a native delay line gets the new parameters by SIGHUP. Raises LabError naming
+        the link (unknown link/direction, kernel refusal, a delay line into a user-space OVS
+        switch: :func:`testbed.ovs_datapath.check_delay_line`, a change the native line
+        cannot make: :func:`testbed.delay_backends.native.check_change`, or its helper
+        refusing the new parameters: it keeps the old ones)."""
+        link = next((lk for lk in self.plan.links if lk.name == link_name), None)
+        rx = (link.b.node if direction == "a_to_b" else link.a.node) if link else None
+        line = self.layout.lines.get((link_name, direction))
+        if line == native.NAME and link is not None and shaping.needs_netem:
+            native.check_change(self, link, direction, shaping)  # refused: nothing changed
+        elif shaping.needs_netem and self.ovs_datapaths.get(rx or "") == ovs_datapath.USERSPACE:
             ovs_datapath.check_delay_line(rx or "", [link_name])
         reshape.set_shaping(self, link_name, direction, shaping)
+        if line == native.NAME:
+            native.update(self, link_name, direction)

@@ -63,6 +63,8 @@ class Layout:
     nodes: dict[str, NodeLayout]
     recipes: dict[tuple[str, str], DirectionRecipe]
     wire_packets: bool = True
+    # (link name, direction) -> delay-line backend (testbed.delay_backends); absent: netem
+    lines: dict[tuple[str, str], str] = field(default_factory=dict)
     _by_node: dict[str, list[DirectionRecipe]] | None = None
 
     def set_recipe(self, key: tuple[str, str], recipe: DirectionRecipe) -> None:
@@ -107,7 +109,8 @@ def recipe_for(layout: Layout, link: LinkPlan, direction: str, shaping: Shaping
     interface so that a later change of shaping finds the same device."""
     tx, rx = _ends(link, direction)
     rx_index = layout.nodes[rx[0]].ifindex(rx[1])
-    return direction_recipe(shaping, link.mtu, tx, rx, ifb_name(rx_index))
+    return direction_recipe(shaping, link.mtu, tx, rx, ifb_name(rx_index),
+                            layout.lines.get((link.name, direction), "netem"))
 
 
 def needs_wire_packets(plan: LabPlan) -> bool:
@@ -126,7 +129,8 @@ def needs_wire_packets(plan: LabPlan) -> bool:
 
 def make_layout(plan: LabPlan, run_id: str, wire_packets: bool | None = None) -> Layout:
     """Assign namespaces, ifindexes and recipes for ``plan`` in run ``run_id``;
-    ``wire_packets`` None chooses by :func:`needs_wire_packets`.
+    ``wire_packets`` None chooses by :func:`needs_wire_packets`. Each link's delay line is its
+    ``delay_line`` (``auto``, unresolved: netem; the lab resolves it at bring-up).
 
     Raises LabError for a link endpoint on an unknown node or an interface name used twice on
     one node (topologies/ validates this; the runtime does not trust it blindly).
@@ -144,7 +148,9 @@ def make_layout(plan: LabPlan, run_id: str, wire_packets: bool | None = None) ->
                 raise LabError(f"node {ep.node}: interface {ep.ifname} used twice")
             idx[ep.ifname] = FIRST_IFINDEX + 1 + len(idx)
     wire = needs_wire_packets(plan) if wire_packets is None else wire_packets
-    layout = Layout(run_id, nodes, {}, wire)
+    lines = {(lk.name, d): "netem" if lk.delay_line == "auto" else lk.delay_line
+             for lk in plan.links for d in DIRECTIONS}
+    layout = Layout(run_id, nodes, {}, wire, lines)
     for link in plan.links:
         for d in DIRECTIONS:
             recipe = recipe_for(layout, link, d, getattr(link, d))

@@ -172,10 +172,11 @@ def choose(plan: LabPlan, kernel_has_it: bool) -> dict[str, str]:
 
 def netem_into(plan: LabPlan, node: str) -> list[str]:
     """Names of the links whose direction towards ``node`` needs a delay line (netem on an
-    IFB fed by ``node``'s ingress qdisc, :mod:`testbed.tc`)."""
-    return [lk.name for lk in plan.links
-            if (lk.b.node == node and lk.a_to_b.needs_netem)
-            or (lk.a.node == node and lk.b_to_a.needs_netem)]
+    IFB fed by ``node``'s ingress qdisc, :mod:`testbed.tc`); the native line sits on the
+    sender's side of such a link (:mod:`testbed.delayline.labline`) and is not counted."""
+    return [lk.name for lk in plan.links if lk.delay_line != "native"
+            and ((lk.b.node == node and lk.a_to_b.needs_netem)
+                 or (lk.a.node == node and lk.b_to_a.needs_netem))]
 
 
 def check_delay_line(node: str, links: list[str]) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
-from testbed.delay_backends import netem_ifb
+from testbed.delay_backends import native, netem_ifb
 from testbed.qdiscs import unknown_name_error
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ __all__ = ["BACKENDS", "DEFAULT", "backend", "DelayLineBackend"]
 
 BACKENDS: dict[str, ModuleType] = {
     netem_ifb.NAME: netem_ifb,
+    native.NAME: native,
 }
 DEFAULT = netem_ifb.NAME
 

@@ -3,8 +3,8 @@
 import pytest
 from topo_helpers import load
 
-from aitb.plan import LabPlan, PlanError, plan_from_dict, plan_to_dict
 from aitb.errors import SpecError
+from aitb.plan import LabPlan, PlanError, plan_from_dict, plan_to_dict
 
 BASE = """
 name: t

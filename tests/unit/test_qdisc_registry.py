@@ -50,7 +50,7 @@ def test_unknown_kind_names_the_closest_and_the_valid_ones():
 
 def test_unknown_delay_line_backend_lists_the_valid_ones():
     with pytest.raises(LabError, match=r"unknown delay_line backend 'netm' \(did you mean "
-                                       r"'netem'\?\); known: netem"):
+                                       r"'netem'\?\); known: native, netem"):
         direction_recipe(Shaping(delay_s=0.01), 1500, ("a", "e0"), ("b", "e0"), "ifb1",
                          delay_line="netm")
 

@@ -1,0 +1,373 @@
+"""The ``native`` delay line: aitb's NFQUEUE helper (:mod:`testbed.delayline`), for kernels
+without sch_netem.
+
+Per namespace that holds a line (:mod:`testbed.delayline.labline` says which), one helper
+process serves all its queues; iptables/ip6tables rules in that namespace's mangle table hand
+the packets to it. Nothing is made in the root namespace: the rules go with the lab's
+namespaces, the helpers are registered (pid and start time) the moment they exist, ended by
+pid at teardown (``aitb clean`` finds them in the registry) and killed by PR_SET_PDEATHSIG
+when their controller ends. The helper is started from the thread that brings the lab up
+(PDEATHSIG fires when the parent *thread* ends) and enters its namespace itself
+(``--netns /proc/self/fd/N``), so containers' and plain namespaces work alike.
+
+Without ``--queue-bypass`` the kernel drops what no helper takes: a dead helper is a dead
+link, never an undelayed one; :func:`check_alive` names link and direction.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aitb.errors import LabError
+from testbed import netns, sysctl
+from testbed.delayline.labline import (
+    LinePlace,
+    by_node,
+    places,
+    problems,
+    queue_params,
+    restore_text,
+)
+from testbed.delayline.rules import QueueParams, helper_argv, params_file_text
+from testbed.delayline.stats import HelperStats, read_stats
+from testbed.procs import end_process
+from testbed.registry import pid_alive, pid_start_time
+
+if TYPE_CHECKING:
+    from aitb.plan import LinkPlan
+    from aitb.shaping import Shaping
+    from testbed.lab import Lab
+    from testbed.tcobjects import DirectionRecipe, TcObject
+
+__all__ = ["NAME", "CAPABILITIES", "ingress", "apply", "verify", "teardown", "stats",
+           "check_alive", "check_plan", "check_change", "update", "NICE", "STATS_INTERVAL_MS"]
+
+NAME = "native"
+CAPABILITIES: tuple[str, ...] = ()  # iptables NFQUEUE + the helper: testbed.delayline.choose
+NICE = -10  # ahead of traffic generators at nice 0 (releases were ms late otherwise), no core
+STATS_INTERVAL_MS = 1000
+STOP_GRACE_S = 5.0
+_BRIDGE_NF_ON = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
+
+
+@dataclass
+class _Helper:
+    node: str
+    lines: list[LinePlace]
+    queues: list[QueueParams]
+    stats_path: Path
+    params_path: Path
+    stderr_path: Path
+    proc: subprocess.Popen[Any] | None = None
+    start: int | None = None
+    final: HelperStats | None = None
+    exit_code: int | None = None
+
+
+@dataclass
+class _State:
+    helpers: dict[str, _Helper] = field(default_factory=dict)
+    started: bool = False
+    stopped: bool = False
+
+
+_STATE: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
+
+
+def _state(lab: Lab) -> _State:
+    return _STATE.setdefault(lab, _State())
+
+
+def ingress(shaping: Shaping, mtu: int, rx: tuple[str, str], ifb: str
+            ) -> tuple[str | None, tuple[TcObject, ...]]:
+    """No tc objects and no IFB: the line is an iptables rule and a helper (:func:`apply`)."""
+    return None, ()
+
+
+def _native_keys(lab: Lab) -> list[tuple[str, str]]:
+    return [k for k, r in lab.layout.recipes.items() if r.delay_line == NAME]
+
+
+def _shaping(lab: Lab, link: str, direction: str) -> tuple[Shaping, int]:
+    lk = next(lk for lk in lab.plan.links if lk.name == link)
+    return getattr(lk, direction), lk.mtu
+
+
+def check_plan(lab: Lab) -> None:
+    """Raise one LabError listing every native direction the line cannot do (refused keys,
+    memory cap, both ends OVS), before anything exists."""
+    out: list[str] = []
+    links = {lk.name: lk for lk in lab.plan.links}
+    for name, d in _native_keys(lab):
+        out += problems(links[name], d, getattr(links[name], d))
+    try:
+        places(lab.plan, _native_keys(lab))
+    except LabError as exc:
+        out.append(str(exc))
+    if out:
+        raise LabError("; ".join(out))
+
+
+def _params(lab: Lab, p: LinePlace) -> QueueParams:
+    shaping, mtu = _shaping(lab, p.link, p.direction)
+    return queue_params(shaping, mtu, p.queue_num, seed=1 + p.queue_num)
+
+
+def _run_in(lab: Lab, node: str, argv: list[str], text: str) -> None:
+    fd = lab.node_io(node).fd
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, input=text, capture_output=True, text=True, timeout=30,
+                              check=False)
+    r = netns.run_in(fd, run)
+    if r.returncode != 0:
+        raise LabError(f"node {node}: {' '.join(argv)} refused the delay-line rules: "
+                       f"{r.stderr.strip()}")
+
+
+def _start_helper(lab: Lab, h: _Helper) -> None:
+    from testbed.delayline.build import helper_path
+    fd = lab.node_io(h.node).fd
+    h.params_path.write_text(params_file_text(h.queues))
+    argv = helper_argv(str(helper_path()), os.getpid(), h.queues, str(h.stats_path),
+                       f"/proc/self/fd/{fd}", STATS_INTERVAL_MS, str(h.params_path),
+                       nice=NICE)
+    with open(h.stderr_path, "wb") as err:  # from this (the lab's) thread: see module doc
+        h.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=err, pass_fds=(fd,))
+    h.start = pid_start_time(h.proc.pid)
+    lab.registry.append([{"kind": "process", "node": h.node, "pid": h.proc.pid,
+                          "start": -1 if h.start is None else h.start, "argv": argv,
+                          "role": "delay-line"}])
+    lab.children[h.proc.pid] = h.proc
+    lab.started.append((h.proc.pid, -1 if h.start is None else h.start))
+
+
+def _wait_bound(h: _Helper, timeout_s: float = 10.0) -> None:
+    """The helper writes its first stats file once every queue is bound."""
+    deadline = time.monotonic() + timeout_s
+    while not h.stats_path.exists():
+        if h.proc is not None and h.proc.poll() is not None:
+            raise LabError(f"node {h.node}: the delay-line helper exited with status "
+                           f"{h.proc.returncode} at start: {_stderr(h)}")
+        if time.monotonic() > deadline:
+            raise LabError(f"node {h.node}: the delay-line helper bound no queue within "
+                           f"{timeout_s:g} s: {_stderr(h)}")
+        time.sleep(0.01)
+
+
+def _stderr(h: _Helper) -> str:
+    try:
+        return h.stderr_path.read_text(errors="replace").strip()[-2000:] or "(no output)"
+    except FileNotFoundError:
+        return "(no output)"
+
+
+def _start_all(lab: Lab) -> None:
+    st = _state(lab)
+    st.started = True
+    lines = places(lab.plan, _native_keys(lab))
+    kinds = {n.name: (n.kind, n.datapath) for n in lab.plan.nodes}
+    for node, ls in by_node(lines).items():
+        tag = f"delayline-{node}"
+        h = _Helper(node, ls, [_params(lab, p) for p in ls],
+                    lab.registry.dir / f"{tag}.json", lab.registry.dir / f"{tag}.params",
+                    lab.registry.dir / f"{tag}.stderr")
+        st.helpers[node] = h
+        _start_helper(lab, h)  # registered before the next one starts
+    for h in st.helpers.values():
+        _wait_bound(h)
+        if any(p.physdev for p in h.lines) and kinds[h.node] == ("switch", "bridge"):
+            sysctl.apply_all([(lab.node_io(h.node).fd, h.node,
+                               {k: "1" for k in _BRIDGE_NF_ON}, {})])
+        text = restore_text(h.lines, lab.run_id)
+        for tool in ("iptables-restore", "ip6tables-restore"):
+            _run_in(lab, h.node, [tool, "-w", "--noflush"], text)
+
+
+def apply(lab: Lab, recipe: DirectionRecipe) -> None:
+    """Start every helper and add every rule of the lab (on the first call; later calls find
+    them running). Raises LabError naming node and what failed."""
+    if not _state(lab).started:
+        _start_all(lab)
+
+
+def _line_of(lab: Lab, recipe: DirectionRecipe) -> tuple[_Helper, LinePlace] | None:
+    key = next((k for k, r in lab.layout.recipes.items() if r is recipe), None)
+    for h in _state(lab).helpers.values():
+        for p in h.lines:
+            if (p.link, p.direction) == key:
+                return h, p
+    return None
+
+
+def verify(lab: Lab, recipe: DirectionRecipe) -> list[str]:
+    """The helper of this direction runs (pid and start time)."""
+    found = _line_of(lab, recipe)
+    if found is None:
+        return []
+    return _dead([found])
+
+
+def _dead(lines: list[tuple[_Helper, LinePlace]]) -> list[str]:
+    out = []
+    for h, p in lines:
+        if h.proc is None or pid_alive(h.proc.pid, h.start) and h.proc.poll() is None:
+            continue
+        code = h.proc.poll()
+        out.append(f"link {p.link} {p.direction}: the delay-line helper (pid {h.proc.pid}, "
+                   f"node {h.node}) died (exit status {code}); NFQUEUE drops every packet no "
+                   f"helper takes, so this direction carried nothing since: {_stderr(h)}")
+    return out
+
+
+def check_alive(lab: Lab) -> None:
+    """Raise LabError naming link and direction of every line whose helper died."""
+    st = _state(lab)
+    if st.stopped:
+        return
+    out = _dead([(h, p) for h in st.helpers.values() for p in h.lines])
+    if out:
+        raise LabError("; ".join(out))
+
+
+def _find(lab: Lab, link: str, direction: str) -> tuple[_Helper, int, LinePlace] | None:
+    for h in _state(lab).helpers.values():
+        for i, p in enumerate(h.lines):
+            if (p.link, p.direction) == (link, direction):
+                return h, i, p
+    return None
+
+
+def check_change(lab: Lab, link: LinkPlan, direction: str, shaping: Shaping) -> None:
+    """Refuse (LabError naming link, direction and key) a live change the native line cannot
+    make: a refused key or the memory cap (:func:`testbed.delayline.labline.problems`), or a
+    delay line for a direction that had none at bring-up (it would need a new rule and
+    queue)."""
+    out = problems(link, direction, shaping)
+    if _find(lab, link.name, direction) is None:
+        out.append(f"link {link.name} {direction}: no native delay line runs for it (it had "
+                   "no delay or impairment at bring-up); adding one to a live lab is not "
+                   "supported: give it a delay from the start (a change to 0 keeps the line)")
+    if out:
+        raise LabError("; ".join(out))
+
+
+def update(lab: Lab, link: str, direction: str) -> None:
+    """Send the new shaping of (``link``, ``direction``) (already in ``lab.plan``) to its
+    helper (SIGHUP); nothing for a direction without a line (see :func:`check_change`).
+    Raises LabError when the helper refuses the new parameters (it keeps the old ones and
+    says why on stderr)."""
+    found = _find(lab, link, direction)
+    if found is not None:
+        _sighup(lab, *found)
+
+
+def _sighup(lab: Lab, h: _Helper, i: int, p: LinePlace) -> None:
+    shaping, mtu = _shaping(lab, p.link, p.direction)
+    new = queue_params(shaping, mtu, p.queue_num, h.queues[i].seed)
+    queues = h.queues[:i] + [new] + h.queues[i + 1:]
+    mark = len(_stderr_bytes(h))
+    tmp = h.params_path.with_suffix(".tmp")
+    tmp.write_text(params_file_text(queues))
+    os.replace(tmp, h.params_path)
+    assert h.proc is not None
+    h.proc.send_signal(signal.SIGHUP)
+    err = _reply(h, mark)
+    if err:
+        raise LabError(f"link {p.link} {p.direction}: the delay-line helper refused the new "
+                       f"parameters and keeps the old ones: {err}")
+    h.queues = queues
+
+
+def _stderr_bytes(h: _Helper) -> bytes:
+    try:
+        return h.stderr_path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def _reply(h: _Helper, mark: int, timeout_s: float = 5.0) -> str:
+    """The helper acknowledges a SIGHUP on stderr with a line ``params: ok`` or
+    ``params: refused: WHY``; '' when ok."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        new = _stderr_bytes(h)[mark:].decode(errors="replace")
+        for line in new.splitlines():
+            if "params: refused:" in line:
+                return line.split("params: refused:", 1)[1].strip()
+            if "params: ok" in line:
+                return ""
+        if h.proc is not None and h.proc.poll() is not None:
+            return f"the helper exited with status {h.proc.returncode}: {_stderr(h)}"
+        time.sleep(0.005)
+    return f"no answer within {timeout_s:g} s"
+
+
+def stats(lab: Lab, fresh: bool = True) -> dict[str, dict[str, Any]]:
+    """Per line ``"<link>/<direction>"``: node, hook, interface, the helper's pid, CPU
+    seconds and its queue's counters and added-delay percentiles (microseconds;
+    :class:`testbed.delayline.stats.QueueStats`). ``fresh``: ask running helpers for a new
+    snapshot first (SIGUSR1). After :func:`teardown`: the helpers' final stats."""
+    out: dict[str, dict[str, Any]] = {}
+    for h in _state(lab).helpers.values():
+        snap = h.final or _snapshot(h, fresh)
+        for p in h.lines:
+            q = snap.queues.get(p.queue_num) if snap else None
+            out[f"{p.link}/{p.direction}"] = {
+                "link": p.link, "direction": p.direction, "node": h.node, "hook": p.hook,
+                "dev": p.dev, "queue_num": p.queue_num,
+                "pid": h.proc.pid if h.proc else None, "exit_code": h.exit_code,
+                "helper_cpu_s": snap.cpu_s if snap else None,
+                "helper_uptime_s": snap.uptime_s if snap else None,
+                "queue": q.raw if q else None}
+    return out
+
+
+def _snapshot(h: _Helper, fresh: bool) -> HelperStats | None:
+    if fresh and h.proc is not None and h.proc.poll() is None:
+        try:
+            before = h.stats_path.stat().st_mtime_ns
+        except FileNotFoundError:
+            before = 0
+        h.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                if h.stats_path.stat().st_mtime_ns != before:
+                    break
+            except FileNotFoundError:
+                pass
+            time.sleep(0.005)
+    try:
+        return read_stats(h.stats_path)
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
+def teardown(lab: Lab, recipe: DirectionRecipe) -> list[str]:
+    """Stop every helper (first call): SIGTERM by pid and start time (it writes its final
+    stats), SIGKILL after a grace period; keep the final stats (:func:`stats`). Returns
+    failures as sentences, never raises."""
+    st = _state(lab)
+    if st.stopped:
+        return []
+    st.stopped = True
+    out: list[str] = []
+    for h in st.helpers.values():
+        if h.proc is None:
+            continue
+        try:
+            end_process(h.proc.pid, h.start, h.proc, grace_s=STOP_GRACE_S)
+            h.exit_code = h.proc.returncode
+            h.final = _snapshot(h, fresh=False)
+        except Exception as exc:  # noqa: BLE001 - reported, teardown goes on
+            out.append(f"node {h.node}: stopping delay-line helper {h.proc.pid}: {exc}")
+    return out

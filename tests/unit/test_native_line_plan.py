@@ -1,0 +1,84 @@
+"""Where native delay lines sit, what they refuse, their rules and queue sizes (pure)."""
+
+import ipaddress as ip
+
+import pytest
+
+from aitb.errors import LabError
+from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from aitb.shaping import Shaping
+from testbed.delayline import choose, labline
+
+IF = ip.ip_interface
+D = Shaping(delay_s=0.01)
+
+
+def _plan(kinds: dict[str, tuple[str, str]], links: list[tuple[str, str]]) -> LabPlan:
+    nodes = tuple(NodePlan(n, k, datapath=dp) for n, (k, dp) in kinds.items())
+    lks = tuple(LinkPlan(f"{a}-{b}", Endpoint(a, f"to{b}"), Endpoint(b, f"to{a}"), D, D)
+                for a, b in links)
+    return LabPlan("t", nodes, lks)
+
+
+def test_lines_sit_at_the_receiver_bridge_ports_by_physdev_ovs_on_the_sender_side():
+    plan = _plan({"h": ("host", "bridge"), "s": ("switch", "bridge"), "o": ("switch", "ovs"),
+                  "r": ("router", "bridge")}, [("h", "s"), ("r", "o")])
+    got = labline.places(plan, [("h-s", "a_to_b"), ("h-s", "b_to_a"), ("r-o", "a_to_b"),
+                                ("r-o", "b_to_a")])
+    assert [(p.node, p.hook, p.dev, p.physdev, p.queue_num) for p in got] == [
+        ("s", "in", "toh", True, 0),    # into a Linux bridge: physdev-in on its port
+        ("h", "in", "tos", False, 0),
+        ("r", "out", "too", False, 0),  # into OVS: the sender's POSTROUTING -o
+        ("r", "in", "too", False, 1),   # second queue in r's namespace
+    ]
+
+
+def test_a_link_between_two_ovs_switches_is_refused_naming_it():
+    plan = _plan({"o1": ("switch", "ovs"), "o2": ("switch", "ovs")}, [("o1", "o2")])
+    with pytest.raises(LabError, match="link o1-o2 a_to_b: both ends .* OVS switches"):
+        labline.places(plan, [("o1-o2", "a_to_b")])
+
+
+def test_duplicate_and_delay_correlation_are_refused_naming_link_direction_and_key():
+    lk = _plan({"a": ("host", "bridge"), "b": ("host", "bridge")}, [("a", "b")]).links[0]
+    bad = Shaping(delay_s=0.01, jitter_s=0.001, delay_correlation_pct=25, duplicate_pct=1)
+    out = labline.problems(lk, "b_to_a", bad)
+    assert len(out) == 2
+    assert out[0].startswith("link a-b b_to_a: duplicate_pct = 1%")
+    assert out[1].startswith("link a-b b_to_a: delay_correlation_pct = 25%")
+    assert labline.problems(lk, "a_to_b", Shaping(delay_s=0.01, loss_pct=1)) == []
+
+
+def test_the_memory_cap_is_2_x_rate_x_delay_against_256_mib():
+    lk = _plan({"a": ("host", "bridge"), "b": ("host", "bridge")}, [("a", "b")]).links[0]
+    # 1 Gbit/s x 1 s x 2 = 250 MB = 238 MiB: fits; 1.1 s does not (262 MiB)
+    assert labline.problems(lk, "a_to_b", Shaping(rate_bps=10**9, delay_s=1.0)) == []
+    (msg,) = labline.problems(lk, "a_to_b", Shaping(rate_bps=10**9, delay_s=1.1))
+    assert "link a-b a_to_b: delay 1.1s at 1 Gbit/s" in msg and "262 MiB" in msg
+
+
+def test_queue_params_follow_netem_semantics_and_size_the_queue_from_the_bdp():
+    q = labline.queue_params(Shaping(rate_bps=10**9, delay_s=0.05, jitter_s=0.001,
+                                     loss_pct=0.5), 1500, 3)
+    assert (q.queue_num, q.delay_s, q.jitter_s, q.distribution) == (3, 0.05, 0.001, "normal")
+    assert q.reorder_allowed  # netem's queue is sorted by send time: jitter reorders
+    assert q.loss_pct == 0.5
+    # 1 Gbit/s x 51 ms / 1500 B x 2 = 8500 packets
+    assert q.maxlen_packets == 8500
+
+
+def test_restore_text_marks_every_rule_with_the_run_id():
+    plan = _plan({"h": ("host", "bridge"), "s": ("switch", "bridge")}, [("h", "s")])
+    lines = labline.places(plan, [("h-s", "a_to_b")])
+    assert labline.restore_text(lines, "ab12cd") == (
+        "*mangle\n-A PREROUTING -m physdev --physdev-in toh -m comment --comment aitb:ab12cd "
+        "-j NFQUEUE --queue-num 0\nCOMMIT\n")
+
+
+def test_auto_resolves_to_netem_where_the_kernel_has_it_else_native():
+    plan = _plan({"a": ("host", "bridge"), "b": ("host", "bridge")}, [("a", "b")])
+    assert choose.resolve(plan, True).links[0].delay_line == "netem"
+    assert choose.resolve(plan, False).links[0].delay_line == "native"
+    assert choose.resolve(plan, False, has_native=False).links[0].delay_line == "netem"
+    assert choose.lines_of(choose.resolve(plan, False)) == {"a-b/a_to_b": "native",
+                                                            "a-b/b_to_a": "native"}
