@@ -196,8 +196,7 @@ class Lab:
         t = self._step("configure", t)
         self._wait_stp()
         self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
-        for r in self._delay_lines():
-            delay_backends.backend(r.delay_line or "").apply(self, r)
+        self._apply_delay_lines()
         self.verify()
         self._step("verify", t)
 
@@ -229,6 +228,11 @@ class Lab:
                 {k: rec[k] for k in ("node", "hook", "dev")})
         return out
 
+    def check_delay_lines(self) -> None:
+        """Raise LabError naming link and direction of every native delay line whose helper
+        died (by pid and exit status): that direction has dropped every packet since."""
+        native.check_alive(self)
+
     def _check_kernel(self) -> None:
         missing = missing_kernel_features(self.layout)
         if missing:
@@ -256,6 +260,16 @@ class Lab:
         problems += [p for r in self._delay_lines() if nodes is None or r.rx_node in nodes
                      for p in delay_backends.backend(r.delay_line or "").verify(self, r)]
         verify.raise_if(problems, f"lab {self.plan.name} (run {self.run_id})")
+
+    def _apply_delay_lines(self) -> None:
+        """What each delay-line backend needs beyond tc objects (native: helpers, rules)."""
+        for r in self._delay_lines():
+            delay_backends.backend(r.delay_line or "").apply(self, r)
+
+    def _teardown_delay_lines(self) -> list[str]:
+        """Undo :meth:`_apply_delay_lines`; failures as sentences."""
+        return [f for r in self._delay_lines()
+                for f in delay_backends.backend(r.delay_line or "").teardown(self, r)]
 
     def _delay_lines(self) -> list[DirectionRecipe]:
         """The recipes with a delay line (its backend in :mod:`testbed.delay_backends`)."""
@@ -289,8 +303,7 @@ class Lab:
 
     def _teardown(self) -> TeardownReport:
         t = time.perf_counter()
-        failures = [f for r in self._delay_lines()
-                    for f in delay_backends.backend(r.delay_line or "").teardown(self, r)]
+        failures = self._teardown_delay_lines()
         self.release()
         report = teardown(self.registry, self.children)
         report.failures[:0] = failures
@@ -320,7 +333,9 @@ class Lab:
 
     def detach(self) -> None:
         """Leave the lab up after this process exits (``aitb topo deploy``): ``aitb clean``
-        without a run id then keeps it; ``aitb topo destroy RUN_ID`` removes it."""
+        without a run id then keeps it; ``aitb topo destroy RUN_ID`` removes it. Native
+        delay-line helpers stop watching this process (they would die with it)."""
+        native.detach(self)
         self.registry.append([{"kind": "detached"}])
 
     # use -------------------------------------------------------------------------------

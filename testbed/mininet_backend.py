@@ -111,6 +111,7 @@ class MininetLab(Lab):
         self.net.start()
         self._wait_stp()
         self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
+        self._apply_delay_lines()  # native: helpers enter the Mininet nodes' namespaces
         self.verify()
         self._step("verify", t)
 
@@ -195,11 +196,13 @@ class MininetLab(Lab):
 
     def _teardown(self) -> TeardownReport:
         t = time.perf_counter()
+        failures = self._teardown_delay_lines()
         self.release()
         if self.net is not None:
             for node in [*self.net.hosts, *self.net.switches, *self.net.controllers]:
                 end_node(node)
         report = teardown(self.registry, self.children)
+        report.failures[:0] = failures
         self.children = {}
         self.net = None
         self._step("down", t)

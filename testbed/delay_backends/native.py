@@ -31,6 +31,7 @@ from testbed.delayline.labline import (
     LinePlace,
     by_node,
     places,
+    plan_problems,
     problems,
     queue_params,
     restore_text,
@@ -47,7 +48,8 @@ if TYPE_CHECKING:
     from testbed.tcobjects import DirectionRecipe, TcObject
 
 __all__ = ["NAME", "CAPABILITIES", "ingress", "apply", "verify", "teardown", "stats",
-           "check_alive", "check_plan", "check_change", "update", "NICE", "STATS_INTERVAL_MS"]
+           "check_alive", "check_plan", "check_change", "update", "detach", "NICE",
+           "STATS_INTERVAL_MS"]
 
 NAME = "native"
 CAPABILITIES: tuple[str, ...] = ()  # iptables NFQUEUE + the helper: testbed.delayline.choose
@@ -102,15 +104,9 @@ def _shaping(lab: Lab, link: str, direction: str) -> tuple[Shaping, int]:
 
 def check_plan(lab: Lab) -> None:
     """Raise one LabError listing every native direction the line cannot do (refused keys,
-    memory cap, both ends OVS), before anything exists."""
-    out: list[str] = []
-    links = {lk.name: lk for lk in lab.plan.links}
-    for name, d in _native_keys(lab):
-        out += problems(links[name], d, getattr(links[name], d))
-    try:
-        places(lab.plan, _native_keys(lab))
-    except LabError as exc:
-        out.append(str(exc))
+    memory cap, both ends OVS), before anything exists
+    (:func:`testbed.delayline.labline.plan_problems`)."""
+    out = plan_problems(lab.plan)
     if out:
         raise LabError("; ".join(out))
 
@@ -309,6 +305,23 @@ def _reply(h: _Helper, mark: int, timeout_s: float = 5.0) -> str:
             return f"the helper exited with status {h.proc.returncode}: {_stderr(h)}"
         time.sleep(0.005)
     return f"no answer within {timeout_s:g} s"
+
+
+def detach(lab: Lab) -> None:
+    """Let every helper outlive this process (SIGUSR2: PDEATHSIG off, parent no longer
+    watched), for a lab left up on purpose; they are still ended by pid from the registry.
+    Raises LabError naming the node whose helper did not confirm."""
+    for h in _state(lab).helpers.values():
+        if h.proc is None or h.proc.poll() is not None:
+            continue
+        mark = len(_stderr_bytes(h))
+        h.proc.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 5.0  # bound only: the helper answers within ms
+        while b"detached" not in _stderr_bytes(h)[mark:]:
+            if time.monotonic() > deadline or h.proc.poll() is not None:
+                raise LabError(f"node {h.node}: the delay-line helper (pid {h.proc.pid}) did "
+                               f"not detach: {_stderr(h)}")
+            time.sleep(0.005)
 
 
 def stats(lab: Lab, fresh: bool = True) -> dict[str, dict[str, Any]]:

@@ -731,6 +731,7 @@ int main(int argc, char **argv) {
     }
     sigset_t ss; sigemptyset(&ss);
     sigaddset(&ss, SIGTERM); sigaddset(&ss, SIGINT); sigaddset(&ss, SIGHUP); sigaddset(&ss, SIGUSR1);
+    sigaddset(&ss, SIGUSR2);
     if (sigprocmask(SIG_BLOCK, &ss, NULL) < 0) die(-1, "sigprocmask", NULL);
     int sfd = signalfd(-1, &ss, SFD_NONBLOCK | SFD_CLOEXEC);
     if (sfd < 0) die(-1, "signalfd", NULL);
@@ -762,7 +763,7 @@ int main(int argc, char **argv) {
         flush_send();
         if (now >= next_stats) { write_stats(false); next_stats = now + stats_interval_ns; }
         if (now >= next_parent) {
-            if (getppid() != parent_pid) { fprintf(stderr, "aitb-delayline: parent gone: exiting\n"); write_stats(true); return 3; }
+            if (parent_pid > 0 && getppid() != parent_pid) { fprintf(stderr, "aitb-delayline: parent gone: exiting\n"); write_stats(true); return 3; }
             next_parent = now + 200000000ULL;
         }
         uint64_t wake = next_stats < next_parent ? next_stats : next_parent;
@@ -787,6 +788,13 @@ int main(int argc, char **argv) {
                 while (read(sfd, &si, sizeof si) == sizeof si) {
                     if (si.ssi_signo == SIGHUP) reload_params();
                     else if (si.ssi_signo == SIGUSR1) write_stats(false);
+                    else if (si.ssi_signo == SIGUSR2) {
+                        /* detach (aitb topo deploy leaves the lab up): outlive the parent;
+                           the lab's registry (pid + start time) still ends this process */
+                        if (prctl(PR_SET_PDEATHSIG, 0) < 0) die(-1, "prctl(PR_SET_PDEATHSIG, 0)", NULL);
+                        parent_pid = -1;
+                        fprintf(stderr, "aitb-delayline: detached\n"); fflush(stderr);
+                    }
                     else {
                         write_stats(true);
                         for (int i = 0; i < nq; i++) if (Q[i].pktlog && fclose(Q[i].pktlog)) die(Q[i].num, "fclose(pktlog)", NULL);

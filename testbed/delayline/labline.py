@@ -25,7 +25,8 @@ from aitb.shaping import Shaping
 from aitb.units import format_duration
 from testbed.delayline.rules import QueueParams, maxlen_for_bdp
 
-__all__ = ["LinePlace", "place", "places", "queue_params", "problems", "restore_text",
+__all__ = ["LinePlace", "place", "places", "queue_params", "problems", "plan_problems",
+           "restore_text",
            "MAX_HELD_BYTES", "UNSHAPED_LINE_RATE_BPS", "REFUSED_KEYS"]
 
 # What one direction's line may hold at once: 2 x the bytes in flight (rate x (delay + jitter))
@@ -119,6 +120,24 @@ def problems(link: LinkPlan, direction: str, shaping: Shaping) -> list[str]:
                    f"native delay line hold {held / 2**20:.0f} MiB (2 x rate x delay), beyond its "
                    f"cap of {MAX_HELD_BYTES // 2**20} MiB per direction "
                    "(testbed/delayline/labline.py MAX_HELD_BYTES); lower the delay or the rate")
+    return out
+
+
+def plan_problems(plan: LabPlan) -> list[str]:
+    """Every reason the native lines of ``plan`` (links with ``delay_line: native``, resolved)
+    cannot be made: :func:`problems` of each direction with a delay or impairment, and links
+    between two OVS switches (:func:`place`). Pure."""
+    out: list[str] = []
+    for lk in plan.links:
+        if lk.delay_line != "native":
+            continue
+        for d in ("a_to_b", "b_to_a"):
+            if getattr(lk, d).needs_netem:
+                out += problems(lk, d, getattr(lk, d))
+                try:
+                    place(plan, lk, d)
+                except LabError as exc:
+                    out.append(str(exc))
     return out
 
 

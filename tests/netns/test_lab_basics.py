@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
 
@@ -88,7 +89,10 @@ def test_missing_netem_is_a_clear_error_and_nothing_is_created(labs):
 
     if "netem" not in missing_features({"netem"}):
         pytest.skip("this kernel has netem")
-    lab = labs(two_hosts_router(Shaping(delay_s=0.01)))
+    plan = two_hosts_router(Shaping(delay_s=0.01))  # asked for netem: auto would go native
+    plan = dataclasses.replace(plan, links=tuple(dataclasses.replace(lk, delay_line="netem")
+                                                 for lk in plan.links))
+    lab = labs(plan)
     with pytest.raises(LabError, match=r"lacks netem .*link\(s\) h1-r1.*aitb --vm"):
         lab.up()
     assert not lab.registry.dir.exists()

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import shutil
 
 import pytest
-from plans import two_hosts_router
+from plans import two_hosts_router, two_hosts_switch
+from pyroute2 import IPRoute
 
 from aitb.errors import LabError
 from aitb.shaping import Shaping
@@ -40,8 +43,9 @@ def test_native_line_delays_both_ways_and_leaves_nothing(labs):
         lines = lab.delay_lines()
         saved = json.loads((lab.registry.dir / "plan.json").read_text())
     # 10 ms + 5 ms one way each; the minimum of 10 may not undercut it (a line never releases
-    # early) and a 5 ms margin covers scheduling of two idle namespaces
-    assert 15.0 <= rtt < 20.0
+    # early); the upper bound only tells "held once" from "held twice" (+10 ms): CI is a
+    # loaded 2-core box where wake-ups come ms late
+    assert 15.0 <= rtt < 25.0
     assert {r["node"] for r in recs} == {"r1", "h1"}  # h1->r1 held at r1, r1->h1 at h1
     assert lines["h1-r1/a_to_b"] == {"backend": "native", "node": "r1", "hook": "in",
                                      "dev": "e1"}
@@ -74,7 +78,7 @@ def test_set_shaping_changes_the_native_line_live(labs):
         rtt = _min_rtt_ms(lab, "h1", "198.18.2.1")
         with pytest.raises(LabError, match="h1-r1 b_to_a: no native delay line"):
             lab.set_shaping("h1-r1", "b_to_a", Shaping(delay_s=0.030))
-    assert 30.0 <= rtt < 35.0  # the new 30 ms, not the old 10 ms
+    assert 30.0 <= rtt < 40.0  # the new 30 ms, not the old 10 ms (nor 30 + 10)
 
 
 def test_a_dead_helper_is_reported_naming_link_and_direction(labs):
@@ -86,3 +90,73 @@ def test_a_dead_helper_is_reported_naming_link_and_direction(labs):
         with pytest.raises(LabError, match=r"link h1-r1 a_to_b: the delay-line helper .* died "
                                            r"\(exit status -9\)"):
             native.check_alive(lab)
+
+
+def _switch_plan(datapath: str):
+    plan = _native(two_hosts_switch())
+    s1 = dataclasses.replace(plan.node("s1"), datapath=datapath)
+    d = Shaping(delay_s=0.010)
+    links = (dataclasses.replace(plan.links[0], a_to_b=d, b_to_a=d), plan.links[1])
+    return dataclasses.replace(plan, nodes=tuple(s1 if n.name == "s1" else n
+                                                 for n in plan.nodes), links=links)
+
+
+@pytest.mark.parametrize("datapath", ["bridge", "ovs"])
+def test_lines_into_a_switch_delay_and_sit_where_the_switch_lets_them(labs, datapath):
+    if datapath == "ovs" and shutil.which("ovs-vswitchd") is None:
+        pytest.skip("Open vSwitch is installed by scripts/setup.sh")
+    with labs(_switch_plan(datapath)) as lab:
+        lab.run("h1", ["ping", "-c", "1", "-W", "3", "198.18.0.2"])
+        rtt = _min_rtt_ms(lab, "h1", "198.18.0.2")
+        into_switch = lab.delay_lines()["h1-s1/a_to_b"]
+        with IPRoute() as ipr:  # nothing of the line in the root namespace
+            assert not [m for m in ipr.get_links()
+                        if (m.get_attr("IFLA_IFALIAS") or "").endswith(lab.run_id)]
+    # 10 ms each way, never less; below 30 ms: no line held twice (a loaded CI box makes
+    # wake-ups ms late, OVS's user-space datapath adds a thread hop per packet)
+    assert 20.0 <= rtt < 30.0
+    if datapath == "bridge":  # physdev on the bridge port
+        assert (into_switch["node"], into_switch["hook"]) == ("s1", "in")
+    else:  # OVS takes frames before netfilter: the sender holds them
+        assert (into_switch["node"], into_switch["hook"], into_switch["dev"]) == \
+            ("h1", "out", "eth0")
+
+
+def test_the_mininet_backend_runs_the_native_line(tmp_path):
+    pytest.importorskip("mininet.net", reason="Mininet is installed by scripts/setup.sh")
+    from testbed.mininet_backend import MininetLab
+
+    plan = _native(two_hosts_router(Shaping(delay_s=0.010), Shaping(delay_s=0.005)))
+    with MininetLab(plan, state_dir=tmp_path) as lab:
+        lab.run("h1", ["ping", "-c", "1", "-W", "3", "198.18.2.1"])
+        rtt = _min_rtt_ms(lab, "h1", "198.18.2.1")
+        pids = [r["pid"] for r in lab.registry.records() if r.get("role") == "delay-line"]
+    assert 15.0 <= rtt < 25.0  # 10 + 5 ms; bounds as in the first test
+    assert len(pids) == 2 and not any(os.path.exists(f"/proc/{p}") for p in pids)
+
+
+def test_deploy_leaves_the_native_line_running_and_destroy_ends_it(tmp_path):
+    import subprocess
+    import sys
+    env = {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
+    topo = tmp_path / "t.yaml"
+    topo.write_text("name: t\ndelay_line: native\nnodes:\n  a: {kind: host}\n  b: {kind: host}\n"
+                    "links:\n  - {endpoints: [a, b], delay: 10ms}\n")
+
+    def aitb(*args):
+        return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+    from topologies import load_topology
+    dst = str(load_topology(topo).address_of("b"))
+    out = aitb("topo", "deploy", str(topo))
+    assert out.returncode == 0, out.stderr
+    rid = out.stdout.strip().splitlines()[-1]
+    try:
+        ping = subprocess.run(["ip", "netns", "exec", f"aitb-{rid}-a", "ping", "-U", "-c", "3",
+                               "-i", "0.1", "-W", "2", dst], capture_output=True,
+                              text=True, timeout=60)
+        rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", ping.stdout)]
+    finally:
+        assert aitb("topo", "destroy", rid).returncode == 0
+    # the deploying process is gone, yet its helpers still delay (10 ms each way)
+    assert len(rtts) == 3 and min(rtts) >= 20.0, ping.stdout + ping.stderr
