@@ -11,6 +11,8 @@ from analysis.fidelity.checks import (
     MIN_BACKLOGGED_INTERVALS,
     RATE_TOLERANCE,
     DirectionRef,
+    LineCounts,
+    delay_check,
     expected_rtt_s,
     loss_check,
     rate_check,
@@ -26,7 +28,8 @@ from analysis.fidelity.report import (
     traffic_windows,
 )
 
-__all__ = ["DirectionRef", "expected_rtt_s", "rate_check", "loss_check", "rtt_check",
+__all__ = ["DirectionRef", "LineCounts", "delay_check", "expected_rtt_s", "rate_check",
+           "loss_check", "rtt_check",
            "rtt_tolerance_s", "cpu_summary", "direction_entry", "fidelity_report",
            "CPU_SATURATED_PCT", "traffic_windows",
            "samples_in_windows", "RATE_TOLERANCE", "MIN_BACKLOGGED_INTERVALS", "LOSS_Z"]

@@ -1,4 +1,5 @@
-"""The three per-direction checks of the fidelity self-check: rate, RTT, loss (pure).
+"""The per-direction checks of the fidelity self-check: rate, RTT, loss and, on a native
+delay line, the line's own added delay (pure).
 
 Each returns ``(measured, status)`` with status ``"ok"`` (within tolerance), ``"off"``
 (outside it: the emulation did not do what the plan said) or ``"not_exercised"`` (nothing to
@@ -20,8 +21,10 @@ import pandas as pd
 
 from aitb.shaping import Shaping
 
-__all__ = ["DirectionRef", "expected_rtt_s", "rtt_tolerance_s", "rate_check", "loss_check",
-           "rtt_check", "RATE_TOLERANCE", "MIN_BACKLOGGED_INTERVALS", "LOSS_Z",
+__all__ = ["DirectionRef", "LineCounts", "expected_rtt_s", "rtt_tolerance_s", "rate_check",
+           "loss_check", "rtt_check", "delay_check", "precise_tolerance_s",
+           "PRECISE_ABS_TOLERANCE_S", "PRECISE_REL_TOLERANCE", "RATE_TOLERANCE",
+           "MIN_BACKLOGGED_INTERVALS", "LOSS_Z",
            "RTT_ABS_TOLERANCE_S", "RTT_REL_TOLERANCE", "PROBE_IP_BYTES"]
 
 # A backlogged HTB class dequeues at its rate on average (tokens pile up only while the queue
@@ -39,6 +42,13 @@ LOSS_Z = 3.29
 # the minimum of several echoes removes most of that. Timer slack grows with the delay.
 RTT_ABS_TOLERANCE_S = 2e-3
 RTT_REL_TOLERANCE = 0.10
+# on a host kernel (no software emulation): the minimum of several echoes through idle
+# namespaces is tens of microseconds above the configured delay (the native line's release
+# error is ~1 us at p50, its wake-up and the probe's own socket calls add the rest), so
+# max(0.3 ms, 3%) still separates a working line from a wrong or missing one (a 1 ms delay
+# set as 2 ms is off by 100%)
+PRECISE_ABS_TOLERANCE_S = 0.3e-3
+PRECISE_REL_TOLERANCE = 0.03
 PROBE_IP_BYTES = 84  # ICMP echo with 56 bytes of data: 20 IP + 8 ICMP + 56, like ping(8)
 ETH_HLEN = 14  # what HTB counts on a veth on top of the IP packet
 
@@ -62,6 +72,22 @@ class DirectionRef:
     netem_dev: str | None
     configured: Shaping
     reverse: Shaping
+    line: LineCounts | None = None  # the native delay line's own counts (None: netem/none)
+    precise: bool = False  # host kernel, no software emulation: the tighter tolerances
+
+
+@dataclass(frozen=True, slots=True)
+class LineCounts:
+    """What the native delay line (testbed/delayline helper) saw of one direction over the
+    checked period: packets in, drops by its loss model, drops by the kernel (queue full or
+    netlink socket full: loss nobody configured), and its added delay (release - arrival)
+    p50/p99 in seconds over its lifetime (None: no packet)."""
+
+    in_packets: int
+    dropped_model: int
+    dropped_kernel: int
+    delay_p50_s: float | None
+    delay_p99_s: float | None
 
 
 def _rows(df: pd.DataFrame | None, node: str, ifname: str, **match: str) -> pd.DataFrame:
@@ -131,14 +157,20 @@ def loss_check(qdisc: pd.DataFrame | None, links: pd.DataFrame | None,
     Drops: the netem qdisc's drops (its loss model; its limit is sized never to overflow) plus
     the sending veth's tx_dropped (a full per-CPU backlog: loss nobody configured). Packets
     offered: netem's packets + drops where there is a delay line, else the veth's tx_packets
-    + tx_dropped. ``ok``: no drop at all for a configured 0%, else the configured mean inside
+    + tx_dropped. A native line (``ref.line``) counts instead of netem: its loss-model and
+    kernel drops, its packets in plus the kernel's drops. ``ok``: no drop at all for a
+    configured 0%, else the configured mean inside
     the 99.9% Wilson interval of the measured fraction (trials thinned by the mean burst
     length for Gilbert-Elliott loss). ``not_exercised`` when no packet was offered.
     """
     veth = _rows(links, ref.tx_node, ref.tx_dev)
     drops, offered = _delta(veth, "tx_dropped"), _delta(veth, "tx_packets")
     offered += drops
-    if ref.netem_dev is not None:
+    if ref.line is not None:  # the native line counts what it received and dropped
+        line_drops = ref.line.dropped_model + ref.line.dropped_kernel
+        drops += line_drops
+        offered = ref.line.in_packets + ref.line.dropped_kernel + _delta(veth, "tx_dropped")
+    elif ref.netem_dev is not None:
         netem = _rows(qdisc, ref.rx_node, ref.netem_dev, kind="netem")
         netem_drops = _delta(netem, "drops")
         drops += netem_drops
@@ -162,13 +194,37 @@ def expected_rtt_s(fwd: Shaping, rev: Shaping, probe_ip_bytes: int = PROBE_IP_BY
     return fwd.delay_s + rev.delay_s + ser
 
 
-def rtt_tolerance_s(fwd: Shaping, rev: Shaping) -> tuple[float, float]:
+def rtt_tolerance_s(fwd: Shaping, rev: Shaping, precise: bool = False) -> tuple[float, float]:
     """Accepted (low, high) of the measured minimum RTT in seconds: the expected RTT minus
     both jitters and :data:`RTT_ABS_TOLERANCE_S`, up to the expected RTT plus
-    :data:`RTT_ABS_TOLERANCE_S` and :data:`RTT_REL_TOLERANCE` of it."""
+    :data:`RTT_ABS_TOLERANCE_S` and :data:`RTT_REL_TOLERANCE` of it. ``precise`` (a host
+    kernel): the expected RTT minus both jitters and :func:`precise_tolerance_s`, up to plus
+    that tolerance."""
     want = expected_rtt_s(fwd, rev)
+    if precise:
+        tol = precise_tolerance_s(want)
+        return max(0.0, want - fwd.jitter_s - rev.jitter_s - tol), want + tol
     low = want - fwd.jitter_s - rev.jitter_s - RTT_ABS_TOLERANCE_S
     return max(0.0, low), want * (1 + RTT_REL_TOLERANCE) + RTT_ABS_TOLERANCE_S
+
+
+def precise_tolerance_s(want_s: float) -> float:
+    """max(:data:`PRECISE_ABS_TOLERANCE_S`, :data:`PRECISE_REL_TOLERANCE` x ``want_s``)."""
+    return max(PRECISE_ABS_TOLERANCE_S, PRECISE_REL_TOLERANCE * want_s)
+
+
+def delay_check(ref: DirectionRef) -> tuple[float | None, str]:
+    """The native line's median added delay (seconds) against the configured one-way delay:
+    ``ok`` within the configured jitter plus :func:`precise_tolerance_s` (``precise``) or
+    :data:`RTT_ABS_TOLERANCE_S` + :data:`RTT_REL_TOLERANCE`; ``not_exercised`` without a
+    native line or without packets through it."""
+    if ref.line is None or ref.line.delay_p50_s is None:
+        return None, "not_exercised"
+    want = ref.configured.delay_s
+    tol = precise_tolerance_s(want) if ref.precise else \
+        RTT_ABS_TOLERANCE_S + RTT_REL_TOLERANCE * want
+    got = ref.line.delay_p50_s
+    return got, "ok" if abs(got - want) <= tol + ref.configured.jitter_s else "off"
 
 
 def rtt_check(rtt_s: float | None, ref: DirectionRef) -> str:
@@ -176,5 +232,5 @@ def rtt_check(rtt_s: float | None, ref: DirectionRef) -> str:
     ``off`` outside, ``not_exercised`` when it was not probed (an end without address)."""
     if rtt_s is None:
         return "not_exercised"
-    low, high = rtt_tolerance_s(ref.configured, ref.reverse)
+    low, high = rtt_tolerance_s(ref.configured, ref.reverse, ref.precise)
     return "ok" if low <= rtt_s <= high else "off"

@@ -11,6 +11,7 @@ import pandas as pd
 from analysis.fidelity.checks import (
     DirectionRef,
     configured_loss_pct,
+    delay_check,
     expected_rtt_s,
     loss_check,
     rate_check,
@@ -72,14 +73,24 @@ def direction_entry(ref: DirectionRef, qdisc: pd.DataFrame | None, links: pd.Dat
     (no check ``off``). ``rtt_s``: the probed minimum RTT of the link (None: not probed)."""
     rate, rate_status = rate_check(qdisc, ref)
     loss, loss_status = loss_check(qdisc, links, ref)
+    delay, delay_status = delay_check(ref)
     checks = {"rate": rate_status, "rtt": rtt_check(rtt_s, ref), "loss": loss_status}
+    if ref.line is not None:
+        checks["delay"] = delay_status
     s = ref.configured
     return {"link": ref.link, "node": ref.tx_node, "ifname": ref.tx_dev,
             "direction": ref.direction,
             "configured": {"rate_bps": s.rate_bps, "delay_s": s.delay_s,
                            "loss_pct": configured_loss_pct(s)},
             "measured": {"rate_bps": None if rate is None else round(rate),
-                         "rtt_s": rtt_s, "loss_pct": loss},
+                         "rtt_s": rtt_s, "loss_pct": loss,
+                         **({} if ref.line is None else {
+                             "line_delay_p50_s": delay, "line_delay_p99_s": ref.line.delay_p99_s,
+                             "line_in_packets": ref.line.in_packets,
+                             "line_dropped_model": ref.line.dropped_model,
+                             "line_dropped_kernel": ref.line.dropped_kernel})},
+            "delay_line": "native" if ref.line is not None else
+            ("netem" if ref.netem_dev is not None else None),
             "checks": checks, "ok": "off" not in checks.values()}
 
 
@@ -93,6 +104,10 @@ def _reasons(entry: Mapping[str, Any], ref: DirectionRef) -> list[str]:
     if checks["rtt"] == "off":
         out.append(f"{where}: RTT {got['rtt_s'] * 1e3:.3f} ms measured, "
                    f"{expected_rtt_s(ref.configured, ref.reverse) * 1e3:.3f} ms expected")
+    if checks.get("delay") == "off":
+        out.append(f"{where}: the native delay line's median added delay "
+                   f"{got['line_delay_p50_s'] * 1e3:.3f} ms, {ref.configured.delay_s * 1e3:.3f} ms "
+                   "configured")
     if checks["loss"] == "off":
         out.append(f"{where}: loss {got['loss_pct']:.4g}% measured, "
                    f"{want['loss_pct']:.4g}% configured")

@@ -13,6 +13,7 @@ the rate (which needs samples while a queue was backlogged) where samples exist.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ import pandas as pd
 from aitb.plan import LabPlan
 from analysis.fidelity import (
     DirectionRef,
+    LineCounts,
     cpu_summary,
     expected_rtt_s,
     fidelity_report,
@@ -30,8 +32,10 @@ from analysis.fidelity import (
     traffic_windows,
 )
 from orchestration.run.rundir import write_json_atomic
+from testbed.capabilities import in_vm
 from testbed.countersnap import LINK_COLUMNS, QDISC_COLUMNS, snapshot
 from testbed.cpuload import CpuSampler
+from testbed.delay_backends import native
 from testbed.lab import Lab
 from testbed.layout import DIRECTIONS, Layout
 from testbed.rttprobe import EchoProbe, probe_rtts
@@ -40,6 +44,7 @@ __all__ = ["FidelityMonitor", "direction_refs", "echo_probes", "PROBE_COUNT"]
 
 PROBE_COUNT = 5  # echoes per link after the warm-up; the minimum is kept
 _ARROW = {"a_to_b": "a->b", "b_to_a": "b->a"}
+_DIRECTION = {v: k for k, v in _ARROW.items()}
 
 
 def direction_refs(plan: LabPlan, layout: Layout) -> list[DirectionRef]:
@@ -93,6 +98,8 @@ class FidelityMonitor:
         self.link_rows: list[dict[str, Any]] = []
         self.cpu = CpuSampler()
         self.cpu_samples: list[tuple[float, float]] = []
+        self.lines_before: dict[str, dict[str, Any]] = {}
+        self.lines_after: dict[str, dict[str, Any]] = {}
 
     def _snap(self) -> None:
         q, ln = snapshot(self.lab)
@@ -103,6 +110,7 @@ class FidelityMonitor:
         """Snapshot the counters, probe every link's RTT (all at once), start the CPU
         sampler. Raises LabError naming node and interface if a probe socket fails."""
         self._snap()
+        self.lines_before = native.stats(self.lab)
         probes = echo_probes(self.plan)
         if probes:
             worst = max(expected_rtt_s(lk.a_to_b, lk.b_to_a) for lk in self.plan.links)
@@ -112,9 +120,13 @@ class FidelityMonitor:
         return self
 
     def after(self) -> None:
-        """Stop the CPU sampler and snapshot the counters (the lab must still be up)."""
+        """Stop the CPU sampler and snapshot the counters (the lab must still be up),
+        the native delay lines' ones too. Raises LabError naming link and direction when a
+        native line's helper died (its direction dropped everything since)."""
         self.cpu_samples = self.cpu.stop()
         self._snap()
+        self.lines_after = native.stats(self.lab)
+        native.check_alive(self.lab)
 
     def report(self, run_dir: Path) -> dict[str, Any]:
         """The fidelity.json document (contract 3) of this run; CPU samples count while
@@ -124,10 +136,50 @@ class FidelityMonitor:
         links = _frame(self.link_rows, LINK_COLUMNS, counters / "links.parquet")
         windows = traffic_windows(_records(run_dir / "timeline.jsonl"))
         busy = samples_in_windows(self.cpu_samples, self.cpu.interval_s, windows)
-        return fidelity_report(self.refs, qdisc, links, self.rtts, cpu_summary(busy))
+        precise = in_vm() is None  # a host kernel, not software emulation
+        refs = [dataclasses.replace(r, precise=precise, line=line_counts(
+            self.lines_before, self.lines_after, r)) for r in self.refs]
+        doc = fidelity_report(refs, qdisc, links, self.rtts, cpu_summary(busy))
+        doc["delay_line_helpers"] = helper_cpu(self.lines_after)
+        return doc
 
     def write(self, run_dir: Path) -> dict[str, Any]:
-        """Write ``run_dir/fidelity.json`` atomically and return it."""
+        """Write ``run_dir/fidelity.json`` atomically and return it; with native delay
+        lines also ``run_dir/counters/delayline.json`` (their counters when the workloads
+        ended: per ``"<link>/<direction>"``, see :func:`testbed.delay_backends.native.stats`)."""
         doc = self.report(run_dir)
         write_json_atomic(run_dir / "fidelity.json", doc)
+        if self.lines_after:
+            write_json_atomic(run_dir / "counters" / "delayline.json",
+                              {"before": self.lines_before, "after": self.lines_after})
         return doc
+
+
+def _queue(stats: dict[str, dict[str, Any]], key: str) -> dict[str, Any]:
+    rec = stats.get(key) or {}
+    return rec.get("queue") or {}
+
+
+def line_counts(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]],
+                ref: DirectionRef) -> LineCounts | None:
+    """The native line's counts of ``ref``'s direction between the two snapshots
+    (:func:`testbed.delay_backends.native.stats`); None when the direction has no native
+    line. Delay percentiles cover the helper's lifetime (histograms do not subtract)."""
+    key = f"{ref.link}/{_DIRECTION[ref.direction]}"
+    if key not in after:
+        return None
+    a, b = _queue(after, key), _queue(before, key)
+
+    def diff(*cols: str) -> int:
+        return sum(max(0, int(a.get(c, 0))) - max(0, int(b.get(c, 0))) for c in cols)
+    hist = a.get("added_delay") or {}
+    n = int(hist.get("n", 0))
+    return LineCounts(diff("in_packets"), diff("dropped_loss", "dropped_ge"),
+                      diff("kernel_queue_dropped", "kernel_user_dropped"),
+                      hist["p50_us"] / 1e6 if n else None, hist["p99_us"] / 1e6 if n else None)
+
+
+def helper_cpu(after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """node -> the native delay-line helper's pid, CPU seconds and uptime (seconds)."""
+    return {r["node"]: {"pid": r["pid"], "cpu_s": r["helper_cpu_s"],
+                        "uptime_s": r["helper_uptime_s"]} for r in after.values()}

@@ -252,6 +252,7 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
                 part.relative_to(run_dir)), "ok": res.ok, "skew": dict(res.skew),
                 "failures": [f.to_dict() for f in res.failures], "group": group})
         write_json_atomic(run_dir / "manifest.json", manifest)
+        lab.check_delay_lines()  # a dead native line fails the run, naming link and direction
         failed = [i for i in group if not results[i].ok]
         if failed:
             raise AitbError("; ".join(
@@ -325,6 +326,9 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
         with make_lab(prep.plan, backend, run_id=lab_id) as lab:
             manifest["lab_timings_s"] = dict(lab.timings)
+            # which delay line each direction got (auto resolved at bring-up), also in plan.json
+            manifest["delay_lines"] = lab.delay_lines()
+            write_json_atomic(run_dir / "plan.json", plan_to_dict(lab.plan))
             if lab.ovs_datapaths:  # switch -> system/netdev, read back at bring-up
                 manifest["ovs_datapaths"] = dict(lab.ovs_datapaths)
             monitor = FidelityMonitor(prep.plan, lab, progress).before()

@@ -147,7 +147,7 @@ def test_report_untrustworthy_with_reasons():
     assert any("rate 50.000 Mbit/s" in x for x in doc["reasons"])
     assert any("CPU saturated" in x for x in doc["reasons"])
     assert set(entry) == {"link", "node", "ifname", "direction", "configured", "measured",
-                          "checks", "ok"}
+                          "delay_line", "checks", "ok"}
     assert not math.isnan(entry["measured"]["rate_bps"])
 
 
@@ -171,3 +171,39 @@ def test_cpu_counts_only_while_workloads_ran():
                (20.5, 100.0)]
     assert samples_in_windows(samples, 0.1, windows) == [40.0, 50.0, 60.0]
     assert len(samples_in_windows(samples, 0.1, [])) == 6
+
+
+def _native(shaping, line, precise=True):
+    from analysis.fidelity import LineCounts
+    return DirectionRef("a-b", "a->b", "a", "eth0", "b", "eth0", None, shaping, Shaping(),
+                        LineCounts(*line), precise)
+
+
+def test_on_a_host_kernel_the_rtt_tolerance_is_max_of_0_3_ms_and_3_percent():
+    from analysis.fidelity import rtt_tolerance_s
+    fwd = rev = Shaping(delay_s=0.010)  # 20 ms RTT: 3% = 0.6 ms
+    assert rtt_tolerance_s(fwd, rev, precise=True) == pytest.approx((0.0194, 0.0206))
+    small = Shaping(delay_s=0.001)  # 2 ms RTT: 3% = 0.06 ms < 0.3 ms
+    assert rtt_tolerance_s(small, small, precise=True) == pytest.approx((0.0017, 0.0023))
+    # 21 ms measured for 20 ms: inside the TCG tolerance (2 ms + 10%), off on a host kernel
+    r = _native(fwd, (0, 0, 0, None, None))
+    assert rtt_check(0.021, r) == "off"
+    assert rtt_check(0.021, ref(fwd, rev)) == "ok"
+
+
+def test_the_native_lines_median_delay_is_checked_against_the_configured_one():
+    from analysis.fidelity import delay_check
+    s = Shaping(delay_s=0.010)
+    assert delay_check(_native(s, (100, 0, 0, 0.01002, 0.0101))) == (0.01002, "ok")
+    assert delay_check(_native(s, (100, 0, 0, 0.0112, 0.012)))[1] == "off"  # +1.2 ms > 0.3
+    assert delay_check(_native(s, (0, 0, 0, None, None))) == (None, "not_exercised")
+    assert delay_check(ref(s)) == (None, "not_exercised")  # netem: no such counts
+
+
+def test_loss_on_a_native_line_counts_its_model_and_kernel_drops():
+    s = Shaping(delay_s=0.01, loss_pct=10.0)
+    assert loss_check(None, None, _native(s, (10000, 1000, 0, 0.01, 0.01))) == (10.0, "ok")
+    # queue overflow in the kernel is loss nobody configured
+    clean = Shaping(delay_s=0.01)
+    got, status = loss_check(None, None, _native(clean, (990, 0, 10, 0.01, 0.01)))
+    assert status == "off" and got == pytest.approx(1.0)

@@ -83,6 +83,7 @@ def run(
                         "drop --no-vm to run it in the stock-kernel VM", file=str(path))
     if not missing:  # the VM's kernel has its own list; checked there
         _check_congestion_control(prep, path)
+        _check_delay_lines(prep, path)
     _check_images(prep, path)
     if check:
         typer.echo(f"{path}: ok ({len(prep.plan.nodes)} nodes, "
@@ -130,6 +131,18 @@ def _check_congestion_control(prep: Any, path: Path) -> None:
             f"congestion control {want!r} is not available in this kernel; available: "
             f"{', '.join(have)}", file=str(path),
             key_path=("transport", "tcp_congestion_control"))])
+
+
+def _check_delay_lines(prep: Any, path: Path) -> None:
+    """Refuse, before anything exists, what the delay line chosen for each link on this host
+    cannot do (native: duplicate, delay correlation, links between two OVS switches, lines
+    beyond its memory cap), naming link, direction and key."""
+    from testbed.delayline.choose import resolve_here
+    from testbed.delayline.labline import plan_problems
+
+    problems = plan_problems(resolve_here(prep.plan))
+    if problems:
+        raise SpecError([SpecIssue(p, file=str(path)) for p in problems])
 
 
 def _check_images(prep: Any, path: Path) -> None:
