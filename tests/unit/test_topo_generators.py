@@ -58,13 +58,13 @@ def test_single_switch():
 
 def test_unknown_generator_lists_valid_ones():
     with pytest.raises(SpecError) as info:
-        generate("fat_tree")
+        generate("fat_trie")
     assert all(name in str(info.value) for name in GENERATORS)
 
 
 @pytest.mark.parametrize("params,needle", [
     ({"spine": 2}, "unknown parameter 'spine'"), ({"spines": 0}, "greater than or equal"),
-    ({"dci_topology": "ring"}, "'mesh' or 'chain'"),
+    ({"dci_topology": "star"}, "'mesh', 'chain', 'ring' or 'hub'"),
 ])
 def test_bad_generator_parameters(params, needle):
     with pytest.raises(SpecError) as info:

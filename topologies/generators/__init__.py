@@ -12,10 +12,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from aitb.errors import SpecError, SpecIssue
+from topologies.generators._build import GeneratorParamError
+from topologies.generators.dragonfly import dragonfly
+from topologies.generators.edge_hierarchy import edge_hierarchy
 from topologies.generators.edge_star import edge_star
+from topologies.generators.fat_tree import fat_tree
+from topologies.generators.full_mesh import full_mesh
+from topologies.generators.hypercube import hypercube
 from topologies.generators.leaf_spine import leaf_spine
 from topologies.generators.multi_dc import multi_dc_leaf_spine
+from topologies.generators.rail_optimized import rail_optimized
+from topologies.generators.random_graph import random_graph
+from topologies.generators.ring import ring
 from topologies.generators.single_switch import single_switch
+from topologies.generators.torus import torus
 from topologies.spec import TopologySpec
 
 __all__ = ["GENERATORS", "build_spec", "expand"]
@@ -25,6 +35,15 @@ GENERATORS: Mapping[str, Callable[..., TopologySpec]] = MappingProxyType({
     "leaf_spine": leaf_spine,
     "edge_star": edge_star,
     "single_switch": single_switch,
+    "fat_tree": fat_tree,
+    "rail_optimized": rail_optimized,
+    "torus": torus,
+    "hypercube": hypercube,
+    "dragonfly": dragonfly,
+    "full_mesh": full_mesh,
+    "ring": ring,
+    "random_graph": random_graph,
+    "edge_hierarchy": edge_hierarchy,
 })
 
 
@@ -58,6 +77,10 @@ def build_spec(name: str, params: Mapping[str, Any], source: str = "<generator>"
         return gen(**params)
     except ValidationError as exc:
         raise SpecError(_param_issues(exc, name, source)) from None
+    except GeneratorParamError as exc:
+        raise SpecError(SpecIssue(f"generator {name!r}, parameter {exc.param!r}: {exc}",
+                                  file=source, key_path=("generator", "params", exc.param))
+                        ) from None
 
 
 def _merge_model(base: Any, over: Any) -> Any:

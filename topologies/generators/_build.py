@@ -31,3 +31,30 @@ class Builder:
         return TopologySpec(name=name, description=description, nodes=self.nodes,
                             links=self.links, profiles=profiles or {},
                             defaults=defaults or Defaults())
+
+
+class GeneratorParamError(ValueError):
+    """Parameters a generator cannot build: ``param`` names the parameter, the message says
+    what would be valid. :func:`topologies.generators.build_spec` turns it into one
+    :class:`SpecIssue` at ``generator.params.<param>`` naming the generator."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def add_routed_graph(b: Builder, routers: list[str], edges: list[tuple[str, str]],
+                     hosts_per_router: int = 1, fabric: str | None = None,
+                     host_link: str | None = None, ecmp_hash: str = "l4") -> None:
+    """Add ``routers`` (router nodes), one link per pair in ``edges`` (``fabric`` profile) and
+    ``hosts_per_router`` hosts ``<router>-h<k>`` behind each router (``host_link`` profile,
+    ``up`` = host -> router). Hosts do not forward, so direct-connect fabrics (torus,
+    hypercube, dragonfly...) are built as a router per position with its host(s) behind it;
+    routes are shortest paths with ECMP (topologies/routing.py)."""
+    for r in routers:
+        b.node(r, "router", ecmp_hash=ecmp_hash)
+    for r in routers:
+        for k in range(1, hosts_per_router + 1):
+            b.link(b.node(f"{r}-h{k}", "host"), r, profile=host_link)
+    for x, y in edges:
+        b.link(x, y, profile=fabric)

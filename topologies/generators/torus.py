@@ -1,0 +1,62 @@
+"""``torus``: a 2D or 3D torus (wrap-around links) or mesh (none) of routers, each with its
+host(s): the direct-connect fabric of TPU-style clusters, built with routers because aitb's
+hosts do not forward."""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Literal
+
+from pydantic import Field, validate_call
+
+from topologies.generators._build import Builder, GeneratorParamError, add_routed_graph
+from topologies.spec import TopologySpec
+
+__all__ = ["torus", "grid_edges"]
+
+
+Pos = tuple[int, ...]
+
+
+def grid_edges(dims: tuple[int, ...] | list[int], wrap: bool) -> list[tuple[Pos, Pos]]:
+    """Neighbour pairs of a ``dims`` grid (coordinates from 0), each once; with ``wrap`` also
+    the link from the last to the first position of every dimension longer than 2 (in a
+    dimension of 2 that link would duplicate the existing one)."""
+    out = []
+    for pos in product(*(range(n) for n in dims)):
+        for d, n in enumerate(dims):
+            if pos[d] + 1 < n or (wrap and n > 2):
+                nxt = list(pos)
+                nxt[d] = (pos[d] + 1) % n
+                out.append((pos, tuple(nxt)))
+    return out
+
+
+@validate_call
+def torus(dims: tuple[int, ...] = (4, 4), wrap: bool = True,
+          hosts_per_router: int = Field(default=1, ge=1, le=64), fabric: str | None = None,
+          host_link: str | None = None, ecmp_hash: Literal["l3", "l4"] = "l4",
+          name: str = "torus") -> TopologySpec:
+    """Routers ``t<x>-<y>[-<z>]`` (coordinates from 1) on a ``dims`` grid, each linked to its
+    neighbours in every dimension (``fabric``), with ``wrap`` the last position back to the
+    first (a torus; without: a mesh), and ``hosts_per_router`` hosts ``t<x>-<y>-h<k>``.
+
+    Raises :class:`GeneratorParamError` (``dims``) unless there are 2 or 3 dimensions, each of
+    2 to 64 positions.
+    """
+    if len(dims) not in (2, 3):
+        raise GeneratorParamError("dims", f"dims={dims} has {len(dims)} dimension(s); give 2 "
+                                          "or 3 (e.g. [4, 4] or [4, 4, 4]); for one use "
+                                          "generator 'ring'")
+    if any(not 2 <= n <= 64 for n in dims):
+        raise GeneratorParamError("dims", f"dims={dims}: every dimension needs 2 to 64 "
+                                          "positions (a dimension of 1 is no dimension)")
+    label = {pos: "t" + "-".join(str(c + 1) for c in pos)
+             for pos in product(*(range(n) for n in dims))}
+    b = Builder()
+    add_routed_graph(b, list(label.values()),
+                     [(label[x], label[y]) for x, y in grid_edges(dims, wrap)],
+                     hosts_per_router, fabric, host_link, ecmp_hash)
+    shape = "x".join(map(str, dims))
+    return b.spec(name, f"{shape} {'torus' if wrap else 'mesh'} of routers, "
+                        f"{hosts_per_router} host(s) each")
