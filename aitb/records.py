@@ -16,9 +16,18 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 __all__ = ["SCHEMA_VERSION", "TcpInfo", "UdpStats", "FlowRecord", "CollectiveRecord",
            "BurstRecord", "RankOpRecord", "FailureRecord", "busbw_factor", "percentile",
-           "RecordError", "skew_summary", "RoundRecord"]
+           "RecordError", "skew_summary", "RoundRecord", "SUMMARY_KEYS"]
 
 SCHEMA_VERSION = 1
+# The flat ``summary`` of a run's metrics.json, in order: what analysis.metrics.summary_of
+# writes (null when the run has no such data) and what a campaign's plots may show.
+SUMMARY_KEYS: tuple[str, ...] = (
+    "flows", "fct_s_p50", "fct_s_p95", "fct_s_p99", "fct_s_max", "slowdown_p50",
+    "slowdown_p99", "collectives", "cct_s_mean", "cct_s_p50", "cct_s_p99", "algbw_Bps_mean",
+    "busbw_Bps_mean", "iteration_time_s_mean", "retransmissions", "queue_drops",
+    "incast_loss_ratio", "goodput_bps", "jain_fairness", "straggler_spread_s_mean",
+    "straggler_inflation_mean", "rounds", "clients_dropped", "ttft_s_p50", "ttft_s_p99",
+    "dci_collective_time_s")
 T = TypeVar("T", bound="_Record")
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 __all__ = [
     "CollectiveKind", "COLLECTIVES", "Protocol", "Group", "Collective", "SendRecv", "Compute",
@@ -30,10 +30,7 @@ CollectiveKind = Literal[
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
     "gather", "scatter", "barrier",
 ]
-COLLECTIVES: tuple[str, ...] = (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-    "gather", "scatter", "barrier",
-)
+COLLECTIVES: tuple[str, ...] = get_args(CollectiveKind)  # the one list of collective ops
 Protocol = Literal["tcp", "udp"]
 
 

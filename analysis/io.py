@@ -1,37 +1,17 @@
-"""Atomic file writes for analysis outputs (a reader never sees half a file)."""
+"""JSON and Parquet outputs of the analysis, written atomically (:mod:`aitb.atomic`: a reader
+never sees half a file)."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["write_atomic", "write_text_atomic", "write_json_atomic", "write_parquet_atomic"]
+from aitb.atomic import write_atomic, write_text_atomic
 
-
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` for a temporary file beside ``path``, then ``os.replace`` it onto
-    ``path``: the file is either the old or the complete new content. The temporary file is
-    removed if ``write`` raises (the exception propagates)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
-    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+__all__ = ["write_json_atomic", "write_parquet_atomic"]
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

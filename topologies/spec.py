@@ -12,7 +12,6 @@ numbers when the spec is resolved (:mod:`topologies.shaping`).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,8 +24,8 @@ from pydantic import (
 )
 
 from aitb.shaping import AQMS, JITTER_DISTRIBUTIONS
+from aitb.unit_fields import described_unit
 from aitb.units import (
-    UnitError,
     parse_buffer,
     parse_duration_s,
     parse_pct,
@@ -46,31 +45,7 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 LAB_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 
 
-def _unit_checker(parse: Callable[[str], object]) -> Callable[[object], object]:
-    """A before-validator that runs a units parser and keeps the original string."""
-
-    def check(value: object) -> object:
-        if value is None:
-            return None
-        try:
-            parse(value)  # type: ignore[arg-type]
-        except UnitError as exc:
-            raise ValueError(str(exc)) from None
-        return value
-
-    return check
-
-
-def _unit(parse: Callable[[str], object], description: str, example: str,
-          required: bool = False) -> Any:
-    if required:
-        return Annotated[str, BeforeValidator(_unit_checker(parse)),
-                         Field(description=description, examples=[example])]
-    return Annotated[
-        str | None,
-        BeforeValidator(_unit_checker(parse)),
-        Field(default=None, description=description, examples=[example]),
-    ]
+_unit = described_unit
 
 
 Rate = _unit(parse_rate_bps, "Line rate, decimal bits per second (tc spelling).", "10Gbit")

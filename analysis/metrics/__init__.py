@@ -1,8 +1,8 @@
 """Metrics of one run: one module per family, each formula in one place with its source.
 
 :func:`compute_metrics` turns :class:`analysis.tables.RunTables` into the ``metrics.json``
-dict of contracts.md section 4; :data:`SUMMARY_KEYS` are its ``summary`` keys (null when the
-run has none of that).
+dict; :data:`~aitb.records.SUMMARY_KEYS` (the ground's, shared with campaign plots) are its
+``summary`` keys (null when the run has none of that).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from aitb.records import SUMMARY_KEYS
 from analysis.metrics.apps import app_metrics
 from analysis.metrics.collectives import cct_metrics
 from analysis.metrics.dci import dci_metrics
@@ -28,13 +29,6 @@ from analysis.tables import RunTables
 __all__ = ["SCHEMA_VERSION", "SUMMARY_KEYS", "compute_metrics", "summary_of", "jsonable"]
 
 SCHEMA_VERSION = 1
-SUMMARY_KEYS = (
-    "flows", "fct_s_p50", "fct_s_p95", "fct_s_p99", "fct_s_max", "slowdown_p50",
-    "slowdown_p99", "collectives", "cct_s_mean", "cct_s_p50", "cct_s_p99", "algbw_Bps_mean",
-    "busbw_Bps_mean", "iteration_time_s_mean", "retransmissions", "queue_drops",
-    "incast_loss_ratio", "goodput_bps", "jain_fairness", "straggler_spread_s_mean",
-    "straggler_inflation_mean", "rounds", "clients_dropped", "ttft_s_p50", "ttft_s_p99",
-    "dci_collective_time_s")
 
 
 def jsonable(value: Any) -> Any:
@@ -57,7 +51,7 @@ def _count(n: int) -> int | None:
 
 
 def summary_of(m: dict[str, Any]) -> dict[str, float | int | None]:
-    """The flat ``summary`` of a metrics dict (contracts.md section 4), in SUMMARY_KEYS order.
+    """The flat ``summary`` of a metrics dict in SUMMARY_KEYS order.
     ``retransmissions``: the records' TCP_INFO total, else the captures' count.
     ``goodput_bps``: the mean burst goodput at the receiver when the run has bursts
     (analysis.metrics.incast), else the mean per-flow goodput size_bytes * 8 / fct_s.

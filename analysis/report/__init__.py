@@ -10,7 +10,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from analysis.io import write_text_atomic
+from aitb.atomic import write_text_atomic
 from analysis.report import plots
 from analysis.tables import RunTables
 

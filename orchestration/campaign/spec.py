@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from aitb.errors import SpecError, SpecIssue
+from aitb.records import SUMMARY_KEYS
 from orchestration.run.experiment import NAME_PATTERN
 from topologies.issues import issues_from_validation, with_lines
 from topologies.loader import read_yaml
@@ -39,13 +40,6 @@ __all__ = ["CampaignSpec", "BaseRef", "PlotSpec", "SUMMARY_KEYS", "load_campaign
            "parse_campaign"]
 
 _Forbid = ConfigDict(extra="forbid")
-# the metrics.json ``summary`` keys (contracts.md section 4): what a plot can show
-SUMMARY_KEYS = ("flows", "fct_s_p50", "fct_s_p95", "fct_s_p99", "fct_s_max", "slowdown_p50",
-                "slowdown_p99", "collectives", "cct_s_mean", "cct_s_p50", "cct_s_p99",
-                "algbw_Bps_mean", "busbw_Bps_mean", "iteration_time_s_mean", "retransmissions",
-                "queue_drops", "incast_loss_ratio", "goodput_bps", "jain_fairness",
-                "straggler_spread_s_mean", "straggler_inflation_mean", "rounds",
-                "clients_dropped", "ttft_s_p50", "ttft_s_p99", "dci_collective_time_s")
 Values = Annotated[list[Any], Field(min_length=1)]
 
 

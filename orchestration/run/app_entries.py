@@ -26,7 +26,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from orchestration.run.quantities import Duration
+from aitb.unit_fields import Duration
 from orchestration.run.serving_entries import StartMode
 
 __all__ = ["AppEntry"]

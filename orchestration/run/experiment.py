@@ -54,9 +54,9 @@ from pydantic import (
 )
 
 from aitb.errors import SpecError, SpecIssue
+from aitb.unit_fields import Duration, Quantity, Size
 from aitb.units import parse_duration_s
 from orchestration.run.kinds import KIND_NAMES, WorkloadEntry
-from orchestration.run.quantities import Duration, Quantity, Size
 from topologies.issues import issues_from_validation, with_lines
 from topologies.loader import read_yaml
 

@@ -11,19 +11,17 @@ import os
 import platform
 import secrets
 import subprocess
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from aitb import __version__
+from aitb.atomic import write_text_atomic
 
-__all__ = ["finite", "new_run_id", "create_run_dir", "write_json_atomic", "write_text_atomic",
+__all__ = ["finite", "new_run_id", "create_run_dir", "write_json_atomic",
            "host_facts", "git_revision"]
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 
 
 def new_run_id() -> str:
@@ -41,22 +39,6 @@ def create_run_dir(results_dir: Path, experiment: str, run_id: str) -> Path:
     path = parent / run_id
     path.mkdir()
     return path
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and
-    os.replace, so the file is either the old or the complete new content."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, 0o666 & ~_UMASK)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def finite(value: Any) -> Any:

@@ -36,7 +36,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from orchestration.run.quantities import Duration, Rate, Size
+from aitb.unit_fields import Duration, Rate, Size
 
 __all__ = ["StartMode", "InferenceEntry", "BackgroundEntry", "ArrivalsSpec", "TraceRequest",
            "BootstrapSpec"]

@@ -9,6 +9,7 @@ from pydantic import PositiveInt, model_validator
 
 from aitb.plan import LabPlan
 from aitb.schedule import COLLECTIVES, Collective, Compute, Group, Op, Schedule
+from aitb.unit_fields import Duration, Size
 from aitb.units import parse_duration_s, parse_size_bytes
 from orchestration.run.kinds.common import (
     BuiltWorkload,
@@ -19,7 +20,6 @@ from orchestration.run.kinds.common import (
     placement_of,
     world_hosts,
 )
-from orchestration.run.quantities import Duration, Size
 from traffic_gen.algorithms import REGISTRY
 
 __all__ = ["KINDS", "Entry", "CollectiveEntry", "build"]

@@ -10,6 +10,7 @@ from pydantic import PositiveInt
 
 from aitb.plan import LabPlan
 from aitb.schedule import Schedule
+from aitb.unit_fields import Duration, Rate, Size
 from aitb.units import parse_duration_s, parse_rate_bps, parse_size_bytes
 from orchestration.run.kinds.common import (
     BuiltWorkload,
@@ -20,7 +21,6 @@ from orchestration.run.kinds.common import (
     placement_of,
     world_hosts,
 )
-from orchestration.run.quantities import Duration, Rate, Size
 from workloads import patterns
 
 __all__ = ["KINDS", "Entry", "PatternEntry", "build"]
