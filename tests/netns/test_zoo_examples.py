@@ -53,3 +53,45 @@ def test_zoo_example_deploys_and_every_host_answers(labs, name):
         router, route = _ecmp_router(plan)
         want = sorted(str(h.via) for h in route.nexthops)
         assert _kernel_gateways(lab, router.name, route.dst) == want
+
+
+MAP = """<?xml version="1.0" encoding="utf-8"?>
+<graphml xmlns="http://graphml.graphdrawing.org/xmlns">
+  <key attr.name="LinkSpeedRaw" attr.type="double" for="edge" id="s" />
+  <key attr.name="label" attr.type="string" for="node" id="l" />
+  <key attr.name="Longitude" attr.type="double" for="node" id="x" />
+  <key attr.name="Latitude" attr.type="double" for="node" id="y" />
+  <graph edgedefault="undirected">
+    <node id="0"><data key="l">Amsterdam</data>
+      <data key="y">52.37</data><data key="x">4.89</data></node>
+    <node id="1"><data key="l">Brussels</data>
+      <data key="y">50.85</data><data key="x">4.35</data></node>
+    <node id="2"><data key="l">Paris</data>
+      <data key="y">48.86</data><data key="x">2.35</data></node>
+    <node id="3"><data key="l">Nowhere</data></node>
+    <edge source="0" target="1"><data key="s">1000000000.0</data></edge>
+    <edge source="0" target="1" />
+    <edge source="1" target="2" />
+    <edge source="2" target="0" />
+    <edge source="2" target="3" />
+  </graph>
+</graphml>
+"""
+
+
+def test_imported_wan_map_with_a_dc_deploys_and_every_host_answers(labs, tmp_path):
+    from topologies.wan import Attachment, WanOptions, import_wan
+
+    path = tmp_path / "eu.graphml"
+    path.write_text(MAP)
+    plan = import_wan(path, WanOptions(delays=False, attach=(
+        Attachment("Paris", "fat_tree", {"k": 2}),))).plan  # no delay: no delay line needed
+    hosts = [h.name for h in plan.hosts()]
+    targets = " ".join(str(plan.address_of(h)) for h in hosts[1:])
+    script = (f"for a in {targets}; do ping -c 1 -W 2 -q $a >/dev/null || "
+              "{ echo $a; exit 1; }; done")
+    with labs(plan) as lab:
+        lab.run(hosts[0], ["sh", "-c", script], timeout_s=300)
+        router, route = _ecmp_router(plan)  # the parallel Amsterdam-Brussels links
+        want = sorted(str(h.via) for h in route.nexthops)
+        assert len(want) >= 2 and _kernel_gateways(lab, router.name, route.dst) == want

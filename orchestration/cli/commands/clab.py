@@ -56,10 +56,36 @@ def import_cmd(
     kind: Annotated[list[str] | None, typer.Option(
         "--kind", help="NODE=host|router|switch: override the mapping of one node "
         "(repeatable).")] = None,
+    stretch: Annotated[float, typer.Option(
+        "--stretch", help="Maps: route-stretch factor on great-circle delays (>= 1).")] = 1.0,
+    no_delay: Annotated[bool, typer.Option(
+        "--no-delay", help="Maps: leave link delays out.")] = False,
+    default_rate: Annotated[str, typer.Option(
+        "--default-rate", help="Maps: rate of links without LinkSpeedRaw.")] = "10Gbit",
+    missing_delay_us: Annotated[float | None, typer.Option(
+        "--missing-delay-us", help="Maps: delay of links at PoPs without coordinates "
+        "(default: none).")] = None,
+    hosts_per_pop: Annotated[int, typer.Option(
+        "--hosts-per-pop", min=0, help="Maps: hosts behind every PoP router.")] = 1,
+    attach: Annotated[list[str] | None, typer.Option(
+        "--attach", help="Maps: POP=GENERATOR[:{k: 4}] builds a DC or edge sites at a PoP "
+        "(repeatable).")] = None,
 ) -> None:
-    """Import a containerlab topology as an aitb topology; kinds aitb cannot run become
-    hosts, routers or switches with a warning. Exit 2 with every reason when it cannot."""
+    """Import a containerlab topology, or an Internet Topology Zoo map (.graphml, .gml), as
+    an aitb topology. containerlab kinds aitb cannot run become hosts, routers or switches
+    with a warning; a map's PoPs become routers with hosts, its links get great-circle
+    delays and the map's rates. Exit 2 with every reason when it cannot."""
     from orchestration.cli.commands.outputs import write_output_file
+    from orchestration.cli.commands.wan import MAP_SUFFIXES, import_map, parse_attach
+    from topologies.wan import WanOptions
+
+    if file.suffix.lower() in MAP_SUFFIXES:
+        if drop_external or kind:
+            raise SpecError("--drop-external and --kind apply to containerlab files only")
+        return import_map(file, out, WanOptions(
+            stretch=stretch, delays=not no_delay, missing_delay_us=missing_delay_us,
+            default_rate=default_rate, hosts_per_pop=hosts_per_pop,
+            attach=tuple(parse_attach(a) for a in attach or [])))
     from topologies.clab import import_clab
     from topologies.clab.yamlout import to_yaml
 
