@@ -48,12 +48,20 @@ if TYPE_CHECKING:
     from testbed.tcobjects import DirectionRecipe, TcObject
 
 __all__ = ["NAME", "CAPABILITIES", "ingress", "apply", "verify", "teardown", "stats",
-           "check_alive", "check_plan", "check_change", "update", "detach", "NICE",
-           "STATS_INTERVAL_MS"]
+           "check_alive", "check_plan", "check_change", "update", "detach", "NICE", "RT_PRIO",
+           "SPIN_US", "STATS_INTERVAL_MS"]
 
 NAME = "native"
 CAPABILITIES: tuple[str, ...] = ()  # iptables NFQUEUE + the helper: testbed.delayline.choose
-NICE = -10  # ahead of traffic generators at nice 0 (releases were ms late otherwise), no core
+# SCHED_FIFO: on a loaded 2-core box (load average 16 while tests ran) a helper at nice -10
+# still released packets 10-40 ms late; at a real-time priority it preempts the traffic
+# generators the moment a release is due. It spins only SPIN_US before a release (the
+# helper's default is 150 us): at a real-time priority a longer spin would take a core from
+# everything else while packets are held. The kernel's RT throttling
+# (sched_rt_runtime_us, 95% by default) still bounds it.
+RT_PRIO = 10
+SPIN_US = 20.0
+NICE = 0
 STATS_INTERVAL_MS = 1000
 STOP_GRACE_S = 5.0
 _BRIDGE_NF_ON = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
@@ -134,7 +142,7 @@ def _start_helper(lab: Lab, h: _Helper) -> None:
     h.params_path.write_text(params_file_text(h.queues))
     argv = helper_argv(str(helper_path()), os.getpid(), h.queues, str(h.stats_path),
                        f"/proc/self/fd/{fd}", STATS_INTERVAL_MS, str(h.params_path),
-                       nice=NICE)
+                       spin_us=SPIN_US, rt_prio=RT_PRIO, nice=NICE)
     with open(h.stderr_path, "wb") as err:  # from this (the lab's) thread: see module doc
         h.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=err, pass_fds=(fd,))

@@ -34,6 +34,7 @@
  * Duplicate is refused: a verdict can accept or drop a queued packet but not emit a second copy.
  */
 #define _GNU_SOURCE
+#include <endian.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <fcntl.h>
@@ -447,6 +448,22 @@ static double draw_jitter(queue_t *q) {
 }
 
 static uint64_t now_cached;
+static int64_t rt_minus_mono; /* CLOCK_REALTIME - CLOCK_MONOTONIC when now_cached was read */
+/* arrival = the kernel's receive timestamp (skb->tstamp, set when the packet entered the
+   namespace's stack, CLOCK_REALTIME in microseconds) where there is one, else the time this
+   process read the packet: the wake-up of this process (a cross-CPU wake-up costs 0.1-0.2 ms
+   in a VM) then no longer adds to the delay. A stamp in the future or older than 1 s
+   (clock steps) is not trusted. */
+static uint64_t arrival_of(struct nlattr *ts) {
+    if (!ts || mnl_attr_get_payload_len(ts) < sizeof(struct nfqnl_msg_packet_timestamp))
+        return now_cached;
+    struct nfqnl_msg_packet_timestamp *t = mnl_attr_get_payload(ts);
+    int64_t rt = (int64_t)be64toh(t->sec) * 1000000000LL + (int64_t)be64toh(t->usec) * 1000LL;
+    int64_t mono_ns = rt - rt_minus_mono;
+    if (mono_ns <= 0 || (uint64_t)mono_ns > now_cached || now_cached - (uint64_t)mono_ns > 1000000000ULL)
+        return now_cached;
+    return (uint64_t)mono_ns;
+}
 static int on_packet(const struct nlmsghdr *nlh, void *data) {
     (void)data;
     struct nlattr *attr[NFQA_MAX + 1] = {0};
@@ -458,7 +475,7 @@ static int on_packet(const struct nlmsghdr *nlh, void *data) {
     struct nfqnl_msg_packet_hdr *ph = mnl_attr_get_payload(attr[NFQA_PACKET_HDR]);
     pkt_t p = {0};
     p.id = ntohl(ph->packet_id);
-    p.arrival = now_cached;
+    p.arrival = arrival_of(attr[NFQA_TIMESTAMP]);
     p.seq = q->seq++;
     p.caplen = attr[NFQA_PAYLOAD] ? mnl_attr_get_payload_len(attr[NFQA_PAYLOAD]) : 0;
     p.len = attr[NFQA_CAP_LEN] ? ntohl(mnl_attr_get_u32(attr[NFQA_CAP_LEN])) : p.caplen;
@@ -554,6 +571,7 @@ static int recv_some(int fd, int max) {
             die(-1, "recvmmsg(nfqueue socket)", NULL);
         }
         now_cached = mono();
+        rt_minus_mono = realt() - (int64_t)now_cached;
         for (int i = 0; i < r; i++)
             if (mnl_cb_run2(rbufs[i], mm[i].msg_len, 0, portid, on_packet, NULL, ctl, NLMSG_MIN_TYPE) < 0)
                 if (errno != ENOENT && errno != EINVAL) send_errors++;
@@ -746,6 +764,12 @@ int main(int argc, char **argv) {
     if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &rcv, sizeof rcv) < 0) die(-1, "setsockopt(SO_SNDBUFFORCE)", NULL);
     if (setsockopt(fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &one, sizeof one) < 0) die(-1, "setsockopt(NETLINK_NO_ENOBUFS)", NULL);
     for (int i = 0; i < nq; i++) config_queue(&Q[i], true);
+    /* a socket asking for receive timestamps turns the kernel's packet timestamping on
+       (net_enable_timestamp: every skb gets tstamp at netif_rx/receive), which NFQUEUE then
+       reports as NFQA_TIMESTAMP; it carries no traffic */
+    int tsock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (tsock < 0 || setsockopt(tsock, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) < 0)
+        die(-1, "socket/setsockopt(SO_TIMESTAMPNS)", NULL);
 
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) die(-1, "epoll_create1", NULL);

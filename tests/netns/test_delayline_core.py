@@ -278,6 +278,35 @@ def test_a_bad_params_file_on_sighup_keeps_the_old_parameters(pair, helpers, tmp
     assert h.stats().queues[1].delay_us == 20000
 
 
+@pytest.mark.netns
+@needs_root
+def test_delay_counts_from_the_kernels_arrival_not_from_the_helpers_wake_up(pair, helpers,
+                                                                            tmp_path):
+    h = delay_in(pair, pair.b, QueueParams(1, delay_s=0.300), tmp_path, helpers)
+    ping(pair, 1, wait=2)  # ARP and a first echo
+    os.kill(h.pid, signal.SIGSTOP)  # the helper sleeps while the request arrives...
+    proc = subprocess.Popen(["ip", "netns", "exec", pair.a, "ping", "-U", "-n", "-c", "1",
+                             "-W", "3", ADDR_B], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 5  # bound only
+    while "1" not in _queued(pair.b):  # ...and waits in the kernel's queue
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    time.sleep(0.200)
+    os.kill(h.pid, signal.SIGCONT)
+    out, _ = proc.communicate(timeout=10)
+    rtt = float(re.search(r"time=([\d.]+) ms", out).group(1))
+    # released at kernel arrival + 300 ms, not at the helper's late read + 300 ms (>= 500 ms);
+    # the 150 ms between covers scheduling on a loaded box without blurring the two
+    assert 300 <= rtt < 450
+
+
+def _queued(ns: str) -> str:
+    """Packets waiting in the kernel's NFQUEUE queues of ``ns`` (field 3 of
+    /proc/net/netfilter/nfnetlink_queue, per queue), as text."""
+    text = sh(ns, "cat", "/proc/net/netfilter/nfnetlink_queue").stdout
+    return " ".join(line.split()[2] for line in text.splitlines() if line.split())
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
