@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any
 
+from aitb.fanout import fan_out
 from traffic_gen.datapath import Abort, Shared
 from traffic_gen.endpoints import Endpoints
 from traffic_gen.kick import KickClient
@@ -101,13 +102,8 @@ class Agent:
     def _run_phase(self, phase: int, t0: float) -> None:
         assert self.shared is not None and self.eps is not None
         self.shared.phase_t0[phase] = t0  # a gather's deadline counts from its round start
-        threads = [threading.Thread(target=self._rank_thread, args=(int(r), prog[phase], t0),
-                                    daemon=True)
-                   for r, prog in self.setup["ranks"].items() if prog[phase]]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        fan_out(lambda rp: self._rank_thread(int(rp[0]), rp[1][phase], t0),
+                [(r, prog) for r, prog in self.setup["ranks"].items() if prog[phase]])
         if self.shared.aborted.is_set():
             return
         # stay quiet while other agents may still be starting their burst (few cores)

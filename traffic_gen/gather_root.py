@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from aitb.fanout import FanOut, fan_out
 from traffic_gen.datapath import Abort, Shared
 from traffic_gen.gather import (
     ACCEPTED,
@@ -46,7 +47,6 @@ class _Round:
         self.finished: list[int] = []
         self.dropped: dict[int, str] = {}
         self.bytes_down, self.bytes_up = op.get("down_before", 0), 0
-        self.errors: list[BaseException] = []
 
     def resolved(self) -> bool:
         return len(self.finished) + len(self.dropped) == len(self.op["srcs"])
@@ -128,13 +128,11 @@ def run_root(node: str, op: dict[str, Any], eps: Any, shared: Shared,
     def serve(src: int) -> None:
         try:
             _serve(src, node, rnd, eps, shared, emit)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the root below
-            rnd.errors.append(exc)
+        except BaseException:
             rnd.drop(src)
+            raise  # by serving.join() below
 
-    threads = [threading.Thread(target=serve, args=(src,), daemon=True) for src in op["srcs"]]
-    for t in threads:
-        t.start()
+    serving = FanOut(serve, op["srcs"])
     with rnd.lock:
         while not (rnd.resolved() or len(rnd.finished) >= rnd.quorum
                    or time.time() >= rnd.deadline_at):
@@ -144,10 +142,7 @@ def run_root(node: str, op: dict[str, Any], eps: Any, shared: Shared,
         t_end = time.time()
         rnd.cut.set()
     eps.inbox.close(op["it"], op["op"])
-    for t in threads:
-        t.join()
-    if rnd.errors:
-        raise rnd.errors[0]
+    serving.join()
     emit(_round_half(node, op, rnd, t_end))
 
 
@@ -170,26 +165,15 @@ def run_gathers(rank: int, node: str, ops: list[dict[str, Any]], t0: float, eps:
     node is root of its own gather and source of its peers'); one rank_op record each.
     Raises Abort if the run is aborted; any other error of a role is re-raised."""
     wait_phase(t0, shared)
-    errors: list[BaseException] = []
 
     def one(op: dict[str, Any]) -> None:
         ts = time.time()
-        try:
-            if op["role"] == "root":
-                run_root(node, op, eps, shared, emit)
-            else:
-                run_src(rank, node, op, eps, shared, emit)
-        except BaseException as exc:  # noqa: BLE001 - handed to the rank's thread below
-            errors.append(exc)
-            return
+        if op["role"] == "root":
+            run_root(node, op, eps, shared, emit)
+        else:
+            run_src(rank, node, op, eps, shared, emit)
         emit({"half": "rank_op", "rank": rank, "node": node, "iteration": op["it"],
               "op_index": op["op"], "kind": "gather", "label": op["label"], "t_start": ts,
               "t_end": time.time(), "slowdown": op.get("slowdown", 1.0)})
 
-    threads = [threading.Thread(target=one, args=(op,), daemon=True) for op in ops]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise next((e for e in errors if not isinstance(e, Abort)), errors[0])
+    fan_out(one, ops, prefer=lambda e: not isinstance(e, Abort))

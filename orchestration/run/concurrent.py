@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from aitb.fanout import fan_out
 from traffic_gen.launch import LabLauncher
 
 __all__ = ["start_groups", "SerialLauncher", "run_group", "START_LOCK"]
@@ -52,22 +53,5 @@ def run_group(group: Sequence[int], replay_one: Callable[[int], R]) -> dict[int,
     """``replay_one(i)`` for every index of ``group``, concurrently (one thread each; a
     single index runs in the caller's thread). Waits for all; re-raises the first exception
     any of them raised."""
-    results: dict[int, R] = {}
-    if len(group) == 1:
-        results[group[0]] = replay_one(group[0])
-        return results
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            results[i] = replay_one(i)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
-            errors.append(exc)
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in group]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
+    return dict(zip(group, fan_out(replay_one, list(group), inline_single=True),
+                    strict=True))
