@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from traffic_gen.algorithms import alltoall, halving_doubling, hierarchical, ring, rooted, trees
+from traffic_gen.algorithms import (
+    alltoall,
+    halving_doubling,
+    hierarchical,
+    ring,
+    rooted,
+    torus,
+    trees,
+)
 from traffic_gen.algorithms.steps import Plan, Step
 
 __all__ = ["AlgorithmError", "PlanRequest", "REGISTRY", "DEFAULTS", "build_plan",
@@ -47,6 +55,8 @@ REGISTRY: dict[str, dict[str, Builder]] = {
             q.n, q.size_bytes, q.chunk_bytes, _sites(q)),
         "hierarchical_leader": lambda q: hierarchical.hierarchical_leader_all_reduce(
             q.n, q.size_bytes, q.chunk_bytes, _sites(q)),
+        "torus_2d": lambda q: torus.torus_2d_all_reduce(q.n, q.size_bytes, q.chunk_bytes,
+                                                        _sites(q)),
     },
     "all_gather": {"ring": lambda q: ring.ring_all_gather(q.n, q.size_bytes, q.chunk_bytes)},
     "reduce_scatter": {
