@@ -220,7 +220,31 @@ def probe() -> CapabilityReport:
     kernel_caps = probe_kernel()
     caps = [root, *kernel_caps, *_probe_ovs({c.name: c for c in kernel_caps}),
             *_probe_programs(), _probe_vm()]
+    caps += _probe_delay_lines({c.name: c for c in caps})
     return CapabilityReport(os.uname().release, in_vm(), {c.name: c for c in caps})
+
+
+def _probe_delay_lines(caps: dict[str, Capability]) -> list[Capability]:
+    """``delay_line_netem`` (netem and IFB in this kernel) and ``delay_line_native`` (iptables
+    NFQUEUE in a namespace and the compiled helper, testbed/delayline): the delay lines a lab
+    can use here (``delay_line: auto`` takes netem, else native)."""
+    from testbed.delayline.choose import native_problem
+
+    netem = caps["netem"].present and caps["ifb"].present
+    problem = native_problem() if caps["root"].present else "needs root to probe"
+    return [Capability("delay_line_netem", netem, "netem on an IFB" if netem else
+                       "this kernel lacks netem or IFB",
+                       "use the native delay line (delay_line: native or auto), or `aitb --vm`"),
+            Capability("delay_line_native", problem is None,
+                       problem or "NFQUEUE helper (user space)",
+                       "apt-get install iptables libnetfilter-queue-dev libmnl-dev gcc; "
+                       "python -m testbed.delayline.build")]
+
+
+def delay_lines_offered(report: CapabilityReport) -> list[str]:
+    """Names of the delay lines this host offers (``netem``, ``native``), from ``report``."""
+    return [n for n in ("netem", "native")
+            if report.capabilities.get(f"delay_line_{n}", Capability(n, False)).present]
 
 
 def needs_vm(required: Iterable[str]) -> bool:

@@ -63,6 +63,11 @@ def test_doctor_json_names_every_capability_with_a_remedy_for_each_missing():
     assert set(report["remedies"]) == missing
     assert all(report["remedies"][k] for k in missing)
     assert report["kernel_release"] == os.uname().release
+    # the delay lines on offer: netem where the kernel has it, native where NFQUEUE works
+    want = [n for n in ("netem", "native") if report["capabilities"][f"delay_line_{n}"]]
+    assert report["delay_lines"] == want
+    if not report["capabilities"]["netem"]:
+        assert "native" in want  # this project's machines: no netem, NFQUEUE built in
 
 
 def test_require_kernel_names_what_is_missing_and_offers_the_vm():

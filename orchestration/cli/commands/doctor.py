@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from testbed.capabilities import CapabilityReport, probe
+from testbed.capabilities import CapabilityReport, delay_lines_offered, probe
 from testbed.vm import cached_accel, detect_accel
 
 
@@ -44,10 +44,14 @@ def doctor(
     report = probe()
     accel = _accel(boot_vm, report)
     if as_json:
-        typer.echo(json.dumps({**report.to_dict(), "vm_accel": accel}, indent=2))
+        typer.echo(json.dumps({**report.to_dict(), "vm_accel": accel,
+                               "delay_lines": delay_lines_offered(report)}, indent=2))
         return
     console = Console()
     console.print(_table(report))
+    lines = delay_lines_offered(report)
+    console.print(f"delay lines here: {', '.join(lines) or 'none (aitb --vm has netem)'}"
+                  + (f" (delay_line: auto takes {lines[0]})" if lines else ""))
     console.print(f"VM accelerator: {accel or 'not tested yet (aitb doctor --boot-vm)'}")
 
 
