@@ -149,7 +149,8 @@ class FidelityMonitor:
         ended: per ``"<link>/<direction>"``, see :func:`testbed.delay_backends.native.stats`)."""
         doc = self.report(run_dir)
         write_json_atomic(run_dir / "fidelity.json", doc)
-        if self.lines_after:
+        if self.lines_after:  # counters/ exists only when the sampler ran
+            (run_dir / "counters").mkdir(parents=True, exist_ok=True)
             write_json_atomic(run_dir / "counters" / "delayline.json",
                               {"before": self.lines_before, "after": self.lines_after})
         return doc

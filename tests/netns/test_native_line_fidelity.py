@@ -1,0 +1,165 @@
+"""The vm tier's delay, loss, buffer and DCI checks (tests/netns/test_netem_vm.py,
+tests/vm/test_dci_delay_iteration.py) on the host kernel against the native delay line, with
+the native tolerances: CI needs the VM only for netem itself.
+
+RTTs come from ``ping -U`` (user-space send/receive times): plain ping takes the kernel's
+receive timestamp, stamped before PREROUTING, where the line in the pinger's own namespace
+holds the reply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from plans import two_hosts_router
+from traffic import iperf3, start_server
+
+from aitb.plan import NodePlan
+from aitb.shaping import Shaping
+from aitb.units import BufferSize
+from testbed.delay_backends import native
+
+pytestmark = pytest.mark.netns
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _native(plan):
+    return dataclasses.replace(plan, links=tuple(dataclasses.replace(lk, delay_line="native")
+                                                 for lk in plan.links))
+
+
+def _rtts_ms(out: str) -> list[float]:
+    return [float(x) for x in re.findall(r"time=([\d.]+) ms", out)]
+
+
+def test_ping_rtt_matches_twice_the_configured_delay(labs):
+    delay_s = 0.010
+    plan = _native(two_hosts_router(Shaping(delay_s=delay_s), Shaping(delay_s=delay_s)))
+    with labs(plan) as lab:
+        lab.run("h1", ["ping", "-c", "2", "-W", "2", "198.18.2.1"])  # ARP, warm-up
+        out = lab.run("h1", ["ping", "-U", "-c", "20", "-i", "0.05", "198.18.2.1"]).stdout
+        line = native.stats(lab)["h1-r1/a_to_b"]["queue"]["added_delay"]
+    rtts = sorted(_rtts_ms(out))
+    want = 2 * delay_s * 1e3
+    print(f"FIGURE ping -U RTT through 2 x {delay_s * 1e3:.0f} ms native line: min "
+          f"{rtts[0]:.3f}, median {rtts[len(rtts) // 2]:.3f} ms, want {want:.1f} ms; line "
+          f"added delay p50 {line['p50_us']:.0f} us p99 {line['p99_us']:.0f} us")
+    # the issue's target, max(0.3 ms, 3 %), on the minimum: ping itself is a nice-0 process
+    # on a shared 2-core box, woken ms late at times (its median measures that, not the line)
+    assert abs(rtts[0] - want) <= max(0.3, 0.03 * want), rtts
+    # the line's own record (kernel arrival to release) has the same target at its median
+    assert abs(line["p50_us"] / 1e3 - delay_s * 1e3) <= max(0.3, 0.03 * delay_s * 1e3)
+
+
+def test_random_loss_inside_the_99pct_binomial_interval(labs):
+    loss_pct, n = 10.0, 1000
+    with labs(_native(two_hosts_router(Shaping(loss_pct=loss_pct)))) as lab:
+        lab.run("h1", ["ping", "-c", "2", "-W", "2", "198.18.2.1"], timeout_s=30)
+        before = native.stats(lab)["h1-r1/a_to_b"]["queue"]["dropped_loss"]
+        proc = lab.popen("h1", ["ping", "-q", "-c", str(n), "-i", "0.002", "-W", "1",
+                                "198.18.2.1"], stdout=subprocess.PIPE, text=True)
+        out, _ = proc.communicate(timeout=120)
+        counted = native.stats(lab)["h1-r1/a_to_b"]["queue"]["dropped_loss"] - before
+    received = int(re.search(r"(\d+) received", out).group(1))
+    lost, p = n - received, loss_pct / 100
+    # 99 % normal approximation of Binomial(n, p): n*p +- 2.576*sqrt(n*p*(1-p))
+    half = 2.576 * math.sqrt(n * p * (1 - p))
+    print(f"FIGURE native random loss {loss_pct}%: lost {lost} of {n} (line counted "
+          f"{counted}), 99% interval [{n * p - half:.0f}, {n * p + half:.0f}]")
+    assert n * p - half <= lost <= n * p + half, f"lost {lost} of {n}"
+    assert counted == lost  # every loss is the line's (what the fidelity check counts)
+
+
+def _drops(lab, node: str, ifname: str, handle: int) -> int:
+    from pyroute2 import IPRoute
+    with IPRoute(netns=lab.netns_name(node)) as ipr:
+        for q in ipr.get_qdiscs(index=lab.layout.nodes[node].ifindex(ifname)):
+            if q["handle"] == handle:
+                return q.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["drops"]
+    raise AssertionError(f"no qdisc {handle:#x} on {node}:{ifname}")
+
+
+def _line_drops(lab, key: str) -> int:
+    q = native.stats(lab)[key]["queue"]
+    return (q["dropped_loss"] + q["dropped_ge"] + max(0, q["kernel_queue_dropped"])
+            + max(0, q["kernel_user_dropped"]))
+
+
+def test_item7_buffer_independent_of_the_delay_line(labs):
+    """100 Mbit/s, 50 ms, 100-packet buffer: a BDP window runs without drops; a window free to
+    grow builds a standing queue that only the 100-packet buffer drops; the native line (its
+    queue sized from the BDP) drops nothing. As the vm tier's netem test, same reasoning."""
+    # 100 Mbit/s, not the vm tier's 1 Gbit/s: a buffer in packets needs wire-sized packets
+    # (no GSO), and one helper then handles ~83 000 packets/s at 1 Gbit/s, which it does not
+    # keep up with on a loaded 2-core box (~410 Mbit/s measured, no drop anywhere: the
+    # kernel's queue in front of the helper grew instead). 100 Mbit/s x 50 ms still has a
+    # BDP (413 packets) four times the buffer. bench/native_vs_netem.py measures 1 Gbit/s.
+    rate_bps, delay_s = 10**8, 0.050
+    bdp_bytes = int(rate_bps * delay_s / 8)
+    big = {"net.ipv4.tcp_wmem": "4096 131072 67108864"}
+    plan = _native(two_hosts_router(h2_in=Shaping(rate_bps=rate_bps, delay_s=delay_s,
+                                                  buffer=BufferSize(packets=100))))
+    plan = plan.__class__(plan.name, tuple(
+        NodePlan(n.name, n.kind, routes=n.routes, sysctls=big) if n.kind == "host" else n
+        for n in plan.nodes), plan.links)
+    with labs(plan) as lab:
+        buf = ("r1", "e2", 0x100000)
+        lab.run("h1", ["ping", "-c", "1", "-W", "2", "198.18.2.1"])
+        lab.run("h2", ["sysctl", "-w", f"net.ipv4.tcp_rmem=4096 131072 {2 * bdp_bytes}"])
+        start_server(lab, "h2")
+        client = lab.popen("h1", ["iperf3", "-c", "198.18.2.1", "-t", "10", "-C", "cubic",
+                                  "-J"], stdout=subprocess.PIPE, text=True)
+        time.sleep(5)  # slow start and its losses are over: the window limits the flow now
+        before = _drops(lab, *buf)
+        out, _ = client.communicate(timeout=60)
+        steady = (_drops(lab, *buf) - before, _line_drops(lab, "h2-r1/b_to_a"))
+        lab.run("h2", ["sysctl", "-w", f"net.ipv4.tcp_rmem=4096 131072 {64 << 20}"])
+        iperf3(lab, "h1", "h2", "198.18.2.1", seconds=5, omit=0, extra=("-C", "cubic"))
+        grown = (_drops(lab, *buf) - before - steady[0], _line_drops(lab, "h2-r1/b_to_a"))
+    last = json.loads(out)["intervals"][-1]["sum"]["bits_per_second"]
+    print(f"FIGURE native item 7 at 100 Mbit/s x 50 ms, 100p buffer: BDP window drops "
+          f"(buffer, line) {steady}, grown window drops {grown}, goodput {last / 1e6:.1f} Mbit/s")
+    assert steady == (0, 0), f"(buffer, delay line) drops with a BDP window: {steady}"
+    assert grown[0] > 0 and grown[1] == 0, f"(buffer, delay line) drops: {grown}"
+    # the window is about one BDP: the host's 6.x kernel scales tcp_rmem to a window by the
+    # measured payload/truesize ratio (tcp scaling_ratio, Linux >= 6.7), not by the 6.1 VM
+    # kernel's fixed tcp_adv_win_scale, so 2 x BDP of rmem advertised ~82 % of a BDP here
+    # (78.5 of 95.6 Mbit/s); 70 % still tells a window-limited flow from a line that stalls
+    assert last >= 0.70 * rate_bps * 1448 / 1514, f"{last / 1e6:.1f} Mbit/s"
+
+
+def test_set_shaping_changes_the_delay_live_and_to_zero(labs):
+    def min_rtt_ms(lab) -> float:
+        return min(_rtts_ms(lab.run("h1", ["ping", "-U", "-c", "5", "-i", "0.05",
+                                           "198.18.2.1"]).stdout))
+
+    with labs(_native(two_hosts_router(Shaping(delay_s=0.005)))) as lab:
+        lab.run("h1", ["ping", "-c", "1", "-W", "2", "198.18.2.1"])
+        lab.set_shaping("h1-r1", "a_to_b", Shaping(delay_s=0.02))
+        assert 20 <= min_rtt_ms(lab) < 25  # never early; 5 ms: the old value would be 5
+        lab.set_shaping("h1-r1", "a_to_b", Shaping(delay_s=0.04))
+        assert 40 <= min_rtt_ms(lab) < 45
+        lab.set_shaping("h1-r1", "a_to_b", Shaping())  # delay 0: the line stays, holds 0
+        assert min_rtt_ms(lab) < 5
+
+
+@pytest.mark.timeout(900)
+def test_iteration_time_grows_with_dci_delay_as_alpha_beta_predicts(tmp_path):
+    if "native" not in _offered():
+        pytest.skip("the native delay line is not available here")
+    sys.path.insert(0, str(ROOT / "tests" / "vm"))
+    import test_dci_delay_iteration as dci  # the vm tier's test, its own model and tolerance
+    dci.test_iteration_time_grows_with_dci_delay_as_alpha_beta_predicts(tmp_path)
+
+
+def _offered() -> list[str]:
+    from testbed.capabilities import delay_lines_offered, probe
+    return delay_lines_offered(probe())
