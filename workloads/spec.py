@@ -185,9 +185,10 @@ def _override(m: Any, updates: dict[str, Any], file: str | None, key: str) -> An
 
 def load_schedule(path: str | Path, *, scale: float | None = None,
                   dp_replicas: int | None = None, world_size: int | None = None) -> Schedule:
-    """A Schedule from an AICB file (.csv, .txt) or a YAML workload spec (.yaml, .yml)."""
+    """A Schedule from an AICB file (.csv, .csv.gz, .txt) or a YAML workload spec (.yaml,
+    .yml)."""
     p = Path(path)
-    if p.suffix.lower() in (".csv", ".txt"):
+    if p.suffix.lower() in (".csv", ".txt") or p.name.lower().endswith(".csv.gz"):
         spec: AnySpec = AicbWorkload(
             kind="aicb", file=str(p), options=AicbOptions(world_size=world_size))
         return build_workload(spec, scale=scale, dp_replicas=dp_replicas)

@@ -235,3 +235,13 @@ def test_moe_file_with_expert_parallel_rows(tmp_path):
     assert (s.meta["tp"], s.meta["dp"], s.meta["ep"]) == (2, 8, 4)
     assert t[("all_to_all", "ep")]["count"] == 2 and t[("all_to_all", "ep")]["instances"] == 4
     assert t[("all_reduce", "ep_dp")]["group_size"] == 2
+
+
+def test_gzip_file_and_one_dp_replica_of_a_per_stage_file():
+    from workloads.spec import load_schedule
+
+    s = load_schedule(DATA / "L65B-M1-C05_Llama65B_megatron_tp2_pp8_mbs1.csv.gz", dp_replicas=1)
+    assert s.world_size == 16 and (s.meta["tp"], s.meta["dp"], s.meta["pp"]) == (2, 1, 8)
+    hand = [op for op in s.ops if isinstance(op, SendRecv)]
+    assert len(hand) == 2 * 7 * 8 * 2  # 2 pipelines (tp ranks) x 7 boundaries x 8 x 2
+    assert all(abs(op.src // 2 - op.dst // 2) == 1 for op in hand)  # stage s: ranks 2s, 2s+1

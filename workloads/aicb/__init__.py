@@ -23,11 +23,13 @@ __all__ = ["AicbOptions", "AicbFile", "AicbRow", "load_aicb", "read_aicb", "read
 
 
 def read_aicb(path: str | Path) -> AicbFile:
-    """Parse ``path`` as a CSV (``.csv``) or SimAI text (``.txt``) AICB workload.
+    """Parse ``path`` as a CSV (``.csv``, or gzip-compressed ``.csv.gz``) or SimAI text
+    (``.txt``) AICB workload.
 
     Raises :class:`SpecError` for another suffix or a malformed file (naming file and line).
     """
-    suffix = Path(path).suffix.lower()
+    name = Path(path).name.lower()
+    suffix = Path(name.removesuffix(".gz")).suffix
     if suffix == ".csv":
         return read_csv(path)
     if suffix == ".txt":

@@ -79,7 +79,7 @@ def build_schedule(f: AicbFile, opts: AicbOptions | None = None) -> Schedule:
     for k in kinds:
         groups.update(layout.groups(k))
     if f.stages:
-        ops = tuple(merge_stages(f, layout, rows_of, groups,
+        ops = tuple(merge_stages(f, full, layout, rows_of, groups,
                                  lambda r: scale_size(r.size_bytes, opts.scale)))
     else:
         ops = tuple(op for r in rows_of[0] for op in _ops(r, layout, groups, opts.scale))

@@ -17,6 +17,7 @@ written from that stage's point of view (its isend/irecv rows on the pp group ca
 from __future__ import annotations
 
 import csv
+import gzip
 import re
 from pathlib import Path
 
@@ -43,7 +44,7 @@ _REQUIRED = ("comm_type", "comm_group", "msg_size")
 
 
 def read_csv(path: str | Path) -> AicbFile:
-    """Parse the AICB CSV at ``path``.
+    """Parse the AICB CSV at ``path`` (gzip-compressed when it ends in ``.gz``).
 
     Returns an :class:`AicbFile` whose ``world_size`` comes from the ``[rank0 ~ rankN]`` line
     (None without it), or, for a per-stage file (sections headed ``[ pp_stageS: [rank...] ]``,
@@ -54,8 +55,11 @@ def read_csv(path: str | Path) -> AicbFile:
     """
     path = str(path)
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        raw = Path(path).read_bytes()
+        if path.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        lines = raw.decode("utf-8").splitlines()
+    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
         raise SpecError(f"cannot read AICB CSV: {exc}", file=path) from exc
     if lines and _STAGE_LINE.match(lines[0].strip()):
         return _staged(path, lines)

@@ -48,20 +48,23 @@ class _Event:
     done: bool = False
 
 
-def merge_stages(f: AicbFile, layout: Layout, rows_of: dict[int, list[AicbRow]],
-                 groups: dict[str, Group], size_of) -> list[Op]:
+def merge_stages(f: AicbFile, full: Layout, layout: Layout,
+                 rows_of: dict[int, list[AicbRow]], groups: dict[str, Group],
+                 size_of) -> list[Op]:
     """One op order for the stages of ``f`` (``rows_of[S]``: the selected rows of stage S).
 
+    ``full``: the file's layout (its stage rank lists are checked against it); ``layout``:
+    the one replayed (fewer DP replicas with ``dp_replicas``), whose groups are ``groups``.
     ``groups``: every group of the kinds the rows use (names as :meth:`Layout.groups`);
     ``size_of(row)``: the row's size in bytes after scaling. Raises :class:`SpecError` naming
     file and line when a stage's ranks are not the layout's, a hand-off has no partner or
     partners disagree on the size, or the sections cannot be merged without a deadlock.
     """
     for st in f.stages:
-        if st.ranks != layout.stage_ranks(st.index):
+        if st.ranks != full.stage_ranks(st.index):
             raise _err(f, f"pp_stage{st.index} lists ranks {_span(st.ranks)}, but the layout "
-                          f"(tp={layout.tp}, dp={layout.dp}, pp={layout.pp}) puts ranks "
-                          f"{_span(layout.stage_ranks(st.index))} in that stage", st.line)
+                          f"(tp={full.tp}, dp={full.dp}, pp={full.pp}) puts ranks "
+                          f"{_span(full.stage_ranks(st.index))} in that stage", st.line)
     events = {st.index: _events(f, st, layout, rows_of[st.index], groups, size_of)
               for st in f.stages}
     holders = _holders(f, events)
