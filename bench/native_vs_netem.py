@@ -1,0 +1,116 @@
+"""The native delay line through aitb's own Lab, against netem where a kernel has it.
+
+Two figures, each on one routed lab h1 - r1 - h2 (tests/netns/plans.py's shape):
+
+1. goodput: one TCP flow (cubic, iperf3, 10 s, first 2 s omitted) through HTB 1 Gbit/s with
+   50 ms each way (RTT 100 ms), windows free to grow (tcp_rmem/wmem max 64 MiB per
+   namespace); bound = 1 Gbit/s x 1448/1514 (payload per wire byte HTB counts: 0.956 Gbit/s);
+2. buffer: the same link with a 100-packet bottleneck buffer at r1 (wire-sized packets), one
+   flow for 8 s: drops in the buffer (HTB leaf pfifo) and in the delay line (netem's drops, or
+   the native helper's loss-model plus kernel queue drops) - the line should drop none.
+
+``--line native`` (default on a kernel without netem) or ``--line netem``; ``--vm`` also runs
+``--line netem`` inside aitb's stock-kernel VM (testbed/vm.py; under TCG its figures measure
+software emulation as much as netem) and prints both. One JSON line per line kind.
+
+Run as root:  PYTHONPATH=. .venv/bin/python bench/native_vs_netem.py [--vm]
+Lab traffic only: 198.18.1.0/30 and 198.18.2.0/30 inside the lab's namespaces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "netns")]
+
+from plans import two_hosts_router  # noqa: E402
+
+from aitb.plan import NodePlan  # noqa: E402
+from aitb.shaping import Shaping  # noqa: E402
+from aitb.units import BufferSize  # noqa: E402
+from testbed.delay_backends import native  # noqa: E402
+from testbed.lab import Lab  # noqa: E402
+
+RATE_BPS, DELAY_S = 10**9, 0.050
+BOUND_BPS = RATE_BPS * 1448 / 1514
+BIG = {"net.ipv4.tcp_rmem": "4096 131072 67108864", "net.ipv4.tcp_wmem": "4096 131072 67108864"}
+
+
+def _plan(line: str, buffer_packets: int | None):
+    s = Shaping(rate_bps=RATE_BPS, delay_s=DELAY_S,
+                buffer=BufferSize(packets=buffer_packets) if buffer_packets else None)
+    plan = two_hosts_router(h2_in=s, h1_in=Shaping(delay_s=DELAY_S))
+    plan = dataclasses.replace(plan, links=tuple(dataclasses.replace(lk, delay_line=line)
+                                                 for lk in plan.links))
+    return dataclasses.replace(plan, nodes=tuple(
+        dataclasses.replace(n, sysctls=BIG) if n.kind == "host" else n for n in plan.nodes))
+
+
+def _iperf(lab: Lab, seconds: int, omit: int) -> float:
+    srv = lab.popen("h2", ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    out = lab.run("h1", ["iperf3", "-c", "198.18.2.1", "-t", str(seconds), "-O", str(omit),
+                         "-C", "cubic", "-J"], timeout_s=seconds + omit + 60).stdout
+    srv.wait(timeout=10)
+    return json.loads(out)["end"]["sum_received"]["bits_per_second"]
+
+
+def _qdisc_drops(lab: Lab, node: str, dev: str, kind: str) -> int:
+    from pyroute2 import IPRoute
+    with IPRoute(netns=lab.netns_name(node)) as ipr:
+        return sum(q.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["drops"]
+                   for q in ipr.get_qdiscs() if q.get_attr("TCA_KIND") == kind
+                   and (dev is None or q["index"] == lab.layout.nodes[node].ifindex(dev)))
+
+
+def _line_drops(lab: Lab, line: str) -> int:
+    if line == "netem":
+        return _qdisc_drops(lab, "h2", None, "netem")
+    q = native.stats(lab)["h2-r1/b_to_a"]["queue"]
+    return (q["dropped_loss"] + q["dropped_ge"] + max(0, q["kernel_queue_dropped"])
+            + max(0, q["kernel_user_dropped"]))
+
+
+def measure(line: str) -> dict:
+    """Both figures for delay line ``line`` on this kernel."""
+    with Lab(_plan(line, None)) as lab:
+        lab.run("h1", ["ping", "-c", "1", "-W", "3", "198.18.2.1"])
+        goodput = _iperf(lab, 10, 2)
+    with Lab(_plan(line, 100), wire_packets=True) as lab:
+        lab.run("h1", ["ping", "-c", "1", "-W", "3", "198.18.2.1"])
+        buffered = _iperf(lab, 8, 0)
+        buf_drops = _qdisc_drops(lab, "r1", "e2", "pfifo")
+        line_drops = _line_drops(lab, line)
+        cpu = {k: v["helper_cpu_s"] for k, v in native.stats(lab).items()}
+    return {"line": line, "goodput_bps": round(goodput), "bound_bps": round(BOUND_BPS),
+            "goodput_of_bound": round(goodput / BOUND_BPS, 4),
+            "buffer100": {"goodput_bps": round(buffered), "buffer_drops": buf_drops,
+                          "line_drops": line_drops, "helper_cpu_s": cpu}}
+
+
+def main() -> int:
+    from testbed.kernel import missing_features
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--line", choices=("native", "netem"))
+    ap.add_argument("--vm", action="store_true", help="also run --line netem in the VM")
+    args = ap.parse_args()
+    line = args.line or ("netem" if not missing_features({"netem", "ifb"}) else "native")
+    print(json.dumps(measure(line)), flush=True)
+    if args.vm:
+        from testbed.vm import run_in_vm
+        res = run_in_vm([sys.executable, str(Path(__file__).resolve()), "--line", "netem"],
+                        cwd=ROOT, timeout_s=1200)
+        print(res.stdout.strip().splitlines()[-1] if res.returncode == 0 else
+              json.dumps({"line": "netem (vm)", "error": res.stderr[-2000:]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
