@@ -32,7 +32,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "netns")]
 
 from plans import two_hosts_router  # noqa: E402
 
-from aitb.plan import NodePlan  # noqa: E402
 from aitb.shaping import Shaping  # noqa: E402
 from aitb.units import BufferSize  # noqa: E402
 from testbed.delay_backends import native  # noqa: E402
