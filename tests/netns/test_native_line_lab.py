@@ -160,3 +160,21 @@ def test_deploy_leaves_the_native_line_running_and_destroy_ends_it(tmp_path):
         assert aitb("topo", "destroy", rid).returncode == 0
     # the deploying process is gone, yet its helpers still delay (10 ms each way)
     assert len(rtts) == 3 and min(rtts) >= 20.0, ping.stdout + ping.stderr
+
+
+def test_run_check_refuses_what_the_native_line_cannot_do(tmp_path):
+    import subprocess
+    import sys
+    from testbed.kernel import missing_features
+    if not missing_features({"netem"}):
+        pytest.skip("auto takes netem here, which can duplicate")
+    exp = tmp_path / "dup.yaml"
+    exp.write_text("name: dup\ntopology:\n  inline:\n    name: dup\n    nodes:\n"
+                   "      a: {kind: host}\n      b: {kind: host}\n    links:\n"
+                   "      - {endpoints: [a, b], delay: 5ms, duplicate: 1%}\n"
+                   "workloads:\n  - {kind: incast, name: i, hosts: [a, b], receiver: b, "
+                   "size: 1MiB, repeats: 1, gap: 10ms}\n")
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(exp),
+                          "--check"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "link a-b a_to_b: duplicate_pct = 1% is not possible on the native" in out.stderr
