@@ -165,6 +165,7 @@ def test_deploy_leaves_the_native_line_running_and_destroy_ends_it(tmp_path):
 def test_run_check_refuses_what_the_native_line_cannot_do(tmp_path):
     import subprocess
     import sys
+
     from testbed.kernel import missing_features
     if not missing_features({"netem"}):
         pytest.skip("auto takes netem here, which can duplicate")
