@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aitb.shaping import GilbertElliott, Shaping
+from aitb.trace import LinkTrace, TraceStep
 from aitb.units import BufferSize
 
 __all__ = [
@@ -152,12 +153,14 @@ class NodePlan:
 
 @dataclass(frozen=True, slots=True)
 class LabPlan:
-    """Everything the runtime needs to bring a lab up; ``source`` names where it came from."""
+    """Everything the runtime needs to bring a lab up; ``source`` names where it came from;
+    ``traces``: the link directions whose shaping follows a trace (testbed/trace_player.py)."""
 
     name: str
     nodes: tuple[NodePlan, ...]
     links: tuple[LinkPlan, ...]
     source: str = "<generated>"
+    traces: tuple[LinkTrace, ...] = ()
 
     def __post_init__(self) -> None:
         problems = plan_problems(self)
@@ -270,6 +273,11 @@ def plan_problems(plan: LabPlan) -> list[str]:
             out += _endpoint_problems(ep, link)
             if ep.node not in names:
                 out.append(f"link {link}: endpoint names node {_short(ep.node)}, not in the plan")
+    links = {lk.name for lk in plan.links}
+    for tr in plan.traces:
+        if tr.link not in links or tr.direction not in ("a_to_b", "b_to_a"):
+            out.append(f"trace {_short(tr.file)}: link {_short(tr.link)} direction "
+                       f"{_short(tr.direction)} is not a link direction of the plan")
     return out
 
 
@@ -329,4 +337,7 @@ def plan_from_dict(d: Mapping[str, Any]) -> LabPlan:
                  a_to_b=_shaping_from(lk["a_to_b"]), b_to_a=_shaping_from(lk["b_to_a"]),
                  mtu=lk.get("mtu", 1500), delay_line=lk.get("delay_line", "auto"))
         for lk in d["links"])
-    return LabPlan(name=d["name"], nodes=nodes, links=links, source=d.get("source", "<dict>"))
+    traces = tuple(LinkTrace(**{**t, "steps": tuple(TraceStep(**s) for s in t["steps"])})
+                   for t in d.get("traces", ()))
+    return LabPlan(name=d["name"], nodes=nodes, links=links, source=d.get("source", "<dict>"),
+                   traces=traces)

@@ -242,7 +242,7 @@ def parse_mahimahi_trace(text: str, file: str, window_s: float = DEFAULT_WINDOW_
         length_s = (min((k + 1) * window_ms, period_ms) - k * window_ms) / 1000
         rate = round(MAHIMAHI_BYTES * 8 * count / length_s) or FLOOR_RATE_BPS
         if not steps or steps[-1].rate_bps != rate:
-            steps.append(TraceStep(t_s=k * window_s, rate_bps=rate))
+            steps.append(TraceStep(t_s=k * window_ms / 1000, rate_bps=rate))
     return tuple(steps), period_ms / 1000
 
 

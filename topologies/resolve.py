@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan, PlanError
@@ -18,6 +19,7 @@ from topologies.nodes import node_plans
 from topologies.profiles import known_profiles
 from topologies.routing import RoutingResult, compute_routes
 from topologies.spec import TopologySpec
+from topologies.traces import link_traces
 from topologies.validate import check_spec
 
 __all__ = ["resolve"]
@@ -88,10 +90,13 @@ def _link_plans(edges: list[Edge], addr: dict, spec: TopologySpec) -> tuple[Link
                           mtu=e.mtu, delay_line=line(e)) for e in edges)
 
 
-def resolve(spec: TopologySpec, source: str = "<spec>") -> LabPlan:
-    """Resolve ``spec`` into a :class:`LabPlan` ready for the runtime (pure; no root).
+def resolve(spec: TopologySpec, source: str = "<spec>", base_dir: Path | None = None
+            ) -> LabPlan:
+    """Resolve ``spec`` into a :class:`LabPlan` ready for the runtime (no root; reads only the
+    trace files that links name).
 
     source: file name or description used in error messages and kept in ``plan.source``.
+    base_dir: where relative trace file paths start (default: the directory of ``source``).
     Raises :class:`SpecError` listing every problem of the first failing stage.
     """
     n_file_links, file_nodes = len(spec.links), set(spec.nodes)
@@ -101,6 +106,8 @@ def resolve(spec: TopologySpec, source: str = "<spec>") -> LabPlan:
     stage.check(check_spec(spec, profiles))
     nodes = node_plans(spec)
     edges, issues = build_edges(spec, profiles)
+    stage.check(issues)
+    traces, issues = link_traces(spec, profiles, edges, base_dir or Path(source).parent, source)
     stage.check(issues)
     kinds = {n: p.kind for n, p in nodes.items()}
     segments = find_segments(edges, kinds)
@@ -117,6 +124,6 @@ def resolve(spec: TopologySpec, source: str = "<spec>") -> LabPlan:
     plan_nodes = tuple(replace(p, routes=rr.routes.get(name, ())) for name, p in nodes.items())
     try:
         return LabPlan(name=spec.name, nodes=plan_nodes, links=_link_plans(edges, addr, spec),
-                       source=source)
+                       source=source, traces=traces)
     except PlanError as exc:  # what the spec checks above let through (free-text values)
         raise SpecError([SpecIssue(p, file=source) for p in exc.problems]) from None

@@ -11,6 +11,7 @@ import math
 
 from aitb.plan import LabPlan, LinkPlan
 from aitb.shaping import Shaping
+from aitb.trace import LinkTrace
 from aitb.units import BufferSize
 
 __all__ = ["scale_plan"]
@@ -34,8 +35,15 @@ def _link(lk: LinkPlan, factor: float) -> LinkPlan:
                                b_to_a=_shaping(lk.b_to_a, factor, lk.mtu))
 
 
+def _trace(tr: LinkTrace, factor: float) -> LinkTrace:
+    return dataclasses.replace(tr, steps=tuple(
+        s if s.rate_bps is None else dataclasses.replace(s, rate_bps=max(1, round(
+            s.rate_bps / factor))) for s in tr.steps))
+
+
 def scale_plan(plan: LabPlan, factor: float) -> LabPlan:
-    """``plan`` with rates and buffers divided by ``factor`` (>= 1), delays and losses kept.
+    """``plan`` with rates and buffers divided by ``factor`` (>= 1), delays and losses kept;
+    the rate steps of its link traces are divided too.
 
     A packet-count buffer keeps its drain time (packets/factor, at least 1); a byte buffer is
     divided but never below one full-size frame (MTU + 14 bytes of Ethernet header). Raises
@@ -45,4 +53,5 @@ def scale_plan(plan: LabPlan, factor: float) -> LabPlan:
         raise ValueError(f"scale factor {factor} must be at least 1")
     if factor == 1:
         return plan
-    return dataclasses.replace(plan, links=tuple(_link(lk, factor) for lk in plan.links))
+    return dataclasses.replace(plan, links=tuple(_link(lk, factor) for lk in plan.links),
+                               traces=tuple(_trace(tr, factor) for tr in plan.traces))

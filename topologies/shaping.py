@@ -21,7 +21,7 @@ from aitb.units import (
 )
 from topologies.spec import LinkDefaults, LinkSpec, ProfileSpec, ShapingSpec
 
-__all__ = ["Direction", "merged", "to_shaping", "link_shaping"]
+__all__ = ["Direction", "merged", "to_shaping", "link_shaping", "link_trace_specs"]
 
 Direction = Literal["a_to_b", "b_to_a"]
 _FIELDS = tuple(ShapingSpec.model_fields)
@@ -94,7 +94,19 @@ def to_shaping(keys: Mapping[str, Any]) -> Shaping:
     Raises :class:`UnitError` when a value cannot be read or the combination is invalid
     (jitter above delay, ecn with fifo, reorder without delay, loss and loss_gemodel both).
     """
-    return Shaping(**{_CONVERT[k][0]: _CONVERT[k][1](v) for k, v in keys.items()})
+    return Shaping(**{_CONVERT[k][0]: _CONVERT[k][1](v) for k, v in keys.items()
+                      if k != "trace"})  # a trace is read by topologies.traces
+
+
+def link_trace_specs(link: LinkSpec, profiles: Mapping[str, ProfileSpec],
+                     default: LinkDefaults | None) -> tuple[Any, Any]:
+    """The ``trace`` of each direction of ``link`` after the same precedence as every other
+    key: ``(a_to_b, b_to_a)``, each a :class:`topologies.spec.TraceSpec` or None."""
+    profile = profiles.get(link.profile) if link.profile else None
+    dprofile = profiles.get(default.profile) if default and default.profile else None
+    a, b = (merged(layers(link, profile, default, dprofile, d)).get("trace")  # type: ignore[arg-type]
+            for d in ("a_to_b", "b_to_a"))
+    return a, b
 
 
 def link_shaping(link: LinkSpec, profiles: Mapping[str, ProfileSpec],

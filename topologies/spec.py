@@ -34,7 +34,7 @@ from aitb.units import (
 
 __all__ = [
     "DEFAULT_IPV4_POOL", "DEFAULT_IPV6_POOL", "NAME_PATTERN",
-    "ShapingSpec", "GilbertElliottSpec", "ProfileSpec", "LinkSpec", "LinkDefaults",
+    "ShapingSpec", "TraceSpec", "GilbertElliottSpec", "ProfileSpec", "LinkSpec", "LinkDefaults",
     "NodeSettings", "NodeSpec", "GroupSpec", "Defaults", "AddressingSpec", "GeneratorRef",
     "TopologySpec",
 ]
@@ -83,6 +83,19 @@ class GilbertElliottSpec(_Strict):
     good_loss: Pct = Field(default=None, description="Loss in the good state (1-k); default 0%.")
 
 
+class TraceSpec(_Strict):
+    """The direction follows a trace file (formats: :mod:`aitb.trace`), read at load time."""
+
+    file: str = Field(min_length=1, description="Trace file; relative to the topology file.")
+    format: Literal["aitb", "mahimahi"] = Field(
+        default="aitb", description="aitb rows (t, rate, delay, loss with units) or mahimahi's "
+        "packet-delivery trace (mm-link(1)).")
+    loop: bool = Field(default=False, description="Start again after the trace's end (else "
+                       "the last step's values stay).")
+    window: Duration = Field(default=None, description="mahimahi only: one rate step per "
+                             "window (default 100ms, at least 10ms).")
+
+
 class ShapingSpec(_Strict):
     """What one direction of a link does, as written in a file (every key optional)."""
 
@@ -99,6 +112,8 @@ class ShapingSpec(_Strict):
     buffer: Buffer
     aqm: AqmName | None = None
     ecn: bool | None = None
+    trace: TraceSpec | None = Field(default=None, description="Time-varying values from a "
+                                    "trace file, over the values above.")
 
 
 class ProfileSpec(ShapingSpec):
