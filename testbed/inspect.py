@@ -69,7 +69,8 @@ def describe(lab: Lab) -> dict[str, Any]:
     """{run_id, lab, nodes: {node: {netns, kind, interfaces: [...]}}} read live; an OVS
     switch's node also has ``ovs_datapath`` (``system``/``netdev``, as recorded at bring-up
     in the run's registry)."""
-    nodes = {n.name: _node(lab, n.name) for n in lab.plan.nodes}
+    with lab.netlink_lock:  # a trace player may be changing shaping meanwhile
+        nodes = {n.name: _node(lab, n.name) for n in lab.plan.nodes}
     for s, dp in recorded_datapaths(lab).items():
         nodes[s]["ovs_datapath"] = dp
     return {"run_id": lab.run_id, "lab": lab.plan.name, "nodes": nodes}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -102,6 +103,9 @@ class Lab:
         self.ovs_controller: str | None = None  # "host:port" of an OpenFlow controller
         self.ovs_datapaths: dict[str, str] = {}  # OVS switch -> "system"/"netdev" (chosen)
         self.ovs_restored: dict[str, list[str]] = {}  # ingress qdiscs vswitchd removed
+        # one netlink request at a time per socket: the trace player (testbed/trace_player.py)
+        # changes shaping from its thread while the runner reads counters (inspect.describe)
+        self.netlink_lock = threading.RLock()
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Lab:
@@ -402,6 +406,7 @@ class Lab:
             native.check_change(self, link, direction, shaping)  # refused: nothing changed
         elif shaping.needs_netem and self.ovs_datapaths.get(rx or "") == ovs_datapath.USERSPACE:
             ovs_datapath.check_delay_line(rx or "", [link_name])
-        reshape.set_shaping(self, link_name, direction, shaping)
+        with self.netlink_lock:
+            reshape.set_shaping(self, link_name, direction, shaping)
         if line == native.NAME:
             native.update(self, link_name, direction)

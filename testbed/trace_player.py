@@ -1,0 +1,190 @@
+"""Play link traces on a live lab: every step of every :class:`aitb.trace.LinkTrace` of the plan
+is applied at its time through :meth:`testbed.lab.Lab.set_shaping` (a rate step changes the
+HTB class in place; delay and loss steps change the delay line), looped or once, from an
+absolute start time (``time.time()``, CLOCK_REALTIME), until :meth:`TracePlayer.stop`.
+
+Each applied step is one line of ``link_trace.jsonl``: link, direction, step index, pass,
+planned and applied time (seconds after the start), how long the change took, and the values.
+One thread applies the steps of all traces in time order; a step that is due while an earlier
+one is still being applied starts late (its lateness is in the record, nothing is skipped).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from aitb.errors import AitbError, LabError
+from aitb.shaping import Shaping
+from aitb.trace import LinkTrace, TraceStep
+
+if TYPE_CHECKING:
+    from testbed.lab import Lab
+
+__all__ = ["PlannedChange", "planned_changes", "TracePlayer", "TRACE_RECORDS"]
+
+TRACE_RECORDS = "link_trace.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedChange:
+    """Set ``direction`` of ``link`` to ``shaping`` at ``t_s`` seconds after the start; the
+    ``step``-th row of its trace in pass ``loop`` (0 = the first)."""
+
+    link: str
+    direction: str
+    t_s: float
+    step: int
+    loop: int
+    shaping: Shaping
+
+
+def _changes(step: TraceStep) -> dict[str, Any]:
+    out: dict[str, Any] = {k: v for k, v in (("rate_bps", step.rate_bps),
+                                             ("delay_s", step.delay_s),
+                                             ("loss_pct", step.loss_pct)) if v is not None}
+    if step.loss_pct is not None:
+        out["loss_gemodel"] = None  # a traced random loss replaces a burst model
+    return out
+
+
+def planned_changes(traces: Sequence[LinkTrace], base: Mapping[tuple[str, str], Shaping],
+                    until_s: float = float("inf")) -> Iterator[PlannedChange]:
+    """Every change of ``traces`` in time order (ties: plan order), up to ``until_s`` seconds;
+    endless for a looped trace when ``until_s`` is infinite. ``base``: the shaping of each
+    (link, direction) before its first step; a step keeps the values it does not set. A row
+    that changes nothing (a trace's closing time-only row) is left out. Pure."""
+    current = {(t.link, t.direction): base[(t.link, t.direction)] for t in traces}
+    heap = [(t.steps[0].t_s, k, 0, 0) for k, t in enumerate(traces)]
+    heapq.heapify(heap)
+    while heap:
+        t_s, k, i, loop = heapq.heappop(heap)
+        if t_s > until_s:
+            return
+        tr = traces[k]
+        if i + 1 < len(tr.steps):
+            heapq.heappush(heap, (loop * tr.period_s + tr.steps[i + 1].t_s, k, i + 1, loop))
+        elif tr.loop:
+            heapq.heappush(heap, ((loop + 1) * tr.period_s + tr.steps[0].t_s, k, 0, loop + 1))
+        key = (tr.link, tr.direction)
+        new = current[key].with_changes(**_changes(tr.steps[i]))
+        if new != current[key]:
+            current[key] = new
+            yield PlannedChange(tr.link, tr.direction, t_s, i, loop, new)
+
+
+def _values(s: Shaping) -> dict[str, Any]:
+    return {"rate_bps": s.rate_bps, "delay_s": s.delay_s, "loss_pct": s.loss_pct}
+
+
+class TracePlayer:
+    """Applies the traces of ``lab.plan`` (or ``traces``) from :meth:`start` to :meth:`stop`,
+    writing one record per applied step to ``out`` (``link_trace.jsonl`` of the run).
+
+    clock: seconds since the epoch (default :func:`time.time`, the run's clock). A failed
+    change (LabError from set_shaping) ends the playing; it is in :attr:`errors` and in the
+    records. Side effects: a thread; changes the lab's qdiscs and plan.json; writes ``out``.
+    """
+
+    def __init__(self, lab: Lab, out: Path, traces: Sequence[LinkTrace] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.lab = lab
+        self.traces = tuple(lab.plan.traces if traces is None else traces)
+        self.out = out
+        self.clock = clock
+        self.t0: float | None = None
+        self.applied = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _base(self) -> dict[tuple[str, str], Shaping]:
+        return {(lk.name, d): getattr(lk, d) for lk in self.lab.plan.links
+                for d in ("a_to_b", "b_to_a")}
+
+    def check(self) -> None:
+        """Raise LabError naming the trace when a step needs what this lab cannot do (a delay
+        line the kernel lacks); reads the kernel's features (root)."""
+        from testbed.lab import missing_kernel_features
+
+        base = self._base()
+        for tr in self.traces:
+            netem = next((c.shaping for c in planned_changes([tr], base, until_s=tr.period_s)
+                          if c.shaping.needs_netem), None)
+            if netem is None:  # rate steps only: an HTB class, which every lab has
+                continue
+            lk = next(x for x in self.lab.plan.links if x.name == tr.link)
+            probe = dataclasses.replace(self.lab.plan, traces=(), links=(
+                dataclasses.replace(lk, **{tr.direction: netem}),))
+            missing = missing_kernel_features(probe)
+            if missing:
+                raise LabError(f"trace {tr.file} ({tr.link} {tr.direction}) sets delay or "
+                               f"loss, which needs {', '.join(missing)}; this kernel lacks it")
+
+    def start(self, t0: float | None = None) -> float:
+        """Start playing with step time 0 at ``t0`` (seconds since the epoch; default now).
+        Returns t0. Without traces, does nothing."""
+        self.t0 = self.clock() if t0 is None else t0
+        if self.traces:
+            self._thread = threading.Thread(target=self._run, name="aitb-trace", daemon=True)
+            self._thread.start()
+        return self.t0
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop after the change under way (waits at most ``timeout_s``: one set_shaping)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                self.errors.append(f"trace player still busy after {timeout_s:g} s")
+
+    def __enter__(self) -> TracePlayer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _wait_until(self, target: float) -> bool:
+        """Sleep until ``target`` on the clock; True when stopped first."""
+        while (left := target - self.clock()) > 0:
+            if self._stop.wait(left):
+                return True
+        return self._stop.is_set()
+
+    def _run(self) -> None:
+        assert self.t0 is not None
+        with self.out.open("a", encoding="utf-8") as f:
+            for change in planned_changes(self.traces, self._base()):
+                if self._wait_until(self.t0 + change.t_s):
+                    return
+                if not self._apply(change, f):
+                    return
+
+    def _apply(self, change: PlannedChange, f: IO[str]) -> bool:
+        assert self.t0 is not None
+        began = self.clock()
+        error = None
+        try:
+            self.lab.set_shaping(change.link, change.direction, change.shaping)
+        except AitbError as exc:
+            error = f"{change.link} {change.direction} at {change.t_s:g} s: {exc}"
+            self.errors.append(error)
+        done = self.clock()
+        rec = {"link": change.link, "direction": change.direction, "step": change.step,
+               "loop": change.loop, "planned_t_s": change.t_s,
+               "applied_t_s": round(done - self.t0, 6), "call_s": round(done - began, 6),
+               **_values(change.shaping)}
+        if error:
+            rec["error"] = error
+        f.write(json.dumps(rec) + "\n")
+        f.flush()
+        self.applied += error is None
+        return error is None

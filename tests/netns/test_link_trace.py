@@ -1,0 +1,62 @@
+"""A link whose rate follows a trace, on the host kernel: the goodput of one transfer follows
+the steps, and link_trace.jsonl records each step's planned and applied time. Rate steps only:
+the host kernel has no netem, and the user-space delay line is not behind Lab.set_shaping yet."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import time
+
+import pytest
+from plans import two_hosts_router
+from traffic import start_server, tcp_goodput_bound_bps
+
+from aitb.shaping import Shaping
+from aitb.trace import LinkTrace, TraceStep
+from aitb.units import BufferSize
+from testbed.trace_player import TracePlayer
+
+pytestmark = pytest.mark.netns
+
+HIGH, LOW = 20 * 10**6, 5 * 10**6
+STEP_AT_S = 3.0
+
+
+def test_rate_follows_a_two_step_trace(labs, tmp_path):
+    # 50 packets: at 5 Mbit/s a full default buffer (1000 packets) would take 2.4 s to drain
+    # and hide the step from the sender's intervals; 50 packets drain in 0.12 s
+    base = Shaping(rate_bps=50 * 10**6, buffer=BufferSize(packets=50))
+    trace = LinkTrace(link="h1-r1", direction="a_to_b", file="two-steps", format="aitb",
+                      loop=False, period_s=STEP_AT_S,
+                      steps=(TraceStep(0.0, HIGH), TraceStep(STEP_AT_S, LOW)))
+    plan = dataclasses.replace(two_hosts_router(base), traces=(trace,))
+    out = tmp_path / "link_trace.jsonl"
+    with labs(plan, wire_packets=True) as lab:
+        srv = start_server(lab, "h2")
+        client = lab.popen("h1", ["iperf3", "-c", "198.18.2.1", "-t", "6", "-i", "0.5", "-J",
+                                  "-C", "cubic"], stdout=subprocess.PIPE)
+        time.sleep(0.2)  # the transfer is under way before the first step
+        player = TracePlayer(lab, out)
+        player.check()
+        player.start()
+        result = json.loads(client.communicate(timeout=60)[0])
+        player.stop()
+        srv.wait(timeout=10)
+        rate_after = lab.plan.links[0].a_to_b.rate_bps
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["step"], r["planned_t_s"], r["rate_bps"]) for r in recs] == [
+        (0, 0.0, HIGH), (1, STEP_AT_S, LOW)]
+    assert all(r["applied_t_s"] >= r["planned_t_s"] for r in recs)
+    assert rate_after == LOW
+    # iperf3's intervals are 0.5 s on the client's clock, which started 0.2 s before the
+    # trace: [1, 3) s lies inside the 20 Mbit/s step, [4, 6) s inside the 5 Mbit/s one, each
+    # with more than 0.5 s to spare for start-up and step lateness
+    ivals = [(i["sum"]["start"], i["sum"]["bits_per_second"]) for i in result["intervals"]]
+    high = [bps for t, bps in ivals if 1.0 <= t < 3.0]
+    low = [bps for t, bps in ivals if 4.0 <= t < 6.0]
+    mean_high, mean_low = sum(high) / len(high), sum(low) / len(low)
+    # 20 %: sender-side 0.5 s intervals of one cubic flow into a 50-packet buffer saw-tooth
+    assert abs(mean_high - tcp_goodput_bound_bps(HIGH)) < 0.2 * HIGH, ivals
+    assert abs(mean_low - tcp_goodput_bound_bps(LOW)) < 0.2 * LOW, ivals
