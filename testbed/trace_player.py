@@ -3,10 +3,12 @@ is applied at its time through :meth:`testbed.lab.Lab.set_shaping` (a rate step 
 HTB class in place; delay and loss steps change the delay line), looped or once, from an
 absolute start time (``time.time()``, CLOCK_REALTIME), until :meth:`TracePlayer.stop`.
 
-Each applied step is one line of ``link_trace.jsonl``: link, direction, step index, pass,
-planned and applied time (seconds after the start), how long the change took, and the values.
-One thread applies the steps of all traces in time order; a step that is due while an earlier
-one is still being applied starts late (its lateness is in the record, nothing is skipped).
+Each step is one line of ``link_trace.jsonl``: link, direction, step index, pass, planned
+time, when the change began and when set_shaping returned (read-back included; seconds after
+the start), and the values. One thread applies the steps of all traces in time order. When
+it falls behind (a change takes longer than the gap to the next step: bench/trace_timing.py),
+a direction's steps that are already superseded by a later due one are recorded as
+``skipped`` and not applied, so lateness does not pile up.
 """
 
 from __future__ import annotations
@@ -88,19 +90,23 @@ class TracePlayer:
     """Applies the traces of ``lab.plan`` (or ``traces``) from :meth:`start` to :meth:`stop`,
     writing one record per applied step to ``out`` (``link_trace.jsonl`` of the run).
 
-    clock: seconds since the epoch (default :func:`time.time`, the run's clock). A failed
+    clock: seconds since the epoch (default :func:`time.time`, the run's clock); sleep: waits
+    that many seconds (default: until then or :meth:`stop`; tests pass a fake). A failed
     change (LabError from set_shaping) ends the playing; it is in :attr:`errors` and in the
     records. Side effects: a thread; changes the lab's qdiscs and plan.json; writes ``out``.
     """
 
     def __init__(self, lab: Lab, out: Path, traces: Sequence[LinkTrace] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] | None = None) -> None:
         self.lab = lab
         self.traces = tuple(lab.plan.traces if traces is None else traces)
         self.out = out
         self.clock = clock
+        self._sleep = sleep
         self.t0: float | None = None
         self.applied = 0
+        self.skipped = 0
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -145,6 +151,13 @@ class TracePlayer:
             if self._thread.is_alive():
                 self.errors.append(f"trace player still busy after {timeout_s:g} s")
 
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait until every step has been applied (traces that do not loop) or playing ended;
+        True when it has."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        return self._thread is None or not self._thread.is_alive()
+
     def __enter__(self) -> TracePlayer:
         self.start()
         return self
@@ -155,21 +168,59 @@ class TracePlayer:
     def _wait_until(self, target: float) -> bool:
         """Sleep until ``target`` on the clock; True when stopped first."""
         while (left := target - self.clock()) > 0:
-            if self._stop.wait(left):
+            if self._sleep is not None:
+                self._sleep(left)
+            if self._stop.is_set() or (self._sleep is None and self._stop.wait(left)):
                 return True
         return self._stop.is_set()
 
+    def _due(self, it: Iterator[PlannedChange], first: PlannedChange
+             ) -> tuple[list[PlannedChange], PlannedChange | None]:
+        """``first`` and every later change already due; the next one not yet due."""
+        assert self.t0 is not None
+        due, nxt = [first], next(it, None)
+        while nxt is not None and self.t0 + nxt.t_s <= self.clock():
+            due.append(nxt)
+            nxt = next(it, None)
+        return due, nxt
+
     def _run(self) -> None:
         assert self.t0 is not None
+        it = planned_changes(self.traces, self._base())
+        pending = next(it, None)
         with self.out.open("a", encoding="utf-8") as f:
-            for change in planned_changes(self.traces, self._base()):
-                if self._wait_until(self.t0 + change.t_s):
+            while pending is not None:
+                if self._wait_until(self.t0 + pending.t_s):
                     return
-                if not self._apply(change, f):
-                    return
+                due, pending = self._due(it, pending)
+                # behind schedule: a direction's latest due change holds all its values, so
+                # the ones before it are recorded as skipped instead of applied late
+                latest = {(c.link, c.direction): c for c in due}
+                for c in due:
+                    if latest[(c.link, c.direction)] is not c:
+                        self._record(f, c, None, None, skipped=True)
+                        self.skipped += 1
+                    elif not self._apply(c, f):
+                        return
+
+    def _record(self, f: IO[str], change: PlannedChange, began: float | None,
+                done: float | None, error: str | None = None, skipped: bool = False) -> None:
+        assert self.t0 is not None
+        rec: dict[str, Any] = {"link": change.link, "direction": change.direction,
+                               "step": change.step, "loop": change.loop,
+                               "planned_t_s": change.t_s}
+        if skipped:
+            rec["skipped"] = True
+        else:
+            assert began is not None and done is not None
+            rec.update(began_t_s=round(began - self.t0, 6), applied_t_s=round(done - self.t0, 6))
+        rec.update(_values(change.shaping))
+        if error:
+            rec["error"] = error
+        f.write(json.dumps(rec) + "\n")
+        f.flush()
 
     def _apply(self, change: PlannedChange, f: IO[str]) -> bool:
-        assert self.t0 is not None
         began = self.clock()
         error = None
         try:
@@ -177,14 +228,6 @@ class TracePlayer:
         except AitbError as exc:
             error = f"{change.link} {change.direction} at {change.t_s:g} s: {exc}"
             self.errors.append(error)
-        done = self.clock()
-        rec = {"link": change.link, "direction": change.direction, "step": change.step,
-               "loop": change.loop, "planned_t_s": change.t_s,
-               "applied_t_s": round(done - self.t0, 6), "call_s": round(done - began, 6),
-               **_values(change.shaping)}
-        if error:
-            rec["error"] = error
-        f.write(json.dumps(rec) + "\n")
-        f.flush()
+        self._record(f, change, began, self.clock(), error)
         self.applied += error is None
         return error is None

@@ -69,21 +69,35 @@ class _FakeLab:
             self.done.set()
 
 
+class _Time:
+    """A fake clock whose sleep moves it on."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
 def test_player_applies_in_order_and_records_planned_and_applied(tmp_path):
     lab = _FakeLab()
-    # 1 ms apart on the real clock: the test waits for the calls, not for a time margin
-    tr = _trace([TraceStep(0.0, 20 * 10**6), TraceStep(0.001, 5 * 10**6)])
-    player = TracePlayer(lab, tmp_path / "link_trace.jsonl", traces=[tr])  # type: ignore[arg-type]
-    t0 = player.start()
-    assert lab.done.wait(10)
+    fake = _Time(1000.0)
+    tr = _trace([TraceStep(0.0, 20 * 10**6), TraceStep(2.5, 5 * 10**6)])
+    player = TracePlayer(lab, tmp_path / "link_trace.jsonl", traces=[tr],  # type: ignore[arg-type]
+                         clock=fake.clock, sleep=fake.sleep)
+    t0 = player.start(t0=1001.0)
+    assert player.wait(10)
     player.stop()
     assert [c[2].rate_bps for c in lab.calls] == [20 * 10**6, 5 * 10**6]
     recs = [json.loads(x) for x in (tmp_path / "link_trace.jsonl").read_text().splitlines()]
     assert [(r["link"], r["direction"], r["step"], r["planned_t_s"], r["rate_bps"])
             for r in recs] == [("l1", "a_to_b", 0, 0.0, 20 * 10**6),
-                               ("l1", "a_to_b", 1, 0.001, 5 * 10**6)]
-    assert all(r["applied_t_s"] >= r["planned_t_s"] for r in recs)  # never early
-    assert player.t0 == t0 and player.applied == 2 and player.errors == []
+                               ("l1", "a_to_b", 1, 2.5, 5 * 10**6)]
+    assert [(r["began_t_s"], r["applied_t_s"]) for r in recs] == [(0.0, 0.0), (2.5, 2.5)]
+    assert player.t0 == t0 == 1001.0 and player.applied == 2 and player.errors == []
 
 
 def test_player_waits_on_the_injected_clock_and_stops(tmp_path):
@@ -99,11 +113,12 @@ def test_player_waits_on_the_injected_clock_and_stops(tmp_path):
 
 def test_a_failed_change_ends_playing_and_is_recorded(tmp_path):
     lab = _FakeLab(fail_at=0)
-    player = TracePlayer(lab, tmp_path / "t.jsonl",  # type: ignore[arg-type]
-                         traces=[_trace([TraceStep(0.0, 10**6), TraceStep(0.001, 10**7)])])
+    fake = _Time(0.0)
+    player = TracePlayer(lab, tmp_path / "t.jsonl", clock=fake.clock,  # type: ignore[arg-type]
+                         sleep=fake.sleep,
+                         traces=[_trace([TraceStep(0.0, 10**6), TraceStep(1.0, 10**7)])])
     player.start()
-    assert lab.done.wait(10)
-    player.stop()
+    assert player.wait(10)
     (rec,) = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert "kernel said no" in rec["error"] and player.errors == [rec["error"]]
     assert player.applied == 0 and lab.calls == []
@@ -115,3 +130,31 @@ def test_no_traces_no_thread(tmp_path):
     player.start()
     player.stop()
     assert player._thread is None and not (tmp_path / "t.jsonl").exists()
+
+
+class _SlowLab(_FakeLab):
+    """Each change takes 10 s on the fake clock."""
+
+    def __init__(self, now):
+        super().__init__()
+        self.now = now
+
+    def set_shaping(self, link, direction, shaping):
+        self.calls.append((link, direction, shaping))
+        self.now[0] += 10.0
+
+
+def test_behind_schedule_superseded_steps_are_skipped_not_applied_late(tmp_path):
+    now = [0.0]
+    lab = _SlowLab(now)
+    tr = _trace([TraceStep(float(t), (t + 1) * 10**6) for t in range(4)])
+    player = TracePlayer(lab, tmp_path / "t.jsonl", traces=[tr], clock=lambda: now[0])  # type: ignore[arg-type]
+    player.start(t0=0.0)
+    assert player.wait(10)
+    # step 0 ends at 10 s: steps 1, 2 and 3 are all due; only 3 (holding every value) applies
+    assert [c[2].rate_bps for c in lab.calls] == [10**6, 4 * 10**6]
+    recs = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert [(r["step"], r.get("skipped", False)) for r in recs] == [
+        (0, False), (1, True), (2, True), (3, False)]
+    assert recs[3]["began_t_s"] == 10.0 and recs[3]["applied_t_s"] == 20.0
+    assert (player.applied, player.skipped) == (2, 2)
