@@ -391,14 +391,17 @@ class Lab:
         together as possible, like :meth:`exec_app`; see :func:`testbed.apps.start_apps`."""
         return apps.start_apps(self, requests)
 
-    def set_shaping(self, link_name: str, direction: str, shaping: Shaping) -> None:
+    def set_shaping(self, link_name: str, direction: str, shaping: Shaping,
+                    read_back: bool = True) -> None:
         """Change the shaping of ``direction`` (``a_to_b``/``b_to_a``) of link ``link_name``
         on the live lab: in place where the qdisc structure stays, else replaced; then read
-        back; a native delay line gets the new parameters by SIGHUP. Raises LabError naming
-        the link (unknown link/direction, kernel refusal, a delay line into a user-space OVS
-        switch: :func:`testbed.ovs_datapath.check_delay_line`, a change the native line
-        cannot make: :func:`testbed.delay_backends.native.check_change`, or its helper
-        refusing the new parameters: it keeps the old ones)."""
+        back and record plan.json (``read_back=False`` trusts the kernel's acks and skips
+        both: for many changes a second, read back once at the end, as
+        testbed/trace_player.py does); a native delay line gets the new parameters by
+        SIGHUP. Raises LabError naming the link (unknown link/direction, kernel refusal, a
+        delay line into a user-space OVS switch: :func:`testbed.ovs_datapath.check_delay_line`,
+        a change the native line cannot make: :func:`testbed.delay_backends.native.check_change`,
+        or its helper refusing the new parameters: it keeps the old ones)."""
         link = next((lk for lk in self.plan.links if lk.name == link_name), None)
         rx = (link.b.node if direction == "a_to_b" else link.a.node) if link else None
         line = self.layout.lines.get((link_name, direction))
@@ -407,6 +410,6 @@ class Lab:
         elif shaping.needs_netem and self.ovs_datapaths.get(rx or "") == ovs_datapath.USERSPACE:
             ovs_datapath.check_delay_line(rx or "", [link_name])
         with self.netlink_lock:
-            reshape.set_shaping(self, link_name, direction, shaping)
+            reshape.set_shaping(self, link_name, direction, shaping, read_back)
         if line == native.NAME:
             native.update(self, link_name, direction)

@@ -96,7 +96,8 @@ def _find_link(lab: Lab, link_name: str, direction: str) -> LinkPlan:
                    + ", ".join(lk.name for lk in lab.plan.links))
 
 
-def set_shaping(lab: Lab, link_name: str, direction: str, shaping: Shaping) -> None:
+def set_shaping(lab: Lab, link_name: str, direction: str, shaping: Shaping,
+                read_back: bool = True) -> None:
     """See :meth:`testbed.lab.Lab.set_shaping`."""
     link = _find_link(lab, link_name, direction)
     probe = dataclasses.replace(lab.plan, links=(dataclasses.replace(link, **{direction:
@@ -114,8 +115,9 @@ def set_shaping(lab: Lab, link_name: str, direction: str, shaping: Shaping) -> N
     ingress = _ingress(lab, old, new, link.mtu)  # new delay line before the sender changes
     ingress.commit()
     _egress(lab, old, new).commit()
-    (lab.registry.dir / "plan.json").write_text(json.dumps(plan_to_dict(lab.plan)))
-    lab.verify([new.tx_node, new.rx_node])
+    if read_back:
+        (lab.registry.dir / "plan.json").write_text(json.dumps(plan_to_dict(lab.plan)))
+        lab.verify([new.tx_node, new.rx_node])
 
 
 def _ports_settling(lab: Lab, node: str) -> list[str]:

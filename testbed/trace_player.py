@@ -144,12 +144,22 @@ class TracePlayer:
         return self.t0
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop after the change under way (waits at most ``timeout_s``: one set_shaping)."""
+        """Stop after the change under way (waits at most ``timeout_s``: one set_shaping),
+        then read back every traced direction once and record the lab's plan.json (the steps
+        themselves skip the read-back: it took most of a change's time here)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                self.errors.append(f"trace player still busy after {timeout_s:g} s")
+        if self._thread is None:
+            return
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self.errors.append(f"trace player still busy after {timeout_s:g} s")
+            return
+        current = self._base()
+        for tr in self.traces:
+            try:
+                self.lab.set_shaping(tr.link, tr.direction, current[(tr.link, tr.direction)])
+            except AitbError as exc:
+                self.errors.append(f"read-back of {tr.link} {tr.direction}: {exc}")
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait until every step has been applied (traces that do not loop) or playing ended;
@@ -224,7 +234,8 @@ class TracePlayer:
         began = self.clock()
         error = None
         try:
-            self.lab.set_shaping(change.link, change.direction, change.shaping)
+            self.lab.set_shaping(change.link, change.direction, change.shaping,
+                                 read_back=False)
         except AitbError as exc:
             error = f"{change.link} {change.direction} at {change.t_s:g} s: {exc}"
             self.errors.append(error)

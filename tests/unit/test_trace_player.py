@@ -57,10 +57,14 @@ class _FakeLab:
                             links=(LinkPlan("l1", Endpoint("h1", "eth0"), Endpoint("h2", "eth0"),
                                             a_to_b=BASE),))
         self.calls: list[tuple[str, str, Shaping]] = []
+        self.read_backs: list[tuple[str, str]] = []
         self.fail_at = fail_at
         self.done = threading.Event()
 
-    def set_shaping(self, link, direction, shaping):
+    def set_shaping(self, link, direction, shaping, read_back=True):
+        if read_back:  # the player's one read-back at stop
+            self.read_backs.append((link, direction))
+            return
         if len(self.calls) == self.fail_at:
             self.done.set()
             raise LabError("kernel said no")
@@ -97,6 +101,7 @@ def test_player_applies_in_order_and_records_planned_and_applied(tmp_path):
             for r in recs] == [("l1", "a_to_b", 0, 0.0, 20 * 10**6),
                                ("l1", "a_to_b", 1, 2.5, 5 * 10**6)]
     assert [(r["began_t_s"], r["applied_t_s"]) for r in recs] == [(0.0, 0.0), (2.5, 2.5)]
+    assert lab.read_backs == [("l1", "a_to_b")]  # once, at stop, not per step
     assert player.t0 == t0 == 1001.0 and player.applied == 2 and player.errors == []
 
 
@@ -139,9 +144,10 @@ class _SlowLab(_FakeLab):
         super().__init__()
         self.now = now
 
-    def set_shaping(self, link, direction, shaping):
-        self.calls.append((link, direction, shaping))
-        self.now[0] += 10.0
+    def set_shaping(self, link, direction, shaping, read_back=True):
+        if not read_back:
+            self.calls.append((link, direction, shaping))
+            self.now[0] += 10.0
 
 
 def test_behind_schedule_superseded_steps_are_skipped_not_applied_late(tmp_path):
