@@ -50,11 +50,18 @@ _DIRECTION = {v: k for k, v in _ARROW.items()}
 def direction_refs(plan: LabPlan, layout: Layout) -> list[DirectionRef]:
     """Every shaped direction of ``plan`` with the devices its counters live on."""
     refs = []
+    traced = {(t.link, t.direction) for t in plan.traces}
     for lk in plan.links:
         for d, other in zip(DIRECTIONS, reversed(DIRECTIONS), strict=True):
             shaping = getattr(lk, d)
             if not shaping.is_shaped:
                 continue
+            if (lk.name, d) in traced and any(s.rate_bps is not None for t in plan.traces
+                                               if (t.link, t.direction) == (lk.name, d)
+                                               for s in t.steps):
+                # the rate follows a trace: no one rate to compare with (link_trace.jsonl
+                # records the steps), so the rate check says not_exercised
+                shaping = dataclasses.replace(shaping, rate_bps=None)
             r = layout.recipes[(lk.name, d)]
             refs.append(DirectionRef(lk.name, _ARROW[d], r.tx_node, r.tx_dev, r.rx_node,
                                      r.rx_dev, r.ifb, shaping, getattr(lk, other)))

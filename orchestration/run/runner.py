@@ -33,6 +33,7 @@ from orchestration.run.fidelity import FidelityMonitor
 from orchestration.run.observe import ObserveConfig, observe_config, observing
 from orchestration.run.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
 from orchestration.run.runlog import RunLog
+from orchestration.run.traces import playing_traces
 from orchestration.run.transport import apply_host_transport, host_transport_record
 from testbed.backends import make_lab
 from testbed.capabilities import in_vm
@@ -90,7 +91,7 @@ def _plan(spec: ExperimentSpec, source: str, base: Path) -> LabPlan:
     if ref.generator is not None:
         return topologies.generate(ref.generator, **ref.params)
     where = f"{source}: topology.inline"
-    return topologies.resolve(topologies.parse_topology(ref.inline or {}, where), where)
+    return topologies.resolve(topologies.parse_topology(ref.inline or {}, where), where, base)
 
 
 def _backend(spec: ExperimentSpec, base: Path) -> str:
@@ -334,7 +335,8 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
             monitor = FidelityMonitor(prep.plan, lab, progress).before()
             with observing(prep.observe, lab, run_dir, manifest, progress):
                 try:
-                    _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
+                    with playing_traces(lab, run_dir, manifest, progress):
+                        _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
                 finally:
                     monitor.after()
             progress("tearing down")

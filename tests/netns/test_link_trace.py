@@ -60,3 +60,31 @@ def test_rate_follows_a_two_step_trace(labs, tmp_path):
     # 20 %: sender-side 0.5 s intervals of one cubic flow into a 50-packet buffer saw-tooth
     assert abs(mean_high - tcp_goodput_bound_bps(HIGH)) < 0.2 * HIGH, ivals
     assert abs(mean_low - tcp_goodput_bound_bps(LOW)) < 0.2 * LOW, ivals
+
+
+def test_aitb_run_plays_the_cellular_example_and_records_it(tmp_path):
+    import os
+    import sys
+    from pathlib import Path
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run",
+                          "examples/cellular_fedavg.yaml", "--results", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = Path(out.stdout.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    info = manifest["link_traces"]
+    assert len(info["traces"]) == 8 and info["errors"] == []  # 4 phones, both directions
+    recs = [json.loads(x) for x in (run_dir / "link_trace.jsonl").read_text().splitlines()]
+    assert info["applied"] == sum(not r.get("skipped") for r in recs) > 0
+    directions = {(r["link"], r["direction"]) for r in recs}
+    assert directions == {(f"site{i}-agg", d) for i in range(1, 5) for d in ("a_to_b", "b_to_a")}
+    assert all(r["applied_t_s"] >= r["planned_t_s"] for r in recs if not r.get("skipped"))
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert {t["format"] for t in plan["traces"]} == {"mahimahi"}
+    # the uplink trace's 500 ms outage (2.0 s into each pass) was applied as the floor rate
+    assert any(r["rate_bps"] == 12000 for r in recs if r["direction"] == "a_to_b")

@@ -105,3 +105,37 @@ def test_scaled_plan_scales_trace_rates_too(tmp_path):
     plan = scale_plan(load(tmp_path, TOPO), 10)
     assert plan.traces[0].steps == (TraceStep(0.0, 1_200_000),)
     assert [s.rate_bps for s in plan.traces[1].steps] == [2 * 10**6, 5 * 10**5, None]
+
+
+def test_fidelity_has_no_single_rate_for_a_traced_direction(tmp_path):
+    from orchestration.run.fidelity import direction_refs
+    from testbed.layout import make_layout
+
+    _files(tmp_path)
+    plan = load(tmp_path, TOPO)
+    refs = {(r.link, r.direction): r.configured for r in direction_refs(
+        plan, make_layout(plan, "abc123"))}
+    assert refs[("second", "a->b")].rate_bps is None  # follows cell.trace
+    assert ("h1-s1", "a->b") not in refs  # a trace without a rate of its own: unshaped until
+    # the first step, so the fidelity checks leave it out
+
+
+def test_a_bad_trace_stops_an_experiment_before_anything_is_made(tmp_path):
+    from orchestration.run.runner import prepare
+
+    (tmp_path / "bad.trace").write_text("t, rate\n0s, 10Mbit\n1s, 5\n")
+    exp = write(tmp_path, """
+        name: e
+        topology:
+          inline:
+            name: t
+            nodes: {h1: {kind: host}, h2: {kind: host}}
+            links: [{endpoints: [h1, h2], a_to_b: {trace: {file: bad.trace}}}]
+        workloads:
+          - {kind: collective, op: all_reduce, algorithm: ring, size: 1MiB}
+        """, name="exp.yaml")
+    with pytest.raises(SpecError) as err:
+        prepare(exp)
+    assert str(err.value).startswith(f"{tmp_path / 'bad.trace'}:3: ")
+    assert "column rate: a rate '5' has no unit" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.trace", "exp.yaml"]
