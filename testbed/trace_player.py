@@ -143,16 +143,19 @@ class TracePlayer:
             self._thread.start()
         return self.t0
 
-    def stop(self, timeout_s: float = 30.0) -> None:
+    def stop(self, timeout_s: float = 30.0, read_back: bool = True) -> None:
         """Stop after the change under way (waits at most ``timeout_s``: one set_shaping),
-        then read back every traced direction once and record the lab's plan.json (the steps
-        themselves skip the read-back: it took most of a change's time here)."""
+        then (``read_back``) read back every traced direction once and record the lab's
+        plan.json (the steps themselves skip the read-back: it took most of a change's time
+        here)."""
         self._stop.set()
         if self._thread is None:
             return
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             self.errors.append(f"trace player still busy after {timeout_s:g} s")
+            return
+        if not read_back:
             return
         current = self._base()
         for tr in self.traces:

@@ -129,3 +129,47 @@ def test_delay_follows_a_trace_on_the_native_delay_line(labs, tmp_path):
     # take a fraction of a ms; single replies were 18 ms late on the loaded 2-core machine)
     assert min(before) >= 10 and statistics.median(before) < 25, ("before", before)
     assert min(after) >= 40 and statistics.median(after) < 55, ("after", after)
+
+
+def test_topo_deploy_plays_until_destroy(labs, tmp_path):
+    import os
+    import sys
+
+    from conftest import run_namespaces
+
+    from aitb.plan import plan_to_dict
+    from testbed.registry import pid_alive
+
+    trace = LinkTrace(link="h1-r1", direction="a_to_b", file="flip", format="aitb", loop=True,
+                      period_s=0.4, steps=(TraceStep(0.0, HIGH), TraceStep(0.2, LOW)))
+    plan = dataclasses.replace(two_hosts_router(Shaping(rate_bps=50 * 10**6)), traces=(trace,))
+    (tmp_path / "plan.json").write_text(json.dumps(plan_to_dict(plan)))
+    env = {**os.environ, "AITB_STATE_DIR": str(labs.state_dir)}
+    rid = labs.new_id()
+
+    def aitb(*args):
+        out = subprocess.run([sys.executable, "-m", "orchestration.cli", *args], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out
+
+    aitb("topo", "deploy", str(tmp_path / "plan.json"), "--run-id", rid)
+    try:
+        records = labs.state_dir / rid / "link_trace.jsonl"
+        (proc,) = [json.loads(x) for x in (labs.state_dir / rid / "registry.jsonl").read_text()
+                   .splitlines() if '"testbed.trace_process"' in x]
+        deadline = time.monotonic() + 60  # waits for records, not a timing margin
+        while time.monotonic() < deadline and (
+                not records.exists() or len(records.read_text().splitlines()) < 4):
+            time.sleep(0.1)
+        recs = [json.loads(x) for x in records.read_text().splitlines()]
+        assert len(recs) >= 4, (labs.state_dir / rid / "trace_player.log").read_text()
+        assert [r["rate_bps"] for r in recs[:4] if not r.get("skipped")][:2] == [HIGH, LOW]
+        assert pid_alive(proc["pid"], proc["start"])  # the deployer exited, the player plays on
+        destroy = subprocess.run([sys.executable, "-m", "orchestration.cli", "topo", "destroy",
+                                  rid], env=env, capture_output=True, text=True, timeout=120)
+        assert destroy.returncode == 0, destroy.stderr
+        assert not pid_alive(proc["pid"], proc["start"]) and run_namespaces(rid) == []
+    finally:  # a failed check above must not leave the deployed lab behind
+        subprocess.run([sys.executable, "-m", "orchestration.cli", "topo", "destroy", rid],
+                       env=env, capture_output=True, timeout=120)

@@ -62,7 +62,8 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
                "target, unix:PATH (any namespace) or tcp:HOST:PORT (inside the lab); default "
                "none: aitb's own rules only.")] = None,
            as_json: JsonOpt = False) -> None:
-    """Bring a lab up and leave it up; prints its run id. On failure or SIGINT/SIGTERM
+    """Bring a lab up and leave it up; prints its run id. Link traces play until destroy
+    (records: link_trace.jsonl in the lab's state directory). On failure or SIGINT/SIGTERM
     everything made so far is removed (exit 130/143 on a signal)."""
     from testbed.backends import check_backend, make_lab
 
@@ -81,6 +82,9 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
                 lab.cli()  # type: ignore[attr-defined]
                 lab.down()
                 return
+            from testbed.trace_process import start_detached
+
+            start_detached(lab)  # plays the plan's link traces until destroy
             lab.detach()
         except BaseException:
             # a failed up() has already removed its lab (and its registry); a signal that came
