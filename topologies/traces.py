@@ -43,8 +43,7 @@ def _one(spec: TraceSpec, edge: Edge, direction: str, base_dir: Path, where: tup
         steps, period = read_trace(path, spec.format, window)
     except SpecError as exc:  # one issue: the trace file, its line, what is wrong
         i = exc.issues[0]
-        raise SpecError(SpecIssue(f"{i.message} (the trace of {source}, "
-                                  f"{'.'.join(map(str, where[2:]))})", file=i.file,
+        raise SpecError(SpecIssue(f"{i.message} (a trace named in {source})", file=i.file,
                                   line=i.line, key_path=where)) from None
     if spec.loop and period <= 0:
         raise SpecError(SpecIssue(f"{path}: loop needs a trace whose last time is above 0 s",
