@@ -116,8 +116,10 @@ class TracePlayer:
                 for d in ("a_to_b", "b_to_a")}
 
     def check(self) -> None:
-        """Raise LabError naming the trace when a step needs what this lab cannot do (a delay
-        line the kernel lacks); reads the kernel's features (root)."""
+        """Raise LabError naming the trace when a step needs what this lab cannot do: a delay
+        line the kernel lacks, or a change the direction's native delay line refuses (one
+        that had no delay at bring-up, a refused key). Probes the kernel (root)."""
+        from testbed.delay_backends import native
         from testbed.lab import missing_kernel_features
 
         base = self._base()
@@ -127,12 +129,19 @@ class TracePlayer:
             if netem is None:  # rate steps only: an HTB class, which every lab has
                 continue
             lk = next(x for x in self.lab.plan.links if x.name == tr.link)
+            where = f"trace {tr.file} ({tr.link} {tr.direction})"
+            if self.lab.layout.lines.get((tr.link, tr.direction)) == native.NAME:
+                try:
+                    native.check_change(self.lab, lk, tr.direction, netem)
+                except LabError as exc:
+                    raise LabError(f"{where}: {exc}") from None
+                continue
             probe = dataclasses.replace(self.lab.plan, traces=(), links=(
                 dataclasses.replace(lk, **{tr.direction: netem}),))
             missing = missing_kernel_features(probe)
             if missing:
-                raise LabError(f"trace {tr.file} ({tr.link} {tr.direction}) sets delay or "
-                               f"loss, which needs {', '.join(missing)}; this kernel lacks it")
+                raise LabError(f"{where} sets delay or loss, which needs "
+                               f"{', '.join(missing)}; this kernel lacks it")
 
     def start(self, t0: float | None = None) -> float:
         """Start playing with step time 0 at ``t0`` (seconds since the epoch; default now).

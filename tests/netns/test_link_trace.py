@@ -173,3 +173,18 @@ def test_topo_deploy_plays_until_destroy(labs, tmp_path):
     finally:  # a failed check above must not leave the deployed lab behind
         subprocess.run([sys.executable, "-m", "orchestration.cli", "topo", "destroy", rid],
                        env=env, capture_output=True, timeout=120)
+
+
+def test_delay_steps_a_native_line_cannot_make_are_refused_before_playing(labs, tmp_path):
+    from aitb.errors import LabError
+
+    plan = two_hosts_router(Shaping(rate_bps=100 * 10**6))  # no delay line at bring-up
+    link = dataclasses.replace(plan.links[0], delay_line="native")
+    trace = LinkTrace(link="h1-r1", direction="a_to_b", file="late-delay", format="aitb",
+                      loop=False, period_s=1.0, steps=(TraceStep(1.0, delay_s=0.020),))
+    plan = dataclasses.replace(plan, links=(link, *plan.links[1:]), traces=(trace,))
+    with labs(plan) as lab:
+        player = TracePlayer(lab, tmp_path / "link_trace.jsonl")
+        with pytest.raises(LabError, match=r"trace late-delay \(h1-r1 a_to_b\): .*no native "
+                                           "delay line runs for it"):
+            player.check()
