@@ -117,7 +117,11 @@ def needs_wire_packets(plan: LabPlan) -> bool:
     """True when some direction's behaviour is defined per packet, so packets must be
     wire-sized (no GSO super-packets, see :mod:`testbed.links`): a buffer given in packets,
     an AQM, or netem loss, duplication, corruption or reordering. A rate alone, a byte buffer
-    or a pure delay behave the same with GSO (HTB and bfifo count every segment's bytes)."""
+    or a pure delay behave the same with GSO (HTB and bfifo count every segment's bytes).
+    A loss step of a link trace (testbed/trace_player.py) counts too: GSO cannot be turned off
+    while the lab runs."""
+    if any(st.loss_pct for tr in plan.traces for st in tr.steps):
+        return True
     for lk in plan.links:
         for s in (lk.a_to_b, lk.b_to_a):
             if (s.buffer is not None and s.buffer.packets is not None) or s.aqm != "fifo" \

@@ -188,3 +188,26 @@ def test_delay_steps_a_native_line_cannot_make_are_refused_before_playing(labs, 
         with pytest.raises(LabError, match=r"trace late-delay \(h1-r1 a_to_b\): .*no native "
                                            "delay line runs for it"):
             player.check()
+
+
+def test_loss_follows_a_trace_on_the_native_delay_line(labs, tmp_path):
+    plan = two_hosts_router(Shaping(rate_bps=100 * 10**6, delay_s=0.005))
+    link = dataclasses.replace(plan.links[0], delay_line="native")
+    trace = LinkTrace(link="h1-r1", direction="a_to_b", file="outage", format="aitb",
+                      loop=False, period_s=1.0, steps=(TraceStep(1.0, loss_pct=100.0),))
+    plan = dataclasses.replace(plan, links=(link, *plan.links[1:]), traces=(trace,))
+    with labs(plan) as lab:
+        assert lab.layout.wire_packets  # a traced loss counts packets
+        ping = lab.popen("h1", ["ping", "-D", "-n", "-i", "0.1", "-c", "25", "198.18.2.1"],
+                         stdout=subprocess.PIPE, text=True)
+        player = TracePlayer(lab, tmp_path / "link_trace.jsonl")
+        player.check()
+        t0 = player.start()
+        replies = _rtts_ms(ping.communicate(timeout=60)[0])
+        player.stop()
+    (rec,) = [json.loads(x) for x in (tmp_path / "link_trace.jsonl").read_text().splitlines()]
+    applied = t0 + rec["applied_t_s"]
+    assert [t for t, _ in replies if t < t0 + 0.9]  # replies before the outage
+    # none once the line drops every request (a reply in flight at the change arrives within
+    # one RTT of 5 ms; 0.1 s covers a loaded machine)
+    assert [t for t, _ in replies if t > applied + 0.1] == []

@@ -164,3 +164,16 @@ def test_behind_schedule_superseded_steps_are_skipped_not_applied_late(tmp_path)
         (0, False), (1, True), (2, True), (3, False)]
     assert recs[3]["began_t_s"] == 10.0 and recs[3]["applied_t_s"] == 20.0
     assert (player.applied, player.skipped) == (2, 2)
+
+
+def test_a_traced_loss_step_makes_the_lab_hand_out_wire_sized_packets():
+    import dataclasses
+
+    from testbed.layout import needs_wire_packets
+
+    plan = _FakeLab().plan
+    assert not needs_wire_packets(plan)
+    rate = dataclasses.replace(plan, traces=(_trace([TraceStep(0.0, 10**6)]),))
+    assert not needs_wire_packets(rate)  # a rate behaves the same with GSO
+    lossy = dataclasses.replace(plan, traces=(_trace([TraceStep(0.0, loss_pct=1.0)]),))
+    assert needs_wire_packets(lossy)
