@@ -12,6 +12,8 @@ import json
 import os
 import re
 import shutil
+import time
+from pathlib import Path
 
 import pytest
 from plans import two_hosts_router, two_hosts_switch
@@ -179,3 +181,40 @@ def test_run_check_refuses_what_the_native_line_cannot_do(tmp_path):
                           "--check"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "link a-b a_to_b: duplicate_pct = 1% is not possible on the native" in out.stderr
+
+
+def test_a_killed_controller_takes_its_helpers_and_aitb_clean_removes_the_rest(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from testbed.registry import Registry, pid_alive
+    state = tmp_path / "state"
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import dataclasses, sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from plans import two_hosts_router\n"
+        "from aitb.shaping import Shaping\n"
+        "from testbed.lab import Lab\n"
+        "plan = two_hosts_router(Shaping(delay_s=0.01), Shaping(delay_s=0.01))\n"
+        "plan = dataclasses.replace(plan, links=tuple(dataclasses.replace(lk, "
+        "delay_line='native') for lk in plan.links))\n"
+        f"lab = Lab(plan, 'k1ll3d', {str(state)!r})\n"
+        "lab.up()\nprint('up', flush=True)\ntime.sleep(600)\n")
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout.readline().strip() == "up"
+    helpers = [r for r in Registry(state, "k1ll3d").records() if r.get("role") == "delay-line"]
+    assert len(helpers) == 2 and all(pid_alive(r["pid"], r["start"]) for r in helpers)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    deadline = time.monotonic() + 10  # bound only: PDEATHSIG is delivered at once
+    while any(pid_alive(r["pid"], r["start"]) for r in helpers):
+        assert time.monotonic() < deadline, "a helper outlived its controller"
+        time.sleep(0.05)
+    env = {**os.environ, "AITB_STATE_DIR": str(state)}
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "clean"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert not (state / "k1ll3d").exists()
+    assert not [n for n in os.listdir("/var/run/netns") if n.startswith("aitb-k1ll3d-")]
