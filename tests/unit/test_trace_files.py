@@ -140,3 +140,28 @@ def test_read_trace_formats(tmp_path):
         read_trace(f, "aitb", window_s=0.1)
     with pytest.raises(SpecError, match="unknown trace format 'csv'"):
         read_trace(f, "csv")  # type: ignore[arg-type]
+
+
+def test_mahimahi_windows_match_a_count_by_hand_on_a_random_trace():
+    import random
+
+    rng = random.Random(7)
+    stamps = sorted(rng.randrange(0, 2000) for _ in range(3000)) + [2000, 2000]
+    window_ms = 30
+    steps, period = parse_mahimahi_trace("\n".join(map(str, stamps)), "r", window_ms / 1000)
+    n = -(-2000 // window_ms)
+    counts = [0] * n
+    for ms in stamps:
+        counts[(ms % 2000) // window_ms] += 1
+    rates = []
+    for k, c in enumerate(counts):
+        length_s = (min((k + 1) * window_ms, 2000) - k * window_ms) / 1000
+        rate = round(12000 * c / length_s) or FLOOR_RATE_BPS
+        if not rates or rates[-1][1] != rate:
+            rates.append((k * window_ms / 1000, rate))
+    assert period == 2.0 and [(s.t_s, s.rate_bps) for s in steps] == rates
+
+
+def test_mahimahi_blank_lines_and_spaces_are_ignored():
+    steps, _ = parse_mahimahi_trace("\n1\n\n  2  \n", "m", window_s=0.01)
+    assert steps == (TraceStep(0.0, round(12000 * 2 / 0.002)),)
