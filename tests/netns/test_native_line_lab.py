@@ -218,3 +218,31 @@ def test_a_killed_controller_takes_its_helpers_and_aitb_clean_removes_the_rest(t
     assert out.returncode == 0, out.stderr
     assert not (state / "k1ll3d").exists()
     assert not [n for n in os.listdir("/var/run/netns") if n.startswith("aitb-k1ll3d-")]
+
+
+def test_a_kernel_without_netem_lacks_nothing_for_auto_but_netem_asked_explicitly(labs):
+    from testbed.delayline.choose import native_available
+    from testbed.kernel import missing_features
+    from testbed.lab import missing_kernel_features
+    if not missing_features({"netem"}) or not native_available():
+        pytest.skip("needs a kernel without netem where NFQUEUE works (these machines)")
+    plan = two_hosts_router(Shaping(delay_s=0.01, loss_pct=1.0))
+    assert missing_kernel_features(plan) == []  # auto: the native line, no VM
+    asked = dataclasses.replace(plan, links=tuple(dataclasses.replace(lk, delay_line="netem")
+                                                  for lk in plan.links))
+    assert "netem" in missing_kernel_features(asked)  # only this goes to the VM
+
+
+def test_ipv6_traffic_is_delayed_by_the_native_line(labs, tmp_path):
+    from topologies import load_topology
+    topo = tmp_path / "v6.yaml"
+    topo.write_text("name: v6\ndelay_line: native\naddressing: {ipv6: true}\nnodes:\n"
+                    "  a: {kind: host}\n  b: {kind: host}\n"
+                    "links:\n  - {endpoints: [a, b], delay: 10ms}\n")
+    plan = load_topology(topo)
+    dst = str(plan.links[0].b.ipv6.ip)
+    with labs(plan) as lab:
+        lab.run("a", ["ping", "-6", "-c", "1", "-W", "3", dst])  # neighbour discovery
+        out = lab.run("a", ["ping", "-6", "-U", "-c", "5", "-i", "0.05", dst]).stdout
+    rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", out)]
+    assert len(rtts) == 5 and 20.0 <= min(rtts) < 30.0  # ip6tables rules hold both ways
