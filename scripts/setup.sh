@@ -51,7 +51,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[dev,vm]'
+.venv/bin/python -m pip install -q -e '.[dev,vm,ray]'
 .venv/bin/python -m analysis.tcpflows.fast   # compile the pcap kernel once (numba cache)
 apt_install libnetfilter-queue-dev libmnl-dev && .venv/bin/python -m testbed.delayline.build  # native delay line (no sch_netem)
 # The mininet backend imports Debian's Mininet (pure Python + /usr/bin/mnexec) from the venv:

@@ -14,18 +14,28 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from aitb.errors import AitbError, LabError
 from orchestration.campaign.aggregate import run_summary, write_tables
-from orchestration.campaign.load import Campaign, load, prepare_point
+from orchestration.campaign.load import Campaign, load
 from orchestration.campaign.plots import write_plots
+from orchestration.campaign.point import interrupted, run_point
 from orchestration.campaign.state import CampaignState, fingerprint
 from orchestration.campaign.sweep import Run, plain
-from orchestration.run.runner import RunOutcome, execute
 
 __all__ = ["Campaign", "CampaignInterrupted", "CampaignResult", "load", "run_campaign"]
 
 Progress = Callable[[str], None]
+
+
+class Executor(Protocol):
+    """Does a campaign's runs not yet done (``todo``, in order), marking each in ``state``
+    (start before, finish after) and ``result``; raises CampaignInterrupted on a signal."""
+
+    def run(self, c: Campaign, todo: list[Run], state: CampaignState,
+            result: CampaignResult, progress: Progress) -> None:
+        """Do ``todo``."""
 
 
 class CampaignInterrupted(AitbError):
@@ -52,50 +62,39 @@ def _fingerprint(c: Campaign) -> str:
     return fingerprint({p.id: p.values for p in c.points}, plain(c.src.base_doc), c.spec.seeds)
 
 
-def _interrupted(outcome: RunOutcome) -> bool:
-    """Whether the run ended because of SIGINT/SIGTERM (testbed.signals.LabInterrupted,
-    which runner.execute records in error.json)."""
-    err = outcome.run_dir / "error.json"
-    return err.exists() and '"LabInterrupted"' in err.read_text(encoding="utf-8")
-
-
 def _one_run(c: Campaign, run: Run, state: CampaignState, result: CampaignResult,
              progress: Progress) -> None:
-    prep = prepare_point(c.src, run.point, seed=run.seed)
     run_id = f"rep{run.rep}-{secrets.token_hex(3)}"
     point_dir = state.root / run.point.id
-    state.start(run.key, point_dir / prep.spec.name / run_id, run.seed)
+    state.start(run.key, point_dir / c.prepared[run.point.id].spec.name / run_id, run.seed)
     progress(f"run {run.key} ({run.point.label() or 'base'}, seed {run.seed})")
-    outcome = execute(prep, point_dir, progress, run_id=run_id)
-    if _interrupted(outcome):
+    outcome = run_point(c, run.point, run.seed, point_dir, run_id, progress)
+    if interrupted(outcome):
         raise CampaignInterrupted(f"interrupted during run {run.key}; run the same command "
                                   "again to resume (that run is redone)")
-    _analyze(outcome.run_dir)
-    state.finish(run.key, outcome.ok, outcome.error)
-    if outcome.ok:
-        result.ran.append(run.key)
+    record(state, result, run.key, outcome.ok, outcome.error, progress)
+
+
+def record(state: CampaignState, result: CampaignResult, key: str, ok: bool,
+           error: str | None, progress: Progress) -> None:
+    """Mark run ``key`` ended in the state file and in ``result``."""
+    state.finish(key, ok, error)
+    if ok:
+        result.ran.append(key)
     else:
-        result.failed[run.key] = outcome.error or "failed"
-        progress(f"run {run.key} failed: {outcome.error}")
+        result.failed[key] = error or "failed"
+        progress(f"run {key} failed: {error}")
 
 
-def _analyze(run_dir: Path) -> None:
-    """Write metrics.json with analysis.analyze_run (contracts.md section 4) when this build
-    has it and the runner has not already done so."""
-    import analysis
-
-    analyze = getattr(analysis, "analyze_run", None)
-    if analyze is not None and not (run_dir / "metrics.json").exists():
-        analyze(run_dir)
-
-
-def run_campaign(c: Campaign, results: Path, progress: Progress = lambda _m: None
-                 ) -> CampaignResult:
+def run_campaign(c: Campaign, results: Path, progress: Progress = lambda _m: None,
+                 executor: Executor | None = None) -> CampaignResult:
     """Run every run of ``c`` not yet completed under ``results/<campaign>/`` (needs root),
     then write the aggregate tables and plots. Completed runs (state ``ok``) are skipped and
     not touched; runs left running or failed by an earlier invocation are discarded and
     redone. Raises :class:`CampaignInterrupted` on SIGINT/SIGTERM (state stays consistent),
-    :class:`SpecError` if ``results/<campaign>`` holds a different campaign."""
+    :class:`SpecError` if ``results/<campaign>`` holds a different campaign. ``executor``
+    (orchestration.campaign.executors) does the runs not yet done; None: one after the other
+    in this process."""
     root = results / c.spec.name
     root.mkdir(parents=True, exist_ok=True)
     with _exclusive(root):
@@ -104,11 +103,17 @@ def run_campaign(c: Campaign, results: Path, progress: Progress = lambda _m: Non
         for path in result.discarded:
             progress(f"discarded unfinished run {path}")
         try:
+            todo = []
             for run in c.runs:
                 if state.status(run.key) == "ok":
                     result.skipped.append(run.key)
-                    continue
-                _one_run(c, run, state, result, progress)
+                else:
+                    todo.append(run)
+            if executor is None:
+                for run in todo:
+                    _one_run(c, run, state, result, progress)
+            else:
+                executor.run(c, todo, state, result, progress)
         except KeyboardInterrupt:
             raise CampaignInterrupted("interrupted; run the same command again to "
                                       "resume") from None

@@ -11,13 +11,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from aitb.errors import LabError
+from aitb.errors import LabError, SpecError, SpecIssue
 from testbed.capabilities import in_vm
 from testbed.lab import missing_kernel_features
 from testbed.vm import run_in_vm
 
 if TYPE_CHECKING:
-    from orchestration.campaign.runner import Campaign, CampaignResult
+    from orchestration.campaign.runner import Campaign, CampaignResult, Executor
 
 console = Console(stderr=True)
 
@@ -65,6 +65,16 @@ def campaign(
         "--auto-vm/--no-vm", help="When a point's lab needs qdiscs the host kernel lacks "
         "(netem), run the whole campaign inside the stock-kernel VM (default), or refuse.")
                       ] = True,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="Where the runs happen: local (one after the other here) or ray "
+        "(Ray tasks on a cluster's workers, orchestration/campaign/executors.py).")
+                        ] = "local",
+    address: Annotated[str | None, typer.Option(
+        "--address", help="With --executor ray: the cluster's HOST:PORT (default: a Ray "
+        "instance started here with this machine's CPUs).")] = None,
+    cpus_per_point: Annotated[float, typer.Option(
+        "--cpus-per-point", help="With --executor ray: CPUs one run asks for (a machine runs "
+        "at most its CPUs / this many points at once).")] = 1.0,
 ) -> None:
     """Run every point x repetition of a campaign not yet done, then aggregate and plot.
 
@@ -74,6 +84,7 @@ def campaign(
     from orchestration.campaign.runner import load, run_campaign
     from orchestration.cli.commands.outputs import output_dir
 
+    runs_on = _executor(executor, address, cpus_per_point)
     c = load(file)
     if dry_run:
         _dry_run(c, results, as_json)
@@ -85,12 +96,32 @@ def campaign(
         if not use_vm:
             raise LabError(f"this campaign needs {', '.join(missing)}, which the host kernel "
                            "lacks; drop --no-vm to run it in the stock-kernel VM")
+        if runs_on is not None:
+            raise LabError(f"this campaign needs {', '.join(missing)}, which the host kernel "
+                           "lacks; --executor ray runs points on the workers' host kernels")
         say(f"this campaign needs {', '.join(missing)}: running it inside the stock-kernel VM")
         raise typer.Exit(_rerun_in_vm(file, results, as_json=as_json, quiet=quiet))
-    result = run_campaign(c, results, progress=say)
+    result = run_campaign(c, results, progress=say, executor=runs_on)
     _report(result, as_json, quiet)
     if result.failed:
         raise typer.Exit(1)
+
+
+def _executor(name: str, address: str | None, cpus_per_point: float) -> Executor | None:
+    """The executor named by --executor (None: local). Raises SpecError for an unknown
+    name or --address without ray."""
+    from orchestration.campaign.executors import EXECUTORS, RayExecutor
+
+    if name not in EXECUTORS:
+        raise SpecError(SpecIssue(f"--executor {name!r}: expected one of "
+                                  f"{', '.join(EXECUTORS)}"))
+    if name == "local":
+        if address is not None:
+            raise SpecError(SpecIssue("--address needs --executor ray"))
+        return None
+    if cpus_per_point <= 0:
+        raise SpecError(SpecIssue(f"--cpus-per-point {cpus_per_point:g}: must be > 0"))
+    return RayExecutor(address, cpus_per_point)
 
 
 def _report(result: CampaignResult, as_json: bool, quiet: bool) -> None:

@@ -1,0 +1,223 @@
+"""`aitb campaign --executor ray` on a Ray cluster this test starts (`ray start --head --block`
+with 2 CPUs, ended by its pid: SIGTERM makes it stop the GCS, raylet and workers it started).
+
+1. A 4-point campaign of a tiny lab on Ray gives the local executor's aggregate: the same
+   points, swept values, seeds, columns and every count (flows, values per metric); the
+   measured times differ from run to run on any executor, so they are not compared.
+2. A worker killed under a running point: the point is redone in the same invocation; then the
+   driver killed (SIGKILL) while points run: the same command resumes, completed runs keep
+   their bytes, the cut ones are gone and no lab of any run id remains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+from conftest import run_namespaces
+
+pytestmark = [pytest.mark.netns, pytest.mark.timeout(1500)]
+ROOT = Path(__file__).resolve().parents[2]
+RAY = Path(sys.executable).with_name("ray")
+
+CAMPAIGN = """\
+name: {name}
+base:
+  inline:
+    name: tiny-incast
+    seed: 3
+    topology:
+      inline:
+        name: tiny
+        generator: {{name: single_switch, params: {{hosts: 3, link: host-1g}}}}
+        profiles:
+          host-1g: {{rate: 1Gbit, buffer: 100p}}
+    workloads:
+      - kind: incast
+        receiver: h1
+        size: 32KiB
+        gap: 5ms
+grid:
+  workloads.0.size: [16KiB, 64KiB]
+  workloads.0.repeats: [1, 2]
+repetitions: {reps}
+seeds: repetition
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def env(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    if not RAY.exists():
+        pytest.skip("Ray is not installed (pip install -e '.[ray]')")
+    return {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture
+def cluster(env):
+    """A Ray head with 2 CPUs and a 100 MB object store; yields (address, its process)."""
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="aitb-ray-", dir="/tmp")  # short: Ray's socket paths
+    proc = subprocess.Popen(
+        [str(RAY), "start", "--head", "--block", "--port", str(port), "--num-cpus", "2",
+         "--object-store-memory", str(100 * 10**6), "--include-dashboard", "false",
+         "--disable-usage-stats", "--temp-dir", temp],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.5)
+    assert proc.poll() is None, "ray start ended early"
+    yield f"127.0.0.1:{port}", proc
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def argv(spec: Path, results: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "orchestration.cli", "campaign", str(spec), "--results",
+            str(results), *extra]
+
+
+def state(root: Path) -> dict:
+    path = root / "campaign-state.json"
+    return json.loads(path.read_text()) if path.exists() else {"runs": {}}
+
+
+def done(root: Path) -> list[str]:
+    return sorted(k for k, e in state(root)["runs"].items() if e["status"] == "ok")
+
+
+def running_with_manifest(root: Path) -> list[str]:
+    return [k for k, e in state(root)["runs"].items()
+            if e["status"] == "running" and (root / e["run_dir"] / "manifest.json").exists()]
+
+
+def files(run_dir: Path) -> dict[str, tuple[int, str]]:
+    return {str(p.relative_to(run_dir)): (p.stat().st_mtime_ns,
+                                         hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def wait_for(cond, proc, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, f"campaign ended early: {proc.communicate()}"
+    assert cond(), "the campaign never reached the state the test waits for"
+
+
+def point_workers(head: subprocess.Popen) -> list[psutil.Process]:
+    """The Ray workers (in the tree of the head this test started) running a point."""
+    out = []
+    for child in psutil.Process(head.pid).children(recursive=True):
+        try:
+            if "orchestration.campaign.point" in " ".join(child.cmdline()):
+                out.append(child.parent())
+        except psutil.NoSuchProcess:
+            continue
+    return [p for p in out if p is not None and p.pid != head.pid]
+
+
+def no_lab_left(root: Path, seconds: float = 90) -> list[str]:
+    """Run ids (from every run directory ever named in the state) with namespaces left,
+    after waiting up to ``seconds`` for killed points to finish tearing down."""
+    ids = {p.name.rsplit("-", 1)[-1] for p in root.glob("p*/*/rep*")}
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = [i for i in ids if run_namespaces(i)]
+        if not left:
+            return []
+        time.sleep(1)
+    return left
+
+
+def test_ray_aggregate_matches_local(tmp_path, env, cluster):
+    address, _ = cluster
+    spec = tmp_path / "c.yaml"
+    spec.write_text(CAMPAIGN.format(name="exec-eq", reps=1))
+    tables = {}
+    for executor in ("local", "ray"):
+        results = tmp_path / executor
+        extra = ("--executor", "ray", "--address", address) if executor == "ray" else ()
+        out = subprocess.run(argv(spec, results, *extra), env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stderr[-3000:]
+        root = results / "exec-eq"
+        assert done(root) == [f"p{p:03d}/rep0" for p in range(4)]
+        tables[executor] = (pd.read_parquet(root / "aggregate.parquet"),
+                            pd.read_csv(root / "runs.csv"))
+        for d in root.glob("p*/*/rep*"):
+            assert json.loads((d / "manifest.json").read_text())["status"] == "ok"
+            assert run_namespaces(d.name.rsplit("-", 1)[-1]) == []
+    (agg_l, runs_l), (agg_r, runs_r) = tables["local"], tables["ray"]
+    assert list(agg_l.columns) == list(agg_r.columns)
+    counts = ["point", "workloads.0.size", "workloads.0.repeats", "runs", "flows_mean",
+              *[c for c in agg_l.columns if c.endswith("_n")]]
+    pd.testing.assert_frame_equal(agg_l[counts], agg_r[counts])
+    assert list(agg_r["flows_mean"]) == [2.0, 4.0, 2.0, 4.0]  # 2 senders x repeats
+    key = ["point", "rep", "seed", "source", "flows"]
+    pd.testing.assert_frame_equal(runs_l[key], runs_r[key])
+
+
+def test_ray_worker_and_driver_crash_resume(tmp_path, env, cluster):
+    address, head = cluster
+    spec, results = tmp_path / "c.yaml", tmp_path / "results"
+    spec.write_text(CAMPAIGN.format(name="exec-crash", reps=2))
+    root = results / "exec-crash"
+    cmd = argv(spec, results, "--executor", "ray", "--address", address)
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    # a worker dies under a running point: that point is redone in this invocation
+    wait_for(lambda: running_with_manifest(root) and point_workers(head), proc, 600)
+    victim_key = running_with_manifest(root)[0]
+    victim_dir = root / state(root)["runs"][victim_key]["run_dir"]
+    point_workers(head)[0].kill()  # SIGKILL, a pid in the tree of the head we started
+    wait_for(lambda: len(done(root)) >= 4 and running_with_manifest(root), proc, 900)
+    # then the driver dies (SIGKILL: no clean-up of its own)
+    proc.kill()
+    proc.communicate()
+    first = state(root)
+    kept = done(root)
+    before = {k: files(root / first["runs"][k]["run_dir"]) for k in kept}
+    cut = [root / e["run_dir"] for e in first["runs"].values() if e["status"] != "ok"]
+    assert cut
+    out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    final = state(root)
+    assert done(root) == sorted(f"p{p:03d}/rep{r}" for p in range(4) for r in (0, 1))
+    for k in kept:  # completed runs: same directory, same bytes, same mtimes
+        assert final["runs"][k]["run_dir"] == first["runs"][k]["run_dir"]
+        assert files(root / final["runs"][k]["run_dir"]) == before[k]
+    for path in [*cut, victim_dir]:
+        assert not path.exists()
+    seeds = {k: e["seed"] for k, e in final["runs"].items()}
+    assert seeds == {f"p{p:03d}/rep{r}": 3 + r for p in range(4) for r in (0, 1)}
+    table = pd.read_parquet(root / "aggregate.parquet")
+    assert list(table["runs"]) == [2, 2, 2, 2]
+    assert list(table["flows_mean"]) == [2.0, 4.0, 2.0, 4.0]
+    assert no_lab_left(root) == []
