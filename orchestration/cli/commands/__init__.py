@@ -18,6 +18,7 @@ MODULES: tuple[str, ...] = (
     "orchestration.cli.commands.analyze",
     "orchestration.cli.commands.campaign",
     "orchestration.cli.commands.image",
+    "orchestration.cli.commands.capacity",
 )
 
 
