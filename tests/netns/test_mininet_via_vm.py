@@ -31,7 +31,10 @@ def test_mininet_run_needing_netem_goes_through_the_vm(tmp_path):
         pytest.skip("this kernel has netem: no VM involved (the vm tier runs it directly)")
     k, _ = _dci_steps_per_iteration()
     exp = tmp_path / "exp.yaml"
-    exp.write_text(json.dumps(_experiment(DELAY_S)))  # JSON is YAML
+    doc = _experiment(DELAY_S)
+    # netem asked for explicitly: auto would take the native line on this host (no VM)
+    doc["topology"]["inline"]["delay_line"] = "netem"
+    exp.write_text(json.dumps(doc))  # JSON is YAML
     out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(exp), "--results",
                           str(tmp_path / "results"), "--json", "--no-analysis", "--backend",
                           "mininet"], capture_output=True, text=True, timeout=800, cwd=ROOT)
