@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Sequence
 
-__all__ = ["AitbError", "SpecError", "SpecIssue", "LabError", "CommandError"]
+__all__ = ["AitbError", "SpecError", "SpecIssue", "LabError", "CommandError", "short_repr",
+           "MAX_MESSAGE"]
+
+MAX_MESSAGE = 600  # characters of one issue's message; a value's repr inside it: 80
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 30]}... ({len(text)} characters)"
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)`` of at most about ``limit`` characters (a value quoted in a message);
+    never builds the whole repr of a large string or list."""
+    r = reprlib.Repr()
+    r.maxstring, r.maxother, r.maxlist, r.maxdict, r.maxlevel = limit, limit, 8, 8, 3
+    text = r.repr(value)
+    if isinstance(value, str) and len(value) > limit:
+        text += f" ({len(value)} characters)"
+    return _truncate(text, limit + 40)
 
 
 class AitbError(Exception):
@@ -24,9 +45,10 @@ class SpecIssue:
 
     def __init__(self, message: str, *, file: str | None = None,
                  key_path: Sequence[str | int] = (), line: int | None = None) -> None:
-        self.message = message
-        self.file = file
-        self.key_path = tuple(key_path)
+        self.message = _truncate(str(message), MAX_MESSAGE)
+        self.file = None if file is None else _truncate(str(file), 300)
+        self.key_path = tuple(p if isinstance(p, int) else _truncate(str(p), 80)
+                              for p in key_path)
         self.line = line
 
     def where(self) -> str:

@@ -18,8 +18,8 @@ from typing import Any
 
 from aitb.errors import SpecError
 from aitb.plan import LabPlan
+from aitb.specfile import Ref, with_lines
 from topologies.generators import GENERATORS, build_spec
-from topologies.issues import with_lines
 from topologies.loader import parse_topology, read_yaml
 from topologies.resolve import resolve
 from topologies.spec import TopologySpec
@@ -28,15 +28,17 @@ __all__ = ["load_topology", "parse_topology", "resolve", "generate", "GENERATORS
            "TopologySpec", "SpecError"]
 
 
-def load_topology(path: str | Path) -> LabPlan:
+def load_topology(path: str | Path, *, ref: Ref | None = None) -> LabPlan:
     """Read, check and resolve the topology file ``path`` (YAML).
 
     Returns the :class:`LabPlan`. Raises :class:`SpecError` with every problem (missing file,
     YAML syntax, unknown key, bad unit, dangling endpoint, unreachable hosts, ...), each
-    naming the file, key path and line. Reads only ``path``; creates nothing.
+    naming the file, key path and line. Reads only ``path`` (a regular file, within the limits
+    of aitb.specfile); creates nothing. ``ref``: the key that named ``path`` (an experiment's
+    ``topology.file``), where problems opening the file are reported.
     """
     source = str(path)
-    doc, issues = read_yaml(path)
+    doc, issues = read_yaml(path, ref=ref)
     try:
         plan = resolve(parse_topology(doc, source), source)
     except SpecError as exc:

@@ -12,6 +12,7 @@ numbers when the spec is resolved (:mod:`topologies.shaping`).
 from __future__ import annotations
 
 import ipaddress
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -60,7 +61,10 @@ Kind = Literal["host", "switch", "router"]
 
 def _sysctl_value(value: object) -> object:
     """Numbers become strings (sysctl values are written as text); anything else is kept
-    for the string check."""
+    for the string check. A float that is not finite (``.inf``, ``.nan``) has no sysctl
+    spelling and is refused here, not at deploy."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"a sysctl value must be a finite number or text; got {value}")
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     return value

@@ -29,9 +29,10 @@ import math
 import random
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aitb.schedule import Burst, Compute, Flow, Gather, Op, Schedule
+from aitb.specfile import MAX_ITERATIONS
 
 __all__ = ["TrainTime", "FlBase", "FedAvg", "fedavg_schedule"]
 
@@ -67,12 +68,12 @@ class FlBase(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    clients: PositiveInt
-    rounds: PositiveInt = 1
-    model_parameters: PositiveInt
-    bits_per_parameter: int = Field(32, ge=4, le=32)
-    compression_ratio: float = Field(1.0, ge=1.0)
-    deadline_s: float | None = Field(None, gt=0)
+    clients: int = Field(ge=1, le=100_000, strict=True)
+    rounds: int = Field(1, ge=1, le=MAX_ITERATIONS, strict=True)
+    model_parameters: int = Field(ge=1, le=10**13, strict=True)
+    bits_per_parameter: int = Field(32, ge=4, le=32, strict=True)
+    compression_ratio: float = Field(1.0, ge=1.0, le=1e9, strict=True, allow_inf_nan=False)
+    deadline_s: float | None = Field(None, gt=0, strict=True, allow_inf_nan=False)
     train_time: TrainTime = Field(default_factory=TrainTime)
     seed: int = 0
 
@@ -101,8 +102,8 @@ class FedAvg(FlBase):
     """FedAvg parameters: selection ``fraction`` in (0, 1], ``overcommit`` >= 1, aggregation
     seconds, and ``clusters`` > 0 for hierarchical FL (``cluster_aggregate_s`` per cluster)."""
 
-    fraction: float = Field(1.0, gt=0, le=1)
-    overcommit: float = Field(1.0, ge=1.0)
+    fraction: float = Field(1.0, gt=0, le=1, strict=True)
+    overcommit: float = Field(1.0, ge=1.0, le=1e6, strict=True, allow_inf_nan=False)
     aggregate_s: float = Field(0.0, ge=0)
     cluster_aggregate_s: float = Field(0.0, ge=0)
     clusters: int = Field(0, ge=0)
@@ -135,7 +136,8 @@ class FedAvg(FlBase):
     @property
     def selected_per_round(self) -> int:
         """ceil(fraction x clients x overcommit), at most ``clients``."""
-        return min(self.clients, math.ceil(self.fraction * self.clients * self.overcommit))
+        return min(self.clients,
+                   math.ceil(min(self.fraction * self.clients * self.overcommit, self.clients)))
 
 
 def fedavg_schedule(p: FedAvg, name: str = "fedavg") -> Schedule:

@@ -21,16 +21,24 @@ name and key prefix, so errors name the experiment file and the full key path.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, TypeAdapter, ValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.schedule import Schedule
+from aitb.specfile import (
+    MAX_ITERATIONS,
+    Ref,
+    issues_from_validation,
+    load_yaml,
+    read_text,
+    resolve_ref,
+    with_lines,
+)
 from workloads.aicb import AicbOptions, load_aicb
 from workloads.federated import FedAvg, fedavg_schedule
 from workloads.gossip import Gossip, gossip_schedule
@@ -52,7 +60,7 @@ class TrainingWorkload(BaseModel):
     model: TransformerModel
     parallelism: Parallelism
     accelerator: Accelerator = Field(default_factory=Accelerator)
-    iterations: PositiveInt = 1
+    iterations: int = Field(1, ge=1, le=MAX_ITERATIONS, strict=True)
 
 
 class AicbWorkload(BaseModel):
@@ -91,71 +99,59 @@ class GossipWorkload(Gossip):
 AnySpec = TrainingWorkload | AicbWorkload | FedAvgWorkload | HierarchicalWorkload | GossipWorkload
 WorkloadSpec = Annotated[AnySpec, Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[AnySpec] = TypeAdapter(WorkloadSpec)
-_KIND_TAGS = ("training", "aicb", "fedavg", "hierarchical", "gossip")  # pydantic's union tags
+_BY_KIND: dict[str, type[BaseModel]] = {
+    typing.get_args(m.model_fields["kind"].annotation)[0]: m for m in typing.get_args(AnySpec)}
+_KIND_TAGS = tuple(_BY_KIND)  # pydantic's union tags in error locations
 
 
 def parse_workload(data: Any, *, file: str | None = None, prefix: Sequence[str | int] = (),
-                   lines: Mapping[tuple, int] | None = None) -> AnySpec:
+                   doc: Any = None) -> AnySpec:
     """Validate ``data`` (a mapping from YAML) as a workload spec.
 
-    ``prefix`` is the key path of ``data`` inside its file; ``lines`` maps key paths to line
-    numbers where known. Raises :class:`SpecError` with one issue per problem, each naming
-    ``file`` and the full key path.
+    ``prefix`` is the key path of ``data`` inside its file; ``doc`` the ruamel document of
+    that file (for line numbers; default ``data`` when ``prefix`` is empty). Raises
+    :class:`SpecError` with one issue per problem, each naming ``file``, the full key path and
+    the line (aitb.specfile: "did you mean" for unknown keys).
     """
     try:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
-        issues = []
-        for e in exc.errors():
-            loc = tuple(p for p in e["loc"] if p not in _KIND_TAGS)
+        kind = data.get("kind") if isinstance(data, Mapping) else None
+        root = _BY_KIND.get(kind) if isinstance(kind, str) else None
+        issues = issues_from_validation(exc, root, file, prefix, drop=_KIND_TAGS)
+        for e, issue in zip(exc.errors(), issues, strict=True):
             if e["type"] in ("union_tag_invalid", "union_tag_not_found"):
-                loc = ("kind",)
-            path = (*prefix, *loc)
-            issues.append(SpecIssue(e["msg"], file=file, key_path=path,
-                                    line=_line_of(lines or {}, tuple(path))))
-        raise SpecError(issues) from None
-
-
-def _line_of(lines: Mapping[tuple, int], path: tuple) -> int | None:
-    """The line of ``path``, else of its nearest ancestor that has one (a missing key)."""
-    for n in range(len(path), 0, -1):
-        if path[:n] in lines:
-            return lines[path[:n]]
-    return None
-
-
-def _lines(node: Any, path: tuple = ()) -> dict[tuple, int]:
-    """Key path -> 1-based line of every key in a ruamel round-trip tree."""
-    out: dict[tuple, int] = {}
-    if hasattr(node, "lc") and isinstance(node, Mapping):
-        for k in node:
-            out[(*path, k)] = node.lc.key(k)[0] + 1
-            out.update(_lines(node[k], (*path, k)))
-    return out
+                issue.key_path = (*prefix, "kind")
+        error = SpecError(issues)
+        if doc is None and not prefix:
+            doc = data
+        raise (with_lines(error, doc, file or "") if doc is not None else error) from None
 
 
 def read_workload_file(path: str | Path) -> AnySpec:
-    """Read and validate the YAML workload spec at ``path``; errors name file, key, line."""
-    try:
-        data = YAML(typ="rt").load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, YAMLError) as exc:
-        raise SpecError(f"cannot read workload spec: {exc}", file=str(path)) from exc
-    if not isinstance(data, Mapping):
-        raise SpecError("a workload spec is a mapping with a 'kind' key", file=str(path))
-    return parse_workload(data, file=str(path), lines=_lines(data))
+    """Read and validate the YAML workload spec at ``path`` (aitb.specfile: regular files,
+    limits); errors name file, key, line."""
+    data, dups = load_yaml(path, "a workload spec: a mapping with a 'kind' key")
+    if dups:
+        raise SpecError(dups)
+    return parse_workload(data, file=str(path), doc=data)
 
 
 def build_workload(spec: AnySpec, *, base_dir: str | Path = ".",
                    file: str | None = None, scale: float | None = None,
-                   dp_replicas: int | None = None) -> Schedule:
+                   dp_replicas: int | None = None, ref: Ref | None = None) -> Schedule:
     """The Schedule of ``spec``; ``scale`` and ``dp_replicas`` override the spec's own.
 
-    Reads the AICB file of a ``kind: aicb`` spec. Raises :class:`SpecError` for bad input.
+    Reads the AICB file of a ``kind: aicb`` spec (``ref``: the key that names it, where a
+    missing, empty or unreadable file name is reported). Raises :class:`SpecError` for bad
+    input.
     """
     if isinstance(spec, AicbWorkload):
         opts = _override(spec.options, {"scale": scale, "dp_replicas": dp_replicas}, file,
                          "options")
-        path = Path(spec.file) if Path(spec.file).is_absolute() else Path(base_dir) / spec.file
+        where = ref or Ref(file or "", ("file",))
+        path = resolve_ref(spec.file, base_dir, where)
+        read_text(path, ref=where)  # a regular file within the limits, else named at ``ref``
         return load_aicb(path, opts)
     if isinstance(spec, FedAvgWorkload | HierarchicalWorkload | GossipWorkload):
         if dp_replicas is not None:
@@ -179,8 +175,10 @@ def _override(m: Any, updates: dict[str, Any], file: str | None, key: str) -> An
     try:
         return type(m).model_validate(data)
     except ValidationError as exc:
-        raise SpecError([SpecIssue(e["msg"] + " (command-line override)", file=file,
-                                   key_path=(key, *e["loc"])) for e in exc.errors()]) from None
+        issues = issues_from_validation(exc, type(m), file, (key,))
+        for i in issues:
+            i.message += " (command-line override)"
+        raise SpecError(issues) from None
 
 
 def load_schedule(path: str | Path, *, scale: float | None = None,

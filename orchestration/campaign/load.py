@@ -10,6 +10,7 @@ from typing import Any
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.plan import LabPlan
+from aitb.specfile import Ref, line_of, load_yaml, resolve_ref
 from orchestration.campaign.spec import CampaignSpec, campaign_issue, load_campaign
 from orchestration.campaign.sweep import (
     PathError,
@@ -22,7 +23,6 @@ from orchestration.campaign.sweep import (
 )
 from orchestration.run.experiment import parse_experiment
 from orchestration.run.runner import Prepared, prepare_spec
-from topologies.loader import read_yaml
 
 __all__ = ["Sources", "Campaign", "load", "prepare_point"]
 
@@ -65,10 +65,10 @@ def _base(spec: CampaignSpec, doc: Any, source: str) -> tuple[Any, str, Path]:
     """The base experiment mapping, the name errors give it, and its folder."""
     here = Path(source).parent
     if spec.base.file is not None:
-        path = Path(spec.base.file) if Path(spec.base.file).is_absolute() \
-            else here / spec.base.file
-        base_doc, dups = read_yaml(
-            path, "an experiment: a mapping with name, topology and workloads")
+        ref = Ref(source, ("base", "file"), line_of(doc, ("base", "file")))
+        path = resolve_ref(spec.base.file, here, ref)
+        base_doc, dups = load_yaml(
+            path, "an experiment: a mapping with name, topology and workloads", ref=ref)
         if dups:
             raise SpecError(dups)
         return base_doc, str(path), path.parent

@@ -24,16 +24,17 @@ Relative paths are relative to the campaign file. Errors name the file, key path
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.records import SUMMARY_KEYS
+from aitb.specfile import MAX_POINTS, MAX_RUNS, issues_from_validation, with_lines
 from orchestration.run.experiment import NAME_PATTERN
-from topologies.issues import issues_from_validation, with_lines
 from topologies.loader import read_yaml
 
 __all__ = ["CampaignSpec", "BaseRef", "PlotSpec", "SUMMARY_KEYS", "load_campaign",
@@ -82,7 +83,7 @@ class CampaignSpec(BaseModel):
     base: BaseRef
     grid: dict[str, Values] = Field(default_factory=dict)
     zip: dict[str, Values] = Field(default_factory=dict)
-    repetitions: PositiveInt = 1
+    repetitions: int = Field(1, ge=1, le=MAX_RUNS, strict=True)
     seeds: Literal["fixed", "repetition", "run"] = "repetition"
     plots: list[PlotSpec] = Field(default_factory=list)
 
@@ -95,6 +96,13 @@ class CampaignSpec(BaseModel):
         if len(set(lengths.values())) > 1:
             raise ValueError("zip lists must have equal lengths; got "
                              + ", ".join(f"{k}: {n}" for k, n in lengths.items()))
+        points = math.prod(len(v) for v in self.grid.values()) * max(lengths.values(),
+                                                                           default=1)
+        if points > MAX_POINTS:
+            raise ValueError(f"the sweep has {points} points; at most {MAX_POINTS}")
+        if points * self.repetitions > MAX_RUNS:
+            raise ValueError(f"{points} points x {self.repetitions} repetitions = "
+                             f"{points * self.repetitions} runs; at most {MAX_RUNS}")
         swept = [*self.grid, *self.zip]
         for i, p in enumerate(self.plots):
             for key in (p.x, p.lines):

@@ -54,10 +54,10 @@ from pydantic import (
 )
 
 from aitb.errors import SpecError, SpecIssue
+from aitb.specfile import issues_from_validation, with_lines
 from aitb.unit_fields import Duration, Quantity, Size
 from aitb.units import parse_duration_s
 from orchestration.run.kinds import KIND_NAMES, WorkloadEntry
-from topologies.issues import issues_from_validation, with_lines
 from topologies.loader import read_yaml
 
 __all__ = ["ExperimentSpec", "load_experiment", "parse_experiment", "NAME_PATTERN"]

@@ -20,11 +20,11 @@ from typing import Any
 
 from aitb.errors import LabError, SpecError, SpecIssue
 from aitb.plan import LabPlan
+from aitb.specfile import with_lines
 from aitb.units import parse_duration_s, parse_size_bytes
 from testbed.capture import Capture, CaptureConfig
 from testbed.capture_select import CapturePoint, select_interfaces
 from testbed.counters import CounterSampler, SamplerConfig
-from topologies.issues import with_lines
 
 __all__ = ["ObserveConfig", "observe_config", "observing"]
 

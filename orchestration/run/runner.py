@@ -23,6 +23,7 @@ import topologies
 from aitb.errors import AitbError, SpecError, SpecIssue
 from aitb.paths import PathError
 from aitb.plan import LabPlan, plan_to_dict
+from aitb.specfile import Ref, line_of, resolve_ref, with_lines
 from aitb.units import UnitError, parse_duration_s, parse_size_bytes
 from orchestration.run.alto_files import write_alto
 from orchestration.run.app_run import run_app
@@ -40,7 +41,6 @@ from testbed.capabilities import in_vm
 from testbed.inspect import describe
 from testbed.lab import Lab
 from testbed.signals import interruption, swallowed
-from topologies.issues import with_lines
 from topologies.loader import read_yaml
 from topologies.scaling import scale_plan
 from traffic_gen.program import compile_program
@@ -83,18 +83,22 @@ class RunOutcome:
     exit_code: int = 0  # what `aitb run` exits with: 0, 1 failed, 128+signal interrupted
 
 
-def _plan(spec: ExperimentSpec, source: str, base: Path) -> LabPlan:
+def _topology_ref(source: str, doc: Any) -> Ref:
+    return Ref(source, ("topology", "file"), line_of(doc, ("topology", "file")))
+
+
+def _plan(spec: ExperimentSpec, source: str, base: Path, doc: Any = None) -> LabPlan:
     ref = spec.topology
     if ref.file is not None:
-        path = Path(ref.file) if Path(ref.file).is_absolute() else base / ref.file
-        return topologies.load_topology(path)
+        where = _topology_ref(source, doc)
+        return topologies.load_topology(resolve_ref(ref.file, base, where), ref=where)
     if ref.generator is not None:
         return topologies.generate(ref.generator, **ref.params)
     where = f"{source}: topology.inline"
     return topologies.resolve(topologies.parse_topology(ref.inline or {}, where), where, base)
 
 
-def _backend(spec: ExperimentSpec, base: Path) -> str:
+def _backend(spec: ExperimentSpec, base: Path, source: str = "", doc: Any = None) -> str:
     """The experiment's ``backend``, else its topology file's or inline topology's, else
     native."""
     if spec.backend is not None:
@@ -103,9 +107,9 @@ def _backend(spec: ExperimentSpec, base: Path) -> str:
     if ref.inline is not None:
         return str(ref.inline.get("backend") or "native")
     if ref.file is not None:
-        path = Path(ref.file) if Path(ref.file).is_absolute() else base / ref.file
-        doc, _ = read_yaml(path)
-        return str(doc.get("backend") or "native")
+        where = _topology_ref(source, doc)
+        topo, _ = read_yaml(resolve_ref(ref.file, base, where), ref=where)
+        return str(topo.get("backend") or "native")
     return "native"
 
 
@@ -162,7 +166,7 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
     if spec.workloads[0].start == "with_previous":
         raise spec_issue(source, doc, ("workloads", 0, "start"),
                          "with_previous needs a workload before it")
-    plan = apply_host_transport(scale_plan(_plan(spec, source, base), spec.scale),
+    plan = apply_host_transport(scale_plan(_plan(spec, source, base, doc), spec.scale),
                                 spec.transport)
     options = _options(spec, source, doc, plan)
     built, issues = [], []
@@ -176,7 +180,7 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
             issues += exc.issues
     if issues:
         raise with_lines(SpecError(issues), doc, source)
-    return Prepared(spec, source, plan, tuple(built), options, _backend(spec, base),
+    return Prepared(spec, source, plan, tuple(built), options, _backend(spec, base, source, doc),
                     observe_config(spec, source, doc, plan))
 
 

@@ -71,7 +71,7 @@ def test_aicb_spec_relative_file(tmp_path):
 @pytest.mark.parametrize("text,where,needle", [
     (TRAINING.replace("tp: 2", "tp: -2"), "w.yaml:4: parallelism.tp", "greater than 0"),
     (TRAINING.replace("seq_length: 128", "seq_len: 128"), "w.yaml:3: model.seq_len",
-     "Extra inputs"),
+     "unknown key 'seq_len' \\(did you mean 'seq_length'\\?\\)"),
     (TRAINING.replace("kind: training", "kind: trainig"), "w.yaml:1: kind", "training"),
     ("kind: aicb\nfile: x.csv\noptions: {scale: 0.5}\n", "w.yaml:3: options.scale",
      "greater than or equal to 1"),

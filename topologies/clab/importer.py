@@ -17,11 +17,11 @@ from typing import Any
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.plan import LabPlan
+from aitb.specfile import line_of
 from topologies.clab.kinds import DATAPATH_LABEL, KindMapping, map_kind
 from topologies.clab.links import ClabLink, LinkScan, scan_links
 from topologies.clab.names import ifname, lab_name, node_name, unique_names
 from topologies.clab.nodes import ClabNode, resolve_nodes
-from topologies.issues import line_of
 from topologies.loader import parse_topology, read_yaml
 from topologies.resolve import resolve
 

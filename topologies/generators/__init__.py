@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from aitb.errors import SpecError, SpecIssue
+from aitb.specfile import issues_from_validation
 from topologies.generators._build import GeneratorParamError
 from topologies.generators.dragonfly import dragonfly
 from topologies.generators.edge_hierarchy import edge_hierarchy
@@ -48,18 +49,15 @@ GENERATORS: Mapping[str, Callable[..., TopologySpec]] = MappingProxyType({
 
 
 def _param_issues(exc: ValidationError, name: str, source: str) -> list[SpecIssue]:
-    out = []
-    for err in exc.errors(include_url=False):
-        loc = [p for p in err["loc"] if isinstance(p, str) and not p.startswith("function")]
-        param = loc[0] if loc else "?"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "unexpected_keyword_argument":
-            known = ", ".join(inspect.signature(GENERATORS[name]).parameters)
-            msg = f"unknown parameter {param!r} of generator {name!r}; known: {known}"
-        elif "input" in err:
-            msg = f"{msg}; got {err['input']!r}"
-        out.append(SpecIssue(msg, file=source, key_path=("generator", "params", param)))
-    return out
+    known = list(inspect.signature(GENERATORS[name]).parameters)
+    return issues_from_validation(exc, None, source, ("generator", "params"), known=known)
+
+
+def _wants_number(gen: Callable[..., TopologySpec], param: str) -> bool:
+    """Whether parameter ``param`` of ``gen`` is an int or a float (pydantic would take true
+    for 1 there)."""
+    p = inspect.signature(gen).parameters.get(param)
+    return p is not None and str(p.annotation).split(" ")[0] in ("int", "float")
 
 
 def build_spec(name: str, params: Mapping[str, Any], source: str = "<generator>"
@@ -73,6 +71,11 @@ def build_spec(name: str, params: Mapping[str, Any], source: str = "<generator>"
     if gen is None:
         raise SpecError(SpecIssue(f"unknown generator {name!r}; known: {', '.join(GENERATORS)}",
                                   file=source, key_path=("generator", "name")))
+    bools = [SpecIssue(f"expected a number; got {v!r}", file=source,
+                       key_path=("generator", "params", k))
+             for k, v in params.items() if isinstance(v, bool) and _wants_number(gen, k)]
+    if bools:
+        raise SpecError(bools)
     try:
         return gen(**params)
     except ValidationError as exc:

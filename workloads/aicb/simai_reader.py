@@ -35,6 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aitb.errors import SpecError, SpecIssue
+from aitb.specfile import read_text
 from workloads.aicb.rows import AicbFile, AicbRow
 
 __all__ = ["read_simai"]
@@ -56,7 +57,7 @@ def read_simai(path: str | Path) -> AicbFile:
     """
     path = str(path)
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = read_text(path).splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read SimAI workload: {exc}", file=path) from exc
     info = _header(lines, path)

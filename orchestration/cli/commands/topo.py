@@ -10,8 +10,9 @@ from typing import Annotated, Any
 
 import typer
 
-from aitb.errors import SpecError, SpecIssue
+from aitb.errors import SpecError, SpecIssue, short_repr
 from aitb.plan import LabPlan, PlanError, plan_from_dict, plan_to_dict
+from aitb.specfile import load_json
 
 topo_app = typer.Typer(help="Topologies: validate, deploy, inspect, destroy.",
                        no_args_is_help=True)
@@ -27,12 +28,14 @@ def load_plan(path: Path) -> LabPlan:
     (checked like a topology file: every name through aitb.plan.plan_problems). Raises
     SpecError naming the file and each problem."""
     if path.suffix == ".json":
+        data = load_json(path)
         try:
-            return plan_from_dict(json.loads(path.read_text()))
+            return plan_from_dict(data)
         except PlanError as exc:
             raise SpecError([SpecIssue(p, file=str(path)) for p in exc.problems]) from None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SpecError(f"cannot read plan: {exc}", file=str(path)) from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise SpecError(f"not a plan.json (aitb.plan.plan_to_dict): {type(exc).__name__} "
+                            f"{short_repr(str(exc))}", file=str(path)) from None
     from topologies import load_topology
 
     return load_topology(path)

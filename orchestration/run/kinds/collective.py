@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import PositiveInt, model_validator
+from pydantic import Field, PositiveInt, model_validator
 
 from aitb.plan import LabPlan
 from aitb.schedule import COLLECTIVES, Collective, Compute, Group, Op, Schedule
+from aitb.specfile import MAX_ITERATIONS
 from aitb.unit_fields import Duration, Size
 from aitb.units import parse_duration_s, parse_size_bytes
 from orchestration.run.kinds.common import (
@@ -37,7 +38,7 @@ class CollectiveEntry(Common):
     size: Size
     chunk: Size | None = None
     ranks: PositiveInt | None = None
-    iterations: PositiveInt = 1
+    iterations: int = Field(1, ge=1, le=MAX_ITERATIONS, strict=True)
     compute: Duration | None = None
 
     @model_validator(mode="after")

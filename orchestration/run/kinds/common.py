@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 from aitb.errors import SpecError, SpecIssue
 from aitb.plan import LabPlan
 from aitb.schedule import Schedule, ScheduleError
+from aitb.specfile import issues_from_validation
 from aitb.stragglers import StragglerSpec
 from aitb.units import UnitError
 from orchestration.run.apps import AppPlan
@@ -158,5 +159,4 @@ def guarded(ctx: Ctx, build: Any) -> Any:
     except ScheduleError as exc:
         raise ctx.error((), str(exc)) from None
     except ValidationError as exc:
-        raise SpecError([SpecIssue(e["msg"], file=ctx.source, key_path=(*ctx.prefix, *e["loc"]))
-                         for e in exc.errors()]) from None
+        raise SpecError(issues_from_validation(exc, None, ctx.source, ctx.prefix)) from None

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from aitb.errors import SpecError
 from aitb.plan import LabPlan
 from aitb.schedule import Schedule
+from aitb.specfile import Ref
 from orchestration.run.kinds.common import (
     BuiltWorkload,
     Ctx,
@@ -64,7 +65,8 @@ def _schedule(ctx: Ctx, e: ImportedEntry) -> Schedule:
     data = {k: v for k, v in (e.model_extra or {}).items()
             if k not in ("hosts", "placement", "stragglers")}
     spec = parse_workload({"kind": e.kind, **data}, file=ctx.source, prefix=ctx.prefix)
-    return build_workload(spec, base_dir=Path(ctx.base_dir), file=ctx.source)
+    return build_workload(spec, base_dir=Path(ctx.base_dir), file=ctx.source,
+                          ref=Ref(ctx.source, (*ctx.prefix, "file")))
 
 
 def build(e: ImportedEntry, ctx: Ctx, plan: LabPlan) -> BuiltWorkload:
