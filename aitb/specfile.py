@@ -42,7 +42,7 @@ from ruamel.yaml.events import (
 from aitb.errors import SpecError, SpecIssue, short_repr
 
 __all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_VALUES", "MAX_ALIASES", "MAX_ITERATIONS",
-           "MAX_POINTS", "MAX_RUNS", "Ref", "read_text",
+           "MAX_POINTS", "MAX_RUNS", "Ref", "read_text", "check_file",
            "resolve_ref", "load_yaml", "load_json", "issues_from_validation", "line_of",
            "with_lines"]
 
@@ -87,12 +87,16 @@ def resolve_ref(value: object, base_dir: str | Path, ref: Ref) -> Path:
     return p if p.is_absolute() else Path(base_dir) / p
 
 
-def read_text(path: str | Path, *, ref: Ref | None = None,
-              limit: int = MAX_FILE_BYTES) -> str:
-    """The UTF-8 text of the regular file ``path`` (at most ``limit`` bytes). Never blocks on
-    a FIFO. Raises SpecError naming the file (or, with ``ref``, the key that named it) when it
-    is missing, not a regular file, unreadable, too large or not UTF-8."""
+def check_file(path: str | Path, *, ref: Ref | None = None, limit: int = MAX_FILE_BYTES
+               ) -> Path:
+    """``path`` if it is a regular file of at most ``limit`` bytes that can be opened (for
+    readers of other formats, e.g. gzip); raises SpecError as :func:`read_text` does."""
     p = Path(path)
+    os.close(_open_regular(p, ref, limit))
+    return p
+
+
+def _open_regular(p: Path, ref: Ref | None, limit: int) -> int:
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except FileNotFoundError:
@@ -109,6 +113,20 @@ def read_text(path: str | Path, *, ref: Ref | None = None,
             raise _refusal(p, ref, f"is {kind}; expected a regular file")
         if st.st_size > limit:
             raise _refusal(p, ref, f"is {st.st_size} bytes; at most {limit} are read")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_text(path: str | Path, *, ref: Ref | None = None,
+              limit: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of the regular file ``path`` (at most ``limit`` bytes). Never blocks on
+    a FIFO. Raises SpecError naming the file (or, with ``ref``, the key that named it) when it
+    is missing, not a regular file, unreadable, too large or not UTF-8."""
+    p = Path(path)
+    fd = _open_regular(p, ref, limit)
+    try:
         chunks, n = [], 0
         while n <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - n))

@@ -33,9 +33,9 @@ from aitb.schedule import Schedule
 from aitb.specfile import (
     MAX_ITERATIONS,
     Ref,
+    check_file,
     issues_from_validation,
     load_yaml,
-    read_text,
     resolve_ref,
     with_lines,
 )
@@ -151,7 +151,7 @@ def build_workload(spec: AnySpec, *, base_dir: str | Path = ".",
                          "options")
         where = ref or Ref(file or "", ("file",))
         path = resolve_ref(spec.file, base_dir, where)
-        read_text(path, ref=where)  # a regular file within the limits, else named at ``ref``
+        check_file(path, ref=where, limit=64 * 2**20)  # a regular file, else named at ``ref``
         return load_aicb(path, opts)
     if isinstance(spec, FedAvgWorkload | HierarchicalWorkload | GossipWorkload):
         if dp_replicas is not None:
