@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from aitb.counter_columns import QDISC_COLUMNS
 from aitb.errors import SpecError
 from aitb.plan import LabPlan, plan_from_dict
 from analysis.io import write_parquet_atomic
@@ -32,10 +33,8 @@ RECORD_FILES: dict[str, str] = {
 COUNTER_FILES: dict[str, str] = {
     "qdisc": "counters/qdisc.parquet", "links": "counters/links.parquet",
     "tcp": "counters/tcp.parquet"}
-# contracts.md section 2: counters/qdisc.parquet, one row per qdisc per sample
-QDISC_COLUMNS = ("t_s", "node", "ifname", "kind", "handle", "parent", "bytes", "packets",
-                 "drops", "overlimits", "requeues", "backlog_bytes", "backlog_packets")
-# tables/<name>.parquet written by :func:`write_tables` (contracts.md section 4, plus the rest)
+# counters/qdisc.parquet, one row per qdisc per sample: QDISC_COLUMNS of aitb.counter_columns
+# tables/<name>.parquet written by :func:`write_tables` (the record files' rows, see aitb.records)
 TABLE_NAMES = ("flows", "collectives", "bursts", "timeline", "rounds", "requests")
 
 

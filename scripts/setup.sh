@@ -52,7 +52,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev,vm,ray]'
-.venv/bin/python -m analysis.tcpflows.fast   # compile the pcap kernel once (numba cache)
+.venv/bin/python -m analysis.tcpflows.warm_cache   # compile the pcap kernel once (numba cache)
 apt_install libnetfilter-queue-dev libmnl-dev && .venv/bin/python -m testbed.delayline.build  # native delay line (no sch_netem)
 # The mininet backend imports Debian's Mininet (pure Python + /usr/bin/mnexec) from the venv:
 # a symlink of the mininet package directory only, so the venv keeps its own versions of

@@ -1,7 +1,8 @@
 """One snapshot of every qdisc's and interface's cumulative counters of a lab, as rows with
-the columns of contract 2 (``counters/qdisc.parquet``, ``counters/links.parquet``). Two
-snapshots (before and after the workloads) let the fidelity check measure loss when no
-counter sampler ran. Needs root; reads through netlink, changes nothing."""
+the columns of :mod:`aitb.counter_columns` (``counters/qdisc.parquet``,
+``counters/links.parquet``). Two snapshots (before and after the workloads) let the fidelity
+check measure loss when no counter sampler ran. Needs root; reads through netlink, changes
+nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
+from aitb.counter_columns import LINK_COLUMNS, QDISC_COLUMNS, columns
 from testbed.inspect import qdisc_stats
 from testbed.links import RTM_GETLINK
 from testbed.nl import dump
@@ -20,11 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["snapshot", "QDISC_COLUMNS", "LINK_COLUMNS"]
 
-QDISC_COLUMNS = ("t_s", "node", "ifname", "kind", "handle", "parent", "bytes", "packets",
-                 "drops", "overlimits", "requeues", "backlog_bytes", "backlog_packets")
-LINK_COLUMNS = ("t_s", "node", "ifname", "rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
-                "rx_dropped", "tx_dropped")
-_LINK_STATS = LINK_COLUMNS[3:]
+_LINK_STATS = columns("links", read=True)
 
 
 def _contract_handle(handle: str) -> str:

@@ -18,14 +18,14 @@ from testbed.nl import dump
 from testbed.ovs_flows import OvsRules, ovs_rules, ovs_switches
 
 if TYPE_CHECKING:
-    from testbed.lab import Lab
+    from testbed.lab_handle import LabHandle
 
 __all__ = ["station_macs", "bring_up", "check_all", "seen_datapath", "recorded_datapaths"]
 
 OVS_LINK_KIND = "openvswitch"  # rtnetlink kind of the kernel datapath's own device
 
 
-def station_macs(lab: Lab) -> dict[str, str]:
+def station_macs(lab: LabHandle) -> dict[str, str]:
     """``"node:ifname"`` -> MAC of every host/router interface linked to an OVS switch: the
     plan's fixed MAC, else the kernel's (read from the station's namespace)."""
     switches = set(ovs_switches(lab.plan))
@@ -38,7 +38,7 @@ def station_macs(lab: Lab) -> dict[str, str]:
     return out
 
 
-def _kernel_mac(lab: Lab, node: str, ifname: str) -> str:
+def _kernel_mac(lab: LabHandle, node: str, ifname: str) -> str:
     index = lab.layout.nodes[node].ifindex(ifname)
     for m in dump(lab.node_io(node).sock, ifinfmsg(), RTM_GETLINK, f"node {node}"):
         if m["index"] == index:
@@ -46,7 +46,7 @@ def _kernel_mac(lab: Lab, node: str, ifname: str) -> str:
     raise KeyError(f"node {node}: no interface {ifname} (index {index})")
 
 
-def bring_up(lab: Lab) -> tuple[dict[str, ovs.OvsDaemons], dict[str, OvsRules]]:
+def bring_up(lab: LabHandle) -> tuple[dict[str, ovs.OvsDaemons], dict[str, OvsRules]]:
     """Start and configure every OVS switch of ``lab`` (daemons registered with the lab);
     returns (switch -> daemons, switch -> rules). Raises LabError/CommandError."""
     names = ovs_switches(lab.plan)
@@ -63,7 +63,7 @@ def bring_up(lab: Lab) -> tuple[dict[str, ovs.OvsDaemons], dict[str, OvsRules]]:
     return daemons, rules
 
 
-def seen_datapath(lab: Lab, node: str) -> str:
+def seen_datapath(lab: LabHandle, node: str) -> str:
     """The datapath switch ``node`` has, read from its namespace through rtnetlink:
     ``system`` when a device of kind ``openvswitch`` (the kernel datapath ``ovs-system`` or
     its bridge port) is there, else ``netdev``."""
@@ -74,12 +74,12 @@ def seen_datapath(lab: Lab, node: str) -> str:
     return "netdev"
 
 
-def recorded_datapaths(lab: Lab) -> dict[str, str]:
+def recorded_datapaths(lab: LabHandle) -> dict[str, str]:
     """switch -> the datapath recorded at bring-up (from the run's registry)."""
     return {r["node"]: r["datapath"] for r in lab.registry.records() if r["kind"] == "ovs"}
 
 
-def check_all(lab: Lab, daemons: dict[str, ovs.OvsDaemons], rules: dict[str, OvsRules]
+def check_all(lab: LabHandle, daemons: dict[str, ovs.OvsDaemons], rules: dict[str, OvsRules]
               ) -> list[str]:
     """Differences between the OVS switches and their plan (see :func:`testbed.ovs.check`),
     and between the datapath each has and the one chosen for it."""

@@ -25,7 +25,7 @@ from testbed.realise import add_tc
 from testbed.tcmsgs import RTM_GETQDISC, TcMsg
 
 if TYPE_CHECKING:
-    from testbed.lab import Lab
+    from testbed.lab_handle import LabHandle
 
 __all__ = ["settle", "SETTLE_ROUNDS"]
 
@@ -34,13 +34,13 @@ INGRESS_HANDLE = 0xFFFF0000
 LOOP_TURNS = 3  # round trips per round: events read, reconfiguration run, one to spare
 
 
-def _ingress_devs(lab: Lab, node: str) -> set[str]:
+def _ingress_devs(lab: LabHandle, node: str) -> set[str]:
     """Ports of ``node`` that the plan gives an ingress qdisc."""
     return {o.dev for o in lab.layout.tc_objects(node)
             if o.verb == "qdisc" and o.parent == "ingress"}
 
 
-def _missing_ingress(lab: Lab, node: str) -> list[str]:
+def _missing_ingress(lab: LabHandle, node: str) -> list[str]:
     want = _ingress_devs(lab, node)
     if not want:
         return []
@@ -50,7 +50,7 @@ def _missing_ingress(lab: Lab, node: str) -> list[str]:
     return sorted(d for d in want if index(d) not in have)
 
 
-def _restore(lab: Lab, node: str, devs: list[str]) -> None:
+def _restore(lab: LabHandle, node: str, devs: list[str]) -> None:
     objs = tuple(o for o in lab.layout.tc_objects(node) if o.dev in devs
                  and (o.parent == "ingress" or (o.verb == "filter" and o.parent == "ffff:")))
     batch = Batch(lab.node_io(node).sock, f"node {node}")
@@ -58,7 +58,7 @@ def _restore(lab: Lab, node: str, devs: list[str]) -> None:
     batch.commit()
 
 
-def settle(lab: Lab) -> dict[str, list[str]]:
+def settle(lab: LabHandle) -> dict[str, list[str]]:
     """Let every OVS switch's vswitchd process the bring-up's link events, then restore the
     ingress qdiscs and filters it deleted; returns switch -> ports restored (over all
     rounds). Raises LabError if they are still being removed after :data:`SETTLE_ROUNDS`

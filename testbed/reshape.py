@@ -34,7 +34,7 @@ from testbed.tcmsgs import RTM_DELQDISC, TC_H_INGRESS, TC_H_ROOT, TcMsg
 from testbed.tcobjects import DirectionRecipe, TcObject
 
 if TYPE_CHECKING:
-    from testbed.lab import Lab
+    from testbed.lab_handle import LabHandle
 
 __all__ = ["set_shaping", "wait_stp"]
 
@@ -51,7 +51,7 @@ def _del_qdisc(batch: Batch, index: int, parent: int, what: str) -> None:
     batch.add(m, RTM_DELQDISC, 0, what)
 
 
-def _egress(lab: Lab, old: DirectionRecipe, new: DirectionRecipe) -> Batch:
+def _egress(lab: LabHandle, old: DirectionRecipe, new: DirectionRecipe) -> Batch:
     node = lab.layout.nodes[new.tx_node]
     batch = Batch(lab.io[new.tx_node].sock, f"node {new.tx_node}")
     if _shape(old.egress) == _shape(new.egress):
@@ -66,7 +66,7 @@ def _egress(lab: Lab, old: DirectionRecipe, new: DirectionRecipe) -> Batch:
     return batch
 
 
-def _ingress(lab: Lab, old: DirectionRecipe, new: DirectionRecipe, mtu: int) -> Batch:
+def _ingress(lab: LabHandle, old: DirectionRecipe, new: DirectionRecipe, mtu: int) -> Batch:
     node = lab.layout.nodes[new.rx_node]
     batch = Batch(lab.io[new.rx_node].sock, f"node {new.rx_node}")
     if old.ifb and new.ifb:
@@ -85,7 +85,7 @@ def _ingress(lab: Lab, old: DirectionRecipe, new: DirectionRecipe, mtu: int) -> 
     return batch
 
 
-def _find_link(lab: Lab, link_name: str, direction: str) -> LinkPlan:
+def _find_link(lab: LabHandle, link_name: str, direction: str) -> LinkPlan:
     if direction not in DIRECTIONS:
         raise LabError(f"link {link_name}: direction must be one of {', '.join(DIRECTIONS)}, "
                        f"not {direction!r}")
@@ -96,7 +96,7 @@ def _find_link(lab: Lab, link_name: str, direction: str) -> LinkPlan:
                    + ", ".join(lk.name for lk in lab.plan.links))
 
 
-def set_shaping(lab: Lab, link_name: str, direction: str, shaping: Shaping,
+def set_shaping(lab: LabHandle, link_name: str, direction: str, shaping: Shaping,
                 read_back: bool = True) -> None:
     """See :meth:`testbed.lab.Lab.set_shaping`."""
     link = _find_link(lab, link_name, direction)
@@ -120,7 +120,7 @@ def set_shaping(lab: Lab, link_name: str, direction: str, shaping: Shaping,
         lab.verify([new.tx_node, new.rx_node])
 
 
-def _ports_settling(lab: Lab, node: str) -> list[str]:
+def _ports_settling(lab: LabHandle, node: str) -> list[str]:
     req = ifinfmsg()
     req["family"] = 7  # AF_BRIDGE: one message per bridge port, with IFLA_PROTINFO
     out = []
@@ -132,7 +132,7 @@ def _ports_settling(lab: Lab, node: str) -> list[str]:
     return out
 
 
-def wait_stp(lab: Lab, timeout_s: float) -> None:
+def wait_stp(lab: LabHandle, timeout_s: float) -> None:
     """Wait until no port of an STP bridge is listening or learning (forwarding or blocking);
     raise LabError naming the ports still settling after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

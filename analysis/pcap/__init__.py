@@ -6,7 +6,8 @@ chunk, never by the number of packets.
 """
 
 from analysis.pcap.decode import PROTO_TCP, PROTO_UDP, DecodeStats, decode_frame
-from analysis.pcap.files import Capture, PcapWarning, open_capture
+from analysis.pcap.detect import open_capture
+from analysis.pcap.files import Capture, PcapWarning
 
 __all__ = ["Capture", "DecodeStats", "PcapWarning", "PROTO_TCP", "PROTO_UDP", "decode_frame",
            "open_capture"]

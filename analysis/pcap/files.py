@@ -11,7 +11,6 @@ frames before it are delivered.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from aitb.errors import SpecError
 
 CHUNK_BYTES = 4 << 20
 MAX_CAPLEN = 1 << 18  # libpcap's MAXIMUM_SNAPLEN (262144): larger records are corruption
-_NG_MAGIC = 0x0A0D0D0A
+NG_MAGIC = 0x0A0D0D0A
 
 Frame = tuple[float, int, bytes, int, int, int]
 
@@ -57,25 +56,6 @@ class Capture:
     def frames(self) -> Iterator[Frame]:
         """Yield every readable frame in file order (see the module docstring)."""
         return self.reader.frames(self)  # type: ignore[attr-defined]
-
-
-def open_capture(path: str | os.PathLike[str]) -> Capture:
-    """Open ``path`` and detect its format from the first bytes.
-
-    Raises :class:`SpecError` (exit 2, naming the file) if it is missing, unreadable, empty or
-    not a pcap/pcapng file.
-    """
-    name = os.fspath(path)
-    try:
-        with open(name, "rb") as fh:
-            head = fh.read(28)
-    except OSError as exc:
-        raise SpecError(f"cannot read capture file: {exc.strerror}", file=name) from exc
-    if len(head) >= 4 and struct.unpack_from("<I", head)[0] == _NG_MAGIC:
-        from analysis.pcap.pcapng import PcapngReader
-        return Capture(name, "pcapng", reader=PcapngReader(name))
-    reader = ClassicReader.from_header(name, head)
-    return Capture(name, "pcap-ns" if reader.nano else "pcap", reader=reader)
 
 
 _MAGICS = {0xA1B2C3D4: False, 0xA1B23C4D: True}

@@ -70,12 +70,12 @@ def analyse_capture(path: str | os.PathLike[str], engine: str = "auto") -> Captu
 def _compiled(cap):
     """The numba path: ``(packets, flows, stats)``, or ``(0, None, None)`` if unsupported."""
     if cap.format == "pcapng":
-        from analysis.tcpflows.fastng import Unsupported, analyse_pcapng
+        from analysis.tcpflows.compiled_pcapng import Unsupported, analyse_pcapng
         try:
             return analyse_pcapng(cap)
         except Unsupported:
             return 0, None, None
-    from analysis.tcpflows.fast import analyse_classic
+    from analysis.tcpflows.compiled_pcap import analyse_classic
     return analyse_classic(cap, cap.reader)
 
 

@@ -32,6 +32,8 @@ from pyroute2.netlink.rtnl.ifstatsmsg import ifstatsmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import stats2
 
+from aitb.counter_columns import columns
+
 __all__ = ["NameMsg", "QdiscMsg", "LinkStatsMsg", "DiagMsg", "inet_diag_req", "RowMarshal",
            "SOCKID_FIELDS", "TCP_INFO_FIELDS", "LINK64_FIELDS", "TCP_INFO_SIZE"]
 
@@ -39,12 +41,11 @@ __all__ = ["NameMsg", "QdiscMsg", "LinkStatsMsg", "DiagMsg", "inet_diag_req", "R
 # its fields in both inet_diag_req and inet_diag_msg
 SOCKID_FIELDS = ("idiag_sport", "idiag_dport", "idiag_src", "idiag_dst", "idiag_if",
                  "idiag_cookie")
-# the tcp_info fields the sampler writes (contract 2, counters/tcp.parquet)
+# the tcp_info fields the sampler writes (counters/tcp.parquet, aitb.counter_columns)
 TCP_INFO_FIELDS = ("tcpi_rtt", "tcpi_rttvar", "tcpi_snd_cwnd", "tcpi_total_retrans",
                    "tcpi_lost", "tcpi_bytes_acked", "tcpi_bytes_sent", "tcpi_delivery_rate")
-# rtnl_link_stats64 fields the sampler writes (contract 2, counters/links.parquet)
-LINK64_FIELDS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_dropped",
-                 "tx_dropped")
+# rtnl_link_stats64 fields the sampler writes: the kernel's names are the column names
+LINK64_FIELDS = columns("links", read=True)
 
 
 def _prefix(fields: Any, wanted: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

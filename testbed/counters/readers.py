@@ -19,14 +19,12 @@ bench/counter_sampler.py.
 
 from __future__ import annotations
 
-import errno
 import os
 import socket
 from collections.abc import Callable
 from typing import Any
 
-from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE
-from pyroute2.netlink.diag import NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, SS_ALL
+from pyroute2.netlink.diag import NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY
 from pyroute2.netlink.rtnl import (
     RTM_GETLINK,
     RTM_GETQDISC,
@@ -36,11 +34,12 @@ from pyroute2.netlink.rtnl import (
     RTM_NEWSTATS,
 )
 
+from aitb.counter_columns import columns
 from aitb.errors import LabError
 from testbed import netns
+from testbed.counters.dumps import TCP_STATES, dump, request
 from testbed.counters.msgs import (
     LINK64_FIELDS,
-    SOCKID_FIELDS,
     TCP_INFO_FIELDS,
     TCP_INFO_SIZE,
     DiagMsg,
@@ -48,24 +47,17 @@ from testbed.counters.msgs import (
     NameMsg,
     QdiscMsg,
     RowMarshal,
-    inet_diag_req,
 )
+from testbed.counters.tcpdiag import TcpReader
 
-__all__ = ["NamespaceReader", "TCP_STATES", "QDISC_FIELDS", "LINK_FIELDS", "TCP_FIELDS"]
+__all__ = ["NamespaceReader", "QDISC_FIELDS", "LINK_FIELDS", "TCP_FIELDS"]
 
 IFLA_STATS_LINK_64 = 1  # include/uapi/linux/if_link.h; filter bit 1 << (1 - 1)
-INET_DIAG_INFO = 2  # include/uapi/linux/inet_diag.h; extension bit 1 << (2 - 1)
 _RCVBUF = 4 << 20
-# tcp_states.h order; listening, time-wait and request sockets carry no TCP_INFO
-TCP_STATES = ("unknown", "established", "syn_sent", "syn_recv", "fin_wait1", "fin_wait2",
-              "time_wait", "close", "close_wait", "last_ack", "listen", "closing")
-_DIAG_STATES = SS_ALL & ~sum(1 << TCP_STATES.index(s)
-                             for s in ("unknown", "listen", "time_wait", "syn_recv"))
-QDISC_FIELDS = ("kind", "handle", "parent", "bytes", "packets", "drops", "overlimits",
-                "requeues", "backlog_bytes", "backlog_packets")
-LINK_FIELDS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_dropped", "tx_dropped")
-TCP_FIELDS = ("src", "sport", "dst", "dport", "state", "rtt_s", "rttvar_s", "snd_cwnd",
-              "total_retrans", "lost", "bytes_acked", "bytes_sent", "delivery_rate_bps")
+# the columns each row holds, read from the kernel (aitb.counter_columns adds when and where)
+QDISC_FIELDS = columns("qdisc", read=True)
+LINK_FIELDS = columns("links", read=True)
+TCP_FIELDS = columns("tcp", read=True)
 
 
 def handle_text(h: int) -> str:
@@ -82,54 +74,6 @@ def _open(fd: int, proto: int) -> socket.socket:
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, proto)
     sock.setsockopt(socket.SOL_SOCKET, 33, _RCVBUF)  # SO_RCVBUFFORCE: whole dumps
     return sock
-
-
-def request(msg: Any, msg_type: int, seq: int = 1,
-            flags: int = NLM_F_REQUEST | NLM_F_DUMP) -> bytes:
-    """``msg`` (a pyroute2 message with its fields set) encoded as a request of ``msg_type``
-    with sequence number ``seq``; a dump unless ``flags`` say otherwise."""
-    msg["header"]["type"] = msg_type
-    msg["header"]["flags"] = flags
-    msg["header"]["sequence_number"] = seq
-    msg.encode()
-    return bytes(msg.data)
-
-
-def diag_request(family: int = socket.AF_INET, sockid: tuple[Any, ...] | None = None,
-                 seq: int = 1) -> bytes:
-    """A sock_diag request for TCP sockets of ``family`` with TCP_INFO: a dump of all
-    sockets with TCP_INFO, or (``sockid``: DiagMsg's ``"sockid"``) the one socket."""
-    msg = inet_diag_req()
-    msg["sdiag_family"] = family
-    msg["sdiag_protocol"] = socket.IPPROTO_TCP
-    msg["idiag_states"] = _DIAG_STATES
-    msg["idiag_ext"] = 1 << (INET_DIAG_INFO - 1)
-    if sockid is None:
-        return request(msg, SOCK_DIAG_BY_FAMILY)
-    for name, value in zip(SOCKID_FIELDS, sockid, strict=True):
-        msg[name] = value
-    return request(msg, SOCK_DIAG_BY_FAMILY, seq, NLM_F_REQUEST)
-
-
-def answers(sock: socket.socket, marshal: RowMarshal) -> Any:
-    """Receive from ``sock`` until NLMSG_DONE, filling ``marshal.rows``; yields the other
-    answers (NLMSG_ERROR, as pyroute2 ``nlmsgerr`` with ``["header"]["error"]`` set)."""
-    while True:
-        for msg in marshal.parse(sock.recv(1 << 20)):
-            if msg["header"]["type"] == NLMSG_DONE:
-                return
-            yield msg
-
-
-def dump(sock: socket.socket, req: bytes, marshal: RowMarshal, where: str) -> list[Any]:
-    """Send the dump request ``req`` and return the rows (``marshal.row_of`` of each answer
-    of its type). Raises LabError naming ``where`` if the kernel refuses."""
-    sock.send(req)
-    for msg in answers(sock, marshal):
-        err = msg["header"].get("error")
-        if err is not None:
-            raise LabError(f"{where}: netlink dump failed: {os.strerror(err.code)}")
-    return [row for _, row in marshal.turn()]
 
 
 def _qdisc_row(m: QdiscMsg) -> tuple[Any, ...] | None:
@@ -186,7 +130,6 @@ def _stats_request() -> bytes:
 
 _NO_BASIC = {"bytes": 0, "packets": 0}  # a qdisc without basic or queue stats: zeros
 _NO_QUEUE = {k: 0 for k in ("drops", "overlimits", "requeues", "backlog", "qlen")}
-GONE = (errno.ENOENT, errno.ESTALE)  # exact sock_diag request: no such socket (any more)
 
 
 class NamespaceReader:
@@ -213,7 +156,6 @@ class NamespaceReader:
             self.route = netns.run_in(fd, _open, fd, netns.NETLINK_ROUTE)
             if self.tcp:
                 self.diag = netns.run_in(fd, _open, fd, NETLINK_SOCK_DIAG)
-                from testbed.counters.tcpdiag import TcpReader
                 self.tcp_reader = TcpReader(self.diag, self.marshal["tcp"],
                                             f"node {self.node}: sock_diag")
         finally:

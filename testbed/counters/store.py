@@ -12,24 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from aitb.counter_columns import SCHEMAS
+
 __all__ = ["Store", "SCHEMAS", "CHUNK_ROWS"]
 
 CHUNK_ROWS = 100_000
-_I = "int64"
-SCHEMAS: dict[str, tuple[tuple[str, str], ...]] = {
-    "qdisc": (("t_s", "float64"), ("node", "string"), ("ifname", "string"), ("kind", "string"),
-              ("handle", "string"), ("parent", "string"), ("bytes", _I), ("packets", _I),
-              ("drops", _I), ("overlimits", _I), ("requeues", _I), ("backlog_bytes", _I),
-              ("backlog_packets", _I)),
-    "links": (("t_s", "float64"), ("node", "string"), ("ifname", "string"), ("rx_bytes", _I),
-              ("tx_bytes", _I), ("rx_packets", _I), ("tx_packets", _I), ("rx_dropped", _I),
-              ("tx_dropped", _I)),
-    "tcp": (("t_s", "float64"), ("node", "string"), ("src", "string"), ("sport", _I),
-            ("dst", "string"), ("dport", _I), ("state", "string"), ("rtt_s", "float64"),
-            ("rttvar_s", "float64"), ("snd_cwnd", _I), ("total_retrans", _I), ("lost", _I),
-            ("bytes_acked", _I), ("bytes_sent", _I), ("delivery_rate_bps", _I)),
-}
-
 
 class _Table:
     def __init__(self, path: Path, schema: tuple[tuple[str, str], ...]) -> None:

@@ -23,8 +23,8 @@ import time
 from typing import Any
 
 from aitb.errors import LabError
+from testbed.counters.dumps import GONE, diag_request, dump
 from testbed.counters.msgs import RowMarshal
-from testbed.counters.readers import GONE, diag_request, dump
 
 __all__ = ["TcpReader", "DEFAULT_DISCOVER_S", "pace_discovery"]
 

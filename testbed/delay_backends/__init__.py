@@ -37,7 +37,7 @@ from testbed.qdiscs import unknown_name_error
 
 if TYPE_CHECKING:
     from aitb.shaping import Shaping
-    from testbed.lab import Lab
+    from testbed.lab_handle import LabHandle
     from testbed.tcobjects import DirectionRecipe, TcObject
 
 __all__ = ["BACKENDS", "DEFAULT", "backend", "DelayLineBackend"]
@@ -59,13 +59,13 @@ class DelayLineBackend(Protocol):
                 ) -> tuple[str | None, tuple[TcObject, ...]]:
         """(IFB name or None, tc objects on the receiving node); pure."""
 
-    def apply(self, lab: Lab, recipe: DirectionRecipe) -> None:
+    def apply(self, lab: LabHandle, recipe: DirectionRecipe) -> None:
         """Start what the tc objects do not (needs the live lab)."""
 
-    def verify(self, lab: Lab, recipe: DirectionRecipe) -> list[str]:
+    def verify(self, lab: LabHandle, recipe: DirectionRecipe) -> list[str]:
         """Readback problems, as sentences naming node and interface."""
 
-    def teardown(self, lab: Lab, recipe: DirectionRecipe) -> list[str]:
+    def teardown(self, lab: LabHandle, recipe: DirectionRecipe) -> list[str]:
         """Undo :meth:`apply`; failures as sentences, never raises."""
 
 

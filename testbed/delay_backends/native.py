@@ -44,7 +44,7 @@ from testbed.registry import pid_alive, pid_start_time
 if TYPE_CHECKING:
     from aitb.plan import LinkPlan
     from aitb.shaping import Shaping
-    from testbed.lab import Lab
+    from testbed.lab_handle import LabHandle
     from testbed.tcobjects import DirectionRecipe, TcObject
 
 __all__ = ["NAME", "CAPABILITIES", "ingress", "apply", "verify", "teardown", "stats",
@@ -91,7 +91,7 @@ class _State:
 _STATE: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
 
 
-def _state(lab: Lab) -> _State:
+def _state(lab: LabHandle) -> _State:
     return _STATE.setdefault(lab, _State())
 
 
@@ -101,16 +101,16 @@ def ingress(shaping: Shaping, mtu: int, rx: tuple[str, str], ifb: str
     return None, ()
 
 
-def _native_keys(lab: Lab) -> list[tuple[str, str]]:
+def _native_keys(lab: LabHandle) -> list[tuple[str, str]]:
     return [k for k, r in lab.layout.recipes.items() if r.delay_line == NAME]
 
 
-def _shaping(lab: Lab, link: str, direction: str) -> tuple[Shaping, int]:
+def _shaping(lab: LabHandle, link: str, direction: str) -> tuple[Shaping, int]:
     lk = next(lk for lk in lab.plan.links if lk.name == link)
     return getattr(lk, direction), lk.mtu
 
 
-def check_plan(lab: Lab) -> None:
+def check_plan(lab: LabHandle) -> None:
     """Raise one LabError listing every native direction the line cannot do (refused keys,
     memory cap, both ends OVS), before anything exists
     (:func:`testbed.delayline.labline.plan_problems`)."""
@@ -119,12 +119,12 @@ def check_plan(lab: Lab) -> None:
         raise LabError("; ".join(out))
 
 
-def _params(lab: Lab, p: LinePlace) -> QueueParams:
+def _params(lab: LabHandle, p: LinePlace) -> QueueParams:
     shaping, mtu = _shaping(lab, p.link, p.direction)
     return queue_params(shaping, mtu, p.queue_num, seed=1 + p.queue_num)
 
 
-def _run_in(lab: Lab, node: str, argv: list[str], text: str) -> None:
+def _run_in(lab: LabHandle, node: str, argv: list[str], text: str) -> None:
     fd = lab.node_io(node).fd
 
     def run() -> subprocess.CompletedProcess[str]:
@@ -136,7 +136,7 @@ def _run_in(lab: Lab, node: str, argv: list[str], text: str) -> None:
                        f"{r.stderr.strip()}")
 
 
-def _start_helper(lab: Lab, h: _Helper) -> None:
+def _start_helper(lab: LabHandle, h: _Helper) -> None:
     from testbed.delayline.build import helper_path
     fd = lab.node_io(h.node).fd
     h.params_path.write_text(params_file_text(h.queues))
@@ -174,7 +174,7 @@ def _stderr(h: _Helper) -> str:
         return "(no output)"
 
 
-def _start_all(lab: Lab) -> None:
+def _start_all(lab: LabHandle) -> None:
     st = _state(lab)
     st.started = True
     lines = places(lab.plan, _native_keys(lab))
@@ -196,14 +196,14 @@ def _start_all(lab: Lab) -> None:
             _run_in(lab, h.node, [tool, "-w", "--noflush"], text)
 
 
-def apply(lab: Lab, recipe: DirectionRecipe) -> None:
+def apply(lab: LabHandle, recipe: DirectionRecipe) -> None:
     """Start every helper and add every rule of the lab (on the first call; later calls find
     them running). Raises LabError naming node and what failed."""
     if not _state(lab).started:
         _start_all(lab)
 
 
-def _line_of(lab: Lab, recipe: DirectionRecipe) -> tuple[_Helper, LinePlace] | None:
+def _line_of(lab: LabHandle, recipe: DirectionRecipe) -> tuple[_Helper, LinePlace] | None:
     key = next((k for k, r in lab.layout.recipes.items() if r is recipe), None)
     for h in _state(lab).helpers.values():
         for p in h.lines:
@@ -212,7 +212,7 @@ def _line_of(lab: Lab, recipe: DirectionRecipe) -> tuple[_Helper, LinePlace] | N
     return None
 
 
-def verify(lab: Lab, recipe: DirectionRecipe) -> list[str]:
+def verify(lab: LabHandle, recipe: DirectionRecipe) -> list[str]:
     """The helper of this direction runs (pid and start time)."""
     found = _line_of(lab, recipe)
     if found is None:
@@ -232,7 +232,7 @@ def _dead(lines: list[tuple[_Helper, LinePlace]]) -> list[str]:
     return out
 
 
-def check_alive(lab: Lab) -> None:
+def check_alive(lab: LabHandle) -> None:
     """Raise LabError naming link and direction of every line whose helper died."""
     st = _state(lab)
     if st.stopped:
@@ -242,7 +242,7 @@ def check_alive(lab: Lab) -> None:
         raise LabError("; ".join(out))
 
 
-def _find(lab: Lab, link: str, direction: str) -> tuple[_Helper, int, LinePlace] | None:
+def _find(lab: LabHandle, link: str, direction: str) -> tuple[_Helper, int, LinePlace] | None:
     for h in _state(lab).helpers.values():
         for i, p in enumerate(h.lines):
             if (p.link, p.direction) == (link, direction):
@@ -250,7 +250,7 @@ def _find(lab: Lab, link: str, direction: str) -> tuple[_Helper, int, LinePlace]
     return None
 
 
-def check_change(lab: Lab, link: LinkPlan, direction: str, shaping: Shaping) -> None:
+def check_change(lab: LabHandle, link: LinkPlan, direction: str, shaping: Shaping) -> None:
     """Refuse (LabError naming link, direction and key) a live change the native line cannot
     make: a refused key or the memory cap (:func:`testbed.delayline.labline.problems`), or a
     delay line for a direction that had none at bring-up (it would need a new rule and
@@ -264,7 +264,7 @@ def check_change(lab: Lab, link: LinkPlan, direction: str, shaping: Shaping) -> 
         raise LabError("; ".join(out))
 
 
-def update(lab: Lab, link: str, direction: str) -> None:
+def update(lab: LabHandle, link: str, direction: str) -> None:
     """Send the new shaping of (``link``, ``direction``) (already in ``lab.plan``) to its
     helper (SIGHUP); nothing for a direction without a line (see :func:`check_change`).
     Raises LabError when the helper refuses the new parameters (it keeps the old ones and
@@ -274,7 +274,7 @@ def update(lab: Lab, link: str, direction: str) -> None:
         _sighup(lab, *found)
 
 
-def _sighup(lab: Lab, h: _Helper, i: int, p: LinePlace) -> None:
+def _sighup(lab: LabHandle, h: _Helper, i: int, p: LinePlace) -> None:
     shaping, mtu = _shaping(lab, p.link, p.direction)
     new = queue_params(shaping, mtu, p.queue_num, h.queues[i].seed)
     queues = h.queues[:i] + [new] + h.queues[i + 1:]
@@ -315,7 +315,7 @@ def _reply(h: _Helper, mark: int, timeout_s: float = 5.0) -> str:
     return f"no answer within {timeout_s:g} s"
 
 
-def detach(lab: Lab) -> None:
+def detach(lab: LabHandle) -> None:
     """Let every helper outlive this process (SIGUSR2: PDEATHSIG off, parent no longer
     watched), for a lab left up on purpose; they are still ended by pid from the registry.
     Raises LabError naming the node whose helper did not confirm."""
@@ -332,7 +332,7 @@ def detach(lab: Lab) -> None:
             time.sleep(0.005)
 
 
-def stats(lab: Lab, fresh: bool = True) -> dict[str, dict[str, Any]]:
+def stats(lab: LabHandle, fresh: bool = True) -> dict[str, dict[str, Any]]:
     """Per line ``"<link>/<direction>"``: node, hook, interface, the helper's pid, CPU
     seconds and its queue's counters and added-delay percentiles (microseconds;
     :class:`testbed.delayline.stats.QueueStats`). ``fresh``: ask running helpers for a new
@@ -373,7 +373,7 @@ def _snapshot(h: _Helper, fresh: bool) -> HelperStats | None:
         return None
 
 
-def teardown(lab: Lab, recipe: DirectionRecipe) -> list[str]:
+def teardown(lab: LabHandle, recipe: DirectionRecipe) -> list[str]:
     """Stop every helper (first call): SIGTERM by pid and start time (it writes its final
     stats), SIGKILL after a grace period; keep the final stats (:func:`stats`). Returns
     failures as sentences, never raises."""

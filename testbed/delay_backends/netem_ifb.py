@@ -17,7 +17,7 @@ from testbed.tcobjects import DirectionRecipe, TcObject
 
 if TYPE_CHECKING:
     from aitb.shaping import Shaping
-    from testbed.lab import Lab
+    from testbed.lab_handle import LabHandle
 
 __all__ = ["NAME", "CAPABILITIES", "ingress", "apply", "verify", "teardown"]
 
@@ -38,15 +38,15 @@ def ingress(shaping: Shaping, mtu: int, rx: tuple[str, str], ifb: str
     )
 
 
-def apply(lab: Lab, recipe: DirectionRecipe) -> None:
+def apply(lab: LabHandle, recipe: DirectionRecipe) -> None:
     """Nothing beyond the tc objects (applied with the lab's tc)."""
 
 
-def verify(lab: Lab, recipe: DirectionRecipe) -> list[str]:
+def verify(lab: LabHandle, recipe: DirectionRecipe) -> list[str]:
     """Nothing beyond the tc objects (read back by testbed.verify with the lab's tc)."""
     return []
 
 
-def teardown(lab: Lab, recipe: DirectionRecipe) -> list[str]:
+def teardown(lab: LabHandle, recipe: DirectionRecipe) -> list[str]:
     """Nothing: the IFB and its qdiscs go with the receiving namespace."""
     return []

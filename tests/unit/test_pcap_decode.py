@@ -120,12 +120,12 @@ def test_many_flows_grow_the_compiled_tables_and_match_the_reference(tmp_path):
 
 def test_warm_compiles_the_kernel_on_a_valid_capture(monkeypatch):
     """``make setup`` runs warm(); its hand-made frame must be a real TCP flow."""
-    from analysis.tcpflows import analyse, fast
+    from analysis.tcpflows import analyse, warm_cache
     seen = []
     real = analyse.analyse_capture
     monkeypatch.setattr(analyse, "analyse_capture",
                         lambda p, engine: seen.append(real(p, engine=engine)) or seen[-1])
-    fast.warm()
+    warm_cache.warm()
     assert [r.format for r in seen] == ["pcap", "pcapng"]
     for res in seen:
         assert res.packets == 1 and res.flows[0]["proto"] == "tcp" and res.warnings == []

@@ -2,7 +2,7 @@
 
 Enhanced, obsolete and simple packet blocks are decoded and accounted by
 :func:`analysis.tcpflows.kernel.packet`; section headers and interface descriptions (rare)
-return to the driver (:mod:`analysis.tcpflows.fastng`), which parses them exactly as
+return to the driver (:mod:`analysis.tcpflows.compiled_pcapng`), which parses them exactly as
 :mod:`analysis.pcap.pcapng` does and resumes. Interface clocks are converted to ns without
 overflow for resolutions 10^-k (k <= 18) and 2^-n (n <= 33); anything else, and timestamps that
 do not fit, returns UNSUPPORTED and the driver uses the reference path for the file.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from analysis.tcpflows.kernel import CORRUPT, NEED_DATA, NEED_ROOM, _u32, packet
+from analysis.tcpflows.numba_scan import CORRUPT, NEED_DATA, NEED_ROOM, _u32, packet
 
 PYTHON, SHORT, BAD_PACKET, UNSUPPORTED = 3, 4, 5, 6
 SHB, IDB, EPB, SPB, OPB = 0x0A0D0D0A, 1, 6, 3, 2

@@ -13,7 +13,7 @@ import numpy as np
 
 from analysis.pcap import DecodeStats, PcapWarning
 from analysis.pcap.files import CHUNK_BYTES, MAX_CAPLEN, Capture, ClassicReader, cut_record_message
-from analysis.tcpflows import kernel as k
+from analysis.tcpflows import numba_scan as k
 from analysis.tcpflows.connection import Connection
 from analysis.tcpflows.direction import MAX_PENDING, Direction
 from analysis.tcpflows.table import UdpFlow
@@ -153,38 +153,3 @@ def _direction(d: Direction, di: list[int], df: list[float]) -> None:
     d.rtt_sum = df[k.RTT_SUM]
     d.rtt_min = df[k.RTT_MIN] if di[k.HAS_RTT] else None
     d.rtt_max = df[k.RTT_MAX] if di[k.HAS_RTT] else None
-
-
-def warm() -> None:
-    """Compile both kernels now (numba caches them beside the source), so that the first
-    large capture a user analyses does not wait ~15 s for it. Writes and removes a 1-frame
-    pcap and pcapng; ``make setup`` runs it through ``python -m analysis.tcpflows.fast``."""
-    import os
-    import tempfile
-
-    from analysis.tcpflows.analyse import analyse_capture
-    ip = bytes.fromhex("4500002800010000400600000a0000010a000002")
-    tcp = bytes.fromhex("0001000200000001000000005002ffff00000000")
-    frame = bytes(12) + b"\x08\x00" + ip + tcp
-    pcap = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
-    pcap += struct.pack("<IIII", 1, 0, len(frame), len(frame)) + frame
-    ng = _ng_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
-    ng += _ng_block(1, struct.pack("<HHI", 1, 0, 0))
-    ng += _ng_block(6, struct.pack("<IIIII", 0, 0, 1, len(frame), len(frame)) + frame)
-    for suffix, data in ((".pcap", pcap), (".pcapng", ng)):
-        fd, name = tempfile.mkstemp(suffix=suffix)
-        try:
-            os.write(fd, data)
-            os.close(fd)
-            analyse_capture(name, engine="compiled")
-        finally:
-            os.unlink(name)
-
-
-def _ng_block(btype: int, body: bytes) -> bytes:
-    body += bytes(-len(body) % 4)
-    return struct.pack("<II", btype, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
-
-
-if __name__ == "__main__":
-    warm()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from numba import njit
 from numpy import int64 as i64
 
-from analysis.pcap.nbdecode import decode
+from analysis.pcap.compiled_decode import decode
 from analysis.tcpflows.direction import MAX_PENDING
 
 (REF, HAS_REF, NXT, HAS_NXT, LASTACK, HAS_LASTACK, WINDOW, DUPACKNUM, LAST_FLAGS, ISN, HAS_ISN,

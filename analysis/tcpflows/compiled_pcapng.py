@@ -1,4 +1,4 @@
-"""Driver of the compiled path for pcapng: chunks -> :func:`kernel_ng.run_ng`; section and
+"""Driver of the compiled path for pcapng: chunks -> :func:`numba_scan_pcapng.run_ng`; section and
 interface blocks, and every warning, are handled here with the reference reader's own code and
 words, so both paths give identical results (tested)."""
 
@@ -11,8 +11,8 @@ import numpy as np
 from analysis.pcap import DecodeStats, PcapWarning
 from analysis.pcap.files import CHUNK_BYTES, Capture
 from analysis.pcap.pcapng import _BOM, MAX_BLOCK, parse_idb
-from analysis.tcpflows import kernel_ng as kn
-from analysis.tcpflows.fast import _STAT_FIELDS, _Arrays, _flow
+from analysis.tcpflows import numba_scan_pcapng as kn
+from analysis.tcpflows.compiled_pcap import _STAT_FIELDS, _Arrays, _flow
 
 
 class Unsupported(Exception):
