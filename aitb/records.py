@@ -297,7 +297,7 @@ class FailureRecord(_Record):
 
 @dataclass(frozen=True, slots=True)
 class RoundRecord(_Record):
-    """One federated-learning round at one aggregator (contracts.md section 5).
+    """One federated-learning round at one aggregator (aitb/records.py).
 
     ``t_start``: the round's start instant (host clock, s); ``t_end``: when the aggregator
     stopped waiting (all selected finished, the quorum reached, or the deadline);

@@ -1,6 +1,6 @@
 """Inference request records (pure data): one :class:`RequestRecord` per request served.
 
-Field list fixed by the afternoon contract (contracts.md section 5). Times are absolute
+Field list shared with aitb/records.py. Times are absolute
 seconds on the host clock, sizes bytes. The message tags that tie a Timed op's messages to
 their request (:func:`tag`, :func:`parse_tag`) live here so that the workload generator and
 the traffic generator's record builder agree on them.

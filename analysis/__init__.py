@@ -1,5 +1,6 @@
-"""analysis layer of aitb (see ARCHITECTURE: layers): pure functions of a run directory, no
-root. :func:`analyze_run` writes a run's tables, metrics.json and report.html."""
+"""analysis, a middle package of aitb (layers: the import contracts in pyproject.toml): pure
+functions of a run directory, no root. :func:`analyze_run` writes a run's tables, metrics.json and
+report.html."""
 
 from __future__ import annotations
 

@@ -182,7 +182,7 @@ def write_dci(run_dir: Path) -> Path:
 
 
 def dci_collective_time_s(run_dir: Path) -> float | None:
-    """The contract summary key ``dci_collective_time_s`` (contracts.md section 4): seconds
+    """The contract summary key ``dci_collective_time_s`` (analysis/metrics/__init__.py): seconds
     during which a DCI-crossing collective was in progress, summed over the run's iterations
     (module docstring); None when the plan has no DCI link or the run no collective."""
     report = dci_report(run_dir)

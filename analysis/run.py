@@ -22,7 +22,7 @@ def analyze_run(run_dir: Path) -> dict[str, Any]:
 
     Writes, each atomically, into ``run_dir``: ``tables/*.parquet`` (records, the flows with
     their ideal FCT and slowdown, qdisc samples, the one-row summary), ``metrics.json``
-    (contracts.md section 4), ``dci.json`` when the plan has DCI links (analysis.dci) and
+    (analysis/metrics/__init__.py), ``dci.json`` when the plan has DCI links (analysis.dci) and
     ``report.html``.
     Needs no root; re-runnable (the outputs are replaced, the inputs never touched). Returns
     the metrics dict (as written to metrics.json). Raises :class:`aitb.errors.SpecError`

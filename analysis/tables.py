@@ -1,6 +1,7 @@
 """A run directory's records and counter samples as pandas tables, and their Parquet copies.
 
-Inputs (contracts.md; every file optional except ``manifest.json``): the merged record files
+Inputs (aitb/records.py, aitb/counter_columns.py; every file optional except
+``manifest.json``): the merged record files
 ``flows.jsonl``, ``collectives.jsonl``, ``bursts.jsonl``, ``timeline.jsonl``,
 ``failures.jsonl``, ``rounds.jsonl``, ``requests.jsonl``; the counter samples
 ``counters/{qdisc,links,tcp}.parquet`` and ``counters/sampler.json``; ``plan.json``,

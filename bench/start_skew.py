@@ -29,9 +29,9 @@ from star import Star  # noqa: E402
 
 from aitb.records import BurstRecord, percentile  # noqa: E402
 from traffic_gen import ReplayOptions, replay  # noqa: E402
-from traffic_gen.datapath import sleep_until  # noqa: E402
 from traffic_gen.jsonl import read_records  # noqa: E402
 from traffic_gen.launch import NetnsExecLauncher  # noqa: E402
+from traffic_gen.transfers import sleep_until  # noqa: E402
 from workloads.patterns import incast, pattern_schedule, permutation  # noqa: E402
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from aitb.counter_columns import LINK_COLUMNS, QDISC_COLUMNS, columns
-from testbed.inspect import qdisc_stats
+from testbed.lab_state import qdisc_stats
 from testbed.links import RTM_GETLINK
 from testbed.nl import dump
 from testbed.verify import dump_tc
@@ -26,7 +26,7 @@ _LINK_STATS = columns("links", read=True)
 
 
 def _contract_handle(handle: str) -> str:
-    """A qdisc handle as contract 2 spells it: ``"1:"``, not ``"1:0"``."""
+    """A qdisc handle as aitb/counter_columns.py spells it: ``"1:"``, not ``"1:0"``."""
     return handle[:-1] if handle.endswith(":0") else handle
 
 

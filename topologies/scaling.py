@@ -1,4 +1,4 @@
-"""Scaled emulation (ARCHITECTURE decision 8): divide every rate and buffer of a plan by a
+"""Scaled emulation: divide every rate and buffer of a plan by a
 factor and keep every delay, so a 100 Gbit/s DCI runs at 1 Gbit/s with the same ratio of
 serialization time to propagation time. Sizes of the workload are divided by the same factor
 (workloads.transform.scale_schedule), so a transfer takes as long as it would unscaled.

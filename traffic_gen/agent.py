@@ -17,11 +17,11 @@ import time
 from typing import Any
 
 from aitb.fanout import fan_out
-from traffic_gen.datapath import Abort, Shared
 from traffic_gen.endpoints import Endpoints
 from traffic_gen.kick import KickClient
 from traffic_gen.ranks import run_rank
 from traffic_gen.tcpinfo import namespace_sysctls
+from traffic_gen.transfers import Abort, Shared
 from traffic_gen.wire import Channel
 
 __all__ = ["Agent", "main"]

@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Any
 
-from traffic_gen.datapath import Shared, TcpReceiver, TcpSender
 from traffic_gen.gather import GATHER_CONN, GatherInbox
 from traffic_gen.tcpinfo import TcpKnobs, apply_knobs
+from traffic_gen.transfers import Shared, TcpReceiver, TcpSender
 from traffic_gen.udp import UdpReceiver, UdpSender
 from traffic_gen.wire import recv_exact
 

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from traffic_gen.datapath import Abort, Shared, sleep_until
 from traffic_gen.tcpinfo import apply_knobs, read_tcp_info, tcp_info_delta
+from traffic_gen.transfers import Abort, Shared, sleep_until
 from traffic_gen.wire import recv_exact
 
 __all__ = ["GATHER_CONN", "GATHER_KEY", "GatherInbox", "Cut", "move", "reset", "run_src",

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 from aitb.fanout import FanOut, fan_out
-from traffic_gen.datapath import Abort, Shared
 from traffic_gen.gather import (
     ACCEPTED,
     TICK_S,
@@ -30,6 +29,7 @@ from traffic_gen.gather import (
     wait_phase,
 )
 from traffic_gen.tcpinfo import read_tcp_info, tcp_info_delta
+from traffic_gen.transfers import Abort, Shared
 
 __all__ = ["run_root", "run_gathers"]
 

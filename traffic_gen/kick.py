@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traffic_gen.datapath import set_scheduler
+from traffic_gen.transfers import set_scheduler
 
 __all__ = ["KickServer", "KickClient", "FIRST_BYTES", "main"]
 

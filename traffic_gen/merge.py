@@ -108,7 +108,7 @@ def merge_phase(run_id: str, halves: list[Mapping[str, Any]], t0: float,
 
 
 def _round(run_id: str, h: Mapping[str, Any]) -> RoundRecord:
-    """A gather root's round half as a RoundRecord (contracts.md section 5)."""
+    """A gather root's round half as a RoundRecord (aitb/records.py)."""
     return RoundRecord(
         run_id=run_id, round=h["round"], t_start=h["t_start"], t_end=h["t_end"],
         round_time_s=h["t_end"] - h["t_start"], clients_selected=len(h["selected_hosts"]),

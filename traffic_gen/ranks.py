@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from traffic_gen.algorithms.steps import split_bytes
-from traffic_gen.datapath import Job, Shared, sleep_until
 from traffic_gen.endpoints import Endpoints
 from traffic_gen.gather_root import run_gathers
 from traffic_gen.timed import run_timed
+from traffic_gen.transfers import Job, Shared, sleep_until
 
 __all__ = ["run_rank", "run_xfer"]
 

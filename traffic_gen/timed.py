@@ -17,8 +17,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from traffic_gen.datapath import Job, Shared
 from traffic_gen.endpoints import Endpoints
+from traffic_gen.transfers import Job, Shared
 
 __all__ = ["run_timed"]
 

@@ -16,7 +16,7 @@ import struct
 import time
 from typing import Any
 
-from traffic_gen.datapath import Job, Shared, _Worker
+from traffic_gen.transfers import Job, Shared, _Worker
 
 __all__ = ["UdpSender", "UdpReceiver", "IDLE_S", "GRACE_S"]
 

@@ -1,4 +1,5 @@
-"""workloads layer of aitb (see ARCHITECTURE: layers): parameters in, Schedule out (pure).
+"""workloads, a middle package of aitb (layers: the import contracts in pyproject.toml):
+parameters in, Schedule out (pure).
 
 * ``workloads.aicb``: import AICB's CSV and SimAI text workload files.
 * ``workloads.training``: a Megatron/DeepSpeed training iteration from model parameters.

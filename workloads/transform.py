@@ -1,7 +1,8 @@
 """Whole-schedule transformations (pure): scaled emulation.
 
-ARCHITECTURE decision 8: a run can divide all sizes by a factor (keeping delays) so that a
-fast job runs on slower emulated links with the same ratio of serialization to propagation
+Scaled emulation (the plan's side: topologies/scaling.py): a run can divide all sizes by a
+factor (keeping delays) so that a fast job runs on slower emulated links with the same ratio of
+serialization to propagation
 time; the factor is recorded in ``Schedule.meta["scale"]`` (multiplied with any earlier one).
 """
 

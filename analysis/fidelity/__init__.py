@@ -1,9 +1,10 @@
 """Fidelity self-check of a run (pure; no root): did the emulated links do what the plan
 said (rate, RTT, loss per shaped link direction), and was the host's CPU saturated?
 
-Produces ``fidelity.json`` (contract 3): :func:`fidelity_report` over the directions of the
-plan (:class:`DirectionRef`), the counter samples (``counters/qdisc.parquet`` and
-``counters/links.parquet``, contract 2), the probed RTTs and the CPU samples.
+Produces ``fidelity.json`` (shape: analysis/fidelity/report.py): :func:`fidelity_report`
+over the directions of the plan (:class:`DirectionRef`), the counter samples
+(``counters/qdisc.parquet`` and
+``counters/links.parquet``, aitb/counter_columns.py), the probed RTTs and the CPU samples.
 """
 
 from analysis.fidelity.checks import (

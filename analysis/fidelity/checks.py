@@ -5,8 +5,8 @@ Each returns ``(measured, status)`` with status ``"ok"`` (within tolerance), ``"
 (outside it: the emulation did not do what the plan said) or ``"not_exercised"`` (nothing to
 measure: no traffic, no backlog, no address to probe, nothing configured).
 
-Input frames have the columns of contract 2 (``counters/qdisc.parquet``: t_s, node, ifname,
-kind, handle, parent, bytes, packets, drops, overlimits, requeues, backlog_bytes,
+Input frames have the columns of aitb/counter_columns.py (``counters/qdisc.parquet``: t_s,
+node, ifname, kind, handle, parent, bytes, packets, drops, overlimits, requeues, backlog_bytes,
 backlog_packets; ``counters/links.parquet``: t_s, node, ifname, rx_bytes, tx_bytes,
 rx_packets, tx_packets, rx_dropped, tx_dropped), cumulative kernel counters.
 """

@@ -1,4 +1,5 @@
-"""``fidelity.json`` (contract 3) from the per-direction checks and the CPU samples (pure)."""
+"""``fidelity.json`` from the per-direction checks and the CPU samples (pure); this module
+defines its shape."""
 
 from __future__ import annotations
 

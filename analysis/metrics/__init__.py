@@ -91,7 +91,7 @@ def _goodput(flows: pd.DataFrame) -> float | None:
 
 
 def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
-    """The metrics.json dict of run ``t`` (contracts.md section 4, plus ``requests``,
+    """The metrics.json dict of run ``t`` (analysis/metrics/__init__.py, plus ``requests``,
     ``apps``, ``retransmissions``, ``dci`` and ``warnings`` sections) and the flow table with each
     flow's ideal FCT and slowdown. Pure: reads nothing beyond ``t`` except capture files."""
     flows, colls = t.table("flows"), t.table("collectives")

@@ -1,4 +1,4 @@
-"""Reading cumulative kernel counters (contracts.md section 2, and the runner's
+"""Reading cumulative kernel counters (aitb/counter_columns.py, and the runner's
 ``counters_end.json`` snapshots) as differences over time windows."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def window_delta(series: pd.DataFrame, t0: float, t1: float,
 
 def snapshot_qdiscs(snap: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(node, ifname, qdisc) for the root queue of each interface in a ``counters_end.json``
-    snapshot (testbed.inspect.describe), same selection as :func:`root_qdiscs`."""
+    snapshot (testbed.lab_state.describe), same selection as :func:`root_qdiscs`."""
     for node, info in (snap.get("nodes") or {}).items():
         for iface in info.get("interfaces") or []:
             for q in iface.get("qdiscs") or []:

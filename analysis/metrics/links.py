@@ -1,8 +1,8 @@
 """Link utilization, burstiness and queue occupancy from the counter samples.
 
-From ``counters/links.parquet`` (cumulative ``tx_bytes`` per interface, contracts.md section
-2), per sampling interval i: rate_i = 8 * (tx_bytes_i - tx_bytes_{i-1}) / (t_i - t_{i-1})
-(bit/s). Per interface:
+From ``counters/links.parquet`` (cumulative ``tx_bytes`` per interface, columns in
+aitb/counter_columns.py), per sampling interval i:
+rate_i = 8 * (tx_bytes_i - tx_bytes_{i-1}) / (t_i - t_{i-1}) (bit/s). Per interface:
 
 * utilization = mean rate over the sampled period / the configured egress ``rate_bps``
   (plan.json; None for an unshaped interface);

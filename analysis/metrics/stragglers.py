@@ -14,7 +14,7 @@ Per collective instance (CollectiveRecord, per-rank times on the host clock):
   worker (Chen et al., "Revisiting Distributed Synchronous SGD", arXiv:1604.00981, 2016),
   measured against the median rank.
 
-Rounds (RoundRecord, contracts.md section 5): a round missed its deadline when
+Rounds (RoundRecord, aitb/records.py): a round missed its deadline when
 ``round_time_s`` > ``deadline_s``; clients dropped are listed per round by the aggregator.
 """
 

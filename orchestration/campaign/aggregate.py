@@ -61,7 +61,7 @@ def _iteration_times(timeline: list[dict[str, Any]]) -> list[float]:
 
 
 def records_summary(run_dir: Path) -> dict[str, float | None]:
-    """Summary keys (contracts.md section 4 names) computed from the run's records, for runs
+    """Summary keys (aitb.records.SUMMARY_KEYS) computed from the run's records, for runs
     without metrics.json: flows, fct_s_p50/p95/p99/max, collectives, cct_s_mean/p50/p99,
     algbw_Bps_mean, busbw_Bps_mean, iteration_time_s_mean, retransmissions (sum of each flow's
     TCP_INFO total_retrans difference), dci_collective_time_s (analysis.dci). Percentiles:

@@ -138,7 +138,7 @@ def _interval_ok(value: Quantity) -> Quantity:
 
 
 class CaptureSpecModel(BaseModel):
-    """``capture:`` packet capture during the run (contracts.md section 1): ``interfaces``
+    """``capture:`` packet capture during the run (testbed/capture.py): ``interfaces``
     ``bottleneck`` (testbed.capture_select), ``all`` or a list of ``node:ifname``; ``snaplen``
     bytes kept per packet; ``rotate_size`` (a size) per file, ``files`` in the ring."""
 
@@ -151,7 +151,7 @@ class CaptureSpecModel(BaseModel):
 
 
 class CountersSpecModel(BaseModel):
-    """``counters:`` counter sampling during the run (contracts.md section 2): every
+    """``counters:`` counter sampling during the run (aitb/counter_columns.py): every
     ``interval`` (a duration), qdisc and interface counters of every node, and TCP_INFO of
     the hosts' sockets unless ``tcp: false``."""
 

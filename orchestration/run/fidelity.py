@@ -1,13 +1,15 @@
-"""The fidelity self-check of a run (contract 3): RTT probes before the workloads, host CPU
-sampled during them, counter snapshots around them, and ``fidelity.json`` at the end.
+"""The fidelity self-check of a run (analysis/fidelity/report.py): RTT probes before the
+workloads, host CPU sampled during them, counter snapshots around them, and ``fidelity.json``
+at the end.
 
     monitor = FidelityMonitor(plan, lab, progress).before()   # lab up; probes, CPU on
     ... replay the workloads ...
     monitor.after()                                           # CPU off, counters read
     monitor.write(run_dir)                                    # after the lab is down
 
-``write`` reads ``counters/qdisc.parquet`` and ``counters/links.parquet`` (contract 2) when a
-sampler wrote them and adds the two snapshots taken here, so loss is measured either way and
+``write`` reads ``counters/qdisc.parquet`` and ``counters/links.parquet``
+(aitb/counter_columns.py) when a sampler wrote them and adds the two snapshots taken here, so loss
+is measured either way and
 the rate (which needs samples while a queue was backlogged) where samples exist.
 """
 
@@ -136,8 +138,9 @@ class FidelityMonitor:
         native.check_alive(self.lab)
 
     def report(self, run_dir: Path) -> dict[str, Any]:
-        """The fidelity.json document (contract 3) of this run; CPU samples count while
-        the workloads' ops ran (``timeline.jsonl``), not while agents started."""
+        """The fidelity.json document (shape: analysis/fidelity/report.py) of this run; CPU
+        samples count while the workloads' ops ran (``timeline.jsonl``), not while agents
+        started."""
         counters = run_dir / "counters"
         qdisc = _frame(self.qdisc_rows, QDISC_COLUMNS, counters / "qdisc.parquet")
         links = _frame(self.link_rows, LINK_COLUMNS, counters / "links.parquet")

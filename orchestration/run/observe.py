@@ -1,5 +1,5 @@
 """Capture and counter sampling around a run's workloads (experiment keys ``capture:`` and
-``counters:``, contracts.md sections 1 and 2).
+``counters:``, testbed/capture.py, aitb/counter_columns.py).
 
     observe = observe_config(spec, source, doc, plan)        # at prepare time: pure, checked
     with observing(observe, lab, run_dir, manifest, progress):

@@ -38,8 +38,8 @@ from orchestration.run.traces import playing_traces
 from orchestration.run.transport import apply_host_transport, host_transport_record
 from testbed.backends import make_lab
 from testbed.capabilities import in_vm
-from testbed.inspect import describe
 from testbed.lab import Lab
+from testbed.lab_state import describe
 from testbed.signals import interruption, swallowed
 from topologies.loader import read_yaml
 from topologies.scaling import scale_plan

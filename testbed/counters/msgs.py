@@ -3,8 +3,8 @@ classes, and a pyroute2 ``Marshal`` that splits answers and decodes only what ch
 
 pyroute2's full classes decode every attribute of an answer (a qdisc's options, rate tables,
 xstats; all 23 link counters; all of ``tcp_info``): about 150 us per qdisc. The classes here
-declare only the attributes the sampler writes (contract 2), so pyroute2 decodes nothing
-else; the structs they decode are pyroute2's own (``stats2.basic``/``queue``,
+declare only the attributes the sampler writes (aitb/counter_columns.py), so pyroute2
+decodes nothing else; the structs they decode are pyroute2's own (``stats2.basic``/``queue``,
 ``ifstats64``, ``inet_diag_msg.tcp_info``), cut to the prefix that holds the wanted fields.
 
 The attributes that are plain structs of native fields (gnet_stats_basic, gnet_stats_queue,

@@ -187,8 +187,8 @@ def test_bad_input_refused_before_any_process(launcher, addresses, tmp_path, pla
 
 
 def test_agent_endpoints_refuse_non_lab_addresses():
-    from traffic_gen.datapath import Shared
     from traffic_gen.endpoints import Endpoints
+    from traffic_gen.transfers import Shared
 
     shared = Shared(lambda r: None, lambda f: None, 1.0)
     eps = Endpoints("h0", "127.0.0.1", {"127.0.0.1", "127.0.0.2"}, shared, {})

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from traffic_gen.datapath import Job, Shared, TcpSender
 from traffic_gen.tcpinfo import read_tcp_info
+from traffic_gen.transfers import Job, Shared, TcpSender
 
 pytestmark = pytest.mark.timeout(60)
 

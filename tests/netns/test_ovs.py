@@ -12,7 +12,7 @@ import pytest
 from conftest import run_namespaces
 
 from testbed.backends import make_lab
-from testbed.inspect import describe
+from testbed.lab_state import describe
 from testbed.registry import pid_alive
 from topologies import load_topology
 

@@ -17,7 +17,7 @@ from pyroute2 import IPRoute
 from aitb.errors import LabError
 from testbed import netns
 from testbed.backends import make_lab
-from testbed.inspect import describe
+from testbed.lab_state import describe
 from testbed.ovs_datapath import datapaths_here, kernel_datapath
 from testbed.ovs_lab import seen_datapath
 from testbed.registry import pid_alive

@@ -18,8 +18,8 @@ from aitb.errors import LabError
 from orchestration.cli.commands.topo import load_plan, topo_app
 from testbed import clean as clean_mod
 from testbed import signals
-from testbed.inspect import describe
 from testbed.lab import Lab
+from testbed.lab_state import describe
 from testbed.registry import DEFAULT_STATE_DIR, Registry, unknown_name
 
 console = Console()

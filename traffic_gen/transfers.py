@@ -1,4 +1,4 @@
-"""Data-path workers of an agent: one thread per connection direction, fed in channel order.
+"""Transfers of an agent (socket workers): one thread per connection direction, in order.
 
 A :class:`Job` is one piece of a step on one connection: it waits for the events of the steps
 it depends on, moves ``size_bytes``, then calls ``done``. Senders write from one shared,
