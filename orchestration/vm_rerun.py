@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.capabilities import in_vm
-from testbed.vm import run_in_vm
+from testbed.vm import VmResult, run_in_vm
 
-__all__ = ["strip_vm_flag", "rerun_in_vm", "vm_rwdirs"]
+__all__ = ["strip_vm_flag", "rerun_in_vm", "vm_rwdirs", "cli_in_vm"]
 
 
 def strip_vm_flag(args: Sequence[str]) -> list[str]:
@@ -45,8 +45,20 @@ def rerun_in_vm(args: Sequence[str]) -> int:
         LabError: the VM path is not installed (remedy: ``make vm``).
         CommandError: the VM timed out or ended without the command's status.
     """
-    argv = [sys.executable, "-m", "orchestration.cli", *strip_vm_flag(args)]
-    return run_in_vm(argv, rwdirs=vm_rwdirs(), echo=True).returncode
+    return cli_in_vm(strip_vm_flag(args), vm_rwdirs(), echo=True).returncode
+
+
+def cli_in_vm(args: Sequence[str], rwdirs: Sequence[Path], *, echo: bool,
+              timeout_s: float | None = None) -> VmResult:
+    """``aitb <args>`` (this interpreter, ``-m orchestration.cli``) in the stock-kernel VM
+    with ``rwdirs`` (created if missing) shared read-write; ``echo`` streams its output.
+    Returns the completed process of :func:`testbed.vm.run_in_vm` (``returncode``,
+    ``stdout``, ``stderr``); raises as :func:`rerun_in_vm`. ``timeout_s`` None: run_in_vm's."""
+    for d in rwdirs:
+        Path(d).mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "orchestration.cli", *args]
+    extra = {} if timeout_s is None else {"timeout_s": timeout_s}
+    return run_in_vm(argv, rwdirs=list(rwdirs), echo=echo, **extra)
 
 
 def wants_vm(flag: bool) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -12,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from aitb.errors import LabError, SpecError, SpecIssue
+from orchestration.vm_rerun import cli_in_vm
 from testbed.capabilities import in_vm
 from testbed.lab import missing_kernel_features
-from testbed.vm import run_in_vm
 
 if TYPE_CHECKING:
     from orchestration.campaign.runner import Campaign, CampaignResult, Executor
@@ -146,11 +145,9 @@ def _report(result: CampaignResult, as_json: bool, quiet: bool) -> None:
 def _rerun_in_vm(file: Path, results: Path, *, as_json: bool, quiet: bool) -> int:
     """The same campaign inside the VM (one boot), the results folder shared read-write."""
     results = results.resolve()
-    results.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "orchestration.cli", "campaign", str(file.resolve()),
-            "--results", str(results), *(["--json"] if as_json else []),
-            *(["--quiet"] if quiet else [])]
-    return run_in_vm(argv, rwdirs=[results], echo=True).returncode
+    args = ["campaign", str(file.resolve()), "--results", str(results),
+            *(["--json"] if as_json else []), *(["--quiet"] if quiet else [])]
+    return cli_in_vm(args, [results], echo=True).returncode
 
 
 def register(app: typer.Typer) -> None:

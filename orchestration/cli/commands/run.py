@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated, Any
@@ -23,10 +22,10 @@ from rich.console import Console
 from aitb.errors import SpecError, SpecIssue
 from orchestration.cli.commands.run_progress import StepProgress
 from orchestration.run.rundir import finite
+from orchestration.vm_rerun import cli_in_vm
 from testbed import signals
 from testbed.capabilities import in_vm
 from testbed.lab import missing_kernel_features
-from testbed.vm import run_in_vm
 
 console = Console(stderr=True)
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -216,18 +215,16 @@ def _rerun_in_vm(path: Path, experiment_dir: Path, results: Path, *, as_json: bo
     from orchestration.run.runner import analyze_finished
 
     results = results.resolve()
-    results.mkdir(parents=True, exist_ok=True)
     run_id = new_run_id()
-    argv = [sys.executable, "-m", "orchestration.cli", "run", str(path.resolve()), "--results",
-            str(results), "--run-id", run_id, "--no-analysis",
+    args = ["run", str(path.resolve()), "--results", str(results), "--run-id", run_id,
+            "--no-analysis",
             *(["--backend", backend] if backend else []),
             *(["--json"] if as_json else []), *(["--quiet"] if quiet else [])]
     run_dir = experiment_dir.resolve() / run_id
     try:  # SIGINT/SIGTERM: the VM (its own process group) is ended, then we exit 130/143
         with signals.raising():
             # no VM-level deadline of its own: the experiment's phase and transfer timeouts
-            res = run_in_vm(argv, rwdirs=[results], echo=not as_json,
-                            timeout_s=_VM_RUN_TIMEOUT_S)
+            res = cli_in_vm(args, [results], echo=not as_json, timeout_s=_VM_RUN_TIMEOUT_S)
     except signals.LabInterrupted as exc:
         if not (run_dir / "manifest.json").exists():  # the VM was still booting
             console.print(f"[bold red]run interrupted[/] by {signal.Signals(exc.signum).name} "
