@@ -13,6 +13,7 @@ from typing import Any
 from aitb.errors import SpecError
 from aitb.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
 from workloads.layout import Layout
+from workloads.summary import collective_table, compute_per_rank_s
 from workloads.training.flops import iteration_model_flops, params_per_tp_rank
 from workloads.training.megatron import StageBuilder, Step
 from workloads.training.params import Accelerator, Parallelism, TransformerModel, check_training
@@ -88,8 +89,6 @@ def ideal_iteration(s: Schedule, m: TransformerModel, p: Parallelism,
     model FLOPs per iteration (forward + backward, Narayanan et al. 2021) and the MFU a
     compute-only iteration would reach, ``flops / (world * flops_per_s * compute_s)``.
     """
-    from workloads.summary import collective_table, compute_per_rank_s
-
     a = a or Accelerator()
     compute_s = max(compute_per_rank_s(s))
     volume: dict[str, int] = {}

@@ -5,6 +5,9 @@ Re-runnable: the outputs are replaced atomically, the run's records are never ch
 path. A missing or non-run directory is an error naming it (exit 2).
 """
 
+# Modules that one command needs are imported inside it, when it runs, not at start-up:
+# that keeps `aitb --help` and the other commands fast.
+
 from __future__ import annotations
 
 import json

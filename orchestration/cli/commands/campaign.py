@@ -1,5 +1,8 @@
 """``aitb campaign FILE``: sweep an experiment, resumable; ``--dry-run`` lists the runs."""
 
+# Modules that one command needs are imported inside it, when it runs, not at start-up:
+# that keeps `aitb --help` and the other commands fast.
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,9 @@ import reads a containerlab topology and writes an aitb topology; export writes 
 topology plus a script with the lab's addresses, routes and tc shaping (topologies/clab/).
 """
 
+# Modules that one command needs are imported inside it, when it runs, not at start-up:
+# that keeps `aitb --help` and the other commands fast.
+
 from __future__ import annotations
 
 import os

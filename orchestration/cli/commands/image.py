@@ -8,6 +8,9 @@ build and stops it by pid afterwards. Needs root. Bad input (a missing file, a D
 not absolute, a distribution that is not installed) is refused before anything is built.
 """
 
+# Modules that one command needs are imported inside it, when it runs, not at start-up:
+# that keeps `aitb --help` and the other commands fast.
+
 from __future__ import annotations
 
 import importlib.metadata

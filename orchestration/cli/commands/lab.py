@@ -3,6 +3,9 @@
 All need root. Run state lives under ``$AITB_STATE_DIR`` (default /run/aitb).
 """
 
+# Modules that one command needs are imported inside it, when it runs, not at start-up:
+# that keeps `aitb --help` and the other commands fast.
+
 from __future__ import annotations
 
 import json

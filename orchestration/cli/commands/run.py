@@ -8,6 +8,9 @@ Output: progress on stderr; stdout carries only the run directory (last line) or
 ``--json``, one JSON object.
 """
 
+# Modules that one command needs are imported inside it, when it runs, not at start-up:
+# that keeps `aitb --help` and the other commands fast.
+
 from __future__ import annotations
 
 import json

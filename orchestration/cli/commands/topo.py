@@ -1,6 +1,9 @@
 """``aitb topo ...``: validate topology files and print their JSON Schema (deploy, inspect and
 destroy live in orchestration/cli/commands/lab.py and add themselves to :data:`topo_app`)."""
 
+# Modules that one command needs are imported inside it, when it runs, not at start-up:
+# that keeps `aitb --help` and the other commands fast.
+
 from __future__ import annotations
 
 import json

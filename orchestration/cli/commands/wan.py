@@ -1,6 +1,9 @@
 """``aitb topo import MAP.graphml|MAP.gml``: a real WAN map (Internet Topology Zoo) as an aitb
 topology (topologies/wan/); the containerlab import shares the command (commands/clab.py)."""
 
+# Modules that one command needs are imported inside it, when it runs, not at start-up:
+# that keeps `aitb --help` and the other commands fast.
+
 from __future__ import annotations
 
 from pathlib import Path
