@@ -1,0 +1,115 @@
+"""The control channel to a machine of a cluster (SSH, paramiko) and the clock offset over it.
+
+Clock offset, NTP-style (D. Mills, RFC 5905 section 8): for each exchange the driver's send
+time t0, the machine's receive and reply time t1 = t2 (one reading), the driver's receive time
+t3 give offset ((t1 - t0) + (t2 - t3)) / 2 and round-trip delay (t3 - t0) - (t2 - t1); the
+sample with the smallest delay is kept (its error is at most delay / 2). Times are
+``time.time_ns()`` (CLOCK_REALTIME) on both sides: the offset is what to add to the driver's
+wall clock to get the machine's.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aitb.errors import LabError
+from orchestration.cluster.spec import Machine
+
+__all__ = ["Offset", "offset_from", "Control", "ECHO_SCRIPT"]
+
+# The machine's side of the exchange: one wall-clock reading per line read.
+ECHO_SCRIPT = ("import sys,time\nfor _ in sys.stdin:\n"
+               "    print(time.time_ns(), flush=True)\n")
+
+
+@dataclass(frozen=True)
+class Offset:
+    """The machine's clock minus the driver's (seconds), the round-trip delay of the sample
+    it came from (seconds; the error bound is half of it) and the samples taken."""
+
+    offset_s: float
+    delay_s: float
+    samples: int
+
+
+def offset_from(samples: Sequence[tuple[int, int, int, int]]) -> Offset:
+    """The offset from ``(t0, t1, t2, t3)`` samples in ns (module docstring). Raises
+    ValueError for no samples."""
+    if not samples:
+        raise ValueError("no clock samples")
+    best = min(samples, key=lambda s: (s[3] - s[0]) - (s[2] - s[1]))
+    t0, t1, t2, t3 = best
+    return Offset(((t1 - t0) + (t2 - t3)) / 2e9, ((t3 - t0) - (t2 - t1)) / 1e9, len(samples))
+
+
+class Control:
+    """An SSH connection to ``machine`` (paramiko; host keys from ``known_hosts`` if given,
+    else accepted on first use and kept for this connection)."""
+
+    def __init__(self, machine: Machine, known_hosts: Path | None = None,
+                 timeout_s: float = 15.0) -> None:
+        import paramiko
+
+        self.machine = machine
+        self.client = paramiko.SSHClient()
+        if known_hosts is not None:
+            self.client.load_host_keys(str(known_hosts))
+            self.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        else:
+            self.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        try:
+            self.client.connect(machine.ssh, port=machine.port, username=machine.user,
+                                key_filename=machine.key, timeout=timeout_s,
+                                allow_agent=False, look_for_keys=machine.key is None)
+        except Exception as exc:  # paramiko raises many kinds; all mean "not reachable"
+            raise LabError(f"machine {machine.name}: SSH to {machine.user}@{machine.ssh}:"
+                           f"{machine.port} failed: {exc}") from None
+
+    def run(self, argv: Sequence[str], timeout_s: float = 60.0) -> tuple[int, str, str]:
+        """Run ``argv`` on the machine (quoted for its shell); (exit status, stdout,
+        stderr)."""
+        _, out, err = self.client.exec_command(shlex.join(argv), timeout=timeout_s)
+        status = out.channel.recv_exit_status()
+        return status, out.read().decode(), err.read().decode()
+
+    def check(self, argv: Sequence[str], timeout_s: float = 60.0) -> str:
+        """:meth:`run`, raising LabError naming machine, argv and stderr on a non-zero
+        status; returns stdout."""
+        status, out, err = self.run(argv, timeout_s)
+        if status != 0:
+            raise LabError(f"machine {self.machine.name}: {shlex.join(argv)} exited {status}:"
+                           f" {err.strip()[-500:]}")
+        return out
+
+    def clock_offset(self, samples: int = 8, python: str = "python3",
+                     clock: Callable[[], int] = time.time_ns) -> Offset:
+        """Estimate the machine's clock offset over one SSH channel (module docstring)."""
+        stdin, stdout, _ = self.client.exec_command(shlex.join([python, "-c", ECHO_SCRIPT]))
+        got: list[tuple[int, int, int, int]] = []
+        try:
+            for _ in range(samples):
+                t0 = clock()
+                stdin.write("x\n")
+                stdin.flush()
+                line = stdout.readline()
+                t3 = clock()
+                t1 = int(line)
+                got.append((t0, t1, t1, t3))
+        finally:
+            stdin.close()
+        return offset_from(got)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.client.close()
+
+    def __enter__(self) -> Control:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
