@@ -1,0 +1,128 @@
+"""Two "machines" reached only over SSH: network namespaces m1 and m2, each running Debian's
+sshd (started here by pid, its own config and host key in a temp dir) on its own underlay
+address on a bridge in a third namespace, from which the driver connects
+(orchestration.cluster.control). Over SSH: each machine runs commands in its own namespace,
+the clock offset is estimated (same clock here, so the estimate must lie within half its
+round-trip delay of 0: the NTP error bound, not a timing margin), and a cut link becomes a
+VXLAN tunnel (orchestration.cluster.tunnels) between a lab namespace on each machine that
+carries pings of exactly the link's MTU and refuses one byte more."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.netns
+ROOT = Path(__file__).resolve().parents[2]
+SSHD = Path("/usr/sbin/sshd")
+
+DRIVER = r"""
+import json, sys
+from orchestration.cluster.control import Control
+from orchestration.cluster.spec import parse_cluster
+from orchestration.cluster.tunnels import Tunnel, vxlan_argvs
+key, rid = sys.argv[1], sys.argv[2]
+cluster = parse_cluster({"underlay_mtu": 1500, "machines": [
+    {"name": "m1", "ssh": "10.77.0.1", "key": key},
+    {"name": "m2", "ssh": "10.77.0.2", "key": key}]}, "test")
+t = Tunnel("cut", 4242, "m1", "n1", "cut0", "m2", "n2", "cut0", 1450)
+out = {}
+ctl = {m.name: Control(m) for m in cluster.machines}
+for name, c in ctl.items():
+    out[name] = {"links": c.check(["ip", "-o", "link"])}
+    off = c.clock_offset(samples=16)
+    out[name]["offset"] = [off.offset_s, off.delay_s, off.samples]
+for side, name, addr in (("a", "m1", "192.168.77.1/30"), ("b", "m2", "192.168.77.2/30")):
+    ns = f"aitb-{rid}-n{name[1]}"
+    ctl[name].check(["ip", "netns", "add", ns])
+    for argv in vxlan_argvs(t, side, cluster, ns):
+        ctl[name].check(argv)
+    ctl[name].check(["ip", "-n", ns, "addr", "add", addr, "dev", "cut0"])
+ns1 = f"aitb-{rid}-n1"
+ping = ["ip", "netns", "exec", ns1, "ping", "-c", "2", "-W", "5", "-M", "do"]
+out["ping_mtu"] = ctl["m1"].run([*ping, "-s", str(1450 - 28), "192.168.77.2"])[0]
+out["ping_over"] = ctl["m1"].run([*ping, "-s", str(1450 - 27), "192.168.77.2"])[0]
+out["mtu"] = ctl["m1"].check(["ip", "-n", ns1, "-o", "link", "show", "cut0"])
+for c in ctl.values():
+    c.close()
+print(json.dumps(out))
+"""
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+def sshd_config(tmp: Path, name: str, address: str) -> Path:
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp / f"host_{name}"))
+    cfg = tmp / f"sshd_{name}.conf"
+    cfg.write_text(f"Port 22\nListenAddress {address}\nHostKey {tmp}/host_{name}\n"
+                   f"PidFile {tmp}/sshd_{name}.pid\nAuthorizedKeysFile {tmp}/authorized_keys\n"
+                   "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+                   "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n")
+    return cfg
+
+
+def test_two_machines_over_ssh_clock_offset_and_vxlan(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    if not SSHD.exists():
+        pytest.skip("needs Debian's openssh-server (apt-get install openssh-server)")
+    rid = secrets.token_hex(3)
+    under, machines = f"aitb-{rid}-u", {"m1": "10.77.0.1", "m2": "10.77.0.2"}
+    names = [under, *(f"aitb-{rid}-{m}" for m in machines)]
+    procs: list[subprocess.Popen] = []
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "id"))
+    shutil.copy(tmp_path / "id.pub", tmp_path / "authorized_keys")
+    try:
+        for ns in names:
+            sh("ip", "netns", "add", ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", under, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", under, "link", "set", "br0", "up")
+        sh("ip", "-n", under, "addr", "add", "10.77.0.254/24", "dev", "br0")
+        for m, addr in machines.items():
+            ns, a = f"aitb-{rid}-{m}", f"a{rid}{m}"
+            sh("ip", "link", "add", a, "netns", under, "type", "veth", "peer", "name", "eth0",
+               "netns", ns)
+            sh("ip", "-n", under, "link", "set", a, "master", "br0", "up")
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            cfg = sshd_config(tmp_path, m, addr)
+            procs.append(subprocess.Popen(["ip", "netns", "exec", ns, str(SSHD), "-D", "-e",
+                                           "-f", str(cfg)], stderr=subprocess.PIPE))
+        time.sleep(1.0)
+        for p in procs:
+            assert p.poll() is None, p.stderr.read().decode() if p.stderr else ""
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        out = subprocess.run(["ip", "netns", "exec", under, sys.executable, "-c", DRIVER,
+                              str(tmp_path / "id"), rid], env=env, capture_output=True,
+                             text=True, timeout=180)
+        assert out.returncode == 0, out.stderr[-3000:]
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        for m in machines:
+            links = got[m]["links"]
+            assert "eth0" in links and "br0" not in links  # the machine's own namespace
+            offset, delay, samples = got[m]["offset"]
+            assert samples == 16 and delay > 0
+            assert abs(offset) <= delay / 2  # same clock: the true offset is 0
+        assert "mtu 1450" in got["mtu"]
+        assert got["ping_mtu"] == 0  # 1450-byte packets cross the tunnel unfragmented
+        assert got["ping_over"] != 0  # one byte more is refused (DF): the MTU is accounted
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
+        for ns in [*names, f"aitb-{rid}-n1", f"aitb-{rid}-n2"]:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    left = [n for n in os.listdir("/run/netns") if n.startswith(f"aitb-{rid}-")]
+    assert left == []
