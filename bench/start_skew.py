@@ -74,8 +74,8 @@ def _args() -> argparse.Namespace:
                     help="SCHED_FIFO priority for the start instant (aitb run uses 10; 0: none)")
     ap.add_argument("--start-mode", choices=["kick", "sleep", "both"], default="both",
                     help="kick: the controller's starters write the first bytes of every "
-                         "flow (traffic_gen/kick.py, aitb's default); sleep: each agent wakes "
-                         "itself; both (default): one after the other on the same lab")
+                         "flow (traffic_gen/burst_starter.py, aitb's default); sleep: each "
+                         "agent wakes itself; both (default): one after the other on the same lab")
     return ap.parse_args()
 
 

@@ -17,8 +17,8 @@ import time
 from typing import Any
 
 from aitb.fanout import fan_out
+from traffic_gen.burst_starter import KickClient
 from traffic_gen.endpoints import Endpoints
-from traffic_gen.kick import KickClient
 from traffic_gen.ranks import run_rank
 from traffic_gen.tcpinfo import namespace_sysctls
 from traffic_gen.transfers import Abort, Shared

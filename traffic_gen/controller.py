@@ -122,7 +122,7 @@ class Controller:
         logs.mkdir(exist_ok=True)
         for k in range(max(1, min(os.cpu_count() or 1, 4))):
             path = self.sock_path.parent / f"kick{k}.sock"
-            argv = [self.opt.python, "-m", "traffic_gen.kick", "--path", str(path),
+            argv = [self.opt.python, "-m", "traffic_gen.burst_starter", "--path", str(path),
                     "--spin-s", str(self.opt.spin_s),
                     *(["--rt-priority", str(self.opt.rt_priority)] if self.opt.rt_priority
                       else [])]

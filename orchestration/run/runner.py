@@ -128,7 +128,7 @@ def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> Repl
                      sndbuf_bytes=unit(("transport", "sndbuf"), parse_size_bytes, t.sndbuf),
                      rcvbuf_bytes=unit(("transport", "rcvbuf"), parse_size_bytes, t.rcvbuf))
     sites = {h: site for site, hosts in sites_of_plan(plan).items() for h in hosts}
-    # aitb run runs as root: the starters (traffic_gen.kick) spin the last 200 us before a
+    # aitb run runs as root: the starters (traffic_gen.burst_starter) spin the last 200 us before a
     # burst's instant at SCHED_FIFO 10 and write every flow's first segment then
     # (bench/start_skew.py); inside the stock-kernel VM under software emulation (TCG) an
     # agent's Python start alone took over 20 s with a few agents sharing 2 emulated CPUs

@@ -14,8 +14,8 @@ sends the rest. Only the byte count of a transfer matters on the wire (the data 
 framing), so the split is invisible to the receiver. This is the software analogue of a
 NIC's scheduled transmission (SO_TXTIME with the etf qdisc, absent from this kernel).
 
-The controller runs one starter process per core (``python -m traffic_gen.kick``; processes,
-not threads, because a thread spinning towards an instant holds the interpreter lock that
+The controller runs one starter process per core (``python -m traffic_gen.burst_starter``;
+processes, not threads, because a thread spinning towards an instant holds the interpreter lock that
 another would need); each agent spreads its connections over them, so the kernel work of the
 first writes (~10-15 us per send through a veth pair here) runs on all cores at once.
 The sockets stay in their hosts' namespaces: the starter only writes to them, so lab traffic
@@ -291,10 +291,10 @@ def _die_with_parent() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """A starter process: ``python -m traffic_gen.kick --path SOCK [--spin-s S]
+    """A starter process: ``python -m traffic_gen.burst_starter --path SOCK [--spin-s S]
     [--rt-priority P]``. Serves until SIGTERM/SIGINT, then removes its socket; exit code 1
     if it failed (the reason on stderr)."""
-    ap = argparse.ArgumentParser(prog="traffic_gen.kick")
+    ap = argparse.ArgumentParser(prog="traffic_gen.burst_starter")
     ap.add_argument("--path", required=True, type=Path)
     ap.add_argument("--spin-s", type=float, default=0.0)
     ap.add_argument("--rt-priority", type=int, default=None)

@@ -1,12 +1,12 @@
-"""The starter (traffic_gen/kick.py) on loopback TCP sockets: descriptors handed over, bytes
-written at the armed instant and never before, the rest left to the owner."""
+"""The starter (traffic_gen/burst_starter.py) on loopback TCP sockets: descriptors handed over,
+bytes written at the armed instant and never before, the rest left to the owner."""
 
 import socket
 import time
 
 import pytest
 
-from traffic_gen.kick import FIRST_BYTES, KickClient, KickServer
+from traffic_gen.burst_starter import FIRST_BYTES, KickClient, KickServer
 
 pytestmark = pytest.mark.timeout(60)
 
