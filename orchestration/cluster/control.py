@@ -86,6 +86,18 @@ class Control:
                            f" {err.strip()[-500:]}")
         return out
 
+    def put_text(self, path: str, text: str) -> None:
+        """Write ``text`` to the file ``path`` on the machine (through ``cat``: no SFTP
+        subsystem needed). Raises LabError when that fails."""
+        stdin, out, err = self.client.exec_command(shlex.join(["sh", "-c", 'cat > "$0"',
+                                                               path]))
+        stdin.write(text)
+        stdin.channel.shutdown_write()
+        status = out.channel.recv_exit_status()
+        if status != 0:
+            raise LabError(f"machine {self.machine.name}: writing {path} failed: "
+                           f"{err.read().decode().strip()[-500:]}")
+
     def clock_offset(self, samples: int = 8, python: str = "python3",
                      clock: Callable[[], int] = time.time_ns) -> Offset:
         """Estimate the machine's clock offset over one SSH channel (module docstring)."""

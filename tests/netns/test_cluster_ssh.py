@@ -71,7 +71,10 @@ def sshd_config(tmp: Path, name: str, address: str) -> Path:
     return cfg
 
 
-def test_two_machines_over_ssh_clock_offset_and_vxlan(tmp_path):
+@pytest.fixture
+def machines(tmp_path):
+    """m1 and m2 with sshd on 10.77.0.1/.2 on a bridge in namespace u; yields (run id, a
+    function running a Python script inside u with the key and run id as arguments)."""
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
     if not SSHD.exists():
@@ -83,6 +86,16 @@ def test_two_machines_over_ssh_clock_offset_and_vxlan(tmp_path):
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "id"))
     shutil.copy(tmp_path / "id.pub", tmp_path / "authorized_keys")
+
+    def drive(script: str) -> dict:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        out = subprocess.run(["ip", "netns", "exec", under, sys.executable, "-c", script,
+                              str(tmp_path / "id"), rid, str(tmp_path), sys.executable,
+                              str(ROOT)], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
     try:
         for ns in names:
             sh("ip", "netns", "add", ns)
@@ -103,26 +116,74 @@ def test_two_machines_over_ssh_clock_offset_and_vxlan(tmp_path):
         time.sleep(1.0)
         for p in procs:
             assert p.poll() is None, p.stderr.read().decode() if p.stderr else ""
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        out = subprocess.run(["ip", "netns", "exec", under, sys.executable, "-c", DRIVER,
-                              str(tmp_path / "id"), rid], env=env, capture_output=True,
-                             text=True, timeout=180)
-        assert out.returncode == 0, out.stderr[-3000:]
-        got = json.loads(out.stdout.strip().splitlines()[-1])
-        for m in machines:
-            links = got[m]["links"]
-            assert "eth0" in links and "br0" not in links  # the machine's own namespace
-            offset, delay, samples = got[m]["offset"]
-            assert samples == 16 and delay > 0
-            assert abs(offset) <= delay / 2  # same clock: the true offset is 0
-        assert "mtu 1450" in got["mtu"]
-        assert got["ping_mtu"] == 0  # 1450-byte packets cross the tunnel unfragmented
-        assert got["ping_over"] != 0  # one byte more is refused (DF): the MTU is accounted
+        yield rid, drive
     finally:
         for p in procs:
             p.terminate()
             p.wait(timeout=10)
-        for ns in [*names, f"aitb-{rid}-n1", f"aitb-{rid}-n2"]:
+        for ns in names + [n for n in os.listdir("/run/netns")
+                           if n.startswith((f"aitb-{rid}-n", f"aitb-{rid}0-", f"aitb-{rid}1-"))]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    left = [n for n in os.listdir("/run/netns") if n.startswith(f"aitb-{rid}-")]
+    left = [n for n in os.listdir("/run/netns") if n.startswith(f"aitb-{rid}")]
     assert left == []
+
+
+def test_two_machines_over_ssh_clock_offset_and_vxlan(machines):
+    rid, drive = machines
+    got = drive(DRIVER)
+    for m in ("m1", "m2"):
+        links = got[m]["links"]
+        assert "eth0" in links and "br0" not in links  # the machine's own namespace
+        offset, delay, samples = got[m]["offset"]
+        assert samples == 16 and delay > 0
+        assert abs(offset) <= delay / 2  # same clock: the true offset is 0
+    assert "mtu 1450" in got["mtu"]
+    assert got["ping_mtu"] == 0  # 1450-byte packets cross the tunnel unfragmented
+    assert got["ping_over"] != 0  # one byte more is refused (DF): the MTU is accounted
+
+
+DEPLOY = r"""
+import json, sys
+import topologies
+from orchestration.cluster.control import Control
+from orchestration.cluster.deploy import deploy, destroy
+from orchestration.cluster.spec import parse_cluster
+key, rid, tmp, python, root = sys.argv[1:6]
+cluster = parse_cluster({"underlay_mtu": 1550, "machines": [
+    {"name": "m1", "ssh": "10.77.0.1", "key": key},
+    {"name": "m2", "ssh": "10.77.0.2", "key": key}]}, "test")
+doc = {"name": "two", "generator": {"name": "single_switch", "params": {"hosts": 2, "link": "l"}},
+       "profiles": {"l": {"rate": "100Mbit", "buffer": "100p"}}}
+plan = topologies.resolve(topologies.parse_topology(doc, "t"), "t")
+where = {"h1": "m1", "s1": "m1", "h2": "m2"}
+ctl = {m.name: Control(m) for m in cluster.machines}
+# one state dir serves both "machines" (one file system here); their run ids differ
+aitb = ["env", f"PYTHONPATH={root}", f"AITB_STATE_DIR={tmp}/state", python, "-m",
+        "orchestration.cli"]
+out = {}
+d = None
+try:
+    d = deploy(plan, where, cluster, rid, ctl, aitb)
+    h2 = next(str(e.ipv4.ip) for lk in plan.links for e in (lk.a, lk.b) if e.node == "h2")
+    ns1 = "aitb-" + d.run_ids["m1"] + "-h1"
+    out["ping"] = ctl["m1"].run(["ip", "netns", "exec", ns1, "ping", "-c", "3", "-W", "5", h2])
+    out["qdisc"] = ctl["m1"].check(["tc", "-n", ns1, "qdisc", "show"])
+    out["offsets"] = {k: [v.offset_s, v.delay_s] for k, v in d.offsets.items()}
+    out["nodes"] = d.nodes
+finally:
+    if d is not None:
+        out["destroy"] = destroy(d, ctl, aitb)
+print(json.dumps(out))
+"""
+
+
+def test_a_lab_over_two_machines_deployed_over_ssh(machines):
+    rid, drive = machines
+    got = drive(DEPLOY)
+    assert got["nodes"] == {"m1": ["h1", "s1"], "m2": ["h2"]}
+    status, _, err = got["ping"]
+    assert status == 0, err  # h1 on m1 reaches h2 on m2: switch, proxy, VXLAN, proxy, h2
+    assert "htb" in got["qdisc"]  # h1's egress shaped on its own machine
+    for offset, delay in got["offsets"].values():
+        assert abs(offset) <= delay / 2
+    assert got["destroy"] == {"m1": "", "m2": ""}
