@@ -87,3 +87,29 @@ def test_offset_takes_the_sample_with_the_smallest_delay():
     assert got.samples == 2
     with pytest.raises(ValueError):
         offset_from([])
+
+
+def _cli(*args: str, env_dir: Path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], cwd=root,
+                          capture_output=True, text=True,
+                          env={**os.environ, "AITB_STATE_DIR": str(env_dir)})
+
+
+def test_cluster_cli_refuses_bad_files_before_any_connection(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("cluster:\n  machines:\n    - {name: m1, ssh: a.example, colour: 1}\n")
+    out = _cli("cluster", "up", str(EXAMPLES / "two_dc.yaml"), "--cluster", str(bad),
+               env_dir=tmp_path)
+    assert out.returncode == 2 and "colour" in out.stderr
+    nosec = tmp_path / "n.yaml"
+    nosec.write_text("machines: []\n")
+    out = _cli("cluster", "up", str(EXAMPLES / "two_dc.yaml"), "--cluster", str(nosec),
+               env_dir=tmp_path)
+    assert out.returncode == 2 and "cluster: section" in out.stderr
+    out = _cli("cluster", "down", "abc123", env_dir=tmp_path)
+    assert out.returncode == 2 and "no cluster lab abc123" in out.stderr

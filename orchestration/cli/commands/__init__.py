@@ -19,6 +19,7 @@ MODULES: tuple[str, ...] = (
     "orchestration.cli.commands.campaign",
     "orchestration.cli.commands.image",
     "orchestration.cli.commands.capacity",
+    "orchestration.cli.commands.cluster",
 )
 
 

@@ -1,0 +1,109 @@
+"""``aitb cluster up FILE --cluster CLUSTER.yaml`` and ``aitb cluster down RUN_ID``: a lab over
+several machines, each part deployed by the machine's own aitb over SSH
+(orchestration/cluster/)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from aitb.errors import LabError, SpecError, SpecIssue
+
+cluster_app = typer.Typer(help="Labs over several machines (SSH, VXLAN).", no_args_is_help=True)
+
+
+def _state_dir() -> Path:
+    from testbed.registry import DEFAULT_STATE_DIR
+
+    return Path(os.environ.get("AITB_STATE_DIR", str(DEFAULT_STATE_DIR)))
+
+
+def _load_cluster(path: Path):
+    from orchestration.cluster.spec import parse_cluster
+    from topologies.loader import read_yaml
+
+    doc, dups = read_yaml(path, "a mapping with a cluster: section")
+    if dups:
+        raise SpecError(dups)
+    if not isinstance(doc, dict) or "cluster" not in doc:
+        raise SpecError(SpecIssue("expected a mapping with a cluster: section", file=str(path)))
+    return parse_cluster(doc["cluster"], str(path))
+
+
+def _controls(cluster):
+    from orchestration.cluster.control import Control
+
+    return {m.name: Control(m) for m in cluster.machines}
+
+
+@cluster_app.command("up")
+def up(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or plan.json.")],
+       cluster_file: Annotated[Path, typer.Option("--cluster", help="File with a cluster: "
+                                                  "section (orchestration/cluster/spec.py).")],
+       run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (a-z0-9, at most "
+                                                  "10 characters).")] = None,
+       aitb: Annotated[str, typer.Option("--aitb", help="How the machines run aitb.")
+                       ] = "aitb") -> None:
+    """Place the lab's nodes on the machines (by site, else the planner's cut), deploy each
+    part there, join the cut links with VXLAN; prints a JSON summary (run ids, nodes per
+    machine, clock offsets) and keeps it as <state dir>/cluster-<run id>.json."""
+    from orchestration.cli.commands.topo import load_plan
+    from orchestration.cluster.deploy import deploy
+    from orchestration.cluster.tunnels import place
+
+    cluster = _load_cluster(cluster_file)
+    plan = load_plan(file)
+    where = place(plan, cluster)
+    rid = run_id or secrets.token_hex(3)
+    if len(rid) > 10 or not rid.isalnum():
+        raise SpecError(SpecIssue(f"--run-id {rid!r}: a-z0-9, at most 10 characters"))
+    controls = _controls(cluster)
+    try:
+        d = deploy(plan, where, cluster, rid, controls, shlex.split(aitb))
+    finally:
+        for c in controls.values():
+            c.close()
+    summary = {"run_id": rid, "cluster": str(cluster_file.resolve()), "aitb": aitb,
+               "run_ids": d.run_ids, "nodes": d.nodes,
+               "clock_offsets": {k: dataclasses.asdict(v) for k, v in d.offsets.items()}}
+    _state_dir().mkdir(parents=True, exist_ok=True)
+    (_state_dir() / f"cluster-{rid}.json").write_text(json.dumps(summary, indent=2))
+    typer.echo(json.dumps(summary))
+
+
+@cluster_app.command("down")
+def down(run_id: Annotated[str, typer.Argument(help="The run id cluster up printed.")]) -> None:
+    """Destroy every machine's part of a lab brought up by ``aitb cluster up``."""
+    from orchestration.cluster.control import Offset
+    from orchestration.cluster.deploy import Deployed, destroy
+
+    path = _state_dir() / f"cluster-{run_id}.json"
+    if not path.exists():
+        raise SpecError(SpecIssue(f"no cluster lab {run_id} (no {path})"))
+    s = json.loads(path.read_text())
+    cluster = _load_cluster(Path(s["cluster"]))
+    controls = _controls(cluster)
+    try:
+        errors = destroy(Deployed(s["run_ids"], s["nodes"],
+                                  {k: Offset(**v) for k, v in s["clock_offsets"].items()}),
+                         controls, shlex.split(s["aitb"]))
+    finally:
+        for c in controls.values():
+            c.close()
+    bad = {k: v for k, v in errors.items() if v}
+    if bad:
+        raise LabError("; ".join(f"{k}: {v}" for k, v in bad.items()))
+    path.unlink()
+    typer.echo(run_id)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``cluster up`` and ``cluster down`` to ``app``."""
+    app.add_typer(cluster_app, name="cluster")
