@@ -7,7 +7,8 @@ by the controller at one absolute instant. Every phase starts at an absolute tim
 Wire form (JSON-ready, sent to agents): for each rank, for each phase, a list of op dicts:
 ``{"t": "compute", "op", "it", "label", "duration_s", "slowdown"}`` or
 ``{"t": "xfer", "op", "it", "kind": collective|send_recv|burst, "id", "label", "steps"}``
-where each step is ``[kind, peer_rank (global), size_bytes, deps, tag, proto, rate_bps]``;
+where each step is a :class:`traffic_gen.wire.Step` (peer a global rank; a JSON list on the
+wire);
 or ``{"t": "gather", "role": root|src, "op", "it", "id", "label", ...}`` (gather_ops.py).
 Consecutive Gather ops of one round and level form one phase of their own, started at one
 absolute instant (cluster gathers run together; the global gather after them).
@@ -27,6 +28,7 @@ from traffic_gen.algorithms.rooted import send_recv
 from traffic_gen.algorithms.steps import PlanBuilder
 from traffic_gen.gather_ops import gather_ops, renumber_phases
 from traffic_gen.timed_plan import compile_timed
+from traffic_gen.wire import Step
 
 __all__ = ["Program", "Phase", "compile_program"]
 
@@ -75,8 +77,8 @@ def _xfer(op_index: int, it: int, kind: str, ident: str, label: str, members: li
             continue
         out[members[i]] = {"t": "xfer", "op": op_index, "it": it, "kind": kind, "id": ident,
                            "label": label, "steps": [
-                               [s.kind, members[s.peer], s.size_bytes, list(s.deps), s.tag,
-                                proto, rate] for s in steps]}
+                               Step(s.kind, members[s.peer], s.size_bytes, list(s.deps), s.tag,
+                                    proto, rate) for s in steps]}
     return out
 
 
@@ -122,7 +124,7 @@ class _Compiler:
             self.prog.ranks[r][-1].append(d)
             if d["t"] == "xfer":
                 self.prog.channels.update(
-                    (r, st[1], st[5]) for st in d["steps"] if st[0] == "send")
+                    (r, st.peer, st.proto) for st in d["steps"] if st.kind == "send")
 
     def _op(self, i: int, it: int, op) -> dict[int, dict[str, Any]]:
         if isinstance(op, Compute):
@@ -182,7 +184,8 @@ class _Compiler:
         ops = _xfer(i, it, "burst", bid, op.label, members, b.plan())
         for r, d in ops.items():
             for k, st in enumerate(d["steps"]):
-                st[5], st[6] = protos[(idx[r], k)]
+                proto, rate = protos[(idx[r], k)]
+                d["steps"][k] = st._replace(proto=proto, rate_bps=rate)
         self._add(ops)
 
     def _drop_empty_phases(self) -> None:

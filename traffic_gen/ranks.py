@@ -13,6 +13,7 @@ from traffic_gen.endpoints import Endpoints
 from traffic_gen.gather_root import run_gathers
 from traffic_gen.timed import run_timed
 from traffic_gen.transfers import Job, Shared, sleep_until
+from traffic_gen.wire import Step
 
 __all__ = ["run_rank", "run_xfer"]
 
@@ -59,7 +60,7 @@ def run_xfer(rank: int, op: dict[str, Any], start_at: float, eps: Endpoints,
     ``start_at`` (0: at once)."""
     events = [threading.Event() for _ in op["steps"]]
     seq: Counter[tuple[str, int, str]] = Counter()
-    for i, (kind, peer, size, deps, tag, proto, rate) in enumerate(op["steps"]):
+    for i, (kind, peer, size, deps, tag, proto, rate) in enumerate(map(Step._make, op["steps"])):
         src, dst = (rank, peer) if kind == "send" else (peer, rank)
         workers = eps.workers(kind, src, dst, proto)
         parts = split_bytes(size, len(workers))

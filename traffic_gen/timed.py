@@ -19,6 +19,7 @@ from typing import Any
 
 from traffic_gen.endpoints import Endpoints
 from traffic_gen.transfers import Job, Shared
+from traffic_gen.wire import TimedStep
 
 __all__ = ["run_timed"]
 
@@ -39,7 +40,7 @@ def run_timed(rank: int, op: dict[str, Any], t0: float, eps: Endpoints,
     """Submit every step of ``op`` (wire form, traffic_gen.timed_plan) for ``rank``; times
     ``at_s`` count from host-clock ``t0`` (s). Returns when every step is done; raises Abort
     when the run fails elsewhere, OSError for a missing connection."""
-    steps = op["steps"]
+    steps = [TimedStep._make(st) for st in op["steps"]]
     events = [threading.Event() for _ in steps]
     dependants: list[list[Job]] = [[] for _ in steps]
     jobs: list[tuple[Any, Job]] = []

@@ -7,9 +7,40 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["Channel", "recv_exact"]
+__all__ = ["Channel", "recv_exact", "Step", "TimedStep"]
+
+
+class Step(NamedTuple):
+    """One step of a rank's transfer op (``op["steps"]``, built by traffic_gen.program): send
+    to or receive from rank ``peer`` ``size_bytes`` after this rank's steps ``deps`` (indices),
+    ``tag`` naming it in records, over ``proto`` (``tcp``/``udp``) paced at ``rate_bps`` (UDP;
+    None: unpaced). On the wire (JSON) it is the list of these fields in this order."""
+
+    kind: str
+    peer: int
+    size_bytes: int
+    deps: list[int]
+    tag: str
+    proto: str = "tcp"
+    rate_bps: int | None = None
+
+
+class TimedStep(NamedTuple):
+    """A step of a timed op (traffic_gen.timed_plan): a :class:`Step`'s fields, then the
+    message's arrival ``at_s`` (seconds from the op's start), ``gap_s`` and ``flow`` id."""
+
+    kind: str
+    peer: int
+    size_bytes: int
+    deps: list[int]
+    tag: str
+    proto: str
+    rate_bps: int | None
+    at_s: float
+    gap_s: float | None
+    flow: Any
 
 
 class Channel:
