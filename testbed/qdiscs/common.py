@@ -11,7 +11,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ETH_HLEN", "DEFAULT_BUFFER_PACKETS", "UNSHAPED_RATE_BPS", "PSCHED_TICK_NS",
            "TC_LINKLAYER_ETHERNET", "default_buffer_packets", "ticks", "pct_u32", "pct_word",
-           "TcLike", "Spec", "buffer_bytes"]
+           "TcLike", "Spec", "buffer_bytes", "no_words", "no_options", "no_problems",
+           "no_stats"]
 
 ETH_HLEN = 14  # Ethernet header that HTB and fifo limits count on a veth (skb->len), if_ether.h
 DEFAULT_BUFFER_PACKETS = 1000  # like a txqueuelen: used when a rate has no explicit buffer
@@ -66,3 +67,27 @@ def buffer_bytes(shaping: Shaping, mtu: int) -> int:
     if buf is not None and buf.size_bytes is not None:
         return buf.size_bytes
     return (buf.packets if buf is not None else default_buffer_packets()) * (mtu + ETH_HLEN)
+
+
+# the interface functions of a discipline with nothing of its own to say (no parameters, only
+# its kind compared on readback, no extra lab-state fields): tbf, ingress
+
+
+def no_words(o: TcLike) -> list[str]:
+    """No tc words beyond the kind."""
+    return []
+
+
+def no_options(o: TcLike, ifindex_of: Any) -> dict[str, Any] | None:
+    """No TCA_OPTIONS."""
+    return None
+
+
+def no_problems(o: TcLike, opts: Any) -> list[str]:
+    """Readback compares the kind only (testbed.verify does)."""
+    return []
+
+
+def no_stats(opts: Any) -> dict[str, Any]:
+    """Nothing beyond the counters."""
+    return {}

@@ -6,10 +6,9 @@ To use it as a rate limiter, give it ``words``/``options``/``problems`` like
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from testbed.qdiscs.common import TcLike
+from testbed.qdiscs.common import no_options, no_problems, no_stats, no_words
 
 __all__ = ["KINDS", "CAPABILITIES", "KMODS", "NLA", "words", "options", "problems", "stats"]
 
@@ -18,22 +17,4 @@ CAPABILITIES = ("tbf",)
 KMODS = ("sch_tbf",)
 NLA: dict[str, Any] = {}
 
-
-def words(o: TcLike) -> list[str]:
-    """No parameters (no recipe builds a tbf)."""
-    return []
-
-
-def options(o: TcLike, ifindex_of: Callable[[str], int]) -> dict[str, Any] | None:
-    """No options (no recipe builds a tbf)."""
-    return None
-
-
-def problems(o: TcLike, opts: Any) -> list[str]:
-    """Readback compares the kind only."""
-    return []
-
-
-def stats(opts: Any) -> dict[str, Any]:
-    """Nothing beyond the counters."""
-    return {}
+words, options, problems, stats = no_words, no_options, no_problems, no_stats
