@@ -27,10 +27,16 @@ from typing import Any
 from aitb.errors import LabError
 from aitb.plan import LabPlan, plan_from_dict, plan_to_dict
 
-__all__ = ["unknown_name", "Registry", "pid_start_time", "pid_alive", "RUN_ID_RE",
+__all__ = ["unknown_name", "Registry", "state_dir", "pid_start_time", "pid_alive", "RUN_ID_RE",
            "DEFAULT_STATE_DIR"]
 
 DEFAULT_STATE_DIR = Path("/run/aitb")
+
+
+def state_dir() -> Path:
+    """Where runs keep their registries: ``$AITB_STATE_DIR`` if set, else /run/aitb. Every
+    command (run, campaign, topo deploy, clean) reads it here."""
+    return Path(os.environ.get("AITB_STATE_DIR") or str(DEFAULT_STATE_DIR))
 RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
 
 

@@ -40,6 +40,7 @@ from testbed.backends import make_lab
 from testbed.capabilities import in_vm
 from testbed.lab import Lab
 from testbed.lab_state import describe
+from testbed.registry import state_dir
 from testbed.signals import interruption, swallowed
 from topologies.loader import read_yaml
 from topologies.scaling import scale_plan
@@ -329,7 +330,7 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
     monitor: FidelityMonitor | None = None
     try:
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
-        with make_lab(prep.plan, backend, run_id=lab_id) as lab:
+        with make_lab(prep.plan, backend, run_id=lab_id, state_dir=state_dir()) as lab:
             manifest["lab_timings_s"] = dict(lab.timings)
             # which delay line each direction got (auto resolved at bring-up), also in plan.json
             manifest["delay_lines"] = lab.delay_lines()

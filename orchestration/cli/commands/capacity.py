@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -20,9 +19,9 @@ console = Console(stderr=True)
 
 
 def _state_dir() -> Path:
-    from testbed.registry import DEFAULT_STATE_DIR
+    from testbed.registry import state_dir
 
-    return Path(os.environ.get("AITB_STATE_DIR", str(DEFAULT_STATE_DIR)))
+    return state_dir()
 
 
 def calibrate(

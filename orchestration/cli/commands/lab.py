@@ -9,7 +9,6 @@ All need root. Run state lives under ``$AITB_STATE_DIR`` (default /run/aitb).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,15 +22,10 @@ from testbed import clean as clean_mod
 from testbed import signals
 from testbed.lab import Lab
 from testbed.lab_state import describe
-from testbed.registry import DEFAULT_STATE_DIR, Registry, unknown_name
+from testbed.registry import Registry, state_dir, unknown_name
 
 console = Console()
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-
-
-def state_dir() -> Path:
-    """Where runs keep their registries: ``$AITB_STATE_DIR`` or /run/aitb."""
-    return Path(os.environ.get("AITB_STATE_DIR", str(DEFAULT_STATE_DIR)))
 
 
 def file_backend(path: Path) -> str | None:

@@ -88,8 +88,12 @@ def run(
         _check_delay_lines(prep, path)
     _check_images(prep, path)
     if check:
-        typer.echo(f"{path}: ok ({len(prep.plan.nodes)} nodes, "
-                   f"{_count(len(prep.workloads), 'workload')})")
+        if as_json:
+            _emit({"ok": True, "run_dir": None, "error": None, "exit_code": EXIT_OK,
+                   "nodes": len(prep.plan.nodes), "workloads": len(prep.workloads)})
+        else:
+            typer.echo(f"{path}: ok ({len(prep.plan.nodes)} nodes, "
+                       f"{_count(len(prep.workloads), 'workload')})")
         return
     output_dir(results, "--results")
     if missing:
