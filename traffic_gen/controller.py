@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from aitb.lifeline import die_with_parent
 from aitb.records import FailureRecord
 from traffic_gen.jsonl import RecordWriter
 from traffic_gen.launch import Launcher
@@ -127,8 +128,11 @@ class Controller:
                     *(["--rt-priority", str(self.opt.rt_priority)] if self.opt.rt_priority
                       else [])]
             with (logs / f"starter{k}.log").open("w") as log:
+                # killed with this thread's process from its first instruction (a SIGKILLed
+                # run left starters at SCHED_FIFO behind: not in any lab registry)
                 self.kick_procs.append(subprocess.Popen(argv, stdout=log, stderr=log,
-                                                        stdin=subprocess.DEVNULL))
+                                                        stdin=subprocess.DEVNULL,
+                                                        preexec_fn=die_with_parent()))
             self.kick_paths.append(path)
         deadline = time.time() + self.opt.agent_start_timeout_s
         while not all(p.exists() for p in self.kick_paths):
