@@ -99,10 +99,15 @@ class Flow:
 
 @dataclass(frozen=True, slots=True)
 class Burst:
-    """Flows that start together at one absolute instant (incast, permutation, all-pairs...)."""
+    """Flows that start together at one absolute instant (incast, permutation, all-pairs...).
+
+    ``after_s``: idle time between the end of the previous phase (its last byte received or
+    op finished) and this burst's instant, e.g. the gap between incast rounds; 0: as soon as
+    the controller can hand the instant out (its measured start margin)."""
 
     flows: tuple[Flow, ...]
     label: str = ""
+    after_s: float = 0.0
 
 
 GATHER_LEVELS: tuple[str, ...] = ("global", "cluster", "gossip")
@@ -226,6 +231,7 @@ class Schedule:
             if op.ranks is not None:
                 self._check_ranks(op.ranks, where)
         elif isinstance(op, Burst):
+            _nonneg(self.name, where, op.after_s, "after_s")
             for f in op.flows:
                 self._check_ranks((f.src, f.dst), where)
                 _nonneg(self.name, where, f.size_bytes, "size_bytes")

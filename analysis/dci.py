@@ -10,8 +10,10 @@ Definitions (seconds on the host clock, as the records):
   (any of its equal-cost paths does; aitb.paths; a flow the plan has no path for, e.g.
   to an address outside the plan, crosses nothing);
 - its interval is [min rank start, max rank end], its CCT the interval's length (records.py);
-- iteration time: last rank op end - first rank op start of that (workload, iteration) in the
-  timeline (the collectives' own span where the timeline is empty);
+- iteration time: the busy time of that (workload, iteration): the length of the union of its
+  rank ops' intervals in the timeline (the collectives' where the timeline is empty), so the
+  controller's idle start margins between phases are not counted (analysis/metrics/
+  collectives.py says the same);
 - DCI collective time of an iteration: the length of the union of the intervals of its
   crossing instances (concurrent instances, e.g. the DP all-reduces of eight DP groups, count
   once); ``dci_collective_time_s`` of a run: the sum over its iterations;
@@ -89,14 +91,13 @@ def _crossed(walker: PathWalker, src_node: str, dst_ip: str, dci: frozenset[str]
 
 def _iteration_spans(timeline: list[dict[str, Any]], colls: list[dict[str, Any]]
                      ) -> dict[tuple[int, int], float]:
-    spans: dict[tuple[int, int], list[float]] = {}
+    spans: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
     rows = [(r.get("workload_index", 0), r["iteration"], r["t_start"], r["t_end"])
             for r in timeline] or [(c.get("workload_index", 0), c["iteration"],
                                     min(c["rank_t_start"]), max(c["rank_t_end"])) for c in colls]
     for w, it, lo, hi in rows:
-        a, b = spans.get((w, it), (math.inf, -math.inf))
-        spans[(w, it)] = [min(a, lo), max(b, hi)]
-    return {k: hi - lo for k, (lo, hi) in spans.items()}
+        spans[(w, it)].append((lo, hi))
+    return {k: union_length(v) for k, v in spans.items()}
 
 
 def _instance(c: dict[str, Any], cross: dict[str, Any], iter_s: float | None

@@ -64,6 +64,8 @@ class Agent:
             elif kind == "start":
                 threading.Thread(target=self._run_phase, args=(msg["phase"], msg["t0"]),
                                  daemon=True).start()
+            elif kind == "ping":  # the controller measures its start margin (controller.py)
+                self.ch.send({"type": "pong", "node": self.node, "seq": msg["seq"]})
             elif kind in ("stop", "abort"):
                 return self._shutdown(0 if kind == "stop" else 3)
         return self._shutdown(3)  # controller went away

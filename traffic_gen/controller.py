@@ -29,13 +29,24 @@ from aitb.records import FailureRecord
 from traffic_gen.jsonl import RecordWriter
 from traffic_gen.launch import Launcher
 from traffic_gen.merge import merge_phase
-from traffic_gen.program import Program
+from traffic_gen.program import Phase, Program
 from traffic_gen.requests import request_records
 from traffic_gen.wire import Channel
 
 __all__ = ["Controller", "RunFailed"]
 
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with the NUL, unix(7)
+_PINGS = 5  # control round trips measured before the first phase
+# margin = 4 round trips: the start message out, the agent's phase thread and rank threads
+# starting, a starter (kick.py) arming; at least 5 ms (a scheduler tick of 4 ms at HZ=250
+# plus one), at most the 250 ms the margin was fixed at before it was measured
+_MARGIN_RTTS, _MARGIN_MIN_S, _MARGIN_MAX_S = 4.0, 0.005, 0.25
+
+
+def _latest_end(halves: list[Any], t0: float) -> float:
+    """The latest ``t_end`` among a phase's half records (host clock, s); ``t0`` if none."""
+    ends = [h["t_end"] for h in halves if isinstance(h.get("t_end"), (int, float))]
+    return max(ends, default=t0)
 
 
 class RunFailed(Exception):
@@ -58,6 +69,9 @@ class Controller:
         self.q: queue.Queue[tuple[str, dict[str, Any] | None]] = queue.Queue()
         self.knobs: dict[str, Any] = {}
         self.phase_t0: list[float] = []
+        self.phases: list[dict[str, Any]] = []  # per phase: t0, end, idle before it
+        self.last_end: float | None = None  # the latest record end of the previous phase
+        self.margin_s = 0.0
         self.sock_path = run_dir / "ctl.sock"
         self.sock_dir: Path | None = None
         self.kick_procs: list[subprocess.Popen[bytes]] = []
@@ -69,6 +83,7 @@ class Controller:
         try:
             self._start_agents()
             self._setup(program, placement)
+            self._measure_margin()
             for phase in program.phases:
                 writer.write(self._phase(phase.index, program))
             for ch in self.chans.values():
@@ -244,14 +259,46 @@ class Controller:
             return None
         return {"paths": [str(p) for p in self.kick_paths], "bytes": self.opt.kick_bytes}
 
+    def _measure_margin(self) -> None:
+        """The start margin: ``start_margin_s`` if set, else measured as ``_MARGIN_RTTS``
+        times the slowest of ``_PINGS`` control round trips to every agent (a start message
+        and the agent's reply, both through its thread and its socket), within
+        [``_MARGIN_MIN_S``, ``_MARGIN_MAX_S``]."""
+        if self.opt.start_margin_s is not None:
+            self.margin_s = float(self.opt.start_margin_s)
+            return
+        worst = 0.0
+        for k in range(_PINGS):
+            t = time.time()
+            for ch in self.chans.values():
+                ch.send({"type": "ping", "seq": k})
+            self._gather("pong", self.opt.agent_start_timeout_s)
+            worst = max(worst, time.time() - t)
+        self.margin_s = min(_MARGIN_MAX_S, max(_MARGIN_MIN_S, _MARGIN_RTTS * worst))
+
+    def _start_instant(self, phase: Phase) -> float:
+        """When ``phase`` starts: now for a phase that synchronises through data, now plus
+        the start margin for a timed one, and no earlier than ``after_s`` after the previous
+        phase's end (its latest record end)."""
+        t0 = time.time() + (self.margin_s if phase.timed else 0.0)
+        if phase.after_s and self.last_end is not None:
+            t0 = max(t0, self.last_end + phase.after_s)
+        return t0
+
     def _phase(self, index: int, program: Program) -> list[object]:
-        t0 = time.time() + self.opt.start_margin_s
+        phase = program.phases[index]
+        t0 = self._start_instant(phase)
         self.phase_t0.append(t0)
         for ch in self.chans.values():
             ch.send({"type": "start", "phase": index, "t0": t0})
         done = self._gather("phase_done", self.opt.phase_timeout_s)
         self._check_kickers()
         halves = [h for m in done.values() for h in m["records"]]
+        prev, self.last_end = self.last_end, _latest_end(halves, t0)
+        self.phases.append({"phase": index, "iteration": phase.iteration,
+                            "burst_id": phase.burst_id, "timed": phase.timed, "t0": t0,
+                            "t_end": self.last_end, "after_s": phase.after_s,
+                            "idle_before_s": None if prev is None else t0 - prev})
         return merge_phase(self.run_id, halves, t0, program.collectives, program.bursts) + \
             request_records(self.run_id, halves, program.timed)  # type: ignore[operator]
 

@@ -17,7 +17,7 @@ absolute instant (cluster gathers run together; the global gather after them).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aitb.errors import SpecError, SpecIssue
@@ -35,11 +35,18 @@ __all__ = ["Program", "Phase", "compile_program"]
 
 @dataclass(frozen=True, slots=True)
 class Phase:
-    """Phase ``index`` of iteration ``iteration``; ``burst_id`` set for a burst phase."""
+    """Phase ``index`` of iteration ``iteration``; ``burst_id`` set for a burst phase;
+    ``after_s``: idle time after the previous phase's end before this one starts (a burst's
+    ``after_s``); ``timed``: its ops start at instants counted from the phase start (a burst,
+    a gather round, timed messages), so every agent must hold the start before it comes (the
+    controller's start margin); a phase that is not timed synchronises through data only and
+    starts as each agent receives it."""
 
     index: int
     iteration: int
     burst_id: str | None = None
+    after_s: float = 0.0
+    timed: bool = False
 
 
 @dataclass
@@ -166,7 +173,7 @@ class _Compiler:
     def _burst(self, i: int, it: int, op: Burst) -> None:
         bid = f"b{it}.{i}"
         self._new_phase(it, bid)
-        self.prog.phases[-1] = Phase(len(self.prog.phases) - 1, it, bid)
+        self.prog.phases[-1] = Phase(len(self.prog.phases) - 1, it, bid, after_s=op.after_s)
         self.prog.bursts[bid] = {"label": op.label, "iteration": it, "op_index": i}
         members = sorted({r for f in op.flows for r in (f.src, f.dst)})
         idx = {r: k for k, r in enumerate(members)}
@@ -188,10 +195,16 @@ class _Compiler:
                 d["steps"][k] = st._replace(proto=proto, rate_bps=rate)
         self._add(ops)
 
+    def _timed(self, k: int) -> bool:
+        """Whether phase ``k`` holds a burst, a gather round or timed messages."""
+        ops = [d for r in self.prog.ranks for d in self.prog.ranks[r][k]]
+        return self.prog.phases[k].burst_id is not None or any(
+            d["t"] == "gather" or d.get("kind") == "timed" for d in ops)
+
     def _drop_empty_phases(self) -> None:
         keep = [k for k, ph in enumerate(self.prog.phases)
                 if any(self.prog.ranks[r][k] for r in self.prog.ranks)]
-        self.prog.phases = [Phase(n, self.prog.phases[k].iteration, self.prog.phases[k].burst_id)
+        self.prog.phases = [replace(self.prog.phases[k], index=n, timed=self._timed(k))
                             for n, k in enumerate(keep)]
         for r in self.prog.ranks:
             self.prog.ranks[r] = [self.prog.ranks[r][k] for k in keep]

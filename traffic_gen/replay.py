@@ -3,7 +3,9 @@
 Checks the schedule against the placement and the lab addresses, compiles per-rank programs
 (nothing starts if that fails), runs one agent per host through a :class:`Launcher`, and
 writes records into ``run_dir``: flows.jsonl, collectives.jsonl, bursts.jsonl,
-timeline.jsonl (per-rank ops), failures.jsonl, transport.json (socket settings read back).
+timeline.jsonl (per-rank ops), failures.jsonl, transport.json (socket settings read back),
+phases.json (the start margin used and, per phase, its start instant ``t0``, its end and the
+idle time before it: what the controller added between phases, not part of any op).
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ __all__ = ["ReplayOptions", "ReplayResult", "replay"]
 @dataclass(frozen=True)
 class ReplayOptions:
     """Knobs of one replay (units in names). ``start_margin_s``: how far ahead of "now" the
-    controller sets each phase's absolute start; ``transfer_timeout_s``: longest a single
-    transfer may take once its first byte moved; ``phase_timeout_s``: longest a phase may take;
+    controller sets the absolute start of each timed phase (a burst, a gather round, timed
+    messages; phases that synchronise through data start at once); None: measured from
+    control round trips to the agents (controller.py), recorded in ``phases.json``;
+    ``transfer_timeout_s``: longest a single transfer may take once its first byte moved;
+    ``phase_timeout_s``: longest a phase may take;
     ``conns_per_peer``: TCP connections per ordered rank pair (steps are striped over them);
     ``sites``: host -> sub-group label for hierarchical algorithms (default: the host);
     ``spin_s``: busy-wait before each absolute start (see datapath.sleep_until);
@@ -49,7 +54,7 @@ class ReplayOptions:
     stragglers: StragglerSpec = field(default_factory=StragglerSpec)
     sites: Mapping[str, str] = field(default_factory=dict)
     conns_per_peer: int = 1
-    start_margin_s: float = 0.25
+    start_margin_s: float | None = None
     transfer_timeout_s: float = 30.0
     phase_timeout_s: float = 600.0
     agent_start_timeout_s: float = 20.0
@@ -101,6 +106,9 @@ def _check_inputs(schedule: Schedule, placement: Mapping[int, str],
     if options.kick_bytes < 1:
         issues.append(SpecIssue("kick_bytes must be at least 1", key_path=["options",
                                                                            "kick_bytes"]))
+    if options.start_margin_s is not None and not options.start_margin_s >= 0:
+        issues.append(SpecIssue("start_margin_s cannot be negative",
+                                key_path=["options", "start_margin_s"]))
     if options.conns_per_peer < 1:
         issues.append(SpecIssue("conns_per_peer must be at least 1", key_path=["options"]))
     if issues:
@@ -135,6 +143,8 @@ def replay(schedule: Schedule, placement: Mapping[int, str], launcher: Launcher,
     finally:
         writer.close()
         (run_dir / "transport.json").write_text(json.dumps(ctl.knobs, indent=1))
+        (run_dir / "phases.json").write_text(json.dumps(
+            {"start_margin_s": ctl.margin_s, "phases": ctl.phases}, indent=1))
     paths = {name.removesuffix(".jsonl"): run_dir / name for name in FILES.values()}
     bursts = list(read_records(paths["bursts"], BurstRecord))
     return ReplayResult(run_dir, not failures, paths, failures, skew_summary(bursts))

@@ -16,7 +16,7 @@ import struct
 import time
 from typing import Any
 
-from traffic_gen.transfers import Job, Shared, _Worker
+from traffic_gen.transfers import Job, Shared, _Worker, sleep_until
 
 __all__ = ["UdpSender", "UdpReceiver", "IDLE_S", "GRACE_S"]
 
@@ -34,6 +34,13 @@ class UdpSender(_Worker):
                  payload_bytes: int) -> None:
         super().__init__(sock, shared, info)
         self.payload, self.msg = payload_bytes, 0
+
+    def timed_start(self, job: Job) -> None:
+        """Sleep until the instant, also when the controller runs starters: they arm TCP
+        sockets only (kick.py), so without this a UDP burst began as soon as its agent got
+        the phase start, before the instant."""
+        self.boost()
+        sleep_until(job.start_at, self.shared.spin_s)
 
     def transfer(self, job: Job) -> None:
         """Move ``job.size_bytes`` (see the class docstring)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from aitb.schedule import Burst, Compute, Flow, Group, Op, Protocol, Schedule
+from aitb.schedule import Burst, Flow, Group, Op, Protocol, Schedule
 
 __all__ = ["incast", "one_to_many", "permutation", "all_pairs", "pattern_schedule"]
 
@@ -29,21 +29,17 @@ def incast(senders: Sequence[int], receiver: int, block_bytes: int, repeats: int
            gap_s: float = 0.0, protocol: Protocol = "tcp", rate_bps: int | None = None,
            label: str = "incast") -> tuple[Op, ...]:
     """``repeats`` bursts of len(senders) flows of ``block_bytes`` to ``receiver``, separated
-    by ``gap_s`` of idle time (a Compute on the involved ranks). Raises ValueError when the
-    receiver is among the senders or repeats < 1."""
+    by ``gap_s`` of idle time: burst k > 0 starts ``gap_s`` after burst k - 1's last byte
+    arrived (``Burst.after_s``; so bursts start gap + burst duration apart). Raises
+    ValueError when the receiver is among the senders or repeats < 1."""
     if receiver in senders:
         raise ValueError(f"incast receiver {receiver} is also a sender")
     if repeats < 1:
         raise ValueError("incast needs at least one repeat")
-    burst = Burst(tuple(_flow(s, receiver, block_bytes, protocol, rate_bps) for s in senders),
-                  label)
-    ranks = tuple(sorted({*senders, receiver}))
-    ops: list[Op] = []
-    for k in range(repeats):
-        if k and gap_s:
-            ops.append(Compute(gap_s, ranks, label=f"{label}-gap"))
-        ops.append(burst)
-    return tuple(ops)
+    if gap_s < 0:
+        raise ValueError("incast gap cannot be negative")
+    flows = tuple(_flow(s, receiver, block_bytes, protocol, rate_bps) for s in senders)
+    return tuple(Burst(flows, label, after_s=gap_s if k else 0.0) for k in range(repeats))
 
 
 def one_to_many(src: int, dsts: Sequence[int], size_bytes: int, protocol: Protocol = "tcp",

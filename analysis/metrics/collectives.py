@@ -6,10 +6,13 @@ size_bytes / cct_s; ``busbw_Bps`` = algbw_Bps x busbw_factor, nccl-tests
 doc/PERFORMANCE.md). Here they are aggregated, not recomputed, so the numbers in metrics.json
 are the records' numbers.
 
-Iteration time: for each workload and iteration, the latest end minus the earliest start of
-every rank's ops in that iteration (timeline.jsonl, compute and communication), i.e. the
-wall-clock span of the iteration as in nccl-tests' and AICB's per-iteration timing; from the
-collectives' per-rank times when the run has no timeline. Per iteration also: ``compute_s``,
+Iteration time: for each workload and iteration, the time during which at least one rank had
+an op running (the length of the union of every rank's op intervals in that iteration,
+timeline.jsonl, compute and communication), i.e. the wall-clock span of the iteration as in
+nccl-tests' and AICB's per-iteration timing minus ``idle_s``, the stretches in which no rank
+had anything to do: the testbed's controller handing out the next phase (its start margin,
+traffic_gen/replay.py phases.json), which a real job does not have; from the collectives'
+per-rank times when the run has no timeline. Per iteration also: ``compute_s``,
 the busiest rank's compute time in it (the sum of its compute ops; timeline.jsonl);
 ``comm_exposed_s`` = iteration_time_s - compute_s, the part of the iteration in which that
 rank was not computing (communication and waiting that compute did not hide); and
@@ -24,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.dci import union_length
 from analysis.metrics.stats import distribution, mean
 
 __all__ = ["cct_metrics", "iteration_times"]
@@ -37,7 +41,8 @@ def _workload(frame: pd.DataFrame) -> pd.Series:
 
 def iteration_times(timeline: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
     """One row per (workload_index, iteration): ``t_start``, ``t_end`` (host clock, s),
-    ``iteration_time_s`` = t_end - t_start. Empty frame when neither input has rows."""
+    ``iteration_time_s`` (s, the busy time: module docstring), ``idle_s`` = t_end - t_start -
+    iteration_time_s. Empty frame when neither input has rows."""
     if not timeline.empty:
         frame = timeline.assign(workload_index=_workload(timeline))
     elif not collectives.empty:
@@ -46,12 +51,21 @@ def iteration_times(timeline: pd.DataFrame, collectives: pd.DataFrame) -> pd.Dat
                                    t_end=collectives["rank_t_end"].map(max))
     else:
         return pd.DataFrame(columns=["workload_index", "iteration", "t_start", "t_end",
-                                     "iteration_time_s", "compute_s", "comm_exposed_s",
-                                     "compute_share"])
-    grouped = frame.groupby(["workload_index", "iteration"], as_index=False).agg(
-        t_start=("t_start", "min"), t_end=("t_end", "max"))
-    grouped = grouped.assign(iteration_time_s=grouped["t_end"] - grouped["t_start"])
+                                     "iteration_time_s", "idle_s", "compute_s",
+                                     "comm_exposed_s", "compute_share"])
+    keys = ["workload_index", "iteration"]
+    grouped = frame.groupby(keys, as_index=False).agg(t_start=("t_start", "min"),
+                                                      t_end=("t_end", "max"))
+    busy = frame.groupby(keys).apply(_busy_s, include_groups=False).rename("iteration_time_s")
+    grouped = grouped.merge(busy.reset_index(), on=keys, how="left")
+    grouped = grouped.assign(idle_s=grouped["t_end"] - grouped["t_start"]
+                             - grouped["iteration_time_s"])
     return _compute_split(grouped, frame if not timeline.empty else None)
+
+
+def _busy_s(ops: pd.DataFrame) -> float:
+    """Length (s) of the union of the intervals [t_start, t_end] of ``ops``' rows."""
+    return union_length(list(zip(ops["t_start"], ops["t_end"], strict=True)))
 
 
 def _compute_split(iters: pd.DataFrame, timeline: pd.DataFrame | None) -> pd.DataFrame:
@@ -81,8 +95,9 @@ def cct_metrics(collectives: pd.DataFrame, timeline: pd.DataFrame) -> dict[str, 
     iters = iteration_times(timeline, collectives)
     out: dict[str, Any] = {
         "collectives": int(len(collectives)),
-        "iterations": iters[["workload_index", "iteration", "iteration_time_s", "compute_s",
-                             "comm_exposed_s", "compute_share"]].to_dict("records"),
+        "iterations": iters[["workload_index", "iteration", "iteration_time_s", "idle_s",
+                             "compute_s", "comm_exposed_s", "compute_share"]
+                            ].to_dict("records"),
         "iteration_time_s": distribution(iters["iteration_time_s"]),
         "comm_exposed_s": distribution(iters["comm_exposed_s"].dropna()),
         "compute_share": distribution(iters["compute_share"].dropna())}

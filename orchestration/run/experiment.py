@@ -117,12 +117,16 @@ class TransportSpec(BaseModel):
 class TimeoutSpec(BaseModel):
     """Longest a transfer (after its first byte) and a phase may take, and how long the
     agents may take to start and connect (``agent_start``; more agents on a slow machine, e.g.
-    inside the TCG VM, need more) (duration strings)."""
+    inside the TCG VM, need more) (duration strings). ``start_margin``: how far ahead the
+    controller hands out the start instant of a timed phase (a burst, an FL round, timed
+    requests); unset: measured from control round trips (phases.json records it); the margin
+    is idle time, not counted in iteration times nor between bursts' gaps."""
 
     model_config = _Forbid
     transfer: Duration = "60s"
     phase: Duration = "600s"
     agent_start: Duration = "20s"
+    start_margin: Duration | None = None
 
 
 MIN_SNAPLEN = 64  # Ethernet 14 + IPv4 20 + TCP 20 bytes fit; 128 also keeps IPv6 + options

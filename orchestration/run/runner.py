@@ -139,7 +139,9 @@ def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> Repl
         rt_priority=10, agent_start_timeout_s=max(agent_start, _agent_start_timeout_s()),
         transfer_timeout_s=unit(("timeouts", "transfer"), parse_duration_s,
                                 spec.timeouts.transfer),
-        phase_timeout_s=unit(("timeouts", "phase"), parse_duration_s, spec.timeouts.phase))
+        phase_timeout_s=unit(("timeouts", "phase"), parse_duration_s, spec.timeouts.phase),
+        start_margin_s=unit(("timeouts", "start_margin"), parse_duration_s,
+                            spec.timeouts.start_margin))
 
 
 def _agent_start_timeout_s() -> float:

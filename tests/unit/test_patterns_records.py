@@ -26,7 +26,9 @@ from workloads.patterns import all_pairs, incast, one_to_many, pattern_schedule,
 def test_incast_builds_repeated_bursts_with_gaps():
     ops = incast(range(1, 17), 0, 64 << 10, repeats=3, gap_s=0.05)
     bursts = [o for o in ops if isinstance(o, Burst)]
-    assert len(bursts) == 3 and len(ops) == 5
+    # the gap is the next burst's after_s (idle time after the previous burst's end)
+    assert len(bursts) == 3 and len(ops) == 3
+    assert [b.after_s for b in bursts] == [0.0, 0.05, 0.05]
     assert {f.dst for f in bursts[0].flows} == {0} and len(bursts[0].flows) == 16
     with pytest.raises(ValueError, match="also a sender"):
         incast([0, 1], 0, 10)
