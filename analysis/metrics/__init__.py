@@ -15,6 +15,7 @@ import pandas as pd
 
 from aitb.records import SUMMARY_KEYS
 from analysis.metrics.apps import app_metrics
+from analysis.metrics.attribution import attribution_metrics
 from analysis.metrics.collectives import cct_metrics
 from analysis.metrics.dci import dci_metrics
 from analysis.metrics.fairness import fairness_metrics
@@ -107,7 +108,9 @@ def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
         "cct": cct_metrics(colls, t.table("timeline")),
         "incast": incast_metrics(t.table("bursts"), flows, t.plan, t.counters["qdisc"],
                                  t.snapshots),
-        "stragglers": strag, "utilization": util, "fairness": fairness_metrics(flows),
+        "stragglers": strag,
+        "attribution": attribution_metrics(flows, t.table("timeline"), t.plan),
+        "utilization": util, "fairness": fairness_metrics(flows),
         "requests": request_metrics(t.table("requests")),
         "apps": app_metrics(t.table("apps")),
         "retransmissions": retrans_metrics(flows, t.captures),

@@ -14,6 +14,11 @@ Per collective instance (CollectiveRecord, per-rank times on the host clock):
   worker (Chen et al., "Revisiting Distributed Synchronous SGD", arXiv:1604.00981, 2016),
   measured against the median rank.
 
+The slowest rank of an instance (``slowest_rank``) is the latest arrival, named only when its
+lag exceeds both ``ARRIVAL_MIN_S`` and ``ARRIVAL_SHARE`` of T_med: otherwise the ranks arrived
+together (the instance's time went to the network, see analysis/metrics/attribution.py for
+who set it then) and it is None; ``slowest_rank_counts`` counts named ranks only.
+
 Rounds (RoundRecord, aitb/records.py): a round missed its deadline when
 ``round_time_s`` > ``deadline_s``; clients dropped are listed per round by the aggregator.
 """
@@ -27,22 +32,28 @@ import pandas as pd
 
 from analysis.metrics.stats import distribution, mean
 
-__all__ = ["collective_straggle", "straggler_metrics", "round_metrics"]
+__all__ = ["ARRIVAL_MIN_S", "ARRIVAL_SHARE", "collective_straggle", "straggler_metrics",
+           "round_metrics"]
+
+ARRIVAL_MIN_S = 0.001  # the datapath's start skew (bench/start_skew.py: p99 under 1 ms)
+ARRIVAL_SHARE = 0.05  # a lag of 5% of the collective: inflation 1.05, below: no straggler
 
 
 def collective_straggle(rank_t_start: list[float], rank_t_end: list[float]
                         ) -> dict[str, float | None]:
     """``spread_s``, ``lag_s``, ``inflation`` and ``slowest_index`` (position in the rank
-    lists of the latest arrival) of one collective; formulas in the module docstring.
+    lists of the latest arrival; None when nobody arrived late, module docstring) of one
+    collective; formulas in the module docstring.
     ``inflation`` is None when the time after the last arrival is not positive."""
     starts, ends = list(rank_t_start), list(rank_t_end)
     med = statistics.median(starts)
     lag = max(0.0, max(starts) - med)
     t_med = max(ends) - med
     rest = t_med - lag
+    late = lag > ARRIVAL_MIN_S and lag > ARRIVAL_SHARE * t_med
     return {"spread_s": max(ends) - min(ends), "lag_s": lag,
             "inflation": t_med / rest if rest > 0 else None,
-            "slowest_index": starts.index(max(starts))}
+            "slowest_index": starts.index(max(starts)) if late else None}
 
 
 def straggler_metrics(collectives: pd.DataFrame) -> dict[str, Any]:
@@ -52,13 +63,15 @@ def straggler_metrics(collectives: pd.DataFrame) -> dict[str, Any]:
     rows = []
     for c in collectives.itertuples(index=False):
         s = collective_straggle(c.rank_t_start, c.rank_t_end)
-        rank = int(c.ranks[int(s.pop("slowest_index"))])
+        idx = s.pop("slowest_index")
+        rank = int(c.ranks[int(idx)]) if idx is not None else None
         rows.append({"collective_id": c.collective_id,
                      "workload_index": int(getattr(c, "workload_index", 0)),
                      "iteration": int(c.iteration), **s, "slowest_rank": rank})
     counts: dict[str, int] = {}
     for r in rows:
-        counts[str(r["slowest_rank"])] = counts.get(str(r["slowest_rank"]), 0) + 1
+        if r["slowest_rank"] is not None:
+            counts[str(r["slowest_rank"])] = counts.get(str(r["slowest_rank"]), 0) + 1
     return {"per_collective": rows, "spread_s": distribution(r["spread_s"] for r in rows),
             "inflation": distribution(r["inflation"] for r in rows),
             "slowest_rank_counts": counts}

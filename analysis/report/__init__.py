@@ -46,6 +46,8 @@ def _stragglers(t: RunTables, m: dict[str, Any]) -> set[tuple[int, int]]:
                                                  strict=True)}
     counts: dict[tuple[int, int], int] = {}
     for row in m["stragglers"]["per_collective"]:
+        if row["slowest_rank"] is None:  # nobody arrived late: no compute straggler
+            continue
         key = (row["workload_index"], row["slowest_rank"])
         counts[key] = counts.get(key, 0) + 1
     return {max(counts, key=counts.__getitem__)} if counts else set()

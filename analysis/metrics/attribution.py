@@ -1,0 +1,221 @@
+"""Who made a collective slow: its critical path, the slowest link, stragglers by compute and
+by network apart, and an nccl-tests-style per-pair bandwidth table (pure).
+
+Inputs: the flow records (flows.jsonl: per transfer its ranks, nodes, destination address,
+bytes and [t_start, t_end] on the host clock), the timeline (compute ops per rank) and the
+plan (paths and configured rates; aitb.paths).
+
+Definitions:
+
+* *achieved rate* of a set of transfers = their bytes x 8 / the length of the union of their
+  [t_start, t_end] intervals (bit/s): the rate while at least one of them was moving;
+* a *link direction* is one sending interface on a path (aitb.paths.Hop: link, node, ifname);
+  its achieved rate is that of the transfers whose every equal-cost path crosses it, its
+  utilisation achieved / configured ``rate_bps``;
+* *critical path* of a collective instance: from the transfer that ended last, repeatedly the
+  transfer into its sender that ended last before it started (what the sender waited for),
+  until there is none: the chain of transfers that set the CCT (the critical-path analysis of
+  a task graph, as in the straggler analysis of Lin et al., "Understanding Stragglers in
+  Large Model Training Using What-if Analysis", arXiv:2505.05713, 2025);
+* its *critical transfer* is the longest one on that path; its *critical link* the link
+  direction of that transfer's path with the lowest achieved rate; the *network straggler*
+  is the critical transfer's sending rank;
+* *compute straggler* of an iteration: the rank with the most compute time in it
+  (timeline.jsonl), named only when that exceeds the median rank's by more than
+  ``COMPUTE_TOLERANCE`` (below that the ranks compute alike: no straggler);
+* per-pair bandwidth (nccl-tests' sendrecv view): bytes a rank sent to another over the union
+  of those transfers' intervals, in bytes/s (nccl-tests prints GB/s = 1e9 bytes/s).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+import pandas as pd
+
+from aitb.paths import PathError, PathWalker
+from aitb.plan import LabPlan
+from analysis.dci import union_length
+
+__all__ = ["COMPUTE_TOLERANCE", "attribution_metrics", "critical_path", "pair_bandwidth"]
+
+COMPUTE_TOLERANCE = 0.05  # 5%: two ranks computing 1.05x apart are not called stragglers
+_ORDER_EPS_S = 1e-4  # a send starts after the receive it waited for ended (one host clock)
+
+
+def _rate_bps(rows: list[dict[str, Any]]) -> float | None:
+    busy = union_length([(r["t_start"], r["t_end"]) for r in rows])
+    return sum(r["size_bytes"] for r in rows) * 8 / busy if busy > 0 else None
+
+
+def _done(flows: pd.DataFrame) -> list[dict[str, Any]]:
+    if flows.empty or "t_end" not in flows:
+        return []
+    ok = flows[flows["t_end"].notna() & (flows["size_bytes"] > 0)]
+    if "background" in ok:
+        ok = ok[~ok["background"].fillna(False).astype(bool)]
+    return ok.to_dict("records")
+
+
+def critical_path(flows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The critical path (module docstring) through one collective instance's transfers
+    (dicts with src_rank, dst_rank, t_start, t_end), first transfer first; [] for none."""
+    if not flows:
+        return []
+    f = max(flows, key=lambda r: r["t_end"])
+    path = [f]
+    while True:
+        before = [g for g in flows if g["dst_rank"] == f["src_rank"] and g is not f
+                  and g["t_end"] <= f["t_start"] + _ORDER_EPS_S and g not in path]
+        if not before:
+            return path[::-1]
+        f = max(before, key=lambda r: r["t_end"])
+        path.append(f)
+
+
+class _Links:
+    """Link directions of each transfer (hops on every equal-cost path) and per direction the
+    configured and achieved rates over a set of transfers."""
+
+    def __init__(self, plan: LabPlan | None) -> None:
+        self.walker = PathWalker(plan) if plan is not None else None
+        self.cache: dict[tuple[str, str], list[tuple[str, str, str, int | None]]] = {}
+
+    def hops(self, f: dict[str, Any]) -> list[tuple[str, str, str, int | None]]:
+        key = (str(f.get("src_node")), str(f.get("dst_ip")))
+        if key not in self.cache:
+            self.cache[key] = self._walk(*key)
+        return self.cache[key]
+
+    def _walk(self, node: str, ip: str) -> list[tuple[str, str, str, int | None]]:
+        if self.walker is None:
+            return []
+        try:
+            found = self.walker.paths(node, ip)
+        except (PathError, ValueError):
+            return []
+        if not found:
+            return []
+        hops = [[(h.link, h.node, h.ifname, h.shaping.rate_bps) for h in p] for p in found]
+        common = set.intersection(*(set(p) for p in hops))
+        return [h for h in hops[0] if h in common]  # in path order
+
+    def table(self, flows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        by: dict[tuple[str, str, str, int | None], list[dict[str, Any]]] = defaultdict(list)
+        for f in flows:
+            for h in self.hops(f):
+                by[h].append(f)
+        out = []
+        for (link, node, ifname, rate), rows in by.items():
+            got = _rate_bps(rows)
+            out.append({"link": link, "node": node, "ifname": ifname,
+                        "direction": f"{node} -> {_peer(link, node)}",
+                        "configured_bps": rate, "achieved_bps": got,
+                        "utilisation": got / rate if got and rate else None,
+                        "transfers": len(rows),
+                        "bytes": int(sum(r["size_bytes"] for r in rows))})
+        return sorted(out, key=lambda r: (r["achieved_bps"] is None, r["achieved_bps"] or 0))
+
+
+def _peer(link: str, node: str) -> str:
+    """The other end's name as the link name spells it (``a-b``), else the link name."""
+    a, sep, b = link.partition("-")
+    return (b if a == node else a) if sep else link
+
+
+def _transfer(f: dict[str, Any]) -> dict[str, Any]:
+    return {"src_rank": int(f["src_rank"]), "dst_rank": int(f["dst_rank"]),
+            "src_node": f.get("src_node"), "dst_node": f.get("dst_node"),
+            "step": f.get("step"), "size_bytes": int(f["size_bytes"]),
+            "t_start": f["t_start"], "t_end": f["t_end"],
+            "fct_s": f["t_end"] - f["t_start"],
+            "rate_bps": int(f["size_bytes"]) * 8 / (f["t_end"] - f["t_start"])
+            if f["t_end"] > f["t_start"] else None}
+
+
+def _collective_row(cid: str, w: int, flows: list[dict[str, Any]], links: _Links,
+                    link_rates: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    path = critical_path(flows)
+    crit = max(path, key=lambda f: f["t_end"] - f["t_start"])
+    hops = [link_rates[(h[0], h[1])] for h in links.hops(crit) if (h[0], h[1]) in link_rates]
+    slow = min(hops, key=lambda r: r["achieved_bps"] or float("inf"), default=None)
+    return {"collective_id": cid, "workload_index": w, "iteration": int(crit["iteration"]),
+            "critical_path": [_transfer(f) for f in path],
+            "critical_transfer": _transfer(crit), "critical_link": slow,
+            "network_straggler_rank": int(crit["src_rank"])}
+
+
+def _compute_stragglers(timeline: pd.DataFrame) -> list[dict[str, Any]]:
+    if timeline.empty or "kind" not in timeline:
+        return []
+    comp = timeline[timeline["kind"] == "compute"]
+    comp = comp.assign(d=comp["t_end"] - comp["t_start"],
+                       workload_index=comp.get("workload_index", 0))
+    out = []
+    for (w, it), g in comp.groupby(["workload_index", "iteration"]):
+        per = g.groupby("rank")["d"].sum()
+        med, top = float(statistics.median(per)), float(per.max())
+        slow = int(per.idxmax()) if med > 0 and top > med * (1 + COMPUTE_TOLERANCE) else None
+        out.append({"workload_index": int(w), "iteration": int(it), "compute_s_max": top,
+                    "compute_s_median": med, "compute_straggler_rank": slow,
+                    "compute_inflation": top / med if med > 0 else None})
+    return out
+
+
+def pair_bandwidth(flows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per ordered (src_rank, dst_rank) of one workload: transfers, bytes, busy time (s) and
+    bandwidth ``bw_Bps`` (bytes/s over the union of the transfers' intervals)."""
+    by: dict[tuple[int, int, int], list[dict[str, Any]]] = defaultdict(list)
+    for f in flows:
+        by[(int(f.get("workload_index", 0) or 0), int(f["src_rank"]),
+            int(f["dst_rank"]))].append(f)
+    out = []
+    for (w, s, d), rows in sorted(by.items()):
+        busy = union_length([(r["t_start"], r["t_end"]) for r in rows])
+        size = int(sum(r["size_bytes"] for r in rows))
+        out.append({"workload_index": w, "src_rank": s, "dst_rank": d,
+                    "src_node": rows[0].get("src_node"), "dst_node": rows[0].get("dst_node"),
+                    "transfers": len(rows), "bytes": size, "busy_s": busy,
+                    "bw_Bps": size / busy if busy > 0 else None})
+    return out
+
+
+def attribution_metrics(flows: pd.DataFrame, timeline: pd.DataFrame,
+                        plan: LabPlan | None) -> dict[str, Any]:
+    """The ``attribution`` section of metrics.json (module docstring): ``links`` (per link
+    direction: configured and achieved bit/s, utilisation), ``per_collective`` (critical
+    path, transfer, link, network straggler), ``per_iteration`` (the longest collective's
+    critical link and network straggler, and the compute straggler), ``pairs`` (per-pair
+    bandwidth). Empty lists when the run has no such records."""
+    rows = _done(flows)
+    links = _Links(plan)
+    link_table = links.table(rows)
+    link_rates = {(r["link"], r["node"]): r for r in link_table}
+    coll: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    for f in rows:
+        cid = f.get("collective_id")
+        if isinstance(cid, str):
+            coll[(int(f.get("workload_index", 0) or 0), cid)].append(f)
+    per_coll = [_collective_row(cid, w, fs, links, link_rates)
+                for (w, cid), fs in sorted(coll.items())]
+    return {"links": link_table, "per_collective": per_coll,
+            "per_iteration": _per_iteration(per_coll, _compute_stragglers(timeline)),
+            "pairs": pair_bandwidth(rows)}
+
+
+def _per_iteration(per_coll: list[dict[str, Any]], compute: list[dict[str, Any]]
+                   ) -> list[dict[str, Any]]:
+    by: dict[tuple[int, int], dict[str, Any]] = {
+        (c["workload_index"], c["iteration"]): dict(c) for c in compute}
+    for c in per_coll:
+        key = (c["workload_index"], c["iteration"])
+        row = by.setdefault(key, {"workload_index": key[0], "iteration": key[1],
+                                  "compute_straggler_rank": None})
+        t = c["critical_transfer"]
+        if t["fct_s"] >= row.get("_fct", -1.0):
+            row.update(_fct=t["fct_s"], critical_collective=c["collective_id"],
+                       network_straggler_rank=c["network_straggler_rank"],
+                       critical_link=c["critical_link"])
+    return [{k: v for k, v in r.items() if k != "_fct"} for _, r in sorted(by.items())]
