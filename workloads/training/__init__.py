@@ -14,7 +14,7 @@ from aitb.errors import SpecError
 from aitb.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
 from workloads.layout import Layout
 from workloads.summary import collective_table, compute_per_rank_s
-from workloads.training.flops import iteration_model_flops, params_per_tp_rank
+from workloads.training.flops import iteration_model_flops, params_per_tp_rank, split_params
 from workloads.training.megatron import StageBuilder, Step
 from workloads.training.params import Accelerator, Parallelism, TransformerModel, check_training
 from workloads.training.pipeline import merge_stages, stage_sequence
@@ -22,7 +22,7 @@ from workloads.training.pipeline import merge_stages, stage_sequence
 __all__ = ["TransformerModel", "Parallelism", "Accelerator", "training_schedule",
            "ideal_iteration", "check_training"]
 
-_KINDS = ("tp", "dp", "pp", "ep", "embedding")
+_KINDS = ("tp", "dp", "pp", "ep", "ep_dp", "embedding")
 
 
 def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None = None, *,
@@ -41,20 +41,22 @@ def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None
     layout = Layout(tp=p.tp, dp=p.data_parallel, pp=p.pp, ep=p.ep)
     b = StageBuilder(m, p, a)
     steps = merge_stages([stage_sequence(b, s) for s in range(p.pp)])
-    groups = {n: g for k in _KINDS if _used(k, p) for n, g in layout.groups(k).items()}
+    groups = {n: g for k in _KINDS if _used(k, m, p) for n, g in layout.groups(k).items()}
     by_stage = _groups_by_stage(layout, groups)
     ops = tuple(op for s, st in steps for op in _expand(layout, by_stage, s, st, b))
     meta = {"model": m.name, "tp": p.tp, "dp": layout.dp, "pp": p.pp, "ep": p.ep,
             "zero_stage": p.zero_stage, "sequence_parallel": p.sequence_parallel,
             "microbatches": p.microbatches, "params_per_tp_rank": params_per_tp_rank(m, p.tp),
+            "dense_params_per_rank": split_params(m, p.tp, p.ep)[0],
+            "expert_params_per_rank": split_params(m, p.tp, p.ep)[1],
             "scale": 1.0}
     return Schedule(name=name or m.name, world_size=layout.world_size, groups=groups, ops=ops,
                     iterations=iterations, source=file or "<training>", meta=meta)
 
 
-def _used(kind: str, p: Parallelism) -> bool:
+def _used(kind: str, m: TransformerModel, p: Parallelism) -> bool:
     return {"tp": p.tp > 1, "dp": p.data_parallel > 1, "pp": p.pp > 1, "ep": p.ep > 1,
-            "embedding": p.pp > 1}[kind]
+            "ep_dp": m.num_experts > 0 and p.data_parallel // p.ep > 1, "embedding": p.pp > 1}[kind]
 
 
 def _groups_by_stage(layout: Layout, groups: dict[str, Group]) -> dict[tuple[int, str], list]:

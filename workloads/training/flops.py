@@ -21,6 +21,15 @@ linear layer ``2 * seq * mbs * hidden`` bytes (``comm_size``), PP hand-offs the 
 cross-entropy all-reduces ``mbs * seq * 4``, the DP loss all-reduce 4 bytes, DP gradient
 reduce-scatter ``4 * params / pp`` and parameter all-gather ``2 * params / pp`` (distributed
 optimizer) or all-reduce ``4 * params / pp``, where ``params`` counts one TP rank's model.
+
+Mixture of experts (Megatron-LM megatron/core/transformer/moe, expert parallelism as in
+Lepikhin et al., "GShard", ICLR 2021): each of ``E`` experts is one MLP; with expert
+parallelism ``ep`` a rank holds ``E / ep`` of them (``expert_params``), so the gradients of a
+rank's experts are reduced over the expert-data-parallel group (the ``dp / ep`` ranks that
+hold the same experts), the dense parameters (attention, embeddings, norms, the router
+``h x E``) over the whole DP group. Dispatch and combine all-to-alls carry every token of the
+micro-batch ``top-k`` times: ``activation_bytes x mbs x seq x topk x hidden`` per rank
+(divided over the TP ranks, each of which routes its share).
 """
 
 from __future__ import annotations
@@ -30,7 +39,8 @@ import math
 from workloads.training.params import Parallelism, TransformerModel
 
 __all__ = ["padded_vocab", "attention_fwd_flops", "mlp_fwd_flops", "logits_fwd_flops",
-           "layer_params", "params_per_tp_rank", "iteration_model_flops", "tp_comm_bytes"]
+           "layer_params", "params_per_tp_rank", "iteration_model_flops", "tp_comm_bytes",
+           "expert_mlp_params", "split_params", "moe_a2a_bytes"]
 
 
 def padded_vocab(m: TransformerModel, tp: int) -> int:
@@ -66,13 +76,44 @@ def layer_params(m: TransformerModel, tp: int) -> int:
     return attn + mlp
 
 
+def expert_mlp_params(m: TransformerModel, tp: int) -> int:
+    """Parameters of one expert (one MLP) held by one TP rank: ``(2 h ffn + ffn) / tp + h``."""
+    return (2 * m.hidden_size * m.ffn + m.ffn) // tp + m.hidden_size
+
+
+def split_params(m: TransformerModel, tp: int, ep: int) -> tuple[int, int]:
+    """(dense, expert) parameters one rank holds over all stages (module docstring): expert
+    = layers x (E / ep) x expert_mlp_params, dense = the rest of params_per_tp_rank minus
+    all E experts plus the router (h x E per layer). Without experts: (params, 0). When the
+    model states ``parameters``, both parts are scaled so that dense + E x (expert / (E /
+    ep)) matches it (the shapes give the split, the statement the total)."""
+    total = params_per_tp_rank(m, tp)
+    if not m.num_experts:
+        return total, 0
+    experts_all = m.num_layers * m.num_experts * expert_mlp_params(m, tp)
+    derived = _derived_params(m, tp)
+    dense = derived - experts_all + m.num_layers * m.hidden_size * m.num_experts
+    scale = total / derived
+    return round(dense * scale), round(experts_all // ep * scale)
+
+
+def moe_a2a_bytes(m: TransformerModel, mbs: int, tp: int) -> int:
+    """Bytes one rank sends in a dispatch (or combine) all-to-all: tokens x topk x hidden x
+    activation_bytes / tp (module docstring)."""
+    return tp_comm_bytes(m, mbs) * m.moe_topk // tp
+
+
+def _derived_params(m: TransformerModel, tp: int) -> int:
+    emb = padded_vocab(m, tp) * m.hidden_size // tp + m.seq_length * m.hidden_size
+    return m.num_layers * layer_params(m, tp) + emb
+
+
 def params_per_tp_rank(m: TransformerModel, tp: int) -> int:
     """Parameters held by one TP rank over all pipeline stages (AICB's ``_get_total_params``):
     ``ceil(parameters / tp)`` when the model states ``parameters``, else derived."""
     if m.parameters is not None:
         return math.ceil(m.parameters / tp)
-    emb = padded_vocab(m, tp) * m.hidden_size // tp + m.seq_length * m.hidden_size
-    return m.num_layers * layer_params(m, tp) + emb
+    return _derived_params(m, tp)
 
 
 def iteration_model_flops(m: TransformerModel, p: Parallelism) -> float:

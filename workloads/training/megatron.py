@@ -20,7 +20,8 @@ from workloads.training.flops import (
     logits_fwd_flops,
     mlp_fwd_flops,
     padded_vocab,
-    params_per_tp_rank,
+    moe_a2a_bytes,
+    split_params,
     tp_comm_bytes,
 )
 from workloads.training.params import Accelerator, Parallelism, TransformerModel
@@ -53,7 +54,8 @@ class StageBuilder:
         self.rate = a.flops_per_s * a.efficiency
 
     def _coll(self, op: str, group: str, size: int, label: str) -> list[Step]:
-        width = {"tp": self.p.tp, "dp": self.p.data_parallel, "ep": self.p.ep}.get(group, 2)
+        width = {"tp": self.p.tp, "dp": self.p.data_parallel, "ep": self.p.ep,
+                 "ep_dp": self.p.data_parallel // self.p.ep}.get(group, 2)
         return [Step("coll", op, group, size, label=label)] if width > 1 else []
 
     def _compute(self, flops: float, label: str) -> Step:
@@ -114,7 +116,7 @@ class StageBuilder:
     def _moe(self, body: list[Step], label: str, phase: str) -> list[Step]:
         m, p = self.m, self.p
         tokens = self.comm * m.moe_topk  # AICB MOEMLP: 2*h*topk*mbs*s
-        a2a = tokens // p.tp
+        a2a = moe_a2a_bytes(m, p.micro_batch_size, p.tp)
         pre = self._coll("all_gather", "ep", 2 * p.ep * m.num_experts * p.tp, label) \
             if phase == "forward" else []
         return (pre + self._coll("all_to_all", "ep", a2a, label + ".dispatch")
@@ -135,15 +137,20 @@ class StageBuilder:
         return out
 
     def step(self, stage: int) -> list[Step]:
-        """The optimizer step of ``stage``: DP gradient sync, embedding and TP syncs."""
+        """The optimizer step of ``stage``: gradient syncs of the dense parameters over DP and
+        of this rank's experts over the expert-data-parallel group (flops.split_params),
+        embedding and TP syncs."""
         m, p, out = self.m, self.p, []
-        stage_params = params_per_tp_rank(m, p.tp) // p.pp
-        if p.zero_stage == 0:
-            out += self._coll("all_reduce", "dp", m.grad_bytes * stage_params,
-                              "step.finish_grad_sync")
-        elif p.zero_stage in (1, 2):
-            out += self._coll("reduce_scatter", "dp", m.grad_bytes * stage_params, "step")
-            out += self._coll("all_gather", "dp", m.param_bytes * stage_params, "step")
+        dense, expert = (n // p.pp for n in split_params(m, p.tp, p.ep))
+        for group, n, label in (("dp", dense, "step"), ("ep_dp", expert, "step.experts")):
+            if not n:
+                continue
+            if p.zero_stage == 0:
+                out += self._coll("all_reduce", group, m.grad_bytes * n,
+                                  f"{label}.finish_grad_sync")
+            elif p.zero_stage in (1, 2):
+                out += self._coll("reduce_scatter", group, m.grad_bytes * n, label)
+                out += self._coll("all_gather", group, m.param_bytes * n, label)
         if p.pp > 1 and stage == 0:  # tied word embeddings: first with last stage, once
             out += self._coll("all_reduce", "embedding", m.grad_bytes * padded_vocab(m, p.tp)
                               * m.hidden_size // p.tp, "step.embedding_grads")
