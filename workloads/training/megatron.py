@@ -19,8 +19,8 @@ from workloads.training.flops import (
     layer_params,
     logits_fwd_flops,
     mlp_fwd_flops,
-    padded_vocab,
     moe_a2a_bytes,
+    padded_vocab,
     split_params,
     tp_comm_bytes,
 )
