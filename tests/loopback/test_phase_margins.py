@@ -4,12 +4,12 @@ are the configured gap after the previous burst's end (not a fixed margin on top
 import json
 
 import pytest
-from traffic_gen.patterns import incast, pattern_schedule
 
 from aitb.records import BurstRecord, FlowRecord, RankOpRecord
 from aitb.schedule import Collective, Compute, Group, Schedule
 from traffic_gen import ReplayOptions, replay
 from traffic_gen.jsonl import read_records
+from workloads.patterns import incast, pattern_schedule
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -4,13 +4,13 @@ timed phases wait for it; incast gaps are the bursts' ``after_s``, not a compute
 from pathlib import Path
 
 import pytest
-from traffic_gen.patterns import incast
 
 from aitb.errors import SpecError
 from aitb.schedule import Burst, Collective, Compute, Flow, Group, Schedule
 from orchestration.run.experiment import parse_experiment
 from orchestration.run.runner import prepare_spec
 from traffic_gen.program import compile_program
+from workloads.patterns import incast
 
 
 def _prepare(timeouts):
