@@ -22,7 +22,8 @@ Definitions:
   is the critical transfer's sending rank;
 * *compute straggler* of an iteration: the rank with the most compute time in it
   (timeline.jsonl), named only when that exceeds the median rank's by more than
-  ``COMPUTE_TOLERANCE`` (below that the ranks compute alike: no straggler);
+  ``COMPUTE_TOLERANCE`` and by ``COMPUTE_MIN_S`` (below that the ranks compute alike: no
+  straggler);
 * per-pair bandwidth (nccl-tests' sendrecv view): bytes a rank sent to another over the union
   of those transfers' intervals, in bytes/s (nccl-tests prints GB/s = 1e9 bytes/s).
 """
@@ -42,6 +43,9 @@ from analysis.dci import union_length
 __all__ = ["COMPUTE_TOLERANCE", "attribution_metrics", "critical_path", "pair_bandwidth"]
 
 COMPUTE_TOLERANCE = 0.05  # 5%: two ranks computing 1.05x apart are not called stragglers
+# and at least 2 ms more than the median: a compute op is a timed sleep, which wakes up to a
+# scheduler tick (4 ms at HZ=250) late on a loaded host; half of that is noise, not a straggler
+COMPUTE_MIN_S = 0.002
 _ORDER_EPS_S = 1e-4  # a send starts after the receive it waited for ended (one host clock)
 
 
@@ -51,9 +55,11 @@ def _rate_bps(rows: list[dict[str, Any]]) -> float | None:
 
 
 def _done(flows: pd.DataFrame) -> list[dict[str, Any]]:
-    if flows.empty or "t_end" not in flows:
+    need = ("t_start", "t_end", "size_bytes", "src_rank", "dst_rank")
+    if flows.empty or any(c not in flows for c in need):
         return []
-    ok = flows[flows["t_end"].notna() & (flows["size_bytes"] > 0)]
+    ok = flows[flows["t_end"].notna() & flows["t_start"].notna() & flows["src_rank"].notna()
+               & flows["dst_rank"].notna() & (flows["size_bytes"] > 0)]
     if "background" in ok:
         ok = ok[~ok["background"].fillna(False).astype(bool)]
     return ok.to_dict("records")
@@ -81,6 +87,8 @@ class _Links:
 
     def __init__(self, plan: LabPlan | None) -> None:
         self.walker = PathWalker(plan) if plan is not None else None
+        self.peers = {(lk.name, e.node): o.node for lk in (plan.links if plan else ())
+                      for e, o in ((lk.a, lk.b), (lk.b, lk.a))}
         self.cache: dict[tuple[str, str], list[tuple[str, str, str, int | None]]] = {}
 
     def hops(self, f: dict[str, Any]) -> list[tuple[str, str, str, int | None]]:
@@ -111,18 +119,12 @@ class _Links:
         for (link, node, ifname, rate), rows in by.items():
             got = _rate_bps(rows)
             out.append({"link": link, "node": node, "ifname": ifname,
-                        "direction": f"{node} -> {_peer(link, node)}",
+                        "direction": f"{node} -> {self.peers.get((link, node), '?')}",
                         "configured_bps": rate, "achieved_bps": got,
                         "utilisation": got / rate if got and rate else None,
                         "transfers": len(rows),
                         "bytes": int(sum(r["size_bytes"] for r in rows))})
         return sorted(out, key=lambda r: (r["achieved_bps"] is None, r["achieved_bps"] or 0))
-
-
-def _peer(link: str, node: str) -> str:
-    """The other end's name as the link name spells it (``a-b``), else the link name."""
-    a, sep, b = link.partition("-")
-    return (b if a == node else a) if sep else link
 
 
 def _transfer(f: dict[str, Any]) -> dict[str, Any]:
@@ -157,7 +159,8 @@ def _compute_stragglers(timeline: pd.DataFrame) -> list[dict[str, Any]]:
     for (w, it), g in comp.groupby(["workload_index", "iteration"]):
         per = g.groupby("rank")["d"].sum()
         med, top = float(statistics.median(per)), float(per.max())
-        slow = int(per.idxmax()) if med > 0 and top > med * (1 + COMPUTE_TOLERANCE) else None
+        late = top > med * (1 + COMPUTE_TOLERANCE) and top - med > COMPUTE_MIN_S
+        slow = int(per.idxmax()) if med > 0 and late else None
         out.append({"workload_index": int(w), "iteration": int(it), "compute_s_max": top,
                     "compute_s_median": med, "compute_straggler_rank": slow,
                     "compute_inflation": top / med if med > 0 else None})

@@ -11,7 +11,8 @@ import jinja2
 import pandas as pd
 
 from aitb.atomic import write_text_atomic
-from analysis.report import plots
+from analysis.report import plots, units
+from analysis.report.narrative import workload_sections
 from analysis.tables import RunTables
 
 __all__ = ["render_report", "PLOTS"]
@@ -19,7 +20,8 @@ __all__ = ["render_report", "PLOTS"]
 # figure id -> (title, what the report says when the run lacks its data)
 PLOTS: dict[str, tuple[str, str]] = {
     "fct-cdf": ("FCT CDF", "No completed flow records in this run."),
-    "cct-per-iteration": ("CCT per iteration", "No collective records in this run."),
+    "cct-per-iteration": ("CCT per iteration", "No op ran in two iterations or more: no plot "
+                          "(the iteration table and the CCT distribution say it all)."),
     "queue-occupancy": ("Queue occupancy and drops over time",
                         "No qdisc counter samples (counters/qdisc.parquet) in this run."),
     "link-throughput": ("Throughput per link over time",
@@ -53,13 +55,43 @@ def _stragglers(t: RunTables, m: dict[str, Any]) -> set[tuple[int, int]]:
     return {max(counts, key=counts.__getitem__)} if counts else set()
 
 
+def events(t: RunTables) -> list[tuple[float, str]]:
+    """Events to mark on time axes (host clock, s): each workload's first op and each
+    burst's planned start (the first five of a workload, then one mark per workload)."""
+    out: list[tuple[float, str]] = []
+    for frame in (t.table("timeline"), t.table("flows")):
+        if frame.empty or "t_start" not in frame:
+            continue
+        key = frame["workload"] if "workload" in frame else pd.Series("run", frame.index)
+        for w, g in frame.groupby(key):
+            out.append((float(g["t_start"].min()), f"{w} starts"))
+        break
+    b = t.table("bursts")
+    if not b.empty and "planned_start" in b:
+        key = b["workload"] if "workload" in b else pd.Series("", b.index)
+        for _, g in b.groupby(key):
+            out += [(float(x), "burst") for x in sorted(g["planned_start"])[:5]]
+    return out
+
+
+def _multi_point(per_collective: list[dict[str, Any]]) -> bool:
+    """Whether some (workload, op) series of the CCT plot has two or more iterations."""
+    seen: dict[tuple[Any, Any], set[Any]] = {}
+    for c in per_collective:
+        seen.setdefault((c["workload_index"], c["op"]), set()).add(c["iteration"])
+    return any(len(v) > 1 for v in seen.values())
+
+
 def figures(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> dict[str, str | None]:
-    """Figure id (keys of PLOTS) -> base64 PNG or None (no data)."""
+    """Figure id (keys of PLOTS) -> base64 PNG or None (no data, or too little for a plot:
+    a CCT-per-iteration plot needs two iterations of one op)."""
     t0 = _t0(t)
+    ev = [(x - t0, label) for x, label in events(t)]
+    per = m["cct"]["per_collective"]
     return {"fct-cdf": plots.fct_cdf(flow_table),
-            "cct-per-iteration": plots.cct_per_iteration(m["cct"]["per_collective"]),
-            "queue-occupancy": plots.queue_over_time(t.counters["qdisc"], t0),
-            "link-throughput": plots.throughput_over_time(t.counters["links"], t0),
+            "cct-per-iteration": plots.cct_per_iteration(per) if _multi_point(per) else None,
+            "queue-occupancy": plots.queue_over_time(t.counters["qdisc"], t0, ev),
+            "link-throughput": plots.throughput_over_time(t.counters["links"], t0, ev),
             "rank-timeline": plots.rank_timeline(t.table("timeline"), _stragglers(t, m), t0)}
 
 
@@ -79,10 +111,17 @@ def render_report(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> 
     env = jinja2.Environment(loader=jinja2.PackageLoader("analysis.report", "templates"),
                              autoescape=True)  # lenient: a key missing from an input is "—"
     env.filters["fmt"] = _fmt
+    env.filters["dur"] = units.duration
+    env.filters["bits"] = units.bits
+    env.filters["size"] = units.size
+    env.filters["pct"] = units.share
+    env.filters["Bps"] = units.bytes_rate
+    env.globals["by_key"] = units.by_key
     figs = figures(t, m, flow_table)
     html = env.get_template("report.html.j2").render(
         m=m, plots=[(k, title, figs[k], absent) for k, (title, absent) in PLOTS.items()],
-        manifest=t.manifest, warnings=t.warnings)
+        manifest=t.manifest, warnings=t.warnings,
+        sections=workload_sections(t.manifest, m, t))
     path = t.run_dir / "report.html"
     write_text_atomic(path, html)
     return path

@@ -66,13 +66,23 @@ def cct_per_iteration(per_collective: list[dict[str, Any]]) -> str | None:
     return _png(fig)
 
 
+def _mark(ax: Any, events: list[tuple[float, str]] | None) -> None:
+    """Dashed vertical lines at ``events`` ((s since start, label)); labels once each."""
+    seen: set[str] = set()
+    for x, label in events or []:
+        ax.axvline(x, color="#777", lw=0.7, ls="--", label=None if label in seen else label)
+        seen.add(label)
+
+
 def _busiest(frame: pd.DataFrame, value: str) -> list[tuple[str, str]]:
     totals = frame.groupby(["node", "ifname"])[value].max().sort_values(ascending=False)
     return [k for k, v in totals.items() if v > 0][:MAX_SERIES]
 
 
-def queue_over_time(qdisc: pd.DataFrame, t0: float) -> str | None:
-    """Backlog (KB) of the busiest root queues over time, and their cumulative drops."""
+def queue_over_time(qdisc: pd.DataFrame, t0: float,
+                    events: list[tuple[float, str]] | None = None) -> str | None:
+    """Backlog (KB) of the busiest root queues over time, and their cumulative drops;
+    ``events`` (s since start, label) marked as dashed lines."""
     roots = root_qdiscs(qdisc)
     if roots.empty:
         return None
@@ -88,12 +98,15 @@ def queue_over_time(qdisc: pd.DataFrame, t0: float) -> str | None:
     ax2.set(xlabel="time since start (s)", ylabel="drops (cumulative)")
     for a in (ax, ax2):
         a.grid(alpha=0.3)
+        _mark(a, events)
     ax.legend(fontsize=7)
     return _png(fig)
 
 
-def throughput_over_time(links: pd.DataFrame, t0: float) -> str | None:
-    """Transmit rate (Mbit/s) per interface over time, the busiest MAX_SERIES."""
+def throughput_over_time(links: pd.DataFrame, t0: float,
+                         events: list[tuple[float, str]] | None = None) -> str | None:
+    """Transmit rate (Mbit/s) per interface over time, the busiest MAX_SERIES; ``events``
+    marked as dashed lines."""
     rates = link_rates(links)
     if rates.empty or not (rates["rate_bps"] > 0).any():
         return None
@@ -104,6 +117,7 @@ def throughput_over_time(links: pd.DataFrame, t0: float) -> str | None:
     ax.set(xlabel="time since start (s)", ylabel="tx rate (Mbit/s)",
            title="throughput per link")
     ax.grid(alpha=0.3)
+    _mark(ax, events)
     ax.legend(fontsize=7)
     return _png(fig)
 

@@ -150,6 +150,9 @@ def test_report_has_every_figure_and_flags_the_untrustworthy_run(run_dir):
     analyze_run(run_dir)
     html = (run_dir / "report.html").read_text()
     for key in PLOTS:
+        if key == "cct-per-iteration":  # one collective: no plot of one point, words instead
+            assert 'id="plot-cct-per-iteration-absent"' in html
+            continue
         assert f'id="plot-{key}" alt="{key}" src="data:image/png;base64,' in html
     assert 'id="untrustworthy"' in html and "rate 60% of configured" in html
     assert "http://" not in html and "https://" not in html  # self-contained

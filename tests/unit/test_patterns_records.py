@@ -53,7 +53,9 @@ def test_burst_gets_its_own_phase():
     s = pattern_schedule("p", 5, (Compute(0.1),) + incast([1, 2, 3, 4], 0, 100, repeats=2,
                                                           gap_s=0.01))
     prog = compile_program(s, {r: f"h{r}" for r in range(5)})
-    assert [p.burst_id for p in prog.phases] == [None, "b0.1", None, "b0.3"]
+    # the gap is the second burst's after_s, not a compute phase between the bursts
+    assert [p.burst_id for p in prog.phases] == [None, "b0.1", "b0.2"]
+    assert [p.after_s for p in prog.phases] == [0.0, 0.0, 0.01]
     (recv_op,) = prog.ranks[0][1]
     assert [st[1] for st in recv_op["steps"]] == [1, 2, 3, 4]  # one op: all receives at once
 

@@ -1,0 +1,139 @@
+"""What a researcher reads first: per workload, the result in words and numbers (pure).
+
+One section per workload of the manifest, built from the run's records and metrics:
+training and collectives (iteration time, compute vs exposed communication, DCI share, the
+critical link and the stragglers by compute and by network), incast (goodput against the
+number of senders, the last finisher and its retransmissions), federated learning (round
+time and the client whose upload ended last), inference (TTFT p50 and p99). Numbers are in
+human units (:mod:`analysis.report.units`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.report.units import bits, duration, share
+
+__all__ = ["workload_sections"]
+
+
+def _of(frame: pd.DataFrame, w: int) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    idx = frame["workload_index"] if "workload_index" in frame else pd.Series(0, frame.index)
+    return frame[idx.fillna(0).astype(int) == w]
+
+
+def _pct(values: pd.Series, q: float) -> float:
+    return float(np.percentile(values.dropna().to_numpy(), q))
+
+
+def _training(w: int, m: dict[str, Any], dci: dict[str, Any] | None) -> list[str]:
+    iters = [i for i in m["cct"]["iterations"] if i["workload_index"] == w]
+    if not iters:
+        return []
+    t = pd.DataFrame(iters)
+    out = [f"{len(t)} iteration(s): iteration time {duration(t['iteration_time_s'].median())}"
+           + (f" median (min {duration(t['iteration_time_s'].min())}, max "
+              f"{duration(t['iteration_time_s'].max())})" if len(t) > 1 else "")
+           + f"; the busiest rank computed {duration(t['compute_s'].median())}, exposed "
+           f"communication {duration(t['comm_exposed_s'].median())} (computing "
+           f"{share(t['compute_share'].median())} of the time)."]
+    rows = [r for r in (dci or {}).get("iterations", []) if r["workload_index"] == w]
+    if rows and any(r["collectives_crossing"] for r in rows):
+        dt = sum(r["dci_collective_time_s"] for r in rows)
+        it = sum(r["iteration_time_s"] for r in rows)
+        out.append(f"DCI-crossing collectives were in progress {duration(dt)} of "
+                   f"{duration(it)} ({share(dt / it if it else None)} of the iteration time).")
+    out += _attribution(w, m)
+    return out
+
+
+def _attribution(w: int, m: dict[str, Any]) -> list[str]:
+    rows = [r for r in m.get("attribution", {}).get("per_iteration", [])
+            if r["workload_index"] == w]
+    out = []
+    links = [r.get("critical_link") for r in rows if r.get("critical_link")]
+    if links:
+        lk = links[-1]
+        out.append(f"Critical link: {lk['direction']} ({lk['link']}), achieved "
+                   f"{bits(lk['achieved_bps'])} of {bits(lk['configured_bps'])} configured"
+                   f" (network straggler: rank {rows[-1].get('network_straggler_rank')}).")
+    slow = sorted({r["compute_straggler_rank"] for r in rows
+                   if r.get("compute_straggler_rank") is not None})
+    out.append(f"Compute stragglers: rank(s) {', '.join(map(str, slow))}." if slow else
+               "No compute straggler (every rank computed within 5% or 2 ms of the median).")
+    return out
+
+
+def _incast(w: int, m: dict[str, Any], flows: pd.DataFrame) -> list[str]:
+    bursts = [b for b in m["incast"]["per_burst"] if b["workload_index"] == w]
+    if not bursts:
+        return []
+    b = pd.DataFrame(bursts)
+    out = [f"{len(b)} burst(s) of {int(b['senders'].max())} sender(s) into "
+           f"{b['bottleneck'].iloc[0] or 'the receiver'}: goodput {bits(b['goodput_bps'].mean())}"
+           f" mean, loss {share(m['incast']['loss_ratio'])} of packets offered."]
+    by_n = b.groupby("senders")["goodput_bps"].mean()
+    if len(by_n) > 1:
+        out.append("Goodput by senders: " + ", ".join(
+            f"{n}: {bits(g)}" for n, g in by_n.items()) + ".")
+    f = _of(flows, w)
+    if not f.empty and "burst_id" in f and f["t_end"].notna().any():
+        last = f.loc[f["t_end"].idxmax()]
+        start = f[f["burst_id"] == last["burst_id"]]["t_start"].min()
+        rt = last.get("tcp_total_retrans")
+        out.append(f"Last finisher: {last['src_node']} (rank {int(last['src_rank'])}), "
+                   f"{duration(last['t_end'] - start)} after its burst began"
+                   + (f", {int(rt)} retransmission(s) (TCP_INFO)." if pd.notna(rt) else "."))
+    return out
+
+
+def _rounds(w: int, rounds: pd.DataFrame, flows: pd.DataFrame) -> list[str]:
+    r = _of(rounds, w)
+    if r.empty:
+        return []
+    out = [f"{len(r)} round(s): round time {duration(r['round_time_s'].median())}"
+           + (" median" if len(r) > 1 else "")
+           + f"; {int(r['clients_finished'].sum())} of {int(r['clients_selected'].sum())} "
+           f"selected clients finished."]
+    f = _of(flows, w)
+    for _, row in r.iterrows():
+        up = f[(f["dst_node"] == row["aggregator"]) & (f["t_end"] <= row["t_end"] + 1e-6)
+               & (f["t_start"] >= row["t_start"] - 1e-6)] if not f.empty else f
+        if not up.empty:
+            last = up.loc[up["t_end"].idxmax()]
+            out.append(f"Round {int(row['round'])} ({duration(row['round_time_s'])}) was set "
+                       f"by {last['src_node']}, whose upload ended last.")
+    return out
+
+
+def _requests(w: int, requests: pd.DataFrame) -> list[str]:
+    r = _of(requests, w)
+    if r.empty or "ttft_s" not in r or not r["ttft_s"].notna().any():
+        return []
+    return [f"{len(r)} request(s): time to first token {duration(_pct(r['ttft_s'], 50))} p50, "
+            f"{duration(_pct(r['ttft_s'], 99))} p99."]
+
+
+def workload_sections(manifest: dict[str, Any], m: dict[str, Any], tables: Any
+                      ) -> list[dict[str, Any]]:
+    """Per workload of ``manifest["workloads"]``: ``{"index", "name", "ok", "sentences"}``;
+    ``tables`` is the run's :class:`analysis.tables.RunTables`."""
+    flows, rounds = tables.table("flows"), tables.table("rounds")
+    requests = tables.table("requests")
+    out = []
+    for wl in manifest.get("workloads") or []:
+        w = int(wl.get("index", 0))
+        sentences = (_training(w, m, tables.dci) + _incast(w, m, flows)
+                     + _rounds(w, rounds, flows) + _requests(w, requests))
+        if not wl.get("ok", True):
+            sentences.insert(0, "This workload FAILED: " + "; ".join(
+                str(f.get("detail", f)) for f in wl.get("failures") or []))
+        out.append({"index": w, "name": wl.get("name", f"workload {w}"),
+                    "ok": wl.get("ok", True),
+                    "sentences": sentences or ["No records of this workload."]})
+    return out
