@@ -126,7 +126,11 @@ def test_utilization_and_burstiness_from_synthetic_counters(run_dir):
     assert links["s1:rx"]["utilization"] == pytest.approx(0.25)
     assert links["s1:rx"]["peak_to_mean"] == pytest.approx(1.0)
     tx1 = links["tx1:eth0"]
-    assert tx1["utilization"] == pytest.approx(0.5) and tx1["peak_to_mean"] == pytest.approx(2)
+    assert tx1["utilization"] == pytest.approx(0.5)
+    # one 5 ms interval saw the line rate; the peak is over windows of 5 intervals (25 ms),
+    # at best 10 ms on + 10 off + 5 on: 15/25 of 1 Gbit/s
+    assert tx1["peak_bps_interval"] == pytest.approx(1e9)
+    assert tx1["peak_bps"] == pytest.approx(0.6e9) and tx1["peak_to_mean"] == pytest.approx(1.2)
     assert tx1["on_s_mean"] == pytest.approx(0.010) and tx1["off_s_mean"] == pytest.approx(0.010)
 
 
