@@ -37,7 +37,8 @@ from aitb.plan import LabPlan
 from analysis.metrics.counters import root_qdiscs, snapshot_qdiscs
 from analysis.metrics.stats import distribution
 
-__all__ = ["ON_FRACTION", "PEAK_WINDOW_INTERVALS", "windowed_peak_bps", "link_rates", "on_off_periods", "utilization_metrics",
+__all__ = ["ON_FRACTION", "PEAK_WINDOW_INTERVALS", "windowed_peak_bps", "link_rates",
+           "on_off_periods", "utilization_metrics",
            "queue_metrics", "egress_rate_bps"]
 
 ON_FRACTION = 0.01
