@@ -298,7 +298,11 @@ class Controller:
         self.phases.append({"phase": index, "iteration": phase.iteration,
                             "burst_id": phase.burst_id, "timed": phase.timed, "t0": t0,
                             "t_end": self.last_end, "after_s": phase.after_s,
-                            "idle_before_s": None if prev is None else t0 - prev})
+                            "idle_before_s": None if prev is None else t0 - prev,
+                            # > 0: the controller learnt the previous end too late to honour
+                            # after_s (its control path took longer than the gap)
+                            "after_late_s": None if prev is None or not phase.after_s
+                            else max(0.0, t0 - prev - phase.after_s)})
         return merge_phase(self.run_id, halves, t0, program.collectives, program.bursts) + \
             request_records(self.run_id, halves, program.timed)  # type: ignore[operator]
 
