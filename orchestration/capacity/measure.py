@@ -11,8 +11,9 @@ creates two small labs owner-marked with their run ids and tears them down).
 3. **agents**: aitb's own agents move one 256 MiB transfer over an unshaped path;
    bits per second per busy core.
 
-The delay line is not measured yet (``delay_*`` stay None): the planner says so when a lab
-delays traffic.
+4. **delay line**: the HTB flow again with 1 ms of delay on every direction through the native
+   delay line (testbed/delayline): its own cost is what the busy cores exceed the HTB cost by
+   (:func:`delay_per_core`). Left None (with a note) when the native line cannot run here.
 """
 
 from __future__ import annotations
@@ -62,12 +63,26 @@ def busy_cores(before: tuple[float, float], after: tuple[float, float], cores: i
     return max(0.05, (_share(before, after) - base) * cores)
 
 
-def _plan(hosts: int, rate: str | None):
+def delay_per_core(bps: float, pps: float, busy: float, htb_bps_core: float,
+                   htb_pps_core: float, hops: int = 2) -> tuple[float, float] | None:
+    """(bit/s, packet/s) the delay line moves per core of its own: a flow of ``bps`` and
+    ``pps`` over ``hops`` shaped and delayed hops kept ``busy`` cores busy, of which the HTB
+    figures account for max(bps x hops / htb_bps_core, pps / htb_pps_core). None when the
+    rest is not positive (the delay line cost nothing measurable)."""
+    rest = busy - max(bps * hops / htb_bps_core, pps / htb_pps_core)
+    if rest <= 0:
+        return None
+    return bps * hops / rest, pps / rest
+
+
+def _plan(hosts: int, rate: str | None, delay: str | None = None):
     import topologies
 
     params = {"hosts": hosts, **({"link": "cal"} if rate else {})}
+    profile = {"rate": rate, "buffer": "1000p", **({"delay": delay} if delay else {})}
     doc = {"name": "calibrate", "generator": {"name": "single_switch", "params": params},
-           **({"profiles": {"cal": {"rate": rate, "buffer": "1000p"}}} if rate else {})}
+           **({"delay_line": "native"} if delay else {}),
+           **({"profiles": {"cal": profile}} if rate else {})}
     return topologies.resolve(topologies.parse_topology(doc, "<calibrate>"), "<calibrate>")
 
 
@@ -96,10 +111,12 @@ def _htb_packets(lab, plan) -> int:
     return total
 
 
-def _htb(seconds: float, cores: int, state_dir: Path) -> tuple[float, float]:
+def _htb(seconds: float, cores: int, state_dir: Path, delay: str | None = None
+         ) -> tuple[float, float, float]:
+    """(bit/s, packet/s, busy cores) of one iperf3 flow through 2 shaped hops."""
     from testbed.lab import Lab
 
-    plan = _plan(2, "10Gbit")
+    plan = _plan(2, "10Gbit", delay)
     with Lab(plan, state_dir=state_dir) as lab:
         dst = _address(plan, "h2")
         srv = lab.popen("h2", ["iperf3", "-s", "-1", "-B", dst], stdout=subprocess.DEVNULL)
@@ -112,8 +129,7 @@ def _htb(seconds: float, cores: int, state_dir: Path) -> tuple[float, float]:
         p1 = _htb_packets(lab, plan)
         srv.wait(timeout=10)
     bps = json.loads(out)["end"]["sum_received"]["bits_per_second"]
-    busy = busy_cores(c0, c1, cores, base)
-    return bps * 2 / busy, (p1 - p0) / dt_s / busy  # 2 shaped hops
+    return bps, (p1 - p0) / dt_s, busy_cores(c0, c1, cores, base)
 
 
 def _agents(cores: int, state_dir: Path) -> float:
@@ -147,9 +163,19 @@ def calibrate(state_dir: Path, hosts: int = 16, seconds: float = 3.0,
     progress(f"bring-up of a {hosts}-host switch")
     ns_s, links_s = _bringup(hosts, state_dir)
     progress(f"HTB: one iperf3 flow for {seconds:g} s through 2 shaped hops")
-    htb_bps, htb_pps = _htb(seconds, cores, state_dir)
+    bps, pps, busy = _htb(seconds, cores, state_dir)
+    htb_bps, htb_pps = bps * 2 / busy, pps / busy  # 2 shaped hops
+    progress("delay line: the same flow with 1 ms each way on the native line")
+    delay, note = None, ""
+    try:
+        delay = delay_per_core(*_htb(seconds, cores, state_dir, "1ms"), htb_bps, htb_pps)
+    except Exception as exc:  # any failure of the optional measurement: say it, go on
+        note = f"delay line not measured: {type(exc).__name__}: {str(exc)[:200]}"
+    if delay is None and not note:
+        note = "delay line cost below what this measurement resolves"
     progress("agents: 2 x 256 MiB over an unshaped path")
     agent_bps = _agents(cores, state_dir)
     return Calibration(socket.gethostname(), cores, ns_s, links_s, htb_bps, htb_pps,
-                       agent_bps, measured_at=dt.datetime.now(dt.UTC).isoformat(),
-                       notes="delay line not measured (orchestration/capacity/measure.py)")
+                       agent_bps, delay_bps_per_core=delay[0] if delay else None,
+                       delay_pps_per_core=delay[1] if delay else None,
+                       measured_at=dt.datetime.now(dt.UTC).isoformat(), notes=note)

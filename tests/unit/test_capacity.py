@@ -135,3 +135,12 @@ def test_cli_without_calibration_exits_2(tmp_path):
     out = _cli("plan-capacity", str(EXAMPLES / "incast.yaml"), "--calibration",
                str(tmp_path / "none.json"))
     assert out.returncode == 2 and "aitb calibrate" in out.stderr
+
+
+def test_delay_line_cost_is_what_the_cores_exceed_htb_by():
+    from orchestration.capacity.measure import delay_per_core
+
+    # 1 Gbit/s over 2 hops: HTB at 10 Gbit/s a core accounts for 0.2 core of 0.6 busy
+    bps, pps = delay_per_core(1e9, 1e5, 0.6, 10e9, 1e6)
+    assert bps == pytest.approx(2e9 / 0.4) and pps == pytest.approx(1e5 / 0.4)
+    assert delay_per_core(1e9, 1e5, 0.2, 10e9, 1e6) is None  # nothing left for the line
