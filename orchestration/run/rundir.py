@@ -11,6 +11,7 @@ import os
 import platform
 import secrets
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from aitb import __version__
 from aitb.atomic import write_text_atomic
 
-__all__ = ["finite", "new_run_id", "create_run_dir", "write_json_atomic",
+__all__ = ["mark_killed", "finite", "new_run_id", "create_run_dir", "write_json_atomic",
            "host_facts", "git_revision"]
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -57,6 +58,24 @@ def write_json_atomic(path: Path, data: Any) -> None:
     which JSON cannot hold, become null)."""
     text = json.dumps(finite(data), indent=2, default=str, allow_nan=False)
     write_text_atomic(path, text + "\n")
+
+
+def mark_killed(run_dir: Path, by: str) -> bool:
+    """Set the manifest of ``run_dir`` from ``running`` to ``killed`` (its process ended
+    without writing a status: SIGKILL, a power cut), naming ``by`` (who found it, e.g. "aitb
+    clean") in ``error``. Returns whether it changed anything; a missing or unreadable
+    manifest or another status is left alone."""
+    path = run_dir / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(manifest, dict) or manifest.get("status") != "running":
+        return False
+    manifest.update(status="killed", error="the run's process ended without a status "
+                    f"(killed); its lab was removed by {by}", ended_at=time.time())
+    write_json_atomic(path, manifest)
+    return True
 
 
 def git_revision() -> str | None:

@@ -333,6 +333,8 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
     try:
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
         with make_lab(prep.plan, backend, run_id=lab_id, state_dir=state_dir()) as lab:
+            # aitb clean marks this run killed if its process dies without a status
+            lab.registry.append([{"kind": "run_dir", "path": str(run_dir.resolve())}])
             manifest["lab_timings_s"] = dict(lab.timings)
             # which delay line each direction got (auto resolved at bring-up), also in plan.json
             manifest["delay_lines"] = lab.delay_lines()

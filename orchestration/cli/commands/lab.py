@@ -18,6 +18,7 @@ from rich.table import Table
 
 from aitb.errors import LabError
 from orchestration.cli.commands.topo import load_plan, topo_app
+from orchestration.run.rundir import mark_killed
 from testbed import clean as clean_mod
 from testbed import signals
 from testbed.lab import Lab
@@ -166,7 +167,13 @@ def clean(run_id: Annotated[str | None, typer.Argument(help="Only this run.")] =
     list it; with RUN_ID also a deployed run."""
     if force and run_id is None:
         raise unknown_name("--force needs a RUN_ID: it removes a run whose owner is alive")
+    run_dirs = {rid: [r["path"] for r in Registry(state_dir(), rid).records()
+                      if r.get("kind") == "run_dir"]
+                for rid in ([run_id] if run_id else Registry.runs(state_dir()))}
     reports, skipped = clean_mod.clean(state_dir(), run_id, force)
+    for r in reports:  # the owner is dead: a run it left 'running' was killed
+        for path in run_dirs.get(r.run_id, []):
+            mark_killed(Path(path), "aitb clean")
     out: dict[str, Any] = {"removed": [r.to_dict() for r in reports], "skipped": skipped}
     failures = [f for r in reports for f in r.failures]
     if as_json:

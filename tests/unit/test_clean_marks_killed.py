@@ -1,0 +1,39 @@
+"""A run whose process was SIGKILLed stays ``running`` in its manifest until ``aitb clean``
+removes its lab: then it says ``killed`` (the registry names the run directory)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+def test_clean_marks_a_dead_owners_run_killed(tmp_path):
+    state, run_dir = tmp_path / "state", tmp_path / "results" / "e" / "r1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text(json.dumps({"status": "running"}))
+    ok_dir = tmp_path / "results" / "e" / "r2"
+    ok_dir.mkdir()
+    (ok_dir / "manifest.json").write_text(json.dumps({"status": "ok"}))
+    # an owner that registers a lab with no objects and its run directories, then dies
+    code = ("import sys\nfrom pathlib import Path\nfrom testbed.registry import Registry\n"
+            "from topologies import load_topology\n"
+            "reg = Registry(Path(sys.argv[1]), 'hostile1')\n"
+            "reg.create(load_topology(sys.argv[2]))\n"
+            "reg.append([{'kind': 'run_dir', 'path': sys.argv[3]},"
+            " {'kind': 'run_dir', 'path': sys.argv[4]}])\n")
+    subprocess.run([sys.executable, "-c", code, str(state),
+                    str(ROOT / "topologies" / "examples" / "single_switch.yaml"),
+                    str(run_dir), str(ok_dir)], check=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "clean", "--json"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "AITB_STATE_DIR": str(state)})
+    assert out.returncode == 0, out.stderr
+    assert [r["run_id"] for r in json.loads(out.stdout)["removed"]] == ["hostile1"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "killed" and "aitb clean" in manifest["error"]
+    assert json.loads((ok_dir / "manifest.json").read_text())["status"] == "ok"
