@@ -99,6 +99,8 @@ def run_campaign(c: Campaign, results: Path, progress: Progress = lambda _m: Non
     root.mkdir(parents=True, exist_ok=True)
     with _exclusive(root):
         state = CampaignState.open(root, c.spec.name, c.src.source, _fingerprint(c))
+        remove_labs_of([root / e["run_dir"] for e in state.data["runs"].values()
+                        if e["status"] != "ok"], progress)
         result = CampaignResult(root, discarded=state.discard_unfinished())
         for path in result.discarded:
             progress(f"discarded unfinished run {path}")
@@ -120,6 +122,26 @@ def run_campaign(c: Campaign, results: Path, progress: Progress = lambda _m: Non
         finish(c, state, result)
     return result
 
+
+
+def remove_labs_of(run_dirs: list[Path], progress: Callable[[str], None]) -> list[str]:
+    """Tear down the labs that unfinished runs ``run_dirs`` left behind (their registry names
+    the run directory; testbed.registry) when their owner is dead (a SIGKILLed campaign).
+    Returns the run ids removed."""
+    from testbed import clean as clean_mod
+    from testbed.registry import Registry, state_dir
+
+    wanted = {str(p.resolve()) for p in run_dirs}
+    removed = []
+    for rid in Registry.runs(state_dir()) if wanted else []:
+        reg = Registry(state_dir(), rid)
+        if reg.owner_alive() or not any(r.get("kind") == "run_dir" and r.get("path") in wanted
+                                        for r in reg.records()):
+            continue
+        clean_mod.clean(state_dir(), rid)
+        removed.append(rid)
+        progress(f"removed lab {rid} of a discarded run")
+    return removed
 
 @contextmanager
 def _exclusive(root: Path) -> Iterator[None]:

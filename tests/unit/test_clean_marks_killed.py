@@ -37,3 +37,23 @@ def test_clean_marks_a_dead_owners_run_killed(tmp_path):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "killed" and "aitb clean" in manifest["error"]
     assert json.loads((ok_dir / "manifest.json").read_text())["status"] == "ok"
+
+
+def test_resume_removes_the_lab_of_the_discarded_run(tmp_path, monkeypatch):
+    from orchestration.campaign.runner import remove_labs_of
+    from testbed.registry import Registry
+
+    state, run_dir = tmp_path / "state", tmp_path / "results" / "c" / "p0-r0"
+    run_dir.mkdir(parents=True)
+    code = ("import sys\nfrom pathlib import Path\nfrom testbed.registry import Registry\n"
+            "from topologies import load_topology\n"
+            "reg = Registry(Path(sys.argv[1]), 'hostile2')\n"
+            "reg.create(load_topology(sys.argv[2]))\n"
+            "reg.append([{'kind': 'run_dir', 'path': sys.argv[3]}])\n")
+    subprocess.run([sys.executable, "-c", code, str(state),
+                    str(ROOT / "topologies" / "examples" / "single_switch.yaml"),
+                    str(run_dir)], check=True, timeout=120)
+    monkeypatch.setenv("AITB_STATE_DIR", str(state))
+    assert remove_labs_of([tmp_path / "results" / "c" / "other"], print) == []
+    assert remove_labs_of([run_dir], print) == ["hostile2"]
+    assert Registry.runs(state) == []
