@@ -167,11 +167,14 @@ class CountersSpecModel(BaseModel):
 
 class AltoSpecModel(BaseModel):
     """``alto:`` the lab's ALTO maps (aitb.alto; always written to ``alto/`` of the run):
-    ``pids`` one PID per ``site`` or per ``rack``; ``serve`` also serves them over HTTP from
+    ``pids`` one PID per ``site`` or per ``rack``; ``metric`` the cost that ``placement:
+    {policy: cost_map}``, ``ring_order: cost_map`` and ``hierarchy: cost_map`` minimise;
+    ``serve`` also serves them over HTTP from
     ``node``'s namespace (default: the first host) on ``port`` (orchestration.run.alto_serve)."""
 
     model_config = _Forbid
     pids: Literal["site", "rack"] = "site"
+    metric: Literal["hopcount", "routingcost", "delay-ow"] = "routingcost"
     serve: StrictBool = False
     node: str | None = None
     port: Annotated[StrictInt, Field(ge=1, le=65535)] = 8181

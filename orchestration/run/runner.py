@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import topologies
-from aitb.errors import AitbError, SpecError, SpecIssue
+from aitb.errors import AitbError, LabError, SpecError, SpecIssue
 from aitb.paths import PathError
 from aitb.plan import LabPlan, plan_to_dict
 from aitb.specfile import Ref, line_of, resolve_ref, with_lines
 from aitb.units import UnitError, parse_duration_s, parse_size_bytes
 from orchestration.run.alto_files import write_alto
+from orchestration.run.alto_serve import server_node, serving_alto
 from orchestration.run.app_run import run_app
 from orchestration.run.build import BuiltWorkload, build_entry
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
@@ -172,11 +173,17 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
     plan = apply_host_transport(scale_plan(_plan(spec, source, base, doc), spec.scale),
                                 spec.transport)
     options = _options(spec, source, doc, plan)
+    if spec.alto.serve:
+        try:
+            server_node(spec.alto, plan)
+        except LabError as exc:
+            raise spec_issue(source, doc, ("alto", "node"), str(exc)) from None
     built, issues = [], []
     for i, entry in enumerate(spec.workloads):
         try:
             w = build_entry(entry, i, plan=plan, source=source, base_dir=base,
-                            seed=spec.seed, scale=spec.scale)
+                            seed=spec.seed, scale=spec.scale, pid_by=spec.alto.pids,
+                            metric=spec.alto.metric)
             _compile_check(w, i, source, options)
             built.append(w)
         except SpecError as exc:
@@ -193,7 +200,7 @@ def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOpt
     if w.app is not None:
         return
     try:
-        compile_program(w.schedule, w.placement, options.sites, w.stragglers)
+        compile_program(w.schedule, w.placement, w.sites or options.sites, w.stragglers)
     except SpecError as exc:
         raise SpecError([SpecIssue(f"{w.name}: {i.where() + ': ' if i.where() else ''}"
                                    f"{i.message}", file=source,
@@ -240,7 +247,8 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
         part = run_dir / "workloads" / f"{i}-{w.name}"
         if w.app is not None:  # kind: app, real processes (orchestration.run.app_run)
             return run_app(lab, w.app, part, run_dir, lab_id)
-        opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers)
+        opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers,
+                                   sites=w.sites or prep.options.sites)
         return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts)
 
     for group in start_groups(prep.spec.workloads):  # start: with_previous -> concurrent
@@ -342,7 +350,8 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
             if lab.ovs_datapaths:  # switch -> system/netdev, read back at bring-up
                 manifest["ovs_datapaths"] = dict(lab.ovs_datapaths)
             monitor = FidelityMonitor(prep.plan, lab, progress).before()
-            with observing(prep.observe, lab, run_dir, manifest, progress):
+            with observing(prep.observe, lab, run_dir, manifest, progress), \
+                    serving_alto(prep.spec.alto, lab, prep.plan, run_dir, manifest, progress):
                 try:
                     with playing_traces(lab, run_dir, manifest, progress):
                         _replay_all(prep, lab, run_dir, lab_id, manifest, progress)

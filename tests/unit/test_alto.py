@@ -97,3 +97,30 @@ def test_run_directory_gets_the_maps_and_an_index(two_dc, tmp_path):
     assert index["pids"]["dc2-l1-h1"] == "dc2"
     doc = json.loads((tmp_path / "alto/costmap-hopcount.json").read_text())
     assert costs_of(doc)[("dc2", "dc1")] == 7
+
+
+def test_server_directory_names_every_document(two_dc, tmp_path):
+    from orchestration.run.alto_files import write_alto
+    from testbed.alto_server import directory
+
+    write_alto(tmp_path, two_dc)
+    ird = directory(tmp_path / "alto", "http://198.18.0.1:8181")
+    res = ird["resources"]
+    assert res["networkmap"] == {"uri": "http://198.18.0.1:8181/networkmap",
+                                 "media-type": "application/alto-networkmap+json"}
+    assert res["costmap-delay-ow"]["uri"] == "http://198.18.0.1:8181/costmap/delay-ow"
+    assert res["costmap-delay-ow"]["uses"] == ["networkmap"]
+    assert ird["meta"]["cost-types"]["num-hopcount"] == {"cost-mode": "numerical",
+                                                         "cost-metric": "hopcount"}
+
+
+def test_serving_from_an_unknown_node_is_refused_before_anything_exists(tmp_path):
+    from aitb.errors import SpecError
+    from orchestration.run.runner import prepare
+
+    text = (ROOT / "examples/alto_serve.yaml").read_text().replace(
+        "node: dc1-l1-h1", "node: dc9-l1-h1")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text.replace("examples/alto_client.py", "x.py"))
+    with pytest.raises(SpecError, match="alto.node 'dc9-l1-h1' is not a node"):
+        prepare(path)

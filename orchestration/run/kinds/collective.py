@@ -77,4 +77,4 @@ def build(e: CollectiveEntry, ctx: Ctx, plan: LabPlan) -> BuiltWorkload:
         schedule, hosts = _schedule(ctx, plan, e)
         return schedule, placement_of(ctx, plan, schedule.world_size, hosts, None)
     schedule, placement = guarded(ctx, run)
-    return finish(ctx, schedule, placement, e.stragglers)
+    return finish(ctx, schedule, placement, e.stragglers, e.ring_order, e.hierarchy)

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
+from aitb.alto import AltoMaps, alto_maps, costs_of
 from aitb.errors import SpecError, SpecIssue
 from aitb.plan import LabPlan
 from aitb.schedule import Schedule, ScheduleError
@@ -17,10 +18,12 @@ from aitb.stragglers import StragglerSpec
 from aitb.units import UnitError
 from orchestration.run.apps import AppPlan
 from orchestration.run.serving_entries import StartMode
+from workloads.cost_aware import cost_map_placement, order_rings
 from workloads.placement import place, sites_of_plan
 from workloads.transform import scale_schedule
 
-__all__ = ["BuiltWorkload", "Ctx", "PlacementSpec", "StragglerSpecModel", "Common",
+__all__ = ["BuiltWorkload", "Ctx", "PlacementSpec", "StragglerSpecModel", "Common", "RingOrder",
+           "Hierarchy",
            "hosts_of", "placement_of", "world_hosts", "stragglers_of", "finish", "guarded"]
 
 _Forbid = ConfigDict(extra="forbid")
@@ -28,11 +31,12 @@ _Forbid = ConfigDict(extra="forbid")
 
 class PlacementSpec(BaseModel):
     """Ranks onto hosts: explicit ``hosts`` (rank i on hosts[i]) or a ``policy`` over the
-    lab's hosts grouped by site (workloads.placement)."""
+    lab's hosts grouped by site (workloads.placement), or ``cost_map``: the fewest bytes x
+    cost of the lab's ALTO cost map (workloads.cost_aware)."""
 
     model_config = _Forbid
     hosts: list[str] | None = None
-    policy: Literal["packed", "spread"] = "packed"
+    policy: Literal["packed", "spread", "cost_map"] = "packed"
     slots: PositiveInt = 1
     block: PositiveInt = 1
 
@@ -46,9 +50,13 @@ class StragglerSpecModel(BaseModel):
     lognormal_sigma: Annotated[float, Field(ge=0)] | None = None
 
 
+RingOrder = Literal["rank", "cost_map"]  # communicator order: rank ids, or by the cost map
+Hierarchy = Literal["site", "cost_map"]  # hierarchical algorithms group by site, or by PID
+
+
 class Common(BaseModel):
     """Keys of every entry built here: ``name``, ``start``, ``hosts`` or ``placement``,
-    ``stragglers``."""
+    ``stragglers``, ``ring_order`` and ``hierarchy`` (workloads.cost_aware)."""
 
     model_config = _Forbid
     name: str | None = None
@@ -56,6 +64,8 @@ class Common(BaseModel):
     hosts: list[str] | None = None
     placement: PlacementSpec | None = None
     stragglers: StragglerSpecModel = Field(default_factory=StragglerSpecModel)
+    ring_order: RingOrder = "rank"
+    hierarchy: Hierarchy = "site"
 
 
 @dataclass(frozen=True)
@@ -68,16 +78,29 @@ class BuiltWorkload:
     placement: dict[int, str]
     stragglers: StragglerSpec
     app: AppPlan | None = None
+    sites: dict[str, str] | None = None  # host -> sub-group of hierarchical algorithms
 
 
 class Ctx:
     """Where errors point: the experiment file ``source`` and entry ``index``; ``plan`` (the
-    lab), ``base_dir`` (of relative files), ``seed`` and ``scale`` (>= 1) of the experiment."""
+    lab), ``base_dir`` (of relative files), ``seed`` and ``scale`` (>= 1) of the experiment;
+    ``pid_by`` and ``metric`` choose the ALTO cost map (aitb.alto) of the ``cost_map`` keys."""
 
     def __init__(self, source: str, index: int, plan: LabPlan | None = None,
-                 base_dir: Any = ".", seed: int = 0, scale: float = 1.0) -> None:
+                 base_dir: Any = ".", seed: int = 0, scale: float = 1.0,
+                 pid_by: str = "site", metric: str = "routingcost") -> None:
         self.source, self.index, self.prefix = source, index, ("workloads", index)
         self.plan, self.base_dir, self.seed, self.scale = plan, base_dir, seed, scale
+        self.pid_by, self.metric = pid_by, metric
+        self._maps: AltoMaps | None = None
+
+    def alto(self) -> tuple[dict[str, str], dict[tuple[str, str], float]]:
+        """(host -> PID, (PID, PID) -> cost) of the lab's cost map (built on first use)."""
+        if self._maps is None:
+            if self.plan is None:
+                raise self.error((), "the cost_map keys need the lab's plan")
+            self._maps = alto_maps(self.plan, self.pid_by, [self.metric])  # type: ignore[arg-type]
+        return self._maps.pids, costs_of(self._maps.cost_maps[self.metric])
 
     def error(self, key: str | tuple[str | int, ...], message: str) -> SpecError:
         """A SpecError at ``workloads[index].<key>``."""
@@ -111,8 +134,10 @@ def hosts_of(ctx: Ctx, plan: LabPlan, hosts: list[str]) -> list[str]:
 
 
 def placement_of(ctx: Ctx, plan: LabPlan, world: int, hosts: list[str] | None,
-                 spec: PlacementSpec | None) -> dict[int, str]:
-    """rank -> host: ``hosts`` in order, else ``spec`` (explicit hosts or a policy)."""
+                 spec: PlacementSpec | None, schedule: Schedule | None = None
+                 ) -> dict[int, str]:
+    """rank -> host: ``hosts`` in order, else ``spec`` (explicit hosts or a policy; policy
+    ``cost_map`` needs the ``schedule`` whose bytes it weighs)."""
     if hosts is not None:
         if len(hosts) < world:
             raise ctx.error("hosts", f"{world} ranks need {world} hosts; {len(hosts)} listed")
@@ -120,7 +145,14 @@ def placement_of(ctx: Ctx, plan: LabPlan, world: int, hosts: list[str] | None,
     spec = spec or PlacementSpec()
     if spec.hosts is not None:
         return placement_of(ctx, plan, world, hosts_of(ctx, plan, spec.hosts), None)
+    if spec.policy == "cost_map" and schedule is None:
+        raise ctx.error(("placement", "policy"), "cost_map placement needs the workload's "
+                                                 "schedule")
     try:
+        if spec.policy == "cost_map" and schedule is not None:
+            pids, costs = ctx.alto()
+            return cost_map_placement(schedule, [h.name for h in plan.hosts()], pids, costs,
+                                      slots=spec.slots)
         return place(world, sites_of_plan(plan), spec.policy, slots=spec.slots,
                      block=spec.block, key="placement")
     except SpecError as exc:
@@ -140,15 +172,23 @@ def stragglers_of(m: StragglerSpecModel, seed: int) -> StragglerSpec:
 
 
 def finish(ctx: Ctx, schedule: Schedule, placement: dict[int, str],
-           strag: StragglerSpecModel) -> BuiltWorkload:
-    """Scale ``schedule`` by ``ctx.scale`` and check that the stragglers' ranks exist."""
+           strag: StragglerSpecModel, ring_order: RingOrder = "rank",
+           hierarchy: Hierarchy = "site") -> BuiltWorkload:
+    """Scale ``schedule`` by ``ctx.scale`` and check that the stragglers' ranks exist; with
+    ``ring_order`` cost_map reorder its groups, with ``hierarchy`` cost_map group the
+    hierarchical algorithms by PID (workloads.cost_aware)."""
     if ctx.scale > 1:
         schedule = scale_schedule(schedule, ctx.scale)
     bad = sorted(r for r in strag.fixed if not 0 <= r < schedule.world_size)
     if bad:
         raise ctx.error("stragglers", f"rank(s) {bad} do not exist: this workload has ranks "
                                       f"0..{schedule.world_size - 1}")
-    return BuiltWorkload(schedule.name, schedule, placement, stragglers_of(strag, ctx.seed))
+    if ring_order == "cost_map":
+        pids, costs = ctx.alto()
+        schedule = order_rings(schedule, placement, pids, costs)
+    sites = ctx.alto()[0] if hierarchy == "cost_map" else None
+    return BuiltWorkload(schedule.name, schedule, placement, stragglers_of(strag, ctx.seed),
+                         sites=sites)
 
 
 def guarded(ctx: Ctx, build: Any) -> Any:

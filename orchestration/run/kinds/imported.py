@@ -17,7 +17,9 @@ from aitb.specfile import Ref
 from orchestration.run.kinds.common import (
     BuiltWorkload,
     Ctx,
+    Hierarchy,
     PlacementSpec,
+    RingOrder,
     StragglerSpecModel,
     finish,
     guarded,
@@ -42,6 +44,8 @@ class ImportedEntry(BaseModel):
     model_config = ConfigDict(extra="allow")
     kind: Literal["training", "aicb", "fedavg", "hierarchical", "gossip"]
     start: StartMode = "after_previous"
+    ring_order: RingOrder = "rank"
+    hierarchy: Hierarchy = "site"
 
 
 Entry = ImportedEntry
@@ -79,7 +83,7 @@ def build(e: ImportedEntry, ctx: Ctx, plan: LabPlan) -> BuiltWorkload:
         placement = _fl_clusters(ctx, plan, schedule) if hosts is None and not \
             extra.get("placement") and schedule.meta.get("kind") == "hierarchical" else \
             placement_of(ctx, plan, schedule.world_size, hosts,
-                         PlacementSpec.model_validate(extra.get("placement") or {}))
+                         PlacementSpec.model_validate(extra.get("placement") or {}), schedule)
         return strag, schedule, placement
     strag, schedule, placement = guarded(ctx, run)
-    return finish(ctx, schedule, placement, strag)
+    return finish(ctx, schedule, placement, strag, e.ring_order, e.hierarchy)
