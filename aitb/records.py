@@ -129,7 +129,11 @@ class FlowRecord(_Record):
     """One transfer between two ranks. ``t_start``: the sender began (host clock, s);
     ``t_first_byte``/``t_end``: first and last byte at the receiver; ``fct_s`` = t_end -
     t_start. ``collective_id`` or ``burst_id`` ties it to its operation; ``background``: a
-    flow of background traffic (not of the AI workload under study)."""
+    flow of background traffic (not of the AI workload under study). ``send_cpu_s`` and
+    ``recv_cpu_s``: CPU seconds of the sending and receiving threads during the transfer
+    (time.thread_time; with TLS, encryption and decryption included); ``tls_cipher`` and
+    ``tls_handshake_s``: the connection's TLS 1.3 cipher suite and handshake time, None
+    without TLS (traffic_gen/tls.py)."""
 
     kind_name: ClassVar[str] = "flow"
     _nested: ClassVar[Mapping[str, type]] = {"tcp": TcpInfo, "udp": UdpStats}
@@ -157,6 +161,10 @@ class FlowRecord(_Record):
     tcp: TcpInfo | None = None
     udp: UdpStats | None = None
     background: bool = False
+    send_cpu_s: float | None = None
+    recv_cpu_s: float | None = None
+    tls_cipher: str | None = None
+    tls_handshake_s: float | None = None
     schema_version: int = SCHEMA_VERSION
 
 

@@ -10,6 +10,7 @@ from aitb.paths import dci_links
 from aitb.plan import plan_from_dict
 from analysis.dci import write_dci
 from analysis.io import write_json_atomic
+from analysis.locality import policies_of, write_locality
 from analysis.metrics import compute_metrics
 from analysis.report import render_report
 from analysis.tables import load_run, write_tables
@@ -22,7 +23,8 @@ def analyze_run(run_dir: Path) -> dict[str, Any]:
 
     Writes, each atomically, into ``run_dir``: ``tables/*.parquet`` (records, the flows with
     their ideal FCT and slowdown, qdisc samples, the one-row summary), ``metrics.json``
-    (analysis/metrics/__init__.py), ``dci.json`` when the plan has DCI links (analysis.dci) and
+    (analysis/metrics/__init__.py), ``dci.json`` when the plan has DCI links (analysis.dci),
+    ``locality.json`` when a workload marks its data (analysis.locality) and
     ``report.html``.
     Needs no root; re-runnable (the outputs are replaced, the inputs never touched). Returns
     the metrics dict (as written to metrics.json). Raises :class:`aitb.errors.SpecError`
@@ -31,12 +33,23 @@ def analyze_run(run_dir: Path) -> dict[str, Any]:
     """
     if _has_dci(Path(run_dir)):
         write_dci(Path(run_dir))  # dci.json: which collectives crossed a DCI (analysis.dci)
+    if _has_data_policy(Path(run_dir)):
+        write_locality(Path(run_dir))  # locality.json: marked data stayed in its regions?
     tables = load_run(Path(run_dir))
     metrics, flow_table = compute_metrics(tables)
     write_tables(tables, metrics["summary"], flow_table)
     write_json_atomic(tables.run_dir / "metrics.json", metrics)
     render_report(tables, metrics, flow_table)
     return metrics
+
+
+def _has_data_policy(run_dir: Path) -> bool:
+    """Whether a workload of experiment.json marks its data (analysis.locality)."""
+    try:
+        doc = json.loads((run_dir / "experiment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(policies_of(doc)) and (run_dir / "plan.json").exists()
 
 
 def _has_dci(run_dir: Path) -> bool:

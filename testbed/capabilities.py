@@ -209,17 +209,20 @@ def probe() -> CapabilityReport:
     Returns:
         A report whose capabilities are, in order: root, netns, veth, bridge, ifb, the qdiscs
         of :data:`QDISCS`, ovs_system (the kernel's OVS datapath), ovs_netdev (OVS's
-        user-space datapath), openvswitch (OVS switches work, on either), the programs of
-        :data:`PROGRAMS`, vm.
+        user-space datapath), openvswitch (OVS switches work, on either), wireguard, esp and
+        ktls (in-kernel encryption, testbed.crypto_caps), the programs of :data:`PROGRAMS`,
+        vm.
 
     Raises:
         LabError: a probe failed in an unexpected way (see :func:`probe_kernel`).
     """
     root = Capability("root", _is_root(), f"euid {os.geteuid()}",
                       "run aitb as root (sudo): namespaces and tc need CAP_NET_ADMIN")
+    from testbed.crypto_caps import probe_crypto  # it builds on this module's Capability
+
     kernel_caps = probe_kernel()
     caps = [root, *kernel_caps, *_probe_ovs({c.name: c for c in kernel_caps}),
-            *_probe_programs(), _probe_vm()]
+            *probe_crypto(), *_probe_programs(), _probe_vm()]
     caps += _probe_delay_lines({c.name: c for c in caps})
     return CapabilityReport(os.uname().release, in_vm(), {c.name: c for c in caps})
 

@@ -4,7 +4,9 @@ Connections are opened once per run (like NCCL's and Gloo's persistent peer conn
 ``conns_per_peer`` TCP connections per ordered rank pair that exchanges data (the sender
 connects; a 12-byte header names src rank, dst rank and connection index), one UDP socket pair
 per ordered rank pair with UDP flows. Every socket is bound to the host's lab address, and the
-agent refuses to connect to an address the controller did not list as a lab address.
+agent refuses to connect to an address the controller did not list as a lab address. With
+``options["tls"]`` (certificate and key files) every TCP connection but the gathers' runs TLS
+1.3 after its header (traffic_gen/tls.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from traffic_gen.gather import GATHER_CONN, GatherInbox
 from traffic_gen.tcpinfo import TcpKnobs, apply_knobs
+from traffic_gen.tls import client_context, server_context, wrap_client, wrap_server
 from traffic_gen.transfers import Shared, TcpReceiver, TcpSender
 from traffic_gen.udp import UdpReceiver, UdpSender
 from traffic_gen.wire import recv_exact
@@ -43,6 +46,9 @@ class Endpoints:
         self.listener: socket.socket | None = None
         self.inbox = GatherInbox()  # per-round connections of deadline-bounded gathers
         self.rank_ep: dict[str, list[Any]] = {}
+        tls = options.get("tls")
+        self.tls_server = server_context(tls["cert"], tls["key"]) if tls else None
+        self.tls_client = client_context(tls["cert"]) if tls else None
 
     def listen(self, udp_in: list[list[int]]) -> dict[str, Any]:
         """Open the TCP listener and the UDP receive sockets; return their ports."""
@@ -79,11 +85,15 @@ class Endpoints:
                 if c == GATHER_CONN:
                     self.inbox.put(s, src)
                     continue
-            except OSError:
+                tls: dict[str, Any] = {}
+                if self.tls_server is not None:
+                    s.settimeout(_ACCEPT_WAIT_S)
+                    s, tls = wrap_server(s, self.tls_server)
+            except OSError:  # ssl.SSLError is one
                 return
             peer = s.getpeername()
             info = {"dst_node": self.node, "dst_ip": self.ip, "dport": s.getsockname()[1],
-                    "src_ip": peer[0], "sport": peer[1]}
+                    "src_ip": peer[0], "sport": peer[1], **tls}
             self._add(self.inn, (src, dst, "tcp"), c, TcpReceiver(s, self.shared, info))
             with self.cv:
                 self.accepted += 1
@@ -121,8 +131,11 @@ class Endpoints:
         s.settimeout(_ACCEPT_WAIT_S)
         s.connect((ip, port))
         s.sendall(_HEADER.pack(src, dst, c))
+        tls: dict[str, Any] = {}
+        if self.tls_client is not None:
+            s, tls = wrap_client(s, self.tls_client)
         info = {"src_node": self.node, "dst_node": dst_node, "src_ip": self.ip,
-                "sport": s.getsockname()[1], "dst_ip": ip, "dport": port}
+                "sport": s.getsockname()[1], "dst_ip": ip, "dport": port, **tls}
         self._add(self.out, (src, dst, "tcp"), c,
                   TcpSender(s, self.shared, info, str(readback["congestion_control"]),
                             conn_id=f"{src}/{dst}/{c}"))

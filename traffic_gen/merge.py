@@ -39,7 +39,9 @@ def _flow(run_id: str, send: Mapping[str, Any], recv: Mapping[str, Any] | None) 
         iteration=send["iteration"], op_index=send["op_index"], step=send["step"],
         collective_id=ident if send["op_kind"] == "collective" else None,
         burst_id=ident if send["op_kind"] == "burst" else None,
-        tcp=_tcp(send), udp=udp, background=bool(send.get("background", False)))
+        tcp=_tcp(send), udp=udp, background=bool(send.get("background", False)),
+        send_cpu_s=send.get("cpu_s"), recv_cpu_s=r.get("cpu_s"),
+        tls_cipher=send.get("tls_cipher"), tls_handshake_s=send.get("tls_handshake_s"))
 
 
 def _tcp(send: Mapping[str, Any]) -> TcpInfo | None:

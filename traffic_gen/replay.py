@@ -15,7 +15,7 @@ import json
 import secrets
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +65,14 @@ class ReplayOptions:
     start_mode: str = "kick"
     kick_bytes: int = 14480
     python: str = sys.executable
+    tls: Mapping[str, str] | None = None  # {"cert", "key"} files: TLS 1.3 (traffic_gen/tls.py)
 
     def agent_options(self) -> dict[str, Any]:
         """What agents need to know (JSON-ready)."""
         return {"transfer_timeout_s": self.transfer_timeout_s, "knobs": asdict(self.knobs),
                 "udp_payload_bytes": self.udp_payload_bytes, "spin_s": self.spin_s,
-                "rt_priority": self.rt_priority}
+                "rt_priority": self.rt_priority,
+                "tls": dict(self.tls) if self.tls else None}
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,8 @@ def replay(schedule: Schedule, placement: Mapping[int, str], launcher: Launcher,
     starts processes through ``launcher``.
     """
     options = options or ReplayOptions()
+    if options.tls and options.start_mode == "kick":  # the starter's plain bytes would break
+        options = replace(options, start_mode="sleep")  # the TLS stream: senders wake alone
     _check_inputs(schedule, placement, addresses, options)
     program = compile_program(schedule, placement, options.sites, options.stragglers)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traffic_gen.ackwatch import AckTracker, AckWatcher
+from traffic_gen.tls import wire_bytes
 
 __all__ = ["Job", "Abort", "Shared", "TcpSender", "TcpReceiver", "BUFFER_BYTES", "sleep_until",
            "set_scheduler"]
@@ -183,6 +184,7 @@ class TcpSender(_Worker):
         self.acks = AckTracker(sock, congestion_control, shared.emit)
         self.conn_id = conn_id  # "src/dst/conn": this connection's name at the starter
         self.kicked: dict[str, Any] | None = None
+        self.tls = "tls_cipher" in info  # an ssl.SSLSocket (traffic_gen/tls.py)
 
     def timed_start(self, job: Job) -> None:
         """With a starter: arm the job and wait until the starter wrote its first bytes at
@@ -209,20 +211,23 @@ class TcpSender(_Worker):
 
     def transfer(self, job: Job) -> None:
         """Move ``job.size_bytes`` (see the class docstring)."""
-        t0, left = time.time(), job.size_bytes
+        t0, left, cpu0 = time.time(), job.size_bytes, time.thread_time()
         if self.kicked is not None:  # the starter wrote the first bytes (timed_start)
             if self.kicked["bytes"]:
                 t0, left = self.kicked["t"], left - self.kicked["bytes"]
             self.kicked = None
         deadline, buf = t0 + self.shared.transfer_timeout_s, self.shared.send_buf
+        wire = job.size_bytes - left  # bytes on the wire (TLS adds its records' overhead)
         while left:
             self.sock.settimeout(max(deadline - time.time(), 1e-3))
-            left -= self.sock.send(buf[:min(left, len(buf))])
+            sent = self.sock.send(buf[:min(left, len(buf))])
+            left -= sent
+            wire += wire_bytes(sent) if self.tls else sent
             self.unboost()
         t_sent = time.time()
         rec = {"half": "send", "key": job.key, "t_start": t0, "t_sent": t_sent,
-               **job.meta, **self.info}
-        self.acks.add(rec, job.size_bytes, t_sent + self.shared.transfer_timeout_s)
+               "cpu_s": time.thread_time() - cpu0, **job.meta, **self.info}
+        self.acks.add(rec, wire, t_sent + self.shared.transfer_timeout_s)
         self.shared.acks.watch(self.acks)
 
     def flush(self) -> None:
@@ -241,10 +246,11 @@ class TcpReceiver(_Worker):
             self.shared.emit({"half": "recv", "key": job.key, "t_first_byte": now, "t_end": now,
                               **job.meta, **self.info})
             return
-        while not select.select([self.sock], [], [], _POLL_S)[0]:
+        pending = getattr(self.sock, "pending", None)  # TLS: bytes decrypted but not read
+        while not (pending and pending()) and not select.select([self.sock], [], [], _POLL_S)[0]:
             if self.shared.aborted.is_set():
                 raise Abort
-        t_first = time.time()
+        t_first, cpu0 = time.time(), time.thread_time()
         deadline, left, buf = t_first + self.shared.transfer_timeout_s, job.size_bytes, \
             self.shared.recv_buf
         while left:
@@ -255,4 +261,5 @@ class TcpReceiver(_Worker):
                 raise ConnectionError("peer closed the connection mid-transfer")
             left -= got
         self.shared.emit({"half": "recv", "key": job.key, "t_first_byte": t_first,
-                          "t_end": time.time(), **job.meta, **self.info})
+                          "t_end": time.time(), "cpu_s": time.thread_time() - cpu0,
+                          **job.meta, **self.info})

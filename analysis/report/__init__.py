@@ -105,6 +105,14 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _locality(run_dir: Any) -> dict[str, Any] | None:
+    """locality.json of the run (analysis.locality), None when it has none."""
+    try:
+        return json.loads((run_dir / "locality.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def render_report(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> Path:
     """Write ``report.html`` into the run directory (atomically) and return its path.
     Sections whose data the run lacks say so; nothing is fetched from outside the file."""
@@ -121,7 +129,7 @@ def render_report(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> 
     html = env.get_template("report.html.j2").render(
         m=m, plots=[(k, title, figs[k], absent) for k, (title, absent) in PLOTS.items()],
         manifest=t.manifest, warnings=t.warnings,
-        sections=workload_sections(t.manifest, m, t))
+        sections=workload_sections(t.manifest, m, t), locality=_locality(t.run_dir))
     path = t.run_dir / "report.html"
     write_text_atomic(path, html)
     return path

@@ -102,7 +102,10 @@ class TransportSpec(BaseModel):
     """TCP knobs of every workload socket: congestion control (what the kernel offers),
     socket buffers (unit strings; None = autotuning), TCP_NODELAY, connections per peer; and
     of every host: ``rto_min`` (a duration; a locked route metric on all its routes) and
-    ``ecn`` (net.ipv4.tcp_ecn: true 1, false 0, "server" 2 = accept but never request)."""
+    ``ecn`` (net.ipv4.tcp_ecn: true 1, false 0, "server" 2 = accept but never request);
+    ``encryption`` ``tls``: every workload TCP connection runs TLS 1.3 with a per-run
+    self-signed certificate (traffic_gen/tls.py; the kernel here has no kTLS, ESP or
+    WireGuard, so encryption is the agents' own, in user space)."""
 
     model_config = _Forbid
     tcp_congestion_control: str | None = None
@@ -112,6 +115,7 @@ class TransportSpec(BaseModel):
     conns_per_peer: PositiveInt = 1
     rto_min: Annotated[Duration, AfterValidator(_rto_min_ok)] | None = None
     ecn: StrictBool | Literal["server"] | None = None
+    encryption: Literal["none", "tls"] = "none"
 
 
 class TimeoutSpec(BaseModel):

@@ -32,9 +32,11 @@ from orchestration.run.build import BuiltWorkload, build_entry
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
 from orchestration.run.experiment import ExperimentSpec, load_experiment, spec_issue
 from orchestration.run.fidelity import FidelityMonitor
+from orchestration.run.locality_check import check_placement
 from orchestration.run.observe import ObserveConfig, observe_config, observing
 from orchestration.run.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
 from orchestration.run.runlog import RunLog
+from orchestration.run.tls_cert import write_run_certificate
 from orchestration.run.traces import playing_traces
 from orchestration.run.transport import apply_host_transport, host_transport_record
 from testbed.backends import make_lab
@@ -185,6 +187,7 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
                             seed=spec.seed, scale=spec.scale, pid_by=spec.alto.pids,
                             metric=spec.alto.metric)
             _compile_check(w, i, source, options)
+            check_placement(entry, w, plan, i, source)  # data: {enforce: refuse}
             built.append(w)
         except SpecError as exc:
             issues += exc.issues
@@ -322,6 +325,9 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
         write_alto(run_dir, prep.plan, prep.spec.alto.pids)
     except PathError as exc:  # a plan with a routing hole still runs; its maps cannot exist
         runlog.log.warning("no ALTO maps: %s", exc)
+    if prep.spec.transport.encryption == "tls":  # the agents' TLS 1.3 (traffic_gen/tls.py)
+        prep = dataclasses.replace(prep, options=dataclasses.replace(
+            prep.options, tls=write_run_certificate(run_dir, f"aitb-{lab_id}")))
     try:
         _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog)
         outcome.workloads = manifest["workloads"]

@@ -20,6 +20,7 @@ MODULES: tuple[str, ...] = (
     "orchestration.cli.commands.image",
     "orchestration.cli.commands.capacity",
     "orchestration.cli.commands.cluster",
+    "orchestration.cli.commands.verify",
 )
 
 

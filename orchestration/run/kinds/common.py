@@ -23,7 +23,7 @@ from workloads.placement import place, sites_of_plan
 from workloads.transform import scale_schedule
 
 __all__ = ["BuiltWorkload", "Ctx", "PlacementSpec", "StragglerSpecModel", "Common", "RingOrder",
-           "Hierarchy",
+           "Hierarchy", "DataSpec",
            "hosts_of", "placement_of", "world_hosts", "stragglers_of", "finish", "guarded"]
 
 _Forbid = ConfigDict(extra="forbid")
@@ -50,6 +50,20 @@ class StragglerSpecModel(BaseModel):
     lognormal_sigma: Annotated[float, Field(ge=0)] | None = None
 
 
+class DataSpec(BaseModel):
+    """``data:`` what the workload's bytes are and where they may go (aitb.locality):
+    ``class`` a name (e.g. patient-records), ``allowed_regions`` the node ``region`` labels
+    its flows may touch, ``allowed_countries`` optionally the ``country`` labels; ``enforce``
+    ``refuse`` (default: a placement whose paths leave them is refused before the run) or
+    ``record`` (run anyway; locality.json says what left)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    data_class: str = Field(alias="class", min_length=1)
+    allowed_regions: Annotated[list[str], Field(min_length=1)]
+    allowed_countries: list[str] | None = None
+    enforce: Literal["refuse", "record"] = "refuse"
+
+
 RingOrder = Literal["rank", "cost_map"]  # communicator order: rank ids, or by the cost map
 Hierarchy = Literal["site", "cost_map"]  # hierarchical algorithms group by site, or by PID
 
@@ -66,6 +80,7 @@ class Common(BaseModel):
     stragglers: StragglerSpecModel = Field(default_factory=StragglerSpecModel)
     ring_order: RingOrder = "rank"
     hierarchy: Hierarchy = "site"
+    data: DataSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from aitb.specfile import Ref
 from orchestration.run.kinds.common import (
     BuiltWorkload,
     Ctx,
+    DataSpec,
     Hierarchy,
     PlacementSpec,
     RingOrder,
@@ -46,6 +47,7 @@ class ImportedEntry(BaseModel):
     start: StartMode = "after_previous"
     ring_order: RingOrder = "rank"
     hierarchy: Hierarchy = "site"
+    data: DataSpec | None = None
 
 
 Entry = ImportedEntry

@@ -1,0 +1,112 @@
+"""TLS 1.3 of the agents' connections (traffic_gen/tls.py) over a socket pair (no network),
+the run's certificate (orchestration/run/tls_cert.py) and the encryption summary
+(analysis.encryption) on hand-made records."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+from analysis.encryption import compare, encryption_summary
+from orchestration.run.tls_cert import write_run_certificate
+from traffic_gen.tls import client_context, server_context, wire_bytes, wrap_client, wrap_server
+
+
+def test_wire_bytes_add_one_record_overhead_per_16_kib():
+    assert wire_bytes(0) == 0
+    assert wire_bytes(1) == 23  # 1 byte in one record: 5 header + 1 type + 16 tag
+    assert wire_bytes(16384) == 16384 + 22
+    assert wire_bytes(16385) == 16385 + 44
+    # what the kernel's bytes_sent showed for a 2 MiB transfer in 128 KiB sends
+    assert 16 * wire_bytes(131072) == 2099968
+
+
+def test_handshake_with_the_run_certificate_moves_data_and_records_the_cipher(tmp_path):
+    files = write_run_certificate(tmp_path, "aitb-test")
+    assert (tmp_path / "tls/cert.pem").read_text().startswith("-----BEGIN CERTIFICATE")
+    a, b = socket.socketpair()
+    out: dict = {}
+
+    def serve() -> None:
+        s, out["info"] = wrap_server(b, server_context(files["cert"], files["key"]))
+        out["data"] = s.recv(100)
+        s.close()
+    t = threading.Thread(target=serve)
+    t.start()
+    c, info = wrap_client(a, client_context(files["cert"]))
+    c.sendall(b"gradient")
+    t.join(10)
+    c.close()
+    assert out["data"] == b"gradient"
+    assert info["tls_version"] == out["info"]["tls_version"] == "TLSv1.3"
+    assert info["tls_cipher"].startswith("TLS_") and info["tls_handshake_s"] > 0
+
+
+def test_a_client_refuses_a_certificate_it_was_not_given(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ours = write_run_certificate(tmp_path / "a", "aitb-a")
+    other = write_run_certificate(tmp_path / "b", "aitb-b")
+    a, b = socket.socketpair()
+    t = threading.Thread(target=lambda: _quiet(wrap_server, b, server_context(other["cert"],
+                                                                              other["key"])))
+    t.start()
+    import ssl
+
+    with pytest.raises(ssl.SSLCertVerificationError):
+        wrap_client(a, client_context(ours["cert"]))
+    a.close()
+    t.join(10)
+
+
+def _quiet(fn, *args):
+    try:
+        fn(*args)
+    except OSError:
+        pass
+
+
+def _run(tmp_path, name, flows, cct):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "flows.jsonl").write_text("".join(json.dumps(f) + "\n" for f in flows))
+    (d / "collectives.jsonl").write_text(json.dumps({"cct_s": cct}) + "\n")
+    return d
+
+
+def _flow(fct, cpu, **tls):
+    return {"kind": "tcp", "fct_s": fct, "size_bytes": 500_000_000, "send_cpu_s": cpu,
+            "recv_cpu_s": cpu, "src_ip": "198.18.0.1", "sport": 1, **tls}
+
+
+def test_summary_and_comparison_from_records(tmp_path):
+    plain = _run(tmp_path, "plain", [_flow(1.0, 0.25), _flow(3.0, 0.25)], 4.0)
+    tls = _run(tmp_path, "tls", [_flow(2.0, 0.5, tls_cipher="TLS_AES_256_GCM_SHA384",
+                                       tls_handshake_s=0.01)] * 2, 6.0)
+    s = encryption_summary(plain)
+    # 2 flows x 0.5 GB, 2 x (0.25 + 0.25) CPU s: 1 s per GB
+    assert s["encryption"] == "none" and s["cpu_s_per_gb"] == pytest.approx(1.0)
+    assert s["fct_s_mean"] == 2.0 and s["handshake_s_mean"] is None
+    c = compare(plain, tls)
+    assert c["encrypted"]["ciphers"] == ["TLS_AES_256_GCM_SHA384"]
+    assert c["encrypted"]["connections"] == 1 and c["encrypted"]["handshake_s_mean"] == 0.01
+    assert c["ratio"]["cpu_s_per_gb"] == pytest.approx(2.0)
+    assert c["ratio"]["cct_s_mean"] == pytest.approx(1.5)
+
+
+def test_doctor_sees_in_kernel_encryption_from_the_kernel_config(tmp_path):
+    import gzip
+
+    from testbed.crypto_caps import probe_crypto
+
+    cfg = tmp_path / "config.gz"
+    cfg.write_bytes(gzip.compress(b"CONFIG_WIREGUARD=m\n# CONFIG_INET_ESP is not set\n"))
+    caps = {c.name: c for c in probe_crypto(cfg)}
+    assert caps["wireguard"].present and "CONFIG_WIREGUARD=m" in caps["wireguard"].detail
+    assert not caps["esp"].present and "CONFIG_INET_ESP" in caps["esp"].remedy
+    assert "ktls" in caps  # from TCP_ULP on this kernel: either answer is an answer
+    unknown = {c.name: c for c in probe_crypto(tmp_path / "absent.gz")}
+    assert not unknown["wireguard"].present and "not known" in unknown["wireguard"].detail
