@@ -46,7 +46,8 @@ class RequestRecord(_Record):
     between successive token arrivals (mean and 99th percentile; None with one token);
     ``bootstrap``: this request was its session's first on ``server`` and made the server
     fetch ``bootstrap_bytes`` of context/parameters from the holder(s); ``bootstrap_s``: from
-    the server's first fetch request to the last shard's arrival (every layer)."""
+    the server's first fetch request to the last shard's arrival (every layer); ``why``: what
+    chose ``server`` (the policy's rule or its cost terms, workloads/inference.py)."""
 
     kind_name: ClassVar[str] = "request"
 
@@ -68,4 +69,5 @@ class RequestRecord(_Record):
     bootstrap_bytes: int
     bootstrap_s: float | None
     policy: str
+    why: str = ""
     schema_version: int = SCHEMA_VERSION

@@ -54,7 +54,7 @@ def _record(run_id: str, req: Mapping[str, Any], parts: Mapping[str, list[Half]]
         prompt_bytes=sum(h["size_bytes"] for h in prompt),
         response_bytes=sum(h["size_bytes"] for h in parts.get("recv:tok", [])),
         bootstrap=bool(req["bootstrap"]), bootstrap_bytes=boot_bytes, bootstrap_s=boot_s,
-        policy=req["policy"])
+        policy=req["policy"], why=req.get("why", ""))
 
 
 def request_records(run_id: str, halves: list[Half],

@@ -24,6 +24,15 @@ configured delays and the schedule's own timing:
   (bootstrap and network time not predicted); ties: nearest, then first listed.
 * ``affinity``: context affinity: a session stays on the server of its first request (chosen
   least loaded), so only its first request bootstraps.
+* ``cats`` (computing-aware traffic steering, as in the IETF CATS framework: compute metrics
+  of each instance combined with network metrics of the path to it): the server with the
+  least predicted first-token time, ``cats_weights`` = (w_delay, w_load, w_bootstrap) times
+  the path's configured round trip, the queueing the instance advertises (requests in service
+  x their nominal service time) and, unless the instance already holds the session's
+  context, the bootstrap's transfer time (bootstrap_bytes over the slowest configured rate
+  from a holder, ``bw_bps``); ties: first listed. Each request records the three terms and
+  the runner-up (``why``).
+Every request records ``why``: the rule or the cost terms that chose its server.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from aitb.schedule import Message, Schedule, Timed
 
 __all__ = ["POLICIES", "InferenceParams", "Arrival", "poisson_arrivals", "inference_schedule"]
 
-POLICIES = ("nearest", "least_loaded", "affinity")
+POLICIES = ("nearest", "least_loaded", "affinity", "cats")
 FETCH_BYTES = 64  # the server's fetch request to a holder: a small control message
 
 
@@ -55,6 +64,7 @@ class InferenceParams:
     prefill_s: float = 0.0
     bootstrap_bytes: int = 0
     layers: tuple[float, ...] = (1.0,)
+    cats_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)  # delay, load, bootstrap
 
     def service_s(self) -> float:
         """Nominal time a request keeps a server busy: prefill + tokens / rate."""
@@ -89,10 +99,13 @@ class _Chooser:
     """Instance selection state: busy intervals per server, session homes."""
 
     def __init__(self, p: InferenceParams, servers: Sequence[str],
-                 rtt_s: Callable[[str, str], float]) -> None:
-        self.p, self.servers, self.rtt_s = p, list(servers), rtt_s
+                 rtt_s: Callable[[str, str], float],
+                 boot_s: Callable[[str], float] = lambda _s: 0.0) -> None:
+        self.p, self.servers, self.rtt_s, self.boot_s = p, list(servers), rtt_s, boot_s
         self.busy: dict[str, list[float]] = {s: [] for s in servers}  # end times
         self.home: dict[str, str] = {}
+        self.held: set[tuple[str, str]] = set()  # (session, server) holding its context
+        self.why = ""
 
     def _load(self, server: str, t: float) -> int:
         return sum(1 for end in self.busy[server] if end > t)
@@ -104,14 +117,39 @@ class _Chooser:
         return min(self.servers, key=lambda s: (self._load(s, t), self.rtt_s(client, s),
                                                 self.servers.index(s)))
 
+    def _cats_terms(self, client: str, session: str, server: str, t: float
+                    ) -> tuple[float, float, float]:
+        cold = self.p.bootstrap_bytes > 0 and (session, server) not in self.held
+        return (self.rtt_s(client, server), self._load(server, t) * self.p.service_s(),
+                self.boot_s(server) if cold else 0.0)
+
+    def _cats(self, a: Arrival, session: str) -> str:
+        w = self.p.cats_weights
+        terms = {s: self._cats_terms(a.client, session, s, a.at_s) for s in self.servers}
+        cost = {s: sum(wi * x for wi, x in zip(w, terms[s], strict=True)) for s in terms}
+        ranked = sorted(self.servers, key=lambda s: (cost[s], self.servers.index(s)))
+        d, q, b = terms[ranked[0]]
+        self.why = (f"cats: rtt {d * 1e3:.1f} ms, queue {q * 1e3:.1f} ms, bootstrap "
+                    f"{b * 1e3:.1f} ms, cost {cost[ranked[0]] * 1e3:.1f} ms"
+                    + (f"; next {ranked[1]} {cost[ranked[1]] * 1e3:.1f} ms"
+                       if len(ranked) > 1 else ""))
+        return ranked[0]
+
     def choose(self, a: Arrival, session: str) -> str:
         if self.p.policy == "nearest":
             server = self._nearest(a.client)
+            self.why = f"nearest: rtt {self.rtt_s(a.client, server) * 1e3:.1f} ms"
         elif self.p.policy == "least_loaded":
             server = self._least(a.client, a.at_s)
+            self.why = f"least_loaded: {self._load(server, a.at_s)} in service"
+        elif self.p.policy == "cats":
+            server = self._cats(a, session)
         else:
             server = self.home.get(session) or self._least(a.client, a.at_s)
+            self.why = "affinity: session home" if session in self.home else \
+                f"affinity: least loaded ({self._load(server, a.at_s)} in service)"
         self.home.setdefault(session, server)
+        self.held.add((session, server))
         self.busy[server].append(a.at_s + self.p.service_s())
         return server
 
@@ -160,10 +198,14 @@ def _request_messages(n: int, a: Arrival, p: InferenceParams, rank: dict[str, in
 def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
                        servers: Sequence[str], holders: Sequence[str],
                        rtt_s: Callable[[str, str], float],
-                       name: str = "inference") -> tuple[Schedule, list[str]]:
+                       name: str = "inference",
+                       bw_bps: Callable[[str, str], float] | None = None
+                       ) -> tuple[Schedule, list[str]]:
     """The Schedule (one Timed op, kind ``inference``) and its hosts (rank i on hosts[i]).
 
-    ``rtt_s(client, server)``: configured round-trip delay (s) for ``nearest``. Messages are
+    ``rtt_s(client, server)``: configured round-trip delay (s) for ``nearest`` and ``cats``;
+    ``bw_bps(holder, server)``: the slowest configured rate (bit/s) on that path, for the
+    bootstrap term of ``cats`` (None: bootstraps cost nothing there). Messages are
     ordered by their nominal instant, so that the token streams of overlapping requests on
     one client-server pair interleave. ``info["requests"]``: request_id, session, client,
     server, policy, bootstrap per request (arrival order). Raises ValueError for an unknown
@@ -173,7 +215,11 @@ def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
     order = sorted(arrivals, key=lambda a: (a.at_s, a.client))
     hosts = list(dict.fromkeys([*(a.client for a in order), *servers, *holders]))
     rank = {h: i for i, h in enumerate(hosts)}
-    chooser, seen = _Chooser(p, servers, rtt_s), set()
+    def boot_s(server: str) -> float:
+        if bw_bps is None or not holders or not p.bootstrap_bytes:
+            return 0.0  # shards arrive in parallel: the slowest holder's share bounds it
+        return max(p.bootstrap_bytes / len(holders) * 8 / bw_bps(h, server) for h in holders)
+    chooser, seen = _Chooser(p, servers, rtt_s, boot_s), set()
     keyed, requests = [], []
     for n, (a, session) in enumerate(zip(order, _sessions(order, p.session_requests),
                                          strict=True)):
@@ -183,7 +229,7 @@ def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
         keyed += _request_messages(n, a, p, rank, server, holders, boot)
         requests.append({"request_id": f"q{n}", "session": session, "client": a.client,
                          "server": server, "policy": p.policy, "bootstrap": boot,
-                         "at_s": a.at_s})
+                         "at_s": a.at_s, "why": chooser.why})
     keyed.sort(key=lambda km: km[0])
     index = {k: i for i, (k, _) in enumerate(keyed)}
     msgs = tuple(Message(m.src, m.dst, m.size_bytes, m.at_s, tuple(index[d] for d in m.after),  # type: ignore[index]

@@ -59,17 +59,27 @@ def _inference(w: _Where, plan: LabPlan, e: InferenceEntry,
         policy=e.policy, session_requests=e.session_requests,
         prefill_s=parse_duration_s(e.prefill),
         bootstrap_bytes=parse_size_bytes(e.bootstrap.size) if e.bootstrap else 0,
-        layers=tuple(e.bootstrap.layers) if e.bootstrap else (1.0,))
+        layers=tuple(e.bootstrap.layers) if e.bootstrap else (1.0,),
+        cats_weights=(cw.delay, cw.load, cw.bootstrap) if (cw := e.cats_weights) else
+        (1.0, 1.0, 1.0))
     arrivals = _arrivals(w, plan, e, seed)
     if not arrivals:
         raise w.error("arrivals", message="no request arrives (raise rate_per_s or duration)")
     try:
         return inference_schedule(p, arrivals, e.servers, e.holders,
-                                  lambda c, s: rtt_delay_s(plan, c, s), e.name or "inference")
+                                  lambda c, s: rtt_delay_s(plan, c, s), e.name or "inference",
+                                  bw_bps=lambda h, s: _slowest_bps(plan, h, s))
     except PathError as exc:
         raise w.error("servers", message=f"no path: {exc}") from None
     except ValueError as exc:
         raise w.error("holders" if "holder" in str(exc) else "policy", message=str(exc)) from None
+
+
+def _slowest_bps(plan: LabPlan, src: str, dst: str) -> float:
+    """The smallest configured rate (bit/s) on the path src -> dst (10 Gbit/s, about a veth's
+    speed here, where every hop is unshaped)."""
+    rates = [lk.egress(n).rate_bps for lk, n in path_hops(plan, src, dst)]
+    return float(min((r for r in rates if r), default=10e9))
 
 
 def _link_rate_bps(w: _Where, plan: LabPlan, e: BackgroundEntry) -> float:

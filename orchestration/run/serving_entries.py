@@ -89,6 +89,16 @@ class BootstrapSpec(BaseModel):
         return self
 
 
+class CatsWeights(BaseModel):
+    """``cats_weights:`` how ``policy: cats`` weighs the predicted round trip, queueing and
+    bootstrap time of each instance (workloads/inference.py), each >= 0."""
+
+    model_config = _Forbid
+    delay: Annotated[float, Field(ge=0)] = 1.0
+    load: Annotated[float, Field(ge=0)] = 1.0
+    bootstrap: Annotated[float, Field(ge=0)] = 1.0
+
+
 class InferenceEntry(BaseModel):
     """``kind: inference`` (see the module docstring)."""
 
@@ -99,7 +109,8 @@ class InferenceEntry(BaseModel):
     clients: Annotated[list[str], Field(min_length=1)]
     servers: Annotated[list[str], Field(min_length=1)]
     holders: list[str] = Field(default_factory=list)
-    policy: Literal["nearest", "least_loaded", "affinity"] = "nearest"
+    policy: Literal["nearest", "least_loaded", "affinity", "cats"] = "nearest"
+    cats_weights: CatsWeights | None = None
     arrivals: ArrivalsSpec
     session_requests: PositiveInt = 4
     prompt: Size = "2KiB"
