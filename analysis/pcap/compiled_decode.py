@@ -79,7 +79,7 @@ def decode(b, off, caplen, wirelen, link):
             return _none(FRAGMENT)
         ihl = (i64(b[l3]) & 15) * 4
         total = be16(b, l3 + 2)
-        if total == 0:
+        if total == 0 or total > wire_l3:  # as decode.py: TSO (0) or beyond the wire
             total = wire_l3
         src, dst = V4_MAPPED | be32(b, l3 + 12), V4_MAPPED | be32(b, l3 + 16)
         return _l4(b, i64(b[l3 + 9]), 0, 0, src, 0, dst, l3 + ihl, end, total - ihl)

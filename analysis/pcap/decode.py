@@ -7,7 +7,9 @@ cooked v1 (16-byte header, protocol at 14), 276 Linux cooked v2 (20-byte header,
 0x88a8, 0x9100), stacked, are skipped. IPv4 options are skipped by IHL; IPv6 extension headers
 are walked (RFC 8200 section 4). Payload sizes come from the IP length fields, not the
 captured length, so headers-only snap lengths and offload (GSO/TSO) super-segments give the
-true payload; an IPv4 total length of 0 (TSO captures) falls back to the wire length.
+true payload; an IPv4 total length of 0 (TSO captures) falls back to the wire length, and one
+larger than the wire length (a corrupt or crafted header) is capped at it: no payload that
+was never on the wire.
 
 A decoded TCP frame is the tuple ``(6, src, dst, sport, dport, payload_bytes, seq, ack,
 flags, window, tcp_header_bytes, tcp_offset, frame_end)``; a UDP frame ``(17, src, dst,
@@ -109,7 +111,7 @@ def _ipv4(buf: bytes, l3: int, end: int, wire_l3: int, stats: DecodeStats) -> tu
         stats.ip_fragments += 1
         return None
     ihl = (vihl & 15) * 4
-    if total == 0:  # TSO capture: the stack left the length to the NIC
+    if total == 0 or total > wire_l3:  # TSO capture (0), or more than was on the wire
         total = wire_l3
     return _l4(proto, buf[l3 + 12:l3 + 16], buf[l3 + 16:l3 + 20], buf, l3 + ihl, end,
                total - ihl, stats)

@@ -17,6 +17,9 @@ from __future__ import annotations
 from numba import njit
 from numpy import int64 as i64
 
+# numba's on-disk cache (cache=True) of the functions here does not notice a change of
+# compiled_decode.decode, which they inline: edit this file too when decode changes
+# (last: IPv4 total length capped at the wire length)
 from analysis.pcap.compiled_decode import decode
 from analysis.tcpflows.direction import MAX_PENDING
 
