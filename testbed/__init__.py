@@ -22,7 +22,8 @@ Module map:
   changes, STP wait), :mod:`testbed.verify` (readback against the plan),
   :mod:`testbed.lab_state` (live description with qdisc counters)
 - what the host can do: :mod:`testbed.kernel` (qdisc/IFB probe guarding bring-up),
-  :mod:`testbed.capabilities` (everything ``aitb doctor`` reports)
+  :mod:`testbed.capabilities` (everything ``aitb doctor`` reports; one probe's result is a
+  :class:`testbed.probe_result.Capability`)
 - ownership and teardown: :mod:`testbed.registry` (records of what exists),
   :mod:`testbed.clean` (teardown by registry, ``aitb clean``), :mod:`testbed.signals`
   (SIGINT/SIGTERM during bring-up), :mod:`testbed.procs` (processes by pid),

@@ -28,6 +28,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from aitb.errors import LabError
 from testbed import kernel, ovs_datapath, qdiscs
+from testbed.probe_result import Capability
 from testbed.vm_kernel import SETUP_REMEDY, vm_problems
 
 __all__ = ["Capability", "CapabilityReport", "probe", "probe_kernel", "needs_vm", "require_kernel",
@@ -48,16 +49,6 @@ LINK_KINDS: dict[str, dict[str, object]] = {
 }
 PROGRAMS = ("tcpdump", "iperf3", "tshark")
 APT_NAME = {"tcpdump": "tcpdump", "iperf3": "iperf3", "tshark": "tshark"}
-
-
-@dataclass(frozen=True)
-class Capability:
-    """One probed capability: ``present`` or not, what was seen, and how to get it."""
-
-    name: str
-    present: bool
-    detail: str = ""
-    remedy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -218,7 +209,7 @@ def probe() -> CapabilityReport:
     """
     root = Capability("root", _is_root(), f"euid {os.geteuid()}",
                       "run aitb as root (sudo): namespaces and tc need CAP_NET_ADMIN")
-    from testbed.crypto_caps import probe_crypto  # it builds on this module's Capability
+    from testbed.crypto_caps import probe_crypto  # not at import: doctor-only probes
 
     kernel_caps = probe_kernel()
     caps = [root, *kernel_caps, *_probe_ovs({c.name: c for c in kernel_caps}),

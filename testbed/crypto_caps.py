@@ -18,7 +18,7 @@ import gzip
 import socket
 from pathlib import Path
 
-from testbed.capabilities import Capability
+from testbed.probe_result import Capability
 
 __all__ = ["probe_crypto", "TCP_ULP"]
 
