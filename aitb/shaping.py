@@ -18,8 +18,8 @@ __all__ = ["GilbertElliott", "Shaping", "JitterDistribution", "Aqm", "AQMS", "JI
 
 JitterDistribution = Literal["uniform", "normal", "pareto", "paretonormal"]
 JITTER_DISTRIBUTIONS: tuple[str, ...] = ("uniform", "normal", "pareto", "paretonormal")
-Aqm = Literal["fifo", "red", "fq_codel"]
-AQMS: tuple[str, ...] = ("fifo", "red", "fq_codel")
+Aqm = Literal["fifo", "head_drop", "red", "fq_codel"]
+AQMS: tuple[str, ...] = ("fifo", "head_drop", "red", "fq_codel")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,8 @@ class Shaping:
     rate_bps: line rate in bit/s (64-bit), ``None`` for unshaped (veth speed).
     buffer: bottleneck queue limit (packets or bytes) at the rate limiter; ``None`` means the
       kernel's default (1000 packets, like a txqueuelen).
-    aqm: ``fifo`` (tail drop), ``red`` or ``fq_codel`` where the kernel has them; ``ecn`` marks
+    aqm: ``fifo`` (tail drop), ``head_drop`` (drop the oldest), ``red`` or ``fq_codel`` where
+      the kernel has them; ``ecn`` marks
       instead of dropping with red/fq_codel.
     delay_s, jitter_s, jitter_distribution, delay_correlation_pct: the delay line (netem).
     loss_pct (random) or loss_gemodel (burst), reorder_pct (needs delay_s > 0), duplicate_pct,
@@ -96,8 +97,8 @@ class Shaping:
             raise UnitError("reorder needs a delay: netem reorders by sending some packets early")
         if self.aqm not in AQMS:
             raise UnitError(f"unknown aqm {self.aqm!r}; known: {', '.join(AQMS)}")
-        if self.ecn and self.aqm == "fifo":
-            raise UnitError("ecn needs an AQM that marks (red or fq_codel), not fifo")
+        if self.ecn and self.aqm in ("fifo", "head_drop"):
+            raise UnitError(f"ecn needs an AQM that marks (red or fq_codel), not {self.aqm}")
         if self.jitter_distribution not in JITTER_DISTRIBUTIONS:
             raise UnitError(f"unknown jitter distribution {self.jitter_distribution!r}; "
                             f"known: {', '.join(JITTER_DISTRIBUTIONS)}")

@@ -29,7 +29,7 @@ import difflib
 from types import ModuleType
 
 from aitb.errors import LabError
-from testbed.qdiscs import fifo, fq_codel, htb, ingress, netem, red, tbf, u32
+from testbed.qdiscs import fifo, fq_codel, head_drop, htb, ingress, netem, red, tbf, u32
 
 __all__ = ["MODULES", "BY_KIND", "AQM_MODULES", "module", "aqm", "known", "nla_options",
            "capabilities", "kernel_modules", "unknown_name_error"]
@@ -41,6 +41,7 @@ MODULES: tuple[ModuleType, ...] = (  # order: the order `aitb doctor` lists capa
     fq_codel,
     red,
     fifo,
+    head_drop,
     ingress,
     u32,
 )
