@@ -39,13 +39,15 @@ apt_install() {  # install the Debian packages named in "$@" that are not instal
 
 apt_install python3 python3-venv python3-dev gcc make git \
   iproute2 iputils-ping ethtool procps kmod iptables \
-  tcpdump iperf3 tshark chromium \
+  tcpdump iperf3 tshark chromium openssh-server \
   mininet bridge-utils openvswitch-switch \
   docker.io busybox-static  # mininet + bridge-utils + openvswitch-switch: the mininet backend,
                             # its OVS switches and the peer of bench/bringup.py; docker.io: the
                             # engine of container hosts (started by a lab only if none runs);
                             # busybox-static: the test image of container hosts;
                             # chromium: headless screenshots of report.html in the tests
+                            # openssh-server: the sshd of the test cluster's machines
+                            # (tests/netns/test_cluster_ssh.py starts its own, by pid)
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
