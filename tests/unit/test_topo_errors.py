@@ -41,7 +41,7 @@ def lab(body: str, nodes: str = GOOD_NODES) -> str:
     ("links:\n  - endpoints: [h1, s1]\n    rate: 10Gbps\n  - endpoints: [h2, s1]\n",
      "links[0].rate", "BYTES"),
     ("links:\n  - endpoints: [h1, s1]\n    aqm: pie\n  - endpoints: [h2, s1]\n",
-     "links[0].aqm", "'fifo', 'red' or 'fq_codel'"),
+     "links[0].aqm", "'fifo', 'head_drop', 'red' or 'fq_codel'"),
     ("links:\n  - endpoints: [h1, s1]\n    mtu: 20\n  - endpoints: [h2, s1]\n",
      "links[0].mtu", "greater than or equal to 68"),
     ("links:\n  - endpoints: [h1, s1]\n", "nodes.h2", "host has no links"),
