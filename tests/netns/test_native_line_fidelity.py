@@ -76,9 +76,10 @@ def test_random_loss_inside_the_99pct_binomial_interval(labs):
     print(f"FIGURE native random loss {loss_pct}%: lost {lost} of {n} (line counted "
           f"{counted}), 99.99% interval [{n * p - half:.0f}, {n * p + half:.0f}]")
     assert n * p - half <= counted <= n * p + half, f"the line dropped {counted} of {n}"
-    # every loss the line made is one ping saw; on a loaded machine ping may also give up on
-    # a few late replies (-W 1), which the line did not drop
-    assert counted <= lost <= counted + 10, f"ping lost {lost}, the line dropped {counted}"
+    # the line's drops are ping's losses, give or take a few: a warm-up echo or an IPv6
+    # neighbour message may be among the line's (a CI run: 102 vs 101), and on a loaded
+    # machine ping may give up on a late reply (-W 1) that the line did not drop
+    assert abs(lost - counted) <= 5, f"ping lost {lost}, the line dropped {counted}"
 
 
 def _drops(lab, node: str, ifname: str, handle: int) -> int:
