@@ -157,9 +157,12 @@ def _after_first_phase(tmp_path, action):
 
 
 def test_transfer_timeout_names_node_rank_peer_op(launcher, addresses, tmp_path):
-    # phase 0: a tiny burst; phase 1: an all-reduce whose 16 MiB steps overflow the socket
-    # buffers towards h3, which is frozen (SIGSTOP) once phase 0 is recorded
-    sched = _sched([Burst((Flow(1, 0, 1000),)), Collective("all_reduce", "g", 64 << 20)])
+    # phase 0: a tiny burst; phase 1: 3 s of compute, during which h3 is frozen (SIGSTOP)
+    # once phase 0 is recorded; phase 2: an all-reduce whose 16 MiB steps overflow the socket
+    # buffers towards frozen h3. The compute gap keeps h3 from writing any byte of its own
+    # step (then h0, receiving from h3, could time out first: a race, not the behaviour here)
+    sched = _sched([Burst((Flow(1, 0, 1000),)), Compute(3.0),
+                    Collective("all_reduce", "g", 64 << 20)])
     _after_first_phase(tmp_path, lambda: os.kill(launcher.procs["h3"].pid, signal.SIGSTOP))
     # start_mode "sleep": with the starter (kick.py) the first bytes of frozen h3's own step
     # would still be written at the instant, and h0 could time out on them before h2 does
@@ -167,7 +170,7 @@ def test_transfer_timeout_names_node_rank_peer_op(launcher, addresses, tmp_path)
                  ReplayOptions(transfer_timeout_s=1.0, start_mode="sleep"))
     assert not res.ok
     (fail,) = res.failures
-    assert fail.node == "h2" and (fail.rank, fail.peer, fail.op) == (2, 3, "c0.1")
+    assert fail.node == "h2" and (fail.rank, fail.peer, fail.op) == (2, 3, "c0.2")
     assert "timed out" in fail.detail and "rank 2 -> peer rank 3" in fail.detail
     assert all(p.poll() is not None for p in launcher.procs.values())
 
