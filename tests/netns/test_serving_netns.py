@@ -1,7 +1,8 @@
 """Inference serving and background traffic on real namespaces (host kernel, HTB only):
 TTFT grows with the bootstrap on a session's first request only; background flows offer the
 target load on their link while an all-reduce runs alongside (start: with_previous); the
-nearest policy (vm tier: configured delays need netem) serves from the lower-delay server."""
+nearest policy serves from the lower-delay server (its delays on the host kernel's own delay
+backend: netem where the kernel has it, else the native delay line)."""
 
 from __future__ import annotations
 
@@ -132,7 +133,6 @@ def test_background_offers_the_target_load_alongside_an_all_reduce(tmp_path, sta
     assert max(f["t_end"] for f in ai) > min(f["t_start"] for f in background)
 
 
-@pytest.mark.vm
 def test_nearest_policy_serves_from_the_lower_delay_server(tmp_path, state_env):
     doc = _example("inference.yaml")
     doc["name"] = "nearest"
@@ -154,8 +154,8 @@ def test_nearest_policy_serves_from_the_lower_delay_server(tmp_path, state_env):
     print("TTFT nearest:", sorted(round(r["ttft_s"], 3) for r in chosen),
           "far only:", sorted(round(r["ttft_s"], 3) for r in forced))
     # measured TTFT is at least each server's configured round trip plus the 5 ms prefill
-    # (the delay line is real). Under TCG emulation in the VM, agents run 5-20x slower than
-    # on the host (seen: 0.2-1.1 s TTFT for the near server), so no upper bound is asserted
+    # (the delay line is real). No upper bound: on a loaded 2-core CI host the agents' own
+    # scheduling adds an unbounded share (seen on a quiet host: 10 ms near, 106 ms far)
     assert all(r["ttft_s"] >= 0.009 for r in chosen)
     assert all(r["ttft_s"] >= 0.105 for r in forced)
 
