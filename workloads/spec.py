@@ -131,51 +131,64 @@ def parse_workload(data: Any, *, file: str | None = None, prefix: Sequence[str |
 def read_workload_file(path: str | Path) -> AnySpec:
     """Read and validate the YAML workload spec at ``path`` (aitb.specfile: regular files,
     limits); errors name file, key, line."""
+    return _read_workload(path)[0]
+
+
+def _read_workload(path: str | Path) -> tuple[AnySpec, Any]:
+    """The spec at ``path`` and its ruamel document (for the lines of later errors)."""
     data, dups = load_yaml(path, "a workload spec: a mapping with a 'kind' key")
     if dups:
         raise SpecError(dups)
-    return parse_workload(data, file=str(path), doc=data)
+    return parse_workload(data, file=str(path), doc=data), data
 
 
 def build_workload(spec: AnySpec, *, base_dir: str | Path = ".",
                    file: str | None = None, scale: float | None = None,
-                   dp_replicas: int | None = None, ref: Ref | None = None) -> Schedule:
+                   dp_replicas: int | None = None, ref: Ref | None = None,
+                   prefix: Sequence[str | int] = ()) -> Schedule:
     """The Schedule of ``spec``; ``scale`` and ``dp_replicas`` override the spec's own.
 
-    Reads the AICB file of a ``kind: aicb`` spec (``ref``: the key that names it, where a
-    missing, empty or unreadable file name is reported). Raises :class:`SpecError` for bad
-    input.
+    ``file`` and ``prefix`` say where the spec was written (the key path of the spec in
+    ``file``, e.g. ``("workloads", 0)`` in an experiment file, as for :func:`parse_workload`):
+    every issue about the spec's keys names ``file`` and the full key path. Reads the AICB
+    file of a ``kind: aicb`` spec (``ref``: the key that names it, where a missing, empty or
+    unreadable file name is reported; default ``prefix + ("file",)``). Raises
+    :class:`SpecError` for bad input.
     """
+    pre = tuple(prefix)
     if isinstance(spec, AicbWorkload):
         opts = _override(spec.options, {"scale": scale, "dp_replicas": dp_replicas}, file,
-                         "options")
-        where = ref or Ref(file or "", ("file",))
+                         (*pre, "options"))
+        where = ref or Ref(file or "", (*pre, "file"))
         path = resolve_ref(spec.file, base_dir, where)
         check_file(path, ref=where, limit=64 * 2**20)  # a regular file, else named at ``ref``
         return load_aicb(path, opts)
     if isinstance(spec, FedAvgWorkload | HierarchicalWorkload | GossipWorkload):
         if dp_replicas is not None:
             raise SpecError(SpecIssue("--subset applies to training and AICB workloads, not "
-                                      f"{spec.kind}", file=file, key_path=("kind",)))
+                                      f"{spec.kind}", file=file, key_path=(*pre, "kind")))
         fl = gossip_schedule(spec, name=spec.name) if isinstance(spec, GossipWorkload) \
             else fedavg_schedule(spec, name=spec.name)
         return scale_schedule(fl, scale) if scale else fl
     par = spec.parallelism
     if dp_replicas is not None:
-        par = _override(par, {"dp": dp_replicas, "world_size": None}, file, "parallelism")
+        par = _override(par, {"dp": dp_replicas, "world_size": None}, file,
+                        (*pre, "parallelism"))
     s = training_schedule(spec.model, par, spec.accelerator, iterations=spec.iterations,
-                          file=file, name=spec.name)
+                          file=file, name=spec.name, prefix=pre)
     return scale_schedule(s, scale) if scale else s
 
 
-def _override(m: Any, updates: dict[str, Any], file: str | None, key: str) -> Any:
-    """``m`` re-validated with the non-None ``updates`` (command-line overrides)."""
+def _override(m: Any, updates: dict[str, Any], file: str | None,
+              key: tuple[str | int, ...]) -> Any:
+    """``m`` re-validated with the non-None ``updates`` (command-line overrides); errors at
+    the key path ``key`` of ``file``."""
     data = {**m.model_dump(), **{k: v for k, v in updates.items()
                                  if v is not None or k == "world_size"}}
     try:
         return type(m).model_validate(data)
     except ValidationError as exc:
-        issues = issues_from_validation(exc, type(m), file, (key,))
+        issues = issues_from_validation(exc, type(m), file, key)
         for i in issues:
             i.message += " (command-line override)"
         raise SpecError(issues) from None
@@ -191,7 +204,11 @@ def load_schedule(path: str | Path, *, scale: float | None = None,
             kind="aicb", file=str(p), options=AicbOptions(world_size=world_size))
         return build_workload(spec, scale=scale, dp_replicas=dp_replicas)
     if p.suffix.lower() in (".yaml", ".yml"):
-        return build_workload(read_workload_file(p), base_dir=p.parent, file=str(p),
-                              scale=scale, dp_replicas=dp_replicas)
+        spec, doc = _read_workload(p)
+        try:
+            return build_workload(spec, base_dir=p.parent, file=str(p), scale=scale,
+                                  dp_replicas=dp_replicas)
+        except SpecError as exc:  # the issues about the spec's keys get their lines
+            raise with_lines(exc, doc, str(p)) from None
     raise SpecError(f"unknown workload file type {p.suffix!r}; expected .csv or .txt (AICB) "
                     "or .yaml (workload spec)", file=str(p))

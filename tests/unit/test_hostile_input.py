@@ -173,3 +173,45 @@ def test_sysctl_inf_is_refused_at_validation(tmp_path):
     with pytest.raises(SpecError) as info:
         load_topology(p)
     assert "finite" in str(info.value)
+
+
+_MOE_LESS = ("model: {num_layers: 1, hidden_size: 256, num_attention_heads: 4, "
+             "seq_length: 256, vocab_size: 4000}\nparallelism: {world_size: 2, ep: 2}\n")
+
+
+def test_inline_workload_build_error_names_the_full_key_path_and_line(tmp_path):
+    """A consistency error found when the workload is built (ep > 1 without experts) names
+    workloads[1].model.num_experts and its line in the experiment file, not model.num_experts."""
+    from orchestration.run.runner import prepare
+
+    p = _experiment(tmp_path, "topo.yaml")
+    entry = "  - kind: training\n" + "".join(f"    {ln}\n" for ln in _MOE_LESS.splitlines())
+    p.write_text(p.read_text() + entry)
+    with pytest.raises(SpecError) as info:
+        prepare(p)
+    issue = info.value.issues[0]
+    assert (issue.file, issue.key_path, issue.line) == \
+        (str(p), ("workloads", 1, "model", "num_experts"), 7), issue
+    assert "workloads[1].model.num_experts" in str(info.value)
+
+
+def test_aicb_workload_file_key_names_the_full_key_path_and_line(tmp_path):
+    from orchestration.run.runner import prepare
+
+    p = _experiment(tmp_path, "topo.yaml")
+    p.write_text(p.read_text() + "  - kind: aicb\n    file: missing.csv\n")
+    with pytest.raises(SpecError) as info:
+        prepare(p)
+    issue = info.value.issues[0]
+    assert (issue.file, issue.key_path, issue.line) == (str(p), ("workloads", 1, "file"), 7)
+
+
+def test_workload_file_build_error_names_key_and_line(tmp_path):
+    from workloads.spec import load_schedule
+
+    p = tmp_path / "w.yaml"
+    p.write_text("kind: training\n" + _MOE_LESS)
+    with pytest.raises(SpecError) as info:
+        load_schedule(p)
+    issue = info.value.issues[0]
+    assert (issue.file, issue.key_path, issue.line) == (str(p), ("model", "num_experts"), 2)

@@ -87,7 +87,7 @@ def test_tp_not_dividing_heads_names_the_key(tmp_path):
     p = _spec(tmp_path, TRAINING.replace("tp: 2, world_size: 8", "tp: 3, world_size: 9"))
     with pytest.raises(SpecError, match="tp=3 does not divide num_attention_heads=8") as exc:
         load_schedule(p)
-    assert exc.value.issues[0].where() == f"{p}: parallelism.tp"
+    assert exc.value.issues[0].where() == f"{p}:4: parallelism.tp"  # the line of parallelism:
 
 
 def test_cli_exits_2_with_a_clear_message_and_no_traceback(tmp_path):

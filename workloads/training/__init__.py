@@ -27,14 +27,14 @@ _KINDS = ("tp", "dp", "pp", "ep", "ep_dp", "embedding")
 
 def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None = None, *,
                       iterations: int = 1, file: str | None = None,
-                      name: str | None = None) -> Schedule:
+                      name: str | None = None, prefix: tuple[str | int, ...] = ()) -> Schedule:
     """One training iteration of ``m`` under ``p`` (repeated ``iterations`` times), named
     ``name`` (default: the model's name).
 
     Raises :class:`SpecError` listing every inconsistency (see check_training), each naming
-    its key. ``meta`` records the layout, micro-batches and per-rank parameter count.
+    ``file`` and its key under ``prefix`` (the key path of the spec in ``file``). ``meta`` records the layout, micro-batches and per-rank parameter count.
     """
-    issues = check_training(m, p, file=file)
+    issues = check_training(m, p, file=file, prefix=prefix)
     if issues:
         raise SpecError(issues)
     a = a or Accelerator()

@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict
 from aitb.errors import SpecError
 from aitb.plan import LabPlan
 from aitb.schedule import Schedule
-from aitb.specfile import Ref
 from orchestration.run.kinds.common import (
     BuiltWorkload,
     Ctx,
@@ -72,7 +71,7 @@ def _schedule(ctx: Ctx, e: ImportedEntry) -> Schedule:
             if k not in ("hosts", "placement", "stragglers")}
     spec = parse_workload({"kind": e.kind, **data}, file=ctx.source, prefix=ctx.prefix)
     return build_workload(spec, base_dir=Path(ctx.base_dir), file=ctx.source,
-                          ref=Ref(ctx.source, (*ctx.prefix, "file")))
+                          prefix=ctx.prefix)
 
 
 def build(e: ImportedEntry, ctx: Ctx, plan: LabPlan) -> BuiltWorkload:
