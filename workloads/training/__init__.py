@@ -32,7 +32,8 @@ def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None
     ``name`` (default: the model's name).
 
     Raises :class:`SpecError` listing every inconsistency (see check_training), each naming
-    ``file`` and its key under ``prefix`` (the key path of the spec in ``file``). ``meta`` records the layout, micro-batches and per-rank parameter count.
+    ``file`` and its key under ``prefix`` (the key path of the spec in ``file``).
+    ``meta`` records the layout, micro-batches and per-rank parameter count.
     """
     issues = check_training(m, p, file=file, prefix=prefix)
     if issues:
