@@ -178,3 +178,46 @@ def test_rows_then_one_epoch_end_are_the_iteration(tmp_path):
     end = "CommType.epoch_end,None,None,0,,None,None,,None,None,None,1"
     s = load_aicb(_bad(tmp_path, f"[rank0 ~ rank3]\n{HEADER}\n{row}\n{end}\n"))
     assert _table(s)[("all_reduce", "dp")]["count"] == 2  # the count column repeats the row
+
+
+def _gzip_zeros(path: Path, size_bytes: int) -> Path:
+    """A gzip bomb: ``size_bytes`` zero bytes, compressed chunk by chunk (~1000:1)."""
+    import gzip
+
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        for _ in range(size_bytes // 2**20):
+            f.write(bytes(2**20))
+    return path
+
+
+def test_gzip_bomb_is_refused_naming_file_and_cap_without_expanding_it(tmp_path):
+    """64 MiB of zeros in ~64 KB, read with a 1 MiB cap: refused, naming the file and the cap,
+    and at most cap + one chunk was ever held (gzip.decompress would hold all 64 MiB)."""
+    import tracemalloc
+
+    bomb = _gzip_zeros(tmp_path / "bomb.csv.gz", 64 * 2**20)
+    assert bomb.stat().st_size < 2**20
+    tracemalloc.start()
+    try:
+        with pytest.raises(SpecError) as info:
+            read_csv(bomb, limit=2**20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    issue = info.value.issues[0]
+    assert issue.file == str(bomb)
+    assert f"more than {2**20} bytes" in issue.message and "decompresses" in issue.message
+    assert peak < 8 * 2**20, peak
+
+
+def test_aicb_size_cap_is_exact_and_applies_to_plain_files():
+    import gzip
+
+    gz = DATA / "L7B-D1-C02_Llama7B_zero3_mbs1.csv.gz"
+    text_bytes = len(gzip.decompress(gz.read_bytes()))
+    assert read_csv(gz, limit=text_bytes) == read_csv(gz)
+    with pytest.raises(SpecError, match=f"decompresses to more than {text_bytes - 1} bytes"):
+        read_csv(gz, limit=text_bytes - 1)
+    plain = DATA / "L7B-D1-C01_Llama7B_zero2_mbs1.csv"
+    with pytest.raises(SpecError, match=r": is more than 1000 bytes"):
+        read_csv(plain, limit=1000)

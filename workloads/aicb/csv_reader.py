@@ -24,7 +24,13 @@ from pathlib import Path
 from aitb.errors import SpecError, SpecIssue
 from workloads.aicb.rows import AicbFile, AicbRow, AicbStage
 
-__all__ = ["read_csv", "COMM_TYPES", "COMM_GROUPS"]
+__all__ = ["read_csv", "COMM_TYPES", "COMM_GROUPS", "MAX_AICB_BYTES"]
+
+# The most bytes of CSV text read from one AICB file, after decompression: a bound for a gzip
+# bomb (a few KB that expand to gigabytes). The AICB files of the AICB repository are tens of
+# KB (tests/data/aicb), a 1024-layer model a few MB; 256 MiB is far above any real one.
+MAX_AICB_BYTES = 256 * 2**20
+_CHUNK = 2**20
 
 COMM_TYPES: dict[str, str] = {
     "all_reduce": "all_reduce", "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
@@ -43,22 +49,22 @@ _STAGE_LINE = re.compile(r"^\[\s*pp_stage(\d+)\s*:\s*\[(.*)\]\s*\]$")
 _REQUIRED = ("comm_type", "comm_group", "msg_size")
 
 
-def read_csv(path: str | Path) -> AicbFile:
-    """Parse the AICB CSV at ``path`` (gzip-compressed when it ends in ``.gz``).
+def read_csv(path: str | Path, *, limit: int = MAX_AICB_BYTES) -> AicbFile:
+    """Parse the AICB CSV at ``path`` (gzip-compressed when it ends in ``.gz``), at most
+    ``limit`` bytes of CSV text (after decompression, read in 1 MiB chunks, so a gzip bomb is
+    never expanded beyond ``limit`` + 1 MiB in memory).
 
     Returns an :class:`AicbFile` whose ``world_size`` comes from the ``[rank0 ~ rankN]`` line
     (None without it), or, for a per-stage file (sections headed ``[ pp_stageS: [rank...] ]``,
     what AICB writes for pipeline-parallel jobs), from the ranks of all sections, with one
     :class:`AicbStage` per section. Raises :class:`SpecError` naming file and line for a
     missing column, a row with the wrong number of columns, an unknown comm type or group, a
-    bad size, or stage headings out of order or with bad rank lists.
+    bad size, or stage headings out of order or with bad rank lists, and for text longer
+    than ``limit`` bytes.
     """
     path = str(path)
     try:
-        raw = Path(path).read_bytes()
-        if path.endswith(".gz"):
-            raw = gzip.decompress(raw)
-        lines = raw.decode("utf-8").splitlines()
+        lines = _read_bounded(path, limit).decode("utf-8").splitlines()
     except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
         raise SpecError(f"cannot read AICB CSV: {exc}", file=path) from exc
     if lines and _STAGE_LINE.match(lines[0].strip()):
@@ -123,6 +129,22 @@ def _section(path: str, lines: list[str], start: int,
             segments[-1].extend([row] * _count(dict(zip(header, cells, strict=True)), path,
                                                lineno))
     return _split(path, segments, start + 1)
+
+
+def _read_bounded(path: str, limit: int) -> bytes:
+    """The bytes of ``path`` (decompressed when it ends in ``.gz``), read chunk by chunk;
+    raises SpecError naming the file and ``limit`` as soon as more than ``limit`` come."""
+    chunks, n = [], 0
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+        while chunk := f.read(min(_CHUNK, limit + 1 - n)):
+            chunks.append(chunk)
+            n += len(chunk)
+            if n > limit:
+                what = "decompresses to" if path.endswith(".gz") else "is"
+                raise SpecError(SpecIssue(f"{what} more than {limit} bytes of CSV text (the "
+                                          "limit for an AICB file, MAX_AICB_BYTES); refused",
+                                          file=path))
+    return b"".join(chunks)
 
 
 def _world_line(lines: list[str]) -> tuple[int | None, int]:
