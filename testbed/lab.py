@@ -361,6 +361,15 @@ class Lab:
     def _fd(self, node: str) -> int:
         return self.node_io(node).fd
 
+    def read_sysctl(self, node: str, key: str) -> str:
+        """The value of sysctl ``key`` (``net.ipv4.tcp_congestion_control``) inside ``node``'s
+        namespace, as the kernel reports it now (stripped). Raises LabError for an unknown
+        node or a key the kernel lacks."""
+        try:
+            return sysctl.read(self._fd(node), key)
+        except OSError as exc:
+            raise LabError(f"cannot read sysctl {key} in node {node}: {exc.strerror}") from None
+
     def popen(self, node: str, argv: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` inside ``node``'s namespace (``kw`` go to subprocess.Popen); the
         process is registered (pid, start time) and ended by :meth:`down`."""

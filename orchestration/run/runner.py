@@ -38,7 +38,11 @@ from orchestration.run.rundir import create_run_dir, host_facts, new_run_id, wri
 from orchestration.run.runlog import RunLog
 from orchestration.run.tls_cert import write_run_certificate
 from orchestration.run.traces import playing_traces
-from orchestration.run.transport import apply_host_transport, host_transport_record
+from orchestration.run.transport import (
+    apply_host_transport,
+    congestion_control_record,
+    host_transport_record,
+)
 from testbed.backends import make_lab
 from testbed.capabilities import in_vm
 from testbed.lab import Lab
@@ -352,6 +356,9 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
             manifest["lab_timings_s"] = dict(lab.timings)
             # which delay line each direction got (auto resolved at bring-up), also in plan.json
             manifest["delay_lines"] = lab.delay_lines()
+            # each host's congestion control as the kernel applies it (default: its sysctl)
+            manifest.update(congestion_control_record(prep.plan, prep.spec.transport,
+                                                      lab.read_sysctl))
             write_json_atomic(run_dir / "plan.json", plan_to_dict(lab.plan))
             if lab.ovs_datapaths:  # switch -> system/netdev, read back at bring-up
                 manifest["ovs_datapaths"] = dict(lab.ovs_datapaths)

@@ -10,15 +10,18 @@ do not terminate TCP.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from aitb.plan import LabPlan, NodePlan
 from aitb.units import parse_duration_s
 from orchestration.run.experiment import TransportSpec
 
-__all__ = ["ECN_SYSCTL", "ecn_value", "apply_host_transport", "host_transport_record"]
+__all__ = ["ECN_SYSCTL", "CC_SYSCTL", "ecn_value", "apply_host_transport",
+           "host_transport_record", "congestion_control_record"]
 
 ECN_SYSCTL = "net.ipv4.tcp_ecn"
+CC_SYSCTL = "net.ipv4.tcp_congestion_control"
 _ECN = {True: "1", False: "0", "server": "2"}  # Documentation/networking/ip-sysctl.rst
 
 
@@ -51,3 +54,22 @@ def host_transport_record(plan: LabPlan) -> dict[str, Any]:
     return {h.name: {"rto_min_s": h.rto_min_s,
                      "rto_min_ms": None if h.rto_min_s is None else round(h.rto_min_s * 1000),
                      ECN_SYSCTL: h.sysctls.get(ECN_SYSCTL)} for h in plan.hosts()}
+
+
+def congestion_control_record(plan: LabPlan, t: TransportSpec,
+                              read: Callable[[str, str], str]) -> dict[str, Any]:
+    """The congestion control each host's workload sockets use, for the run's manifest:
+    ``{"congestion_control": {host: algorithm}, "congestion_control_source": ...}``.
+
+    With ``transport.tcp_congestion_control`` set, every workload socket sets it
+    (TCP_CONGESTION; the CLI refused one the kernel lacks), so that is each host's. Otherwise
+    a socket takes its namespace's default, read with ``read(host, CC_SYSCTL)`` from the
+    running lab (``Lab.read_sysctl``): the host kernel's default, unless the topology set the
+    sysctl for that host. Never assumed: an unset default is what the kernel says it is.
+    """
+    hosts = [h.name for h in plan.hosts()]
+    if t.tcp_congestion_control:
+        return {"congestion_control": {h: t.tcp_congestion_control for h in hosts},
+                "congestion_control_source": "transport.tcp_congestion_control (per socket)"}
+    return {"congestion_control": {h: read(h, CC_SYSCTL) for h in hosts},
+            "congestion_control_source": f"{CC_SYSCTL} of each host's namespace"}
