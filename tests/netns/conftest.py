@@ -6,8 +6,10 @@ namespace, process or root-namespace interface of that run id remains.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +22,8 @@ from testbed.registry import pid_alive
 
 sys.path.insert(0, str(Path(__file__).parent))
 from star import Star  # noqa: E402  (traffic generator's own tiny bridge lab)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def root_links() -> dict[str, str | None]:
@@ -93,3 +97,38 @@ def star_factory():
     for s in made:
         s.down()
         assert s.leftovers() == [], f"left behind: {s.leftovers()}"
+
+
+@pytest.fixture
+def state_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of an ``aitb`` subprocess with its own state directory (registry,
+    labs) under ``tmp_path``; skips where not root."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    return {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
+
+
+def aitb_cli(*args: str, env: dict[str, str] | None,
+             timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``python -m orchestration.cli ARGS`` from the checkout, output captured."""
+    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def run_ok(experiment: Path, results: Path, env: dict[str, str], *extra: str,
+           timeout: float = 600) -> Path:
+    """``aitb run EXPERIMENT --results RESULTS EXTRA``; asserts exit 0, manifest status ok
+    and the run's lab gone; returns the run directory (the last line of stdout)."""
+    out = aitb_cli("run", str(experiment), "--results", str(results), *extra, env=env,
+                   timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = Path(out.stdout.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "ok", manifest
+    assert run_namespaces(manifest["lab_run_id"]) == []  # the lab is gone
+    return run_dir
+
+
+def records(run_dir: Path, name: str) -> list[dict]:
+    """The JSON lines of ``run_dir/name``."""
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines() if line]

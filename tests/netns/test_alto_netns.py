@@ -5,34 +5,18 @@ the DCIs half as often, moves half the bytes over each DCI link and finishes soo
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_namespaces
+from conftest import run_ok
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def state_env(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    return {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
-
-
 def _run(example: str, tmp_path: Path, env: dict[str, str]) -> Path:
-    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run",
-                          str(ROOT / "examples" / example), "--results", str(tmp_path / "r")],
-                         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = Path(out.stdout.strip().splitlines()[-1])
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "ok" and run_namespaces(manifest["lab_run_id"]) == []
-    return run_dir
+    return run_ok(ROOT / "examples" / example, tmp_path / "r", env)
 
 
 @pytest.mark.timeout(900)

@@ -6,14 +6,13 @@ the counter sampler is part of this build: both cases are checked."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import run_namespaces
+from conftest import records, run_namespaces
 
 from analysis.report import PLOTS
 from testbed.qdiscs.htb import HTB_BURST_S
@@ -26,17 +25,6 @@ COUNTER_PLOTS = ("queue-occupancy", "link-throughput")
 def aitb(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], capture_output=True,
                           text=True, timeout=300, env=env, cwd=ROOT)
-
-
-def records(run_dir: Path, name: str) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / name).read_text().splitlines() if line]
-
-
-@pytest.fixture
-def state_env(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    return {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
 
 
 def run(example: str, tmp_path: Path, env: dict[str, str]) -> tuple[Path, dict]:

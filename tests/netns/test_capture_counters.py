@@ -29,13 +29,6 @@ TCP_COLUMNS = ["t_s", "node", "src", "sport", "dst", "dport", "state", "rtt_s", 
                "delivery_rate_bps"]
 
 
-@pytest.fixture
-def state_env(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    return {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
-
-
 def run(exp: Path, results: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(exp), "--results",
                            str(results)], capture_output=True, text=True, timeout=300, env=env,

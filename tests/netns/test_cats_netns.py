@@ -6,7 +6,6 @@ four policies."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,13 +15,6 @@ from conftest import run_namespaces
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def state_env(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    return {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
 
 
 @pytest.mark.timeout(1200)

@@ -6,44 +6,20 @@ names a changed record file."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_namespaces
+from conftest import aitb_cli, run_ok
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples/data_locality.yaml"
 
 
-@pytest.fixture
-def state_env(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    return {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
-
-
-def aitb(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
-
-
-def _run(path: Path, results: Path, env: dict[str, str]) -> Path:
-    out = aitb(env, "run", str(path), "--results", str(results))
-    assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = Path(out.stdout.strip().splitlines()[-1])
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "ok" and run_namespaces(manifest["lab_run_id"]) == []
-    return run_dir
-
-
 @pytest.mark.timeout(900)
 def test_cross_region_flows_are_found_and_confirmed_and_verify_checks_the_chain(
         tmp_path, state_env):
-    run_dir = _run(EXAMPLE, tmp_path / "r", state_env)
+    run_dir = run_ok(EXAMPLE, tmp_path / "r", state_env)
     loc = json.loads((run_dir / "locality.json").read_text())
     assert loc["verdict"] == "violation"
     flows = [json.loads(x) for x in (run_dir / "flows.jsonl").read_text().splitlines() if x]
@@ -56,11 +32,11 @@ def test_cross_region_flows_are_found_and_confirmed_and_verify_checks_the_chain(
                             if (f["src_node"], f["dst_node"]) != ("eu-h1", "eu-h2")])
     assert loc["confirmed_by_capture"] == len(bad)  # capture: all, so a pcap saw each
     assert "DATA LOCALITY VIOLATED" in (run_dir / "report.html").read_text()
-    ok = aitb(state_env, "verify", str(run_dir))
+    ok = aitb_cli("verify", str(run_dir), env=state_env)
     assert ok.returncode == 0 and "verified" in ok.stdout
     with (run_dir / "flows.jsonl").open("a") as fh:
         fh.write("\n")
-    changed = aitb(state_env, "verify", str(run_dir))
+    changed = aitb_cli("verify", str(run_dir), env=state_env)
     assert changed.returncode == 1 and "flows.jsonl" in changed.stderr
 
 
@@ -69,7 +45,7 @@ def test_a_run_that_keeps_its_data_in_region_is_compliant(tmp_path, state_env):
     text = EXAMPLE.read_text()
     path = tmp_path / "eu_only.yaml"
     path.write_text(text[:text.index("  - kind: collective\n    name: across-the-atlantic")])
-    run_dir = _run(path, tmp_path / "r", state_env)
+    run_dir = run_ok(path, tmp_path / "r", state_env)
     loc = json.loads((run_dir / "locality.json").read_text())
     assert loc["verdict"] == "compliant" and loc["checked_flows"] > 0
     assert loc["violations"] == []

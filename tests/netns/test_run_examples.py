@@ -4,13 +4,12 @@ and the failure paths of a run: bad input creates nothing, a failed run keeps it
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_namespaces
+from conftest import records, run_namespaces
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,17 +19,6 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 def aitb(*args: str, env: dict[str, str] | None = None, timeout: float = 600):
     return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], capture_output=True,
                           text=True, timeout=timeout, env=env, cwd=ROOT)
-
-
-def records(run_dir: Path, name: str) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / name).read_text().splitlines() if line]
-
-
-@pytest.fixture
-def state_env(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    return {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
 
 
 # the examples with a delay line (two_dc_dci, gpt13b_two_dc) run on the native delay line

@@ -8,26 +8,16 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_namespaces
+from conftest import records, run_ok
 from ruamel.yaml import YAML
 
 from workloads.background import arrival_rate_per_s, load_cdf, offered_load_cv
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def state_env(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    return {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
 
 
 def _example(name: str) -> dict:
@@ -38,22 +28,7 @@ def _run(doc: dict, tmp_path: Path, env: dict) -> Path:
     path = tmp_path / f"{doc['name']}.yaml"
     with path.open("w") as f:
         YAML().dump(doc, f)
-    # records only: no analysis (in the TCG VM pandas/matplotlib/numba take long, and one
-    # run there died with SIGSEGV while analysing)
-    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(path), "--results",
-                          str(tmp_path / "results"), "--no-analysis"], capture_output=True,
-                         text=True,
-                         timeout=240, env=env, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = Path(out.stdout.strip().splitlines()[-1])
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "ok"
-    assert run_namespaces(manifest["lab_run_id"]) == []  # the lab is gone
-    return run_dir
-
-
-def _records(run_dir: Path, name: str) -> list[dict]:
-    return [json.loads(x) for x in (run_dir / name).read_text().splitlines() if x]
+    return run_ok(path, tmp_path / "results", env, "--no-analysis", timeout=240)  # records only
 
 
 def test_ttft_grows_with_the_bootstrap_on_the_first_request_of_a_session_only(
@@ -70,7 +45,7 @@ def test_ttft_grows_with_the_bootstrap_on_the_first_request_of_a_session_only(
         w = copy.deepcopy(base)
         w.update(name=name, bootstrap={"size": f"{size}B", "layers": [1.0]})
         doc["workloads"].append(w)
-    reqs = _records(_run(doc, tmp_path, state_env), "requests.jsonl")
+    reqs = records(_run(doc, tmp_path, state_env), "requests.jsonl")
     by = {n: [r for r in reqs if r["workload"] == n] for n in sizes}
     for name, size in sizes.items():
         rs = sorted(by[name], key=lambda r: r["t_sent"])
@@ -102,7 +77,7 @@ def test_background_offers_the_target_load_alongside_an_all_reduce(tmp_path, sta
     duration_s, scale, load, rate_bps = 6.0, 64, bg["load"], 100e6
     bg.update(duration=f"{duration_s:g}s", size_scale=scale)
     run_dir = _run(doc, tmp_path, state_env)
-    flows = _records(run_dir, "flows.jsonl")
+    flows = records(run_dir, "flows.jsonl")
     background = [f for f in flows if f["background"]]
     ai = [f for f in flows if not f["background"]]
     assert background and ai and all(f["workload"] == "background" for f in background)
@@ -147,7 +122,7 @@ def test_nearest_policy_serves_from_the_lower_delay_server(tmp_path, state_env):
     near.pop("bootstrap")
     far = dict(near, name="far-only", servers=["s1"])  # the far server for comparison
     doc["workloads"] = [near, far]
-    reqs = _records(_run(doc, tmp_path, state_env), "requests.jsonl")
+    reqs = records(_run(doc, tmp_path, state_env), "requests.jsonl")
     chosen = [r for r in reqs if r["workload"] == "nearest"]
     forced = [r for r in reqs if r["workload"] == "far-only"]
     assert chosen and {r["server"] for r in chosen} == {"s2"}
@@ -174,7 +149,7 @@ def test_concurrent_workloads_on_the_same_hosts_do_not_clash(tmp_path, state_env
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [(w["name"], w["ok"], w["group"]) for w in manifest["workloads"]] == [
         ("first", True, [0, 1]), ("second", True, [0, 1])]
-    flows = _records(run_dir, "flows.jsonl")
+    flows = records(run_dir, "flows.jsonl")
     spans = {}
     for name in ("first", "second"):
         mine = [f for f in flows if f["workload"] == name]
