@@ -107,9 +107,10 @@ def _counters(run_dir: Path) -> dict[str, pd.DataFrame]:
         path = run_dir / rel
         out[name] = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
     if out["qdisc"].empty:
-        out["qdisc"] = pd.DataFrame({c: pd.Series(dtype="float64" if c == "t_s" else (
-            "object" if c in ("node", "ifname", "kind", "handle", "parent") else "int64"))
-            for c in QDISC_COLUMNS})
+        text = ("node", "ifname", "kind", "handle", "parent")
+        out["qdisc"] = pd.DataFrame({c: pd.Series(dtype="float64" if c in ("t_s", "t_err_s")
+                                                  else "object" if c in text else "int64")
+                                     for c in QDISC_COLUMNS})
     return out
 
 

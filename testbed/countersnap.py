@@ -30,21 +30,28 @@ def _contract_handle(handle: str) -> str:
     return handle[:-1] if handle.endswith(":0") else handle
 
 
-def _node_rows(lab: Lab, node: str, t_s: float) -> tuple[list[dict[str, Any]],
-                                                         list[dict[str, Any]]]:
+def _node_rows(lab: Lab, node: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     sock = lab.node_io(node).sock
     names, links = {}, []
-    for m in dump(sock, ifinfmsg(), RTM_GETLINK, f"node {node}"):
+    t0 = time.time()
+    answers = dump(sock, ifinfmsg(), RTM_GETLINK, f"node {node}")
+    t1 = time.time()
+    for m in answers:
         names[m["index"]] = name = m.get_attr("IFLA_IFNAME")
         st = m.get_attr("IFLA_STATS64") or {}
-        links.append({"t_s": t_s, "node": node, "ifname": name,
-                      **{k: int(st.get(k, 0)) for k in _LINK_STATS}})
+        links.append({"t_s": (t0 + t1) / 2, "t_err_s": (t1 - t0) / 2, "node": node,
+                      "ifname": name, **{k: int(st.get(k, 0)) for k in _LINK_STATS}})
     qdiscs = []
-    for (index, _, verb), m in dump_tc(sock, f"node {node}", sorted(names)).items():
+    t0 = time.time()
+    tc = dump_tc(sock, f"node {node}", sorted(names))
+    t1 = time.time()
+    t_s, t_err_s = (t0 + t1) / 2, (t1 - t0) / 2
+    for (index, _, verb), m in tc.items():
         if verb != "qdisc" or index not in names:
             continue
         q = qdisc_stats(m)
-        qdiscs.append({"t_s": t_s, "node": node, "ifname": names[index], "kind": q["kind"],
+        qdiscs.append({"t_s": t_s, "t_err_s": t_err_s, "node": node, "ifname": names[index],
+                       "kind": q["kind"],
                        "handle": _contract_handle(q["handle"]), "parent": q["parent"],
                        "bytes": q.get("bytes", 0), "packets": q.get("packets", 0),
                        "drops": q.get("drops", 0), "overlimits": q.get("overlimits", 0),
@@ -55,13 +62,13 @@ def _node_rows(lab: Lab, node: str, t_s: float) -> tuple[list[dict[str, Any]],
 
 
 def snapshot(lab: Lab) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(qdisc rows, interface rows) of every node of ``lab`` now, stamped with one
-    ``time.time()`` (seconds). Raises LabError naming the node if a dump is refused."""
-    t_s = time.time()
+    """(qdisc rows, interface rows) of every node of ``lab`` now, each stamped with the
+    midpoint of the netlink dump that read it (``t_s``, ``time.time()`` seconds) and half its
+    duration (``t_err_s``). Raises LabError naming the node if a dump is refused."""
     qdiscs: list[dict[str, Any]] = []
     links: list[dict[str, Any]] = []
     for n in lab.plan.nodes:
-        q, ln = _node_rows(lab, n.name, t_s)
+        q, ln = _node_rows(lab, n.name)
         qdiscs += q
         links += ln
     return qdiscs, links

@@ -2,10 +2,14 @@
 
 Runs in its own process (:mod:`testbed.counters.main`), so its CPU time is its own and the
 runner's controller never waits for it. Timestamps are ``time.time()`` (the host clock of the
-flow records and the pcaps), taken just before each namespace's read. Samples are scheduled on
-a fixed grid; when a sample takes longer than the interval, the next one starts at once (no
-catching up in bursts), so the achieved interval in sampler.json says how far a large lab
-falls behind the configured one.
+flow records and the pcaps), one per dump: a namespace's qdisc rows carry the midpoint of its
+qdisc dump and ``t_err_s`` half its duration, its link rows those of its link dump
+(aitb/counter_columns.py), so a rate is bytes over the times the counters were actually read,
+not over a stamp taken before other dumps (on a loaded host a 10 ms interval stamped a few ms
+off its counter read showed 4.8x the line rate), nor over the nominal interval. Samples are
+scheduled on a fixed grid; when a sample takes longer than the interval, the next one starts
+at once (no catching up in bursts), so the achieved interval in sampler.json says how far a
+large lab falls behind the configured one.
 """
 
 from __future__ import annotations
@@ -67,9 +71,15 @@ class Loop:
         self.stamps.append(time.time())
         q, ln, tc = [], [], []
         for r in self.readers:
-            t = time.time()
-            q += [(t, r.node, r.ifname(x[0]), *x[1:]) for x in r.read_qdiscs()]
-            ln += [(t, r.node, r.ifname(x[0]), *x[1:]) for x in r.read_links()]
+            t0 = time.time()
+            qdiscs = r.read_qdiscs()
+            t1 = time.time()
+            links = r.read_links()
+            t2 = time.time()
+            t, err = (t0 + t1) / 2, (t1 - t0) / 2
+            q += [(t, err, r.node, r.ifname(x[0]), *x[1:]) for x in qdiscs]
+            t, err = (t1 + t2) / 2, (t2 - t1) / 2
+            ln += [(t, err, r.node, r.ifname(x[0]), *x[1:]) for x in links]
             if r.tcp:
                 t = time.time()
                 tc += [(t, r.node, *x) for x in r.read_tcp()]

@@ -20,10 +20,10 @@ from analysis.tcpflows import analyse_capture
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
-QDISC_COLUMNS = ["t_s", "node", "ifname", "kind", "handle", "parent", "bytes", "packets",
-                 "drops", "overlimits", "requeues", "backlog_bytes", "backlog_packets"]
-LINK_COLUMNS = ["t_s", "node", "ifname", "rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
-                "rx_dropped", "tx_dropped"]
+QDISC_COLUMNS = ["t_s", "t_err_s", "node", "ifname", "kind", "handle", "parent", "bytes",
+                 "packets", "drops", "overlimits", "requeues", "backlog_bytes", "backlog_packets"]
+LINK_COLUMNS = ["t_s", "t_err_s", "node", "ifname", "rx_bytes", "tx_bytes", "rx_packets",
+                "tx_packets", "rx_dropped", "tx_dropped"]
 TCP_COLUMNS = ["t_s", "node", "src", "sport", "dst", "dport", "state", "rtt_s", "rttvar_s",
                "snd_cwnd", "total_retrans", "lost", "bytes_acked", "bytes_sent",
                "delivery_rate_bps"]

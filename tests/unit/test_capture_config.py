@@ -114,7 +114,7 @@ def test_sampler_store_spills_chunks_and_reports_when_full(tmp_path, monkeypatch
     from testbed.counters import store
     monkeypatch.setattr(store, "CHUNK_ROWS", 10)
     s = store.Store(tmp_path, max_rows=25)
-    row = (1.5, "s1", "rx", 1, 2, 3, 4, 5, 6)
+    row = (1.5, 1e-4, "s1", "rx", 1, 2, 3, 4, 5, 6)
     for _ in range(3):
         s.add("links", [row] * 8)
         assert len(s.tables["links"].rows) < 10  # written out once 10 are held
@@ -125,5 +125,5 @@ def test_sampler_store_spills_chunks_and_reports_when_full(tmp_path, monkeypatch
     frame = pd.read_parquet(tmp_path / "links.parquet")
     assert len(frame) == 32 and frame["rx_bytes"].dtype == "int64"
     assert len(pd.read_parquet(tmp_path / "tcp.parquet")) == 0  # empty, with its columns
-    assert list(pd.read_parquet(tmp_path / "qdisc.parquet").columns)[:3] == [
-        "t_s", "node", "ifname"]
+    assert list(pd.read_parquet(tmp_path / "qdisc.parquet").columns)[:4] == [
+        "t_s", "t_err_s", "node", "ifname"]
