@@ -23,7 +23,7 @@ from analysis.metrics.fct import fct_metrics
 from analysis.metrics.incast import incast_metrics
 from analysis.metrics.links import queue_metrics, utilization_metrics
 from analysis.metrics.requests import request_metrics
-from analysis.metrics.retrans import retrans_metrics
+from analysis.metrics.retrans import flow_retrans, retrans_metrics
 from analysis.metrics.stragglers import round_metrics, straggler_metrics
 from analysis.tables import RunTables
 
@@ -93,8 +93,11 @@ def _goodput(flows: pd.DataFrame) -> float | None:
 
 def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
     """The metrics.json dict of run ``t`` (analysis/metrics/__init__.py, plus ``requests``,
-    ``apps``, ``retransmissions``, ``dci`` and ``warnings`` sections) and the flow table with each
-    flow's ideal FCT and slowdown. Pure: reads nothing beyond ``t`` except capture files."""
+    ``apps``, ``retransmissions``, ``dci`` and ``warnings`` sections; ``fidelity`` is the
+    run's fidelity.json plus, when the run has captures, the ``retransmissions`` check of
+    analysis.metrics.retrans: verdict and flagged connections) and the flow table with each
+    flow's ideal FCT and slowdown and its one ``retrans`` count with its ``retrans_source``.
+    Pure: reads nothing beyond ``t`` except capture files."""
     flows, colls = t.table("flows"), t.table("collectives")
     fct, flow_table = fct_metrics(flows, t.plan)
     fct["goodput_bps_mean"] = _goodput(flows)
@@ -113,11 +116,17 @@ def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
         "utilization": util, "fairness": fairness_metrics(flows),
         "requests": request_metrics(t.table("requests")),
         "apps": app_metrics(t.table("apps")),
-        "retransmissions": retrans_metrics(flows, t.captures),
+        "retransmissions": retrans_metrics(flows, t.captures, util["queue_drops"]),
         "dci": dci_metrics(t.dci), "sampler": t.sampler,
         "fidelity": t.fidelity,
         "trustworthy": t.fidelity.get("trustworthy") if isinstance(t.fidelity, dict) else None,
         "warnings": list(t.warnings)}
+    flow_table = flow_retrans(flow_table, m["retransmissions"])
+    rec = m["retransmissions"]["reconciliation"]
+    if isinstance(m["fidelity"], dict) and rec is not None:
+        m["fidelity"] = {**m["fidelity"], "retransmissions": {
+            "verdict": rec["verdict"], "connections_compared": rec["connections_compared"],
+            "flagged": rec["flagged"]}}
     m = jsonable(m)
     m["summary"] = summary_of(m)
     return m, flow_table

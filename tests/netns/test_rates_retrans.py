@@ -113,3 +113,86 @@ def test_link_rates_are_bytes_over_the_sampler_read_times(run_dir):
                   f"{entry['peak_bps_interval'] / 1e6:.2f}, configured {RATE_BPS / 1e6:.0f}; "
                   f"timing uncertainty max {entry['rate_err_max']:.3%}")
     assert checked == 2  # both hosts sent over their shaped eth0
+
+
+def _tshark_counts(pcap: Path, flag: str) -> dict[tuple, int]:
+    """Per connection (sorted endpoint pair) the frames of ``pcap`` tshark marks with
+    ``flag`` (e.g. tcp.analysis.retransmission)."""
+    out = subprocess.run(["tshark", "-r", str(pcap), "-Y", flag, "-T", "fields", "-e", "ip.src",
+                          "-e", "tcp.srcport", "-e", "ip.dst", "-e", "tcp.dstport"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    counts: dict[tuple, int] = {}
+    for line in out.stdout.splitlines():
+        s, sp, d, dp = line.split("\t")
+        k = tuple(sorted([(s, int(sp)), (d, int(dp))]))
+        counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+def _status(n_rec: int, n_cap: int, ooo: int, rec_bytes: int, cap_bytes: int,
+            drops: float) -> str:
+    """The documented rule (analysis/metrics/retrans.py), from counts read here (the
+    drop budget is shared only by the connections rule 4 applies to; one at most here)."""
+    if n_cap == n_rec:
+        return "agree"
+    if rec_bytes == cap_bytes > 0:
+        return "explained"
+    if n_cap < n_rec and (n_rec - n_cap <= ooo or n_rec - n_cap <= drops):
+        return "explained"
+    return "unexplained"
+
+
+def test_one_retrans_count_per_flow_and_the_check_agrees_with_raw_counts(run_dir):
+    flows = pd.read_parquet(run_dir / "tables" / "flows.parquet")
+    raw = [json.loads(x) for x in (run_dir / "flows.jsonl").read_text().splitlines()]
+    assert len(flows) == len(raw) > 0
+    # exactly one figure per flow, one named source: TCP_INFO where the record has it
+    assert flows["retrans"].notna().all()
+    assert set(flows["retrans_source"]) == {"tcp_info"}
+    assert [c for c in flows.columns if c.startswith("retrans")] == ["retrans",
+                                                                     "retrans_source"]
+    by_id = {(r["src_ip"], r["sport"], r["dst_ip"], r["dport"], r["t_start"]): r for r in raw}
+    for r in flows.itertuples(index=False):
+        rec = by_id[(r.src_ip, r.sport, r.dst_ip, r.dport, r.t_start)]
+        assert int(r.retrans) == rec["tcp"]["total_retrans"]
+    records: dict[tuple, list[int]] = {}
+    for rec in raw:
+        k = tuple(sorted([(rec["src_ip"], rec["sport"]), (rec["dst_ip"], rec["dport"])]))
+        n, b = records.get(k, [0, 0])
+        records[k] = [n + rec["tcp"]["total_retrans"], b + rec["tcp"]["bytes_retrans"]]
+    assert sum(n for n, _ in records.values()) > 0, "1% loss made no retransmission"
+
+    pcaps = sorted((run_dir / "captures").glob("*.pcap*"))
+    assert len(pcaps) == 2  # a:eth0 and b:eth0, one file each
+    per_file = [(_tshark_counts(p, "tcp.analysis.retransmission"),
+                 _tshark_counts(p, "tcp.analysis.out_of_order")) for p in pcaps]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    rec = metrics["retransmissions"]["reconciliation"]
+    check = metrics["fidelity"]["retransmissions"]
+    assert check["verdict"] == rec["verdict"] and rec["connections_compared"] == len(records)
+    listed = {tuple(sorted([tuple(d["a"]), tuple(d["b"])])): d for d in rec["differing"]}
+    drops = rec["queue_drops"] or 0
+    statuses = []
+    for k, (n_rec, b_rec) in records.items():
+        seen = [(retx.get(k, 0), ooo.get(k, 0)) for retx, ooo in per_file]
+        n_cap = max(n for n, _ in seen)  # the analysis keeps the interface that saw most
+        d = listed.get(k)
+        if d is None:
+            statuses.append("agree")
+            assert n_cap == n_rec
+            continue
+        # the check reports the raw counts: the records' and tshark's on one interface
+        assert (d["records"], d["records_bytes"]) == (n_rec, b_rec)
+        assert d["captures"] == n_cap and (d["captures"], d["captures_out_of_order"]) in seen
+        want = _status(n_rec, n_cap, d["captures_out_of_order"], b_rec, d["captures_bytes"],
+                       drops)
+        print(f"FIGURE {k}: TCP_INFO {n_rec}, tshark {n_cap} retransmissions + "
+              f"{d['captures_out_of_order']} out-of-order; status {d['status']}")
+        assert d["status"] == want
+        statuses.append(want)
+    want_verdict = "flagged" if "unexplained" in statuses else \
+        "agree" if set(statuses) == {"agree"} else "explained"
+    assert check["verdict"] == want_verdict
+    assert [d for d in check["flagged"]] == [d for d in rec["differing"]
+                                             if d["status"] == "unexplained"]
