@@ -32,6 +32,14 @@ configured delays and the schedule's own timing:
   context, the bootstrap's transfer time (bootstrap_bytes over the slowest configured rate
   from a holder, ``bw_bps``); ties: first listed. Each request records the three terms and
   the runner-up (``why``).
+* ``oracle`` (best in hindsight, a reference for the online policies): per session, knowing
+  in advance every request the session will make (their number and arrival instants, which
+  no online policy knows), the one server that minimises the session's summed predicted
+  first-token time under the ``cats`` predictor with unit weights: for each request the
+  path's round trip plus the queueing at its arrival, plus one bootstrap for the cold start
+  (a session stays where the oracle put it, its context held there). Queueing counts the
+  requests already placed, i.e. of sessions that started earlier. ``why`` gives the session's
+  mean predicted first-token time there and on the runner-up.
 Every request records ``why``: the rule or the cost terms that chose its server.
 """
 
@@ -47,7 +55,7 @@ from aitb.schedule import Message, Schedule, Timed
 
 __all__ = ["POLICIES", "InferenceParams", "Arrival", "poisson_arrivals", "inference_schedule"]
 
-POLICIES = ("nearest", "least_loaded", "affinity", "cats")
+POLICIES = ("nearest", "least_loaded", "affinity", "cats", "oracle")
 FETCH_BYTES = 64  # the server's fetch request to a holder: a small control message
 
 
@@ -105,6 +113,7 @@ class _Chooser:
         self.busy: dict[str, list[float]] = {s: [] for s in servers}  # end times
         self.home: dict[str, str] = {}
         self.held: set[tuple[str, str]] = set()  # (session, server) holding its context
+        self.future: dict[str, list[float]] = {}  # session -> its arrival instants (oracle)
         self.why = ""
 
     def _load(self, server: str, t: float) -> int:
@@ -135,8 +144,27 @@ class _Chooser:
                        if len(ranked) > 1 else ""))
         return ranked[0]
 
+    def _oracle(self, a: Arrival, session: str) -> str:
+        at = self.future.get(session, [a.at_s])
+        q = self.p.service_s()
+        total = {s: sum(self.rtt_s(a.client, s) + self._load(s, t) * q for t in at)
+                 + (self.boot_s(s) if self.p.bootstrap_bytes > 0 else 0.0)
+                 for s in self.servers}
+        ranked = sorted(self.servers, key=lambda s: (total[s], self.servers.index(s)))
+        self.why = (f"oracle: session of {len(at)} requests, mean predicted first token "
+                    f"{total[ranked[0]] / len(at) * 1e3:.1f} ms"
+                    + (f"; next {ranked[1]} {total[ranked[1]] / len(at) * 1e3:.1f} ms"
+                       if len(ranked) > 1 else ""))
+        return ranked[0]
+
     def choose(self, a: Arrival, session: str) -> str:
-        if self.p.policy == "nearest":
+        if self.p.policy == "oracle":
+            if session in self.home:
+                server = self.home[session]
+                self.why = "oracle: session home"
+            else:
+                server = self._oracle(a, session)
+        elif self.p.policy == "nearest":
             server = self._nearest(a.client)
             self.why = f"nearest: rtt {self.rtt_s(a.client, server) * 1e3:.1f} ms"
         elif self.p.policy == "least_loaded":
@@ -220,9 +248,11 @@ def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
             return 0.0  # shards arrive in parallel: the slowest holder's share bounds it
         return max(p.bootstrap_bytes / len(holders) * 8 / bw_bps(h, server) for h in holders)
     chooser, seen = _Chooser(p, servers, rtt_s, boot_s), set()
+    sessions = _sessions(order, p.session_requests)
+    for a, session in zip(order, sessions, strict=True):  # hindsight, for the oracle only
+        chooser.future.setdefault(session, []).append(a.at_s)
     keyed, requests = [], []
-    for n, (a, session) in enumerate(zip(order, _sessions(order, p.session_requests),
-                                         strict=True)):
+    for n, (a, session) in enumerate(zip(order, sessions, strict=True)):
         server = chooser.choose(a, session)
         boot = p.bootstrap_bytes > 0 and (session, server) not in seen
         seen.add((session, server))

@@ -7,7 +7,7 @@ unit strings are checked here and parsed by aitb.units when the workload is buil
       clients: [c1, c2]            # users' hosts
       servers: [s1, s2]            # inference servers (instances)
       holders: [k1]                # hosts holding the context / model shards (bootstrap source)
-      policy: nearest              # nearest | least_loaded | affinity
+      policy: nearest              # nearest | least_loaded | affinity | cats | oracle
       arrivals: {process: poisson, rate_per_s: 2, duration: 3s}
       #   or {process: trace, requests: [{at: 100ms, client: c1, session: a}, ...]}
       session_requests: 4          # consecutive requests of a client form one session
@@ -109,7 +109,7 @@ class InferenceEntry(BaseModel):
     clients: Annotated[list[str], Field(min_length=1)]
     servers: Annotated[list[str], Field(min_length=1)]
     holders: list[str] = Field(default_factory=list)
-    policy: Literal["nearest", "least_loaded", "affinity", "cats"] = "nearest"
+    policy: Literal["nearest", "least_loaded", "affinity", "cats", "oracle"] = "nearest"
     cats_weights: CatsWeights | None = None
     arrivals: ArrivalsSpec
     session_requests: PositiveInt = 4

@@ -1,7 +1,7 @@
 """Instance selection on a live run (host kernel, native delay line): examples/cats_selection.yaml
-runs the same Poisson requests under nearest, least_loaded, affinity and cats; every request
+runs the same Poisson requests under nearest, least_loaded, affinity, cats and oracle; every request
 records its instance and why, its TTFT and bootstrap; the example's table and plot cover all
-four policies."""
+five policies."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_each_policy_picks_instances_and_says_why(tmp_path, state_env):
     by = {}
     for r in reqs:
         by.setdefault(r["policy"], []).append(r)
-    assert set(by) == {"nearest", "least_loaded", "affinity", "cats"}
+    assert set(by) == {"nearest", "least_loaded", "affinity", "cats", "oracle"}
     assert len({len(v) for v in by.values()}) == 1  # the same seeded arrivals each time
     assert all(r["ttft_s"] is not None and r["ttft_s"] > 0 for r in reqs)
     # nearest by configured RTT: e1's and e2's clients are served at their own site, e3's in
@@ -39,11 +39,16 @@ def test_each_policy_picks_instances_and_says_why(tmp_path, state_env):
     home = {"e1-c": "e1-s", "e2-c": "e2-s", "e3-c": "dc-s"}
     assert all(r["server"] == home[r["client"]] for r in by["nearest"])
     assert all(r["why"].startswith("cats: rtt") for r in by["cats"])
+    # the oracle places each session once (its first request) and keeps it there
+    homes = {}
+    for r in by["oracle"]:
+        assert r["why"].startswith("oracle: session of") == (r["session"] not in homes)
+        assert homes.setdefault(r["session"], r["server"]) == r["server"]
     # a cold choice moves the context: 1 MiB per bootstrap, none on a warm one
     for r in reqs:
         assert (r["bootstrap_bytes"] == 1 << 20) == r["bootstrap"]
     sys.path.insert(0, str(ROOT / "examples"))
     from cats_selection import per_policy, plot, table
 
-    assert len(per_policy(run_dir)) == 4 and "| cats |" in table(run_dir)
+    assert len(per_policy(run_dir)) == 5 and "| cats |" in table(run_dir)
     assert plot(run_dir).stat().st_size > 0

@@ -51,3 +51,38 @@ def test_every_policy_says_why():
         s, _ = _schedule(_params(policy=policy), [Arrival(0.0, "c1")], {"edge": 1e9,
                                                                           "dc": 1e9})
         assert word in s.ops[0].info["requests"][0]["why"]
+
+
+def _session_ttft(reqs, bw):
+    """Summed predicted first-token time of reqs (unit weights, no queue: one session)."""
+    boot = sum(1_000_000 * 8 / bw[r["server"]] for r in reqs if r["bootstrap"])
+    return sum(RTT[r["server"]] for r in reqs) + boot
+
+
+def test_oracle_knows_the_session_is_long_and_pays_the_cold_start_where_cats_does_not():
+    # a 4-request session; the edge's cold start costs 80 ms (1 MB at 100 Mbit/s), the DC's
+    # 8 ms: online, cats sees 10 + 80 > 40 + 8 and goes to the DC for all four (warm there);
+    # in hindsight the edge costs 4 x 10 + 80 = 120 ms against 4 x 40 + 8 = 168 ms
+    bw = {"edge": 100e6, "dc": 1e9}
+    arrivals = [Arrival(1.0 * i, "c1") for i in range(4)]  # 1 s apart: no queueing
+    cats, _ = _schedule(_params(), arrivals, bw)
+    oracle, _ = _schedule(_params(policy="oracle"), arrivals, bw)
+    c, o = cats.ops[0].info["requests"], oracle.ops[0].info["requests"]
+    assert [r["server"] for r in c] == ["dc"] * 4
+    assert [r["server"] for r in o] == ["edge"] * 4
+    assert [r["bootstrap"] for r in o] == [True, False, False, False]
+    assert _session_ttft(o, bw) < _session_ttft(c, bw)
+    assert o[0]["why"] == ("oracle: session of 4 requests, mean predicted first token 30.0 ms; "
+                           "next dc 42.0 ms")
+    assert all(r["why"] == "oracle: session home" for r in o[1:])
+
+
+def test_oracle_for_a_one_request_session_is_cats_with_unit_weights():
+    bw = {"edge": 100e6, "dc": 1e9}
+    one = [Arrival(0.0, "c1")]
+    cats, _ = _schedule(_params(), one, bw)
+    oracle, _ = _schedule(_params(policy="oracle"), one, bw)
+    assert oracle.ops[0].info["requests"][0]["server"] == \
+        cats.ops[0].info["requests"][0]["server"] == "dc"
+    assert "mean predicted first token 48.0 ms; next edge 90.0 ms" in \
+        oracle.ops[0].info["requests"][0]["why"]
