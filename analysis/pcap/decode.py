@@ -12,9 +12,10 @@ larger than the wire length (a corrupt or crafted header) is capped at it: no pa
 was never on the wire.
 
 A decoded TCP frame is the tuple ``(6, src, dst, sport, dport, payload_bytes, seq, ack,
-flags, window, tcp_header_bytes, tcp_offset, frame_end)``; a UDP frame ``(17, src, dst,
-sport, dport, payload_bytes)``; addresses are ``bytes`` (4 or 16). Anything else returns None and is
-counted in :class:`DecodeStats`.
+flags, window, tcp_header_bytes, tcp_offset, frame_end, ip_id, tcp_checksum)`` (``ip_id`` -1
+for IPv6, which has none; ``tcp_checksum`` -1 if not captured: both only identify duplicate
+captures); a UDP frame ``(17, src, dst, sport, dport, payload_bytes)``; addresses are
+``bytes`` (4 or 16). Anything else returns None and is counted in :class:`DecodeStats`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _RAW = frozenset((101, 12, 14, 228, 229))
 _IP6_EXT = frozenset((0, 43, 60, 135, 139, 140))  # length in 8-octet units after the first 8
 _AF_INET6 = frozenset((10, 24, 28, 30))  # Linux, NetBSD/OpenBSD, FreeBSD, Darwin
 _H = struct.Struct("!H")
-_IP4 = struct.Struct("!BxHxxHxB")  # ver_ihl, total length, frag, proto
+_IP4 = struct.Struct("!BxHHHxB")  # ver_ihl, total length, id, frag, proto
 _IP6 = struct.Struct("!HB")  # payload length, next header
 _PORTS = struct.Struct("!HH")
 _TCP = struct.Struct("!HHIIHH")  # ports, seq, ack, offset+flags, window
@@ -103,7 +104,7 @@ def _ipv4(buf: bytes, l3: int, end: int, wire_l3: int, stats: DecodeStats) -> tu
     if l3 + 20 > end:
         stats.truncated_headers += 1
         return None
-    vihl, total, frag, proto = _IP4.unpack_from(buf, l3)
+    vihl, total, ip_id, frag, proto = _IP4.unpack_from(buf, l3)
     if vihl >> 4 != 4:
         stats.non_ip += 1
         return None
@@ -114,7 +115,7 @@ def _ipv4(buf: bytes, l3: int, end: int, wire_l3: int, stats: DecodeStats) -> tu
     if total == 0 or total > wire_l3:  # TSO capture (0), or more than was on the wire
         total = wire_l3
     return _l4(proto, buf[l3 + 12:l3 + 16], buf[l3 + 16:l3 + 20], buf, l3 + ihl, end,
-               total - ihl, stats)
+               total - ihl, stats, ip_id)
 
 
 def _ipv6(buf: bytes, l3: int, end: int, wire_l3: int, stats: DecodeStats) -> tuple | None:
@@ -134,19 +135,20 @@ def _ipv6(buf: bytes, l3: int, end: int, wire_l3: int, stats: DecodeStats) -> tu
             return None
         size = 8 if nh == 44 else (buf[pos + 1] + 2) * 4 if nh == 51 else (buf[pos + 1] + 1) * 8
         nh, pos, plen = buf[pos], pos + size, plen - size
-    return _l4(nh, buf[l3 + 8:l3 + 24], buf[l3 + 24:l3 + 40], buf, pos, end, plen, stats)
+    return _l4(nh, buf[l3 + 8:l3 + 24], buf[l3 + 24:l3 + 40], buf, pos, end, plen, stats, -1)
 
 
 def _l4(proto: int, src: bytes, dst: bytes, buf: bytes, l4: int, end: int, l4len: int,
-        stats: DecodeStats) -> tuple | None:
+        stats: DecodeStats, ip_id: int) -> tuple | None:
     if proto == PROTO_TCP:
         if l4 + 16 > end:
             stats.truncated_headers += 1
             return None
         sport, dport, seq, ack, offflags, win = _TCP.unpack_from(buf, l4)
         hlen = (offflags >> 12) * 4
+        csum = _H.unpack_from(buf, l4 + 16)[0] if l4 + 18 <= end else -1
         return (6, src, dst, sport, dport, max(l4len - hlen, 0), seq, ack, offflags & 0x1FF,
-                win, hlen, l4, end)
+                win, hlen, l4, end, ip_id, csum)
     if proto == PROTO_UDP:
         if l4 + 4 > end:
             stats.truncated_headers += 1

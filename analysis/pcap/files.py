@@ -26,14 +26,50 @@ Frame = tuple[float, int, bytes, int, int, int]
 
 @dataclass(frozen=True, slots=True)
 class PcapWarning:
-    """Damage found in a file: byte ``offset`` in the file and ``what`` happened there."""
+    """Damage found in a file: byte ``offset`` in the file (None for a finding about the
+    whole file, e.g. a count of bad timestamps) and ``what`` happened there."""
 
-    offset: int
+    offset: int | None
     what: str
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form."""
         return {"offset": self.offset, "what": self.what}
+
+
+@dataclass(slots=True)
+class ClockChecks:
+    """Timestamps that are wrong or out of order, counted while reading (frames 1-based).
+
+    ``bad_frac``: classic pcap records whose fraction field is not below one second
+    (microseconds >= 10^6, nanoseconds >= 10^9; pcap-savefile(5) defines it as the fraction
+    of the second). Such a time is still taken as seconds + fraction (it carries into the next
+    second), with a warning: libpcap's own reader does no check, Wireshark's wiretap rejects
+    such values when it guesses a file's format. ``backwards``: frames stamped earlier than
+    the frame before them (merged or reordered captures; Wireshark's "frame.time_delta" < 0);
+    the TCP analysis then takes no negative gap as a fast retransmission or out-of-order
+    segment (:mod:`analysis.tcpflows.connection`).
+    """
+
+    bad_frac: int = 0
+    bad_frac_first: int = 0
+    backwards: int = 0
+    backwards_first: int = 0
+
+    def warnings(self, nano: bool) -> list[PcapWarning]:
+        """The findings as whole-file warnings (none if all timestamps were fine)."""
+        out = []
+        if self.bad_frac:
+            unit, limit = ("nanosecond", "10^9") if nano else ("microsecond", "10^6")
+            out.append(PcapWarning(None, f"{self.bad_frac} records have a {unit} field of "
+                                         f"{limit} or more, an invalid timestamp (first: frame "
+                                         f"{self.bad_frac_first}); taken as seconds + fraction"))
+        if self.backwards:
+            out.append(PcapWarning(None, f"{self.backwards} frames are stamped earlier than the "
+                                         f"frame before them (first: frame "
+                                         f"{self.backwards_first}); no negative gap is taken "
+                                         f"as a fast retransmission or out-of-order segment"))
+        return out
 
 
 @dataclass(slots=True)
@@ -43,7 +79,8 @@ class Capture:
     ``format`` is ``"pcap"``, ``"pcap-ns"`` or ``"pcapng"``; ``start_ns`` the absolute time of
     the first frame (ns since the epoch, None before the first frame); ``warnings`` fills as
     damage is met; ``reader`` is the format's reader (:class:`ClassicReader` for classic pcap,
-    whose header fields the compiled path uses).
+    whose header fields the compiled path uses); ``clock`` counts bad and out-of-order
+    timestamps (complete once the frames have been read).
     """
 
     path: str
@@ -52,6 +89,7 @@ class Capture:
     start_ns: int | None = None
     linktypes: set[int] = field(default_factory=set)
     reader: object = None
+    clock: ClockChecks = field(default_factory=ClockChecks)
 
     def frames(self) -> Iterator[Frame]:
         """Yield every readable frame in file order (see the module docstring)."""
@@ -88,8 +126,10 @@ class ClassicReader:
         rec = struct.Struct(self.endian + "IIII")
         unpack, link, scale = rec.unpack_from, self.linktype, 1e-9 if self.nano else 1e-6
         limit = max(self.snaplen, MAX_CAPLEN)
+        frac_limit = 10**9 if self.nano else 10**6
         cap.linktypes.add(link)
         sec0 = frac0 = None
+        clock, n, last = cap.clock, 0, 0
         base, tail = 24, b""
         with open(self.path, "rb") as fh:
             fh.seek(24)
@@ -106,9 +146,20 @@ class ClassicReader:
                     nxt = pos + 16 + caplen
                     if nxt > end:
                         break
+                    n += 1
+                    if frac >= frac_limit:
+                        if not clock.bad_frac:
+                            clock.bad_frac_first = n
+                        clock.bad_frac += 1
+                    stamp = sec * frac_limit + frac
                     if sec0 is None:
                         sec0, frac0 = sec, frac
                         cap.start_ns = sec * 10**9 + int(frac * (1 if self.nano else 1000))
+                    elif stamp < last:
+                        if not clock.backwards:
+                            clock.backwards_first = n
+                        clock.backwards += 1
+                    last = stamp
                     t = (sec - sec0) + (frac - frac0) * scale
                     yield t, link, buf, pos + 16, caplen, wirelen
                     pos = nxt

@@ -5,7 +5,10 @@ Description (IDB, 1: link type, snap length, ``if_tsresol`` option 9, ``if_tsoff
 14), Enhanced Packet (EPB, 6), Simple Packet (SPB, 3: no timestamp, takes the last one seen)
 and the obsolete Packet Block (2). Every other block type is skipped by its length. Each
 section restarts the interface list, so several interfaces may each have their own link type
-and timestamp resolution.
+and timestamp resolution. A block whose trailing Block Total Length differs from its leading
+one ends the file with a warning, as Wireshark's wiretap/pcapng.c does ("total block lengths
+(first %u and second %u) don't match", WTAP_ERR_BAD_FILE): which length is right cannot be
+told, so nothing after it can be trusted.
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ _SHB, _IDB, _EPB, _SPB, _OPB = 0x0A0D0D0A, 1, 6, 3, 2
 _MIN_LEN = {_IDB: 20, _EPB: 32, _OPB: 32, _SPB: 16}
 _BOM = 0x1A2B3C4D
 MAX_BLOCK = 1 << 26  # 64 MiB: larger blocks are corruption, not packets
+
+
+def trailer_message(btype: int, blen: int, trail: int) -> str:
+    """Warning text for a block whose trailing length ``trail`` is not its leading ``blen``."""
+    return (f"block of type {btype} says {blen} bytes at its start but {trail} at its end: "
+            f"file is corrupt from here")
 
 
 class Interface:
@@ -85,12 +94,13 @@ class PcapngReader:
 
 
 class _State:
-    __slots__ = ("cap", "e", "ifaces", "t0_ns", "last_ns")
+    __slots__ = ("cap", "e", "ifaces", "t0_ns", "last_ns", "n")
 
     def __init__(self, cap: Capture):
         self.cap, self.e, self.ifaces = cap, "<", []
         self.t0_ns: int | None = None
         self.last_ns = 0
+        self.n = 0  # frames delivered
 
     def blocks(self, buf: bytes, base: int):
         """Yield the frames of the whole blocks in ``buf``; return where the first partial
@@ -108,6 +118,11 @@ class _State:
                 return -1
             if pos + blen > end:
                 break
+            trail = struct.unpack_from(self.e + "I", buf, pos + blen - 4)[0]
+            if trail != blen:
+                self.cap.warnings.append(PcapWarning(base + pos, trailer_message(
+                    struct.unpack_from(self.e + "I", buf, pos)[0], blen, trail)))
+                return -1
             frame = self._block(btype, buf, pos, blen, base)
             if frame is not None:
                 yield frame
@@ -164,7 +179,13 @@ class _State:
             return None
         iface = self.ifaces[if_id]
         ns = iface.to_ns(ts) if ts is not None else self.last_ns
+        self.n += 1
         if self.t0_ns is None:
             self.t0_ns = self.cap.start_ns = ns
+        elif ns < self.last_ns:
+            clock = self.cap.clock
+            if not clock.backwards:
+                clock.backwards_first = self.n
+            clock.backwards += 1
         self.last_ns = ns
         return (ns - self.t0_ns) * 1e-9, iface.linktype, buf, data, caplen, wirelen

@@ -45,7 +45,9 @@ def analyse_capture(path: str | os.PathLike[str], engine: str = "auto") -> Captu
     reference); ``"auto"`` picks the kernel for files of at least COMPILED_MIN_BYTES. Both
     give identical results (tested).
     Streaming: memory grows with the number of flows, not packets. A truncated or corrupt
-    file is analysed up to the damage, which is reported in ``warnings``. Raises
+    file is analysed up to the damage, which is reported in ``warnings``; so are, as whole-file
+    warnings (offset None), invalid and out-of-order timestamps (:class:`ClockChecks`) and
+    duplicate captures (:meth:`Direction.is_duplicate`), which are counted once. Raises
     :class:`aitb.errors.SpecError` if the file is missing, unreadable or not a capture;
     ValueError for an unknown engine.
     """
@@ -63,8 +65,21 @@ def analyse_capture(path: str | os.PathLike[str], engine: str = "auto") -> Captu
         packets = _scan(cap, table, stats)
         found = table.flows()
     flows = [udp_record(f) if isinstance(f, UdpFlow) else tcp_record(f) for f in found]
+    warnings = cap.warnings + cap.clock.warnings(cap.format == "pcap-ns")
+    dups = sum(f["duplicate_captures"] for f in flows)
+    if dups:
+        warnings.append(PcapWarning(None, duplicates_message(dups)))
     return CaptureAnalysis(cap.path, cap.format, packets, sorted(cap.linktypes), cap.start_ns,
-                           stats, flows, cap.warnings)
+                           stats, flows, warnings)
+
+
+def duplicates_message(n: int) -> str:
+    """Warning text for ``n`` duplicate captures (rule: Direction.is_duplicate)."""
+    return (f"{n} frames are second copies of a TCP segment already seen (same connection, "
+            f"direction, IP ID, sequence, ACK, payload length, flags, window and checksum, "
+            f"within 1 ms: one packet captured twice, e.g. on two interfaces of one path, a "
+            f"SPAN port or a bridge and its port); each counted once, not as a "
+            f"retransmission (flows' duplicate_captures)")
 
 
 def _compiled(cap):

@@ -50,17 +50,25 @@ def analyse_classic(cap: Capture, reader: ClassicReader) -> tuple[int, list, Dec
     """
     hdr = np.array([reader.endian == ">", reader.nano, reader.linktype,
                     max(reader.snaplen, MAX_CAPLEN)], np.int64)
-    st = np.zeros(5, np.int64)  # flows, packets, have_t0, sec0, frac0
+    st = np.zeros(k.NST, np.int64)  # flows, packets, have_t0, sec0, frac0, clock checks
     stats = np.zeros(5, np.int64)
     arr = _Arrays()
     cap.linktypes.add(reader.linktype)
     _stream(cap, reader, hdr, st, stats, arr)
     if st[2]:
         cap.start_ns = int(st[3]) * 10**9 + int(st[4]) * (1 if reader.nano else 1000)
+    clock_checks(cap, st)
     dstats = DecodeStats()
     for name, value in zip(_STAT_FIELDS, stats, strict=True):
         setattr(dstats, name, int(value))
     return int(st[1]), [_flow(arr, c) for c in range(int(st[0]))], dstats
+
+
+def clock_checks(cap: Capture, st) -> None:
+    """Copy the kernel's timestamp counts (``st[ST_*]``) into ``cap.clock``."""
+    c = cap.clock
+    c.bad_frac, c.bad_frac_first = int(st[k.ST_BAD_FRAC]), int(st[k.ST_BAD_FRAC_FIRST])
+    c.backwards, c.backwards_first = int(st[k.ST_BACKWARDS]), int(st[k.ST_BACKWARDS_FIRST])
 
 
 def _stream(cap, reader, hdr, st, stats, arr) -> None:
@@ -135,7 +143,7 @@ _COUNTERS = {"packets": k.PACKETS, "payload_bytes": k.PAYLOAD, "data_packets": k
              "rto_retransmissions": k.RTO, "spurious_retransmissions": k.SPUR,
              "out_of_order": k.OOO, "dup_acks": k.DUPACKS, "zero_windows": k.ZEROWIN,
              "sack_packets": k.SACK_PKTS, "retransmitted_bytes": k.RETX_BYTES, "rst": k.D_RST,
-             "rtt_n": k.RTT_N}
+             "rtt_n": k.RTT_N, "duplicates": k.DUPS}
 
 
 def _direction(d: Direction, di: list[int], df: list[float]) -> None:

@@ -10,9 +10,10 @@ import numpy as np
 
 from analysis.pcap import DecodeStats, PcapWarning
 from analysis.pcap.files import CHUNK_BYTES, Capture
-from analysis.pcap.pcapng import _BOM, MAX_BLOCK, parse_idb
+from analysis.pcap.pcapng import _BOM, MAX_BLOCK, parse_idb, trailer_message
+from analysis.tcpflows import numba_scan as k
 from analysis.tcpflows import numba_scan_pcapng as kn
-from analysis.tcpflows.compiled_pcap import _STAT_FIELDS, _Arrays, _flow
+from analysis.tcpflows.compiled_pcap import _STAT_FIELDS, _Arrays, _flow, clock_checks
 
 
 class Unsupported(Exception):
@@ -26,7 +27,7 @@ class _Walk:
         self.cap = cap
         self.ng = np.zeros(5, np.int64)  # big-endian, interfaces, have_t0, t0_ns, last_ns
         self.IF = np.zeros((16, 5), np.int64)  # linktype, snaplen, mode, value, offset_ns
-        self.st, self.stats, self.arr = np.zeros(5, np.int64), np.zeros(5, np.int64), _Arrays()
+        self.st, self.stats, self.arr = np.zeros(k.NST, np.int64), np.zeros(5, np.int64), _Arrays()
 
     @property
     def e(self) -> str:
@@ -78,6 +79,7 @@ def analyse_pcapng(cap: Capture) -> tuple[int, list, DecodeStats]:
         setattr(dstats, name, int(value))
     if w.ng[2]:
         cap.start_ns = int(w.ng[3])
+    clock_checks(cap, w.st)
     return int(w.st[1]), [_flow(w.arr, c) for c in range(int(w.st[0]))], dstats
 
 
@@ -132,6 +134,10 @@ def _python_block(w: _Walk, status: int, buf, pos: int, end: int, base: int) -> 
     if pos + blen > end:
         return 0
     btype = struct.unpack_from(w.e + "I", buf, pos)[0]
+    trail = struct.unpack_from(w.e + "I", buf, pos + blen - 4)[0]
+    if status == kn.BAD_TRAILER or trail != blen:
+        w.warn(base + pos, trailer_message(btype, blen, trail))
+        return -1
     if status == kn.SHORT or (btype == 1 and blen < 20):
         w.warn(base + pos, f"block of type {btype} has {blen} bytes, fewer than its fixed "
                            f"fields need; block skipped")

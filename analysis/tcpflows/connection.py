@@ -24,6 +24,14 @@ epan/dissectors/packet-tcp.c (wireshark/wireshark @ 0aebd579e3be), step by step:
     duplicate ACKs Wireshark looks for, and those land here too.
   tshark's ``tcp.analysis.retransmission`` flag is set on all three retransmission kinds, so
   ``retransmissions`` = fast + spurious + RTO, and SYN/FIN re-sends count as in tshark.
+* negative time gaps (a segment stamped before the ACK or the segment it is compared with:
+  out-of-order timestamps, e.g. merged captures): packet-tcp.c computes both gaps into a
+  ``guint64 t``, so a negative gap wraps to a huge value and passes neither the 20 ms
+  fast-retransmission test nor the out-of-order test; here ``0 <= gap`` says the same. Such
+  a segment is a plain (RTO) retransmission, and the file's out-of-order timestamps are
+  counted in a warning (:class:`analysis.pcap.files.ClockChecks`).
+* duplicate captures (the same packet recorded twice) are dropped before all of this and
+  counted once (``duplicate_captures``; rule in :meth:`Direction.is_duplicate`).
 """
 
 from __future__ import annotations
@@ -123,10 +131,11 @@ class Connection:
                 f.spurious_retransmissions += 1
                 retx = True
             elif (adv and r.dupacknum >= 2 and r.lastack == seq
-                  and t - r.lastack_t < FAST_RTX_WINDOW_S):
+                  and 0 <= t - r.lastack_t < FAST_RTX_WINDOW_S):
                 f.fast_retransmissions += 1
                 retx = True
-            elif adv and t - f.nxt_t < (self.first_rtt or OOO_DEFAULT_S) and nxt != end + synfin:
+            elif (adv and 0 <= t - f.nxt_t < (self.first_rtt or OOO_DEFAULT_S)
+                  and nxt != end + synfin):
                 f.out_of_order += 1
             elif adv:
                 f.rto_retransmissions += 1

@@ -14,6 +14,10 @@ M32, HALF = 0xFFFFFFFF, 0x80000000
 # TCP_MAX_UNACKED_SEGMENTS = 10000); beyond it, later segments give no sample until ACKs drain
 # the queue. It bounds memory per flow (4 KiB per direction in the compiled path).
 MAX_PENDING = 256
+# Duplicate captures (one packet recorded twice: two interfaces of one path, a SPAN port, a
+# bridge and its port): a segment identical to one of the last DUP_SEGMENTS segments of its
+# direction, seen less than DUP_WINDOW_S from it (rule: :meth:`Direction.is_duplicate`).
+DUP_SEGMENTS, DUP_WINDOW_S = 4, 0.001
 
 
 class Direction:
@@ -26,13 +30,13 @@ class Direction:
     __slots__ = (
         # sequence space and Wireshark state
         "ref", "nxt", "nxt_t", "lastack", "lastack_t", "window", "dupacknum", "last_flags",
-        "isn", "data_end", "max_ack", "data_acked_t", "pending", "karn_below",
+        "isn", "data_end", "max_ack", "data_acked_t", "pending", "karn_below", "recent",
         # counters
         "packets", "payload_bytes", "data_packets", "retransmissions", "fast_retransmissions",
         "rto_retransmissions", "spurious_retransmissions", "out_of_order", "dup_acks",
         "zero_windows", "sack_packets", "retransmitted_bytes", "syn", "fin_t", "rst",
         "first_data_t", "last_data_t", "rtt_n", "rtt_sum", "rtt_min", "rtt_max",
-        "mss", "wscale", "sack_ok", "ts_ok",
+        "mss", "wscale", "sack_ok", "ts_ok", "duplicates",
     )
 
     def __init__(self) -> None:
@@ -41,6 +45,8 @@ class Direction:
         self.window = self.dupacknum = self.last_flags = 0
         self.data_acked_t = self.fin_t = self.first_data_t = self.last_data_t = None
         self.pending: deque = deque()
+        self.recent: deque = deque(maxlen=DUP_SEGMENTS)
+        self.duplicates = 0
         self.karn_below = -1
         self.packets = self.payload_bytes = self.data_packets = self.retransmissions = 0
         self.fast_retransmissions = self.rto_retransmissions = self.spurious_retransmissions = 0
@@ -62,6 +68,29 @@ class Direction:
         if val > ref:
             self.ref = val
         return val
+
+    def is_duplicate(self, ident: tuple, t: float) -> bool:
+        """Whether a segment is a second copy of one already seen (and then count it).
+
+        ``ident`` = (IPv4 ID, TCP checksum, raw seq, raw ack, payload bytes, flags, window).
+        A copy matches one of the last DUP_SEGMENTS segments of this direction in every field
+        and less than DUP_WINDOW_S (1 ms) away in time (either way: merged captures may put
+        the copy first). The rule follows ``editcap -d`` (a frame equal to one of the 4 before
+        it, by length and MD5) and its ``-w`` time window, on the fields that survive a router
+        hop (TTL, IP checksum and MACs change; IP ID, TCP header and payload length do not).
+        A real retransmission differs: Linux gives every packet of a connected socket the next
+        IP ID (``ip_select_ident_segs``), and RTO >= 200 ms. IPv6 has no IP ID (``ident[0]`` is
+        -1): only segments with payload are compared there, never pure ACKs, which repeat
+        legitimately (duplicate ACKs) with the same header.
+        """
+        if ident[0] < 0 and not ident[4]:
+            return False
+        for old, old_t in self.recent:
+            if old == ident and abs(t - old_t) < DUP_WINDOW_S:
+                self.duplicates += 1
+                return True
+        self.recent.append((ident, t))
+        return False
 
     def note_ack(self, ack: int, t: float) -> None:
         """An ACK from the other side covers this direction up to ``ack`` (64-bit) at ``t``.

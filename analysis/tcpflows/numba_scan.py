@@ -19,19 +19,26 @@ from numpy import int64 as i64
 
 # numba's on-disk cache (cache=True) of the functions here does not notice a change of
 # compiled_decode.decode, which they inline: edit this file too when decode changes
-# (last: IPv4 total length capped at the wire length)
+# (last: IP ID and TCP checksum decoded, for duplicate captures)
 from analysis.pcap.compiled_decode import decode
-from analysis.tcpflows.direction import MAX_PENDING
+from analysis.tcpflows.direction import DUP_SEGMENTS, DUP_WINDOW_S, MAX_PENDING
 
 (REF, HAS_REF, NXT, HAS_NXT, LASTACK, HAS_LASTACK, WINDOW, DUPACKNUM, LAST_FLAGS, ISN, HAS_ISN,
  DATA_END, HAS_DATA_END, MAX_ACK, HAS_MAX_ACK, KARN_BELOW, P_HEAD, P_LEN, PACKETS, PAYLOAD,
  DATA_PKTS, RETX, FAST, RTO, SPUR, OOO, DUPACKS, ZEROWIN, SACK_PKTS, RETX_BYTES, D_SYN, D_RST,
  RTT_N, MSS, WSCALE, SACK_OK, TS_OK, HAS_DATA_ACKED_T, HAS_FIN_T, HAS_FIRST_DATA_T,
- HAS_RTT) = range(41)
-NDI = 41
+ HAS_RTT, DUPS, RING_HEAD, RING_N) = range(44)
+# the last DUP_SEGMENTS segments' identities (Direction.is_duplicate): 7 columns each from RING
+RING, IDENT = 44, 7
+NDI = RING + IDENT * DUP_SEGMENTS
 NXT_T, LASTACK_T, DATA_ACKED_T, FIN_T, FIRST_DATA_T, LAST_DATA_T, RTT_SUM, RTT_MIN, RTT_MAX = \
     range(9)
-NDF = 9
+RING_T = 9  # their times
+NDF = RING_T + DUP_SEGMENTS
+# st: flows, packets, have_t0, sec0, frac0, then the clock checks of files.ClockChecks
+(ST_BAD_FRAC, ST_BAD_FRAC_FIRST, ST_BACKWARDS, ST_BACKWARDS_FIRST, ST_LAST_SEC,
+ ST_LAST_FRAC) = range(5, 11)
+NST = 11
 (C_PROTO, C_V6, C_SHI, C_SLO, C_DHI, C_DLO, C_SPORT, C_DPORT, C_CLOSING, C_HAS_SYN_T,
  C_HAS_MRU, C_HAS_FIRST_RTT, C_WIRE) = range(13)
 NCI = 13
@@ -48,11 +55,13 @@ def run(b, pos, hdr, st, HK, HV, DI, DF, CI, CF, PE, PT, stats):
     """Analyse the whole records of ``b`` (uint8 array) from ``pos``.
 
     ``hdr`` = (big_endian, nano, linktype, max caplen); ``st`` = (flows, packets, have_t0,
-    sec0, frac0). Returns ``(status, pos)``: NEED_DATA (pos = first partial record), NEED_ROOM
-    (grow the flow arrays, resume at pos) or CORRUPT (impossible caplen at pos).
+    sec0, frac0, then the ST_* clock checks). Returns ``(status, pos)``: NEED_DATA (pos =
+    first partial record), NEED_ROOM (grow the flow arrays, resume at pos) or CORRUPT
+    (impossible caplen at pos).
     """
     big, nano, link, limit = hdr[0], hdr[1], hdr[2], hdr[3]
     scale = 1e-9 if nano else 1e-6
+    frac_limit = 1000000000 if nano else 1000000
     cap = CI.shape[0]
     blen = b.shape[0]
     while pos + 16 <= blen:
@@ -65,12 +74,28 @@ def run(b, pos, hdr, st, HK, HV, DI, DF, CI, CF, PE, PT, stats):
             return NEED_DATA, pos
         if st[0] + 1 > cap:
             return NEED_ROOM, pos
+        if frac >= frac_limit:
+            if st[ST_BAD_FRAC] == 0:
+                st[ST_BAD_FRAC_FIRST] = st[1] + 1
+            st[ST_BAD_FRAC] += 1
         if st[2] == 0:
             st[2], st[3], st[4] = 1, sec, frac
+        else:
+            backwards(st, sec * frac_limit + frac < st[ST_LAST_SEC] * frac_limit + st[ST_LAST_FRAC])
+        st[ST_LAST_SEC], st[ST_LAST_FRAC] = sec, frac
         t = (sec - st[3]) + (frac - st[4]) * scale
         packet(b, pos + 16, caplen, wirelen, link, t, st, HK, HV, DI, DF, CI, CF, PE, PT, stats)
         pos = nxt
     return NEED_DATA, pos
+
+
+@njit(cache=True, inline="always")
+def backwards(st, earlier):
+    """Count a frame stamped ``earlier`` than the one before it (files.ClockChecks)."""
+    if earlier:
+        if st[ST_BACKWARDS] == 0:
+            st[ST_BACKWARDS_FIRST] = st[1] + 1
+        st[ST_BACKWARDS] += 1
 
 
 @njit(cache=True, inline="always")
@@ -138,10 +163,36 @@ def _tcp(b, t, d, wirelen, st, HK, HV, DI, DF, CI, CF, PE, PT):
         v = _open(key, rkey, t, st, HK, HV, DI, DF, CI, CF, d)
     c, f = v >> 1, v
     r = f ^ 1
+    if _duplicate(f, t, d[16], d[17], seq, ack, seglen, flags, win, DI, DF):
+        return
     if hlen > 20 and ((flags & SYN) or hlen != 32 or (l4 + 22 < end and b[l4 + 22] != 8)):
         _options(b, f, l4 + 20, min(l4 + hlen, end), flags & SYN, DI)
     CI[c, C_WIRE] += wirelen
     _segment(c, f, r, t, seglen, seq, ack, flags, win, DI, DF, CI, CF, PE, PT)
+
+
+@njit(cache=True, inline="always")
+def _duplicate(f, t, ip_id, csum, seq, ack, seglen, flags, win, DI, DF):
+    """Direction.is_duplicate on the ring of DI/DF columns from RING/RING_T."""
+    if ip_id < 0 and seglen == 0:
+        return False
+    for k in range(DI[f, RING_N]):
+        col = RING + IDENT * k
+        if (DI[f, col] == ip_id and DI[f, col + 1] == csum and DI[f, col + 2] == seq
+                and DI[f, col + 3] == ack and DI[f, col + 4] == seglen
+                and DI[f, col + 5] == flags and DI[f, col + 6] == win
+                and abs(t - DF[f, RING_T + k]) < DUP_WINDOW_S):
+            DI[f, DUPS] += 1
+            return True
+    k = DI[f, RING_HEAD]
+    col = RING + IDENT * k
+    DI[f, col], DI[f, col + 1], DI[f, col + 2], DI[f, col + 3] = ip_id, csum, seq, ack
+    DI[f, col + 4], DI[f, col + 5], DI[f, col + 6] = seglen, flags, win
+    DF[f, RING_T + k] = t
+    DI[f, RING_HEAD] = (k + 1) % DUP_SEGMENTS
+    if DI[f, RING_N] < DUP_SEGMENTS:
+        DI[f, RING_N] += 1
+    return False
 
 
 @njit(cache=True, inline="always")
@@ -253,10 +304,11 @@ def _data_side(c, f, r, t, seglen, seq, flags, zwp, DI, DF, CF, CI, PE, PT):
             DI[f, SPUR] += 1
             retx = True
         elif (adv and DI[r, DUPACKNUM] >= 2 and DI[r, HAS_LASTACK] and DI[r, LASTACK] == seq
-              and t - DF[r, LASTACK_T] < FAST_RTX_WINDOW_S):
+              and 0 <= t - DF[r, LASTACK_T] < FAST_RTX_WINDOW_S):
             DI[f, FAST] += 1
             retx = True
-        elif adv and t - DF[f, NXT_T] < (first_rtt or OOO_DEFAULT_S) and nxt != end + synfin:
+        elif (adv and 0 <= t - DF[f, NXT_T] < (first_rtt or OOO_DEFAULT_S)
+              and nxt != end + synfin):
             DI[f, OOO] += 1
         elif adv:
             DI[f, RTO] += 1

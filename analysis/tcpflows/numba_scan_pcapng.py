@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from numba import njit
 
-from analysis.tcpflows.numba_scan import CORRUPT, NEED_DATA, NEED_ROOM, _u32, packet
+from analysis.tcpflows.numba_scan import CORRUPT, NEED_DATA, NEED_ROOM, _u32, backwards, packet
 
-PYTHON, SHORT, BAD_PACKET, UNSUPPORTED = 3, 4, 5, 6
+PYTHON, SHORT, BAD_PACKET, UNSUPPORTED, BAD_TRAILER = 3, 4, 5, 6, 7
 SHB, IDB, EPB, SPB, OPB = 0x0A0D0D0A, 1, 6, 3, 2
 MAX_BLOCK = 1 << 26
 MUL, DIV, SHIFT = 0, 1, 2  # how an interface's units become ns
@@ -37,6 +37,8 @@ def run_ng(b, pos, ng, IF, st, HK, HV, DI, DF, CI, CF, PE, PT, stats):
             return CORRUPT, pos
         if pos + blen > end:
             return NEED_DATA, pos
+        if _u32(b, pos + blen - 4, big) != blen:
+            return BAD_TRAILER, pos
         if btype == IDB:
             return PYTHON, pos
         if btype == EPB or btype == OPB or btype == SPB:
@@ -77,6 +79,8 @@ def _packet_block(b, pos, blen, btype, big, ng, IF, st, HK, HV, DI, DF, CI, CF, 
         ns = ng[4]
     if ng[2] == 0:
         ng[2], ng[3] = 1, ns
+    else:
+        backwards(st, ns < ng[4])
     ng[4] = ns
     t = (ns - ng[3]) * 1e-9
     packet(b, data, caplen, wirelen, IF[if_id, 0], t, st, HK, HV, DI, DF, CI, CF, PE, PT, stats)

@@ -47,6 +47,7 @@ def _direction(d: Direction) -> dict[str, object]:
         "spurious_retransmissions": d.spurious_retransmissions,
         "retransmitted_bytes": d.retransmitted_bytes, "out_of_order": d.out_of_order,
         "dup_acks": d.dup_acks, "zero_windows": d.zero_windows, "sack_packets": d.sack_packets,
+        "duplicate_captures": d.duplicates,
         "syn": d.syn, "fin": d.fin_t is not None, "rst": d.rst,
         "mss": d.mss, "wscale": d.wscale, "sack_permitted": d.sack_ok, "timestamps": d.ts_ok,
         "rtt_samples": d.rtt_n, "rtt_min_s": d.rtt_min, "rtt_max_s": d.rtt_max,
@@ -56,7 +57,7 @@ def _direction(d: Direction) -> dict[str, object]:
 
 _SUMMED = ("packets", "payload_bytes", "retransmissions", "fast_retransmissions",
            "rto_retransmissions", "spurious_retransmissions", "retransmitted_bytes",
-           "out_of_order", "dup_acks", "zero_windows")
+           "out_of_order", "dup_acks", "zero_windows", "duplicate_captures")
 
 
 def tcp_record(conn: Connection) -> dict[str, object]:
@@ -101,4 +102,5 @@ def udp_record(flow: UdpFlow) -> dict[str, object]:
         "packets_b_to_a": flow.packets[1], "goodput_bps": None,
         "retransmissions": 0, "fast_retransmissions": 0, "rto_retransmissions": 0,
         "spurious_retransmissions": 0, "dup_acks": 0, "zero_windows": 0,
+        "duplicate_captures": 0,  # not looked for in UDP (no sequence number to match)
     }

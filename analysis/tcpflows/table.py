@@ -42,7 +42,7 @@ class FlowTable:
 
     def add_tcp(self, t: float, d: tuple, buf: bytes, wirelen: int) -> None:
         """Account a decoded TCP frame ``d`` (see :mod:`analysis.pcap.decode`) at ``t`` s."""
-        _, src, dst, sport, dport, seglen, seq, ack, flags, win, hlen, l4, end = d
+        _, src, dst, sport, dport, seglen, seq, ack, flags, win, hlen, l4, end, ip_id, csum = d
         key = (src, dst, sport, dport)
         hit = self._tcp.get(key)
         if hit is None or (flags & (SYN | ACK) == SYN and hit[0].closing
@@ -50,6 +50,8 @@ class FlowTable:
             hit = self._open(key, t)
         conn, is_a = hit
         f, r = (conn.a, conn.b) if is_a else (conn.b, conn.a)
+        if f.is_duplicate((ip_id, csum, seq, ack, seglen, flags, win), t):
+            return  # a second copy of a captured packet: counted once (Direction.is_duplicate)
         # options: always on a SYN; otherwise skip Linux's timestamp-only layout
         # (NOP NOP TS, hlen 32) so the common case costs one comparison
         if hlen > 20 and (flags & SYN or hlen != 32 or (l4 + 22 < end and buf[l4 + 22] != 8)):

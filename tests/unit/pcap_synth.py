@@ -1,7 +1,9 @@
 """Build small synthetic captures with scapy for exact test cases (helpers, not tests).
 
 A :class:`Conv` is one TCP connection written packet by packet with explicit times, sequence
-numbers relative to each side's ISN, and flags; :func:`write_pcap` writes it as classic pcap.
+numbers relative to each side's ISN, and flags; each side numbers its packets' IP IDs 1, 2, 3...
+as Linux does on a connected socket (so that no two packets look like one captured twice);
+:func:`write_pcap` writes it as classic pcap.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ class Conv:
     def __init__(self, client=("198.18.0.1", 40000), server=("198.18.0.2", 5201), link="eth"):
         self.client, self.server, self.link = client, server, link
         self.packets = []
+        self._ids: dict[tuple, int] = {}
 
     def _pkt(self, src, dst, t, flags, seq, ack, size, win):
-        ip = IP(src=src[0], dst=dst[0]) / TCP(sport=src[1], dport=dst[1], flags=flags,
+        self._ids[src] = ip_id = self._ids.get(src, 0) + 1
+        ip = IP(src=src[0], dst=dst[0], id=ip_id) / TCP(sport=src[1], dport=dst[1], flags=flags,
                                               seq=seq & 0xFFFFFFFF, ack=ack & 0xFFFFFFFF,
                                               window=win)
         if size:

@@ -24,10 +24,12 @@ def _eth(p):
 
 def _mixed_frames():
     tcp = TCP(sport=1000, dport=2000, flags="PA", seq=1, ack=1) / Raw(b"a" * 100)
+    # three IPv4 packets with distinct IP IDs: with one ID they would be one packet captured
+    # three times (duplicate captures, counted once: test_pcap_hardening)
     return [
-        _eth(IP(src=A4, dst=B4) / tcp),                                   # plain
-        _eth(Dot1AD(vlan=10) / Dot1Q(vlan=20) / IP(src=A4, dst=B4) / tcp),  # QinQ
-        _eth(IP(src=A4, dst=B4, options=b"\x01" * 8) / tcp),              # IPv4 options
+        _eth(IP(src=A4, dst=B4, id=1) / tcp),                             # plain
+        _eth(Dot1AD(vlan=10) / Dot1Q(vlan=20) / IP(src=A4, dst=B4, id=2) / tcp),  # QinQ
+        _eth(IP(src=A4, dst=B4, id=3, options=b"\x01" * 8) / tcp),        # IPv4 options
         _eth(IPv6(src=A6, dst=B6) / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / tcp),
         _eth(IPv6(src=A6, dst=B6) / IPv6ExtHdrFragment(offset=0, m=0) / UDP(sport=5, dport=6)
              / Raw(b"u" * 40)),                                           # atomic fragment
@@ -81,7 +83,11 @@ def test_bsd_loopback_in_either_byte_order(tmp_path, engine, order):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_big_endian_file_and_headers_only_snaplen(tmp_path, engine):
-    frames = _mixed_frames()[:1] * 3
+    frames = []
+    for ip_id in (1, 2, 3):  # three packets, not one captured three times
+        f = _mixed_frames()[0]
+        f[IP].id = ip_id
+        frames.append(f)
     path = tmp_path / "be.pcap"
     with open(path, "wb") as fh:
         fh.write(struct.pack(">IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 64, 1))

@@ -199,6 +199,13 @@ def _pcapng_case(tmp_path):
     return pcapng(tmp_path / "multi.pcapng", ifaces, packets), eth, raw, udp
 
 
+def _damage(res):
+    """Warnings about damage at an offset; the file-wide one of _pcapng_case (its interfaces
+    are written one after the other, so interface 1's first frame is stamped before the last
+    of interface 0) is asserted in test_pcapng_with_interfaces_of_different_link_types..."""
+    return [w for w in res.warnings if w.offset is not None]
+
+
 def _sll2(p) -> bytes:
     from scapy.layers.l2 import CookedLinuxV2
     return bytes(CookedLinuxV2(proto=0x0800) / p)
@@ -208,6 +215,9 @@ def test_pcapng_with_interfaces_of_different_link_types_and_resolutions(tmp_path
     path, eth, raw, udp = _pcapng_case(tmp_path)
     res = analyse_capture(path, engine=engine)
     assert res.format == "pcapng" and res.linktypes == [1, 101, 276]
+    (w,) = res.warnings
+    assert w.offset is None and w.what.startswith(
+        f"1 frames are stamped earlier than the frame before them (first: frame {len(eth) + 1})")
     assert res.packets == len(eth) + len(raw.packets) + len(udp) + 1
     tcp_eth, tcp_raw, flow_udp = res.flows
     assert tcp_eth["fast_retransmissions"] == 1 and tcp_eth["dup_acks"] == 3
@@ -238,7 +248,7 @@ def test_a_cut_pcapng_keeps_the_whole_blocks_and_warns(tmp_path, engine):
     path.write_bytes(data[:-20])  # inside the last block (the Simple Packet Block)
     res = analyse_capture(path, engine=engine)
     assert res.packets == full.packets - 1
-    (w,) = res.warnings
+    (w,) = _damage(res)
     assert "ends inside a block" in w.what and 0 < w.offset < len(data) - 20
 
 
@@ -283,5 +293,5 @@ def test_a_pcapng_block_too_short_for_its_fields_is_skipped_with_a_warning(tmp_p
     path.write_bytes(path.read_bytes() + runt)
     res = analyse_capture(path, engine=engine)
     assert res.packets == full.packets and res.flows == full.flows
-    (w,) = res.warnings
+    (w,) = _damage(res)
     assert w.offset == path.stat().st_size - 12 and "fewer than its fixed fields" in w.what
