@@ -7,16 +7,15 @@ one clear message without a traceback; the exit code is 2 for bad input and 1 fo
 
 from __future__ import annotations
 
-import json
 import sys
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from aitb import __version__
 from aitb.errors import AitbError, SpecError
 from orchestration.cli.commands import register_all
+from orchestration.cli.errors_out import print_json_error, report_error
 from orchestration.vm_rerun import rerun_in_vm, wants_vm
 
 app = typer.Typer(
@@ -54,27 +53,6 @@ def _root(
 
 
 register_all(app)
-
-
-def report_error(exc: AitbError) -> None:
-    """Print ``exc`` for a person: one line per issue, prefixed with ``error:``."""
-    if isinstance(exc, SpecError):
-        for issue in exc.issues:
-            err_console.print(f"[bold red]error:[/] {escape(str(issue))}", markup=True,
-                              highlight=False, soft_wrap=True)
-    else:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True,
-                          highlight=False, soft_wrap=True)
-
-
-def print_json_error(exc: AitbError) -> None:
-    """The error as one JSON object on stdout (``ok: false``, message, exit code and, for bad
-    input, one entry per issue), so that a script reading a ``--json`` command's stdout gets
-    JSON on failure too; the stderr lines of :func:`report_error` stay for a person."""
-    doc: dict[str, object] = {"ok": False, "error": str(exc), "exit_code": exc.exit_code}
-    if isinstance(exc, SpecError):
-        doc["issues"] = [issue.to_dict() for issue in exc.issues]
-    typer.echo(json.dumps(doc))
 
 
 def main(argv: list[str] | None = None) -> None:

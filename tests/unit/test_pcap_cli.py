@@ -79,3 +79,44 @@ def test_a_directory_is_a_clear_error(tmp_path):
     out = run(str(tmp_path))
     assert out.returncode == 2 and str(tmp_path) in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_pcap_starts_without_the_heavy_libraries(tmp_path):
+    """The quick path of orchestration.cli.entry (start-up target: bench/pcap_startup.py):
+    no typer, rich, numba, pandas, matplotlib or pydantic for a small file."""
+    path = write_pcap(tmp_path / "small.pcap", fast_retransmission().packets)
+    code = ("import json, sys; sys.argv = ['aitb', 'pcap', sys.argv[1]]; "
+            "from orchestration.cli.entry import main; main(); "
+            "sys.stderr.write(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "retransmissions: 1 (fast 1, RTO 0, spurious 0)" in out.stdout
+    top = {m.split(".")[0] for m in json.loads(out.stderr)}
+    assert top.isdisjoint({"typer", "rich", "numba", "pandas", "matplotlib", "pydantic"})
+
+
+def test_help_and_unknown_options_still_go_through_the_full_cli():
+    out = run("--help")
+    assert out.returncode == 0 and "--json" in out.stdout
+    bad = run("--no-such-option", str(DATA / "gso_ipv4_7240B.pcap"))
+    assert bad.returncode == 2 and "no-such-option" in bad.stderr
+
+
+def test_duplicates_and_clock_warnings_are_shown(tmp_path):
+    from decimal import Decimal
+
+    pkts = fast_retransmission().packets
+    copies = []
+    for p in pkts:
+        c = p.copy()
+        c.time = p.time + Decimal("0.000001")
+        copies += [p, c]
+    path = write_pcap(tmp_path / "twice.pcap", copies)
+    human = run(str(path))
+    assert human.returncode == 0, human.stderr
+    assert f"duplicate captures {len(pkts)} (counted once)" in human.stdout
+    assert f"warning: {path}: {len(pkts)} frames are second copies" in human.stdout
+    doc = json.loads(run("--json", str(path)).stdout)
+    (w,) = doc["warnings"]
+    assert w["offset"] is None and doc["flows"][0]["duplicate_captures"] == len(pkts)
