@@ -40,6 +40,7 @@ from ruamel.yaml.events import (
 )
 
 from aitb.errors import SpecError, SpecIssue, short_repr
+from aitb.unit_fields import BOOLEAN_NUMBER
 
 __all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_VALUES", "MAX_ALIASES", "MAX_ITERATIONS",
            "MAX_POINTS", "MAX_RUNS", "Ref", "read_text", "check_file",
@@ -412,6 +413,8 @@ def issues_from_validation(exc: ValidationError, root: Any, source: str | None,
     out = []
     for err in exc.errors(include_url=False):
         loc = _clean_loc(err["loc"], drop)
+        if err["type"] == BOOLEAN_NUMBER:  # raised by a model: the key is in ctx
+            loc = (*loc, *err["ctx"]["key_path"])
         out.append(SpecIssue(_message(root, {**err, "loc": loc}, known), file=source,
                              key_path=(*prefix, *loc)))
     return out

@@ -16,7 +16,6 @@ import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -25,7 +24,7 @@ from pydantic import (
 )
 
 from aitb.shaping import AQMS, JITTER_DISTRIBUTIONS
-from aitb.unit_fields import described_unit
+from aitb.unit_fields import SpecModel, described_unit
 from aitb.units import (
     parse_buffer,
     parse_duration_s,
@@ -74,7 +73,7 @@ SysctlValue = Annotated[str, BeforeValidator(_sysctl_value),
                         WithJsonSchema({"type": ["string", "integer", "number"]})]
 
 
-class _Strict(BaseModel):
+class _Strict(SpecModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

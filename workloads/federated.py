@@ -29,15 +29,16 @@ import math
 import random
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from aitb.schedule import Burst, Compute, Flow, Gather, Op, Schedule
 from aitb.specfile import MAX_ITERATIONS
+from aitb.unit_fields import SpecModel
 
 __all__ = ["TrainTime", "FlBase", "FedAvg", "fedavg_schedule"]
 
 
-class TrainTime(BaseModel):
+class TrainTime(SpecModel):
     """Local training time of one client in one round, seconds: ``constant`` (``seconds``),
     ``uniform`` (``low_s``..``high_s``), ``lognormal`` (median ``seconds``, shape ``sigma``)
     or ``trace`` (``per_client_s[c-1]`` for client c, every round)."""
@@ -62,7 +63,7 @@ class TrainTime(BaseModel):
         return self.per_client_s[client - 1]
 
 
-class FlBase(BaseModel):
+class FlBase(SpecModel):
     """Parameters every FL variant shares: ``deadline_s`` (seconds from the round start; None:
     no deadline), model size and quantisation, update compression, training time, seed."""
 

@@ -39,6 +39,7 @@ from aitb.specfile import (
     resolve_ref,
     with_lines,
 )
+from aitb.unit_fields import SpecModel
 from workloads.aicb import AicbOptions, load_aicb
 from workloads.federated import FedAvg, fedavg_schedule
 from workloads.gossip import Gossip, gossip_schedule
@@ -50,7 +51,7 @@ __all__ = ["TrainingWorkload", "AicbWorkload", "FedAvgWorkload", "HierarchicalWo
            "read_workload_file", "build_workload", "load_schedule"]
 
 
-class TrainingWorkload(BaseModel):
+class TrainingWorkload(SpecModel):
     """``kind: training``: model, parallelism, accelerator, iterations."""
 
     model_config = ConfigDict(extra="forbid")
@@ -63,7 +64,7 @@ class TrainingWorkload(BaseModel):
     iterations: int = Field(1, ge=1, le=MAX_ITERATIONS, strict=True)
 
 
-class AicbWorkload(BaseModel):
+class AicbWorkload(SpecModel):
     """``kind: aicb``: an AICB CSV or SimAI text ``file`` and import ``options``."""
 
     model_config = ConfigDict(extra="forbid")

@@ -29,11 +29,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.records import SUMMARY_KEYS
 from aitb.specfile import MAX_POINTS, MAX_RUNS, issues_from_validation, with_lines
+from aitb.unit_fields import SpecModel
 from orchestration.run.experiment import NAME_PATTERN
 from topologies.loader import read_yaml
 
@@ -44,7 +45,7 @@ _Forbid = ConfigDict(extra="forbid")
 Values = Annotated[list[Any], Field(min_length=1)]
 
 
-class BaseRef(BaseModel):
+class BaseRef(SpecModel):
     """The experiment every point starts from: a ``file`` or an ``inline`` mapping."""
 
     model_config = _Forbid
@@ -58,7 +59,7 @@ class BaseRef(BaseModel):
         return self
 
 
-class PlotSpec(BaseModel):
+class PlotSpec(SpecModel):
     """A comparison plot: summary ``metric`` (mean and 95% CI) against swept key ``x``, one
     line per value of swept key ``lines`` (optional)."""
 
@@ -68,7 +69,7 @@ class PlotSpec(BaseModel):
     lines: str | None = None
 
 
-class CampaignSpec(BaseModel):
+class CampaignSpec(SpecModel):
     """One campaign (see the module docstring).
 
     ``seeds``: ``fixed`` every run uses the point's experiment seed; ``repetition`` (default)

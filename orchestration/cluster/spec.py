@@ -16,16 +16,17 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from aitb.errors import SpecError, SpecIssue
+from aitb.unit_fields import SpecModel
 
 __all__ = ["Machine", "ClusterSpec", "parse_cluster"]
 
 _Forbid = ConfigDict(extra="forbid", frozen=True)
 
 
-class Machine(BaseModel):
+class Machine(SpecModel):
     """One machine: name, SSH address, port, user, private key file, underlay address,
     site."""
 
@@ -44,7 +45,7 @@ class Machine(BaseModel):
         return str(self.underlay or ipaddress.IPv4Address(self.ssh))
 
 
-class ClusterSpec(BaseModel):
+class ClusterSpec(SpecModel):
     """The machines and the underlay's MTU (bytes)."""
 
     model_config = _Forbid

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from aitb.unit_fields import Duration
+from aitb.unit_fields import Duration, SpecModel
 from orchestration.run.serving_entries import StartMode
 
 __all__ = ["AppEntry"]
@@ -43,7 +43,7 @@ EnvValue = Annotated[str, BeforeValidator(_number_as_text),
                      WithJsonSchema({"type": ["string", "integer", "number"]})]
 
 
-class AppEntry(BaseModel):
+class AppEntry(SpecModel):
     """``kind: app`` (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -43,7 +43,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     PositiveInt,
@@ -55,7 +54,7 @@ from pydantic import (
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.specfile import issues_from_validation, with_lines
-from aitb.unit_fields import Duration, Quantity, Size
+from aitb.unit_fields import Duration, Quantity, Size, SpecModel
 from aitb.units import parse_duration_s
 from orchestration.run.kinds import KIND_NAMES, WorkloadEntry
 from topologies.loader import read_yaml
@@ -67,7 +66,7 @@ _KINDS = KIND_NAMES  # the workload kinds, each a module of orchestration.run.ki
 _Forbid = ConfigDict(extra="forbid")
 
 
-class TopologyRef(BaseModel):
+class TopologyRef(SpecModel):
     """Where the lab comes from: a topology ``file``, a ``generator`` with ``params``, or an
     ``inline`` topology mapping (the topology file format)."""
 
@@ -98,7 +97,7 @@ def _rto_min_ok(value: Quantity) -> Quantity:
     return value
 
 
-class TransportSpec(BaseModel):
+class TransportSpec(SpecModel):
     """TCP knobs of every workload socket: congestion control (what the kernel offers),
     socket buffers (unit strings; None = autotuning), TCP_NODELAY, connections per peer; and
     of every host: ``rto_min`` (a duration; a locked route metric on all its routes) and
@@ -118,7 +117,7 @@ class TransportSpec(BaseModel):
     encryption: Literal["none", "tls"] = "none"
 
 
-class TimeoutSpec(BaseModel):
+class TimeoutSpec(SpecModel):
     """Longest a transfer (after its first byte) and a phase may take, and how long the
     agents may take to start and connect (``agent_start``; more agents on a slow machine, e.g.
     inside the TCG VM, need more) (duration strings). ``start_margin``: how far ahead the
@@ -145,7 +144,7 @@ def _interval_ok(value: Quantity) -> Quantity:
     return value
 
 
-class CaptureSpecModel(BaseModel):
+class CaptureSpecModel(SpecModel):
     """``capture:`` packet capture during the run (testbed/capture.py): ``interfaces``
     ``bottleneck`` (testbed.capture_select), ``all`` or a list of ``node:ifname``; ``snaplen``
     bytes kept per packet; ``rotate_size`` (a size) per file, ``files`` in the ring."""
@@ -158,7 +157,7 @@ class CaptureSpecModel(BaseModel):
     files: Annotated[StrictInt, Field(ge=1, le=1000)] = 4
 
 
-class CountersSpecModel(BaseModel):
+class CountersSpecModel(SpecModel):
     """``counters:`` counter sampling during the run (aitb/counter_columns.py): every
     ``interval`` (a duration), qdisc and interface counters of every node, and TCP_INFO of
     the hosts' sockets unless ``tcp: false``."""
@@ -169,7 +168,7 @@ class CountersSpecModel(BaseModel):
     tcp: StrictBool = True
 
 
-class AltoSpecModel(BaseModel):
+class AltoSpecModel(SpecModel):
     """``alto:`` the lab's ALTO maps (aitb.alto; always written to ``alto/`` of the run):
     ``pids`` one PID per ``site`` or per ``rack``; ``metric`` the cost that ``placement:
     {policy: cost_map}``, ``ring_order: cost_map`` and ``hierarchy: cost_map`` minimise;
@@ -184,7 +183,7 @@ class AltoSpecModel(BaseModel):
     port: Annotated[StrictInt, Field(ge=1, le=65535)] = 8181
 
 
-class ExperimentSpec(BaseModel):
+class ExperimentSpec(SpecModel):
     """One experiment (see the module docstring)."""
 
     model_config = _Forbid

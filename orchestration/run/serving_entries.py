@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, PositiveInt, model_validator
 
-from aitb.unit_fields import Duration, Rate, Size
+from aitb.unit_fields import Duration, Rate, Size, SpecModel
 
 __all__ = ["StartMode", "InferenceEntry", "BackgroundEntry", "ArrivalsSpec", "TraceRequest",
            "BootstrapSpec"]
@@ -45,7 +45,7 @@ StartMode = Literal["after_previous", "with_previous"]
 _Forbid = ConfigDict(extra="forbid")
 
 
-class TraceRequest(BaseModel):
+class TraceRequest(SpecModel):
     """One traced request: ``at`` (duration after the start), ``client``, optional
     ``session``."""
 
@@ -55,7 +55,7 @@ class TraceRequest(BaseModel):
     session: str | None = None
 
 
-class ArrivalsSpec(BaseModel):
+class ArrivalsSpec(SpecModel):
     """``poisson``: ``rate_per_s`` requests per second per client during ``duration``;
     ``trace``: the listed ``requests``."""
 
@@ -74,7 +74,7 @@ class ArrivalsSpec(BaseModel):
         return self
 
 
-class BootstrapSpec(BaseModel):
+class BootstrapSpec(SpecModel):
     """Bytes fetched from the holders on a session's first request on a server;
     ``layers``: fractions (coarse first) summing to 1."""
 
@@ -89,7 +89,7 @@ class BootstrapSpec(BaseModel):
         return self
 
 
-class CatsWeights(BaseModel):
+class CatsWeights(SpecModel):
     """``cats_weights:`` how ``policy: cats`` weighs the predicted round trip, queueing and
     bootstrap time of each instance (workloads/inference.py), each >= 0."""
 
@@ -99,7 +99,7 @@ class CatsWeights(BaseModel):
     bootstrap: Annotated[float, Field(ge=0)] = 1.0
 
 
-class InferenceEntry(BaseModel):
+class InferenceEntry(SpecModel):
     """``kind: inference`` (see the module docstring)."""
 
     model_config = _Forbid
@@ -127,7 +127,7 @@ class InferenceEntry(BaseModel):
         return self
 
 
-class BackgroundEntry(BaseModel):
+class BackgroundEntry(SpecModel):
     """``kind: background`` (see the module docstring)."""
 
     model_config = _Forbid

@@ -5,6 +5,7 @@ adding one line to :data:`GENERATORS`."""
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.specfile import issues_from_validation
+from aitb.unit_fields import boolean_where_number
 from topologies.generators._build import GeneratorParamError
 from topologies.generators.dragonfly import dragonfly
 from topologies.generators.edge_hierarchy import edge_hierarchy
@@ -53,11 +55,12 @@ def _param_issues(exc: ValidationError, name: str, source: str) -> list[SpecIssu
     return issues_from_validation(exc, None, source, ("generator", "params"), known=known)
 
 
-def _wants_number(gen: Callable[..., TopologySpec], param: str) -> bool:
-    """Whether parameter ``param`` of ``gen`` is an int or a float (pydantic would take true
-    for 1 there)."""
-    p = inspect.signature(gen).parameters.get(param)
-    return p is not None and str(p.annotation).split(" ")[0] in ("int", "float")
+def _hints(gen: Callable[..., TopologySpec]) -> dict[str, Any]:
+    """``gen``'s parameter types (empty where they cannot be resolved: nothing checked)."""
+    try:
+        return typing.get_type_hints(gen, include_extras=True)
+    except (NameError, TypeError):
+        return {}
 
 
 def build_spec(name: str, params: Mapping[str, Any], source: str = "<generator>"
@@ -71,9 +74,12 @@ def build_spec(name: str, params: Mapping[str, Any], source: str = "<generator>"
     if gen is None:
         raise SpecError(SpecIssue(f"unknown generator {name!r}; known: {', '.join(GENERATORS)}",
                                   file=source, key_path=("generator", "name")))
-    bools = [SpecIssue(f"expected a number; got {v!r}", file=source,
-                       key_path=("generator", "params", k))
-             for k, v in params.items() if isinstance(v, bool) and _wants_number(gen, k)]
+    hints = _hints(gen)  # true/false where a number is wanted (pydantic would take 1/0)
+    found = {k: f for k, v in params.items()
+             if (f := boolean_where_number(hints.get(k, Any), v)) is not None}
+    bools = [SpecIssue(f"expected a number, got {str(b).lower()} (a boolean)", file=source,
+                       key_path=("generator", "params", k, *where))
+             for k, (where, b) in found.items()]
     if bools:
         raise SpecError(bools)
     try:

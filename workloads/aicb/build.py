@@ -14,10 +14,11 @@ by stage instead (workloads/aicb/pipeline.py).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
+from aitb.unit_fields import SpecModel
 from workloads.aicb.pipeline import merge_stages
 from workloads.aicb.rows import AicbFile, AicbRow, AicbStage
 from workloads.layout import Layout, LayoutError
@@ -25,7 +26,7 @@ from workloads.layout import Layout, LayoutError
 __all__ = ["AicbOptions", "build_schedule", "scale_size"]
 
 
-class AicbOptions(BaseModel):
+class AicbOptions(SpecModel):
     """How to import an AICB file (all optional).
 
     ``world_size``/``tp``/``pp``/``ep``: needed when the file does not state them (micro-

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import ConfigDict, Field, PositiveInt
 
 from aitb.errors import SpecIssue
+from aitb.unit_fields import SpecModel
 
 __all__ = ["TransformerModel", "Parallelism", "Accelerator", "check_training"]
 
 
-class TransformerModel(BaseModel):
+class TransformerModel(SpecModel):
     """A GPT-style decoder (Megatron naming). ``ffn_hidden_size`` defaults to 4 x hidden.
     ``parameters``: the total parameter count, when known, overrides the count derived from
     the shapes (workloads.training.flops.params_per_tp_rank). ``num_experts`` > 0 makes every
@@ -47,7 +48,7 @@ class TransformerModel(BaseModel):
         return self.ffn_hidden_size or 4 * self.hidden_size
 
 
-class Parallelism(BaseModel):
+class Parallelism(SpecModel):
     """The layout: ``tp``, ``pp``, ``ep`` sizes; ``dp`` or ``world_size`` (the other is
     derived; both given must agree). ``zero_stage`` 0: DP all-reduce of gradients; 1 and 2:
     reduce-scatter of gradients plus all-gather of parameters (Megatron's distributed
@@ -85,7 +86,7 @@ class Parallelism(BaseModel):
         return 1
 
 
-class Accelerator(BaseModel):
+class Accelerator(SpecModel):
     """One accelerator: peak ``flops_per_s`` (default: NVIDIA A100 dense BF16 tensor-core peak,
     312e12, A100 datasheet) and the achieved fraction ``efficiency`` (0, 1]."""
 

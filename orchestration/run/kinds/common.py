@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import ConfigDict, Field, PositiveInt, ValidationError
 
 from aitb.alto import AltoMaps, alto_maps, costs_of
 from aitb.errors import SpecError, SpecIssue
@@ -15,6 +15,7 @@ from aitb.plan import LabPlan
 from aitb.schedule import Schedule, ScheduleError
 from aitb.specfile import issues_from_validation
 from aitb.stragglers import StragglerSpec
+from aitb.unit_fields import SpecModel
 from aitb.units import UnitError
 from orchestration.run.apps import AppPlan
 from orchestration.run.serving_entries import StartMode
@@ -29,7 +30,7 @@ __all__ = ["BuiltWorkload", "Ctx", "PlacementSpec", "StragglerSpecModel", "Commo
 _Forbid = ConfigDict(extra="forbid")
 
 
-class PlacementSpec(BaseModel):
+class PlacementSpec(SpecModel):
     """Ranks onto hosts: explicit ``hosts`` (rank i on hosts[i]) or a ``policy`` over the
     lab's hosts grouped by site (workloads.placement), or ``cost_map``: the fewest bytes x
     cost of the lab's ALTO cost map (workloads.cost_aware)."""
@@ -41,7 +42,7 @@ class PlacementSpec(BaseModel):
     block: PositiveInt = 1
 
 
-class StragglerSpecModel(BaseModel):
+class StragglerSpecModel(SpecModel):
     """Slow workers: ``fixed`` rank -> compute slowdown factor (> 0), and/or a lognormal
     factor per rank and compute op with ``lognormal_sigma`` (aitb.stragglers)."""
 
@@ -50,7 +51,7 @@ class StragglerSpecModel(BaseModel):
     lognormal_sigma: Annotated[float, Field(ge=0)] | None = None
 
 
-class DataSpec(BaseModel):
+class DataSpec(SpecModel):
     """``data:`` what the workload's bytes are and where they may go (aitb.locality):
     ``class`` a name (e.g. patient-records), ``allowed_regions`` the node ``region`` labels
     its flows may touch, ``allowed_countries`` optionally the ``country`` labels; ``enforce``
@@ -68,7 +69,7 @@ RingOrder = Literal["rank", "cost_map"]  # communicator order: rank ids, or by t
 Hierarchy = Literal["site", "cost_map"]  # hierarchical algorithms group by site, or by PID
 
 
-class Common(BaseModel):
+class Common(SpecModel):
     """Keys of every entry built here: ``name``, ``start``, ``hosts`` or ``placement``,
     ``stragglers``, ``ring_order`` and ``hierarchy`` (workloads.cost_aware)."""
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict, ValidationError
 
 from aitb.errors import SpecError
 from aitb.plan import LabPlan
 from aitb.schedule import Schedule
+from aitb.specfile import issues_from_validation
+from aitb.unit_fields import SpecModel
 from orchestration.run.kinds.common import (
     BuiltWorkload,
     Ctx,
@@ -36,7 +38,7 @@ __all__ = ["KINDS", "Entry", "ImportedEntry", "build", "entry_stragglers"]
 KINDS = ("training", "aicb", "fedavg", "hierarchical", "gossip")
 
 
-class ImportedEntry(BaseModel):
+class ImportedEntry(SpecModel):
     """``kind: training | aicb | fedavg | hierarchical | gossip``: the workload spec of
     workloads/spec.py, plus ``hosts``/``placement`` and ``stragglers`` (checked by
     workloads.spec)."""
@@ -66,6 +68,15 @@ def _fl_clusters(ctx: Ctx, plan: LabPlan, s: Schedule) -> dict[int, str]:
         raise ctx.reprefix(exc) from None
 
 
+def _placement(ctx: Ctx, data: object) -> PlacementSpec:
+    """The entry's ``placement`` (an extra key), errors at ``workloads[i].placement.<key>``."""
+    try:
+        return PlacementSpec.model_validate(data or {})
+    except ValidationError as exc:
+        raise SpecError(issues_from_validation(exc, PlacementSpec, ctx.source,
+                                               (*ctx.prefix, "placement"))) from None
+
+
 def _schedule(ctx: Ctx, e: ImportedEntry) -> Schedule:
     data = {k: v for k, v in (e.model_extra or {}).items()
             if k not in ("hosts", "placement", "stragglers")}
@@ -84,7 +95,7 @@ def build(e: ImportedEntry, ctx: Ctx, plan: LabPlan) -> BuiltWorkload:
         placement = _fl_clusters(ctx, plan, schedule) if hosts is None and not \
             extra.get("placement") and schedule.meta.get("kind") == "hierarchical" else \
             placement_of(ctx, plan, schedule.world_size, hosts,
-                         PlacementSpec.model_validate(extra.get("placement") or {}), schedule)
+                         _placement(ctx, extra.get("placement")), schedule)
         return strag, schedule, placement
     strag, schedule, placement = guarded(ctx, run)
     return finish(ctx, schedule, placement, strag, e.ring_order, e.hierarchy)

@@ -1,0 +1,89 @@
+"""``true``/``false`` is refused wherever a spec file wants a number (issue #13), as a class:
+the numeric fields are found by walking the models of the topology, workload, experiment,
+campaign and cluster files (a new field or model is covered without a word here), and every
+numeric value of the example files is replaced by ``true`` in turn and loaded as a user would.
+"""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from aitb.specfile import issues_from_validation
+from aitb.unit_fields import BOOLEAN_NUMBER, SpecModel, takes
+from orchestration.campaign.spec import CampaignSpec
+from orchestration.cluster.spec import ClusterSpec
+from orchestration.run.experiment import ExperimentSpec
+from topologies.spec import TopologySpec
+from workloads.spec import AnySpec
+
+ROOT = Path(__file__).resolve().parents[2]
+ROOTS = (TopologySpec, ExperimentSpec, CampaignSpec, ClusterSpec, *typing.get_args(AnySpec))
+
+
+def _models_in(tp: Any) -> list[type[BaseModel]]:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return [tp]
+    return [m for a in typing.get_args(tp) for m in _models_in(a)]
+
+
+def _all_models() -> list[type[BaseModel]]:
+    seen: dict[type[BaseModel], None] = {}
+    todo = list(ROOTS)
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen[m] = None
+        todo += [n for f in m.model_fields.values() for n in _models_in(f.annotation)]
+    return list(seen)
+
+
+def _bad(tp: Any) -> tuple[Any, tuple] | None:
+    """A value of type ``tp``'s shape with ``true`` where it wants a number, and the key path
+    of that ``true`` below the field; None if ``tp`` holds no number."""
+    if takes(tp) == {"number"}:
+        return True, ()
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Annotated:
+        return _bad(args[0])
+    if origin in (typing.Union, __import__("types").UnionType):
+        return next((b for a in args if (b := _bad(a)) is not None), None)
+    if origin in (list, tuple, set, frozenset, typing.Sequence) and args:
+        inner = _bad(args[0])
+        return None if inner is None else ([inner[0]], (0, *inner[1]))
+    if origin in (dict, typing.Mapping) and len(args) == 2:
+        inner = _bad(args[1])
+        return None if inner is None else ({"k": inner[0]}, ("k", *inner[1]))
+    return None
+
+
+CASES = [(m, name, f) for m in _all_models() for name, f in m.model_fields.items()
+         if _bad(f.annotation) is not None]
+
+
+def test_the_walk_finds_the_numeric_fields_and_every_model_is_a_spec_model():
+    assert len(CASES) > 100  # 123 when written
+    names = {f"{m.__name__}.{n}" for m, n, _ in CASES}
+    assert {"FedAvgWorkload.deadline_s", "Parallelism.ep", "CaptureSpecModel.snaplen",
+            "LinkSpec.mtu", "CollectiveEntry.iterations", "TransportSpec.conns_per_peer",
+            "StragglerSpecModel.fixed", "CampaignSpec.repetitions"} <= names
+    assert [m for m in _all_models() if not issubclass(m, SpecModel)] == []
+
+
+@pytest.mark.parametrize("model, name, field", CASES,
+                         ids=[f"{m.__name__}.{n}" for m, n, _ in CASES])
+def test_every_numeric_field_refuses_true(model, name, field):
+    key = field.alias or name
+    value, below = _bad(field.annotation)
+    with pytest.raises(ValidationError) as info:
+        model.model_validate({key: value})
+    errors = [e for e in info.value.errors() if e["type"] == BOOLEAN_NUMBER]
+    assert errors, info.value.errors()
+    (issue,) = issues_from_validation(info.value, model, "f.yaml", ("top",))[:1]
+    assert issue.key_path == ("top", key, *below)
+    assert "expected a number, got true" in issue.message
