@@ -64,8 +64,9 @@ def link_l3(b, off, end, link):
 @njit(cache=True)
 def decode(b, off, caplen, wirelen, link):
     """Decode one frame; returns ``(kind, v6, s_hi, s_lo, d_hi, d_lo, sport, dport, paylen,
-    seq, ack, flags, win, hlen, l4, end, ip_id, tcp_checksum)`` where kind is 6, 17 or a
-    negative reason (ip_id -1 for IPv6, checksum -1 if not captured, as in decode.py)."""
+    seq, ack, flags, win, hlen, l4, end, ip_id, tcp_checksum, capped)`` where kind is 6, 17 or
+    a negative reason (ip_id -1 for IPv6, checksum -1 if not captured, as in decode.py;
+    capped 1 where an IPv4 total length beyond the wire length was capped)."""
     end = off + caplen
     l3, etype = link_l3(b, off, end, link)
     if l3 < 0:
@@ -80,11 +81,12 @@ def decode(b, off, caplen, wirelen, link):
             return _none(FRAGMENT)
         ihl = (i64(b[l3]) & 15) * 4
         total = be16(b, l3 + 2)
-        if total == 0 or total > wire_l3:  # as decode.py: TSO (0) or beyond the wire
+        capped = i64(total > wire_l3)  # as decode.py: beyond the wire (counted), or TSO (0)
+        if total == 0 or capped:
             total = wire_l3
         src, dst = V4_MAPPED | be32(b, l3 + 12), V4_MAPPED | be32(b, l3 + 16)
         return _l4(b, i64(b[l3 + 9]), 0, 0, src, 0, dst, l3 + ihl, end, total - ihl,
-                   be16(b, l3 + 4))
+                   be16(b, l3 + 4), capped)
     if etype == 0x86DD:
         return _ipv6(b, l3, end, wire_l3)
     return _none(NON_IP)
@@ -106,11 +108,11 @@ def _ipv6(b, l3, end, wire_l3):
             i64(b[pos + 1]) + 1) * 8
         nh, pos, plen = i64(b[pos]), pos + size, plen - size
     return _l4(b, nh, 1, be64(b, l3 + 8), be64(b, l3 + 16), be64(b, l3 + 24), be64(b, l3 + 32),
-               pos, end, plen, -1)
+               pos, end, plen, -1, 0)
 
 
 @njit(cache=True)
-def _l4(b, proto, v6, s_hi, s_lo, d_hi, d_lo, l4, end, l4len, ip_id):
+def _l4(b, proto, v6, s_hi, s_lo, d_hi, d_lo, l4, end, l4len, ip_id, capped):
     if proto == 6:
         if l4 + 16 > end:
             return _none(TRUNCATED)
@@ -118,15 +120,16 @@ def _l4(b, proto, v6, s_hi, s_lo, d_hi, d_lo, l4, end, l4len, ip_id):
         hlen = (offflags >> 12) * 4
         return (6, v6, s_hi, s_lo, d_hi, d_lo, be16(b, l4), be16(b, l4 + 2),
                 max(l4len - hlen, 0), be32(b, l4 + 4), be32(b, l4 + 8), offflags & 0x1FF,
-                be16(b, l4 + 14), hlen, l4, end, ip_id, be16(b, l4 + 16) if l4 + 18 <= end else -1)
+                be16(b, l4 + 14), hlen, l4, end, ip_id, be16(b, l4 + 16) if l4 + 18 <= end else -1,
+                capped)
     if proto == 17:
         if l4 + 4 > end:
             return _none(TRUNCATED)
         return (17, v6, s_hi, s_lo, d_hi, d_lo, be16(b, l4), be16(b, l4 + 2), max(l4len - 8, 0),
-                0, 0, 0, 0, 0, l4, end, 0, 0)
+                0, 0, 0, 0, 0, l4, end, 0, 0, capped)
     return _none(OTHER_L4)
 
 
 @njit(cache=True, inline="always")
 def _none(kind):
-    return (kind, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    return (kind, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)

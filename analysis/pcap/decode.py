@@ -8,8 +8,8 @@ cooked v1 (16-byte header, protocol at 14), 276 Linux cooked v2 (20-byte header,
 are walked (RFC 8200 section 4). Payload sizes come from the IP length fields, not the
 captured length, so headers-only snap lengths and offload (GSO/TSO) super-segments give the
 true payload; an IPv4 total length of 0 (TSO captures) falls back to the wire length, and one
-larger than the wire length (a corrupt or crafted header) is capped at it: no payload that
-was never on the wire.
+larger than the wire length (a corrupt or crafted header) is capped at it, and counted in
+``DecodeStats.ip_length_capped`` for a warning: no payload that was never on the wire.
 
 A decoded TCP frame is the tuple ``(6, src, dst, sport, dport, payload_bytes, seq, ack,
 flags, window, tcp_header_bytes, tcp_offset, frame_end, ip_id, tcp_checksum)`` (``ip_id`` -1
@@ -35,18 +35,23 @@ _PORTS = struct.Struct("!HH")
 _TCP = struct.Struct("!HHIIHH")  # ports, seq, ack, offset+flags, window
 
 
-class DecodeStats:
-    """Counts of frames that did not decode to a TCP/UDP flow, by reason."""
+NOT_ANALYSED = ("non_ip", "unknown_link", "ip_fragments", "other_l4", "truncated_headers")
 
-    __slots__ = ("non_ip", "unknown_link", "ip_fragments", "other_l4", "truncated_headers")
+
+class DecodeStats:
+    """Counts of frames that did not decode to a TCP/UDP flow, by reason (``NOT_ANALYSED``),
+    and of IPv4 frames analysed with their total length capped at the wire length
+    (``ip_length_capped``)."""
+
+    __slots__ = (*NOT_ANALYSED, "ip_length_capped")
 
     def __init__(self) -> None:
         self.non_ip = self.unknown_link = self.ip_fragments = 0
-        self.other_l4 = self.truncated_headers = 0
+        self.other_l4 = self.truncated_headers = self.ip_length_capped = 0
 
     def to_dict(self) -> dict[str, int]:
-        """JSON-ready counts."""
-        return {k: getattr(self, k) for k in self.__slots__}
+        """JSON-ready counts of the frames not analysed, by reason."""
+        return {k: getattr(self, k) for k in NOT_ANALYSED}
 
 
 def decode_frame(link: int, buf: bytes, off: int, caplen: int, wirelen: int,
@@ -112,7 +117,10 @@ def _ipv4(buf: bytes, l3: int, end: int, wire_l3: int, stats: DecodeStats) -> tu
         stats.ip_fragments += 1
         return None
     ihl = (vihl & 15) * 4
-    if total == 0 or total > wire_l3:  # TSO capture (0), or more than was on the wire
+    if total > wire_l3:  # more than was on the wire: a corrupt or crafted header
+        stats.ip_length_capped += 1
+        total = wire_l3
+    elif total == 0:  # TSO capture
         total = wire_l3
     return _l4(proto, buf[l3 + 12:l3 + 16], buf[l3 + 16:l3 + 20], buf, l3 + ihl, end,
                total - ihl, stats, ip_id)

@@ -69,6 +69,11 @@ def analyse_capture(path: str | os.PathLike[str], engine: str = "auto") -> Captu
     dups = sum(f["duplicate_captures"] for f in flows)
     if dups:
         warnings.append(PcapWarning(None, duplicates_message(dups)))
+    if stats.ip_length_capped:
+        warnings.append(PcapWarning(None, (
+            f"{stats.ip_length_capped} IPv4 frames claim a total length beyond their wire "
+            f"length (a corrupt or crafted header); their payload is capped at the wire "
+            f"length")))
     return CaptureAnalysis(cap.path, cap.format, packets, sorted(cap.linktypes), cap.start_ns,
                            stats, flows, warnings)
 

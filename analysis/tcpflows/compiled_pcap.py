@@ -18,7 +18,7 @@ from analysis.tcpflows.connection import Connection
 from analysis.tcpflows.direction import MAX_PENDING, Direction
 from analysis.tcpflows.table import UdpFlow
 
-_STAT_FIELDS = ("non_ip", "unknown_link", "ip_fragments", "other_l4", "truncated_headers")
+_STAT_FIELDS = DecodeStats.__slots__  # the kernel's stats array, in this order
 
 
 class _Arrays:
@@ -51,7 +51,7 @@ def analyse_classic(cap: Capture, reader: ClassicReader) -> tuple[int, list, Dec
     hdr = np.array([reader.endian == ">", reader.nano, reader.linktype,
                     max(reader.snaplen, MAX_CAPLEN)], np.int64)
     st = np.zeros(k.NST, np.int64)  # flows, packets, have_t0, sec0, frac0, clock checks
-    stats = np.zeros(5, np.int64)
+    stats = np.zeros(len(_STAT_FIELDS), np.int64)
     arr = _Arrays()
     cap.linktypes.add(reader.linktype)
     _stream(cap, reader, hdr, st, stats, arr)

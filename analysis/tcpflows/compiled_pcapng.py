@@ -27,7 +27,8 @@ class _Walk:
         self.cap = cap
         self.ng = np.zeros(5, np.int64)  # big-endian, interfaces, have_t0, t0_ns, last_ns
         self.IF = np.zeros((16, 5), np.int64)  # linktype, snaplen, mode, value, offset_ns
-        self.st, self.stats, self.arr = np.zeros(k.NST, np.int64), np.zeros(5, np.int64), _Arrays()
+        self.st, self.arr = np.zeros(k.NST, np.int64), _Arrays()
+        self.stats = np.zeros(len(_STAT_FIELDS), np.int64)
 
     @property
     def e(self) -> str:

@@ -19,7 +19,7 @@ from numpy import int64 as i64
 
 # numba's on-disk cache (cache=True) of the functions here does not notice a change of
 # compiled_decode.decode, which they inline: edit this file too when decode changes
-# (last: IP ID and TCP checksum decoded, for duplicate captures)
+# (last: a flag for IPv4 total lengths capped at the wire length, counted in stats[5])
 from analysis.pcap.compiled_decode import decode
 from analysis.tcpflows.direction import DUP_SEGMENTS, DUP_WINDOW_S, MAX_PENDING
 
@@ -105,7 +105,9 @@ def packet(b, off, caplen, wirelen, link, t, st, HK, HV, DI, DF, CI, CF, PE, PT,
     d = decode(b, off, caplen, wirelen, link)
     if d[0] < 0:
         stats[-d[0] - 1] += 1
-    elif d[0] == 6:
+        return
+    stats[5] += d[18]
+    if d[0] == 6:
         _tcp(b, t, d, wirelen, st, HK, HV, DI, DF, CI, CF, PE, PT)
     else:
         _udp(t, d, st, HK, HV, DI, DF, CI, CF)

@@ -25,11 +25,23 @@ def test_ip_length_beyond_the_wire_is_capped(tmp_path, engine):
     for p in conv.packets:
         if Raw in p:
             p[IP].len = len(p[IP]) + 1000  # claims 1000 bytes the frame does not carry
-    (flow,) = analyse_capture(write_pcap(tmp_path / "long.pcap", conv.packets),
-                              engine=engine).flows
+    res = analyse_capture(write_pcap(tmp_path / "long.pcap", conv.packets), engine=engine)
+    (flow,) = res.flows
     # as without the lie: 5 segments + 1 retransmission (test_pcap_synthetic)
     assert flow["payload_bytes_a_to_b"] == 6 * MSS
     assert flow["a_to_b"]["unique_payload_bytes"] == 5 * MSS
+    # and said, once, with the count of the 6 data frames that lied
+    (warn,) = [w for w in res.warnings if "beyond their wire length" in w.what]
+    assert warn.what.startswith("6 IPv4 frames claim a total length")
+    assert res.decode.ip_length_capped == 6 and "ip_length_capped" not in res.decode.to_dict()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_honest_capture_has_no_capping_warning(tmp_path, engine):
+    res = analyse_capture(write_pcap(tmp_path / "ok.pcap", fast_retransmission().packets),
+                          engine=engine)
+    assert res.decode.ip_length_capped == 0
+    assert not [w for w in res.warnings if "wire length" in w.what]
 
 
 def _copy(p, dt: str):
