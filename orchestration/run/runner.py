@@ -102,8 +102,15 @@ def _plan(spec: ExperimentSpec, source: str, base: Path, doc: Any = None) -> Lab
         return topologies.load_topology(resolve_ref(ref.file, base, where), ref=where)
     if ref.generator is not None:
         return topologies.generate(ref.generator, **ref.params)
-    where = f"{source}: topology.inline"
-    return topologies.resolve(topologies.parse_topology(ref.inline or {}, where), where, base)
+    where = f"{source}: topology.inline"  # the plan's source
+    try:
+        return topologies.resolve(topologies.parse_topology(ref.inline or {}, where), where,
+                                  base)
+    except SpecError as exc:  # issues of the inline mapping: at topology.inline.<key>
+        raise with_lines(SpecError([
+            SpecIssue(i.message, file=source, key_path=("topology", "inline", *i.key_path),
+                      line=i.line) if i.file == where else i for i in exc.issues]),
+            doc, source) from None
 
 
 def _backend(spec: ExperimentSpec, base: Path, source: str = "", doc: Any = None) -> str:

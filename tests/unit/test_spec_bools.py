@@ -6,14 +6,18 @@ numeric value of the example files is replaced by ``true`` in turn and loaded as
 
 from __future__ import annotations
 
+import io
+import types
 import typing
 from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, ValidationError
+from ruamel.yaml import YAML
 
-from aitb.specfile import issues_from_validation
+from aitb.errors import SpecError
+from aitb.specfile import issues_from_validation, line_of
 from aitb.unit_fields import BOOLEAN_NUMBER, SpecModel, takes
 from orchestration.campaign.spec import CampaignSpec
 from orchestration.cluster.spec import ClusterSpec
@@ -51,7 +55,7 @@ def _bad(tp: Any) -> tuple[Any, tuple] | None:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Annotated:
         return _bad(args[0])
-    if origin in (typing.Union, __import__("types").UnionType):
+    if origin in (typing.Union, types.UnionType):
         return next((b for a in args if (b := _bad(a)) is not None), None)
     if origin in (list, tuple, set, frozenset, typing.Sequence) and args:
         inner = _bad(args[0])
@@ -87,3 +91,50 @@ def test_every_numeric_field_refuses_true(model, name, field):
     (issue,) = issues_from_validation(info.value, model, "f.yaml", ("top",))[:1]
     assert issue.key_path == ("top", key, *below)
     assert "expected a number, got true" in issue.message
+
+
+def _numeric_leaves(node: Any, path: tuple = ()) -> list[tuple]:
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _numeric_leaves(v, (*path, k))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in _numeric_leaves(v, (*path, i))]
+    return [path] if isinstance(node, int | float) and not isinstance(node, bool) else []
+
+
+EXAMPLES = sorted((ROOT / "topologies" / "examples").glob("*.yaml")) + \
+    sorted((ROOT / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[f"{p.parent.name}/{p.name}" for p in EXAMPLES])
+def test_true_for_any_number_of_an_example_names_file_key_and_line(example, tmp_path):
+    """Each number written in an example file, replaced by ``true`` in turn and loaded as
+    ``aitb topo validate`` / ``aitb run --check`` do: refused, naming the file, that key and
+    its line."""
+    from orchestration.run.experiment import load_experiment
+    from orchestration.run.runner import prepare_spec
+    from topologies import load_topology
+
+    yaml = YAML()
+    text = example.read_text()
+    original = yaml.load(text)
+    leaves = _numeric_leaves(original)
+    mutant = tmp_path / example.name
+    for path in leaves:
+        doc = yaml.load(text)
+        node = doc
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = True
+        buf = io.StringIO()
+        yaml.dump(doc, buf)
+        mutant.write_text(buf.getvalue())
+        with pytest.raises(SpecError) as info:
+            if example.parent.parent.name != "topologies":
+                spec, parsed = load_experiment(mutant)
+                prepare_spec(spec, parsed, str(mutant), example.parent)
+            else:
+                load_topology(mutant)
+        want = (str(mutant), path, line_of(yaml.load(buf.getvalue()), path))
+        got = [(i.file, tuple(i.key_path), i.line) for i in info.value.issues]
+        assert want in got, (want, got)
+        assert "got true" in str(info.value).lower(), str(info.value)
