@@ -159,13 +159,22 @@ def goodput_case(p: Pair, tmp: Path, seconds: float) -> dict:
                        for s in [s.get("sender", {})]]}
 
 
+def _use_helper(binary: Path | None) -> None:
+    if binary is not None:
+        import testbed.delayline.build as build
+        build.helper_path = lambda build_if_needed=True: binary.resolve()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--delays-ms", default="1,10,50,200")
     ap.add_argument("--rt-prio", type=int, default=0, help="run the helpers SCHED_FIFO")
     ap.add_argument("--skip-goodput", action="store_true")
+    ap.add_argument("--helper", type=Path, help="helper binary to use instead of the built one "
+                    "(to compare two builds under the same load)")
     a = ap.parse_args()
+    _use_helper(a.helper)
     global RT_PRIO
     RT_PRIO = a.rt_prio
     p = Pair()

@@ -13,7 +13,7 @@ Two figures, each on one routed lab h1 - r1 - h2 (tests/netns/plans.py's shape):
 ``--line netem`` inside aitb's stock-kernel VM (testbed/vm.py; under TCG its figures measure
 software emulation as much as netem) and prints both. One JSON line per line kind.
 
-Run as root:  PYTHONPATH=. .venv/bin/python bench/native_vs_netem.py [--vm]
+Run as root:  PYTHONPATH=. .venv/bin/python bench/native_vs_netem.py [--only buffer] [--vm]
 Lab traffic only: 198.18.1.0/30 and 198.18.2.0/30 inside the lab's namespaces.
 """
 
@@ -69,42 +69,81 @@ def _qdisc_drops(lab: Lab, node: str, dev: str, kind: str) -> int:
                    and (dev is None or q["index"] == lab.layout.nodes[node].ifindex(dev)))
 
 
-def _line_drops(lab: Lab, line: str) -> int:
+def _line_drops(lab: Lab, line: str) -> dict:
+    """Drops in the data direction's delay line: total and, natively, where (the helper's
+    loss models, the kernel queue full at maxlen, the netlink socket full)."""
     if line == "netem":
-        return _qdisc_drops(lab, "h2", None, "netem")
+        return {"total": _qdisc_drops(lab, "h2", None, "netem")}
     q = native.stats(lab)["h2-r1/b_to_a"]["queue"]
-    return (q["dropped_loss"] + q["dropped_ge"] + max(0, q["kernel_queue_dropped"])
-            + max(0, q["kernel_user_dropped"]))
+    parts = {"model": q["dropped_loss"] + q["dropped_ge"],
+             "queue_full": max(0, q["kernel_queue_dropped"]),
+             "socket_full": max(0, q["kernel_user_dropped"])}
+    return {"total": sum(parts.values()), **parts}
 
 
-def measure(line: str) -> dict:
-    """Both figures for delay line ``line`` on this kernel."""
-    with Lab(_plan(line, None)) as lab:
-        lab.run("h1", ["ping", "-c", "1", "-W", "3", "198.18.2.1"])
-        goodput = _iperf(lab, 10, 2)
-    with Lab(_plan(line, 100), wire_packets=True) as lab:
-        lab.run("h1", ["ping", "-c", "1", "-W", "3", "198.18.2.1"])
-        buffered = _iperf(lab, 8, 0)
-        buf_drops = _qdisc_drops(lab, "r1", "e2", "pfifo")
-        line_drops = _line_drops(lab, line)
-        cpu = {k: v["helper_cpu_s"] for k, v in native.stats(lab).items()}
-    return {"line": line, "goodput_bps": round(goodput), "bound_bps": round(BOUND_BPS),
-            "goodput_of_bound": round(goodput / BOUND_BPS, 4),
-            "buffer100": {"goodput_bps": round(buffered), "buffer_drops": buf_drops,
-                          "line_drops": line_drops, "helper_cpu_s": cpu}}
+def _helper_cpu(lab: Lab, line: str) -> dict:
+    """Per native line: the helper's CPU seconds and CPU per second of its life."""
+    if line == "netem":
+        return {}
+    return {k: {"cpu_s": round(v["helper_cpu_s"], 3),
+                "cpu_per_s": round(v["helper_cpu_s"] / v["helper_uptime_s"], 3)}
+            for k, v in native.stats(lab).items()}
+
+
+def _load() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def measure(line: str, only: str | None = None) -> dict:
+    """Both figures (``only``: one of them) for delay line ``line`` on this kernel, with the
+    1-minute load average before each."""
+    out: dict = {"line": line}
+    if only in (None, "goodput"):
+        load = _load()
+        with Lab(_plan(line, None)) as lab:
+            lab.run("h1", ["ping", "-c", "1", "-W", "3", "198.18.2.1"])
+            goodput = _iperf(lab, 10, 2)
+            cpu = _helper_cpu(lab, line)
+        out.update(goodput_bps=round(goodput), bound_bps=round(BOUND_BPS),
+                   goodput_of_bound=round(goodput / BOUND_BPS, 4), goodput_load=load,
+                   goodput_helper_cpu=cpu)
+    if only in (None, "buffer"):
+        load = _load()
+        with Lab(_plan(line, 100), wire_packets=True) as lab:
+            lab.run("h1", ["ping", "-c", "1", "-W", "3", "198.18.2.1"])
+            buffered = _iperf(lab, 8, 0)
+            buf_drops = _qdisc_drops(lab, "r1", "e2", "pfifo")
+            line_drops = _line_drops(lab, line)
+            cpu = _helper_cpu(lab, line)
+        out["buffer100"] = {"goodput_bps": round(buffered),
+                            "goodput_of_bound": round(buffered / BOUND_BPS, 4),
+                            "buffer_drops": buf_drops, "line_drops": line_drops,
+                            "helper_cpu": cpu, "load": load}
+    return out
+
+
+def _use_helper(binary: Path | None) -> None:
+    if binary is not None:
+        import testbed.delayline.build as build
+        build.helper_path = lambda build_if_needed=True: binary.resolve()
 
 
 def main() -> int:
     from testbed.kernel import missing_features
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--line", choices=("native", "netem"))
+    ap.add_argument("--only", choices=("goodput", "buffer"), help="run one of the figures")
     ap.add_argument("--vm", action="store_true", help="also run --line netem in the VM")
+    ap.add_argument("--helper", type=Path, help="helper binary to use instead of the built one "
+                    "(to compare two builds under the same load)")
     args = ap.parse_args()
+    _use_helper(args.helper)
     line = args.line or ("netem" if not missing_features({"netem", "ifb"}) else "native")
-    print(json.dumps(measure(line)), flush=True)
+    print(json.dumps(measure(line, args.only)), flush=True)
     if args.vm:
         from testbed.vm import run_in_vm
-        res = run_in_vm([sys.executable, str(Path(__file__).resolve()), "--line", "netem"],
+        res = run_in_vm([sys.executable, str(Path(__file__).resolve()), "--line", "netem",
+                         *(["--only", args.only] if args.only else [])],
                         cwd=ROOT, timeout_s=1200)
         print(res.stdout.strip().splitlines()[-1] if res.returncode == 0 else
               json.dumps({"line": "netem (vm)", "error": res.stderr[-2000:]}))

@@ -7,8 +7,15 @@
  * queue keeps order.  Loss, Gilbert-Elliott loss, reordering and bit corruption are decided at
  * arrival with a seeded PRNG per queue and per purpose, so a seed gives the same pattern again.
  *
- * Timing: the loop sleeps in epoll_pwait2 (timer slack 1 ns) until --spin-us (default 150)
- * before the next release and spins from there: wake-ups on these VMs take ~100 us.
+ * Timing (timer slack 1 ns): when the next release is nearer than any new packet could be
+ * due (the smallest delay a queue may draw) and within 1 ms, the loop sleeps in
+ * clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME) with no wake-up per arrival and reads what
+ * came meanwhile after it; otherwise in epoll_pwait2, woken by arrivals.  It spins the last
+ * --spin-us (default 150) before a release only while releases are sparse (at least 4 x the
+ * spin apart): at 1 Gbit/s of MTU packets (one release every ~12 us) spinning would keep the
+ * helper on a core all the time.  --coalesce-us C (default 0) releases at most once per C.
+ * The stats count syscalls and wake-ups (recv_calls, recv_msgs, send_calls, verdict_msgs,
+ * epoll_wakeups, timer_wakeups).
  *
  * Clock: every timestamp is CLOCK_MONOTONIC, taken by this process (arrival = when the packet's
  * netlink message was read from the socket, release = just before the verdict is sent).  Time a
@@ -68,6 +75,7 @@
 #define COPY_SMALL 128
 #define HBUCKETS 3840
 #define RECV_BUF (70 * 1024) /* > one 0xffff copy plus headers */
+#define RECV_SMALL 2048     /* > a COPY_SMALL copy plus every attribute the kernel adds */
 #define SEND_BUF (60 * 1024)
 
 enum dist { D_UNIFORM, D_NORMAL, D_PARETO, D_PARETONORMAL };
@@ -179,6 +187,9 @@ static int rt_prio, nice_val;
 static char sendbuf[SEND_BUF + 70000];
 static size_t sendlen;
 static uint64_t send_errors, recv_enobufs;
+/* the loop's own cost: syscalls and wake-ups (per packet: divide by the queues' in_packets) */
+static uint64_t recv_calls, recv_msgs, send_calls, verdict_msgs, epoll_wakeups, timer_wakeups;
+static uint64_t last_release, coalesce_ns;
 
 static void die(int q, const char *call, const char *fmt, ...) {
     va_list ap; int e = errno;
@@ -300,6 +311,7 @@ static void load_trace(queue_t *q, const char *path) {
 /* ---------- netlink ---------- */
 static void flush_send(void) {
     if (!sendlen) return;
+    send_calls++;
     if (mnl_socket_sendto(nl, sendbuf, sendlen) < 0) {
         if (errno == ENOBUFS || errno == EAGAIN) send_errors++;
         else die(-1, "sendto(verdicts)", NULL);
@@ -311,7 +323,7 @@ static struct nlmsghdr *msg_put(int type, uint16_t qnum) {
     struct nlmsghdr *nlh = nfq_nlmsg_put(sendbuf + sendlen, type, qnum);
     return nlh;
 }
-static void msg_done(struct nlmsghdr *nlh) { sendlen += NLMSG_ALIGN(nlh->nlmsg_len); }
+static void msg_done(struct nlmsghdr *nlh) { sendlen += NLMSG_ALIGN(nlh->nlmsg_len); verdict_msgs++; }
 
 static uint32_t ack_seq = 1000, want_seq;
 static int ack_seen, ack_err;
@@ -414,6 +426,7 @@ static void account_out(queue_t *q, pkt_t *p, uint64_t now) {
 /* release every packet of q due at `now`; in-order queues get one batch verdict per run */
 static void release_due(queue_t *q, uint64_t now) {
     bool have_batch = false; uint32_t batch_id = 0;
+    if (q->hn && q->heap[0].target <= now) last_release = now;
     while (q->hn && q->heap[0].target <= now) {
         pkt_t p = hpop(q);
         if (!q->p.reorder_ok && !p.data) { have_batch = true; batch_id = p.id; }
@@ -431,6 +444,21 @@ static void release_due(queue_t *q, uint64_t now) {
         struct nlmsghdr *nlh = msg_put(NFQNL_MSG_VERDICT_BATCH, q->num);
         nfq_nlmsg_verdict_put(nlh, (int)batch_id, NF_ACCEPT); msg_done(nlh);
     }
+}
+
+/* the smallest delay a packet arriving now may get on any queue: its release cannot come
+   sooner than that after its arrival */
+static uint64_t min_new_delay(void) {
+    uint64_t m = UINT64_MAX;
+    for (int i = 0; i < nq; i++) {
+        const params_t *p = &Q[i].p;
+        uint64_t d = p->delay_ns;
+        if (p->reorder_pct > 0) d = 0;                         /* sent at once */
+        else if (p->jitter_ns && p->dist == D_UNIFORM) d = d > p->jitter_ns ? d - p->jitter_ns : 0;
+        else if (p->jitter_ns) d = 0;                          /* unbounded below (clamped at 0) */
+        if (d < m) m = d;
+    }
+    return m;
 }
 
 static queue_t *find_queue(unsigned num) {
@@ -551,7 +579,8 @@ static int on_error(const struct nlmsghdr *nlh, void *data) {
 }
 
 #define RBATCH 64
-static char (*rbufs)[RECV_BUF];
+static char *rbufs;   /* RBATCH slots of rslot bytes */
+static size_t rslot = RECV_BUF;
 /* read up to `max` messages without blocking (recvmmsg, RBATCH per call); returns how many */
 static int recv_some(int fd, int max) {
     static mnl_cb_t ctl[NLMSG_MIN_TYPE] = {[NLMSG_ERROR] = on_error};
@@ -561,10 +590,11 @@ static int recv_some(int fd, int max) {
     while (n < max) {
         int want = max - n < RBATCH ? max - n : RBATCH;
         for (int i = 0; i < want; i++) {
-            iov[i] = (struct iovec){rbufs[i], RECV_BUF};
+            iov[i] = (struct iovec){rbufs + (size_t)i * rslot, rslot};
             mm[i].msg_hdr = (struct msghdr){.msg_iov = &iov[i], .msg_iovlen = 1};
         }
         int r = recvmmsg(fd, mm, (unsigned)want, MSG_DONTWAIT, NULL);
+        recv_calls++;
         if (r < 0) {
             if (errno == EAGAIN || errno == EINTR) break;
             if (errno == ENOBUFS) { recv_enobufs++; continue; }
@@ -572,9 +602,17 @@ static int recv_some(int fd, int max) {
         }
         now_cached = mono();
         rt_minus_mono = realt() - (int64_t)now_cached;
-        for (int i = 0; i < r; i++)
-            if (mnl_cb_run2(rbufs[i], mm[i].msg_len, 0, portid, on_packet, NULL, ctl, NLMSG_MIN_TYPE) < 0)
+        recv_msgs += (uint64_t)(r > 0 ? r : 0);
+        for (int i = 0; i < r; i++) {
+            /* a cut message would leave its packet without a verdict (held until exit) */
+            if (mm[i].msg_hdr.msg_flags & MSG_TRUNC) {
+                errno = EMSGSIZE;
+                die(-1, "recvmmsg(nfqueue socket)", "message of %u bytes cut to the %zu-byte slot",
+                    mm[i].msg_len, rslot);
+            }
+            if (mnl_cb_run2(rbufs + (size_t)i * rslot, mm[i].msg_len, 0, portid, on_packet, NULL, ctl, NLMSG_MIN_TYPE) < 0)
                 if (errno != ENOENT && errno != EINVAL) send_errors++;
+        }
         n += r;
         if (r < want) break;
     }
@@ -634,10 +672,13 @@ static void write_stats(bool final) {
                  (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
     fprintf(f, "{\"pid\":%d,\"final\":%s,\"clock\":\"CLOCK_MONOTONIC\",\"uptime_s\":%.6f,"
                "\"cpu_s\":%.6f,\"cpu_user_s\":%.6f,\"cpu_sys_s\":%.6f,\"send_errors\":%" PRIu64
-               ",\"recv_enobufs\":%" PRIu64 ",\"queues\":[",
+               ",\"recv_enobufs\":%" PRIu64 ",\"recv_calls\":%" PRIu64 ",\"recv_msgs\":%" PRIu64
+               ",\"send_calls\":%" PRIu64 ",\"verdict_msgs\":%" PRIu64 ",\"epoll_wakeups\":%" PRIu64
+               ",\"timer_wakeups\":%" PRIu64 ",\"queues\":[",
             (int)getpid(), final ? "true" : "false", (double)(mono() - start_mono) / 1e9, cpu,
             ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6, ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6,
-            send_errors, recv_enobufs);
+            send_errors, recv_enobufs, recv_calls, recv_msgs, send_calls, verdict_msgs,
+            epoll_wakeups, timer_wakeups);
     for (int i = 0; i < nq; i++) {
         queue_t *q = &Q[i];
         long long k[3]; read_kernel_stats(q->num, k);
@@ -709,6 +750,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--netns")) netns = argv[++i];
         else if (!strcmp(a, "--rt-prio")) rt_prio = (int)num_arg(a, argv[++i], 0, 99);
         else if (!strcmp(a, "--nice")) nice_val = (int)num_arg(a, argv[++i], -20, 19);
+        else if (!strcmp(a, "--coalesce-us")) coalesce_ns = (uint64_t)(num_arg(a, argv[++i], 0, 1e5) * 1000);
         else if (!strcmp(a, "--spin-us")) spin_ns = (uint64_t)(num_arg(a, argv[++i], 0, 1e5) * 1000);
         else if (!strcmp(a, "--queue")) { if (nspecs == MAXQ) usage_die("at most %d queues", MAXQ); specs[nspecs++] = argv[++i]; }
         else usage_die("unknown option %s", a);
@@ -719,8 +761,6 @@ int main(int argc, char **argv) {
         return 3;
     }
     if (!nspecs) usage_die("no --queue given");
-    rbufs = malloc(sizeof(*rbufs) * RBATCH);
-    if (!rbufs) die(-1, "malloc(receive buffers)", NULL);
     prctl(PR_SET_TIMERSLACK, 1UL);
     if (nice_val && setpriority(PRIO_PROCESS, 0, nice_val) < 0) die(-1, "setpriority", "--nice %d", nice_val);
     if (rt_prio) {   /* SCHED_FIFO: releases on time even when iperf3 and softirqs fill the cores */
@@ -741,6 +781,12 @@ int main(int argc, char **argv) {
         rng_seed(&q->r_reo, q->p.seed, 5);
         nq++;
     }
+    /* small receive slots (dense in cache) unless a queue copies whole packets (corrupt; it
+       cannot be turned on live) */
+    rslot = RECV_SMALL;
+    for (int i = 0; i < nq; i++) if (Q[i].p.corrupt_pct > 0) rslot = RECV_BUF;
+    rbufs = malloc(rslot * RBATCH);
+    if (!rbufs) die(-1, "malloc(receive buffers)", NULL);
     if (netns) {
         int fd = open(netns, O_RDONLY | O_CLOEXEC);
         if (fd < 0) die(-1, "open(netns)", "%s", netns);
@@ -796,15 +842,41 @@ int main(int argc, char **argv) {
             int64_t tr = trace_next_rt(&Q[i]);
             if (tr != INT64_MAX) { uint64_t m = now + (uint64_t)(tr > rt ? tr - rt : 0); if (m < wake) wake = m; }
         }
-        if (wake <= now + spin_ns) {            /* final stretch: spin, still taking packets */
+        bool release_wake = false;   /* wake is a packet's release (not stats/parent/trace) */
+        for (int i = 0; i < nq; i++)
+            if (Q[i].hn && Q[i].heap[0].target <= wake) release_wake = true;
+        /* coalescing: at most one release round per coalesce_ns (0: off) */
+        if (release_wake && coalesce_ns && wake < last_release + coalesce_ns)
+            wake = last_release + coalesce_ns;
+        /* spin the final stretch only while releases are sparse (gap >= 4 x spin: at most a
+           quarter of the time spinning); dense releases (one every few us at 1 Gbit/s of MTU
+           packets) would otherwise keep a SCHED_FIFO helper spinning all the time */
+        bool spin = spin_ns && (!release_wake || wake >= last_release + 4 * spin_ns);
+        if (spin && wake <= now + spin_ns) {   /* final stretch: spin, still taking packets */
             recv_some(fd, 64);
             continue;
         }
-        uint64_t sleep = wake - now - spin_ns;
+        if (wake <= now) continue;
+        uint64_t until = spin ? wake - spin_ns : wake;
+        /* timer-only sleep (absolute CLOCK_MONOTONIC, no wake-up per arrival): when no packet
+           arriving meanwhile can be due before `wake` (delays of at least min_new_delay), it
+           can wait in the socket and be read at the wake-up; bounded to 1 ms so signals and
+           arrivals never wait longer than that */
+        if (release_wake && until - now < min_new_delay() && until - now <= 1000000ULL) {
+            struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ULL),
+                                  .tv_nsec = (long)(until % 1000000000ULL)};
+            int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+            if (r && r != EINTR) { errno = r; die(-1, "clock_nanosleep", NULL); }
+            timer_wakeups++;
+            recv_some(fd, 1024);
+            continue;
+        }
+        uint64_t sleep = until - now;
         struct timespec ts = {.tv_sec = (time_t)(sleep / 1000000000ULL), .tv_nsec = (long)(sleep % 1000000000ULL)};
         struct epoll_event evs[2];
         int n = epoll_pwait2(ep, evs, 2, &ts, NULL);
         if (n < 0) { if (errno == EINTR) continue; die(-1, "epoll_pwait2", NULL); }
+        epoll_wakeups++;
         for (int e = 0; e < n; e++) {
             if (evs[e].data.u32 == 0) recv_some(fd, 256);
             else {
