@@ -11,7 +11,7 @@
  * due (the smallest delay a queue may draw) and within 1 ms, the loop sleeps in
  * clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME) with no wake-up per arrival and reads what
  * came meanwhile after it; otherwise in epoll_pwait2, woken by arrivals.  It spins the last
- * --spin-us (default 150) before a release only while releases are sparse (at least 4 x the
+ * --spin-us (default 150) before a release only while releases are sparse (at least 10 x the
  * spin apart): at 1 Gbit/s of MTU packets (one release every ~12 us) spinning would keep the
  * helper on a core all the time.  --coalesce-us C (default 0) releases at most once per C.
  * The stats count syscalls and wake-ups (recv_calls, recv_msgs, send_calls, verdict_msgs,
@@ -476,6 +476,9 @@ static double draw_jitter(queue_t *q) {
 }
 
 static uint64_t now_cached;
+/* arrivals timed by the kernel's stamp / by this process's read (no usable stamp), and when
+   the last of the latter came: reads are deferred only while every arrival is stamped */
+static uint64_t arrivals_stamped, arrivals_read, last_unstamped;
 static int64_t rt_minus_mono; /* CLOCK_REALTIME - CLOCK_MONOTONIC when now_cached was read */
 /* arrival = the kernel's receive timestamp (skb->tstamp, set when the packet entered the
    namespace's stack, CLOCK_REALTIME in microseconds) where there is one, else the time this
@@ -483,13 +486,18 @@ static int64_t rt_minus_mono; /* CLOCK_REALTIME - CLOCK_MONOTONIC when now_cache
    in a VM) then no longer adds to the delay. A stamp in the future or older than 1 s
    (clock steps) is not trusted. */
 static uint64_t arrival_of(struct nlattr *ts) {
-    if (!ts || mnl_attr_get_payload_len(ts) < sizeof(struct nfqnl_msg_packet_timestamp))
+    if (!ts || mnl_attr_get_payload_len(ts) < sizeof(struct nfqnl_msg_packet_timestamp)) {
+        arrivals_read++; last_unstamped = now_cached;
         return now_cached;
+    }
     struct nfqnl_msg_packet_timestamp *t = mnl_attr_get_payload(ts);
     int64_t rt = (int64_t)be64toh(t->sec) * 1000000000LL + (int64_t)be64toh(t->usec) * 1000LL;
     int64_t mono_ns = rt - rt_minus_mono;
-    if (mono_ns <= 0 || (uint64_t)mono_ns > now_cached || now_cached - (uint64_t)mono_ns > 1000000000ULL)
+    if (mono_ns <= 0 || (uint64_t)mono_ns > now_cached || now_cached - (uint64_t)mono_ns > 1000000000ULL) {
+        arrivals_read++; last_unstamped = now_cached;
         return now_cached;
+    }
+    arrivals_stamped++;
     return (uint64_t)mono_ns;
 }
 static int on_packet(const struct nlmsghdr *nlh, void *data) {
@@ -579,6 +587,7 @@ static int on_error(const struct nlmsghdr *nlh, void *data) {
 }
 
 #define RBATCH 64
+#define SPIN_GAP 10
 static char *rbufs;   /* RBATCH slots of rslot bytes */
 static size_t rslot = RECV_BUF;
 /* read up to `max` messages without blocking (recvmmsg, RBATCH per call); returns how many */
@@ -674,11 +683,12 @@ static void write_stats(bool final) {
                "\"cpu_s\":%.6f,\"cpu_user_s\":%.6f,\"cpu_sys_s\":%.6f,\"send_errors\":%" PRIu64
                ",\"recv_enobufs\":%" PRIu64 ",\"recv_calls\":%" PRIu64 ",\"recv_msgs\":%" PRIu64
                ",\"send_calls\":%" PRIu64 ",\"verdict_msgs\":%" PRIu64 ",\"epoll_wakeups\":%" PRIu64
-               ",\"timer_wakeups\":%" PRIu64 ",\"queues\":[",
+               ",\"timer_wakeups\":%" PRIu64 ",\"arrivals_stamped\":%" PRIu64
+               ",\"arrivals_read\":%" PRIu64 ",\"queues\":[",
             (int)getpid(), final ? "true" : "false", (double)(mono() - start_mono) / 1e9, cpu,
             ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6, ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6,
             send_errors, recv_enobufs, recv_calls, recv_msgs, send_calls, verdict_msgs,
-            epoll_wakeups, timer_wakeups);
+            epoll_wakeups, timer_wakeups, arrivals_stamped, arrivals_read);
     for (int i = 0; i < nq; i++) {
         queue_t *q = &Q[i];
         long long k[3]; read_kernel_stats(q->num, k);
@@ -848,10 +858,10 @@ int main(int argc, char **argv) {
         /* coalescing: at most one release round per coalesce_ns (0: off) */
         if (release_wake && coalesce_ns && wake < last_release + coalesce_ns)
             wake = last_release + coalesce_ns;
-        /* spin the final stretch only while releases are sparse (gap >= 4 x spin: at most a
-           quarter of the time spinning); dense releases (one every few us at 1 Gbit/s of MTU
-           packets) would otherwise keep a SCHED_FIFO helper spinning all the time */
-        bool spin = spin_ns && (!release_wake || wake >= last_release + 4 * spin_ns);
+        /* spin the final stretch only while releases are sparse (gap >= SPIN_GAP x spin: at
+           most 1/SPIN_GAP of the time spinning); dense releases (one every ~12 us at 1 Gbit/s
+           of MTU packets) would otherwise keep a SCHED_FIFO helper spinning all the time */
+        bool spin = spin_ns && (!release_wake || wake >= last_release + SPIN_GAP * spin_ns);
         if (spin && wake <= now + spin_ns) {   /* final stretch: spin, still taking packets */
             recv_some(fd, 64);
             continue;
@@ -861,8 +871,10 @@ int main(int argc, char **argv) {
         /* timer-only sleep (absolute CLOCK_MONOTONIC, no wake-up per arrival): when no packet
            arriving meanwhile can be due before `wake` (delays of at least min_new_delay), it
            can wait in the socket and be read at the wake-up; bounded to 1 ms so signals and
-           arrivals never wait longer than that */
-        if (release_wake && until - now < min_new_delay() && until - now <= 1000000ULL) {
+           arrivals never wait longer than that; only while arrivals carry the kernel's stamp
+           (none without one for 1 s), since an unstamped one is timed when it is read */
+        if (release_wake && until - now < min_new_delay() && until - now <= 1000000ULL &&
+            (!last_unstamped || now - last_unstamped > 1000000000ULL)) {
             struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ULL),
                                   .tv_nsec = (long)(until % 1000000000ULL)};
             int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
