@@ -59,9 +59,17 @@ class QueueStats:
         return self.dropped_loss + self.dropped_ge
 
 
+# the helper loop's own counts (whole process, all queues): netlink messages read and recvmmsg
+# calls, verdict messages sent and sendto calls, wake-ups from epoll (arrivals, signals,
+# timeouts) and from timer-only sleeps, and arrivals timed by the kernel's receive stamp or
+# by the helper's read (no usable stamp)
+LOOP_KEYS = ("recv_calls", "recv_msgs", "send_calls", "verdict_msgs", "epoll_wakeups",
+             "timer_wakeups", "arrivals_stamped", "arrivals_read")
+
+
 @dataclass(frozen=True)
 class HelperStats:
-    """One stats snapshot of a helper process."""
+    """One stats snapshot of a helper process (``loop``: :data:`LOOP_KEYS` -> count)."""
 
     pid: int
     final: bool
@@ -71,6 +79,7 @@ class HelperStats:
     send_errors: int
     recv_enobufs: int
     queues: dict[int, QueueStats]
+    loop: dict[str, int] = field(default_factory=dict)
 
 
 def _hist(d: dict) -> Histogram:
@@ -87,7 +96,8 @@ def parse_stats(doc: dict) -> HelperStats:
                                   release_error=_hist(q["release_error"]), raw=q)
     return HelperStats(pid=doc["pid"], final=doc["final"], clock=doc["clock"],
                        uptime_s=doc["uptime_s"], cpu_s=doc["cpu_s"],
-                       send_errors=doc["send_errors"], recv_enobufs=doc["recv_enobufs"], queues=qs)
+                       send_errors=doc["send_errors"], recv_enobufs=doc["recv_enobufs"], queues=qs,
+                       loop={k: doc[k] for k in LOOP_KEYS if k in doc})
 
 
 def read_stats(path: str | Path) -> HelperStats:
