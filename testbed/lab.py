@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import LabError
+from aitb.errors import CommandError, LabError
+from aitb.lifeline import registered
 from aitb.plan import LabPlan
 from aitb.shaping import Shaping
 from testbed import (
@@ -97,6 +98,9 @@ class Lab:
         self.timings: dict[str, float] = {}
         self.started: list[tuple[int, int]] = []  # (pid, start time) of every process, kept
         self.attached = False
+        # written with the owner record when the registry is created (before any object
+        # exists), e.g. the run directory whose manifest `aitb clean` marks killed
+        self.owner_records: list[dict[str, Any]] = []
         self._signals: Any = None
         self.ovs: dict[str, Any] = {}  # OVS switch -> its daemons (testbed.ovs)
         self.ovs_rules: dict[str, Any] = {}
@@ -144,7 +148,7 @@ class Lab:
         self._resolve_delay_lines()
         self._check_kernel()
         self.ovs_datapaths = ovs_datapath.choose_for_lab(self.plan)
-        self.registry.create(self.plan)
+        self.registry.create(self.plan, self.owner_records)
         try:
             self._build()
             late = signals.swallowed()  # an interrupt some library caught and dropped
@@ -372,11 +376,34 @@ class Lab:
 
     def popen(self, node: str, argv: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` inside ``node``'s namespace (``kw`` go to subprocess.Popen); the
-        process is registered (pid, start time) and ended by :meth:`down`."""
-        proc = procs.popen_in(self._fd(node), argv, **kw)
+        process registers itself (pid, start time) before it execs (aitb.lifeline.registered:
+        no instant at which a SIGKILL of this process leaves it unregistered) and is ended
+        by :meth:`down` or ``aitb clean``."""
+        proc = procs.popen_in(self._fd(node), argv, preexec_fn=registered(
+            self.registry.path, {"kind": "process", "node": node, "argv": list(argv)}), **kw)
         start = pid_start_time(proc.pid)
-        self.registry.append([{"kind": "process", "node": node, "pid": proc.pid,
-                               "start": -1 if start is None else start, "argv": list(argv)}])
+        self.children[proc.pid] = proc
+        self.started.append((proc.pid, -1 if start is None else start))
+        return proc
+
+    def popen_host(self, argv: Sequence[str], node: str = "(root namespace)",
+                   pdeathsig: int | None = None, record: Mapping[str, Any] | None = None,
+                   **kw: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` from the calling thread (in its namespace: the root one, unless
+        ``pass_fds`` hands the child a namespace to enter), registered before it execs like
+        :meth:`popen` under ``node``, with ``record``'s keys added (e.g. a shorter ``argv``, a
+        ``role``); ``pdeathsig``: also PR_SET_PDEATHSIG (see aitb.lifeline). Ended by
+        :meth:`down` or ``aitb clean`` by pid and start time. Raises CommandError naming
+        argv if it cannot be started."""
+        if isinstance(argv, str):
+            raise TypeError("argv must be a list of strings, not a shell string")
+        entry = {"kind": "process", "node": node, "argv": list(argv), **(record or {})}
+        try:
+            proc = subprocess.Popen(list(argv), preexec_fn=registered(
+                self.registry.path, entry, pdeathsig), **kw)
+        except OSError as exc:
+            raise CommandError(argv, None, exc.strerror or str(exc)) from None
+        start = pid_start_time(proc.pid)
         self.children[proc.pid] = proc
         self.started.append((proc.pid, -1 if start is None else start))
         return proc

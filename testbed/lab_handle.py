@@ -37,5 +37,10 @@ class LabHandle(Protocol):
     def popen(self, node: str, argv: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` in ``node``'s namespace, registered for teardown."""
 
+    def popen_host(self, argv: Sequence[str], node: str = "(root namespace)",
+                   pdeathsig: int | None = None, record: Any = None,
+                   **kw: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` from the calling thread, registered before it execs."""
+
     def verify(self, nodes: Sequence[str] | None = None) -> None:
         """Read the kernel's state back; raise LabError naming what differs."""

@@ -11,6 +11,7 @@ so that after a SIGKILL of the owner ``aitb clean`` can remove exactly those obj
      "signal": "KILL"}                                        (optional; default TERM)
     {"kind": "detached"}                                    (deploy left it up on purpose)
     {"kind": "ovs", "node": ..., "datapath": "system"|"netdev"}   (a fact, nothing to remove)
+    {"kind": "run_dir", "path": ...}      (an `aitb run`'s folder: clean marks it killed)
 """
 
 from __future__ import annotations
@@ -77,9 +78,10 @@ class Registry:
         self.run_id = run_id
         self.path = self.dir / "registry.jsonl"
 
-    def create(self, plan: LabPlan) -> None:
-        """Start the run: directory, plan.json and the owner record (this process). Raises
-        LabError if the run id is already in use."""
+    def create(self, plan: LabPlan, records: Iterable[dict[str, Any]] = ()) -> None:
+        """Start the run: directory, plan.json and the owner record (this process), with
+        ``records`` (e.g. the run directory ``aitb clean`` marks killed) in the same write.
+        Raises LabError if the run id is already in use."""
         try:
             self.dir.mkdir(parents=True, exist_ok=False)
         except FileExistsError:
@@ -87,7 +89,7 @@ class Registry:
         (self.dir / "plan.json").write_text(json.dumps(plan_to_dict(plan)))
         pid = os.getpid()
         self.append([{"kind": "run", "run_id": self.run_id, "owner_pid": pid,
-                      "owner_start": pid_start_time(pid), "time": time.time()}])
+                      "owner_start": pid_start_time(pid), "time": time.time()}, *records])
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Append ``records`` durably (one write, flush, fsync)."""

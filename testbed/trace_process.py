@@ -19,7 +19,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from testbed.registry import pid_start_time
 from testbed.trace_player import TRACE_RECORDS, TracePlayer
 
 __all__ = ["start_detached", "main", "LOG_NAME"]
@@ -35,14 +34,9 @@ def start_detached(lab: Any) -> subprocess.Popen[bytes] | None:
         return None
     argv = [sys.executable, "-m", "testbed.trace_process", lab.run_id,
             str(lab.registry.dir.parent)]
-    with (lab.registry.dir / LOG_NAME).open("ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True)  # outlives the deployer
-    start = pid_start_time(proc.pid)
-    lab.registry.append([{"kind": "process", "node": "(root namespace)", "pid": proc.pid,
-                          "start": -1 if start is None else start, "argv": argv}])
-    lab.started.append((proc.pid, -1 if start is None else start))
-    return proc
+    with (lab.registry.dir / LOG_NAME).open("ab") as log:  # registered before it execs
+        return lab.popen_host(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                              start_new_session=True)  # outlives the deployer
 
 
 def main(argv: list[str]) -> int:

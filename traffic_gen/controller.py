@@ -143,11 +143,11 @@ class Controller:
                     *(["--rt-priority", str(self.opt.rt_priority)] if self.opt.rt_priority
                       else [])]
             with (logs / f"starter{k}.log").open("w") as log:
-                # killed with this thread's process from its first instruction (a SIGKILLed
-                # run left starters at SCHED_FIFO behind: not in any lab registry)
-                self.kick_procs.append(subprocess.Popen(argv, stdout=log, stderr=log,
-                                                        stdin=subprocess.DEVNULL,
-                                                        preexec_fn=die_with_parent()))
+                # killed with this thread's process from its first instruction and (a lab's
+                # launcher) in the lab's registry before it execs: a SIGKILLed run left
+                # starters at SCHED_FIFO behind, in no registry
+                self.kick_procs.append(self._popen_host(argv, stdout=log, stderr=log,
+                                                        stdin=subprocess.DEVNULL))
             self.kick_paths.append(path)
         deadline = time.time() + self.opt.agent_start_timeout_s
         while not all(p.exists() for p in self.kick_paths):
@@ -156,6 +156,14 @@ class Controller:
                 raise RunFailed(self._failure("controller", "timeout waiting for the starter "
                                                             "processes (kick.py)"))
             time.sleep(0.01)
+
+    def _popen_host(self, argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        """A starter through the launcher's ``popen_host``; a launcher without one (a test's
+        stand-in) gets a plain child that dies with this thread's process."""
+        start = getattr(self.launcher, "popen_host", None)
+        if start is None:
+            return subprocess.Popen(argv, preexec_fn=die_with_parent(), **kw)
+        return start(argv, **kw)
 
     def _check_kickers(self) -> None:
         for k, p in enumerate(self.kick_procs):

@@ -4,13 +4,21 @@ The controller never cares how: :class:`LocalLauncher` runs in the current (root
 for loopback tests; :class:`NetnsExecLauncher` wraps argv in ``ip netns exec NS`` (ip(8) execs
 the command, so the pid is the agent's); :class:`LabLauncher` adapts a ``testbed.lab.Lab``
 (its ``popen(node, argv, **kw)`` registers the process with the lab for teardown).
+
+``popen_host(argv, **kw)`` starts a helper of the controller itself (the burst starters) in
+the root namespace from the calling thread, dying with that thread's process from its first
+instruction (aitb.lifeline); a lab launcher also registers it in the lab's registry before it
+execs, so ``aitb clean`` ends it by pid.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
+
+from aitb.lifeline import die_with_parent
 
 __all__ = ["Launcher", "LocalLauncher", "NetnsExecLauncher", "LabLauncher"]
 
@@ -22,6 +30,14 @@ class Launcher(Protocol):
         """Start ``argv`` (a list, never a shell string) on ``node``."""
         ...
 
+    def popen_host(self, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` in the root namespace; it dies with this thread's process."""
+        ...
+
+
+def _popen_dying(argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
+    return subprocess.Popen(list(argv), preexec_fn=die_with_parent(), **popen_kwargs)
+
 
 class LocalLauncher:
     """Every node is the current namespace (agents then bind loopback addresses)."""
@@ -29,6 +45,10 @@ class LocalLauncher:
     def popen(self, node: str, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
         """Start ``argv`` here."""
         return subprocess.Popen(list(argv), **popen_kwargs)
+
+    def popen_host(self, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` here, dying with this thread's process (PR_SET_PDEATHSIG)."""
+        return _popen_dying(argv, **popen_kwargs)
 
 
 class NetnsExecLauncher:
@@ -44,6 +64,10 @@ class NetnsExecLauncher:
         return subprocess.Popen(["ip", "netns", "exec", self.namespaces[node], *argv],
                                 **popen_kwargs)
 
+    def popen_host(self, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` in the root namespace, dying with this thread's process."""
+        return _popen_dying(argv, **popen_kwargs)
+
 
 class LabLauncher:
     """Adapter for a running ``testbed.lab.Lab`` (anything with ``popen(node, argv, **kw)``)."""
@@ -54,3 +78,10 @@ class LabLauncher:
     def popen(self, node: str, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
         """Start ``argv`` in ``node``'s namespace through the lab (registered for teardown)."""
         return self.lab.popen(node, list(argv), **popen_kwargs)
+
+    def popen_host(self, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` in the root namespace through the lab: registered in its registry
+        before it execs and dying with this thread's process (SIGKILL), so neither a
+        SIGKILL of the owner nor ``aitb clean`` leaves it behind."""
+        return self.lab.popen_host(list(argv), pdeathsig=signal.SIGKILL,
+                                   record={"role": "starter"}, **popen_kwargs)

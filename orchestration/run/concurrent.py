@@ -48,6 +48,11 @@ class SerialLauncher(LabLauncher):
         with self._lock:
             return super().popen(node, argv, **popen_kwargs)
 
+    def popen_host(self, argv: Any, **popen_kwargs: Any) -> Any:
+        """Start ``argv`` in the root namespace (see LabLauncher.popen_host), one at a time."""
+        with self._lock:
+            return super().popen_host(argv, **popen_kwargs)
+
 
 def run_group(group: Sequence[int], replay_one: Callable[[int], R]) -> dict[int, R]:
     """``replay_one(i)`` for every index of ``group``, concurrently (one thread each; a

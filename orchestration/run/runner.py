@@ -43,6 +43,7 @@ from orchestration.run.transport import (
     congestion_control_record,
     host_transport_record,
 )
+from testbed import signals
 from testbed.backends import make_lab
 from testbed.capabilities import in_vm
 from testbed.lab import Lab
@@ -340,13 +341,43 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
         prep = dataclasses.replace(prep, options=dataclasses.replace(
             prep.options, tls=write_run_certificate(run_dir, f"aitb-{lab_id}")))
     try:
-        _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog)
-        outcome.workloads = manifest["workloads"]
-        if analyze and outcome.exit_code < 128:  # interrupted: stop now (aitb analyze later)
-            _analyze(run_dir, manifest, outcome, progress)
+        # SIGINT/SIGTERM outside the lab's own hold (alto maps, records merge, fidelity,
+        # manifest, analysis) end the run as `interrupted` with 130/143 too, never `running`
+        # or an `ok` without metrics; the lab's teardown holds them (testbed.signals)
+        with signals.raising():
+            try:
+                _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog)
+                outcome.workloads = manifest["workloads"]
+                if analyze and outcome.exit_code < 128:  # interrupted: stop (aitb analyze)
+                    _analyze(run_dir, manifest, outcome, progress)
+            except signals.LabInterrupted as exc:
+                _interrupted_after_lab(exc, run_dir, manifest, outcome, runlog, analyze)
     finally:
         runlog.close()
     return outcome
+
+
+def _interrupted_after_lab(exc: signals.LabInterrupted, run_dir: Path,
+                           manifest: dict[str, Any], outcome: RunOutcome,
+                           runlog: RunLog, analyze: bool) -> None:
+    """A signal that arrived outside the lab (its teardown is done, or it never came up):
+    the manifest says ``interrupted`` with the signal, error.json holds it, and the outcome
+    carries 128+signal. Further signals are held while this is written."""
+    signals.interruption(exc)  # taken: no later run (a campaign's next point) sees it
+    with signals.held():
+        outcome.ok = False
+        outcome.exit_code = exc.exit_code
+        outcome.error = outcome.error or str(exc)
+        outcome.workloads = manifest["workloads"]
+        if analyze and not manifest.get("analysis", {}).get("ok"):  # cut short or not begun
+            outcome.report = None
+            manifest["analysis"] = {"ok": False, "report": None, "error": str(exc)}
+        manifest.update(status="interrupted", ended_at=_now(), error=outcome.error)
+        write_json_atomic(run_dir / "error.json", {"error": outcome.error,
+                                                   "type": type(exc).__name__})
+        write_json_atomic(run_dir / "manifest.json", manifest)
+        runlog.log.error("run interrupted: %s", exc)
+        runlog.log.info("status %s", manifest["status"])
 
 
 def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any],
@@ -357,9 +388,11 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
     monitor: FidelityMonitor | None = None
     try:
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
-        with make_lab(prep.plan, backend, run_id=lab_id, state_dir=state_dir()) as lab:
-            # aitb clean marks this run killed if its process dies without a status
-            lab.registry.append([{"kind": "run_dir", "path": str(run_dir.resolve())}])
+        lab = make_lab(prep.plan, backend, run_id=lab_id, state_dir=state_dir())
+        # aitb clean marks this run killed if its process dies without a status: in the
+        # registry's first write, before any namespace exists
+        lab.owner_records.append({"kind": "run_dir", "path": str(run_dir.resolve())})
+        with lab:
             manifest["lab_timings_s"] = dict(lab.timings)
             # which delay line each direction got (auto resolved at bring-up), also in plan.json
             manifest["delay_lines"] = lab.delay_lines()
@@ -419,8 +452,16 @@ def _analyze(run_dir: Path, manifest: dict[str, Any], outcome: RunOutcome,
     progress("analysing")
     try:
         analyze_run(run_dir)
+        late = swallowed()  # an interrupt that a library on the way caught and dropped
+        if late is not None:
+            raise late
         outcome.report = run_dir / "report.html"
+    except signals.LabInterrupted:
+        raise  # the run's signal path (execute) records it
     except Exception as exc:  # noqa: BLE001 - recorded in the manifest, reported by the CLI
+        real = interruption(exc)
+        if isinstance(real, signals.LabInterrupted):
+            raise real from None
         outcome.analysis_error = f"{type(exc).__name__}: {exc}"
     manifest["analysis"] = {"ok": outcome.analysis_error is None,
                             "report": "report.html" if outcome.report else None,

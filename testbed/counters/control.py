@@ -15,7 +15,6 @@ from typing import Any
 
 from aitb.errors import LabError
 from testbed.counters.loop import DEFAULT_MAX_ROWS
-from testbed.registry import pid_start_time
 
 __all__ = ["SamplerConfig", "CounterSampler", "DEFAULT_INTERVAL_S"]
 
@@ -32,16 +31,6 @@ class SamplerConfig:
     interval_s: float = DEFAULT_INTERVAL_S
     tcp: bool = True
     max_rows: int = DEFAULT_MAX_ROWS
-
-
-def register_root_process(lab: Any, proc: subprocess.Popen[Any], argv: list[str]) -> None:
-    """Record ``proc`` (started in the root namespace) in ``lab``'s registry like the lab's
-    own processes, so :meth:`Lab.down` and ``aitb clean`` end it by pid and start time."""
-    start = pid_start_time(proc.pid)
-    lab.registry.append([{"kind": "process", "node": "(root namespace)", "pid": proc.pid,
-                          "start": -1 if start is None else start, "argv": argv}])
-    lab.children[proc.pid] = proc
-    lab.started.append((proc.pid, -1 if start is None else start))
 
 
 class CounterSampler:
@@ -67,11 +56,11 @@ class CounterSampler:
                "max_rows": self.config.max_rows, "parent_pid": os.getpid()}
         argv = [sys.executable, "-m", "testbed.counters.main", json.dumps(cfg)]
         log = (self.out_dir / "sampler.log").open("wb")
-        try:
-            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
+        try:  # registered by the child itself before exec (no unregistered instant)
+            self.proc = self.lab.popen_host(argv, stdout=subprocess.PIPE, stderr=log,
+                                            record={"argv": argv[:3]})
         finally:
             log.close()
-        register_root_process(self.lab, self.proc, argv[:3])
         self._wait_ready()
 
     def _wait_ready(self) -> None:

@@ -147,14 +147,11 @@ def _start_helper(lab: LabHandle, h: _Helper) -> None:
                        f"/proc/self/fd/{fd}", STATS_INTERVAL_MS, str(h.params_path),
                        spin_us=SPIN_US, rt_prio=RT_PRIO, nice=NICE)
     with open(h.stderr_path, "wb") as err:  # from this (the lab's) thread: see module doc
-        h.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=err, pass_fds=(fd,))
+        # registered by the child itself before exec (no unregistered instant)
+        h.proc = lab.popen_host(argv, node=h.node, record={"role": "delay-line"},
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=err, pass_fds=(fd,))
     h.start = pid_start_time(h.proc.pid)
-    lab.registry.append([{"kind": "process", "node": h.node, "pid": h.proc.pid,
-                          "start": -1 if h.start is None else h.start, "argv": argv,
-                          "role": "delay-line"}])
-    lab.children[h.proc.pid] = h.proc
-    lab.started.append((h.proc.pid, -1 if h.start is None else h.start))
 
 
 def _wait_bound(h: _Helper, timeout_s: float = 10.0) -> None:

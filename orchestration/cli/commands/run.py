@@ -63,6 +63,19 @@ def run(
 ) -> None:
     """Deploy the experiment's lab, replay its workloads over real sockets, record, check
     fidelity, tear down. Exit codes: 0 ok, 1 run failed, 2 bad input, 130/143 interrupted."""
+    try:  # SIGINT/SIGTERM at any instant: aitb's own exit 130/143, never death by signal
+        with signals.raising():
+            _run(experiment, results, as_json, quiet, check, backend, use_vm, run_id,
+                 analysis)
+    except signals.LabInterrupted as exc:
+        console.print(f"[bold red]run interrupted[/] by {signal.Signals(exc.signum).name}",
+                      markup=True, highlight=False)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _run(experiment: Path | None, results: Path, as_json: bool, quiet: bool, check: bool,
+         backend: str | None, use_vm: bool, run_id: str | None, analysis: bool) -> None:
+    """The body of :func:`run` (under :func:`testbed.signals.raising`)."""
     from orchestration.cli.commands.outputs import output_dir
     from orchestration.run.defaults import default_experiment
     from orchestration.run.runner import execute, prepare
