@@ -39,11 +39,12 @@ class TeardownReport:
                 "failures": self.failures}
 
 
-def teardown(reg: Registry, children: dict[int, subprocess.Popen[Any]] | None = None
-             ) -> TeardownReport:
+def teardown(reg: Registry, children: dict[int, subprocess.Popen[Any]] | None = None,
+             keep_owner: bool = False) -> TeardownReport:
     """Remove everything ``reg`` lists, newest first; delete the run directory if nothing
-    failed. ``children`` maps pids to Popen objects of this process (to reap them). Never
-    raises for a single object: failures are collected in the report."""
+    failed (with ``keep_owner``, keep only its owner records instead: see
+    :meth:`Registry.spend`). ``children`` maps pids to Popen objects of this process (to
+    reap them). Never raises for a single object: failures are collected in the report."""
     report = TeardownReport(reg.run_id)
     records = reg.records()
     for r in reversed([r for r in records if r["kind"] == "process"]):
@@ -69,7 +70,7 @@ def teardown(reg: Registry, children: dict[int, subprocess.Popen[Any]] | None = 
             report.failures.append(f"namespace {r['name']} (node {r['node']}): {exc}")
     _stop_dockerd(records, children, report)
     if not report.failures:
-        reg.remove()
+        reg.spend() if keep_owner else reg.remove()
     return report
 
 

@@ -101,6 +101,9 @@ class Lab:
         # written with the owner record when the registry is created (before any object
         # exists), e.g. the run directory whose manifest `aitb clean` marks killed
         self.owner_records: list[dict[str, Any]] = []
+        # teardown keeps the owner records (Registry.spend) for the owner to remove once it
+        # has written its final status (`aitb run`: so a SIGKILL between the two is seen)
+        self.keep_owner = False
         self._signals: Any = None
         self.ovs: dict[str, Any] = {}  # OVS switch -> its daemons (testbed.ovs)
         self.ovs_rules: dict[str, Any] = {}
@@ -313,7 +316,7 @@ class Lab:
         t = time.perf_counter()
         failures = self._teardown_delay_lines()
         self.release()
-        report = teardown(self.registry, self.children)
+        report = teardown(self.registry, self.children, self.keep_owner)
         report.failures[:0] = failures
         self.children = {}
         self._step("down", t)

@@ -201,7 +201,7 @@ class MininetLab(Lab):
         if self.net is not None:
             for node in [*self.net.hosts, *self.net.switches, *self.net.controllers]:
                 end_node(node)
-        report = teardown(self.registry, self.children)
+        report = teardown(self.registry, self.children, self.keep_owner)
         report.failures[:0] = failures
         self.children = {}
         self.net = None

@@ -140,6 +140,25 @@ class Registry:
         pid, start, detached = self.owner()
         return not detached and pid is not None and pid_alive(pid, start)
 
+    OWNER_KINDS = ("run", "run_dir")
+
+    def spend(self) -> None:
+        """Keep only the owner records (``run``, ``run_dir``): everything else was removed.
+        An `aitb run` holds its registry so until its manifest has its final status: if it
+        is SIGKILLed meanwhile, ``aitb clean`` still finds the run (nothing left to remove)
+        and marks its manifest killed. Atomic (write, fsync, rename)."""
+        keep = [r for r in self.records() if r.get("kind") in self.OWNER_KINDS]
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in keep).encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def spent(self) -> bool:
+        """True if the registry holds nothing but owner records (or no longer exists)."""
+        return all(r.get("kind") in self.OWNER_KINDS for r in self.records())
+
     def remove(self) -> None:
         """Delete the run's directory (after a complete teardown)."""
         if self.dir.exists():

@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +49,7 @@ from testbed.backends import make_lab
 from testbed.capabilities import in_vm
 from testbed.lab import Lab
 from testbed.lab_state import describe
-from testbed.registry import state_dir
+from testbed.registry import Registry, state_dir
 from testbed.signals import interruption, swallowed
 from topologies.loader import read_yaml
 from topologies.scaling import scale_plan
@@ -347,14 +348,25 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
         with signals.raising():
             try:
                 _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog)
+                _release_owner(lab_id)
                 outcome.workloads = manifest["workloads"]
                 if analyze and outcome.exit_code < 128:  # interrupted: stop (aitb analyze)
                     _analyze(run_dir, manifest, outcome, progress)
             except signals.LabInterrupted as exc:
                 _interrupted_after_lab(exc, run_dir, manifest, outcome, runlog, analyze)
+                _release_owner(lab_id)
     finally:
         runlog.close()
     return outcome
+
+
+def _release_owner(lab_id: str) -> None:
+    """Remove the lab's registry once the manifest holds the run's final status, if its
+    teardown left only the owner records (a failed teardown keeps everything for `aitb
+    clean`)."""
+    reg = Registry(state_dir(), lab_id)
+    if reg.dir.exists() and reg.spent():
+        reg.remove()
 
 
 def _interrupted_after_lab(exc: signals.LabInterrupted, run_dir: Path,
@@ -392,6 +404,7 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
         # aitb clean marks this run killed if its process dies without a status: in the
         # registry's first write, before any namespace exists
         lab.owner_records.append({"kind": "run_dir", "path": str(run_dir.resolve())})
+        lab.keep_owner = True  # removed by execute once the manifest has its final status
         with lab:
             manifest["lab_timings_s"] = dict(lab.timings)
             # which delay line each direction got (auto resolved at bring-up), also in plan.json
@@ -446,10 +459,16 @@ def _analyze(run_dir: Path, manifest: dict[str, Any], outcome: RunOutcome,
              progress: Progress) -> None:
     """analysis.analyze_run on the finished run: tables/, metrics.json, report.html. Its
     result goes into the manifest's ``analysis`` ({ok, report, error}) and the outcome; a
-    failure of the analysis keeps the run (records intact, `aitb analyze` can redo it)."""
+    failure of the analysis keeps the run (records intact, `aitb analyze` can redo it).
+    While it runs, ``analysis`` says ``{"ok": null, "running": {"pid", "started_at"}}`` on
+    disk: a process killed meanwhile (SIGKILL, nothing can write) leaves a run that is ``ok``
+    and an analysis visibly unfinished, never an ``ok`` that pretends to have metrics."""
     from analysis import analyze_run  # pandas, matplotlib: loaded only when analysing
 
     progress("analysing")
+    manifest["analysis"] = {"ok": None, "report": None, "error": None,
+                            "running": {"pid": os.getpid(), "started_at": _now()}}
+    write_json_atomic(run_dir / "manifest.json", manifest)
     try:
         analyze_run(run_dir)
         late = swallowed()  # an interrupt that a library on the way caught and dropped
