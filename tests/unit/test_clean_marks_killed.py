@@ -57,3 +57,30 @@ def test_resume_removes_the_lab_of_the_discarded_run(tmp_path, monkeypatch):
     assert remove_labs_of([tmp_path / "results" / "c" / "other"], print) == []
     assert remove_labs_of([run_dir], print) == ["hostile2"]
     assert Registry.runs(state) == []
+
+
+def test_a_run_killed_after_its_teardown_is_still_found_and_marked(tmp_path):
+    """An `aitb run` tears its lab down keeping the owner records (Registry.spend) until its
+    manifest has its final status; SIGKILLed in between, `aitb clean` still marks it."""
+    state, run_dir = tmp_path / "state", tmp_path / "results" / "e" / "r3"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text(json.dumps({"status": "running"}))
+    code = ("import sys\nfrom pathlib import Path\nfrom testbed.registry import Registry\n"
+            "from testbed.clean import teardown\n"
+            "from topologies import load_topology\n"
+            "reg = Registry(Path(sys.argv[1]), 'hostile3')\n"
+            "reg.create(load_topology(sys.argv[2]), [{'kind': 'run_dir', 'path': sys.argv[3]}])\n"
+            "reg.append([{'kind': 'netns', 'node': 'h1', 'name': 'aitb-hostile3-gone'}])\n"
+            "report = teardown(reg, keep_owner=True)\n"
+            "assert not report.failures and reg.spent(), report\n"
+            "print(sorted(r['kind'] for r in reg.records()))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(state),
+                          str(ROOT / "topologies" / "examples" / "single_switch.yaml"),
+                          str(run_dir)], check=True, timeout=120, capture_output=True, text=True)
+    assert out.stdout.strip() == "['run', 'run_dir']"  # the owner died here, status unwritten
+    cleaned = subprocess.run([sys.executable, "-m", "orchestration.cli", "clean", "hostile3"],
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "AITB_STATE_DIR": str(state)})
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "killed"
+    assert not (state / "hostile3").exists()
