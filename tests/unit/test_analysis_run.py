@@ -245,13 +245,35 @@ def test_dci_collective_time_counts_only_collectives_across_sites(tmp_path):
 
 
 def test_runner_records_an_analysis_failure_and_keeps_the_run(tmp_path):
-    """aitb run's last step: a directory analysis cannot read (here: no manifest.json yet)
+    """aitb run's last step: a directory analysis cannot read (here: a plan.json that is no
+    plan; the runner writes the manifest, marked unfinished, before the analysis begins)
     gives a failed ``analysis`` entry in the manifest, not an exception."""
     from orchestration.run.runner import RunOutcome, _analyze
 
+    (tmp_path / "plan.json").write_text(json.dumps({"nodes": 5}))
     outcome, manifest, said = RunOutcome(tmp_path, ok=True), {"status": "ok"}, []
     _analyze(tmp_path, manifest, outcome, said.append)
-    assert outcome.report is None and "not a run directory" in outcome.analysis_error
+    assert outcome.report is None and "cannot read the plan" in outcome.analysis_error
     written = json.loads((tmp_path / "manifest.json").read_text())
     assert written["status"] == "ok" and written["analysis"]["ok"] is False
-    assert "not a run directory" in written["analysis"]["error"] and said == ["analysing"]
+    assert "cannot read the plan" in written["analysis"]["error"] and said == ["analysing"]
+
+
+def test_runner_marks_its_analysis_unfinished_on_disk_while_it_runs(tmp_path, monkeypatch):
+    """A process SIGKILLed inside its analysis cannot write: the manifest on disk already
+    says the analysis began and has not ended (ok null, with the pid running it)."""
+    import os
+
+    import analysis
+    from orchestration.run.runner import RunOutcome, _analyze
+
+    seen = {}
+
+    def analyze_run(run_dir):
+        seen.update(json.loads((run_dir / "manifest.json").read_text()))
+
+    monkeypatch.setattr(analysis, "analyze_run", analyze_run)
+    manifest = {"status": "ok"}
+    _analyze(tmp_path, manifest, RunOutcome(tmp_path, ok=True), lambda _m: None)
+    assert seen["analysis"]["ok"] is None and seen["analysis"]["running"]["pid"] == os.getpid()
+    assert json.loads((tmp_path / "manifest.json").read_text())["analysis"]["ok"] is True
