@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -63,8 +64,13 @@ class Channel:
             yield json.loads(line)
 
     def close(self) -> None:
-        """Close both directions."""
+        """Close both directions. The socket is shut down first: a reader thread blocked in
+        its ``recv`` (inside the buffered reader, holding its lock) then sees end of file and
+        lets go, where closing the reader first waited for it forever (a run interrupted
+        during its traffic hung in here, found by tests/fuzz/kill_harness.py)."""
         try:
+            with contextlib.suppress(OSError):  # already shut or never connected
+                self.sock.shutdown(socket.SHUT_RDWR)
             self._rfile.close()
         finally:
             self.sock.close()
