@@ -46,7 +46,7 @@ from orchestration.campaign.runner import (
     Progress,
     record,
 )
-from orchestration.campaign.state import CampaignState
+from orchestration.campaign.state import CampaignState, wait_for_writer
 from orchestration.campaign.sweep import Run
 
 __all__ = ["EXECUTORS", "RayExecutor", "WorkerReply", "run_on_worker", "slots"]
@@ -151,7 +151,6 @@ class RayExecutor:
         progress(f"ray: {width} runs at once ({self.cpus_per_point:g} CPU each)")
         queue = deque((run, 1) for run in todo)
         flying: dict[Any, tuple[Run, int, RunTask]] = {}
-        self.lost: list[Path] = []
         try:
             while queue or flying:
                 while queue and len(flying) < width:
@@ -169,7 +168,6 @@ class RayExecutor:
                 ray.cancel(ref)
             raise CampaignInterrupted("interrupted; run the same command again to "
                                       "resume") from None
-        _sweep([*result.discarded, *self.lost])
 
 
     def _task(self, c: Campaign, run: Run, state: CampaignState) -> RunTask:
@@ -191,7 +189,7 @@ class RayExecutor:
             return
         except ray.exceptions.RayError as exc:  # the worker or its machine died
             if attempt < self.attempts:
-                self.lost.append(_forget(state, run.key))
+                _forget(state, run.key)
                 progress(f"run {run.key}: worker lost ({type(exc).__name__}); redoing it")
                 queue.appendleft((run, attempt + 1))
                 return
@@ -205,19 +203,12 @@ class RayExecutor:
         record(state, result, run.key, reply.report.ok, reply.report.error, progress)
 
 
-def _forget(state: CampaignState, key: str) -> Path:
-    """Delete what a lost run left of its run directory (marked when it was handed out),
-    forget the run; returns the directory."""
+def _forget(state: CampaignState, key: str) -> None:
+    """Delete what a lost run left of its run directory (marked when it was handed out) once
+    its point process, which gets SIGTERM with its worker and tears its lab down, has ended
+    (state.wait_for_writer); forget the run."""
     path = state.run_dir(key) or state.root / key
+    wait_for_writer(path)
     shutil.rmtree(path, ignore_errors=True)
     state.data["runs"].pop(key, None)
     state.save()
-    return path
-
-
-def _sweep(paths: list[Path]) -> None:
-    """Delete again the run directories of discarded and lost runs: the point process of a
-    killed worker (or of a killed driver's worker) gets SIGTERM and tears its lab down, and
-    may still write its manifest after the first deletion."""
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestration.campaign.load import Campaign, load, prepare_point
+from orchestration.campaign.state import holding_writer_lock
 from orchestration.campaign.sweep import Point
 from orchestration.run.runner import RunOutcome, execute
 
@@ -85,7 +86,9 @@ def _analyze(run_dir: Path) -> None:
 
 
 def do_task(task: RunTask, progress: Progress = lambda _m: None) -> RunReport:
-    """Load the campaign named by ``task`` (validating it) and do the run (needs root)."""
+    """Load the campaign named by ``task`` (validating it) and do the run (needs root),
+    holding the run's writer lock (orchestration.campaign.state) while it writes the run
+    directory, released by the kernel also if this process is killed."""
     import socket
 
     c = load(Path(task.campaign_file))
@@ -94,7 +97,8 @@ def do_task(task: RunTask, progress: Progress = lambda _m: None) -> RunReport:
         raise LookupError(f"{task.campaign_file} has no point {task.point_id} (the file on "
                           "this machine differs from the driver's)")
     point_dir = Path(task.point_dir)
-    outcome = run_point(c, point, task.seed, point_dir, task.run_id, progress)
+    with holding_writer_lock(point_dir, task.run_id):
+        outcome = run_point(c, point, task.seed, point_dir, task.run_id, progress)
     return RunReport(task.key, outcome.ok, outcome.error, interrupted(outcome),
                      str(outcome.run_dir.relative_to(point_dir)), socket.gethostname())
 

@@ -4,25 +4,77 @@ Written atomically (orchestration.run.rundir.write_json_atomic) before a run sta
 ``running``, with its run directory) and after it ends (``ok`` or ``failed``). A re-run of the
 same campaign reads it: ``ok`` runs are skipped and never touched; ``running`` runs (the process
 died or was interrupted) and ``failed`` runs are discarded (their run directory deleted) and
-redone. The state also holds the campaign's fingerprint (points, base experiment, seed
-policy): resuming into a folder whose fingerprint differs is refused, so that results of two
-different campaigns never mix.
+redone. A run directory is deleted only once no process writes it: the process doing a run
+holds its writer lock (:func:`holding_writer_lock`) while it writes, so a killed campaign's
+point that is still tearing its lab down is waited for, never raced. The state also holds the
+campaign's fingerprint (points, base experiment, seed policy): resuming into a folder whose
+fingerprint differs is refused, so that results of two different campaigns never mix.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import SpecError, SpecIssue
+from aitb.errors import LabError, SpecError, SpecIssue
 from orchestration.run.rundir import write_json_atomic
 
-__all__ = ["STATE_FILE", "CampaignState", "fingerprint"]
+__all__ = ["STATE_FILE", "WRITER_WAIT_S", "CampaignState", "fingerprint", "holding_writer_lock",
+           "wait_for_writer"]
 
 STATE_FILE = "campaign-state.json"
+WRITER_WAIT_S = 600.0  # longest a resumed campaign waits for a dying point's teardown
+
+
+def _writer_lock(point_dir: Path, run_id: str) -> Path:
+    return point_dir / f".{run_id}.writer"
+
+
+@contextmanager
+def holding_writer_lock(point_dir: Path, run_id: str) -> Iterator[None]:
+    """Hold an exclusive flock on ``point_dir/.<run_id>.writer`` (this pid written in it)
+    while the run ``point_dir/<experiment>/<run_id>`` is written; the kernel releases it when
+    this process ends, however it ends (SIGKILL included). Creates ``point_dir``."""
+    point_dir.mkdir(parents=True, exist_ok=True)
+    with _writer_lock(point_dir, run_id).open("a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.truncate(0)
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
+
+
+def wait_for_writer(run_dir: Path, wait_s: float = WRITER_WAIT_S) -> None:
+    """Return once no process holds the writer lock of ``run_dir``
+    (``<point_dir>/<experiment>/<run_id>``), removing the lock file; at once if there is none.
+    Raises :class:`LabError` naming the writer's pid if it still holds it after ``wait_s``."""
+    lock = _writer_lock(run_dir.parent.parent, run_dir.name)
+    try:
+        fh = lock.open("r")
+    except FileNotFoundError:
+        return
+    with fh:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LabError(
+                        f"{run_dir} is still being written by process {fh.read().strip()} "
+                        f"(the point of an earlier campaign run) after {wait_s:.0f} s; "
+                        "wait for it to end, or end that process, then resume") from None
+                time.sleep(0.2)
+        lock.unlink(missing_ok=True)
 
 
 def fingerprint(points: dict[str, dict[str, Any]], base: Any, seeds: str) -> str:
@@ -88,12 +140,14 @@ class CampaignState:
 
     def discard_unfinished(self) -> list[Path]:
         """Delete the run directories of runs left ``running`` or ``failed`` and forget those
-        runs (they will be redone). Returns the directories deleted. Touches nothing else."""
+        runs (they will be redone), each once its writer has ended (:func:`wait_for_writer`,
+        which may raise LabError). Returns the directories deleted. Touches nothing else."""
         gone = []
         for key, entry in list(self.data["runs"].items()):
             if entry["status"] == "ok":
                 continue
             path = self.root / entry["run_dir"]
+            wait_for_writer(path)
             if path.exists():
                 shutil.rmtree(path)
                 gone.append(path)
