@@ -401,14 +401,21 @@ class Lab:
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, not a shell string")
         entry = {"kind": "process", "node": node, "argv": list(argv), **(record or {})}
-        try:
-            proc = subprocess.Popen(list(argv), preexec_fn=registered(
-                self.registry.path, entry, pdeathsig), **kw)
-        except OSError as exc:
-            raise CommandError(argv, None, exc.strerror or str(exc)) from None
-        start = pid_start_time(proc.pid)
-        self.children[proc.pid] = proc
-        self.started.append((proc.pid, -1 if start is None else start))
+        # SIGINT/SIGTERM held over the fork: with a preexec_fn, Popen runs the at-fork
+        # handlers (logging's takes and releases its module lock); an interrupt raised
+        # inside one is ignored by CPython and left that lock held, and the next fork
+        # deadlocked (kill harness: a run hung in the traffic phase). Raised right after.
+        with signals.held() as got:
+            try:
+                proc = subprocess.Popen(list(argv), preexec_fn=registered(
+                    self.registry.path, entry, pdeathsig), **kw)
+            except OSError as exc:
+                raise CommandError(argv, None, exc.strerror or str(exc)) from None
+            start = pid_start_time(proc.pid)
+            self.children[proc.pid] = proc
+            self.started.append((proc.pid, -1 if start is None else start))
+        if got:
+            raise signals.LabInterrupted(got[0])
         return proc
 
     def run(self, node: str, argv: Sequence[str], timeout_s: float = 30.0
