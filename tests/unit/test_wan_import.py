@@ -134,6 +134,19 @@ def test_attach_a_fabric_and_edge_sites_at_pops(small):
         import_wan(small, WanOptions(attach=(Attachment("Alpha", "fat_tree", {"k": 3}),)))
 
 
+def test_a_switch_only_fabric_attaches_by_its_switch_and_pops_may_have_no_hosts(small):
+    # a single-switch DC has no router: it used to be attached by nothing, so its hosts could
+    # reach no other site and the import failed as unreachable
+    res = import_wan(small, WanOptions(hosts_per_pop=0, attach=(
+        Attachment("Alpha", "single_switch", {"hosts": 2}),
+        Attachment("gamma city", "single_switch", {"hosts": 2}))))
+    links = {tuple(lk["endpoints"]) for lk in res.topology["links"]}
+    assert {("alpha", "dc1-s1"), ("gamma-city", "dc2-s1")} <= links
+    assert [m for m, n in res.topology["nodes"].items() if n["kind"] == "host"] == \
+        ["dc1-h1", "dc1-h2", "dc2-h1", "dc2-h2"]
+    walk_all(res.plan, [("dc1-h1", "dc2-h2"), ("dc2-h1", "dc1-h2")])
+
+
 def test_cli_import_writes_a_loadable_topology(small, tmp_path):
     out = tmp_path / "wan.yaml"
     res = CliRunner().invoke(app, ["topo", "import", str(small), "-o", str(out), "--no-delay",

@@ -151,7 +151,8 @@ def _find_pop(att: Attachment, g: WanGraph, names: dict[str, str], source: str) 
 
 def _top_tier(spec: TopologySpec) -> list[str]:
     """The routers farthest (in hops) from any host: spines, cores, borders. When every
-    router has a host of its own (torus, ring...), the first router."""
+    router has a host of its own (torus, ring...), the first router. A fabric without
+    routers (a single switch) attaches by its switches, the same way."""
     adj: dict[str, set[str]] = {m: set() for m in spec.nodes}
     for lk in spec.links:
         a, b = (end.split(":")[0] for end in lk.endpoints)
@@ -166,7 +167,8 @@ def _top_tier(spec: TopologySpec) -> list[str]:
                 dist[o] = dist[m] + 1
                 nxt.append(o)
         frontier = nxt
-    routers = [m for m, s in spec.nodes.items() if s.kind == "router"]
+    routers = [m for m, s in spec.nodes.items() if s.kind == "router"] or \
+        [m for m, s in spec.nodes.items() if s.kind == "switch"]
     far = max((dist.get(m, 0) for m in routers), default=0)
     return [m for m in routers if dist.get(m, 0) == far] if far > 1 else routers[:1]
 
