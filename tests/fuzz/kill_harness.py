@@ -77,7 +77,7 @@ class Kill:
     signal: str
     target: str
     phase: str = "-"  # the phase it landed in (last progress line before the signal)
-    missed: bool = False  # the run had ended before the signal
+    missed: bool = False  # the run had ended before the signal (or written its last word)
     exit_code: int | None = None
     status: str | None = None
     leaks: list[str] = field(default_factory=list)
@@ -273,7 +273,7 @@ def kill_once(experiment: Path, sig_name: str, target: str, rng: random.Random,
             k.phase = watch.poll() or "-"
             if proc.poll() is None:
                 proc.send_signal(SIGNALS[sig_name])
-                sent = True
+                sent, sent_wall = True, time.time()
                 t_sig = time.monotonic()
                 k.signal_after_s = round(t_sig - t_start, 3)
             break
@@ -291,6 +291,8 @@ def kill_once(experiment: Path, sig_name: str, target: str, rng: random.Random,
         k.exit_after_s = round(time.monotonic() - t_sig, 3)
     watch.poll()
     k.run_id = watch.lab_id
+    if sent and _said_its_last_word(watch, sent_wall):
+        k.missed = True  # landed in the interpreter's exit: the run's work was all done
     if sig_name == "SIGKILL" and watch.lab_id and (state / watch.lab_id).exists():
         subprocess.run(_cli("clean", watch.lab_id), env=_env(state), cwd=CODE[0],
                        capture_output=True, timeout=120, check=False)
@@ -302,6 +304,16 @@ def kill_once(experiment: Path, sig_name: str, target: str, rng: random.Random,
         shutil.rmtree(trial, ignore_errors=True)
     k.trial_s = round(time.monotonic() - t_start, 1)
     return k
+
+
+def _said_its_last_word(watch: Watch, sent_wall: float) -> bool:
+    """The run had written its final manifest (status ok, no analysis running) before the
+    signal was sent: the signal met a process past its work, whose true status is ok."""
+    manifest = watch.manifest()
+    if not manifest or manifest.get("status") != "ok" or \
+            (manifest.get("analysis") or {}).get("running"):
+        return False
+    return (watch.run_dir / "manifest.json").stat().st_mtime < sent_wall
 
 
 def _check(k: Kill, watch: Watch, state: Path, target: str, exclude: set[int]) -> None:
