@@ -10,6 +10,19 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent.parent
+TOPOLOGY = ROOT / "topologies" / "examples" / "single_switch.yaml"
+
+
+def _owner_that_dies(state: Path, run_id: str, body: str, *args: Path) -> str:
+    """Run, as a separate process that then exits (a dead owner), ``body`` after
+    ``reg = Registry(state, run_id)``; ``sys.argv[2]`` is the topology, ``sys.argv[3:]``
+    ``args``. Returns its stdout."""
+    code = ("import sys\nfrom pathlib import Path\nfrom testbed.registry import Registry\n"
+            "from testbed.clean import teardown\nfrom topologies import load_topology\n"
+            f"reg = Registry(Path(sys.argv[1]), {run_id!r})\n" + body)
+    return subprocess.run([sys.executable, "-c", code, str(state), str(TOPOLOGY),
+                           *map(str, args)], check=True, timeout=120, capture_output=True,
+                          text=True).stdout
 
 
 def test_clean_marks_a_dead_owners_run_killed(tmp_path):
@@ -20,15 +33,9 @@ def test_clean_marks_a_dead_owners_run_killed(tmp_path):
     ok_dir.mkdir()
     (ok_dir / "manifest.json").write_text(json.dumps({"status": "ok"}))
     # an owner that registers a lab with no objects and its run directories, then dies
-    code = ("import sys\nfrom pathlib import Path\nfrom testbed.registry import Registry\n"
-            "from topologies import load_topology\n"
-            "reg = Registry(Path(sys.argv[1]), 'hostile1')\n"
-            "reg.create(load_topology(sys.argv[2]))\n"
-            "reg.append([{'kind': 'run_dir', 'path': sys.argv[3]},"
-            " {'kind': 'run_dir', 'path': sys.argv[4]}])\n")
-    subprocess.run([sys.executable, "-c", code, str(state),
-                    str(ROOT / "topologies" / "examples" / "single_switch.yaml"),
-                    str(run_dir), str(ok_dir)], check=True, timeout=120)
+    _owner_that_dies(state, "hostile1", "reg.create(load_topology(sys.argv[2]))\n"
+                     "reg.append([{'kind': 'run_dir', 'path': sys.argv[3]},"
+                     " {'kind': 'run_dir', 'path': sys.argv[4]}])\n", run_dir, ok_dir)
     out = subprocess.run([sys.executable, "-m", "orchestration.cli", "clean", "--json"],
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "AITB_STATE_DIR": str(state)})
@@ -45,14 +52,8 @@ def test_resume_removes_the_lab_of_the_discarded_run(tmp_path, monkeypatch):
 
     state, run_dir = tmp_path / "state", tmp_path / "results" / "c" / "p0-r0"
     run_dir.mkdir(parents=True)
-    code = ("import sys\nfrom pathlib import Path\nfrom testbed.registry import Registry\n"
-            "from topologies import load_topology\n"
-            "reg = Registry(Path(sys.argv[1]), 'hostile2')\n"
-            "reg.create(load_topology(sys.argv[2]))\n"
-            "reg.append([{'kind': 'run_dir', 'path': sys.argv[3]}])\n")
-    subprocess.run([sys.executable, "-c", code, str(state),
-                    str(ROOT / "topologies" / "examples" / "single_switch.yaml"),
-                    str(run_dir)], check=True, timeout=120)
+    _owner_that_dies(state, "hostile2", "reg.create(load_topology(sys.argv[2]))\n"
+                     "reg.append([{'kind': 'run_dir', 'path': sys.argv[3]}])\n", run_dir)
     monkeypatch.setenv("AITB_STATE_DIR", str(state))
     assert remove_labs_of([tmp_path / "results" / "c" / "other"], print) == []
     assert remove_labs_of([run_dir], print) == ["hostile2"]
@@ -65,19 +66,14 @@ def test_a_run_killed_after_its_teardown_is_still_found_and_marked(tmp_path):
     state, run_dir = tmp_path / "state", tmp_path / "results" / "e" / "r3"
     run_dir.mkdir(parents=True)
     (run_dir / "manifest.json").write_text(json.dumps({"status": "running"}))
-    code = ("import sys\nfrom pathlib import Path\nfrom testbed.registry import Registry\n"
-            "from testbed.clean import teardown\n"
-            "from topologies import load_topology\n"
-            "reg = Registry(Path(sys.argv[1]), 'hostile3')\n"
-            "reg.create(load_topology(sys.argv[2]), [{'kind': 'run_dir', 'path': sys.argv[3]}])\n"
-            "reg.append([{'kind': 'netns', 'node': 'h1', 'name': 'aitb-hostile3-gone'}])\n"
-            "report = teardown(reg, keep_owner=True)\n"
-            "assert not report.failures and reg.spent(), report\n"
-            "print(sorted(r['kind'] for r in reg.records()))\n")
-    out = subprocess.run([sys.executable, "-c", code, str(state),
-                          str(ROOT / "topologies" / "examples" / "single_switch.yaml"),
-                          str(run_dir)], check=True, timeout=120, capture_output=True, text=True)
-    assert out.stdout.strip() == "['run', 'run_dir']"  # the owner died here, status unwritten
+    out = _owner_that_dies(
+        state, "hostile3",
+        "reg.create(load_topology(sys.argv[2]), [{'kind': 'run_dir', 'path': sys.argv[3]}])\n"
+        "reg.append([{'kind': 'netns', 'node': 'h1', 'name': 'aitb-hostile3-gone'}])\n"
+        "report = teardown(reg, keep_owner=True)\n"
+        "assert not report.failures and reg.spent(), report\n"
+        "print(sorted(r['kind'] for r in reg.records()))\n", run_dir)
+    assert out.strip() == "['run', 'run_dir']"  # the owner died here, status unwritten
     cleaned = subprocess.run([sys.executable, "-m", "orchestration.cli", "clean", "hostile3"],
                              capture_output=True, text=True, timeout=120,
                              env={**os.environ, "AITB_STATE_DIR": str(state)})
