@@ -36,18 +36,26 @@ def _at(series: pd.DataFrame, t: float, before: bool) -> pd.Series | None:
 
 
 def window_delta(series: pd.DataFrame, t0: float, t1: float,
-                 columns: tuple[str, ...]) -> dict[str, float] | None:
+                 columns: tuple[str, ...], not_before_s: float | None = None
+                 ) -> dict[str, float] | None:
     """Increase of cumulative ``columns`` of one object's samples (sorted by ``t_s``) over
     [t0, t1]: the last sample at or before t0 (else the first sample) to the first at or after
-    t1 (else the last). None when there are no samples. Samples are discrete, so the window
-    is widened to the enclosing samples (by at most one sampling interval at each end)."""
+    t1 (else the last), plus ``"t_end_s"``, the time of that last sample. None when there are
+    no samples. Samples are discrete, so the window is widened to the enclosing samples (by at
+    most one sampling interval at each end); ``not_before_s`` (the previous window's
+    ``t_end_s`` on this object) keeps the widening from reaching back into that window, so
+    that consecutive windows never count one interval twice."""
     if series.empty:
         return None
     a = _at(series, t0, before=True)
+    if not_before_s is not None and (a is None or a["t_s"] < not_before_s):
+        a = _at(series, not_before_s, before=False)
     b = _at(series, t1, before=False)
     a = series.iloc[0] if a is None else a
     b = series.iloc[-1] if b is None else b
-    return {c: float(b[c] - a[c]) for c in columns}
+    if b["t_s"] < a["t_s"]:
+        b = a
+    return {**{c: float(b[c] - a[c]) for c in columns}, "t_end_s": float(b["t_s"])}
 
 
 def snapshot_qdiscs(snap: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:

@@ -12,8 +12,10 @@ from the cumulative counters of the bottleneck interface's root qdisc
 (counters/qdisc.parquet; analysis.metrics.counters). The bottleneck is the link direction
 shared by every flow of the burst with the lowest configured rate, the last such on ties (the
 port into the receiver; aitb.paths). The window runs from the burst's planned start (or
-its earliest actual start) to the last byte of its last flow at the receiver. The run's ratio
-is packet-weighted: sum of drops over sum of packets offered.
+its earliest actual start) to the last byte of its last flow at the receiver, widened to the
+enclosing counter samples but never back into the previous burst's window at the same
+bottleneck (a sampling interval is counted once). The run's ratio is packet-weighted: sum of
+drops over sum of packets offered.
 
 Goodput of a burst: bytes of its flows x 8 / window length (bit/s), the application
 throughput at the receiver that collapses in incast (Chen et al. 2009, figure 1); the curve
@@ -69,16 +71,20 @@ def _bursts(bursts: pd.DataFrame, flows: pd.DataFrame, plan: LabPlan | None,
     # a run without burst flows (e.g. 0-byte bursts record none) still gets its bursts listed
     fl = flows[flows["burst_id"].notna()] if "burst_id" in flows else pd.DataFrame(
         columns=["burst_id", "workload_index", "t_end", "size_bytes"])
-    out = []
-    for b in bursts.itertuples(index=False):
+    ends: dict[str, float] = {}  # bottleneck -> end sample of its previous burst's window
+    rows = list(bursts.itertuples(index=False))
+    out: list[dict[str, Any]] = [{} for _ in rows]
+    for i in sorted(range(len(rows)),  # in time order, so that windows never overlap
+                    key=lambda i: min([rows[i].planned_start, *rows[i].actual_start])):
+        b = rows[i]
         wi = getattr(b, "workload_index", 0)
         mine = fl[(fl["burst_id"] == b.burst_id) & (fl.get("workload_index", 0) == wi)]
-        out.append(_one_burst(b, wi, mine, plan, roots))
+        out[i] = _one_burst(b, wi, mine, plan, roots, ends)
     return out
 
 
 def _one_burst(b: Any, wi: int, mine: pd.DataFrame, plan: LabPlan | None,
-               roots: pd.DataFrame) -> dict[str, Any]:
+               roots: pd.DataFrame, ends: dict[str, float]) -> dict[str, Any]:
     t0 = min([b.planned_start, *b.actual_start])
     t1 = float(mine["t_end"].max()) if len(mine) and mine["t_end"].notna().any() else None
     row: dict[str, Any] = {
@@ -93,8 +99,10 @@ def _one_burst(b: Any, wi: int, mine: pd.DataFrame, plan: LabPlan | None,
     if port is None or t1 is None or roots.empty:
         return row
     series = roots[(roots["node"] == port[0]) & (roots["ifname"] == port[1])].sort_values("t_s")
-    d = window_delta(series, t0, t1, ("packets", "drops", "backlog_packets"))
+    d = window_delta(series, t0, t1, ("packets", "drops", "backlog_packets"),
+                     not_before_s=ends.get(row["bottleneck"]))
     if d is not None:
+        ends[row["bottleneck"]] = d["t_end_s"]
         row["drops"], row["offered"] = d["drops"], d["packets"] + d["drops"] + d[
             "backlog_packets"]
         row["loss"] = incast_loss(d["drops"], d["packets"], d["backlog_packets"])

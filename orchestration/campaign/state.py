@@ -42,14 +42,19 @@ def _writer_lock(point_dir: Path, run_id: str) -> Path:
 def holding_writer_lock(point_dir: Path, run_id: str) -> Iterator[None]:
     """Hold an exclusive flock on ``point_dir/.<run_id>.writer`` (this pid written in it)
     while the run ``point_dir/<experiment>/<run_id>`` is written; the kernel releases it when
-    this process ends, however it ends (SIGKILL included). Creates ``point_dir``."""
+    this process ends, however it ends (SIGKILL included). Creates ``point_dir``; removes the
+    lock file when the block ends (its writes done), before releasing the lock."""
     point_dir.mkdir(parents=True, exist_ok=True)
-    with _writer_lock(point_dir, run_id).open("a+") as fh:
+    lock = _writer_lock(point_dir, run_id)
+    with lock.open("a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         fh.truncate(0)
         fh.write(str(os.getpid()))
         fh.flush()
-        yield
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)
 
 
 def wait_for_writer(run_dir: Path, wait_s: float = WRITER_WAIT_S) -> None:

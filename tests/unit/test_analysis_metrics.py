@@ -128,8 +128,17 @@ def test_incast_loss_counts_offered_packets():
 
 def test_window_delta_uses_the_enclosing_samples():
     s = pd.DataFrame({"t_s": [0.0, 1.0, 2.0, 3.0], "drops": [0, 5, 9, 20]})
-    assert window_delta(s, 1.2, 1.8, ("drops",)) == {"drops": 4.0}  # samples at 1.0 and 2.0
-    assert window_delta(s, -5, 10, ("drops",)) == {"drops": 20.0}
+    assert window_delta(s, 1.2, 1.8, ("drops",)) == {"drops": 4.0, "t_end_s": 2.0}  # 1.0-2.0
+    assert window_delta(s, -5, 10, ("drops",)) == {"drops": 20.0, "t_end_s": 3.0}
+
+
+def test_consecutive_windows_never_count_an_interval_twice():
+    # two bursts: 0.2-1.4 and 1.6-2.5; widened, both would take the interval 1.0-2.0
+    s = pd.DataFrame({"t_s": [0.0, 1.0, 2.0, 3.0], "drops": [0, 5, 9, 20]})
+    first = window_delta(s, 0.2, 1.4, ("drops",))
+    second = window_delta(s, 1.6, 2.5, ("drops",), not_before_s=first["t_end_s"])
+    assert first == {"drops": 9.0, "t_end_s": 2.0} and second == {"drops": 11.0, "t_end_s": 3.0}
+    assert first["drops"] + second["drops"] == 20.0  # the whole, never more
 
 
 def test_root_qdiscs_count_each_packet_once():

@@ -76,3 +76,11 @@ def test_a_writer_that_never_ends_is_named_and_nothing_is_deleted(tmp_path):
 
 def test_no_lock_file_no_wait(tmp_path):
     wait_for_writer(tmp_path / "p" / "exp" / "rep0-000000", wait_s=0.0)
+
+
+def test_a_writer_that_ends_normally_removes_its_lock(tmp_path):
+    from orchestration.campaign.state import holding_writer_lock
+
+    with holding_writer_lock(tmp_path / "p000", "rep0-abc123"):
+        assert (tmp_path / "p000" / ".rep0-abc123.writer").read_text() == str(os.getpid())
+    assert not (tmp_path / "p000" / ".rep0-abc123.writer").exists()
