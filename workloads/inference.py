@@ -132,16 +132,22 @@ class _Chooser:
         return (self.rtt_s(client, server), self._load(server, t) * self.p.service_s(),
                 self.boot_s(server) if cold else 0.0)
 
+    def _ranked(self, cost: dict[str, float], per: int = 1) -> tuple[list[str], str]:
+        """Servers by ``cost`` (ties: first listed) and the runner-up for ``why``, its cost
+        divided by ``per``, in ms."""
+        ranked = sorted(self.servers, key=lambda s: (cost[s], self.servers.index(s)))
+        nxt = f"; next {ranked[1]} {cost[ranked[1]] / per * 1e3:.1f} ms" if len(ranked) > 1 \
+            else ""
+        return ranked, nxt
+
     def _cats(self, a: Arrival, session: str) -> str:
         w = self.p.cats_weights
         terms = {s: self._cats_terms(a.client, session, s, a.at_s) for s in self.servers}
         cost = {s: sum(wi * x for wi, x in zip(w, terms[s], strict=True)) for s in terms}
-        ranked = sorted(self.servers, key=lambda s: (cost[s], self.servers.index(s)))
+        ranked, nxt = self._ranked(cost)
         d, q, b = terms[ranked[0]]
         self.why = (f"cats: rtt {d * 1e3:.1f} ms, queue {q * 1e3:.1f} ms, bootstrap "
-                    f"{b * 1e3:.1f} ms, cost {cost[ranked[0]] * 1e3:.1f} ms"
-                    + (f"; next {ranked[1]} {cost[ranked[1]] * 1e3:.1f} ms"
-                       if len(ranked) > 1 else ""))
+                    f"{b * 1e3:.1f} ms, cost {cost[ranked[0]] * 1e3:.1f} ms" + nxt)
         return ranked[0]
 
     def _oracle(self, a: Arrival, session: str) -> str:
@@ -150,11 +156,9 @@ class _Chooser:
         total = {s: sum(self.rtt_s(a.client, s) + self._load(s, t) * q for t in at)
                  + (self.boot_s(s) if self.p.bootstrap_bytes > 0 else 0.0)
                  for s in self.servers}
-        ranked = sorted(self.servers, key=lambda s: (total[s], self.servers.index(s)))
+        ranked, nxt = self._ranked(total, len(at))
         self.why = (f"oracle: session of {len(at)} requests, mean predicted first token "
-                    f"{total[ranked[0]] / len(at) * 1e3:.1f} ms"
-                    + (f"; next {ranked[1]} {total[ranked[1]] / len(at) * 1e3:.1f} ms"
-                       if len(ranked) > 1 else ""))
+                    f"{total[ranked[0]] / len(at) * 1e3:.1f} ms" + nxt)
         return ranked[0]
 
     def choose(self, a: Arrival, session: str) -> str:
