@@ -72,8 +72,11 @@ def direction_refs(plan: LabPlan, layout: Layout) -> list[DirectionRef]:
 
 def echo_probes(plan: LabPlan) -> list[EchoProbe]:
     """One echo probe per link with a shaped direction whose two ends both have an IPv4
-    address (a switch port has none: such links are reported as not exercised)."""
-    return [EchoProbe(lk.name, lk.a.node, lk.a.ifname, lk.a.ipv4.ip, lk.b.ipv4.ip)
+    address (a switch port has none: such links are reported as not exercised); each busy-polls
+    from shortly before the expected RTT less both jitters (:func:`expected_rtt_s`)."""
+    return [EchoProbe(lk.name, lk.a.node, lk.a.ifname, lk.a.ipv4.ip, lk.b.ipv4.ip,
+                      max(0.0, expected_rtt_s(lk.a_to_b, lk.b_to_a)
+                          - lk.a_to_b.jitter_s - lk.b_to_a.jitter_s))
             for lk in plan.links
             if (lk.a_to_b.is_shaped or lk.b_to_a.is_shaped)
             and lk.a.ipv4 is not None and lk.b.ipv4 is not None]

@@ -2,8 +2,10 @@
 ICMP echo inside the namespaces, counters are snapshotted, fidelity.json covers every shaped
 direction."""
 
+import dataclasses
 import ipaddress as ip
 import json
+import time
 
 import pytest
 from plans import two_hosts_router, two_hosts_switch
@@ -27,9 +29,31 @@ def test_rtt_probe_measures_each_link_and_rejects_non_replies(labs):
         assert [p.key for p in probes] == ["h1-r1"]  # h2-r1 is unshaped: not probed
         lost = EchoProbe("nowhere", "h1", "eth0", ip.IPv4Address("198.18.1.1"),
                          ip.IPv4Address("198.18.7.7"))  # r1 has no route: ICMP unreachable
+        cpu0 = time.process_time()
         rtts = probe_rtts(lab, [*probes, lost], count=5, timeout_s=0.3)
+        cpu_s = time.process_time() - cpu0
     assert rtts["nowhere"] is None
     assert 0 < rtts["h1-r1"] < HOST_RTT_MAX_S
+    # the prober busy-polls only around the expected reply: six lost echoes waited 1.8 s
+    # asleep, not on a core
+    assert cpu_s < 0.5, cpu_s
+
+
+def test_probe_through_a_native_line_reads_both_directions_delay(labs):
+    """Busy-polling from shortly before the expected RTT: the reply is read when it comes
+    (never before the two 5 ms holds), also when it comes within the poll window."""
+    plan = two_hosts_router(h1_out=Shaping(rate_bps=100_000_000, delay_s=0.005),
+                            h1_in=Shaping(rate_bps=100_000_000, delay_s=0.005))
+    plan = dataclasses.replace(plan, links=tuple(
+        dataclasses.replace(lk, delay_line="native" if lk.name == "h1-r1" else "auto")
+        for lk in plan.links))
+    with labs(plan) as lab:
+        [probe] = echo_probes(plan)
+        assert 0.010 < probe.expected_rtt_s < 0.0101  # 2 x 5 ms + the echo's serialization
+        early = EchoProbe("early", probe.node, probe.ifname, probe.src, probe.dst, 0.0)
+        rtts = probe_rtts(lab, [probe, early], count=5, timeout_s=1.0)
+    for key in ("h1-r1", "early"):
+        assert 0.010 <= rtts[key] < 0.010 + HOST_RTT_MAX_S, (key, rtts)
 
 
 def test_monitor_writes_every_shaped_direction(labs, tmp_path):
