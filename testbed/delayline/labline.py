@@ -26,7 +26,7 @@ from aitb.units import format_duration
 from testbed.delayline.rules import QueueParams, maxlen_for_bdp
 
 __all__ = ["LinePlace", "place", "places", "queue_params", "problems", "plan_problems",
-           "restore_text",
+           "trace_problems", "restore_text",
            "MAX_HELD_BYTES", "UNSHAPED_LINE_RATE_BPS", "REFUSED_KEYS"]
 
 # What one direction's line may hold at once: 2 x the bytes in flight (rate x (delay + jitter))
@@ -126,7 +126,7 @@ def problems(link: LinkPlan, direction: str, shaping: Shaping) -> list[str]:
 def plan_problems(plan: LabPlan) -> list[str]:
     """Every reason the native lines of ``plan`` (links with ``delay_line: native``, resolved)
     cannot be made: :func:`problems` of each direction with a delay or impairment, and links
-    between two OVS switches (:func:`place`). Pure."""
+    between two OVS switches (:func:`place`), then :func:`trace_problems`. Pure."""
     out: list[str] = []
     for lk in plan.links:
         if lk.delay_line != "native":
@@ -138,6 +138,44 @@ def plan_problems(plan: LabPlan) -> list[str]:
                     place(plan, lk, d)
                 except LabError as exc:
                     out.append(str(exc))
+    return out + trace_problems(plan)
+
+
+def trace_problems(plan: LabPlan) -> list[str]:
+    """Every step of a link trace (one period of a looped one) that the native line of its
+    direction could not make when played (testbed/trace_player.py): :func:`problems` of the
+    shaping after the step (a delay beyond the memory cap), and a delay or loss step on a
+    direction that starts without one (the line is made at bring-up only). One sentence per
+    trace and reason, naming the trace file, link, direction and the step's time. Pure."""
+    from testbed.trace_player import planned_changes
+
+    links = {lk.name: lk for lk in plan.links}
+    out: list[str] = []
+    for tr in plan.traces:
+        lk = links.get(tr.link)
+        if lk is None or lk.delay_line != "native":
+            continue
+        base = getattr(lk, tr.direction)
+        bad: list[tuple[float, list[str]]] = []
+        for change in planned_changes([tr], {(tr.link, tr.direction): base},
+                                      until_s=tr.period_s):
+            if change.loop:  # one period: the next pass repeats it
+                break
+            if not change.shaping.needs_netem:
+                continue
+            why = problems(lk, tr.direction, change.shaping)
+            if not base.needs_netem:
+                why.append(f"link {lk.name} {tr.direction}: it starts without a delay or "
+                           "impairment, so no native delay line is made for it at bring-up; "
+                           "give it its first delay in the link itself (a later step to 0 "
+                           "keeps the line)")
+            if why:
+                bad.append((change.t_s, why))
+        if bad:
+            (t_s, why), more = bad[0], len(bad) - 1
+            also = f" (and {more} later step{'s' * (more > 1)})" if more else ""
+            out.append(f"trace {tr.file}, step at {format_duration(t_s)}{also}: "
+                       + "; ".join(why))
     return out
 
 

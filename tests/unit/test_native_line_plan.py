@@ -82,3 +82,35 @@ def test_auto_resolves_to_netem_where_the_kernel_has_it_else_native():
     assert choose.resolve(plan, False, has_native=False).links[0].delay_line == "netem"
     assert choose.lines_of(choose.resolve(plan, False)) == {"a-b/a_to_b": "native",
                                                             "a-b/b_to_a": "native"}
+
+
+def _traced(base: Shaping, steps, delay_line="native", loop=False) -> LabPlan:
+    import dataclasses
+
+    from aitb.trace import LinkTrace, TraceStep
+    plan = _plan({"a": ("host", "bridge"), "b": ("host", "bridge")}, [("a", "b")])
+    lk = dataclasses.replace(plan.links[0], a_to_b=base, delay_line=delay_line)
+    tr = LinkTrace("a-b", "a_to_b", "wan.trace", "aitb", loop, steps[-1][0] + 1.0,
+                   tuple(TraceStep(t, **v) for t, v in steps))
+    return dataclasses.replace(plan, links=(lk,), traces=(tr,))
+
+
+def test_trace_steps_the_native_line_cannot_play_are_refused_before_the_lab():
+    # a delay step on a direction that starts without a line: none is made at bring-up
+    plan = _traced(Shaping(rate_bps=10**8), [(0.0, {}), (2.0, {"delay_s": 0.02})])
+    (msg,) = labline.trace_problems(plan)
+    assert msg.startswith("trace wan.trace, step at 2s: link a-b a_to_b: it starts without")
+    assert msg in labline.plan_problems(plan)
+    # steps beyond the memory cap, from a direction that has a line: one sentence per trace
+    plan = _traced(Shaping(rate_bps=10**9, delay_s=0.01),
+                   [(0.0, {"delay_s": 2.0}), (1.0, {"delay_s": 0.01}), (2.0, {"delay_s": 3.0})],
+                   loop=True)
+    (msg,) = labline.trace_problems(plan)
+    assert msg.startswith("trace wan.trace, step at 0s (and 1 later step): link a-b a_to_b: "
+                          "delay 2s at 1 Gbit/s")
+    # what the line can play, and netem links, pass
+    assert labline.trace_problems(_traced(Shaping(rate_bps=10**9, delay_s=0.01),
+                                          [(0.0, {}), (1.0, {"delay_s": 0.5})])) == []
+    assert labline.trace_problems(_traced(Shaping(rate_bps=10**8),
+                                          [(0.0, {}), (2.0, {"delay_s": 0.02})],
+                                          delay_line="netem")) == []
