@@ -1,6 +1,8 @@
 """ALTO maps on a live run (host kernel): examples/alto_ring_order.yaml runs the same DP+TP
 job with rings in rank order and in cost-map order on three DCs; the cost-map order crosses
-the DCIs half as often, moves half the bytes over each DCI link and finishes sooner."""
+the DCIs half as often, moves half the bytes over each DCI link and finishes sooner;
+examples/alto_placement.yaml places an all-reduce by the cost map (fewer bytes x cost, measured
+from the flows, than spread) and groups a hierarchical all-reduce by PID (racks)."""
 
 from __future__ import annotations
 
@@ -64,3 +66,94 @@ def test_an_app_on_a_lab_host_queries_the_lab_alto_server(tmp_path, state_env):
     from testbed.registry import pid_alive
 
     assert not pid_alive(server["pid"], None)  # ended with the lab
+
+
+@pytest.fixture(scope="module")
+def placement_run(tmp_path_factory) -> Path:
+    """One run of examples/alto_placement.yaml (two DCs x two racks, PIDs per rack), shared by
+    the placement and the hierarchy tests."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    tmp = tmp_path_factory.mktemp("alto-placement")
+    env = {**os.environ, "AITB_STATE_DIR": str(tmp / "state")}
+    return run_ok(ROOT / "examples/alto_placement.yaml", tmp / "r", env)
+
+
+def _flows_by_workload(run_dir: Path) -> dict[str, list[dict]]:
+    from conftest import records
+
+    names = {w["index"]: w["name"] for w in
+             json.loads((run_dir / "manifest.json").read_text())["workloads"]}
+    out: dict[str, list[dict]] = {}
+    for f in records(run_dir, "flows.jsonl"):
+        out.setdefault(names[f["workload_index"]], []).append(f)
+    return out
+
+
+def _pid_of(run_dir: Path):
+    """address -> PID through the run's own network map (as an ALTO client maps endpoints)."""
+    from aitb.alto import pid_of_address
+
+    nmap = json.loads((run_dir / "alto/networkmap.json").read_text())
+    return lambda address: pid_of_address(nmap, address)
+
+
+@pytest.mark.timeout(900)
+def test_cost_map_placement_moves_fewer_bytes_x_cost_than_spread(placement_run):
+    from aitb.alto import costs_of
+
+    run_dir = placement_run
+    costs = costs_of(json.loads((run_dir / "alto/costmap-routingcost.json").read_text()))
+    pid = _pid_of(run_dir)
+    flows = _flows_by_workload(run_dir)
+
+    def bytes_x_cost(name: str) -> float:  # measured: every flow's bytes at its PID pair's cost
+        total = 0.0
+        for f in flows[name]:
+            a, b = pid(f["src_ip"]), pid(f["dst_ip"])
+            assert a is not None and b is not None
+            total += f["size_bytes"] * (0.0 if a == b else costs[(a, b)])
+        return total
+
+    def dci_bytes(name: str) -> int:
+        return sum(f["size_bytes"] for f in flows[name]
+                   if pid(f["src_ip"]).split("-")[0] != pid(f["dst_ip"]).split("-")[0])
+
+    spread, placed = bytes_x_cost("spread"), bytes_x_cost("cost-map-placement")
+    # the same all-reduce moves the same bytes; placed by the cost map they cost less
+    assert sum(f["size_bytes"] for f in flows["spread"]) == sum(
+        f["size_bytes"] for f in flows["cost-map-placement"])
+    assert placed < spread
+    # the ring of the spread placement crosses the DCI on all 8 of its edges, the cost map's
+    # on 2 (into dc2 and back): a quarter of the DCI bytes
+    assert dci_bytes("cost-map-placement") * 4 == dci_bytes("spread")
+
+
+@pytest.mark.timeout(900)
+def test_hierarchy_cost_map_groups_by_pid(placement_run):
+    run_dir = placement_run
+    index = json.loads((run_dir / "alto/index.json").read_text())
+    racks = set(index["pids"].values())
+    assert racks == {"dc1-l1", "dc1-l2", "dc2-l1", "dc2-l2"}
+    pid = _pid_of(run_dir)
+    flows = _flows_by_workload(run_dir)
+
+    def across(name: str) -> set[tuple[str, str]]:  # (src, dst) host pairs joining two PIDs
+        return {(f["src_node"], f["dst_node"]) for f in flows[name]
+                if pid(f["src_ip"]) != pid(f["dst_ip"])}
+
+    # grouped by PID: the racks are the sub-groups, their first hosts the leaders, and only
+    # the leaders' ring crosses a rack boundary, rack to rack in ring order
+    leaders = {"dc1-l1-h1", "dc1-l2-h1", "dc2-l1-h1", "dc2-l2-h1"}
+    by_pid = across("by-pid")
+    assert {h for pair in by_pid for h in pair} == leaders
+    assert by_pid == {("dc1-l1-h1", "dc1-l2-h1"), ("dc1-l2-h1", "dc2-l1-h1"),
+                      ("dc2-l1-h1", "dc2-l2-h1"), ("dc2-l2-h1", "dc1-l1-h1")}
+    # grouped by site: each DC's ring reduce crosses between its racks from hosts that are
+    # no rack's leader, and only the two DC leaders cross the DCI
+    by_site = across("by-site")
+    assert {h for pair in by_site for h in pair} - leaders
+    assert {(a, b) for a, b in by_site if a[:3] != b[:3]} == {("dc1-l1-h1", "dc2-l1-h1"),
+                                                              ("dc2-l1-h1", "dc1-l1-h1")}

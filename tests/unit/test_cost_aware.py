@@ -121,3 +121,33 @@ def test_experiment_keys_reach_the_built_workload(tmp_path):
             assert len({maps.pids[cost.placement[r]] for r in g.ranks}) == 1
     assert placement_cost(t, cost.placement, maps.pids, costs) <= placement_cost(
         t, rank.placement, maps.pids, costs)
+
+
+def test_a_collective_is_placed_by_its_placement_key():
+    from pathlib import Path
+
+    from orchestration.run.runner import prepare
+
+    root = Path(__file__).resolve().parents[2]
+    prep = prepare(root / "examples/alto_placement.yaml")
+    spread, placed, by_site, by_pid = prep.workloads
+    # the key was ignored before (every collective ran in host order)
+    assert [h[:3] for h in spread.placement.values()] == ["dc1", "dc2"] * 4
+    assert [placed.placement[r] for r in range(8)] == [h.name for h in prep.plan.hosts()]
+    assert by_site.sites is None and set(by_pid.sites.values()) == {
+        "dc1-l1", "dc1-l2", "dc2-l1", "dc2-l2"}
+
+
+def test_a_pattern_refuses_placement(tmp_path):
+    import pytest
+
+    from aitb.errors import SpecError
+    from orchestration.run.runner import prepare
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: p\ntopology: {generator: single_switch, params: {hosts: 3}}\n"
+                    "workloads:\n  - kind: incast\n    receiver: h1\n    size: 1KiB\n"
+                    "    placement: {policy: spread}\n")
+    with pytest.raises(SpecError) as err:
+        prepare(path)
+    assert "workloads[0].placement" in str(err.value) and "hosts:" in str(err.value)

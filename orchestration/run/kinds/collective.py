@@ -72,9 +72,13 @@ def _schedule(ctx: Ctx, plan: LabPlan, e: CollectiveEntry) -> tuple[Schedule, li
 
 
 def build(e: CollectiveEntry, ctx: Ctx, plan: LabPlan) -> BuiltWorkload:
-    """The collective's schedule, ranks on ``hosts`` in order (or all the lab's hosts)."""
+    """The collective's schedule, ranks on ``hosts`` in order (or all the lab's hosts), or,
+    without ``hosts``, by ``placement`` (a policy over all the lab's hosts)."""
     def run() -> tuple[Schedule, dict[int, str]]:
         schedule, hosts = _schedule(ctx, plan, e)
+        if e.hosts is None and e.placement is not None:
+            return schedule, placement_of(ctx, plan, schedule.world_size, None, e.placement,
+                                          schedule)
         return schedule, placement_of(ctx, plan, schedule.world_size, hosts, None)
     schedule, placement = guarded(ctx, run)
     return finish(ctx, schedule, placement, e.stragglers, e.ring_order, e.hierarchy)

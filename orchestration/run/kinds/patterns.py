@@ -81,6 +81,9 @@ def _schedule(ctx: Ctx, plan: LabPlan, e: PatternEntry) -> tuple[Schedule, list[
 
 def build(e: PatternEntry, ctx: Ctx, plan: LabPlan) -> BuiltWorkload:
     """The pattern's schedule, ranks on ``hosts`` in order (or all the lab's hosts)."""
+    if e.placement is not None:  # was silently ignored: ranks here are named by their hosts
+        raise ctx.error("placement", f"a {e.kind} pattern names its hosts (receiver, sender); "
+                                     "list them in hosts:, placement is not supported here")
     def run() -> tuple[Schedule, dict[int, str]]:
         schedule, hosts = _schedule(ctx, plan, e)
         return schedule, placement_of(ctx, plan, schedule.world_size, hosts, None)
