@@ -13,7 +13,10 @@
  * came meanwhile after it; otherwise in epoll_pwait2, woken by arrivals.  It spins the last
  * --spin-us (default 150) before a release only while releases are sparse (at least 10 x the
  * spin apart): at 1 Gbit/s of MTU packets (one release every ~12 us) spinning would keep the
- * helper on a core all the time.  --coalesce-us C (default 0) releases at most once per C.
+ * helper on a core all the time.  Dense releases instead wake early by how late timed sleeps
+ * have ended (an average over the last ~8, the wake_lead_ns of the stats) and spin only that
+ * stretch, at most --wake-lead-max-us (default 25; 0: off).  --coalesce-us C (default 0)
+ * releases at most once per C.
  * The stats count syscalls and wake-ups (recv_calls, recv_msgs, send_calls, verdict_msgs,
  * epoll_wakeups, timer_wakeups).
  *
@@ -182,6 +185,9 @@ static struct mnl_socket *nl;
 static unsigned portid;
 static const char *stats_path, *params_path;
 static uint64_t stats_interval_ns = 1000000000ULL, spin_ns = 150000, start_mono;
+/* how late timed sleeps end (ns, EWMA 1/8) and the most a dense release wakes early by it */
+static int64_t wake_late_ns;
+static uint64_t wake_lead_max_ns = 25000;
 static pid_t parent_pid;
 static int rt_prio, nice_val;
 static char sendbuf[SEND_BUF + 70000];
@@ -588,6 +594,13 @@ static int on_error(const struct nlmsghdr *nlh, void *data) {
 
 #define RBATCH 64
 #define SPIN_GAP 10
+/* a timed sleep to `until` ended now: fold its lateness into wake_late_ns (EWMA 1/8; a
+   lateness above 1 ms, a preemption rather than a wake-up, is left out) */
+static void note_lateness(uint64_t until) {
+    int64_t late = (int64_t)(mono() - until);
+    if (late < 0 || late > 1000000) return;
+    wake_late_ns += (late - wake_late_ns) / 8;
+}
 static char *rbufs;   /* RBATCH slots of rslot bytes */
 static size_t rslot = RECV_BUF;
 /* read up to `max` messages without blocking (recvmmsg, RBATCH per call); returns how many */
@@ -684,11 +697,12 @@ static void write_stats(bool final) {
                ",\"recv_enobufs\":%" PRIu64 ",\"recv_calls\":%" PRIu64 ",\"recv_msgs\":%" PRIu64
                ",\"send_calls\":%" PRIu64 ",\"verdict_msgs\":%" PRIu64 ",\"epoll_wakeups\":%" PRIu64
                ",\"timer_wakeups\":%" PRIu64 ",\"arrivals_stamped\":%" PRIu64
-               ",\"arrivals_read\":%" PRIu64 ",\"queues\":[",
+               ",\"arrivals_read\":%" PRIu64 ",\"wake_lead_ns\":%" PRId64 ",\"queues\":[",
             (int)getpid(), final ? "true" : "false", (double)(mono() - start_mono) / 1e9, cpu,
             ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6, ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6,
             send_errors, recv_enobufs, recv_calls, recv_msgs, send_calls, verdict_msgs,
-            epoll_wakeups, timer_wakeups, arrivals_stamped, arrivals_read);
+            epoll_wakeups, timer_wakeups, arrivals_stamped, arrivals_read,
+            wake_lead_max_ns && wake_late_ns > 0 ? (wake_late_ns < (int64_t)wake_lead_max_ns ? wake_late_ns : (int64_t)wake_lead_max_ns) : 0);
     for (int i = 0; i < nq; i++) {
         queue_t *q = &Q[i];
         long long k[3]; read_kernel_stats(q->num, k);
@@ -762,6 +776,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--nice")) nice_val = (int)num_arg(a, argv[++i], -20, 19);
         else if (!strcmp(a, "--coalesce-us")) coalesce_ns = (uint64_t)(num_arg(a, argv[++i], 0, 1e5) * 1000);
         else if (!strcmp(a, "--spin-us")) spin_ns = (uint64_t)(num_arg(a, argv[++i], 0, 1e5) * 1000);
+        else if (!strcmp(a, "--wake-lead-max-us")) wake_lead_max_ns = (uint64_t)(num_arg(a, argv[++i], 0, 1e3) * 1000);
         else if (!strcmp(a, "--queue")) { if (nspecs == MAXQ) usage_die("at most %d queues", MAXQ); specs[nspecs++] = argv[++i]; }
         else usage_die("unknown option %s", a);
     }
@@ -862,12 +877,16 @@ int main(int argc, char **argv) {
            most 1/SPIN_GAP of the time spinning); dense releases (one every ~12 us at 1 Gbit/s
            of MTU packets) would otherwise keep a SCHED_FIFO helper spinning all the time */
         bool spin = spin_ns && (!release_wake || wake >= last_release + SPIN_GAP * spin_ns);
-        if (spin && wake <= now + spin_ns) {   /* final stretch: spin, still taking packets */
+        /* dense releases: wake early by the usual lateness of a timed sleep, spin the rest */
+        uint64_t lead = spin ? spin_ns : 0;
+        if (!spin && release_wake && wake_lead_max_ns && wake_late_ns > 0)
+            lead = (uint64_t)wake_late_ns < wake_lead_max_ns ? (uint64_t)wake_late_ns : wake_lead_max_ns;
+        if (lead && wake <= now + lead) {   /* final stretch: spin, still taking packets */
             recv_some(fd, 64);
             continue;
         }
         if (wake <= now) continue;
-        uint64_t until = spin ? wake - spin_ns : wake;
+        uint64_t until = wake - lead;
         /* timer-only sleep (absolute CLOCK_MONOTONIC, no wake-up per arrival): when no packet
            arriving meanwhile can be due before `wake` (delays of at least min_new_delay), it
            can wait in the socket and be read at the wake-up; bounded to 1 ms so signals and
@@ -879,6 +898,7 @@ int main(int argc, char **argv) {
                                   .tv_nsec = (long)(until % 1000000000ULL)};
             int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
             if (r && r != EINTR) { errno = r; die(-1, "clock_nanosleep", NULL); }
+            if (!r) note_lateness(until);
             timer_wakeups++;
             recv_some(fd, 1024);
             continue;
@@ -888,6 +908,7 @@ int main(int argc, char **argv) {
         struct epoll_event evs[2];
         int n = epoll_pwait2(ep, evs, 2, &ts, NULL);
         if (n < 0) { if (errno == EINTR) continue; die(-1, "epoll_pwait2", NULL); }
+        if (n == 0 && release_wake) note_lateness(until);
         epoll_wakeups++;
         for (int e = 0; e < n; e++) {
             if (evs[e].data.u32 == 0) recv_some(fd, 256);
