@@ -47,7 +47,11 @@ class RequestRecord(_Record):
     ``bootstrap``: this request was its session's first on ``server`` and made the server
     fetch ``bootstrap_bytes`` of context/parameters from the holder(s); ``bootstrap_s``: from
     the server's first fetch request to the last shard's arrival (every layer); ``why``: what
-    chose ``server`` (the policy's rule or its cost terms, workloads/inference.py)."""
+    chose ``server`` (the policy's rule or its cost terms, workloads/inference.py);
+    ``session_length``: the session's drawn length in requests (workloads.sessions; a
+    client's last session may have fewer in the run), ``session_index`` this request's place
+    in it (0-based), ``server_contexts``: the session contexts ``server`` holds at the
+    request's arrival, this one's included (None in records of older runs)."""
 
     kind_name: ClassVar[str] = "request"
 
@@ -70,4 +74,7 @@ class RequestRecord(_Record):
     bootstrap_s: float | None
     policy: str
     why: str = ""
+    session_length: int | None = None
+    session_index: int | None = None
+    server_contexts: int | None = None
     schema_version: int = SCHEMA_VERSION

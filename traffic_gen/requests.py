@@ -54,7 +54,9 @@ def _record(run_id: str, req: Mapping[str, Any], parts: Mapping[str, list[Half]]
         prompt_bytes=sum(h["size_bytes"] for h in prompt),
         response_bytes=sum(h["size_bytes"] for h in parts.get("recv:tok", [])),
         bootstrap=bool(req["bootstrap"]), bootstrap_bytes=boot_bytes, bootstrap_s=boot_s,
-        policy=req["policy"], why=req.get("why", ""))
+        policy=req["policy"], why=req.get("why", ""),
+        session_length=req.get("session_length"), session_index=req.get("session_index"),
+        server_contexts=req.get("server_contexts"))
 
 
 def request_records(run_id: str, halves: list[Half],

@@ -1,7 +1,13 @@
 """Inference serving: users' requests to inference servers as one Timed op (pure, seeded).
 
 Clients send requests at Poisson arrivals (rate per client) or at the instants of a trace.
-Consecutive requests of a client form sessions of ``session_requests`` requests. Each request
+Consecutive requests of a client form sessions: of ``session_requests`` requests each, or of
+lengths drawn from ``session_length`` (workloads.sessions: fixed, exponential or lognormal,
+seeded by ``session_seed`` and the client). A session's context stays on the instance that
+bootstrapped it for the rest of the session and costs memory there: every request records its
+server's ``server_contexts``, the sessions whose context that server holds at the request's
+arrival (its own included; a context is held from its session's first request on the server
+to the nominal end of its last one there, known here in hindsight). Each request
 is a prompt (client -> server, ``prompt_bytes``), then ``tokens`` response tokens of
 ``token_bytes`` streamed back at ``token_rate_per_s`` (token k+1 leaves 1/rate after token k).
 The first token leaves ``prefill_s`` after the prompt has arrived and, if the request
@@ -40,7 +46,10 @@ configured delays and the schedule's own timing:
   (a session stays where the oracle put it, its context held there). Queueing counts the
   requests already placed, i.e. of sessions that started earlier. ``why`` gives the session's
   mean predicted first-token time there and on the runner-up.
-Every request records ``why``: the rule or the cost terms that chose its server.
+With ``per_session`` the policy (``nearest``, ``least_loaded`` or ``cats``) decides at a
+session's first request only and the session's later requests follow it (``affinity`` and
+``oracle`` always do). Every request records ``why``: the rule or the cost terms that chose
+its server.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from dataclasses import dataclass
 
 from aitb.requests import tag
 from aitb.schedule import Message, Schedule, Timed
+from workloads.sessions import SessionLength, assign_sessions
 
 __all__ = ["POLICIES", "InferenceParams", "Arrival", "poisson_arrivals", "inference_schedule"]
 
@@ -73,6 +83,14 @@ class InferenceParams:
     bootstrap_bytes: int = 0
     layers: tuple[float, ...] = (1.0,)
     cats_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)  # delay, load, bootstrap
+    session_length: SessionLength | None = None  # None: fixed, session_requests
+    session_seed: int = 0
+    per_session: bool = False
+
+    def lengths(self) -> SessionLength:
+        """The session-length distribution: ``session_length``, else fixed
+        ``session_requests``."""
+        return self.session_length or SessionLength("fixed", float(self.session_requests))
 
     def service_s(self) -> float:
         """Nominal time a request keeps a server busy: prefill + tokens / rate."""
@@ -162,7 +180,10 @@ class _Chooser:
         return ranked[0]
 
     def choose(self, a: Arrival, session: str) -> str:
-        if self.p.policy == "oracle":
+        if self.p.per_session and session in self.home:
+            server = self.home[session]
+            self.why = f"{self.p.policy}: session home (per session)"
+        elif self.p.policy == "oracle":
             if session in self.home:
                 server = self.home[session]
                 self.why = "oracle: session home"
@@ -186,14 +207,20 @@ class _Chooser:
         return server
 
 
-def _sessions(arrivals: Sequence[Arrival], per: int) -> list[str]:
-    count: dict[str, int] = {}
-    out = []
-    for a in arrivals:
-        n = count.get(a.client, 0)
-        count[a.client] = n + 1
-        out.append(a.session or f"{a.client}-s{n // per}")
-    return out
+def _contexts(requests: Sequence[dict], service_s: float) -> list[int]:
+    """Per request, the sessions whose context its server holds at its arrival: a session's
+    context is held on a server from its first request there to the nominal end (arrival +
+    ``service_s``) of its last one there."""
+    span: dict[tuple[str, str], tuple[float, float]] = {}
+    for r in requests:
+        k = (r["server"], r["session"])
+        lo, hi = span.get(k, (r["at_s"], r["at_s"]))
+        span[k] = (min(lo, r["at_s"]), max(hi, r["at_s"] + service_s))
+    by_server: dict[str, list[tuple[float, float]]] = {}
+    for (server, _), iv in span.items():
+        by_server.setdefault(server, []).append(iv)
+    return [sum(1 for lo, hi in by_server[r["server"]] if lo <= r["at_s"] < hi)
+            for r in requests]
 
 
 def _request_messages(n: int, a: Arrival, p: InferenceParams, rank: dict[str, int],
@@ -240,9 +267,10 @@ def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
     bootstrap term of ``cats`` (None: bootstraps cost nothing there). Messages are
     ordered by their nominal instant, so that the token streams of overlapping requests on
     one client-server pair interleave. ``info["requests"]``: request_id, session, client,
-    server, policy, bootstrap per request (arrival order). Raises ValueError for an unknown
-    policy, no server, a bootstrap without holders, a holder that is a server, or layers
-    that do not sum to 1."""
+    server, policy, bootstrap, at_s, why, session_length (the session's drawn length,
+    requests), session_index (0-based), server_contexts per request (arrival order).
+    Raises ValueError for an unknown policy, no server, a bootstrap without holders, a
+    holder that is a server, or layers that do not sum to 1."""
     _check(p, servers, holders)
     order = sorted(arrivals, key=lambda a: (a.at_s, a.client))
     hosts = list(dict.fromkeys([*(a.client for a in order), *servers, *holders]))
@@ -252,7 +280,9 @@ def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
             return 0.0  # shards arrive in parallel: the slowest holder's share bounds it
         return max(p.bootstrap_bytes / len(holders) * 8 / bw_bps(h, server) for h in holders)
     chooser, seen = _Chooser(p, servers, rtt_s, boot_s), set()
-    sessions = _sessions(order, p.session_requests)
+    assigned = assign_sessions([a.client for a in order], [a.session for a in order],
+                               p.lengths(), p.session_seed)
+    sessions = [x.session for x in assigned]
     for a, session in zip(order, sessions, strict=True):  # hindsight, for the oracle only
         chooser.future.setdefault(session, []).append(a.at_s)
     keyed, requests = [], []
@@ -263,7 +293,11 @@ def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
         keyed += _request_messages(n, a, p, rank, server, holders, boot)
         requests.append({"request_id": f"q{n}", "session": session, "client": a.client,
                          "server": server, "policy": p.policy, "bootstrap": boot,
-                         "at_s": a.at_s, "why": chooser.why})
+                         "at_s": a.at_s, "why": chooser.why,
+                         "session_length": assigned[n].length,
+                         "session_index": assigned[n].index})
+    for r, held in zip(requests, _contexts(requests, p.service_s()), strict=True):
+        r["server_contexts"] = held
     keyed.sort(key=lambda km: km[0])
     index = {k: i for i, (k, _) in enumerate(keyed)}
     msgs = tuple(Message(m.src, m.dst, m.size_bytes, m.at_s, tuple(index[d] for d in m.after),  # type: ignore[index]

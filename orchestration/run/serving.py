@@ -14,6 +14,7 @@ from orchestration.run.serving_entries import BackgroundEntry, InferenceEntry
 from workloads.background import BackgroundParams, background_schedule
 from workloads.inference import Arrival, InferenceParams, inference_schedule, poisson_arrivals
 from workloads.paths import path_hops, rtt_delay_s
+from workloads.sessions import SessionLength
 from workloads.transform import scale_schedule
 
 __all__ = ["build_serving"]
@@ -49,6 +50,13 @@ def _arrivals(w: _Where, plan: LabPlan, e: InferenceEntry, seed: int) -> list[Ar
     return out
 
 
+def _lengths(e: InferenceEntry) -> SessionLength | None:
+    if e.session is None:
+        return None
+    sl = e.session.length
+    return SessionLength(sl.dist, sl.mean, sl.sigma)
+
+
 def _inference(w: _Where, plan: LabPlan, e: InferenceEntry,
                seed: int) -> tuple[Schedule, list[str]]:
     for key in ("clients", "servers", "holders"):
@@ -61,7 +69,9 @@ def _inference(w: _Where, plan: LabPlan, e: InferenceEntry,
         bootstrap_bytes=parse_size_bytes(e.bootstrap.size) if e.bootstrap else 0,
         layers=tuple(e.bootstrap.layers) if e.bootstrap else (1.0,),
         cats_weights=(cw.delay, cw.load, cw.bootstrap) if (cw := e.cats_weights) else
-        (1.0, 1.0, 1.0))
+        (1.0, 1.0, 1.0),
+        session_length=_lengths(e), session_seed=seed,
+        per_session=e.session is not None and e.session.select == "per_session")
     arrivals = _arrivals(w, plan, e, seed)
     if not arrivals:
         raise w.error("arrivals", message="no request arrives (raise rate_per_s or duration)")

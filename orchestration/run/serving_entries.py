@@ -11,6 +11,8 @@ unit strings are checked here and parsed by aitb.units when the workload is buil
       arrivals: {process: poisson, rate_per_s: 2, duration: 3s}
       #   or {process: trace, requests: [{at: 100ms, client: c1, session: a}, ...]}
       session_requests: 4          # consecutive requests of a client form one session
+      #   or session: {length: {dist: exponential, mean: 4}, select: per_session}
+      #   (dist fixed | exponential | lognormal (sigma: 1.0); select per_request | per_session)
       prompt: 2KiB
       tokens: 20
       token_size: 16B
@@ -39,7 +41,7 @@ from pydantic import ConfigDict, Field, PositiveInt, model_validator
 from aitb.unit_fields import Duration, Rate, Size, SpecModel
 
 __all__ = ["StartMode", "InferenceEntry", "BackgroundEntry", "ArrivalsSpec", "TraceRequest",
-           "BootstrapSpec"]
+           "BootstrapSpec", "SessionSpec", "SessionLengthSpec"]
 
 StartMode = Literal["after_previous", "with_previous"]
 _Forbid = ConfigDict(extra="forbid")
@@ -99,6 +101,34 @@ class CatsWeights(SpecModel):
     bootstrap: Annotated[float, Field(ge=0)] = 1.0
 
 
+class SessionLengthSpec(SpecModel):
+    """``length:`` of a session in requests (workloads.sessions): ``dist`` ``fixed`` (``mean``
+    a whole number), ``exponential`` (geometric, mean exactly ``mean``) or ``lognormal``
+    (rounded, shape ``sigma``); drawn per client from the experiment seed."""
+
+    model_config = _Forbid
+    dist: Literal["fixed", "exponential", "lognormal"] = "fixed"
+    mean: Annotated[float, Field(ge=1)]
+    sigma: Annotated[float, Field(gt=0, le=4)] = 1.0
+
+    @model_validator(mode="after")
+    def _whole_fixed(self) -> SessionLengthSpec:
+        if self.dist == "fixed" and self.mean != int(self.mean):
+            raise ValueError(f"a fixed session length is a whole number of requests, not "
+                             f"{self.mean}")
+        return self
+
+
+class SessionSpec(SpecModel):
+    """``session:`` how long sessions are (``length``) and whether the policy chooses per
+    request (``per_request``, default) or once per session (``per_session``: a session's later
+    requests follow its first; affinity and oracle always do)."""
+
+    model_config = _Forbid
+    length: SessionLengthSpec
+    select: Literal["per_request", "per_session"] = "per_request"
+
+
 class InferenceEntry(SpecModel):
     """``kind: inference`` (see the module docstring)."""
 
@@ -113,6 +143,7 @@ class InferenceEntry(SpecModel):
     cats_weights: CatsWeights | None = None
     arrivals: ArrivalsSpec
     session_requests: PositiveInt = 4
+    session: SessionSpec | None = None
     prompt: Size = "2KiB"
     tokens: PositiveInt = 16
     token_size: Size = "16B"
@@ -124,6 +155,9 @@ class InferenceEntry(SpecModel):
     def _holders_for_bootstrap(self) -> InferenceEntry:
         if self.bootstrap is not None and not self.holders:
             raise ValueError("bootstrap needs holders: the hosts that hold the context")
+        if self.session is not None and "session_requests" in self.model_fields_set:
+            raise ValueError("give session_requests (a fixed length) or session: {length: ...}"
+                             ", not both")
         return self
 
 

@@ -162,3 +162,35 @@ def test_concurrent_workloads_on_the_same_hosts_do_not_clash(tmp_path, state_env
     ports = {name: {(f["dst_ip"], f["dport"]) for f in flows if f["workload"] == name}
              for name in spans}
     assert not ports["first"] & ports["second"]
+
+
+def test_sessions_of_drawn_lengths_keep_their_context_on_one_instance(tmp_path, state_env):
+    doc = _example("inference.yaml")
+    doc["name"] = "session-lengths"
+    w = doc["workloads"][0]
+    del w["session_requests"]
+    w.update(policy="least_loaded", arrivals={"process": "poisson", "rate_per_s": 4,
+                                              "duration": "2s"},
+             session={"length": {"dist": "exponential", "mean": 3}, "select": "per_session"},
+             bootstrap={"size": "256KiB"})
+    reqs = sorted(records(_run(doc, tmp_path, state_env), "requests.jsonl"),
+                  key=lambda r: r["request_id"][1:].zfill(6))
+    assert reqs and all(r["ttft_s"] is not None for r in reqs)
+    by: dict[str, list[dict]] = {}
+    for r in reqs:
+        by.setdefault(r["session"], []).append(r)
+    last = {c: max((s for s in by if s.startswith(f"{c}-s")),
+                   key=lambda s: int(s.rsplit("-s", 1)[1])) for c in ("c1", "c2")}
+    for session, rs in by.items():
+        assert len({r["server"] for r in rs}) == 1  # the context stays on its instance
+        assert [r["session_index"] for r in rs] == list(range(len(rs)))
+        assert len({r["session_length"] for r in rs}) == 1
+        # every session has its drawn number of requests, but a client's last one may be cut
+        # short by the end of the arrivals
+        length = rs[0]["session_length"]
+        assert len(rs) == length or (session in last.values() and len(rs) < length)
+        # one bootstrap per session, measured at the server: its first request fetched
+        # the whole context, the later ones nothing
+        assert [r["bootstrap_bytes"] for r in rs] == [256 << 10] + [0] * (len(rs) - 1)
+        assert all(r["server_contexts"] >= 1 for r in rs)
+    assert len({len(rs) for rs in by.values()}) > 1  # lengths vary
