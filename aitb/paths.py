@@ -13,7 +13,8 @@ hop's address. Each crossed link direction is a :class:`Hop` carrying the sender
 Paths are listed in next-hop order: the first path takes every route's first next hop, the
 next ones vary the last choice first. At most :data:`MAX_PATHS` paths are kept per (node,
 destination) (the first ones in that order). A node that the walk reaches twice is a routing
-loop, and so is a host in transit (hosts run with ip_forward=0, testbed/sysctl.py); an unknown
+loop, and so is a host in transit (hosts run with ip_forward=0, testbed/sysctl.py, unless they
+set ``forward``); an unknown
 node or address, a missing route or interface, or an unreachable next hop is a
 :class:`PathError` naming it.
 
@@ -70,6 +71,7 @@ class PathWalker:
         """Index ``plan`` (pure; the plan must not change afterwards)."""
         self.plan = plan
         self.kind = {n.name: n.kind for n in plan.nodes}
+        self.forward = {n.name for n in plan.nodes if n.forward}
         self.routes = {n.name: n.routes for n in plan.nodes}
         self.port: dict[tuple[str, str], LinkPlan] = {}
         self.owner: dict[Ip, str] = {}
@@ -81,6 +83,11 @@ class PathWalker:
                     if ifa is not None:
                         self.owner[ifa.ip] = ep.node
                         self.connected[ep.node].append((ifa.network, ep.ifname))
+        for n in plan.nodes:  # a forwarding host's node address on its loopback
+            for ifa in (n.lo_ipv4, n.lo_ipv6):
+                if ifa is not None:
+                    self.owner[ifa.ip] = n.name
+                    self.connected[n.name].append((ifa.network, "lo"))
         self._cache: dict[tuple[str, Ip], list[list[Hop]]] = {}
 
     def paths(self, src_node: str, dst_ip: str | Ip) -> list[list[Hop]]:
@@ -113,7 +120,8 @@ class PathWalker:
             if nxt in trail:
                 loop = " -> ".join((*trail[trail.index(nxt):], nxt))
                 raise PathError(f"routing loop towards {dst}: {loop}")
-            if self.kind[nxt] == "host" and self.owner[dst] != nxt:
+            if self.kind[nxt] == "host" and self.owner[dst] != nxt \
+                    and nxt not in self.forward:
                 raise PathError(f"node {node} routes {dst} via host {nxt}, which does not "
                                 "forward (ip_forward=0)")
             out += [seg + rest for rest in self._walk(nxt, dst, (*trail, nxt))]

@@ -149,6 +149,9 @@ class NodePlan:
     environment: Mapping[str, str] = field(default_factory=dict)
     binds: Mapping[str, str] = field(default_factory=dict)
     ovs_datapath: OvsDatapath = "auto"
+    forward: bool = False
+    lo_ipv4: IPv4If | None = None
+    lo_ipv6: IPv6If | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +186,11 @@ class LabPlan:
         return [n for n in self.nodes if n.kind == "host"]
 
     def address_of(self, node: str) -> ipaddress.IPv4Address | None:
-        """The first IPv4 address of ``node`` (its address for traffic), or None."""
+        """The address of ``node`` for traffic, or None: a forwarding host's loopback node
+        address, else its first IPv4 address in link order."""
+        for n in self.nodes:
+            if n.name == node and n.lo_ipv4 is not None:
+                return n.lo_ipv4.ip
         for lk in self.links_of(node):
             ep = lk.endpoint(node)
             if ep.ipv4 is not None:
@@ -233,6 +240,9 @@ def _node_problems(n: NodePlan) -> list[str]:
     for key, value in n.sysctls.items():
         out += _name_problem(key, f"{where}: sysctl", _SYSCTL_RE, 128)
         out += _text_problem(value, f"{where}: sysctl {_short(key)} value")
+    if (n.forward or n.lo_ipv4 is not None or n.lo_ipv6 is not None) and n.kind != "host":
+        out.append(f"{where}: forward and a loopback node address are for hosts only "
+                   f"(a {n.kind} {'forwards anyway' if n.kind == 'router' else 'is L2'})")
     for r in n.routes:
         for h in r.nexthops:
             out += _name_problem(h.ifname, f"{where}: route interface", IFNAME_RE, MAX_IFNAME)
@@ -328,6 +338,10 @@ def plan_from_dict(d: Mapping[str, Any]) -> LabPlan:
     (a ValueError) naming every name no runtime may receive (:func:`plan_problems`)."""
     nodes = tuple(
         NodePlan(**{**n, "routes": tuple(_route_from(r) for r in n.get("routes", ())),
+                    "lo_ipv4": ipaddress.IPv4Interface(n["lo_ipv4"]) if n.get("lo_ipv4")
+                    else None,
+                    "lo_ipv6": ipaddress.IPv6Interface(n["lo_ipv6"]) if n.get("lo_ipv6")
+                    else None,
                     "flows": tuple(n.get("flows", ())),
                     "command": tuple(n["command"]) if n.get("command") else None})
         for n in d["nodes"])

@@ -2,8 +2,8 @@
 
 Order: (1) per node, its switch bridge and the veths it is the ``a`` end of (peers go straight
 into the ``b`` node's namespace); (2) per node: lo up, every interface up with the owner alias
-(switch ports enslaved), IFBs, addresses, qdiscs/classes/filters, routes. Sysctls are written
-between the two (:mod:`testbed.sysctl`).
+(switch ports enslaved), IFBs, addresses (a forwarding host's node address on lo),
+qdiscs/classes/filters, routes. Sysctls are written between the two (:mod:`testbed.sysctl`).
 """
 
 from __future__ import annotations
@@ -105,6 +105,10 @@ def configure_node(n: NodePlan, layout: Layout, io: NodeIO,
         add_ifb(batch, node, r.ifb or "", mtu, alias)
     for lk in links:
         _addresses(batch, n, node, lk)
+    for iface in (n.lo_ipv4, n.lo_ipv6):  # a forwarding host's node address (lo is index 1)
+        if iface is not None:
+            batch.add(addr_msg(1, iface), RTM_NEWADDR, NEW,
+                      f"node {n.name}: add node address {iface} to lo")
     add_tc(batch, node, tuple(layout.tc_objects(n.name)), NEW)
     for route in n.routes:
         batch.add(route_msg(route, node, n.rto_min_s), RTM_NEWROUTE, NEW,

@@ -42,10 +42,11 @@ def all_cpus_mask(n_cpus: int | None = None) -> str:
 
 
 def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, str]]:
-    """(required, optional) sysctls for ``node``: forwarding by kind, ECMP hash policy,
-    congestion control and the plan's own sysctls (these last, so they win). Optional ones are
-    skipped where the kernel lacks them (bridge netfilter hooks on switches: off, so frames
-    crossing a lab bridge do not traverse iptables; :data:`RPS_DEFAULT_MASK`, see below).
+    """(required, optional) sysctls for ``node``: forwarding by kind (and ``forward``), ECMP
+    hash policy, congestion control and the plan's own sysctls (these last, so they win).
+    Optional ones are skipped where the kernel lacks them (bridge netfilter hooks on switches:
+    off, so frames crossing a lab bridge do not traverse iptables; :data:`RPS_DEFAULT_MASK`,
+    see below).
 
     IPv6 labs turn duplicate address detection off for every interface created afterwards
     (``net.ipv6.conf.default.accept_dad=0``, applied before the links are made; lab addresses
@@ -65,7 +66,7 @@ def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, 
     if node.kind == "switch":
         opt.update({k: "0" for k in _BRIDGE_NF})
     else:
-        fwd = "1" if node.kind == "router" else "0"
+        fwd = "1" if node.kind == "router" or node.forward else "0"
         req["net.ipv4.ip_forward"] = fwd
         req["net.ipv4.fib_multipath_hash_policy"] = "1" if node.ecmp_hash == "l4" else "0"
         if ipv6:

@@ -90,6 +90,8 @@ def _addrs(links: list[LinkPlan], n: NodePlan, node: NodeLayout, sock: socket.so
         for iface in (ep.ipv4, ep.ipv6):
             if iface is not None and (node.ifindex(ep.ifname), str(iface)) not in got:
                 out.append(f"node {n.name}: {ep.ifname} lacks address {iface}")
+    out += [f"node {n.name}: lo lacks node address {iface}" for iface in (n.lo_ipv4, n.lo_ipv6)
+            if iface is not None and (1, str(iface)) not in got]
     return out
 
 

@@ -4,6 +4,8 @@ A segment is either a point-to-point link between two L3 nodes (hosts, routers),
 an IPv4 /31 (RFC 3021), or the set of L3 interfaces attached to one connected group of switches
 (switch-switch links join switches into one broadcast domain), addressed with the smallest
 subnet that holds every member plus network and broadcast address. Switch ports get no address.
+A forwarding host also has a loopback segment: its node address, an IPv4 /32 (an IPv6 /128 in a
+/64 of its own).
 
 Subnets are taken from the pool in a fixed order (larger subnets first, then by the position of
 the segment's first link), so the same topology always gets the same addresses, and same-size
@@ -34,6 +36,7 @@ class Segment:
     switches: list[str] = field(default_factory=list)
     v4: ipaddress.IPv4Network | None = None
     v6: ipaddress.IPv6Network | None = None
+    loopback: bool = False  # a forwarding host's node address: one port (its lo), a /32
 
     @property
     def p2p(self) -> bool:
@@ -120,6 +123,8 @@ def _loop_issue(seg: Segment, by_index: Mapping[int, Edge],
 
 
 def _v4_prefix(seg: Segment) -> int:
+    if seg.loopback:
+        return 32
     if seg.p2p:
         return 31
     need = len(seg.ports) + 2  # network and broadcast addresses
@@ -166,6 +171,7 @@ def _member_addresses(seg: Segment):
     base = int(seg.v4.network_address) + (0 if seg.p2p else 1)  # skip the network address
     for k, port in enumerate(seg.ports):
         v4 = ipaddress.IPv4Interface((base + k, seg.v4.prefixlen))
-        v6 = (ipaddress.IPv6Interface((int(seg.v6.network_address) + k + 1, 64))
+        v6 = (ipaddress.IPv6Interface((int(seg.v6.network_address) + k + 1,
+                                       128 if seg.loopback else 64))
               if seg.v6 is not None else None)
         yield port, (v4, v6)

@@ -45,6 +45,7 @@ def node_plans(spec: TopologySpec) -> dict[str, NodePlan]:
             tcp_congestion_control=_pick(layers, "tcp_congestion_control"),
             ecmp_hash=_pick(layers, "ecmp_hash") or "l3",
             stp=bool(_pick(layers, "stp")),
+            forward=bool(_pick(layers, "forward")),
             datapath=_pick(layers, "datapath") or "bridge",
             flows=tuple(_pick(layers, "flows") or ()),
             ovs_datapath=_pick(layers, "ovs_datapath") or "auto",

@@ -25,6 +25,7 @@ from topologies.validate import check_spec
 __all__ = ["resolve"]
 
 MAX_PAIRS_SHOWN = 10
+LOOPBACK = "lo"  # the interface of a forwarding host's node address
 
 
 class _Stage:
@@ -53,12 +54,16 @@ class _Stage:
 
 def _unreachable(plan_nodes: dict[str, NodePlan], segments: list[Segment],
                  rr: RoutingResult) -> list[SpecIssue]:
-    """Host pairs where one cannot reach the other's first address."""
+    """Host pairs where one cannot reach the other's traffic address (a forwarding host's
+    node address, else its first one)."""
     primary: dict[str, int] = {}
     # numbered as in routing: the segments that got a subnet, in order
     for k, seg in enumerate(s for s in segments if s.v4 is not None):
         for p in seg.ports:
-            primary.setdefault(p.node, k)
+            if seg.loopback:
+                primary[p.node] = k
+            else:
+                primary.setdefault(p.node, k)
     hosts = [n for n, p in plan_nodes.items() if p.kind == "host" and n in primary]
     on_seg: dict[int, list[str]] = {}
     for h in hosts:
@@ -69,8 +74,9 @@ def _unreachable(plan_nodes: dict[str, NodePlan], segments: list[Segment],
         for k in all_segs - rr.reach[a]:
             bad.update(tuple(sorted((a, b))) for b in on_seg[k])  # type: ignore[misc]
     pairs = sorted(bad)
-    out = [SpecIssue(f"hosts {a} and {b} cannot reach each other (hosts do not forward; "
-                     "connect them through a router or switch)", key_path=("nodes", a))
+    out = [SpecIssue(f"hosts {a} and {b} cannot reach each other (hosts do not forward "
+                     "unless they set forward: true; connect them through a router or "
+                     "switch, or make the hosts between them forward)", key_path=("nodes", a))
            for a, b in pairs[:MAX_PAIRS_SHOWN]]
     if len(pairs) > MAX_PAIRS_SHOWN:
         out.append(SpecIssue(f"... and {len(pairs) - MAX_PAIRS_SHOWN} more unreachable host "
@@ -114,14 +120,24 @@ def resolve(spec: TopologySpec, source: str = "<spec>", base_dir: Path | None = 
     # an OVS switch floods along aitb's spanning tree (testbed/ovs_flows.py): loops are safe
     stage.check(check_segments(segments, edges, {n: p.stp or p.datapath == "ovs"
                                                  for n, p in nodes.items()}))
+    # a forwarding host: a router for routing, with its node address on its loopback
+    forwarders = [n for n, p in nodes.items() if p.forward]
+    segments += [Segment(order=len(segments) + i, ports=[Port(n, LOOPBACK)], loopback=True)
+                 for i, n in enumerate(forwarders)]
     addr, issues = allocate(segments, spec.addressing)
     stage.check(issues)
     cost = {port: e.cost for e in edges for port in (e.a, e.b)}
+    cost.update({Port(n, LOOPBACK): 0 for n in forwarders})
     pools = (spec.addressing.ipv4_pool, spec.addressing.ipv6_pool if spec.addressing.ipv6
              else None)
-    rr = compute_routes(segments, kinds, cost, addr, pools)
+    rr = compute_routes(segments, {**kinds, **dict.fromkeys(forwarders, "router")}, cost,
+                        addr, pools)
     stage.check(_unreachable(nodes, segments, rr))
-    plan_nodes = tuple(replace(p, routes=rr.routes.get(name, ())) for name, p in nodes.items())
+    lo = {n: addr[Port(n, LOOPBACK)] for n in forwarders}
+    plan_nodes = tuple(replace(p, routes=rr.routes.get(name, ()),
+                               lo_ipv4=lo[name][0] if name in lo else None,
+                               lo_ipv6=lo[name][1] if name in lo else None)
+                       for name, p in nodes.items())
     try:
         return LabPlan(name=spec.name, nodes=plan_nodes, links=_link_plans(edges, addr, spec),
                        source=source, traces=traces)

@@ -170,6 +170,10 @@ class NodeSettings(_Strict):
     ecmp_hash: Literal["l3", "l4"] | None = Field(
         default=None, description="Routers: multipath hash over addresses (l3) or ports (l4).")
     stp: bool | None = Field(default=None, description="Switches: run STP on the bridge.")
+    forward: bool | None = Field(
+        default=None, description="Hosts: forward packets and route for others (the nodes "
+        "of a direct-connect fabric such as a torus of hosts); the host gets a node address "
+        "on its loopback, its traffic address, reachable over each of its links.")
     datapath: Literal["bridge", "ovs"] | None = Field(
         default=None, description="Switches: Linux bridge (default) or Open vSwitch (aitb "
         "computes its flows: shortest paths, ECMP through select groups).")

@@ -94,16 +94,20 @@ def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[
         if getattr(settings, key) is not None and kind != "switch":
             yield SpecIssue(f"{key} applies to switches only, not to a {kind}",
                             key_path=(*path, key))
-    if settings.ecmp_hash is not None and kind != "router":
-        yield SpecIssue(f"ecmp_hash applies to routers only, not to a {kind}",
+    if settings.ecmp_hash is not None and kind == "switch":
+        yield SpecIssue(f"ecmp_hash applies to routers and forwarding hosts, not to a {kind}",
                         key_path=(*path, "ecmp_hash"))
+    if settings.forward is not None and kind != "host":
+        yield SpecIssue(f"forward applies to hosts only, not to a {kind} (a router always "
+                        "forwards, a switch bridges)", key_path=(*path, "forward"))
     for key, value in (settings.sysctls or {}).items():
         where = (*path, "sysctls", key)
         if not SYSCTL_RE.fullmatch(key):
             yield SpecIssue(f"{key!r} is not a sysctl key like 'net.ipv4.tcp_rmem'",
                             key_path=where)
         elif kind == "host" and _FORWARDING.fullmatch(key) and str(value) != "0":
-            yield SpecIssue("hosts must not forward packets; make the node a router",
+            yield SpecIssue("set forward: true on a host that forwards (it then gets the "
+                            "routes and node address it needs), not the sysctl",
                             key_path=where)
 
 

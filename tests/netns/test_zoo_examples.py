@@ -19,12 +19,13 @@ pytestmark = [pytest.mark.netns, pytest.mark.timeout(600)]
 EXAMPLES = Path(topologies.__file__).parent / "examples"
 ZOO = ["fat_tree_k4", "leaf_spine_oversub", "rail_optimized", "torus_4x4", "mesh_3x3x2",
        "hypercube_d3", "dragonfly", "full_mesh", "ring", "random_waxman", "edge_tiers",
-       "multi_dc_hub"]
+       "multi_dc_hub", "torus_direct_4x4", "hypercube_direct_d3"]
 
 
 def _ecmp_router(plan):
-    """A router and one of its plan routes with the most next hops."""
-    best = max(((n, r) for n in plan.nodes if n.kind == "router" for r in n.routes),
+    """A router (or forwarding host) and one of its plan routes with the most next hops."""
+    best = max(((n, r) for n in plan.nodes if n.kind == "router" or n.forward
+                for r in n.routes),
                key=lambda nr: len(nr[1].nexthops))
     return best
 

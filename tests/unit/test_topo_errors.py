@@ -125,9 +125,11 @@ def test_missing_file_is_named(tmp_path):
 
 @pytest.mark.parametrize("node,key,needle", [
     ("{kind: host, stp: true}", "nodes.x.stp", "switches only"),
-    ("{kind: switch, ecmp_hash: l4}", "nodes.x.ecmp_hash", "routers only"),
+    ("{kind: switch, ecmp_hash: l4}", "nodes.x.ecmp_hash", "routers and forwarding hosts"),
     ("{kind: host, sysctls: {net.ipv4.ip_forward: 1}}", "nodes.x.sysctls.net.ipv4.ip_forward",
-     "must not forward"),
+     "set forward: true"),
+    ("{kind: router, forward: true}", "nodes.x.forward", "hosts only"),
+    ("{kind: switch, forward: false}", "nodes.x.forward", "hosts only"),
     ("{kind: host, sysctls: {'../../etc': 1}}", "nodes.x.sysctls.../../etc", "sysctl key"),
     ("{kind: host, group: nogroup}", "nodes.x.group", "unknown group"),
     ("{group: g}", "nodes.x", "no kind"),

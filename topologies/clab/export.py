@@ -26,7 +26,7 @@ from typing import Any
 import jinja2
 
 from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan, Route
-from topologies.clab.kinds import DATAPATH_LABEL
+from topologies.clab.kinds import DATAPATH_LABEL, FORWARD_LABEL
 from topologies.clab.kinds import SWITCH_KINDS as HOST_BRIDGE_KINDS
 
 __all__ = ["NodeCommand", "clab_plan", "network_commands", "vendor_nodes", "render_topology",
@@ -101,7 +101,7 @@ def _route_argv(route: Route) -> tuple[str, ...]:
 
 def _sysctls(node: NodePlan, v6: bool) -> dict[str, str]:
     out: dict[str, str] = {}
-    if node.kind == "router":
+    if node.kind == "router" or node.forward:
         out["net.ipv4.ip_forward"] = "1"
         if v6:
             out["net.ipv6.conf.all.forwarding"] = "1"
@@ -118,6 +118,8 @@ def _node_commands(plan: LabPlan, node: NodePlan) -> list[tuple[str, ...]]:
         return cmds + _switch_commands(node, [e.ifname for e in ends])
     for e in ends:
         cmds += [("ip", "addr", "add", str(a), "dev", e.ifname) for a in (e.ipv4, e.ipv6) if a]
+    cmds += [("ip", "addr", "add", str(a), "dev", "lo") for a in (node.lo_ipv4, node.lo_ipv6)
+             if a]  # a forwarding host's node address
     v6 = any(e.ipv6 for e in ends)
     cmds += [("sysctl", "-qw", f"{k}={v}") for k, v in _sysctls(node, v6).items()]
     return cmds + [_route_argv(r) for r in node.routes]
@@ -199,6 +201,8 @@ def _clab_node(node: NodePlan, image: str, keep_kinds: bool, vendor: bool) -> di
     labels["aitb.kind"] = node.kind
     if node.datapath != "bridge":  # an OVS switch: forwarding without STP, see testbed/ovs.py
         labels[DATAPATH_LABEL] = node.datapath
+    if node.forward:  # a forwarding host (ip_forward and its node address: the script)
+        labels[FORWARD_LABEL] = "true"
     return {"name": node.name, "kind": kind, "image": img, "group": node.group,
             "labels": labels}
 

@@ -18,7 +18,7 @@ from typing import Any
 from aitb.errors import SpecError, SpecIssue
 from aitb.plan import LabPlan
 from aitb.specfile import line_of
-from topologies.clab.kinds import DATAPATH_LABEL, KindMapping, map_kind
+from topologies.clab.kinds import DATAPATH_LABEL, FORWARD_LABEL, KindMapping, map_kind
 from topologies.clab.links import ClabLink, LinkScan, scan_links
 from topologies.clab.names import ifname, lab_name, node_name, unique_names
 from topologies.clab.nodes import ClabNode, resolve_nodes
@@ -149,8 +149,10 @@ def _node_entry(node: ClabNode, kind: KindMapping, new_name: str, group: str | N
     if new_name != node.name:
         labels["clab.name"] = node.name
     datapath = labels.pop(DATAPATH_LABEL, None)  # written by the export of an OVS switch
+    forward = labels.pop(FORWARD_LABEL, None) == "true"  # by the export of a forwarding host
     return {"kind": kind.kind, **({"group": group} if group else {}),
             **({"datapath": datapath} if datapath and kind.kind == "switch" else {}),
+            **({"forward": True} if forward and kind.kind == "host" else {}),
             "labels": labels}
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 __all__ = ["KindMapping", "map_kind", "KIND_LABEL", "ROUTER_IMAGE_RE", "KNOWN_KINDS"]
 
 DATAPATH_LABEL = "aitb.datapath"  # a switch's datapath (bridge|ovs), kept through export/import
+FORWARD_LABEL = "aitb.forward"  # "true" on a forwarding host, kept through export/import
 KIND_LABEL = "aitb.kind"  # a node label that says what the node is in aitb (host|router|switch)
 AITB_KINDS = ("host", "router", "switch")
 

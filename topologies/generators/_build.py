@@ -45,12 +45,27 @@ class GeneratorParamError(ValueError):
 
 def add_routed_graph(b: Builder, routers: list[str], edges: list[tuple[str, str]],
                      hosts_per_router: int = 1, fabric: str | None = None,
-                     host_link: str | None = None, ecmp_hash: str = "l4") -> None:
+                     host_link: str | None = None, ecmp_hash: str = "l4",
+                     direct: bool = False) -> None:
     """Add ``routers`` (router nodes), one link per pair in ``edges`` (``fabric`` profile) and
     ``hosts_per_router`` hosts ``<router>-h<k>`` behind each router (``host_link`` profile,
-    ``up`` = host -> router). Hosts do not forward, so direct-connect fabrics (torus,
-    hypercube, dragonfly...) are built as a router per position with its host(s) behind it;
-    routes are shortest paths with ECMP (topologies/routing.py)."""
+    ``up`` = host -> router): a router per position with its host(s) behind it. With
+    ``direct`` the positions are forwarding hosts wired to each other (``forward: true``, no
+    routers, no hosts behind them): a direct-connect fabric as TPU-style pods are. Routes are
+    shortest paths with ECMP (topologies/routing.py).
+
+    Raises :class:`GeneratorParamError` (``hosts_per_router``) for ``direct`` with other than
+    one host per position."""
+    if direct:
+        if hosts_per_router != 1:
+            raise GeneratorParamError("hosts_per_router", f"hosts_per_router={hosts_per_router}"
+                                      " with direct: true; a direct-connect position is itself"
+                                      " the host (leave hosts_per_router at 1)")
+        for r in routers:
+            b.node(r, "host", forward=True, ecmp_hash=ecmp_hash)
+        for x, y in edges:
+            b.link(x, y, profile=fabric)
+        return
     for r in routers:
         b.node(r, "router", ecmp_hash=ecmp_hash)
     for r in routers:

@@ -36,13 +36,15 @@ def grid_edges(dims: tuple[int, ...] | list[int], wrap: bool) -> list[tuple[Pos,
 def torus(dims: tuple[int, ...] = (4, 4), wrap: bool = True,
           hosts_per_router: int = Field(default=1, ge=1, le=64), fabric: str | None = None,
           host_link: str | None = None, ecmp_hash: Literal["l3", "l4"] = "l4",
+          direct: bool = False,
           name: str = "torus") -> TopologySpec:
     """Routers ``t<x>-<y>[-<z>]`` (coordinates from 1) on a ``dims`` grid, each linked to its
     neighbours in every dimension (``fabric``), with ``wrap`` the last position back to the
     first (a torus; without: a mesh), and ``hosts_per_router`` hosts ``t<x>-<y>-h<k>``.
     Hosts are labelled ``site: row<x>`` (all coordinates but the last): the rows of the
     ``torus_2d`` all-reduce (traffic_gen/algorithms/torus.py) when ranks are placed in host
-    order.
+    order. With ``direct`` the positions ``t<x>-<y>[-<z>]`` are themselves forwarding hosts
+    wired to each other (no routers), as in TPU-style pods.
 
     Raises :class:`GeneratorParamError` (``dims``) unless there are 2 or 3 dimensions, each of
     2 to 64 positions.
@@ -59,12 +61,12 @@ def torus(dims: tuple[int, ...] = (4, 4), wrap: bool = True,
     b = Builder()
     add_routed_graph(b, list(label.values()),
                      [(label[x], label[y]) for x, y in grid_edges(dims, wrap)],
-                     hosts_per_router, fabric, host_link, ecmp_hash)
+                     hosts_per_router, fabric, host_link, ecmp_hash, direct)
     for pos, router in label.items():  # the row along the last dimension: collective sites
         row = "row" + "-".join(str(c + 1) for c in pos[:-1])
-        for k in range(1, hosts_per_router + 1):
-            host = f"{router}-h{k}"
+        hosts = [router] if direct else [f"{router}-h{k}" for k in range(1, hosts_per_router + 1)]
+        for host in hosts:
             b.nodes[host] = b.nodes[host].model_copy(update={"labels": {"site": row}})
     shape = "x".join(map(str, dims))
-    return b.spec(name, f"{shape} {'torus' if wrap else 'mesh'} of routers, "
-                        f"{hosts_per_router} host(s) each")
+    what = "forwarding hosts" if direct else f"routers, {hosts_per_router} host(s) each"
+    return b.spec(name, f"{shape} {'torus' if wrap else 'mesh'} of {what}")
