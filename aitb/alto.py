@@ -34,6 +34,15 @@ get). Metrics (:data:`COST_METRICS`):
 
 A PID to itself is its worst pair of distinct hosts (0 and no bandwidth entry for a one-host
 PID).
+
+**Live costs** (:func:`live_cost_map`, from the counters during a run): the same paths with
+each link direction's measured use (:class:`LinkUse`: the bits per second its sender's
+interface sent in the last window, and the mean backlog of its qdiscs): ``bw-available``
+becomes the smallest of (configured rate - measured rate, at least 0) on the path (RFC 9439
+``bw-available``: the capacity minus the measured traffic); ``delay-ow`` the configured
+delay plus each direction's queueing, backlog x 8 / rate (the bottleneck buffer being the one
+place where a packet queues, docs/ARCHITECTURE.md decision 2; an unshaped direction adds
+none). A direction without a measurement keeps its configured value.
 """
 
 from __future__ import annotations
@@ -51,7 +60,8 @@ from aitb.plan import LabPlan
 
 __all__ = ["MEDIA_NETWORKMAP", "MEDIA_COSTMAP", "COST_METRICS", "REFERENCE_BPS", "PidBy",
            "AltoMaps", "pids_of_plan", "network_map", "cost_map", "alto_maps",
-           "costs_of", "pid_of_address", "costmap_filename"]
+           "costs_of", "pid_of_address", "costmap_filename", "LinkUse", "LIVE_METRICS",
+           "live_cost_map", "host_paths"]
 
 MEDIA_NETWORKMAP = "application/alto-networkmap+json"
 MEDIA_COSTMAP = "application/alto-costmap+json"
@@ -59,6 +69,19 @@ COST_METRICS: tuple[str, ...] = ("hopcount", "routingcost", "delay-ow", "bw-avai
 REFERENCE_BPS = 100e9  # routingcost reference bandwidth: a 100 Gbit/s hop costs 1
 NETWORK_MAP_ID = "networkmap"
 PidBy = Literal["site", "rack"]
+LIVE_METRICS: tuple[str, ...] = ("bw-available", "delay-ow")
+
+
+@dataclass(frozen=True)
+class LinkUse:
+    """Measured use of one link direction: ``tx_bps`` bits/s its sender sent in the last
+    window (None: not measured yet), ``backlog_bytes`` the mean backlog of its qdiscs."""
+
+    tx_bps: float | None
+    backlog_bytes: float = 0.0
+
+
+Usage = Mapping[tuple[str, str], LinkUse]  # (sending node, its ifname) -> use
 
 
 def pids_of_plan(plan: LabPlan, by: PidBy = "site") -> dict[str, str]:
@@ -99,19 +122,27 @@ def network_map(plan: LabPlan, pids: Mapping[str, str]) -> dict[str, Any]:
             "network-map": body}
 
 
-def _hop_value(metric: str, hop: Hop, kind: Mapping[str, str]) -> float | None:
+def _hop_value(metric: str, hop: Hop, kind: Mapping[str, str],
+               usage: Usage | None = None) -> float | None:
     rate = hop.shaping.rate_bps
+    use = usage.get((hop.node, hop.ifname)) if usage is not None else None
     if metric == "hopcount":
         return 0.0 if kind[hop.node] == "switch" else 1.0
     if metric == "routingcost":
         return 1.0 if rate is None else float(max(1, math.ceil(REFERENCE_BPS / rate)))
     if metric == "delay-ow":
-        return hop.shaping.delay_s * 1000.0
-    return None if rate is None else rate / 1000.0
+        queue_ms = use.backlog_bytes * 8 / rate * 1000.0 if use and rate else 0.0
+        return hop.shaping.delay_s * 1000.0 + queue_ms
+    if rate is None:
+        return None
+    if use is not None and use.tx_bps is not None:
+        return max(0.0, rate - use.tx_bps) / 1000.0
+    return rate / 1000.0
 
 
-def _path_cost(metric: str, path: Sequence[Hop], kind: Mapping[str, str]) -> float | None:
-    values = [_hop_value(metric, h, kind) for h in path]
+def _path_cost(metric: str, path: Sequence[Hop], kind: Mapping[str, str],
+               usage: Usage | None = None) -> float | None:
+    values = [_hop_value(metric, h, kind, usage) for h in path]
     if metric == "bw-available":
         known = [v for v in values if v is not None]
         return min(known) if known else None
@@ -129,8 +160,28 @@ def _host_pairs(plan: LabPlan, hosts: Sequence[str]) -> dict[tuple[str, str], li
     return out
 
 
+def host_paths(plan: LabPlan, pids: Mapping[str, str]) -> dict[tuple[str, str], list[Hop]]:
+    """(host, host) -> the route walk's first path for every ordered pair of distinct hosts
+    of ``pids`` (computed once, reused by every refresh of :func:`live_cost_map`). Raises
+    aitb.paths.PathError when a host cannot reach another."""
+    return _host_pairs(plan, sorted(pids))
+
+
+def live_cost_map(plan: LabPlan, pids: Mapping[str, str], metric: str,
+                  vtag: Mapping[str, str], usage: Usage,
+                  paths: Mapping[tuple[str, str], list[Hop]] | None = None) -> dict[str, Any]:
+    """The cost map of ``metric`` (one of :data:`LIVE_METRICS`) under the measured ``usage``
+    ((sending node, ifname) -> :class:`LinkUse`), as in the module docstring's live costs;
+    ``paths`` from :func:`host_paths` (computed here when None). Raises ValueError for
+    another metric."""
+    if metric not in LIVE_METRICS:
+        raise ValueError(f"no live cost for {metric!r}; live: {', '.join(LIVE_METRICS)}")
+    return cost_map(plan, pids, metric, vtag, _pairs=paths, _usage=usage)
+
+
 def cost_map(plan: LabPlan, pids: Mapping[str, str], metric: str, vtag: Mapping[str, str],
-             *, _pairs: Mapping[tuple[str, str], list[Hop]] | None = None) -> dict[str, Any]:
+             *, _pairs: Mapping[tuple[str, str], list[Hop]] | None = None,
+             _usage: Usage | None = None) -> dict[str, Any]:
     """RFC 7285 cost map (``cost-mode`` numerical) of ``metric`` between the PIDs of
     ``pids`` (host -> PID), depending on the network map whose ``meta.vtag`` is ``vtag``.
     Costs as in the module docstring (worst host pair). Raises ValueError for an unknown
@@ -142,7 +193,7 @@ def cost_map(plan: LabPlan, pids: Mapping[str, str], metric: str, vtag: Mapping[
     worst: Callable[[float, float], float] = min if metric == "bw-available" else max
     table: dict[str, dict[str, float]] = {p: {} for p in sorted(set(pids.values()))}
     for (a, b), path in pairs.items():
-        value = _path_cost(metric, path, kind)
+        value = _path_cost(metric, path, kind, _usage)
         if value is None:
             continue
         row = table[pids[a]]

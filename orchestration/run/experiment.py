@@ -144,6 +144,13 @@ def _interval_ok(value: Quantity) -> Quantity:
     return value
 
 
+def _refresh_ok(value: Quantity) -> Quantity:
+    seconds = parse_duration_s(value)
+    if not 0.05 <= seconds <= 60:
+        raise ValueError(f"refresh {value!r} must lie in 50ms..60s")
+    return value
+
+
 class CaptureSpecModel(SpecModel):
     """``capture:`` packet capture during the run (testbed/capture.py): ``interfaces``
     ``bottleneck`` (testbed.capture_select), ``all`` or a list of ``node:ifname``; ``snaplen``
@@ -173,7 +180,9 @@ class AltoSpecModel(SpecModel):
     ``pids`` one PID per ``site`` or per ``rack``; ``metric`` the cost that ``placement:
     {policy: cost_map}``, ``ring_order: cost_map`` and ``hierarchy: cost_map`` minimise;
     ``serve`` also serves them over HTTP from
-    ``node``'s namespace (default: the first host) on ``port`` (orchestration.run.alto_serve)."""
+    ``node``'s namespace (default: the first host) on ``port`` (orchestration.run.alto_serve);
+    ``live`` refreshes the ``bw-available`` and ``delay-ow`` maps from the counters every
+    ``refresh`` during the run (orchestration.run.alto_live; needs ``counters``)."""
 
     model_config = _Forbid
     pids: Literal["site", "rack"] = "site"
@@ -181,6 +190,8 @@ class AltoSpecModel(SpecModel):
     serve: StrictBool = False
     node: str | None = None
     port: Annotated[StrictInt, Field(ge=1, le=65535)] = 8181
+    live: StrictBool = False
+    refresh: Annotated[Duration, AfterValidator(_refresh_ok)] = "500ms"
 
 
 class ExperimentSpec(SpecModel):

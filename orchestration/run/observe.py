@@ -52,8 +52,15 @@ def observe_config(spec: Any, source: str, doc: Any, plan: LabPlan) -> ObserveCo
                                         for i in exc.issues]), doc, source) from None
     cap = CaptureConfig(snaplen_bytes=c.snaplen,
                         rotate_size_bytes=parse_size_bytes(c.rotate_size), files=c.files)
-    counters = SamplerConfig(interval_s=parse_duration_s(k.interval), tcp=k.tcp) \
-        if k.enabled else None
+    live = spec.alto.live
+    if live and not k.enabled:
+        raise with_lines(SpecError(SpecIssue(
+            "live cost maps are computed from the counters: enable counters (counters: "
+            "{enabled: true}) or drop alto.live", file=source, key_path=("alto", "live"))),
+            doc, source)
+    counters = SamplerConfig(interval_s=parse_duration_s(k.interval), tcp=k.tcp,
+                             live_every_s=parse_duration_s(spec.alto.refresh) if live
+                             else None) if k.enabled else None
     return ObserveConfig(tuple(points), cap, counters)
 
 

@@ -27,6 +27,7 @@ from aitb.plan import LabPlan, plan_to_dict
 from aitb.specfile import Ref, line_of, resolve_ref, with_lines
 from aitb.units import UnitError, parse_duration_s, parse_size_bytes
 from orchestration.run.alto_files import write_alto
+from orchestration.run.alto_live import live_alto
 from orchestration.run.alto_serve import server_node, serving_alto
 from orchestration.run.app_run import run_app
 from orchestration.run.build import BuiltWorkload, build_entry
@@ -417,7 +418,9 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
                 manifest["ovs_datapaths"] = dict(lab.ovs_datapaths)
             monitor = FidelityMonitor(prep.plan, lab, progress).before()
             with observing(prep.observe, lab, run_dir, manifest, progress), \
-                    serving_alto(prep.spec.alto, lab, prep.plan, run_dir, manifest, progress):
+                    serving_alto(prep.spec.alto, lab, prep.plan, run_dir, manifest, progress), \
+                    live_alto(prep.spec.alto, prep.plan, run_dir, manifest,
+                              parse_duration_s(prep.spec.alto.refresh), progress):
                 try:
                     with playing_traces(lab, run_dir, manifest, progress):
                         _replay_all(prep, lab, run_dir, lab_id, manifest, progress)

@@ -26,11 +26,14 @@ STOP_TIMEOUT_S = 60.0  # the last sample plus writing the Parquet files
 @dataclass(frozen=True)
 class SamplerConfig:
     """``interval_s``: seconds between samples (default 10 ms); ``tcp``: also TCP_INFO of
-    the sockets in host namespaces; ``max_rows``: cap on rows in all tables."""
+    the sockets in host namespaces; ``max_rows``: cap on rows in all tables; ``live_every_s``:
+    also write the live rates snapshot ``live.json`` this often (testbed.counters.live; None:
+    not)."""
 
     interval_s: float = DEFAULT_INTERVAL_S
     tcp: bool = True
     max_rows: int = DEFAULT_MAX_ROWS
+    live_every_s: float | None = None
 
 
 class CounterSampler:
@@ -53,7 +56,8 @@ class CounterSampler:
         cfg = {"nodes": [[n.name, self.lab.netns_name(n.name),
                           self.config.tcp and n.kind == "host"] for n in plan.nodes],
                "interval_s": self.config.interval_s, "out_dir": str(self.out_dir),
-               "max_rows": self.config.max_rows, "parent_pid": os.getpid()}
+               "max_rows": self.config.max_rows, "parent_pid": os.getpid(),
+               "live_every_s": self.config.live_every_s}
         argv = [sys.executable, "-m", "testbed.counters.main", json.dumps(cfg)]
         log = (self.out_dir / "sampler.log").open("wb")
         try:  # registered by the child itself before exec (no unregistered instant)

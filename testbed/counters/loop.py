@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.counters.live import LiveRates
 from testbed.counters.readers import NamespaceReader
 from testbed.counters.store import Store
 from testbed.counters.tcpdiag import pace_discovery
@@ -33,12 +34,14 @@ DEFAULT_MAX_ROWS = 20_000_000
 @dataclass(frozen=True)
 class LoopConfig:
     """What to sample: ``nodes`` as (node, namespace name, read TCP), every ``interval_s``
-    seconds, rows into ``out_dir``, at most ``max_rows`` rows in all."""
+    seconds, rows into ``out_dir``, at most ``max_rows`` rows in all; with ``live_every_s``
+    also a live rates snapshot ``out_dir/live.json`` that often (testbed.counters.live)."""
 
     nodes: tuple[tuple[str, str, bool], ...]
     interval_s: float
     out_dir: Path
     max_rows: int = DEFAULT_MAX_ROWS
+    live_every_s: float | None = None  # write out_dir/live.json this often (counters.live)
 
 
 def _cpu_s() -> float:
@@ -61,6 +64,8 @@ class Loop:
     def open(self) -> None:
         """Open every namespace's sockets (raises LabError for a missing namespace)."""
         self.store = Store(self.config.out_dir, self.config.max_rows)
+        self.live = None if self.config.live_every_s is None else \
+            LiveRates(self.config.out_dir / "live.json", self.config.live_every_s)
         for node, name, tcp in self.config.nodes:
             r = NamespaceReader(node, name, tcp)
             self.readers.append(r)
@@ -86,6 +91,11 @@ class Loop:
         self.store.add("qdisc", q)
         self.store.add("links", ln)
         self.store.add("tcp", tc)
+        if self.live is not None:
+            self.live.add(ln, q)
+            now = time.time()
+            if self.live.due(now):
+                self.live.write(now)
 
     def run(self, ready: Any, parent_pid: int) -> None:
         """Sample until :attr:`stop` (or the parent process is gone), then once more, so the

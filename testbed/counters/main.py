@@ -1,12 +1,12 @@
 """Entry point of the sampler process: ``python -m testbed.counters.main CONFIG_JSON``.
 
 CONFIG_JSON: {"nodes": [[node, netns, tcp], ...], "interval_s": float, "out_dir": str,
-"max_rows": int, "parent_pid": int}. Prints ``ready`` on stdout after the first sample;
-SIGTERM or SIGINT end the sampling (one last sample is taken); the Parquet files and
-``sampler.json`` are written in every case, also after an error (exit status 1 then).
-The process lowers its own priority (nice 10): on a machine whose cores the emulation already
-saturates, the measurement yields to the traffic it measures, and the achieved interval in
-sampler.json says what that cost.
+"max_rows": int, "parent_pid": int, "live_every_s": float or null (optional)}. Prints
+``ready`` on stdout after the first sample; SIGTERM or SIGINT end the sampling (one last
+sample is taken); the Parquet files and ``sampler.json`` are written in every case, also
+after an error (exit status 1 then). The process lowers its own priority (nice 10): on a
+machine whose cores the emulation already saturates, the measurement yields to the traffic it
+measures, and the achieved interval in sampler.json says what that cost.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ def main(argv: list[str]) -> int:
     cfg = json.loads(argv[0])
     os.nice(_NICE)
     out = Path(cfg["out_dir"])
+    live = cfg.get("live_every_s")
     loop = Loop(LoopConfig(tuple(tuple(n) for n in cfg["nodes"]), float(cfg["interval_s"]),
-                           out, int(cfg["max_rows"])))
+                           out, int(cfg["max_rows"]),
+                           None if live is None else float(live)))
 
     def stop(_sig: int, _frame: object) -> None:
         loop.stop = True

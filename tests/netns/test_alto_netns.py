@@ -157,3 +157,50 @@ def test_hierarchy_cost_map_groups_by_pid(placement_run):
     assert {h for pair in by_site for h in pair} - leaders
     assert {(a, b) for a, b in by_site if a[:3] != b[:3]} == {("dc1-l1-h1", "dc2-l1-h1"),
                                                               ("dc2-l1-h1", "dc1-l1-h1")}
+
+
+@pytest.mark.timeout(900)
+def test_live_cost_map_follows_a_loaded_dci(tmp_path, state_env):
+    from conftest import records
+
+    from aitb.paths import dci_links
+    from aitb.plan import plan_from_dict
+
+    run_dir = _run("alto_live.yaml", tmp_path, state_env)
+    plan = plan_from_dict(json.loads((run_dir / "plan.json").read_text()))
+    (dci,) = [lk for lk in plan.links if lk.name in dci_links(plan)]
+    shaping = dci.egress("dc2-b1")  # the transfer's direction, dc2 -> dc1
+    rate_bps, buffer_bytes = shaping.rate_bps, shaping.buffer.size_bytes
+    (flow,) = records(run_dir, "flows.jsonl")
+    assert (flow["src_node"], flow["dst_node"]) == ("dc2-l1-h1", "dc1-l1-h1")
+    goodput_bps = flow["size_bytes"] * 8 / flow["fct_s"]
+    live = records(run_dir, "alto/live.jsonl")
+    bw = [e for e in live if e["metric"] == "bw-available"]
+    delay = {e["seq"]: e for e in live if e["metric"] == "delay-ow"}
+    inside = [e for e in bw if e["window_s"] is not None
+              and flow["t_start"] <= e["t_s"] - e["window_s"] and e["t_s"] <= flow["t_end"]]
+    before = [e for e in bw if e["t_s"] < flow["t_start"]]
+    assert inside and before
+    # idle, the cost is the configured rate (kbit/s) less the lab's stray packets
+    assert all(e["cost-map"]["dc2"]["dc1"] > 0.99 * rate_bps / 1e3 for e in before)
+    for e in inside:
+        # loaded: the DCI's rate less what the transfer sends over it (at least half its
+        # goodput in any window it fills); the other direction carries only its ACKs
+        assert e["cost-map"]["dc2"]["dc1"] <= (rate_bps - goodput_bps / 2) / 1e3
+        assert e["cost-map"]["dc1"]["dc2"] > 0.9 * rate_bps / 1e3
+        # the one-way delay (configured: 0) gains the bottleneck buffer's queueing, at most
+        # a full buffer's drain time
+        queue_ms = delay[e["seq"]]["cost-map"]["dc2"]["dc1"]
+        assert 0 < queue_ms <= buffer_bytes * 8 / rate_bps * 1e3
+    # served at the lab address while it changed: the app on dc2 saw the cost fall below
+    # half the configured one and come back
+    (log,) = (run_dir / "workloads").glob("0-*/logs/dc2-l1-h1.log")
+    seen = [json.loads(x)["cost"] for x in log.read_text().splitlines() if x.startswith("{")]
+    assert seen[0] > 0.99 * rate_bps / 1e3 and min(seen) < rate_bps / 2e3
+    assert seen[-1] >= rate_bps / 2e3
+    assert "GET /costmap/bw-available" in (run_dir / "alto/server.log").read_text()
+    # after the run alto/ holds the plan's configured maps again
+    doc = json.loads((run_dir / "alto/costmap-bw-available.json").read_text())
+    assert doc["cost-map"]["dc2"]["dc1"] == rate_bps / 1e3
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["alto_live"]["refreshes"] >= len(bw) // 2 > 0

@@ -124,3 +124,77 @@ def test_serving_from_an_unknown_node_is_refused_before_anything_exists(tmp_path
     path.write_text(text.replace("examples/alto_client.py", "x.py"))
     with pytest.raises(SpecError, match="alto.node 'dc9-l1-h1' is not a node"):
         prepare(path)
+
+
+def _dci_hop(plan):
+    from aitb.paths import PathWalker
+
+    path = PathWalker(plan).paths("dc1-l1-h1", str(plan.address_of("dc2-l1-h1")))[0]
+    (hop,) = [h for h in path if h.ifname.startswith("dci")]
+    return hop
+
+
+def test_live_costs_take_the_measured_use_off_the_configured_ones(two_dc):
+    from aitb.alto import LinkUse, host_paths, live_cost_map
+
+    maps = alto_maps(two_dc)
+    vtag = maps.network_map["meta"]["vtag"]
+    paths = host_paths(two_dc, maps.pids)
+    hop = _dci_hop(two_dc)
+    rate = hop.shaping.rate_bps
+    # 7 Gbit/s measured on dc1's DCI direction, and 1 MB queued in front of it
+    usage = {(hop.node, hop.ifname): LinkUse(7e9, 1e6)}
+    bw = costs_of(live_cost_map(two_dc, maps.pids, "bw-available", vtag, usage, paths))
+    assert bw[("dc1", "dc2")] == pytest.approx((rate - 7e9) / 1e3)  # 3 Gbit/s left
+    assert bw[("dc2", "dc1")] == pytest.approx(rate / 1e3)  # the other direction is idle
+    delay = costs_of(live_cost_map(two_dc, maps.pids, "delay-ow", vtag, usage, paths))
+    assert delay[("dc1", "dc2")] == pytest.approx(0.5 + 1e6 * 8 / rate * 1e3)  # + 0.8 ms
+    assert delay[("dc2", "dc1")] == pytest.approx(0.5)
+    # more than the rate measured (HTB's burst): nothing available, never negative; a
+    # direction without a measurement yet keeps its configured rate
+    over = {(hop.node, hop.ifname): LinkUse(rate * 1.01)}
+    assert costs_of(live_cost_map(two_dc, maps.pids, "bw-available", vtag, over, paths))[
+        ("dc1", "dc2")] == 0
+    unmeasured = {(hop.node, hop.ifname): LinkUse(None)}
+    assert costs_of(live_cost_map(two_dc, maps.pids, "bw-available", vtag, unmeasured))[
+        ("dc1", "dc2")] == pytest.approx(rate / 1e3)
+    with pytest.raises(ValueError, match="no live cost for 'hopcount'"):
+        live_cost_map(two_dc, maps.pids, "hopcount", vtag, usage, paths)
+
+
+def test_the_sampler_snapshot_gives_rates_over_its_window(tmp_path):
+    import json
+
+    from orchestration.run.alto_live import usage_of
+    from testbed.counters.live import LiveRates
+
+    live = LiveRates(tmp_path / "live.json", 0.5)
+    link = lambda t, tx: (t, 0.0, "b1", "dci-dc2-1", 0, tx, 0, 0, 0, 0)  # noqa: E731
+    qdisc = lambda t, parent, backlog: (t, 0.0, "b1", "dci-dc2-1", "htb", "1:", parent,  # noqa: E731
+                                        0, 0, 0, 0, 0, backlog, 0)
+    live.add([link(10.0, 1000)], [qdisc(10.0, "root", 0)])
+    assert live.due(10.0)
+    live.write(10.0)
+    first = json.loads((tmp_path / "live.json").read_text())
+    assert first["interfaces"]["b1 dci-dc2-1"]["tx_bps"] is None  # no window yet
+    assert not live.due(10.2)
+    # 1.25 MB in 0.5 s = 20 Mbit/s; backlog: the larger of root and leaf per sample, averaged
+    live.add([link(10.25, 600_000)], [qdisc(10.25, "root", 3000), qdisc(10.25, "1:1", 1000)])
+    live.add([link(10.5, 1_251_000)], [qdisc(10.5, "root", 5000)])
+    assert live.due(10.5)
+    live.write(10.5)
+    snap = json.loads((tmp_path / "live.json").read_text())
+    assert (snap["seq"], snap["t_s"], snap["window_s"]) == (1, 10.5, 0.5)
+    use = usage_of(snap)[("b1", "dci-dc2-1")]
+    assert use.tx_bps == pytest.approx(20e6) and use.backlog_bytes == 4000
+
+
+def test_live_maps_without_counters_are_refused_naming_the_key(tmp_path):
+    from aitb.errors import SpecError
+    from orchestration.run.runner import prepare
+
+    text = (ROOT / "examples/alto_live.yaml").read_text() + "counters: {enabled: false}\n"
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=r"alto\.live.*enable counters"):
+        prepare(path)
