@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import ipaddress
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aitb.plan import LabPlan, LinkPlan
 from aitb.shaping import Shaping
 
 __all__ = ["Hop", "PathError", "PathWalker", "paths", "dci_links", "site_of",
-           "MAX_PATHS"]
+           "MAX_PATHS", "host_addresses", "peer_addresses"]
 
 MAX_PATHS = 256  # ECMP fan-out kept per (node, destination): 16x the generated fabrics' widest
 Ip = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -172,6 +173,58 @@ def paths(plan: LabPlan, src_node: str, dst_ip: str | Ip) -> list[list[Hop]]:
     """:meth:`PathWalker.paths` on a fresh walker of ``plan`` (for one-off questions; build
     a :class:`PathWalker` once for many). Raises :class:`PathError` as that does."""
     return PathWalker(plan).paths(src_node, dst_ip)
+
+
+def host_addresses(plan: LabPlan, node: str) -> list[str]:
+    """The IPv4 traffic addresses of host ``node``: a forwarding host's node address alone,
+    else one per NIC (each link's address, in link order; the first is
+    :meth:`LabPlan.address_of`)."""
+    n = plan.node(node)
+    if n.lo_ipv4 is not None:
+        return [str(n.lo_ipv4.ip)]
+    return [str(ep.ipv4.ip) for lk in plan.links_of(node)
+            for ep in (lk.endpoint(node),) if ep.ipv4 is not None]
+
+
+def peer_addresses(plan: LabPlan, hosts: Iterable[str]
+                   ) -> dict[tuple[str, str], tuple[str, str]]:
+    """(source address, destination address) per ordered pair (src, dst) of distinct
+    ``hosts`` where either has several NICs (:func:`host_addresses`); pairs of one-address
+    hosts are left out (both use :meth:`LabPlan.address_of`).
+
+    The destination is the address of dst's NIC nearest to src: fewest link crossings on the
+    plan's routes (the walk above; addresses src has no route to are skipped), the earlier NIC
+    on a tie (rank i of a server on NIC i reaches NIC i of its peer over rail i, and a GPU
+    reaches a GPU of its own server over their intra-server link). The source is src's
+    address on the interface every path to it leaves by, else its first address (ECMP over
+    several NICs: the kernel picks per flow). Pairs with no route at all are left out (a
+    resolved plan has none). Pure."""
+    names = list(dict.fromkeys(hosts))
+    addrs = {h: host_addresses(plan, h) for h in names}
+    own = {h: {lk.endpoint(h).ifname: str(lk.endpoint(h).ipv4.ip) for lk in plan.links_of(h)
+               if lk.endpoint(h).ipv4 is not None} for h in names}
+    walker = PathWalker(plan)
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for src in names:
+        for dst in names:
+            if src == dst or (len(addrs[src]) < 2 and len(addrs[dst]) < 2) or not addrs[src]:
+                continue
+            best: tuple[int, int, str, list[list[Hop]]] | None = None
+            for i, addr in enumerate(addrs[dst]):
+                try:
+                    found = walker.paths(src, addr)
+                except PathError:
+                    continue
+                cand = (min(len(p) for p in found), i, addr, found)
+                if best is None or cand[:2] < best[:2]:
+                    best = cand
+            if best is None:
+                continue
+            first = {p[0].ifname for p in best[3] if p}
+            src_ip = own[src].get(next(iter(first)), addrs[src][0]) if len(first) == 1 \
+                else addrs[src][0]
+            out[(src, dst)] = (src_ip, best[2])
+    return out
 
 
 def site_of(plan: LabPlan, node: str) -> str | None:

@@ -58,12 +58,16 @@ class RunFailed(Exception):
 
 
 class Controller:
-    """Drives one replay. ``nodes``: host -> lab address; ``options``: a ReplayOptions."""
+    """Drives one replay. ``nodes``: host -> lab address; ``options``: a ReplayOptions;
+    ``pairs``: (src host, dst host) -> (source, destination address) where these differ from
+    ``nodes`` (multi-NIC hosts, traffic_gen.replay)."""
 
     def __init__(self, run_dir: Path, run_id: str, launcher: Launcher,
-                 nodes: Mapping[str, str], options: Any) -> None:
+                 nodes: Mapping[str, str], options: Any,
+                 pairs: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> None:
         self.run_dir, self.run_id, self.launcher = run_dir, run_id, launcher
         self.nodes, self.opt = dict(nodes), options
+        self.pairs = dict(pairs or {})
         self.procs: dict[str, Any] = {}
         self.chans: dict[str, Channel] = {}
         self.q: queue.Queue[tuple[str, dict[str, Any] | None]] = queue.Queue()
@@ -237,27 +241,37 @@ class Controller:
                                                    f"node(s) {', '.join(late)}"))
 
     # -- phases ------------------------------------------------------------------------
+    def ends(self, src: str, dst: str) -> tuple[str, str]:
+        """(source, destination) address of traffic from host ``src`` to host ``dst``."""
+        return self.pairs.get((src, dst), (self.nodes[src], self.nodes[dst]))
+
     def _setup(self, program: Program, placement: Mapping[int, str]) -> None:
         c = self.opt.conns_per_peer
-        allowed = sorted(set(self.nodes.values()))
+        allowed = sorted(set(self.nodes.values()) | {ip for v in self.pairs.values() for ip in v})
         for node, ch in self.chans.items():
             out = [[s, d, k, p] for s, d, p in sorted(program.channels) if placement[s] == node
                    for k in range(c if p == "tcp" else 1)]
             in_tcp = c * sum(1 for s, d, p in program.channels
                              if placement[d] == node and p == "tcp")
-            udp_in = [[s, d] for s, d, p in sorted(program.channels)
+            udp_in = [[s, d, self.ends(placement[s], node)[1]]
+                      for s, d, p in sorted(program.channels)
                       if placement[d] == node and p == "udp"]
             ranks = {str(r): prog for r, prog in program.ranks.items() if placement[r] == node}
+            # every address a peer connects to on this node (its NIC towards that peer)
+            ips = sorted({self.nodes[node]} | {self.ends(n, node)[1] for n in self.nodes})
             ch.send({"type": "setup", "run_id": self.run_id, "node": node,
-                     "ip": self.nodes[node], "allowed": allowed, "ranks": ranks, "out": out,
-                     "in_tcp": in_tcp, "udp_in": udp_in, "options": self.opt.agent_options(),
-                     "kick": self._kick_info()})
+                     "ip": self.nodes[node], "ips": ips, "allowed": allowed, "ranks": ranks,
+                     "out": out, "in_tcp": in_tcp, "udp_in": udp_in,
+                     "options": self.opt.agent_options(), "kick": self._kick_info()})
         ports = self._gather("listening", self.opt.agent_start_timeout_s)
-        rank_ep = {str(r): [self.nodes[n], ports[n]["tcp_port"], n] for r, n in placement.items()
-                   if n in ports}
-        udp_ep = {k: [self.nodes[n], port, n] for n, m in ports.items()
-                  for k, port in m["udp_ports"].items()}
-        for ch in self.chans.values():
+        for me, ch in self.chans.items():  # per sender: [dst ip, port, dst node, src ip]
+            rank_ep = {}
+            for r, n in placement.items():
+                if n in ports:
+                    src_ip, dst_ip = self.ends(me, n)
+                    rank_ep[str(r)] = [dst_ip, ports[n]["tcp_ports"][dst_ip], n, src_ip]
+            udp_ep = {k: [self.ends(me, n)[1], port, n, self.ends(me, n)[0]]
+                      for n, m in ports.items() for k, port in m["udp_ports"].items()}
             ch.send({"type": "peers", "rank_ep": rank_ep, "udp_ep": udp_ep})
         done = self._gather("connected", self.opt.agent_start_timeout_s)
         self.knobs = {n: m["knobs"] for n, m in done.items()}

@@ -31,11 +31,13 @@ _ACCEPT_WAIT_S = 30.0
 
 
 class Endpoints:
-    """Sockets and workers of one agent on node ``node`` with lab address ``ip``."""
+    """Sockets and workers of one agent on node ``node`` with lab address ``ip``, listening on
+    ``ips`` (default: ``ip`` alone; a multi-NIC host: each NIC its peers connect to)."""
 
     def __init__(self, node: str, ip: str, allowed: set[str], shared: Shared,
-                 options: dict[str, Any]) -> None:
+                 options: dict[str, Any], ips: list[str] | None = None) -> None:
         self.node, self.ip, self.allowed, self.shared = node, ip, allowed, shared
+        self.ips = list(ips or [ip])
         self.knobs = TcpKnobs(**options.get("knobs", {}))
         self.udp_payload_bytes = options.get("udp_payload_bytes", 1400)
         self.out: dict[tuple[int, int, str], dict[int, Any]] = {}
@@ -43,44 +45,49 @@ class Endpoints:
         self.udp_socks: dict[tuple[int, int], socket.socket] = {}
         self.accepted = 0
         self.cv = threading.Condition()
-        self.listener: socket.socket | None = None
+        self.listeners: list[socket.socket] = []
         self.inbox = GatherInbox()  # per-round connections of deadline-bounded gathers
         self.rank_ep: dict[str, list[Any]] = {}
         tls = options.get("tls")
         self.tls_server = server_context(tls["cert"], tls["key"]) if tls else None
         self.tls_client = client_context(tls["cert"]) if tls else None
 
-    def listen(self, udp_in: list[list[int]]) -> dict[str, Any]:
-        """Open the TCP listener and the UDP receive sockets; return their ports."""
-        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        apply_knobs(ls, self.knobs)
-        ls.bind((self.ip, 0))
-        ls.listen(1024)
-        self.listener = ls
-        threading.Thread(target=self._accept_loop, daemon=True).start()
+    def listen(self, udp_in: list[list[Any]]) -> dict[str, Any]:
+        """Open a TCP listener per address of :attr:`ips` and the UDP receive sockets
+        (``[src rank, dst rank, address]``, the address ``ip`` when absent); return their
+        ports: ``tcp_ports`` address -> port, ``udp_ports`` "src,dst" -> port."""
+        tcp_ports = {}
+        for ip in self.ips:
+            ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            apply_knobs(ls, self.knobs)
+            ls.bind((ip, 0))
+            ls.listen(1024)
+            self.listeners.append(ls)
+            tcp_ports[ip] = ls.getsockname()[1]
+            threading.Thread(target=self._accept_loop, args=(ls,), daemon=True).start()
         udp_ports = {}
-        for src, dst in udp_in:
+        for src, dst, *at in udp_in:
+            ip = at[0] if at else self.ip
             us = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             us.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-            us.bind((self.ip, 0))
+            us.bind((ip, 0))
             self.udp_socks[(src, dst)] = us
-            info = {"dst_node": self.node, "dst_ip": self.ip, "dport": us.getsockname()[1]}
+            info = {"dst_node": self.node, "dst_ip": ip, "dport": us.getsockname()[1]}
             self._add(self.inn, (src, dst, "udp"), 0,
                       UdpReceiver(us, self.shared, info, self.udp_payload_bytes))
             udp_ports[f"{src},{dst}"] = us.getsockname()[1]
-        return {"tcp_port": ls.getsockname()[1], "udp_ports": udp_ports}
+        return {"tcp_ports": tcp_ports, "udp_ports": udp_ports}
 
     def _add(self, table: dict, key: tuple, idx: int, worker: Any) -> None:
         worker.start()
         with self.cv:
             table.setdefault(key, {})[idx] = worker
 
-    def _accept_loop(self) -> None:
-        assert self.listener is not None
+    def _accept_loop(self, listener: socket.socket) -> None:
         while True:
             try:
-                s, _ = self.listener.accept()
+                s, _ = listener.accept()
                 src, dst, c = _HEADER.unpack(recv_exact(s, _HEADER.size, "the header"))
                 if c == GATHER_CONN:
                     self.inbox.put(s, src)
@@ -91,8 +98,8 @@ class Endpoints:
                     s, tls = wrap_server(s, self.tls_server)
             except OSError:  # ssl.SSLError is one
                 return
-            peer = s.getpeername()
-            info = {"dst_node": self.node, "dst_ip": self.ip, "dport": s.getsockname()[1],
+            peer, here = s.getpeername(), s.getsockname()
+            info = {"dst_node": self.node, "dst_ip": here[0], "dport": here[1],
                     "src_ip": peer[0], "sport": peer[1], **tls}
             self._add(self.inn, (src, dst, "tcp"), c, TcpReceiver(s, self.shared, info))
             with self.cv:
@@ -113,9 +120,10 @@ class Endpoints:
             if proto == "udp":
                 self._connect_udp(src, dst, *udp_ep[f"{src},{dst}"])
                 continue
-            ip, port, dst_node = rank_ep[str(dst)]
+            ip, port, dst_node, *src_ip = rank_ep[str(dst)]
             knobs.append({"src_rank": src, "dst_rank": dst, "conn": c,
-                          **self._connect_tcp(src, dst, c, ip, port, dst_node)})
+                          **self._connect_tcp(src, dst, c, ip, port, dst_node,
+                                              src_ip[0] if src_ip else self.ip)})
         with self.cv:
             if not self.cv.wait_for(lambda: self.accepted >= in_tcp, _ACCEPT_WAIT_S):
                 raise OSError(f"node {self.node}: only {self.accepted} of {in_tcp} incoming "
@@ -123,10 +131,11 @@ class Endpoints:
         return knobs
 
     def _connect_tcp(self, src: int, dst: int, c: int, ip: str, port: int,
-                     dst_node: str) -> dict[str, Any]:
+                     dst_node: str, src_ip: str) -> dict[str, Any]:
         self._check(ip)
+        self._check(src_ip)
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((self.ip, 0))
+        s.bind((src_ip, 0))
         readback = apply_knobs(s, self.knobs)
         s.settimeout(_ACCEPT_WAIT_S)
         s.connect((ip, port))
@@ -134,19 +143,22 @@ class Endpoints:
         tls: dict[str, Any] = {}
         if self.tls_client is not None:
             s, tls = wrap_client(s, self.tls_client)
-        info = {"src_node": self.node, "dst_node": dst_node, "src_ip": self.ip,
+        info = {"src_node": self.node, "dst_node": dst_node, "src_ip": src_ip,
                 "sport": s.getsockname()[1], "dst_ip": ip, "dport": port, **tls}
         self._add(self.out, (src, dst, "tcp"), c,
                   TcpSender(s, self.shared, info, str(readback["congestion_control"]),
                             conn_id=f"{src}/{dst}/{c}"))
         return readback
 
-    def _connect_udp(self, src: int, dst: int, ip: str, port: int, dst_node: str) -> None:
+    def _connect_udp(self, src: int, dst: int, ip: str, port: int, dst_node: str,
+                     src_ip: str | None = None) -> None:
+        src_ip = src_ip or self.ip
         self._check(ip)
+        self._check(src_ip)
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind((self.ip, 0))
+        s.bind((src_ip, 0))
         s.connect((ip, port))
-        info = {"src_node": self.node, "dst_node": dst_node, "src_ip": self.ip,
+        info = {"src_node": self.node, "dst_node": dst_node, "src_ip": src_ip,
                 "sport": s.getsockname()[1], "dst_ip": ip, "dport": port}
         self._add(self.out, (src, dst, "udp"), 0,
                   UdpSender(s, self.shared, info, self.udp_payload_bytes))
@@ -180,8 +192,8 @@ class Endpoints:
 
     def close(self) -> None:
         """Stop the workers and close every socket."""
-        if self.listener is not None:
-            self.listener.close()
+        for ls in self.listeners:
+            ls.close()
         for table in (self.out, self.inn):
             for conns in table.values():
                 for w in conns.values():

@@ -129,10 +129,10 @@ def run_src(rank: int, node: str, op: dict[str, Any], eps: Any, shared: Shared,
     model, train (``compute_s``), upload, wait for acceptance. Being cut off is an outcome,
     not a failure: the connection is reset and the rank moves on. Raises Abort if the run
     is aborted, OSError for a connection that cannot be opened."""
-    ip, port, root_node = eps.rank_ep[str(op["root"])]
+    ip, port, root_node, *src_ip = eps.rank_ep[str(op["root"])]
     eps._check(ip)  # agents connect only to lab addresses
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind((eps.ip, 0))
+    s.bind((src_ip[0] if src_ip else eps.ip, 0))
     apply_knobs(s, eps.knobs)
     s.settimeout(shared.transfer_timeout_s)
     s.connect((ip, port))

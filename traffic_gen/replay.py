@@ -117,11 +117,35 @@ def _check_inputs(schedule: Schedule, placement: Mapping[int, str],
         raise SpecError(issues)
 
 
+def _check_pairs(pairs: Mapping[tuple[str, str], tuple[str, str]],
+                 addresses: Mapping[str, str]) -> None:
+    issues = []
+    for (src, dst), ips in sorted(pairs.items()):
+        where = ["pair_addresses", f"{src}->{dst}"]
+        if src not in addresses or dst not in addresses:
+            issues.append(SpecIssue(f"pair {src} -> {dst} names a host without a lab address",
+                                    key_path=where))
+            continue
+        for ip in ips:
+            try:
+                ipaddress.IPv4Address(ip)
+            except ValueError:
+                issues.append(SpecIssue(f"pair {src} -> {dst}: {ip!r} is not an IPv4 address",
+                                        key_path=where))
+    if issues:
+        raise SpecError(issues)
+
+
 def replay(schedule: Schedule, placement: Mapping[int, str], launcher: Launcher,
            run_dir: Path, addresses: Mapping[str, str],
-           options: ReplayOptions | None = None) -> ReplayResult:
+           options: ReplayOptions | None = None,
+           pair_addresses: Mapping[tuple[str, str], tuple[str, str]] | None = None
+           ) -> ReplayResult:
     """Replay ``schedule`` with ranks placed by ``placement`` (rank -> host) on hosts reachable
     at ``addresses`` (host -> lab IPv4; agents bind it and connect only to these).
+    ``pair_addresses``: (src host, dst host) -> (source, destination IPv4) for the pairs that
+    use other addresses (multi-NIC hosts, :func:`aitb.paths.peer_addresses`): src's agent
+    binds the source and connects to the destination, on which dst's agent listens.
 
     Raises SpecError before any process starts for an unplaced rank, a host without address,
     an unknown algorithm (listing the known ones) or a bad option. A failure while running
@@ -133,11 +157,14 @@ def replay(schedule: Schedule, placement: Mapping[int, str], launcher: Launcher,
     options = options or ReplayOptions()
     if options.tls and options.start_mode == "kick":  # the starter's plain bytes would break
         options = replace(options, start_mode="sleep")  # the TLS stream: senders wake alone
+    pairs = dict(pair_addresses or {})
     _check_inputs(schedule, placement, addresses, options)
+    _check_pairs(pairs, addresses)
     program = compile_program(schedule, placement, options.sites, options.stragglers)
     run_dir.mkdir(parents=True, exist_ok=True)
     nodes = {h: addresses[h] for h in sorted({placement[r] for r in program.ranks})}
-    ctl = Controller(run_dir, options.run_id, launcher, nodes, options)
+    ctl = Controller(run_dir, options.run_id, launcher, nodes, options,
+                     {k: v for k, v in pairs.items() if k[0] in nodes and k[1] in nodes})
     writer = RecordWriter(run_dir)
     failures: tuple[FailureRecord, ...] = ()
     try:

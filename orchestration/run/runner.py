@@ -22,7 +22,7 @@ from typing import Any
 
 import topologies
 from aitb.errors import AitbError, LabError, SpecError, SpecIssue
-from aitb.paths import PathError
+from aitb.paths import PathError, peer_addresses
 from aitb.plan import LabPlan, plan_to_dict
 from aitb.specfile import Ref, line_of, resolve_ref, with_lines
 from aitb.units import UnitError, parse_duration_s, parse_size_bytes
@@ -258,6 +258,9 @@ def _merge_records(run_dir: Path) -> None:
 def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
                 manifest: dict[str, Any], progress: Progress) -> None:
     addresses = {h.name: str(prep.plan.address_of(h.name)) for h in prep.plan.hosts()}
+    # multi-NIC hosts: each peer over the NIC nearest to it (aitb.paths.peer_addresses)
+    pairs = peer_addresses(prep.plan, sorted({h for w in prep.workloads if w.app is None
+                                              for h in w.placement.values()}))
 
     def replay_one(i: int) -> ReplayResult:
         w = prep.workloads[i]
@@ -266,7 +269,8 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
             return run_app(lab, w.app, part, run_dir, lab_id)
         opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers,
                                    sites=w.sites or prep.options.sites)
-        return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts)
+        return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts,
+                      pairs)
 
     for group in start_groups(prep.spec.workloads):  # start: with_previous -> concurrent
         for i in group:

@@ -26,8 +26,11 @@ def rail_optimized(servers: int = Field(default=4, ge=1, le=128),
     (the NVSwitch) linked to each of its GPUs (``intra``), so GPUs of one server talk through
     it and GPUs of the same rail through their rail leaf; other pairs cross a spine.
 
-    aitb hosts have one address per link and do not forward, so a server is modelled as its
-    GPUs (one host per NIC, rank i of a server on NIC i by placing rank i on ``s<k>g<i>``).
+    A server is modelled as its GPUs: host ``s<k>g<i>`` has GPU i's rail NIC and its
+    NVLink port, one address each; rank i of a server goes on NIC i by placing it on
+    ``s<k>g<i>``. Replay reaches every peer over the NIC nearest to it
+    (:func:`aitb.paths.peer_addresses`): GPUs of one server over the NVSwitch, the same GPU
+    of two servers over their rail leaf, others over rail and spine.
     """
     b = Builder()
     spine_names = [b.node(f"sp{k}", "router", ecmp_hash=ecmp_hash)

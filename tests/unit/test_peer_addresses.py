@@ -1,0 +1,79 @@
+"""Multi-NIC hosts: one address per NIC, each peer reached over the NIC nearest to it
+(aitb.paths.peer_addresses), and replay's check of the pairs it is given."""
+
+from __future__ import annotations
+
+import pytest
+from topo_helpers import load
+
+from aitb.errors import SpecError
+from aitb.paths import host_addresses, paths, peer_addresses
+from aitb.schedule import Collective, Group, Schedule
+from topologies import generate
+from traffic_gen import replay
+from traffic_gen.launch import LocalLauncher
+
+
+def _addr(plan, node, peer):
+    (lk,) = [lk for lk in plan.links_of(node) if peer in (lk.a.node, lk.b.node)]
+    return str(lk.endpoint(node).ipv4.ip)
+
+
+def test_rail_gpus_reach_their_server_over_nvlink_and_other_servers_over_their_rail():
+    plan = generate("rail_optimized", servers=2, rails=2, spines=1)
+    hosts = [h.name for h in plan.hosts()]
+    assert host_addresses(plan, "s1g1") == [_addr(plan, "s1g1", "rail1"),
+                                            _addr(plan, "s1g1", "s1nv")]
+    pairs = peer_addresses(plan, hosts)
+    assert len(pairs) == 12  # every ordered pair: every GPU has two NICs
+    assert pairs[("s1g1", "s1g2")] == (_addr(plan, "s1g1", "s1nv"), _addr(plan, "s1g2", "s1nv"))
+    assert pairs[("s1g1", "s2g1")] == (_addr(plan, "s1g1", "rail1"),
+                                       _addr(plan, "s2g1", "rail1"))
+    # another rail of another server: its rail NIC (its NVSwitch is only for its own GPUs)
+    assert pairs[("s1g1", "s2g2")] == (_addr(plan, "s1g1", "rail1"),
+                                       _addr(plan, "s2g2", "rail2"))
+    (path,) = paths(plan, "s1g1", pairs[("s1g1", "s1g2")][1])
+    assert [h.node for h in path] == ["s1g1", "s1nv"]
+
+
+def test_the_first_nic_wins_a_tie_and_single_nic_pairs_are_left_out(tmp_path):
+    plan = load(tmp_path, """\
+        name: t
+        nodes:
+          a: {kind: host}
+          b: {kind: host}
+          c: {kind: host}
+          r1: {kind: router}
+          r2: {kind: router}
+        links:
+          - endpoints: [a, r1]
+          - endpoints: [b, r1]
+          - endpoints: [b, r2]
+          - endpoints: [c, r2]
+          - endpoints: [r1, r2]
+        """)
+    pairs = peer_addresses(plan, ["a", "b", "c"])
+    assert ("a", "c") not in pairs and ("c", "a") not in pairs  # one NIC each
+    assert pairs[("a", "b")] == (_addr(plan, "a", "r1"), _addr(plan, "b", "r1"))
+    assert pairs[("c", "b")] == (_addr(plan, "c", "r2"), _addr(plan, "b", "r2"))
+    assert pairs[("b", "a")] == (_addr(plan, "b", "r1"), _addr(plan, "a", "r1"))
+
+
+def test_a_forwarding_host_keeps_its_node_address():
+    plan = generate("torus", dims=[3, 3], direct=True)
+    assert host_addresses(plan, "t1-1") == [str(plan.address_of("t1-1"))]
+    assert peer_addresses(plan, [h.name for h in plan.hosts()]) == {}
+
+
+def test_replay_refuses_bad_pair_addresses_before_starting_anything(tmp_path):
+    sched = Schedule("s", 2, {"g": Group("g", "dp", (0, 1))},
+                     (Collective("all_reduce", "g", 1024),))
+    addrs = {"h1": "198.18.0.1", "h2": "198.18.0.2"}
+    with pytest.raises(SpecError) as info:
+        replay(sched, {0: "h1", 1: "h2"}, LocalLauncher(), tmp_path / "run", addrs,
+               pair_addresses={("h1", "h2"): ("198.18.0.1", "nic0"),
+                               ("h1", "ghost"): ("198.18.0.1", "198.18.0.9")})
+    text = str(info.value)
+    assert "h1 -> h2: 'nic0' is not an IPv4 address" in text
+    assert "h1 -> ghost names a host without a lab address" in text
+    assert not (tmp_path / "run").exists()
