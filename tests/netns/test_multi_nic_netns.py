@@ -6,12 +6,16 @@ crosses a spine (interface counters)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from conftest import records, run_ok
 from pyroute2 import IPRoute
 
 from aitb.paths import peer_addresses
 from aitb.records import FlowRecord
 from aitb.schedule import Collective, Group, Schedule
+from orchestration.run.runner import prepare
 from topologies import generate
 from traffic_gen import replay
 from traffic_gen.jsonl import read_records
@@ -63,3 +67,19 @@ def test_rail_server_all_reduce_stays_on_nvlink_and_rail_traffic_on_its_leaf(lab
     by_pair = {(f.src_node, f.dst_node): (f.src_ip, f.dst_ip) for f in flows}
     for pair in (("s1g1", "s1g2"), ("s1g2", "s1g1"), ("s1g1", "s2g1"), ("s2g1", "s1g1")):
         assert by_pair[pair] == pairs[pair], pair  # records carry the NICs that were used
+
+
+def test_aitb_run_of_the_rail_example_uses_nvlink_for_tp_and_the_rail_for_dp(tmp_path,
+                                                                              state_env):
+    example = Path(__file__).resolve().parents[2] / "examples" / "rail_tp_dp.yaml"
+    plan = prepare(example).plan
+    run_dir = run_ok(example, tmp_path / "results", state_env)
+    flows = records(run_dir, "flows.jsonl")
+    nv = {str(ep.ipv4.ip) for lk in plan.links if lk.b.node.endswith("nv") for ep in (lk.a, lk.b)}
+    rail1 = {str(ep.ipv4.ip) for lk in plan.links if lk.b.node == "rail1"
+             for ep in (lk.a,)}
+    tp = [f for f in flows if f["workload"] == "tp"]
+    dp = [f for f in flows if f["workload"] == "dp"]
+    assert len(tp) >= 4 and len(dp) >= 2
+    assert all(f["src_ip"] in nv and f["dst_ip"] in nv for f in tp), tp[0]
+    assert all(f["src_ip"] in rail1 and f["dst_ip"] in rail1 for f in dp), dp[0]
