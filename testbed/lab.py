@@ -27,6 +27,7 @@ from testbed import (
     apps,
     containers,
     delay_backends,
+    faults,
     kernel,
     netns,
     ovs_datapath,
@@ -113,6 +114,7 @@ class Lab:
         # one netlink request at a time per socket: the trace player (testbed/trace_player.py)
         # changes shaping from its thread while the runner reads counters (inspect.describe)
         self.netlink_lock = threading.RLock()
+        self.down_links: set[str] = set()  # links set down by testbed/faults.py, not yet up
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Lab:
@@ -436,6 +438,12 @@ class Lab:
         """Start several applications (one :class:`testbed.apps.AppRequest` each) as close
         together as possible, like :meth:`exec_app`; see :func:`testbed.apps.start_apps`."""
         return apps.start_apps(self, requests)
+
+    def set_links(self, names: Sequence[str], up: bool) -> dict[str, Any]:
+        """Set both ends of links ``names`` down or ``up``; on up, restore the plan's routes
+        through them and read them back. Returns what was done; raises LabError naming the
+        link or node. See :func:`testbed.faults.set_links`."""
+        return faults.set_links(self, names, up)
 
     def set_shaping(self, link_name: str, direction: str, shaping: Shaping,
                     read_back: bool = True) -> None:

@@ -21,7 +21,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from aitb.plan import LinkPlan
 from testbed.layout import BRIDGE, Layout
 
-__all__ = ["veth_msg", "setlink_msg", "bridge_msg", "ifb_msg", "RTM_NEWLINK", "RTM_GETLINK",
+__all__ = ["veth_msg", "setlink_msg", "updown_msg", "bridge_msg", "ifb_msg", "RTM_NEWLINK", "RTM_GETLINK",
            "IFF_UP", "link_state"]
 
 RTM_NEWLINK, RTM_GETLINK = 16, 18
@@ -64,6 +64,17 @@ def setlink_msg(index: int, alias: str, master: int | None = None) -> ifinfmsg:
     if master is not None:
         attrs.append(["IFLA_MASTER", master])
     return _ifmsg(index, True, attrs)
+
+
+def updown_msg(index: int, up: bool) -> ifinfmsg:
+    """Set interface ``index`` administratively up or down (IFF_UP in ``change``), nothing
+    else (testbed/faults.py: a link that fails and comes back)."""
+    m = ifinfmsg()
+    m["index"] = index
+    m["flags"] = IFF_UP if up else 0
+    m["change"] = IFF_UP
+    m["attrs"] = []
+    return m
 
 
 def bridge_msg(index: int, stp: bool) -> ifinfmsg:

@@ -60,7 +60,14 @@ def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, 
     to the backlog of the CPU that transmits it, and an HTB dequeues from the sender's CPU or
     from its watchdog timer on another one, so one flow's packets were processed by two CPUs
     at once and arrived reordered (spurious retransmissions, D-SACKs, with no drop anywhere).
-    RPS steers each flow by its hash to one CPU, which keeps it in order."""
+    RPS steers each flow by its hash to one CPU, which keeps it in order.
+
+    Links that fail (testbed/faults.py), on hosts and routers: a multipath next hop whose
+    link lost its carrier is skipped (``ignore_routes_with_linkdown``, all and default: the
+    kernel ORs them; without it the kernel keeps hashing flows onto a dead peer's veth), as is
+    one whose neighbour entry failed (``net.ipv4.fib_multipath_use_neigh``); IPv6 addresses
+    stay on an interface that goes down (``keep_addr_on_down``; else a link that comes back
+    has none)."""
     req: dict[str, str] = {}
     opt: dict[str, str] = {RPS_DEFAULT_MASK: all_cpus_mask()}
     if node.kind == "switch":
@@ -69,15 +76,26 @@ def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, 
         fwd = "1" if node.kind == "router" or node.forward else "0"
         req["net.ipv4.ip_forward"] = fwd
         req["net.ipv4.fib_multipath_hash_policy"] = "1" if node.ecmp_hash == "l4" else "0"
+        req.update(_LINK_FAULTS_V4)
         if ipv6:
             req["net.ipv6.conf.all.forwarding"] = fwd
             req["net.ipv6.fib_multipath_hash_policy"] = req["net.ipv4.fib_multipath_hash_policy"]
+            req.update(_LINK_FAULTS_V6)
     if ipv6:
         req["net.ipv6.conf.default.accept_dad"] = "0"
     if node.tcp_congestion_control:
         req["net.ipv4.tcp_congestion_control"] = node.tcp_congestion_control
     req.update(node.sysctls)
     return req, opt
+
+
+_LINK_FAULTS_V4 = {"net.ipv4.conf.all.ignore_routes_with_linkdown": "1",
+                   "net.ipv4.conf.default.ignore_routes_with_linkdown": "1",
+                   "net.ipv4.fib_multipath_use_neigh": "1"}
+_LINK_FAULTS_V6 = {"net.ipv6.conf.all.ignore_routes_with_linkdown": "1",
+                   "net.ipv6.conf.default.ignore_routes_with_linkdown": "1",
+                   "net.ipv6.conf.all.keep_addr_on_down": "1",
+                   "net.ipv6.conf.default.keep_addr_on_down": "1"}
 
 
 def _write(node: str, key: str, value: str, required: bool) -> None:

@@ -75,6 +75,9 @@ def test_node_sysctls():
     assert req["net.ipv4.ip_forward"] == "1" and req["net.ipv6.conf.all.forwarding"] == "1"
     assert req["net.ipv4.fib_multipath_hash_policy"] == "1" and req["net.ipv4.tcp_ecn"] == "1"
     assert req["net.ipv6.conf.default.accept_dad"] == "0"
+    # multipath next hops on a link without carrier are skipped; IPv6 addresses survive down
+    assert req["net.ipv4.conf.all.ignore_routes_with_linkdown"] == "1"
+    assert req["net.ipv6.conf.all.keep_addr_on_down"] == "1"
     req, opt = node_sysctls(NodePlan("s", "switch"), ipv6=False)
     assert not req and opt["net.bridge.bridge-nf-call-iptables"] == "0"
     assert opt[RPS_DEFAULT_MASK] == all_cpus_mask()  # every node, hosts and switches
