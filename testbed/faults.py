@@ -12,7 +12,10 @@ failed (``fib_multipath_use_neigh``).
 
 On up, every planned route of the two end nodes that has a next hop on a returning link is
 replaced by the plan's route restricted to the next hops whose links are up (the full route
-once all are), then dumped and compared: same next hops, none flagged dead or linkdown.
+once all are), then dumped and compared: same next hops, none flagged dead or linkdown once
+the kernel's linkwatch has seen the carrier (polled for at most CARRIER_WAIT_S; a dump flags
+a next hop without carrier dead too where ignore_routes_with_linkdown is on,
+fib_nexthop_info).
 A node with ``rto_min`` also gets its connected routes on those links back with the metric
 (the kernel re-adds them without it). Needs root; every request goes under the lab's
 netlink lock (the counter reader and the trace player share the sockets).
@@ -22,8 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
@@ -40,13 +44,13 @@ from testbed.routes import (
     route_msg,
 )
 
-if TYPE_CHECKING:
-    from testbed.lab import Lab
+Lab = Any  # testbed.lab.Lab, which calls this module (no import back: no cycle)
 
 __all__ = ["set_links", "restore_routes", "RTNH_F_DEAD", "RTNH_F_LINKDOWN"]
 
 RTNH_F_DEAD, RTNH_F_LINKDOWN = 1, 16  # include/uapi/linux/rtnetlink.h
 RT_TABLE_MAIN = 254
+CARRIER_WAIT_S = 0.5  # longest wait for the kernel to see a returned link's carrier
 
 
 def _links(lab: Lab, names: Iterable[str]) -> list[LinkPlan]:
@@ -83,7 +87,7 @@ def set_links(lab: Lab, names: Sequence[str], up: bool) -> dict[str, Any]:
             lab.down_links.update(lk.name for lk in links)
         done: dict[str, Any] = {"links": [lk.name for lk in links]}
         if up:
-            done["routes"] = restore_routes(lab, links)
+            done["routes"] = restore_routes(lab, links, done)
     return done
 
 
@@ -92,16 +96,20 @@ def _live(route: Route, ifnames_down: set[str]) -> Route | None:
     return dataclasses.replace(route, nexthops=hops) if hops else None
 
 
-def restore_routes(lab: Lab, links: Sequence[LinkPlan]) -> dict[str, list[str]]:
+def restore_routes(lab: Lab, links: Sequence[LinkPlan], times: dict[str, Any] | None = None
+                   ) -> dict[str, list[str]]:
     """Re-add the routes of the end nodes of ``links`` that go through them (restricted to
     next hops on links that are up, see the module docstring) and read them back. Returns
-    node -> the destinations restored. Raises LabError listing every difference."""
+    node -> the destinations restored; ``times`` (if given) gets ``acked_unix_s``, when the
+    kernel had acked every route (seconds since the epoch; the read-back waits for the
+    carrier after it). Raises LabError listing every difference."""
     touched = {ep.node: set() for lk in links for ep in (lk.a, lk.b)}
     for lk in links:
         for ep in (lk.a, lk.b):
             touched[ep.node].add(ep.ifname)
     out: dict[str, list[str]] = {}
     problems: list[str] = []
+    batches = []
     for node, ifnames in touched.items():
         n = lab.plan.node(node)
         down = {lk.endpoint(node).ifname for lk in lab.plan.links_of(node)
@@ -131,7 +139,21 @@ def restore_routes(lab: Lab, links: Sequence[LinkPlan]) -> dict[str, list[str]]:
             batch.add(route_msg(live, layout, n.rto_min_s), RTM_NEWROUTE,
                       F_CREATE | F_REPLACE, f"node {node}: restore route {route.dst}")
         batch.commit()
-        problems += _read_back(node, layout, sock, wanted)
+        batches.append((node, layout, sock, wanted))
+    if times is not None:
+        times["acked_unix_s"] = time.time()
+    for node, layout, sock, wanted in batches:
+        # the carrier of a veth end that came up is announced by the kernel's linkwatch
+        # work, a moment later: until then its next hops are flagged linkdown (skipped)
+        deadline = time.monotonic() + CARRIER_WAIT_S
+        while True:
+            bad, linkdown = _read_back(node, layout, sock, wanted)
+            if bad or not linkdown or time.monotonic() > deadline:
+                break
+            time.sleep(0.0005)
+        problems += bad + [f"node {node}: route {d} still has a next hop flagged dead "
+                           f"or without carrier "
+                           f"{CARRIER_WAIT_S:g} s after the link came up" for d in linkdown]
         out[node] = [str(r.dst) for r in wanted]
     if problems:
         raise LabError("routes after link up differ from the plan:\n  " + "\n  ".join(problems))
@@ -147,9 +169,10 @@ def _hop_flags(m: Any) -> int:
 
 
 def _read_back(node: str, layout: Any, sock: socket.socket, wanted: Sequence[Route]
-               ) -> list[str]:
+               ) -> tuple[list[str], list[str]]:
+    """(differences from ``wanted``, destinations with a next hop flagged linkdown)."""
     if not wanted:
-        return []
+        return [], []
     got: dict[str, tuple[Any, int]] = {}
     for family in sorted({socket.AF_INET6 if r.dst.version == 6 else socket.AF_INET
                           for r in wanted}):
@@ -159,13 +182,13 @@ def _read_back(node: str, layout: Any, sock: socket.socket, wanted: Sequence[Rou
             if m["table"] == RT_TABLE_MAIN:
                 dst, hops = dumped_route_key(m)
                 got[dst] = (hops, _hop_flags(m))
-    out = []
+    out, linkdown = [], []
     for r in wanted:
         dst, hops = route_key(r, layout)
         have, flags = got.get(dst, (None, 0))
         if have != hops:
             out.append(f"node {node}: route {dst} has next hops {sorted(have or [])}, "
                        f"planned {sorted(hops)}")
-        elif flags & (RTNH_F_DEAD | RTNH_F_LINKDOWN):
-            out.append(f"node {node}: route {dst} has a next hop flagged dead/linkdown")
-    return out
+        elif flags & (RTNH_F_DEAD | RTNH_F_LINKDOWN):  # a dump flags a linkdown hop dead
+            linkdown.append(dst)  # too where ignore_routes_with_linkdown is on
+    return out, linkdown

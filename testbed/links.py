@@ -21,8 +21,8 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from aitb.plan import LinkPlan
 from testbed.layout import BRIDGE, Layout
 
-__all__ = ["veth_msg", "setlink_msg", "updown_msg", "bridge_msg", "ifb_msg", "RTM_NEWLINK", "RTM_GETLINK",
-           "IFF_UP", "link_state"]
+__all__ = ["veth_msg", "setlink_msg", "updown_msg", "bridge_msg", "ifb_msg", "RTM_NEWLINK",
+           "RTM_GETLINK", "IFF_UP", "link_state"]
 
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 IFF_UP = 0x1

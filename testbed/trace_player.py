@@ -9,12 +9,24 @@ the start), and the values. One thread applies the steps of all traces in time o
 it falls behind (a change takes longer than the gap to the next step: bench/trace_timing.py),
 a direction's steps that are already superseded by a later due one are recorded as
 ``skipped`` and not applied, so lateness does not pile up.
+
+The same thread plays an experiment's ``events:`` (:class:`aitb.events.EventAction`: links
+down and up through testbed/faults.py, reshaping through set_shaping), one scheduler on one
+clock: each action is one line of ``events.jsonl`` with its planned, began and applied time
+(seconds after the start; applied = done and read back; a link up also has ``acked_t_s``,
+when the kernel had acked its routes, before the read-back waited for the carrier).
+Actions anchored to a workload are scheduled when the runner says that workload (or one of
+its iterations) started (:meth:`TracePlayer.anchor`). Events are never skipped: one that is
+late is applied late and its record says by how much; a failed one is recorded and the
+others still run. The last millisecond before an instant is spun on the clock (a sleeping thread
+woke up to a few 100 us late here: bench/event_timing.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 import json
 import threading
 import time
@@ -24,15 +36,17 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from aitb.errors import AitbError, LabError
+from aitb.events import EventAction
 from aitb.shaping import Shaping
 from aitb.trace import LinkTrace, TraceStep
 
 if TYPE_CHECKING:
     from testbed.lab import Lab
 
-__all__ = ["PlannedChange", "planned_changes", "TracePlayer", "TRACE_RECORDS"]
+__all__ = ["PlannedChange", "planned_changes", "TracePlayer", "TRACE_RECORDS", "SPIN_S"]
 
 TRACE_RECORDS = "link_trace.jsonl"
+SPIN_S = 0.001  # the last part of a wait spun on the clock instead of slept
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,83 +101,134 @@ def _values(s: Shaping) -> dict[str, Any]:
 
 
 class TracePlayer:
-    """Applies the traces of ``lab.plan`` (or ``traces``) from :meth:`start` to :meth:`stop`,
-    writing one record per applied step to ``out`` (``link_trace.jsonl`` of the run).
+    """Applies the traces of ``lab.plan`` (or ``traces``) and the ``events`` from :meth:`start`
+    to :meth:`stop`, writing one record per applied step to ``out`` (``link_trace.jsonl`` of
+    the run) and one per event action to ``events_out`` (``events.jsonl``).
 
     clock: seconds since the epoch (default :func:`time.time`, the run's clock); sleep: waits
-    that many seconds (default: until then or :meth:`stop`; tests pass a fake). A failed
-    change (LabError from set_shaping) ends the playing; it is in :attr:`errors` and in the
-    records. Side effects: a thread; changes the lab's qdiscs and plan.json; writes ``out``.
+    that many seconds (default: until then, :meth:`stop` or a new anchor; tests pass a fake).
+    A failed trace change (LabError from set_shaping) ends the playing; a failed event action
+    does not; both are in :attr:`errors` and in the records. Side effects: a thread; changes
+    the lab's links, routes, qdiscs and plan.json; writes ``out`` and ``events_out``.
     """
 
     def __init__(self, lab: Lab, out: Path, traces: Sequence[LinkTrace] | None = None,
                  clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] | None = None) -> None:
+                 sleep: Callable[[float], None] | None = None,
+                 events: Sequence[EventAction] = (), events_out: Path | None = None) -> None:
         self.lab = lab
         self.traces = tuple(lab.plan.traces if traces is None else traces)
         self.out = out
+        self.events = tuple(events)
+        self.events_out = events_out if events_out is not None else out.with_name(
+            "events.jsonl")
         self.clock = clock
         self._sleep = sleep
         self.t0: float | None = None
         self.applied = 0
         self.skipped = 0
+        self.events_applied = 0
         self.errors: list[str] = []
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop and anchor
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._queue: list[tuple[float, int, EventAction]] = []  # (t since t0, seq, action)
+        self._seq = itertools.count()
+        self._unanchored = {(a.anchor, a.iteration) for a in self.events
+                            if a.anchor is not None}
+        self._begin_shaping: dict[tuple[str, str], Shaping] = {}
 
     def _base(self) -> dict[tuple[str, str], Shaping]:
         return {(lk.name, d): getattr(lk, d) for lk in self.lab.plan.links
                 for d in ("a_to_b", "b_to_a")}
 
-    def check(self) -> None:
-        """Raise LabError naming the trace when a step needs what this lab cannot do: a delay
-        line the kernel lacks, or a change the direction's native delay line refuses (one
-        that had no delay at bring-up, a refused key). Probes the kernel (root)."""
+    def _check_shaping(self, where: str, link: str, direction: str, shaping: Shaping) -> None:
         from testbed.delay_backends import native
         from testbed.lab import missing_kernel_features
 
+        lk = next(x for x in self.lab.plan.links if x.name == link)
+        if self.lab.layout.lines.get((link, direction)) == native.NAME:
+            try:
+                native.check_change(self.lab, lk, direction, shaping)
+            except LabError as exc:
+                raise LabError(f"{where}: {exc}") from None
+            return
+        probe = dataclasses.replace(self.lab.plan, traces=(), links=(
+            dataclasses.replace(lk, **{direction: shaping}),))
+        missing = missing_kernel_features(probe)
+        if missing:
+            raise LabError(f"{where} sets delay or loss, which needs "
+                           f"{', '.join(missing)}; this kernel lacks it")
+
+    def check(self) -> None:
+        """Raise LabError naming the trace or event when a step needs what this lab cannot
+        do: a delay line the kernel lacks, or a change the direction's native delay line
+        refuses (one that had no delay at bring-up, a refused key). Probes the kernel
+        (root)."""
         base = self._base()
         for tr in self.traces:
             netem = next((c.shaping for c in planned_changes([tr], base, until_s=tr.period_s)
                           if c.shaping.needs_netem), None)
-            if netem is None:  # rate steps only: an HTB class, which every lab has
-                continue
-            lk = next(x for x in self.lab.plan.links if x.name == tr.link)
-            where = f"trace {tr.file} ({tr.link} {tr.direction})"
-            if self.lab.layout.lines.get((tr.link, tr.direction)) == native.NAME:
-                try:
-                    native.check_change(self.lab, lk, tr.direction, netem)
-                except LabError as exc:
-                    raise LabError(f"{where}: {exc}") from None
-                continue
-            probe = dataclasses.replace(self.lab.plan, traces=(), links=(
-                dataclasses.replace(lk, **{tr.direction: netem}),))
-            missing = missing_kernel_features(probe)
-            if missing:
-                raise LabError(f"{where} sets delay or loss, which needs "
-                               f"{', '.join(missing)}; this kernel lacks it")
+            if netem is not None:  # rate steps only: an HTB class, which every lab has
+                self._check_shaping(f"trace {tr.file} ({tr.link} {tr.direction})", tr.link,
+                                    tr.direction, netem)
+        for a in self.events:
+            for link, direction in a.directions if a.changes else ():
+                new = base[(link, direction)].with_changes(**a.changes)
+                if new.needs_netem:
+                    self._check_shaping(f"events[{a.event}] ({a.kind} {link} {direction})",
+                                        link, direction, new)
 
     def start(self, t0: float | None = None) -> float:
         """Start playing with step time 0 at ``t0`` (seconds since the epoch; default now).
-        Returns t0. Without traces, does nothing."""
+        Returns t0. Without traces and events, does nothing."""
         self.t0 = self.clock() if t0 is None else t0
-        if self.traces:
+        self._begin_shaping = self._base()
+        with self._lock:
+            for a in self.events:
+                if a.anchor is None:
+                    self._push(a.t_s, a)
+        if self.traces or self.events:
             self._thread = threading.Thread(target=self._run, name="aitb-trace", daemon=True)
             self._thread.start()
         return self.t0
 
+    def _push(self, t_s: float, action: EventAction) -> None:
+        heapq.heappush(self._queue, (t_s, next(self._seq), action))  # ties: file order
+
+    def anchor(self, name: str, t: float | None = None, iteration: int | None = None) -> int:
+        """Workload ``name`` started (``iteration`` None: its first phase; else that
+        iteration) at ``t`` (seconds since the epoch; default now): schedule the event
+        actions anchored to it. Returns how many; 0 for one without events or already
+        anchored (the first start counts). Thread-safe."""
+        assert self.t0 is not None, "anchor() after start()"
+        at = (self.clock() if t is None else t) - self.t0
+        key = (name, iteration)
+        with self._lock:
+            if key not in self._unanchored:
+                return 0
+            self._unanchored.discard(key)
+            mine = [a for a in self.events if (a.anchor, a.iteration) == key]
+            for a in mine:
+                self._push(at + a.t_s, a)
+        self._wake.set()
+        return len(mine)
+
     def stop(self, timeout_s: float = 30.0, read_back: bool = True) -> None:
         """Stop after the change under way (waits at most ``timeout_s``: one set_shaping),
-        then (``read_back``) read back every traced direction once and record the lab's
-        plan.json (the steps themselves skip the read-back: it took most of a change's time
-        here)."""
+        record the event actions not reached (``not_reached``), then (``read_back``) read
+        back every traced direction once and record the lab's plan.json (the steps
+        themselves skip the read-back: it took most of a change's time here)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is None:
             return
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             self.errors.append(f"trace player still busy after {timeout_s:g} s")
             return
+        self._record_not_reached()
         if not read_back:
             return
         current = self._base()
@@ -174,8 +239,8 @@ class TracePlayer:
                 self.errors.append(f"read-back of {tr.link} {tr.direction}: {exc}")
 
     def wait(self, timeout_s: float | None = None) -> bool:
-        """Wait until every step has been applied (traces that do not loop) or playing ended;
-        True when it has."""
+        """Wait until every step has been applied (traces that do not loop, events whose
+        anchors all started) or playing ended; True when it has."""
         if self._thread is not None:
             self._thread.join(timeout_s)
         return self._thread is None or not self._thread.is_alive()
@@ -187,14 +252,19 @@ class TracePlayer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _wait_until(self, target: float) -> bool:
-        """Sleep until ``target`` on the clock; True when stopped first."""
+    def _wait_until(self, target: float, wakeable: bool = False) -> bool:
+        """Wait until ``target`` on the clock, spinning the last :data:`SPIN_S`; True when
+        stopped first or (``wakeable``) woken by a new anchor."""
         while (left := target - self.clock()) > 0:
             if self._sleep is not None:
                 self._sleep(left)
-            if self._stop.is_set() or (self._sleep is None and self._stop.wait(left)):
-                return True
-        return self._stop.is_set()
+            elif left > SPIN_S:
+                if self._wake.wait(left - SPIN_S) and (self._stop.is_set() or wakeable):
+                    break
+                continue
+            if self._stop.is_set() or (wakeable and self._wake.is_set()):
+                break
+        return self._stop.is_set() or (wakeable and self._wake.is_set())
 
     def _due(self, it: Iterator[PlannedChange], first: PlannedChange
              ) -> tuple[list[PlannedChange], PlannedChange | None]:
@@ -206,14 +276,35 @@ class TracePlayer:
             nxt = next(it, None)
         return due, nxt
 
+    def _next_event(self) -> tuple[float, int, EventAction] | None:
+        with self._lock:
+            self._wake.clear()
+            return self._queue[0] if self._queue else None
+
     def _run(self) -> None:
         assert self.t0 is not None
         it = planned_changes(self.traces, self._base())
         pending = next(it, None)
-        with self.out.open("a", encoding="utf-8") as f:
-            while pending is not None:
-                if self._wait_until(self.t0 + pending.t_s):
-                    return
+        with self.out.open("a", encoding="utf-8") if self.traces else _Null() as f, \
+                self.events_out.open("a", encoding="utf-8") if self.events else _Null() as g:
+            while not self._stop.is_set():
+                ev = self._next_event()
+                if ev is not None and (pending is None or ev[0] <= pending.t_s):
+                    if self._wait_until(self.t0 + ev[0], wakeable=True):
+                        continue  # stopped, or an anchor may have brought an earlier one
+                    with self._lock:
+                        heapq.heappop(self._queue)
+                    self._apply_event(ev[0], ev[2], g)
+                    continue
+                if pending is None:
+                    with self._lock:
+                        waiting = bool(self._unanchored)
+                    if not waiting:
+                        return
+                    self._wake.wait()
+                    continue
+                if self._wait_until(self.t0 + pending.t_s, wakeable=bool(self.events)):
+                    continue
                 due, pending = self._due(it, pending)
                 # behind schedule: a direction's latest due change holds all its values, so
                 # the ones before it are recorded as skipped instead of applied late
@@ -254,3 +345,59 @@ class TracePlayer:
         self._record(f, change, began, self.clock(), error)
         self.applied += error is None
         return error is None
+
+    def _do_event(self, a: EventAction) -> dict[str, Any]:
+        if a.op in ("down", "up"):
+            return self.lab.set_links(a.links, a.op == "up")
+        done = {}
+        current = self._base()
+        for link, direction in a.directions:
+            new = self._begin_shaping[(link, direction)] if a.restore else \
+                current[(link, direction)].with_changes(**a.changes)
+            self.lab.set_shaping(link, direction, new, read_back=False)
+            done[f"{link} {direction}"] = _values(new)
+        return {"shaping": done}
+
+    def _apply_event(self, t_s: float, a: EventAction, g: IO[str]) -> None:
+        assert self.t0 is not None
+        began = self.clock()
+        rec: dict[str, Any] = {**a.describe(), "planned_t_s": round(t_s, 6)}
+        try:
+            rec["done"] = self._do_event(a)
+            self.events_applied += 1
+        except AitbError as exc:
+            rec["error"] = f"events[{a.event}] {a.kind} ({a.op}): {exc}"
+            self.errors.append(rec["error"])
+        done = self.clock()
+        rec.update(began_t_s=round(began - self.t0, 6), applied_t_s=round(done - self.t0, 6),
+                   late_s=round(done - self.t0 - t_s, 6))
+        acked = rec.get("done", {}).pop("acked_unix_s", None)
+        if acked is not None:  # a link up: routes acked, then read back (carrier awaited)
+            rec["acked_t_s"] = round(acked - self.t0, 6)
+        g.write(json.dumps(rec) + "\n")
+        g.flush()
+
+    def _record_not_reached(self) -> None:
+        """Event actions still queued or never anchored when playing stopped: one record
+        each (``not_reached``), so events.jsonl accounts for every action of the file."""
+        with self._lock:
+            left = [(t, a) for t, _, a in sorted(self._queue)] + [
+                (None, a) for a in self.events if (a.anchor, a.iteration) in self._unanchored]
+            self._queue.clear()
+        if not left:
+            return
+        with self.events_out.open("a", encoding="utf-8") as g:
+            for t, a in left:
+                rec = {**a.describe(), "planned_t_s": None if t is None else round(t, 6),
+                       "not_reached": True}
+                g.write(json.dumps(rec) + "\n")
+
+
+class _Null:
+    """A file-like context that is never written (no traces, or no events)."""
+
+    def __enter__(self) -> Any:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from aitb.plan import LabPlan, LinkPlan
 from aitb.shaping import Shaping
 from aitb.trace import LinkTrace
 from aitb.units import BufferSize
 
-__all__ = ["scale_plan"]
+__all__ = ["scale_plan", "scale_changes"]
 
 
 def _buffer(buf: BufferSize | None, factor: float, mtu: int) -> BufferSize | None:
@@ -28,6 +29,17 @@ def _buffer(buf: BufferSize | None, factor: float, mtu: int) -> BufferSize | Non
 def _shaping(s: Shaping, factor: float, mtu: int) -> Shaping:
     rate = None if s.rate_bps is None else max(1, round(s.rate_bps / factor))
     return dataclasses.replace(s, rate_bps=rate, buffer=_buffer(s.buffer, factor, mtu))
+
+
+def scale_changes(changes: dict[str, Any], factor: float, mtu: int) -> dict[str, Any]:
+    """Shaping field ``changes`` (``rate_bps``, ``buffer``, ...) scaled like a plan's
+    shaping: rate and buffer divided by ``factor``, everything else kept."""
+    out = dict(changes)
+    if out.get("rate_bps") is not None:
+        out["rate_bps"] = max(1, round(out["rate_bps"] / factor))
+    if "buffer" in out:
+        out["buffer"] = _buffer(out["buffer"], factor, mtu)
+    return out
 
 
 def _link(lk: LinkPlan, factor: float) -> LinkPlan:

@@ -98,6 +98,23 @@ def to_shaping(keys: Mapping[str, Any]) -> Shaping:
                       if k != "trace"})  # a trace is read by topologies.traces
 
 
+def to_changes(keys: Mapping[str, Any]) -> dict[str, Any]:
+    """File keys (``rate``, ``delay``, ``loss``...) as :class:`Shaping` field changes
+    (``rate_bps``, ``delay_s``, ``loss_pct``...); setting ``loss`` clears ``loss_gemodel``
+    and the other way round (as in :func:`merged`). Raises :class:`UnitError` for a value
+    that cannot be read or a key that is no shaping key."""
+    out: dict[str, Any] = {}
+    for k, v in keys.items():
+        if k not in _CONVERT:
+            raise UnitError(f"{k!r} is no shaping key; known: {', '.join(_CONVERT)}")
+        out[_CONVERT[k][0]] = _CONVERT[k][1](v)
+    if "loss" in keys and "loss_gemodel" not in keys:
+        out["loss_gemodel"] = None
+    if "loss_gemodel" in keys and "loss" not in keys:
+        out["loss_pct"] = 0.0
+    return out
+
+
 def link_trace_specs(link: LinkSpec, profiles: Mapping[str, ProfileSpec],
                      default: LinkDefaults | None) -> tuple[Any, Any]:
     """The ``trace`` of each direction of ``link`` after the same precedence as every other

@@ -14,7 +14,7 @@ import ipaddress
 import json
 import secrets
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,9 @@ class ReplayOptions:
     none (see datapath._Worker.boost; needs root); ``start_mode``: "kick" (the controller's
     starter writes the first ``kick_bytes`` of every timed TCP transfer at its instant, see
     kick.py; default 14480 = the initial window of 10 segments, RFC 6928) or "sleep" (every
-    sender wakes itself at the instant)."""
+    sender wakes itself at the instant); ``on_phase``: called as ``on_phase(phase index,
+    iteration, start instant)`` (seconds since the epoch) as each phase is started, before
+    the agents hear of it (an experiment's events anchored to iterations, aitb.events)."""
 
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
     knobs: TcpKnobs = field(default_factory=TcpKnobs)
@@ -66,6 +68,7 @@ class ReplayOptions:
     kick_bytes: int = 14480
     python: str = sys.executable
     tls: Mapping[str, str] | None = None  # {"cert", "key"} files: TLS 1.3 (traffic_gen/tls.py)
+    on_phase: Callable[[int, int, float], None] | None = None
 
     def agent_options(self) -> dict[str, Any]:
         """What agents need to know (JSON-ready)."""

@@ -24,6 +24,8 @@ An experiment file (YAML)::
     capture: {interfaces: bottleneck, snaplen: 128, rotate_size: 100MB, files: 4}
                                        # or interfaces: all | [s1:rx, ...]; enabled: false
     counters: {interval: 10ms, tcp: true}   # qdisc/link/TCP_INFO samples; enabled: false
+    events:                            # faults and dynamics (orchestration/run/events.py)
+      - {at: 2s, kind: link_down, link: dci-a}
         start: after_previous          # or with_previous: run concurrently with the workload
                                        # before it (every kind; see runner.py)
 
@@ -53,9 +55,11 @@ from pydantic import (
 )
 
 from aitb.errors import SpecError, SpecIssue
+from aitb.events import EVENT_KINDS
 from aitb.specfile import issues_from_validation, with_lines
 from aitb.unit_fields import Duration, Quantity, Size, SpecModel
 from aitb.units import parse_duration_s
+from orchestration.run.events import EventEntry
 from orchestration.run.kinds import KIND_NAMES, WorkloadEntry
 from topologies.loader import read_yaml
 
@@ -64,6 +68,7 @@ __all__ = ["ExperimentSpec", "load_experiment", "parse_experiment", "NAME_PATTER
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 _KINDS = KIND_NAMES  # the workload kinds, each a module of orchestration.run.kinds
 _Forbid = ConfigDict(extra="forbid")
+_AT_TAGS = ("time", "workload")  # orchestration/run/events.py: At
 
 
 class TopologyRef(SpecModel):
@@ -210,6 +215,7 @@ class ExperimentSpec(SpecModel):
     capture: CaptureSpecModel = Field(default_factory=CaptureSpecModel)
     counters: CountersSpecModel = Field(default_factory=CountersSpecModel)
     alto: AltoSpecModel = Field(default_factory=AltoSpecModel)
+    events: list[EventEntry] = Field(default_factory=list)  # orchestration/run/events.py
 
 
 def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:
@@ -223,11 +229,14 @@ def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:
 
 
 def _drop_tag(issue: SpecIssue) -> SpecIssue:
-    """pydantic puts the union member's tag in the location (workloads.0.collective.size);
-    users wrote workloads[0].size."""
+    """pydantic puts the union member's tag in the location (workloads.0.collective.size,
+    events.1.flap.link); users wrote workloads[0].size."""
     path = issue.key_path
-    if len(path) > 2 and path[0] == "workloads" and path[2] in _KINDS:
+    if len(path) > 2 and ((path[0] == "workloads" and path[2] in _KINDS)
+                          or (path[0] == "events" and path[2] in EVENT_KINDS)):
         path = (*path[:2], *path[3:])
+    if len(path) > 3 and path[0] == "events" and path[2] == "at" and path[3] in _AT_TAGS:
+        path = (*path[:3], *path[4:])  # the tag of at's two forms
     return SpecIssue(issue.message, file=issue.file, key_path=path, line=issue.line)
 
 

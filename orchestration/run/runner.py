@@ -22,6 +22,7 @@ from typing import Any
 
 import topologies
 from aitb.errors import AitbError, LabError, SpecError, SpecIssue
+from aitb.events import EventAction
 from aitb.paths import PathError, peer_addresses
 from aitb.plan import LabPlan, plan_to_dict
 from aitb.specfile import Ref, line_of, resolve_ref, with_lines
@@ -32,6 +33,7 @@ from orchestration.run.alto_serve import server_node, serving_alto
 from orchestration.run.app_run import run_app
 from orchestration.run.build import BuiltWorkload, build_entry
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
+from orchestration.run.events import plan_events
 from orchestration.run.experiment import ExperimentSpec, load_experiment, spec_issue
 from orchestration.run.fidelity import FidelityMonitor
 from orchestration.run.locality_check import check_placement
@@ -78,6 +80,7 @@ class Prepared:
     options: ReplayOptions
     backend: str = "native"
     observe: ObserveConfig = ObserveConfig()  # capture and counter sampling (observe.py)
+    events: tuple[EventAction, ...] = ()  # the experiment's events: (events.py)
 
 
 @dataclass
@@ -205,10 +208,16 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
             built.append(w)
         except SpecError as exc:
             issues += exc.issues
+    events: tuple[EventAction, ...] = ()
+    try:
+        events = plan_events(spec.events, plan, [w.name for w in built], source, doc,
+                             spec.scale)
+    except SpecError as exc:
+        issues += exc.issues
     if issues:
         raise with_lines(SpecError(issues), doc, source)
     return Prepared(spec, source, plan, tuple(built), options, _backend(spec, base, source, doc),
-                    observe_config(spec, source, doc, plan))
+                    observe_config(spec, source, doc, plan), events)
 
 
 def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions) -> None:
@@ -255,8 +264,23 @@ def _merge_records(run_dir: Path) -> None:
                             out.write(json.dumps(rec) + "\n")
 
 
+def _anchoring(player: Any, name: str) -> Callable[[int, int, float], None] | None:
+    """The controller's phase hook that anchors ``events:`` to workload ``name``: its first
+    phase's start, and the first phase of each iteration (None without a player)."""
+    if player is None:
+        return None
+
+    def on_phase(index: int, iteration: int, t0: float) -> None:
+        if index == 0:
+            player.anchor(name, t0)
+        player.anchor(name, t0, iteration)
+
+    return on_phase
+
+
 def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
-                manifest: dict[str, Any], progress: Progress) -> None:
+                manifest: dict[str, Any], progress: Progress,
+                player: Any = None) -> None:
     addresses = {h.name: str(prep.plan.address_of(h.name)) for h in prep.plan.hosts()}
     # multi-NIC hosts: each peer over the NIC nearest to it (aitb.paths.peer_addresses)
     pairs = peer_addresses(prep.plan, sorted({h for w in prep.workloads if w.app is None
@@ -266,9 +290,12 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
         w = prep.workloads[i]
         part = run_dir / "workloads" / f"{i}-{w.name}"
         if w.app is not None:  # kind: app, real processes (orchestration.run.app_run)
+            if player is not None:  # events at {workload: NAME, offset}: from now
+                player.anchor(w.name)
             return run_app(lab, w.app, part, run_dir, lab_id)
         opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers,
-                                   sites=w.sites or prep.options.sites)
+                                   sites=w.sites or prep.options.sites,
+                                   on_phase=_anchoring(player, w.name))
         return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts,
                       pairs)
 
@@ -426,8 +453,9 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
                     live_alto(prep.spec.alto, prep.plan, run_dir, manifest,
                               parse_duration_s(prep.spec.alto.refresh), progress):
                 try:
-                    with playing_traces(lab, run_dir, manifest, progress):
-                        _replay_all(prep, lab, run_dir, lab_id, manifest, progress)
+                    with playing_traces(lab, run_dir, manifest, progress,
+                                        prep.events) as player:
+                        _replay_all(prep, lab, run_dir, lab_id, manifest, progress, player)
                 finally:
                     monitor.after()
             progress("tearing down")

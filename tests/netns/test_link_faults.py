@@ -21,15 +21,15 @@ pytestmark = pytest.mark.netns
 PORT = 7000
 # accept and close forever (ended by the lab's teardown, by pid)
 SERVER = ("import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, "
-          "socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', %d)); s.listen(128)\n"
-          "while True:\n    c, _ = s.accept(); c.close()\n" % PORT)
-# one connection from each of N source ports: each 5-tuple hashes onto an ECMP path of its own
+          f"socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', {PORT})); s.listen(128)\n"
+          "while True:\n    c, _ = s.accept(); c.close()\n")
+# a connection from each of N source ports: each 5-tuple hashes onto an ECMP path
 CLIENT = ("import socket, sys\nok = 0\nfor i in range(int(sys.argv[2])):\n"
           "    c = socket.socket(); c.settimeout(1.5)\n"
           "    c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
           "    c.bind(('0.0.0.0', 41000 + i))\n"
-          "    try:\n        c.connect((sys.argv[1], %d)); ok += 1\n"
-          "    except OSError:\n        pass\n    c.close()\nprint(ok)\n" % PORT)
+          f"    try:\n        c.connect((sys.argv[1], {PORT})); ok += 1\n"
+          "    except OSError:\n        pass\n    c.close()\nprint(ok)\n")
 N_CONNECTS = 24
 
 

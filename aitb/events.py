@@ -1,0 +1,75 @@
+"""Faults and dynamics during a run: the actions an experiment's ``events:`` timeline expands to
+(orchestration/run/events.py reads and checks the file form), played on the live lab by the
+one scheduler thread of testbed/trace_player.py, which records each in ``events.jsonl``.
+
+An action is one change at one instant: ``down`` or ``up`` of some links (both veth ends;
+``up`` restores the plan's routes, testbed/faults.py), or ``shape`` of some link directions
+(Shaping field changes, or back to the plan's shaping with ``restore``). A ``flap`` expands to
+``count`` down/up pairs, a ``node_down`` to the down of every link of the node. Times are
+seconds after the anchor: the run's start (the moment the first workload is started, the
+run's t0) or, with ``anchor``, the start instant of that workload's first phase or of its
+iteration ``iteration`` (the controller's phase start, traffic_gen ReplayOptions.on_phase).
+Pure data, no root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["EventAction", "EventOp", "EVENT_RECORDS", "EVENT_KINDS"]
+
+EVENT_RECORDS = "events.jsonl"
+EventOp = Literal["down", "up", "shape"]
+EVENT_KINDS = ("link_down", "link_up", "flap", "degrade", "node_down", "node_up")
+
+
+@dataclass(frozen=True, slots=True)
+class EventAction:
+    """One change of event ``event`` (its index in ``events:``, of kind ``kind``): ``op`` at
+    ``t_s`` seconds after the anchor (``anchor``: a workload's name, None: the run's start;
+    ``iteration``: the start of that iteration of the workload, numbered from 0 as in its
+    records, None: the start of its first phase).
+
+    links: the links it sets down or up (``down``/``up``); node: the node of a node event;
+    directions: the (link, direction) pairs it reshapes (``shape``), with ``changes`` (Shaping
+    field -> value, e.g. ``rate_bps``) or ``restore`` (back to the shaping they had when the
+    run started); step: the action's number within its event (a flap: 0 down, 1 up, 2 down..).
+    """
+
+    event: int
+    kind: str
+    op: EventOp
+    t_s: float
+    anchor: str | None = None
+    iteration: int | None = None
+    links: tuple[str, ...] = ()
+    node: str | None = None
+    directions: tuple[tuple[str, str], ...] = ()
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    restore: bool = False
+    step: int = 0
+
+    def describe(self) -> dict[str, Any]:
+        """The action's fields for a record (JSON types)."""
+        out: dict[str, Any] = {"event": self.event, "kind": self.kind, "op": self.op,
+                               "step": self.step, "anchor": self.anchor}
+        if self.iteration is not None:
+            out["iteration"] = self.iteration
+        if self.links:
+            out["links"] = list(self.links)
+        if self.node is not None:
+            out["node"] = self.node
+        if self.directions:
+            out["directions"] = [f"{lk} {d}" for lk, d in self.directions]
+            out["restore"] = self.restore
+            if self.changes:
+                out["changes"] = {k: _jsonable(v) for k, v in self.changes.items()}
+        return out
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    return str(v)
