@@ -28,6 +28,7 @@ import dataclasses
 import heapq
 import itertools
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -108,15 +109,21 @@ class TracePlayer:
     clock: seconds since the epoch (default :func:`time.time`, the run's clock); sleep: waits
     that many seconds (default: until then, :meth:`stop` or a new anchor; tests pass a fake).
     A failed trace change (LabError from set_shaping) ends the playing; a failed event action
-    does not; both are in :attr:`errors` and in the records. Side effects: a thread; changes
+    does not; both are in :attr:`errors` and in the records. rt_priority: run the thread at
+    SCHED_FIFO of that priority (1-99; root), so that a loaded host's other processes do not
+    delay its wake-ups (bench/event_timing.py); where the kernel refuses, :attr:`rt_error`
+    says why and the thread plays at normal priority. Side effects: a thread; changes
     the lab's links, routes, qdiscs and plan.json; writes ``out`` and ``events_out``.
     """
 
     def __init__(self, lab: Lab, out: Path, traces: Sequence[LinkTrace] | None = None,
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] | None = None,
-                 events: Sequence[EventAction] = (), events_out: Path | None = None) -> None:
+                 events: Sequence[EventAction] = (), events_out: Path | None = None,
+                 rt_priority: int | None = None) -> None:
         self.lab = lab
+        self.rt_priority = rt_priority
+        self.rt_error: str | None = None  # why SCHED_FIFO could not be set, if it could not
         self.traces = tuple(lab.plan.traces if traces is None else traces)
         self.out = out
         self.events = tuple(events)
@@ -283,6 +290,11 @@ class TracePlayer:
 
     def _run(self) -> None:
         assert self.t0 is not None
+        if self.rt_priority is not None:
+            try:  # the calling thread only (pid 0 = this task)
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.rt_priority))
+            except OSError as exc:
+                self.rt_error = f"SCHED_FIFO {self.rt_priority}: {exc.strerror}"
         it = planned_changes(self.traces, self._base())
         pending = next(it, None)
         with self.out.open("a", encoding="utf-8") if self.traces else _Null() as f, \

@@ -1,0 +1,120 @@
+"""How late the scheduler applies ``events:`` actions: applied minus planned time of N actions
+on a live lab, idle and with one iperf3 TCP flow through it; the peer is the rate change of a
+``degrade`` (the same set_shaping call as a trace step of bench/trace_timing.py).
+
+Usage (root, host kernel): .venv/bin/python bench/event_timing.py [--events 300] [--interval 50ms]
+The lab is tests/netns/plans.py's ecmp_diamond (h1 - r1 = r2 | r3 = r4 - h2). The actions
+cycle every interval through: r1-r2 down, r1-r2 up (both veth ends, then the routes of r1
+and r2 restored and read back), degrade h1-r1 a_to_b to 10 Mbit/s, back to 20 Mbit/s.
+Prints, per op, p50/p99/max in ms of: began_late (the action began minus planned: the
+scheduler's own lateness), late (applied minus planned: the action done, for ``up`` the
+routes read back with the carrier seen), acked_late (``up`` only: the kernel had acked the
+routes, before the read-back), and each op's late p99 divided by the degrade's (the peer);
+and whether late p99 < 2 ms; each case at normal priority and at SCHED_FIFO 10 (the
+scheduler thread of ``aitb run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "netns"))
+
+from plans import ecmp_diamond  # noqa: E402
+
+from aitb.events import EventAction  # noqa: E402
+from aitb.units import parse_duration_s  # noqa: E402
+from testbed.lab import Lab  # noqa: E402
+from testbed.trace_player import TracePlayer  # noqa: E402
+
+TARGET_MS = 2.0
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Nearest-rank quantile of ``values`` (Hyndman & Fan definition 1)."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, int(q * len(ordered) + 0.5) - 1))]
+
+
+def actions(n: int, interval_s: float) -> list[EventAction]:
+    out = []
+    for k in range(n):
+        t, phase = round(k * interval_s, 6), k % 4
+        if phase == 0:
+            out.append(EventAction(k, "link_down", "down", t, links=("r1-r2",)))
+        elif phase == 1:
+            out.append(EventAction(k, "link_up", "up", t, links=("r1-r2",)))
+        else:
+            out.append(EventAction(k, "degrade", "shape", t, directions=(("h1-r1", "a_to_b"),),
+                                   changes={"rate_bps": 10**7 if phase == 2 else 2 * 10**7}))
+    return out
+
+
+def play(lab: Lab, acts: list[EventAction], out: Path, rt: int | None) -> list[dict]:
+    out.unlink(missing_ok=True)
+    player = TracePlayer(lab, out.with_suffix(".trace.jsonl"), traces=[], events=acts,
+                         events_out=out, rt_priority=rt)
+    player.start(time.time() + 0.2)
+    player.wait()
+    player.stop()
+    if player.errors or player.rt_error:
+        raise SystemExit(f"event errors: {player.errors[:3]} {player.rt_error or ''}")
+    return [json.loads(x) for x in out.read_text().splitlines()]
+
+
+def summary(case: str, recs: list[dict]) -> list[dict]:
+    rows = []
+    for op in ("down", "up", "shape"):
+        mine = [r for r in recs if r["op"] == op]
+        row: dict = {"case": case, "op": op, "n": len(mine)}
+        cols = {"began_late_ms": [r["began_t_s"] - r["planned_t_s"] for r in mine],
+                "late_ms": [r["late_s"] for r in mine]}
+        if op == "up":
+            cols["acked_late_ms"] = [r["acked_t_s"] - r["planned_t_s"] for r in mine]
+        for label, vals in cols.items():
+            ms = [v * 1e3 for v in vals]
+            row.update({f"{label}_p50": round(_quantile(ms, 0.5), 3),
+                        f"{label}_p99": round(_quantile(ms, 0.99), 3),
+                        f"{label}_max": round(max(ms), 3)})
+        row[f"late_p99_under_{TARGET_MS:g}ms"] = row["late_ms_p99"] < TARGET_MS
+        rows.append(row)
+    peer = next(r for r in rows if r["op"] == "shape")["late_ms_p99"]
+    for r in rows:
+        r["late_p99_vs_degrade"] = round(r["late_ms_p99"] / peer, 2) if peer else None
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=300)
+    ap.add_argument("--interval", default="50ms")
+    args = ap.parse_args()
+    acts = actions(args.events, parse_duration_s(args.interval))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, \
+            Lab(ecmp_diamond(), state_dir=Path(tmp)) as lab:
+        for rt in (None, 10):  # normal priority, then SCHED_FIFO 10 (what aitb run uses)
+            tag = "" if rt is None else ", SCHED_FIFO 10"
+            rows += summary("idle" + tag, play(lab, acts, Path(tmp) / "idle.jsonl", rt))
+            seconds = int(args.events * parse_duration_s(args.interval)) + 3
+            srv = lab.popen("h2", ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
+            time.sleep(0.5)
+            cli = lab.popen("h1", ["iperf3", "-c", "198.18.9.1", "-t", str(seconds), "-P",
+                                   "4"], stdout=subprocess.DEVNULL)
+            time.sleep(1.0)
+            rows += summary("iperf3 -P4 through the lab" + tag,
+                            play(lab, acts, Path(tmp) / "loaded.jsonl", rt))
+            cli.wait(timeout=seconds + 60)
+            srv.wait(timeout=30)
+    for row in rows:
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
