@@ -1,20 +1,29 @@
 """Links that fail and come back on the host kernel (testbed/faults.py): a host's static route
 is gone after its link went down and up unless the lab restores it; traffic over an ECMP route
 survives one path going down, also when only the far end went down (carrier lost:
-ignore_routes_with_linkdown); and every route is back, read back, when the path returns."""
+ignore_routes_with_linkdown); and every route is back, read back, when the path returns.
+The same as ``events:`` actions played by the scheduler (testbed/trace_player.py): a node
+down and up and a flap, and a degrade of a native delay line that its duration undoes."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 from plans import ecmp_diamond, two_hosts_router
 from traffic import wait_listening
 
+from aitb.events import EventAction
+from aitb.shaping import Shaping
 from testbed.links import RTM_NEWLINK, updown_msg
 from testbed.nl import Batch
 from testbed.routes import RTM_GETROUTE, dumped_route_key
+from testbed.trace_player import TracePlayer
 
 pytestmark = pytest.mark.netns
 
@@ -103,3 +112,92 @@ def test_ecmp_traffic_survives_one_path_down_and_uses_both_once_it_is_back(labs,
         assert sorted(done["routes"]["r2"]) == ["198.18.8.0/30", "198.18.9.0/30"]
         assert len(static_routes(lab, "r1")["198.18.9.0/30"]) == 2
         assert connects(lab, "h1", "198.18.9.1") == N_CONNECTS
+
+
+def _records(path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_events_node_down_up_and_a_flap_played_by_the_scheduler(labs, tmp_path):
+    """node_down of r2, then (anchored by the test once it checked traffic over r3) node_up
+    and a flap of r1-r3: every action applied and recorded, routes back, traffic on both."""
+    r2_links = ("r1-r2", "r2-r4")
+    events = [EventAction(0, "node_down", "down", 0.0, node="r2", links=r2_links),
+              EventAction(1, "node_up", "up", 0.0, anchor="checked", node="r2",
+                          links=r2_links),
+              *(EventAction(2, "flap", op, t, anchor="checked", links=("r1-r3",), step=k)
+                for k, (op, t) in enumerate([("down", 0.2), ("up", 0.4), ("down", 0.6),
+                                             ("up", 0.8)]))]
+    out = tmp_path / "events.jsonl"
+    with labs(ecmp_diamond()) as lab:
+        serve(lab, "h2")
+        player = TracePlayer(lab, tmp_path / "link_trace.jsonl", events=events,
+                             events_out=out, rt_priority=10)
+        player.start()
+        deadline = time.monotonic() + 30
+        while not _records(out) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lab.down_links == set(r2_links)
+        assert connects(lab, "h1", "198.18.9.1") == N_CONNECTS  # all over r3
+        assert player.anchor("checked") == 5
+        assert player.wait(30)
+        player.stop()
+        assert player.errors == [] and player.rt_error is None
+        assert lab.down_links == set()
+        assert len(static_routes(lab, "r1")["198.18.9.0/30"]) == 2
+        assert connects(lab, "h1", "198.18.9.1") == N_CONNECTS
+    recs = _records(out)
+    assert [(r["kind"], r["op"], r["step"]) for r in recs] == [
+        ("node_down", "down", 0), ("node_up", "up", 0), ("flap", "down", 0), ("flap", "up", 1),
+        ("flap", "down", 2), ("flap", "up", 3)]
+    assert all(r["applied_t_s"] >= r["planned_t_s"] and "error" not in r for r in recs)
+    assert sorted(recs[1]["done"]["routes"]["r2"]) == ["198.18.8.0/30", "198.18.9.0/30"]
+    flap_ups = [r for r in recs if r["kind"] == "flap" and r["op"] == "up"]
+    # the routes through r1-r3: r1's ECMP route (whole again), r3's way back to h1
+    assert all(r["done"]["routes"] == {"r1": ["198.18.9.0/30"], "r3": ["198.18.8.0/30"]}
+               for r in flap_ups)
+
+
+def _rtts_ms(text: str) -> list[tuple[float, float]]:
+    """(arrival time, RTT ms) of every reply of ``ping -D``."""
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"\[(\d+\.\d+)\].*time=([\d.]+) ms", line)
+        if m:
+            out.append((float(m.group(1)), float(m.group(2))))
+    return out
+
+
+def test_a_degrade_event_changes_the_native_delay_line_and_its_duration_restores_it(
+        labs, tmp_path):
+    plan = two_hosts_router(Shaping(rate_bps=100 * 10**6, delay_s=0.010))
+    plan = dataclasses.replace(plan, links=(dataclasses.replace(plan.links[0],
+                                                                delay_line="native"),
+                                            *plan.links[1:]))
+    pair = (("h1-r1", "a_to_b"),)
+    events = [EventAction(0, "degrade", "shape", 1.0, directions=pair,
+                          changes={"delay_s": 0.040}),
+              EventAction(0, "degrade", "shape", 2.5, directions=pair, restore=True, step=1)]
+    out = tmp_path / "events.jsonl"
+    with labs(plan) as lab:
+        ping = lab.popen("h1", ["ping", "-D", "-n", "-i", "0.1", "-c", "40", "198.18.2.1"],
+                         stdout=subprocess.PIPE, text=True)
+        player = TracePlayer(lab, tmp_path / "link_trace.jsonl", events=events,
+                             events_out=out)
+        player.check()
+        t0 = player.start()
+        replies = _rtts_ms(ping.communicate(timeout=60)[0])
+        player.stop()
+        assert lab.plan.links[0].a_to_b.delay_s == 0.010  # restored, plan.json too
+    assert player.errors == []
+    degrade, restore = _records(out)
+    assert degrade["done"]["shaping"]["h1-r1 a_to_b"]["delay_s"] == 0.040
+    assert restore["restore"] and restore["done"]["shaping"]["h1-r1 a_to_b"]["delay_s"] == 0.010
+    # a reply arriving 50 ms after a change left after it; the line never releases early
+    during = [rtt for t, rtt in replies
+              if t0 + degrade["applied_t_s"] + 0.05 < t < t0 + restore["began_t_s"]]
+    after = [rtt for t, rtt in replies if t > t0 + restore["applied_t_s"] + 0.05]
+    before = [rtt for t, rtt in replies if t < t0 + degrade["began_t_s"]]
+    assert before and during and after
+    assert min(before) >= 10 and min(during) >= 40 and min(after) >= 10
+    assert min(after) < 40  # back to the plan's delay
