@@ -41,6 +41,7 @@ from aitb.specfile import (
 )
 from aitb.unit_fields import SpecModel
 from workloads.aicb import AicbOptions, load_aicb
+from workloads.chakra import ChakraOptions, load_chakra
 from workloads.federated import FedAvg, fedavg_schedule
 from workloads.gossip import Gossip, gossip_schedule
 from workloads.training import Accelerator, Parallelism, TransformerModel, training_schedule
@@ -74,6 +75,17 @@ class AicbWorkload(SpecModel):
     options: AicbOptions = Field(default_factory=AicbOptions)
 
 
+class ChakraWorkload(SpecModel):
+    """``kind: chakra``: a Chakra execution trace ``file`` (.et, .et.gz) of one rank, replayed
+    by ``options.world_size`` ranks (workloads.chakra)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["chakra"]
+    file: str
+    options: ChakraOptions
+
+
 class FedAvgWorkload(FedAvg):
     """``kind: fedavg``: FedAvg rounds (workloads.federated.FedAvg's keys) and a ``name``."""
 
@@ -97,7 +109,8 @@ class GossipWorkload(Gossip):
     name: str = "gossip"
 
 
-AnySpec = TrainingWorkload | AicbWorkload | FedAvgWorkload | HierarchicalWorkload | GossipWorkload
+AnySpec = (TrainingWorkload | AicbWorkload | ChakraWorkload | FedAvgWorkload
+           | HierarchicalWorkload | GossipWorkload)
 WorkloadSpec = Annotated[AnySpec, Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[AnySpec] = TypeAdapter(WorkloadSpec)
 _BY_KIND: dict[str, type[BaseModel]] = {
@@ -164,6 +177,16 @@ def build_workload(spec: AnySpec, *, base_dir: str | Path = ".",
         path = resolve_ref(spec.file, base_dir, where)
         check_file(path, ref=where, limit=64 * 2**20)  # a regular file, else named at ``ref``
         return load_aicb(path, opts)
+    if isinstance(spec, ChakraWorkload):
+        if dp_replicas is not None:
+            raise SpecError(SpecIssue("--subset applies to training and AICB workloads; a "
+                                      "Chakra trace takes options.world_size", file=file,
+                                      key_path=(*pre, "kind")))
+        copts = _override(spec.options, {"scale": scale}, file, (*pre, "options"))
+        where = ref or Ref(file or "", (*pre, "file"))
+        path = resolve_ref(spec.file, base_dir, where)
+        check_file(path, ref=where, limit=256 * 2**20)
+        return load_chakra(path, copts)
     if isinstance(spec, FedAvgWorkload | HierarchicalWorkload | GossipWorkload):
         if dp_replicas is not None:
             raise SpecError(SpecIssue("--subset applies to training and AICB workloads, not "
@@ -200,8 +223,15 @@ def load_schedule(path: str | Path, *, scale: float | None = None,
     """A Schedule from an AICB file (.csv, .csv.gz, .txt) or a YAML workload spec (.yaml,
     .yml)."""
     p = Path(path)
+    if p.suffix.lower() == ".et" or p.name.lower().endswith(".et.gz"):
+        if world_size is None:
+            raise SpecError("a Chakra trace is one rank's: give the world that replays it "
+                            "(--world-size N, N >= 2)", file=str(p))
+        spec: AnySpec = ChakraWorkload(kind="chakra", file=str(p),
+                                       options=ChakraOptions(world_size=world_size))
+        return build_workload(spec, scale=scale, dp_replicas=dp_replicas)
     if p.suffix.lower() in (".csv", ".txt") or p.name.lower().endswith(".csv.gz"):
-        spec: AnySpec = AicbWorkload(
+        spec = AicbWorkload(
             kind="aicb", file=str(p), options=AicbOptions(world_size=world_size))
         return build_workload(spec, scale=scale, dp_replicas=dp_replicas)
     if p.suffix.lower() in (".yaml", ".yml"):
@@ -211,5 +241,5 @@ def load_schedule(path: str | Path, *, scale: float | None = None,
                                   dp_replicas=dp_replicas)
         except SpecError as exc:  # the issues about the spec's keys get their lines
             raise with_lines(exc, doc, str(p)) from None
-    raise SpecError(f"unknown workload file type {p.suffix!r}; expected .csv or .txt (AICB) "
-                    "or .yaml (workload spec)", file=str(p))
+    raise SpecError(f"unknown workload file type {p.suffix!r}; expected .csv or .txt (AICB), "
+                    ".et or .et.gz (Chakra) or .yaml (workload spec)", file=str(p))

@@ -1,10 +1,7 @@
 """Import AICB workload files (aliyun/aicb): the "physical" CSV (one rank's view, or one
 section per pipeline stage) and the SimAI text format.
 
-Not read: Chakra execution traces (mlcommons/chakra). They are protobuf messages whose schema
-(``et_def.proto``) belongs to Chakra; reading them through the protobuf library needs that
-schema compiled into Python, i.e. Chakra's own definition file or generated code shipped with
-aitb, which this package does not copy.
+Chakra execution traces (mlcommons/chakra) are read by workloads/chakra.py (``kind: chakra``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``kind: training | aicb | fedavg | hierarchical | gossip``: the workload spec of
+"""``kind: training | aicb | chakra | fedavg | hierarchical | gossip``: the workload spec of
 workloads/spec.py (validated and built there), plus ``hosts``/``placement`` and
 ``stragglers``. Hierarchical FL without hosts or placement is placed one cluster per site
 (workloads.fl_placement)."""
@@ -35,16 +35,16 @@ from workloads.spec import build_workload, parse_workload
 
 __all__ = ["KINDS", "Entry", "ImportedEntry", "build", "entry_stragglers"]
 
-KINDS = ("training", "aicb", "fedavg", "hierarchical", "gossip")
+KINDS = ("training", "aicb", "chakra", "fedavg", "hierarchical", "gossip")
 
 
 class ImportedEntry(SpecModel):
-    """``kind: training | aicb | fedavg | hierarchical | gossip``: the workload spec of
+    """``kind: training | aicb | chakra | fedavg | hierarchical | gossip``: the workload spec of
     workloads/spec.py, plus ``hosts``/``placement`` and ``stragglers`` (checked by
     workloads.spec)."""
 
     model_config = ConfigDict(extra="allow")
-    kind: Literal["training", "aicb", "fedavg", "hierarchical", "gossip"]
+    kind: Literal["training", "aicb", "chakra", "fedavg", "hierarchical", "gossip"]
     start: StartMode = "after_previous"
     ring_order: RingOrder = "rank"
     hierarchy: Hierarchy = "site"
