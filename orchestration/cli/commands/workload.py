@@ -32,12 +32,14 @@ def _subset(text: str | None) -> int | None:
 
 @workload_app.command("inspect")
 def inspect(
-    spec_or_file: Annotated[Path, typer.Argument(help="AICB .csv/.txt file or YAML spec.")],
+    spec_or_file: Annotated[Path, typer.Argument(
+        help="AICB .csv/.txt file, Chakra .et/.et.gz trace or YAML spec.")],
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object."),
     scale: float | None = typer.Option(None, "--scale", help="Divide every size by this."),
     subset: str | None = typer.Option(None, "--subset", help="dp=N: keep N DP replicas."),
-    world_size: int | None = typer.Option(None, "--world-size",
-                                          help="World size for AICB files that lack it."),
+    world_size: int | None = typer.Option(
+        None, "--world-size", help="World size for AICB files that lack it; ranks that replay "
+        "a Chakra trace."),
 ) -> None:
     """Summarise one iteration: collectives per (op, group), bytes, compute time."""
     if scale is not None and scale < 1:
