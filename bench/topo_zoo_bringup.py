@@ -4,6 +4,11 @@ Mininet (``mn --topo torus``) side by side.
     sudo .venv/bin/python bench/topo_zoo_bringup.py                 # all, one run each
     sudo .venv/bin/python bench/topo_zoo_bringup.py --only torus --repeats 3
     sudo .venv/bin/python bench/topo_zoo_bringup.py --skip-mininet
+    sudo .venv/bin/python bench/topo_zoo_bringup.py --direct        # the direct-connect rows
+
+Rows ending in ``_direct`` are the same fabric as hosts wired to hosts (``direct: true``:
+forwarding hosts, no routers); each is printed with its ratio to the routed row of the same
+generator (a router per position with a host behind it) when both ran.
 
 aitb: each generator resolved (``resolve_s``), brought up on the native backend (``up_s``:
 namespaces, veths, addresses, routes read back) and torn down (``down_s``); unshaped links.
@@ -34,6 +39,11 @@ ZOO: dict[str, dict] = {
     "hypercube": {"d": 8},
     "dragonfly": {"a": 4, "h": 2, "p": 7},  # 9 groups: 252 hosts
     "full_mesh": {"n": 32, "hosts_per_router": 8},
+    # direct connect: the positions are forwarding hosts (the routed rows' peers)
+    "torus_direct": {"dims": [16, 16], "direct": True},
+    "torus_3d_mesh_direct": {"dims": [8, 8, 4], "wrap": False, "direct": True},
+    "hypercube_direct": {"d": 8, "direct": True},
+    "full_mesh_direct": {"n": 32, "direct": True},  # 32 hosts, 496 links: every pair
     "ring": {"n": 64, "hosts_per_router": 4},
     "random_graph": {"model": "barabasi_albert", "n": 128, "m": 2, "hosts_per_router": 2},
     "edge_hierarchy": {"near_edges": 8, "far_per_near": 8, "hosts_per_far": 4,
@@ -45,7 +55,7 @@ ZOO: dict[str, dict] = {
 
 def aitb_once(row: str) -> dict[str, float]:
     """One resolve + bring-up + teardown of ``ZOO[row]``; seconds for each part."""
-    gen = "torus" if row.startswith("torus") else row
+    gen = "torus" if row.startswith("torus") else row.removesuffix("_direct")
     t0 = time.perf_counter()
     plan = topologies.generate(gen, **ZOO[row])
     t1 = time.perf_counter()
@@ -85,7 +95,12 @@ def main() -> None:
     ap.add_argument("--only", action="append", choices=sorted(ZOO), help="rows to run")
     ap.add_argument("--repeats", type=int, default=1, help="runs per row (median kept)")
     ap.add_argument("--skip-mininet", action="store_true")
+    ap.add_argument("--direct", action="store_true",
+                    help="the direct-connect rows with their routed peers and Mininet's torus")
     a = ap.parse_args()
+    if a.direct:
+        a.only = [r for r in ZOO if r.endswith("_direct")
+                  or f"{r}_direct" in ZOO] + (a.only or [])
     print("| generator | hosts | routers | links | resolve s | up s | down s | total s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
     rows = {}
@@ -93,14 +108,22 @@ def main() -> None:
         r = rows[name] = median(aitb_once, a.repeats, name)
         print(f"| {name} | {r['hosts']} | {r['routers']} | {r['links']} | {r['resolve_s']:.2f} "
               f"| {r['up_s']:.2f} | {r['down_s']:.2f} | {r['total_s']:.2f} |", flush=True)
-    if not a.skip_mininet and (a.only is None or "torus" in a.only):
+    for name, r in list(rows.items()):
+        peer = rows.get(name.removesuffix("_direct"))
+        if name.endswith("_direct") and peer is not None:
+            print(f"ratio direct/routed {name.removesuffix('_direct')}: up "
+                  f"{r['up_s'] / peer['up_s']:.2f}, down {r['down_s'] / peer['down_s']:.2f}, "
+                  f"total {r['total_s'] / peer['total_s']:.2f}")
+    if not a.skip_mininet and (a.only is None or "torus" in a.only
+                               or "torus_direct" in a.only):
         mn = mininet_torus(16, 16)
         rows["mininet_torus"] = mn
         print(f"| mininet torus 16x16 (lxbr, STP) | {mn['hosts']} | {mn['switches']} switches "
               f"| | | | | {mn['total_s']:.2f} |")
-        if "torus" in rows:
-            print(f"ratio mininet/aitb on the 16x16 torus = "
-                  f"{mn['total_s'] / rows['torus']['total_s']:.1f}x")
+        for row in ("torus", "torus_direct"):
+            if row in rows:
+                print(f"ratio mininet/aitb on the 16x16 torus ({row}) = "
+                      f"{mn['total_s'] / rows[row]['total_s']:.2f}x")
     print(json.dumps(rows))
 
 
