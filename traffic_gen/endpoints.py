@@ -5,8 +5,11 @@ Connections are opened once per run (like NCCL's and Gloo's persistent peer conn
 connects; a 12-byte header names src rank, dst rank and connection index), one UDP socket pair
 per ordered rank pair with UDP flows. Every socket is bound to the host's lab address, and the
 agent refuses to connect to an address the controller did not list as a lab address. With
-``options["tls"]`` (certificate and key files) every TCP connection but the gathers' runs TLS
-1.3 after its header (traffic_gen/tls.py).
+``options["tls"]`` (certificate and key files) every TCP connection runs TLS 1.3 after its
+header (traffic_gen/tls.py), the persistent ones and the gathers' per-round ones alike; with
+``options["tls"]["pairs"]`` (a list of address pairs, unordered) only the connections between
+the two addresses of a listed pair do (both ends decide alike, from their own address and the
+peer's). UDP is never encrypted here (DTLS is not in Python's ssl; the run refuses it).
 """
 
 from __future__ import annotations
@@ -51,6 +54,14 @@ class Endpoints:
         tls = options.get("tls")
         self.tls_server = server_context(tls["cert"], tls["key"]) if tls else None
         self.tls_client = client_context(tls["cert"]) if tls else None
+        pairs = tls.get("pairs") if tls else None
+        self.tls_pairs = None if pairs is None else {frozenset(p) for p in pairs}
+
+    def tls_with(self, peer_ip: str) -> bool:
+        """Whether a connection between this host and ``peer_ip`` runs TLS (module
+        docstring)."""
+        return self.tls_server is not None and (
+            self.tls_pairs is None or frozenset((self.ip, peer_ip)) in self.tls_pairs)
 
     def listen(self, udp_in: list[list[Any]]) -> dict[str, Any]:
         """Open a TCP listener per address of :attr:`ips` and the UDP receive sockets
@@ -90,10 +101,12 @@ class Endpoints:
                 s, _ = listener.accept()
                 src, dst, c = _HEADER.unpack(recv_exact(s, _HEADER.size, "the header"))
                 if c == GATHER_CONN:
-                    self.inbox.put(s, src)
+                    self.inbox.put(s, src, self.tls_server if self.tls_with(
+                        s.getpeername()[0]) else None)
                     continue
                 tls: dict[str, Any] = {}
-                if self.tls_server is not None:
+                if self.tls_with(s.getpeername()[0]):
+                    assert self.tls_server is not None
                     s.settimeout(_ACCEPT_WAIT_S)
                     s, tls = wrap_server(s, self.tls_server)
             except OSError:  # ssl.SSLError is one
@@ -141,7 +154,8 @@ class Endpoints:
         s.connect((ip, port))
         s.sendall(_HEADER.pack(src, dst, c))
         tls: dict[str, Any] = {}
-        if self.tls_client is not None:
+        if self.tls_with(ip):
+            assert self.tls_client is not None
             s, tls = wrap_client(s, self.tls_client)
         info = {"src_node": self.node, "dst_node": dst_node, "src_ip": src_ip,
                 "sport": s.getsockname()[1], "dst_ip": ip, "dport": port, **tls}

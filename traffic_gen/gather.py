@@ -8,12 +8,22 @@ connection with a reset (SO_LINGER 0, socket(7)): the kernel discards whatever w
 the source's next send or receive fails, and the source closes its end the same way, so a
 dropped transfer cannot run on into the next round. Only an upload the root received in full
 is answered with one acceptance byte.
+
+With TLS (endpoints.py: the run's ``encryption: tls``, for this pair of hosts) the source runs
+the TLS 1.3 handshake as the client right after the plain header and gather key, and the
+root as the server when it takes the connection for its round (traffic_gen/tls.py): model
+and update then move encrypted, and their flow records carry the cipher and handshake time;
+a record's ``tcp.bytes_sent`` counts the TLS records' overhead (traffic_gen/tls.py
+wire_bytes), as the persistent connections' do.
+A handshake that meets the other end's reset (a round already cut off) is a cut, like a
+transfer that does; any other TLS failure is an error of the run.
 """
 
 from __future__ import annotations
 
 import select
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -21,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from traffic_gen.tcpinfo import apply_knobs, read_tcp_info, tcp_info_delta
+from traffic_gen.tls import wire_bytes, wrap_client, wrap_server
 from traffic_gen.transfers import Abort, Shared, sleep_until
 from traffic_gen.wire import recv_exact
 
@@ -31,6 +42,7 @@ GATHER_CONN = 0xFFFFFFFF  # the connection-index field of a gather connection's 
 GATHER_KEY = struct.Struct("!II")  # iteration, op index
 ACCEPTED = b"\x01"
 TICK_S = 0.02  # how often a blocked transfer checks for a cut-off or an aborted run
+HANDSHAKE_TIMEOUT_S = 30.0  # as endpoints.py's accept wait
 
 
 class Cut(Exception):
@@ -39,6 +51,19 @@ class Cut(Exception):
     def __init__(self, moved: int) -> None:
         super().__init__(f"cut off after {moved} bytes")
         self.moved = moved
+
+
+def handshake(sock: socket.socket, ctx: ssl.SSLContext, server: bool
+              ) -> tuple[socket.socket, dict[str, Any]]:
+    """TLS 1.3 handshake on a gather connection (module docstring): the TLS socket and its
+    record fields. Raises ConnectionError when the peer reset or closed it meanwhile (a cut),
+    ssl.SSLError or OSError for another failure."""
+    sock.settimeout(HANDSHAKE_TIMEOUT_S)
+    try:
+        return (wrap_server if server else wrap_client)(sock, ctx)
+    except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as exc:
+        raise ConnectionError(f"gather connection closed during the TLS handshake: {exc}") \
+            from None
 
 
 def reset(sock: socket.socket) -> None:
@@ -79,34 +104,45 @@ class GatherInbox:
 
     def __init__(self) -> None:
         self.cv = threading.Condition()
-        self.socks: dict[tuple[int, int, int], socket.socket] = {}
+        self.socks: dict[tuple[int, int, int], tuple[socket.socket, ssl.SSLContext | None]] = {}
         self.closed: set[tuple[int, int]] = set()
 
-    def put(self, sock: socket.socket, src: int) -> None:
-        """Read the gather key from ``sock`` (already past the common header) and keep it."""
+    def put(self, sock: socket.socket, src: int, tls: ssl.SSLContext | None = None) -> None:
+        """Read the gather key from ``sock`` (already past the common header) and keep it;
+        ``tls``: the server context its handshake will use when taken (None: plain)."""
         it, op = GATHER_KEY.unpack(recv_exact(sock, GATHER_KEY.size, "the gather header"))
         with self.cv:
             if (it, op) in self.closed:
                 reset(sock)
                 return
-            self.socks[(it, op, src)] = sock
+            self.socks[(it, op, src)] = (sock, tls)
             self.cv.notify_all()
 
-    def take(self, key: tuple[int, int, int], stop: Callable[[], bool]) -> socket.socket:
-        """The connection of ``key``; raises :class:`Cut` once ``stop()`` is true first."""
+    def take(self, key: tuple[int, int, int], stop: Callable[[], bool]
+             ) -> tuple[socket.socket, dict[str, Any]]:
+        """The connection of ``key``, after its TLS handshake if it has one, and its TLS
+        record fields ({} when plain); raises :class:`Cut` once ``stop()`` is true first,
+        and as :func:`handshake` does."""
         with self.cv:
             while key not in self.socks:
                 if stop():
                     raise Cut(0)
                 self.cv.wait(TICK_S)
-            return self.socks.pop(key)
+            sock, tls = self.socks.pop(key)
+        if tls is None:
+            return sock, {}
+        try:
+            return handshake(sock, tls, server=True)
+        except BaseException:
+            reset(sock)
+            raise
 
     def close(self, it: int, op: int) -> None:
         """The root of gather (it, op) stopped waiting: reset what arrived and never taken."""
         with self.cv:
             self.closed.add((it, op))
             for key in [k for k in self.socks if k[:2] == (it, op)]:
-                reset(self.socks.pop(key))
+                reset(self.socks.pop(key)[0])
 
 
 
@@ -141,12 +177,15 @@ def run_src(rank: int, node: str, op: dict[str, Any], eps: Any, shared: Shared,
     nodes = (root_node, node)
     stop = shared.aborted.is_set
     try:
+        tls: dict[str, Any] = {}
+        if eps.tls_with(ip):
+            s, tls = handshake(s, eps.tls_client, server=False)
         t0 = time.time()
         move(s, op["down_bytes"], False, shared.recv_buf, stop)
         emit(flow_half("recv", op, s, op["root"], rank, "down", op["down_bytes"], nodes,
                        t_first_byte=t0, t_end=time.time()))
         _train(s, op["compute_s"], shared)
-        _upload(rank, op, s, shared, emit, (node, root_node))
+        _upload(rank, op, s, shared, emit, (node, root_node), tls)
     except (ConnectionError, Cut):
         pass  # dropped by the root: recorded there
     finally:
@@ -167,9 +206,11 @@ def _train(s: socket.socket, seconds: float, shared: Shared) -> None:
 
 
 def _upload(rank: int, op: dict[str, Any], s: socket.socket, shared: Shared,
-            emit: Callable[[dict[str, Any]], None], nodes: tuple[str, str]) -> None:
+            emit: Callable[[dict[str, Any]], None], nodes: tuple[str, str],
+            tls: dict[str, Any]) -> None:
     base, t0 = read_tcp_info(s), time.time()
-    half = flow_half("send", op, s, rank, op["root"], "up", op["up_bytes"], nodes, t_start=t0)
+    half = flow_half("send", op, s, rank, op["root"], "up", op["up_bytes"], nodes, t_start=t0,
+                     **tls)
     try:
         move(s, op["up_bytes"], True, shared.send_buf, shared.aborted.is_set)
         s.settimeout(None)
@@ -180,8 +221,9 @@ def _upload(rank: int, op: dict[str, Any], s: socket.socket, shared: Shared,
     finally:
         info = read_tcp_info(s)
         acked = info["bytes_acked"] - base["bytes_acked"]
+        wire = wire_bytes(op["up_bytes"]) if tls else op["up_bytes"]  # TLS records' overhead
         emit({**half, "t_sent": time.time(), "tcp": tcp_info_delta(
-            base, info, size_bytes=min(acked, op["up_bytes"])).to_dict()})
+            base, info, size_bytes=min(acked, wire)).to_dict()})
     if not accepted:
         raise ConnectionError("upload not accepted")
 

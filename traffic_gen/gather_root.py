@@ -29,6 +29,7 @@ from traffic_gen.gather import (
     wait_phase,
 )
 from traffic_gen.tcpinfo import read_tcp_info, tcp_info_delta
+from traffic_gen.tls import wire_bytes
 from traffic_gen.transfers import Abort, Shared
 
 __all__ = ["run_root", "run_gathers"]
@@ -83,8 +84,8 @@ def _serve(src: int, node: str, rnd: _Round, eps: Any, shared: Shared,
         return rnd.cut.is_set() or shared.aborted.is_set()
 
     try:
-        s = eps.inbox.take((op["it"], op["op"], src), stop)
-    except Cut:
+        s, tls = eps.inbox.take((op["it"], op["op"], src), stop)
+    except (Cut, ConnectionError):  # none arrived in time, or it was reset in its handshake
         rnd.drop(src)
         return
     src_node = op["hosts"][str(src)]
@@ -107,10 +108,12 @@ def _serve(src: int, node: str, rnd: _Round, eps: Any, shared: Shared,
         pass  # the source went away: dropped like a late one
     finally:
         info = read_tcp_info(s)
-        acked = min(info["bytes_acked"] - base["bytes_acked"], op["down_bytes"])
+        raw = info["bytes_acked"] - base["bytes_acked"]
+        acked = min(raw, op["down_bytes"])  # model bytes delivered (TLS: its records' too)
+        wire = wire_bytes(op["down_bytes"]) if tls else op["down_bytes"]
         emit({**flow_half("send", op, s, op["root"], src, "down", op["down_bytes"],
-                          (node, src_node), t_start=t0), "t_sent": time.time(),
-              "tcp": tcp_info_delta(base, info, size_bytes=acked).to_dict()})
+                          (node, src_node), t_start=t0, **tls), "t_sent": time.time(),
+              "tcp": tcp_info_delta(base, info, size_bytes=min(raw, wire)).to_dict()})
         rnd.add_bytes(acked, up)
         if ok:
             s.sendall(ACCEPTED)

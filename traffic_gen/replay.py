@@ -67,7 +67,9 @@ class ReplayOptions:
     start_mode: str = "kick"
     kick_bytes: int = 14480
     python: str = sys.executable
-    tls: Mapping[str, str] | None = None  # {"cert", "key"} files: TLS 1.3 (traffic_gen/tls.py)
+    # {"cert", "key"} files: TLS 1.3 (traffic_gen/tls.py); optional "pairs": the address
+    # pairs whose connections run it (endpoints.py; absent: every connection)
+    tls: Mapping[str, Any] | None = None
     on_phase: Callable[[int, int, float], None] | None = None
 
     def agent_options(self) -> dict[str, Any]:

@@ -107,9 +107,12 @@ class TransportSpec(SpecModel):
     socket buffers (unit strings; None = autotuning), TCP_NODELAY, connections per peer; and
     of every host: ``rto_min`` (a duration; a locked route metric on all its routes) and
     ``ecn`` (net.ipv4.tcp_ecn: true 1, false 0, "server" 2 = accept but never request);
-    ``encryption`` ``tls``: every workload TCP connection runs TLS 1.3 with a per-run
-    self-signed certificate (traffic_gen/tls.py; the kernel here has no kTLS, ESP or
-    WireGuard, so encryption is the agents' own, in user space)."""
+    ``encryption`` ``tls``: every workload TCP connection (persistent and FL gathers') runs
+    TLS 1.3 with a per-run self-signed certificate (traffic_gen/tls.py; the kernel here has
+    no kTLS, ESP or WireGuard, so encryption is the agents' own, in user space); with
+    ``encrypt_between`` (pairs of sites, unordered; [a, a]: inside site a) only the
+    connections between hosts of a listed site pair. UDP flows cannot be encrypted (DTLS is
+    not in Python's ssl): a UDP flow that would need it is refused before the run."""
 
     model_config = _Forbid
     tcp_congestion_control: str | None = None
@@ -120,6 +123,14 @@ class TransportSpec(SpecModel):
     rto_min: Annotated[Duration, AfterValidator(_rto_min_ok)] | None = None
     ecn: StrictBool | Literal["server"] | None = None
     encryption: Literal["none", "tls"] = "none"
+    encrypt_between: list[Annotated[list[str], Field(min_length=2, max_length=2)]] | None = None
+
+    @model_validator(mode="after")
+    def _pairs_need_tls(self) -> TransportSpec:
+        if self.encrypt_between is not None and self.encryption != "tls":
+            raise ValueError("encrypt_between names the site pairs that run TLS: it needs "
+                             "encryption: tls")
+        return self
 
 
 class TimeoutSpec(SpecModel):

@@ -41,6 +41,7 @@ from orchestration.run.observe import ObserveConfig, observe_config, observing
 from orchestration.run.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
 from orchestration.run.runlog import RunLog
 from orchestration.run.tls_cert import write_run_certificate
+from orchestration.run.tls_pairs import check_tls, tls_address_pairs
 from orchestration.run.traces import playing_traces
 from orchestration.run.transport import (
     apply_host_transport,
@@ -216,6 +217,10 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
         issues += exc.issues
     if issues:
         raise with_lines(SpecError(issues), doc, source)
+    try:
+        check_tls(spec.transport, plan, built, source)  # sites exist; no UDP flow over TLS
+    except SpecError as exc:
+        raise with_lines(exc, doc, source) from None
     return Prepared(spec, source, plan, tuple(built), options, _backend(spec, base, source, doc),
                     observe_config(spec, source, doc, plan), events)
 
@@ -372,7 +377,9 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
         runlog.log.warning("no ALTO maps: %s", exc)
     if prep.spec.transport.encryption == "tls":  # the agents' TLS 1.3 (traffic_gen/tls.py)
         prep = dataclasses.replace(prep, options=dataclasses.replace(
-            prep.options, tls=write_run_certificate(run_dir, f"aitb-{lab_id}")))
+            prep.options, tls={**write_run_certificate(run_dir, f"aitb-{lab_id}"),
+                               "pairs": tls_address_pairs(
+                                   prep.plan, prep.spec.transport.encrypt_between)}))
     try:
         # SIGINT/SIGTERM outside the lab's own hold (alto maps, records merge, fidelity,
         # manifest, analysis) end the run as `interrupted` with 130/143 too, never `running`

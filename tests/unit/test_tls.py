@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,84 @@ def test_doctor_sees_in_kernel_encryption_from_the_kernel_config(tmp_path):
     assert "ktls" in caps  # from TCP_ULP on this kernel: either answer is an answer
     unknown = {c.name: c for c in probe_crypto(tmp_path / "absent.gz")}
     assert not unknown["wireguard"].present and "not known" in unknown["wireguard"].detail
+
+
+def _exp(tmp_path, transport: str, extra_workload: str = "") -> Path:
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "examples/tls_allreduce.yaml").read_text().replace(
+        "transport: {tcp_congestion_control: cubic, encryption: tls}", transport)
+    path = tmp_path / "exp.yaml"
+    path.write_text(text + extra_workload)
+    return path
+
+
+def test_tls_per_site_pair_lists_the_address_pairs_between_those_sites(tmp_path):
+    from orchestration.run.runner import prepare
+    from orchestration.run.tls_pairs import encrypts, tls_address_pairs
+
+    prep = prepare(_exp(tmp_path, "transport: {encryption: tls, encrypt_between: "
+                                  "[[dc2, dc1]]}"))
+    plan, between = prep.plan, prep.spec.transport.encrypt_between
+    assert encrypts(plan, between, "dc1-l1-h1", "dc2-l1-h2")
+    assert encrypts(plan, between, "dc2-l1-h2", "dc1-l1-h1")  # unordered
+    assert not encrypts(plan, between, "dc1-l1-h1", "dc1-l1-h2")
+    pairs = {frozenset(p) for p in tls_address_pairs(plan, between)}
+    addr = {h.name: str(plan.address_of(h.name)) for h in plan.hosts()}
+    assert pairs == {frozenset((addr[a], addr[b])) for a in addr for b in addr
+                     if a[:3] != b[:3]}
+    assert tls_address_pairs(plan, None) is None  # no list: every connection
+
+
+def test_an_agent_decides_per_peer_address(tmp_path):
+    from traffic_gen.endpoints import Endpoints
+
+    files = write_run_certificate(tmp_path, "aitb-test")
+
+    def agent(tls):
+        return Endpoints("h1", "10.0.0.1", set(), None, {"tls": tls})  # type: ignore[arg-type]
+
+    pairs = agent({**files, "pairs": [["10.0.0.2", "10.0.0.1"]]})
+    assert pairs.tls_with("10.0.0.2") and not pairs.tls_with("10.0.0.3")
+    assert agent({**files}).tls_with("10.0.0.3")  # no pairs: every connection
+    assert not agent(None).tls_with("10.0.0.2")
+
+
+UDP = """  - kind: all_pairs
+    name: udp-probe
+    hosts: [dc1-l1-h1, dc2-l1-h1]
+    size: 64KiB
+    protocol: udp
+    rate: 10Mbit
+"""
+
+
+def test_udp_flows_over_tls_are_refused_naming_the_workload(tmp_path):
+    from aitb.errors import SpecError
+    from orchestration.run.runner import prepare
+
+    with pytest.raises(SpecError) as err:
+        prepare(_exp(tmp_path, "transport: {encryption: tls}", UDP))
+    text = str(err.value)
+    assert "workloads[1]" in text and "DTLS" in text and "dc1-l1-h1 -> dc2-l1-h1" in text
+    # between sites that are not encrypted, a UDP flow runs (in the clear, as it says)
+    prepare(_exp(tmp_path, "transport: {encryption: tls, encrypt_between: [[dc1, dc1]]}",
+                 UDP))
+    with pytest.raises(SpecError, match="DTLS"):
+        prepare(_exp(tmp_path, "transport: {encryption: tls, encrypt_between: [[dc1, dc2]]}",
+                     UDP))
+
+
+@pytest.mark.parametrize("transport,words", [
+    ("transport: {encryption: tls, encrypt_between: [[dc1, dc9]]}",
+     "transport.encrypt_between[0]: not sites of lab two-dc-tls: dc9"),
+    ("transport: {encrypt_between: [[dc1, dc2]]}", "needs encryption: tls"),
+    ("transport: {encryption: tls, encrypt_between: [[dc1]]}",
+     "transport.encrypt_between[0]: List should have at least 2 items"),
+])
+def test_bad_site_pairs_are_refused(tmp_path, transport, words):
+    from aitb.errors import SpecError
+    from orchestration.run.runner import prepare
+
+    with pytest.raises(SpecError) as err:
+        prepare(_exp(tmp_path, transport))
+    assert words in str(err.value)
