@@ -3,7 +3,8 @@ down at iteration 10 of a ring all-reduce across two DCs and comes back at itera
 events.jsonl holds every applied action; the collective completes, the iterations run while
 the DCI was down crossed the surviving one, and they show the lost capacity (more
 retransmissions, longer iterations than before the down); the link-up restored the border
-routers' routes; nothing of the lab remains."""
+routers' routes; nothing of the lab remains. And a node that fails during an all-to-all
+(examples/faults/): the run fails with records naming the transfers it hit."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records, root_links, run_namespaces, run_ok
+from conftest import ROOT, aitb_cli, records, root_links, run_namespaces, run_ok
 
 pytestmark = pytest.mark.netns
 
@@ -59,6 +60,34 @@ def test_dci_failover_example_keeps_the_collective_going_and_records_the_events(
     assert statistics.median(cct[i] for i in during) > statistics.median(cct[i] for i in before)
 
     # nothing of the lab is left: namespaces, root-namespace links, its registry
+    lab_id = manifest["lab_run_id"]
+    assert run_namespaces(lab_id) == []
+    assert not (set(root_links()) - set(before_links))
+    assert not (Path(state_env["AITB_STATE_DIR"]) / lab_id).exists()
+
+
+@pytest.mark.timeout(600)
+def test_a_node_failure_during_an_all_to_all_ends_the_run_with_precise_failure_records(
+        tmp_path, state_env):
+    before_links = root_links()
+    out = aitb_cli("run", str(ROOT / "examples" / "faults" / "node_failure_all_to_all.yaml"),
+                   "--results", str(tmp_path / "results"), env=state_env, timeout=500)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    run_dir = Path(out.stdout.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "workload 0 (a2a) failed" in manifest["error"]
+    (ev,) = records(run_dir, "events.jsonl")
+    assert (ev["kind"], ev["node"], ev["links"], ev["iteration"]) == (
+        "node_down", "h3", ["h3-s1"], 3) and "error" not in ev
+    fails = records(run_dir, "failures.jsonl")
+    assert fails
+    for f in fails:  # each names a transfer to or from h3 at or after iteration 3
+        x = f["extra"]
+        assert "h3" in (f["node"], x.get("src_node"), x.get("dst_node")), f
+        assert x["iteration"] >= 3 and f["op"] and f["peer"] is not None, f
+    colls = records(run_dir, "collectives.jsonl")
+    assert [c["iteration"] for c in colls] == [0, 1, 2]  # the ones before the failure
     lab_id = manifest["lab_run_id"]
     assert run_namespaces(lab_id) == []
     assert not (set(root_links()) - set(before_links))
