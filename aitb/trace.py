@@ -31,21 +31,24 @@ because an HTB class needs a rate above zero. Adjacent windows of one rate are o
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from aitb.errors import SpecError, SpecIssue
+from aitb.shaping import Shaping
 from aitb.units import UnitError, parse_duration_s, parse_pct, parse_rate_bps
 
 __all__ = ["TraceFormat", "TRACE_FORMATS", "TraceStep", "LinkTrace", "read_trace",
            "parse_aitb_trace", "parse_mahimahi_trace", "MAX_TRACE_BYTES", "MAX_STEPS",
-           "MIN_WINDOW_S", "DEFAULT_WINDOW_S", "FLOOR_RATE_BPS", "MAHIMAHI_BYTES"]
+           "MIN_WINDOW_S", "DEFAULT_WINDOW_S", "FLOOR_RATE_BPS", "MAHIMAHI_BYTES",
+           "PlannedChange", "planned_changes"]
 
 TraceFormat = Literal["aitb", "mahimahi"]
 TRACE_FORMATS: tuple[str, ...] = ("aitb", "mahimahi")
@@ -283,3 +286,50 @@ def read_trace(path: str | Path, fmt: TraceFormat, window_s: float | None = None
     if fmt == "aitb":
         return parse_aitb_trace(text, name)
     return parse_mahimahi_trace(text, name, DEFAULT_WINDOW_S if window_s is None else window_s)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedChange:
+    """Set ``direction`` of ``link`` to ``shaping`` at ``t_s`` seconds after the start; the
+    ``step``-th row of its trace in pass ``loop`` (0 = the first)."""
+
+    link: str
+    direction: str
+    t_s: float
+    step: int
+    loop: int
+    shaping: Shaping
+
+
+def _changes(step: TraceStep) -> dict[str, Any]:
+    out: dict[str, Any] = {k: v for k, v in (("rate_bps", step.rate_bps),
+                                             ("delay_s", step.delay_s),
+                                             ("loss_pct", step.loss_pct)) if v is not None}
+    if step.loss_pct is not None:
+        out["loss_gemodel"] = None  # a traced random loss replaces a burst model
+    return out
+
+
+def planned_changes(traces: Sequence[LinkTrace], base: Mapping[tuple[str, str], Shaping],
+                    until_s: float = float("inf")) -> Iterator[PlannedChange]:
+    """Every change of ``traces`` in time order (ties: plan order), up to ``until_s`` seconds;
+    endless for a looped trace when ``until_s`` is infinite. ``base``: the shaping of each
+    (link, direction) before its first step; a step keeps the values it does not set. A row
+    that changes nothing (a trace's closing time-only row) is left out. Pure."""
+    current = {(t.link, t.direction): base[(t.link, t.direction)] for t in traces}
+    heap = [(t.steps[0].t_s, k, 0, 0) for k, t in enumerate(traces)]
+    heapq.heapify(heap)
+    while heap:
+        t_s, k, i, loop = heapq.heappop(heap)
+        if t_s > until_s:
+            return
+        tr = traces[k]
+        if i + 1 < len(tr.steps):
+            heapq.heappush(heap, (loop * tr.period_s + tr.steps[i + 1].t_s, k, i + 1, loop))
+        elif tr.loop:
+            heapq.heappush(heap, ((loop + 1) * tr.period_s + tr.steps[0].t_s, k, 0, loop + 1))
+        key = (tr.link, tr.direction)
+        new = current[key].with_changes(**_changes(tr.steps[i]))
+        if new != current[key]:
+            current[key] = new
+            yield PlannedChange(tr.link, tr.direction, t_s, i, loop, new)

@@ -31,15 +31,14 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from aitb.errors import AitbError, LabError
 from aitb.events import EventAction
 from aitb.shaping import Shaping
-from aitb.trace import LinkTrace, TraceStep
+from aitb.trace import LinkTrace, PlannedChange, planned_changes
 
 if TYPE_CHECKING:
     from testbed.lab import Lab
@@ -48,53 +47,6 @@ __all__ = ["PlannedChange", "planned_changes", "TracePlayer", "TRACE_RECORDS", "
 
 TRACE_RECORDS = "link_trace.jsonl"
 SPIN_S = 0.001  # the last part of a wait spun on the clock instead of slept
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedChange:
-    """Set ``direction`` of ``link`` to ``shaping`` at ``t_s`` seconds after the start; the
-    ``step``-th row of its trace in pass ``loop`` (0 = the first)."""
-
-    link: str
-    direction: str
-    t_s: float
-    step: int
-    loop: int
-    shaping: Shaping
-
-
-def _changes(step: TraceStep) -> dict[str, Any]:
-    out: dict[str, Any] = {k: v for k, v in (("rate_bps", step.rate_bps),
-                                             ("delay_s", step.delay_s),
-                                             ("loss_pct", step.loss_pct)) if v is not None}
-    if step.loss_pct is not None:
-        out["loss_gemodel"] = None  # a traced random loss replaces a burst model
-    return out
-
-
-def planned_changes(traces: Sequence[LinkTrace], base: Mapping[tuple[str, str], Shaping],
-                    until_s: float = float("inf")) -> Iterator[PlannedChange]:
-    """Every change of ``traces`` in time order (ties: plan order), up to ``until_s`` seconds;
-    endless for a looped trace when ``until_s`` is infinite. ``base``: the shaping of each
-    (link, direction) before its first step; a step keeps the values it does not set. A row
-    that changes nothing (a trace's closing time-only row) is left out. Pure."""
-    current = {(t.link, t.direction): base[(t.link, t.direction)] for t in traces}
-    heap = [(t.steps[0].t_s, k, 0, 0) for k, t in enumerate(traces)]
-    heapq.heapify(heap)
-    while heap:
-        t_s, k, i, loop = heapq.heappop(heap)
-        if t_s > until_s:
-            return
-        tr = traces[k]
-        if i + 1 < len(tr.steps):
-            heapq.heappush(heap, (loop * tr.period_s + tr.steps[i + 1].t_s, k, i + 1, loop))
-        elif tr.loop:
-            heapq.heappush(heap, ((loop + 1) * tr.period_s + tr.steps[0].t_s, k, 0, loop + 1))
-        key = (tr.link, tr.direction)
-        new = current[key].with_changes(**_changes(tr.steps[i]))
-        if new != current[key]:
-            current[key] = new
-            yield PlannedChange(tr.link, tr.direction, t_s, i, loop, new)
 
 
 def _values(s: Shaping) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from aitb.errors import LabError
 from aitb.plan import LabPlan, LinkPlan
 from aitb.shaping import Shaping
+from aitb.trace import planned_changes
 from aitb.units import format_duration
 from testbed.delayline.rules import QueueParams, maxlen_for_bdp
 
@@ -147,8 +148,6 @@ def trace_problems(plan: LabPlan) -> list[str]:
     shaping after the step (a delay beyond the memory cap), and a delay or loss step on a
     direction that starts without one (the line is made at bring-up only). One sentence per
     trace and reason, naming the trace file, link, direction and the step's time. Pure."""
-    from testbed.trace_player import planned_changes
-
     links = {lk.name: lk for lk in plan.links}
     out: list[str] = []
     for tr in plan.traces:
