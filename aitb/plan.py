@@ -20,7 +20,8 @@ from aitb.trace import LinkTrace, TraceStep
 from aitb.units import BufferSize
 
 __all__ = [
-    "NodeKind", "NODE_KINDS", "EcmpHash", "Datapath", "OvsDatapath", "DelayLine", "DELAY_LINES",
+    "NodeKind", "NODE_KINDS", "EcmpHash", "LoadBalancing", "LOAD_BALANCINGS", "Datapath",
+    "OvsDatapath", "DelayLine", "DELAY_LINES",
     "MAX_IFNAME", "MAX_NODE_NAME",
     "Endpoint", "LinkPlan", "NextHop", "Route", "NodePlan", "LabPlan",
     "plan_to_dict", "plan_from_dict", "PlanError", "plan_problems", "NAME_RE", "IFNAME_RE",
@@ -29,6 +30,11 @@ __all__ = [
 NodeKind = Literal["host", "switch", "router"]
 NODE_KINDS: tuple[str, ...] = ("host", "switch", "router")
 EcmpHash = Literal["l3", "l4"]
+# how a router spreads traffic over the next hops of a multipath route: flow (the kernel's
+# hash, ecmp_hash), packet (spraying, round robin) or flowlet (re-picked after an idle gap);
+# testbed/load_balance.py realises them
+LoadBalancing = Literal["flow", "packet", "flowlet"]
+LOAD_BALANCINGS: tuple[str, ...] = ("flow", "packet", "flowlet")
 Datapath = Literal["bridge", "ovs"]
 OvsDatapath = Literal["auto", "system", "netdev"]
 # which delay line holds a link's delay and impairments: netem (the kernel's qdisc), native
@@ -130,6 +136,10 @@ class NodePlan:
     command, environment, binds (container hosts only): argv replacing the image's CMD (None:
     the image's own), the container's environment, and bind mounts host path ->
     ``"<container path>:ro"`` or ``":rw"``.
+    load_balancing (routers and forwarding hosts): ``flow`` (the kernel's multipath hash,
+    ecmp_hash), ``packet`` (each packet to the next next hop of a multipath route, round
+    robin) or ``flowlet`` (a flow's path re-picked after it was idle ``flowlet_gap_s``
+    seconds; None with the other policies); see testbed/load_balance.py.
     """
 
     name: str
@@ -152,6 +162,8 @@ class NodePlan:
     forward: bool = False
     lo_ipv4: IPv4If | None = None
     lo_ipv6: IPv6If | None = None
+    load_balancing: LoadBalancing = "flow"
+    flowlet_gap_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +255,16 @@ def _node_problems(n: NodePlan) -> list[str]:
     if (n.forward or n.lo_ipv4 is not None or n.lo_ipv6 is not None) and n.kind != "host":
         out.append(f"{where}: forward and a loopback node address are for hosts only "
                    f"(a {n.kind} {'forwards anyway' if n.kind == 'router' else 'is L2'})")
+    if n.load_balancing not in LOAD_BALANCINGS:
+        out.append(f"{where}: load_balancing {_short(n.load_balancing)} is not one of "
+                   f"{', '.join(LOAD_BALANCINGS)}")
+    elif n.load_balancing != "flow" and n.kind == "switch":
+        out.append(f"{where}: load_balancing {n.load_balancing} is for routers and "
+                   "forwarding hosts, not a switch")
+    if (n.flowlet_gap_s is None) != (n.load_balancing != "flowlet") or (
+            n.flowlet_gap_s is not None and not n.flowlet_gap_s > 0):
+        out.append(f"{where}: flowlet_gap_s {n.flowlet_gap_s!r} must be a duration > 0 "
+                   "exactly when load_balancing is flowlet")
     for r in n.routes:
         for h in r.nexthops:
             out += _name_problem(h.ifname, f"{where}: route interface", IFNAME_RE, MAX_IFNAME)

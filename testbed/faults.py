@@ -33,6 +33,7 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from aitb.errors import LabError
 from aitb.plan import LinkPlan, Route
+from testbed import load_balance
 from testbed.links import RTM_NEWLINK, updown_msg
 from testbed.nl import F_CREATE, F_REPLACE, Batch, dump
 from testbed.routes import (
@@ -139,6 +140,7 @@ def restore_routes(lab: Lab, links: Sequence[LinkPlan], times: dict[str, Any] | 
             batch.add(route_msg(live, layout, n.rto_min_s), RTM_NEWROUTE,
                       F_CREATE | F_REPLACE, f"node {node}: restore route {route.dst}")
         batch.commit()
+        load_balance.restore(lab, node, ifnames - down)  # its per-next-hop tables
         batches.append((node, layout, sock, wanted))
     if times is not None:
         times["acked_unix_s"] = time.time()

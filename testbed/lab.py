@@ -29,6 +29,7 @@ from testbed import (
     delay_backends,
     faults,
     kernel,
+    load_balance,
     netns,
     ovs_datapath,
     ovs_lab,
@@ -152,6 +153,9 @@ class Lab:
         :func:`testbed.signals.raising` even where a library wrapped or dropped it."""
         self._resolve_delay_lines()
         self._check_kernel()
+        refused = load_balance.problems(self.plan)
+        if refused:
+            raise LabError("; ".join(refused))
         self.ovs_datapaths = ovs_datapath.choose_for_lab(self.plan)
         self.registry.create(self.plan, self.owner_records)
         try:
@@ -206,6 +210,7 @@ class Lab:
         links_of = realise.links_by_node(self.plan)
         for n in self.plan.nodes:
             realise.configure_node(n, self.layout, self.io[n.name], links_of)
+        load_balance.apply(self)
         t = self._step("configure", t)
         self._wait_stp()
         self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs

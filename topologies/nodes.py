@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from aitb.plan import NodePlan
+from aitb.units import parse_duration_s
 from topologies.container_keys import normal_binds
 from topologies.spec import NodeSettings, TopologySpec
 from topologies.validate import node_kind
@@ -39,13 +40,20 @@ def node_plans(spec: TopologySpec) -> dict[str, NodePlan]:
         kind = node_kind(spec, name)
         group = spec.groups.get(node.group) if node.group else None
         layers: list[NodeSettings | None] = [node, group, getattr(spec.defaults, str(kind))]
+        forward = bool(_pick(layers, "forward"))
+        lb = _pick(layers, "load_balancing") or (
+            spec.load_balancing if kind == "router" or forward else None) or "flow"
+        gap = _pick(layers, "flowlet_gap")
+        gap = spec.flowlet_gap if gap is None else gap
         out[name] = NodePlan(
             name=name, kind=kind,  # type: ignore[arg-type]
             sysctls=_merged_map(layers, "sysctls"),
             tcp_congestion_control=_pick(layers, "tcp_congestion_control"),
             ecmp_hash=_pick(layers, "ecmp_hash") or "l3",
             stp=bool(_pick(layers, "stp")),
-            forward=bool(_pick(layers, "forward")),
+            forward=forward,
+            load_balancing=lb,
+            flowlet_gap_s=parse_duration_s(gap) if lb == "flowlet" else None,
             datapath=_pick(layers, "datapath") or "bridge",
             flows=tuple(_pick(layers, "flows") or ()),
             ovs_datapath=_pick(layers, "ovs_datapath") or "auto",

@@ -56,6 +56,7 @@ Buffer = _unit(parse_buffer, "Queue limit: packets ('100p') or bytes ('256KiB').
 JitterDist = Literal[JITTER_DISTRIBUTIONS]  # type: ignore[valid-type]
 AqmName = Literal[AQMS]  # type: ignore[valid-type]
 Kind = Literal["host", "switch", "router"]
+LoadBalancingName = Literal["flow", "packet", "flowlet"]  # aitb.plan.LOAD_BALANCINGS
 
 
 def _sysctl_value(value: object) -> object:
@@ -170,6 +171,14 @@ class NodeSettings(_Strict):
     ecmp_hash: Literal["l3", "l4"] | None = Field(
         default=None, description="Routers: multipath hash over addresses (l3) or ports (l4).")
     stp: bool | None = Field(default=None, description="Switches: run STP on the bridge.")
+    load_balancing: LoadBalancingName | None = Field(
+        default=None, description="Routers and forwarding hosts: how traffic is spread over "
+        "the next hops of a multipath route: flow (the kernel's hash, ecmp_hash; default), "
+        "packet (spraying, each packet to the next next hop) or flowlet (a flow's path "
+        "re-picked after it was idle flowlet_gap).")
+    flowlet_gap: Duration = Field(
+        default=None, description="With load_balancing: flowlet, the idle time after which a "
+        "flow may take another path.")
     forward: bool | None = Field(
         default=None, description="Hosts: forward packets and route for others (the nodes "
         "of a direct-connect fabric such as a torus of hosts); the host gets a node address "
@@ -270,6 +279,12 @@ class TopologySpec(_Strict):
         default=None, description="What holds the links' delay and impairments: netem (the "
         "kernel's qdisc), native (aitb's NFQUEUE helper, for kernels without netem) or auto "
         "(default: netem where the kernel has it, else native); a link's own key overrides it.")
+    load_balancing: LoadBalancingName | None = Field(
+        default=None, description="Default load_balancing of every router and forwarding "
+        "host (below defaults.<kind>, groups and nodes): flow, packet or flowlet.")
+    flowlet_gap: Duration = Field(
+        default=None, description="Default flowlet_gap of the nodes with load_balancing: "
+        "flowlet.")
     backend: Literal["native", "mininet"] | None = Field(
         default=None, description="Runtime that realises the lab: native (aitb's own "
         "namespaces) or mininet (Mininet's nodes, aitb's shaping); `--backend` overrides it.")

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 
 from aitb.errors import SpecIssue
 from aitb.plan import IFNAME_RE, MAX_IFNAME, MAX_NODE_NAME, NAME_RE
+from aitb.units import parse_duration_s
 from topologies.container_keys import check_container_keys
 from topologies.spec import NodeSettings, ProfileSpec, TopologySpec
 
@@ -97,6 +98,9 @@ def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[
     if settings.ecmp_hash is not None and kind == "switch":
         yield SpecIssue(f"ecmp_hash applies to routers and forwarding hosts, not to a {kind}",
                         key_path=(*path, "ecmp_hash"))
+    if settings.load_balancing is not None and kind == "switch":
+        yield SpecIssue(f"load_balancing applies to routers and forwarding hosts, not to a "
+                        f"{kind}", key_path=(*path, "load_balancing"))
     if settings.forward is not None and kind != "host":
         yield SpecIssue(f"forward applies to hosts only, not to a {kind} (a router always "
                         "forwards, a switch bridges)", key_path=(*path, "forward"))
@@ -109,6 +113,39 @@ def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[
             yield SpecIssue("set forward: true on a host that forwards (it then gets the "
                             "routes and node address it needs), not the sysctl",
                             key_path=where)
+
+
+def _check_load_balancing(spec: TopologySpec) -> Iterator[SpecIssue]:
+    """flowlet needs a flowlet_gap > 0 (from any layer); a flowlet_gap needs flowlet."""
+    if spec.flowlet_gap is not None:
+        yield from _positive(spec.flowlet_gap, ("flowlet_gap",))
+    for name, node in spec.nodes.items():
+        kind = node_kind(spec, name)
+        if kind is None or kind == "switch":
+            continue
+        group = spec.groups.get(node.group) if node.group else None
+        layers = [(node, ("nodes", name)), (group, ("groups", node.group)),
+                  (getattr(spec.defaults, kind), ("defaults", kind))]
+        layers = [(x, p) for x, p in layers if x is not None]
+        lb = next(((x.load_balancing, p) for x, p in layers if x.load_balancing), None)
+        fwd = next((x.forward for x, _ in layers if x.forward is not None), False)
+        if lb is None and spec.load_balancing and (kind == "router" or fwd):
+            lb = (spec.load_balancing, ())
+        gap = next(((x.flowlet_gap, p) for x, p in layers if x.flowlet_gap is not None), None)
+        if gap is not None:
+            yield from _positive(gap[0], (*gap[1], "flowlet_gap"))
+        if lb is not None and lb[0] == "flowlet" and gap is None and spec.flowlet_gap is None:
+            yield SpecIssue(f"node {name}: load_balancing flowlet needs flowlet_gap (the idle "
+                            "time after which a flow may move, e.g. 1s)",
+                            key_path=(*lb[1], "load_balancing"))
+        elif gap is not None and (lb is None or lb[0] != "flowlet"):
+            yield SpecIssue(f"node {name}: flowlet_gap needs load_balancing: flowlet (it is "
+                            f"{lb[0] if lb else 'flow'})", key_path=(*gap[1], "flowlet_gap"))
+
+
+def _positive(value: object, path: tuple) -> Iterator[SpecIssue]:
+    if parse_duration_s(value) <= 0:
+        yield SpecIssue(f"flowlet_gap {value!r} must be a duration > 0", key_path=path)
 
 
 def _check_defaults(spec: TopologySpec) -> Iterator[SpecIssue]:
@@ -187,7 +224,8 @@ def _check_hosts_linked(spec: TopologySpec) -> Iterator[SpecIssue]:
 def check_spec(spec: TopologySpec, profiles: Mapping[str, ProfileSpec]) -> list[SpecIssue]:
     """Every structural problem of ``spec``; ``profiles`` are all profiles known (built-in and
     the file's). Returns the issues found (empty when none); never raises."""
-    issues = [*_check_nodes(spec), *_check_defaults(spec), *_check_links(spec, profiles),
+    issues = [*_check_nodes(spec), *_check_defaults(spec), *_check_load_balancing(spec),
+              *_check_links(spec, profiles),
               *_check_explicit_ifnames(spec), *_check_hosts_linked(spec)]
     link_default = spec.defaults.link
     if link_default and link_default.profile and link_default.profile not in profiles:

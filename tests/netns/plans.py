@@ -40,8 +40,10 @@ def two_hosts_router(h1_out: Shaping | None = None, h1_in: Shaping | None = None
                  mtu=mtu)))
 
 
-def ecmp_diamond() -> LabPlan:
-    """h1 - r1 =(via r2 | via r3)= r4 - h2; r1 has an ECMP route to h2's subnet."""
+def ecmp_diamond(load_balancing: str = "flow", flowlet_gap_s: float | None = None) -> LabPlan:
+    """h1 - r1 =(via r2 | via r3)= r4 - h2; r1 has an ECMP route to h2's subnet, r4 one to
+    h1's; both balance with ``load_balancing`` (and ``flowlet_gap_s``)."""
+    lb = {"load_balancing": load_balancing, "flowlet_gap_s": flowlet_gap_s}
     def link(name, a, aif, aip, b, bif, bip):
         return LinkPlan(name, Endpoint(a, aif, IF(aip)), Endpoint(b, bif, IF(bip)))
     gw = ip.ip_address
@@ -57,13 +59,13 @@ def ecmp_diamond() -> LabPlan:
                                              (NextHop("eth0", gw("198.18.8.2")),)),)),
         NodePlan("h2", "host", routes=(Route(ip.ip_network("0.0.0.0/0"),
                                              (NextHop("eth0", gw("198.18.9.2")),)),)),
-        NodePlan("r1", "router", ecmp_hash="l4", routes=(Route(dst2, (
+        NodePlan("r1", "router", ecmp_hash="l4", **lb, routes=(Route(dst2, (
             NextHop("e1", gw("198.18.3.2")), NextHop("e2", gw("198.18.4.2")))),)),
         NodePlan("r2", "router", routes=(Route(dst2, (NextHop("e2", gw("198.18.5.2")),)),
                                          Route(dst1, (NextHop("e1", gw("198.18.3.1")),)))),
         NodePlan("r3", "router", routes=(Route(dst2, (NextHop("e2", gw("198.18.6.2")),)),
                                          Route(dst1, (NextHop("e1", gw("198.18.4.1")),)))),
-        NodePlan("r4", "router", routes=(Route(dst1, (
+        NodePlan("r4", "router", **lb, routes=(Route(dst1, (
             NextHop("e1", gw("198.18.5.1")), NextHop("e2", gw("198.18.6.1")))),)),
     )
     return LabPlan("ecmp", nodes=nodes, links=links)

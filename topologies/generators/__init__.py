@@ -110,7 +110,8 @@ def _merge_model(base: Any, over: Any) -> Any:
 def expand(spec: TopologySpec, source: str) -> TopologySpec:
     """Replace ``spec.generator`` by what it generates. The file's name, description,
     addressing, profiles, groups and defaults override the generated ones; nodes and links in
-    the file are added to the generated ones (a node name used by both is an error)."""
+    the file are added to the generated ones (a node name used by both is an error); the
+    file's top-level load_balancing and flowlet_gap win over the generated spec's."""
     if spec.generator is None:
         return spec
     gen = build_spec(spec.generator.name, spec.generator.params, source)
@@ -123,4 +124,6 @@ def expand(spec: TopologySpec, source: str) -> TopologySpec:
         name=spec.name, description=spec.description or gen.description,
         addressing=spec.addressing, profiles={**gen.profiles, **spec.profiles},
         groups={**gen.groups, **spec.groups}, defaults=_merge_model(gen.defaults, spec.defaults),
-        nodes={**gen.nodes, **spec.nodes}, links=[*gen.links, *spec.links])
+        nodes={**gen.nodes, **spec.nodes}, links=[*gen.links, *spec.links],
+        load_balancing=spec.load_balancing or gen.load_balancing,
+        flowlet_gap=spec.flowlet_gap if spec.flowlet_gap is not None else gen.flowlet_gap)

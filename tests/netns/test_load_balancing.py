@@ -1,0 +1,121 @@
+"""Per-router load balancing on ecmp_diamond (testbed/load_balance.py): with ``flow`` one TCP
+flow stays on one of r1's two next hops; with ``packet`` its packets cross both (the
+counters of r1's e1 and e2 both grow by much of the flow); with ``flowlet`` a flow that goes
+idle longer than the gap between bursts is re-picked (round robin over new flowlets, so the
+second burst takes the other path); and a sub-second gap is refused before anything exists.
+Reordering and retransmissions (the sender's TCP_INFO) are printed, not asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from plans import ecmp_diamond
+from traffic import wait_listening
+
+from aitb.errors import LabError
+from testbed import countersnap
+
+pytestmark = pytest.mark.netns
+
+PORT = 7100
+SINK = ("import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, "
+        f"socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', {PORT})); s.listen(8)\n"
+        "while True:\n    c, _ = c_ = s.accept()\n    while c.recv(1 << 20):\n        pass\n"
+        "    c.close()\n")
+# one connection: bursts of argv[2] bytes separated by argv[3] seconds of silence; prints
+# the sender's TCP_INFO (reordering, total_retrans)
+SEND = ("import socket, sys, time, json\nfrom traffic_gen.tcpinfo import read_tcp_info\n"
+        f"c = socket.create_connection((sys.argv[1], {PORT}))\n"
+        "for i, n in enumerate(sys.argv[2].split(',')):\n"
+        "    if i: time.sleep(float(sys.argv[3]))\n"
+        "    c.sendall(b'x' * int(n))\n"
+        "    while read_tcp_info(c)['unacked']: time.sleep(0.01)\n"
+        "    print(json.dumps(read_tcp_info(c)), flush=True)\n"
+        "c.close()\n")
+BURST = 8_000_000
+
+
+def _tx(lab) -> dict[str, int]:
+    _, links = countersnap.snapshot(lab)
+    return {r["ifname"]: r["tx_bytes"] for r in links if r["node"] == "r1"}
+
+
+def _send(lab, bursts: list[int], gap_s: float) -> list[dict]:
+    out = lab.run("h1", [sys.executable, "-c", SEND, "198.18.9.1", ",".join(map(str, bursts)),
+                         str(gap_s)], timeout_s=120)
+    return [json.loads(x) for x in out.stdout.splitlines()]
+
+
+def _sink(lab) -> None:
+    lab.popen("h2", [sys.executable, "-c", SINK], stdout=subprocess.DEVNULL,
+              stderr=subprocess.DEVNULL)
+    wait_listening(lab, "h2", PORT)
+
+
+def _run(lab, nbytes: int) -> tuple[int, int]:
+    """(bytes r1 sent on e1, on e2) while one connection to h2's sink sends ``nbytes``."""
+    before = _tx(lab)
+    infos = _send(lab, [nbytes], 0.0)
+    after = _tx(lab)
+    print("tcp_info", {k: infos[-1][k] for k in ("reordering", "total_retrans")})
+    return after["e1"] - before["e1"], after["e2"] - before["e2"]
+
+
+@pytest.mark.parametrize("policy", ["flow", "packet"])
+def test_one_flow_one_path_with_flow_both_paths_with_packet(labs, policy):
+    with labs(ecmp_diamond(policy)) as lab:
+        _sink(lab)
+        e1, e2 = _run(lab, BURST)
+    print(policy, "r1 e1/e2 tx bytes", e1, e2)
+    small, big = sorted((e1, e2))
+    assert big > BURST / 2
+    if policy == "flow":
+        assert small < BURST / 20  # the other path carries (almost) nothing of the flow
+    else:
+        assert small > BURST / 5  # round robin: both carry a large share
+
+
+def test_flowlet_moves_a_flow_after_an_idle_gap(labs):
+    """Two bursts of one connection, 2.5 s apart with a 1 s gap: each burst is one flowlet on
+    one path, and the second flowlet is picked by the next nth rule: the other path."""
+    with labs(ecmp_diamond("flowlet", 1.0)) as lab:
+        _sink(lab)
+        t0 = _tx(lab)
+        proc = lab.popen("h1", [sys.executable, "-u", "-c", SEND, "198.18.9.1",
+                                f"{BURST},{BURST}", "2.5"],
+                         stdout=subprocess.PIPE, text=True)
+        first = json.loads(proc.stdout.readline())
+        t1 = _tx(lab)
+        second = json.loads(proc.stdout.readline())
+        proc.wait(timeout=60)
+        t2 = _tx(lab)
+    b1 = (t1["e1"] - t0["e1"], t1["e2"] - t0["e2"])
+    b2 = (t2["e1"] - t1["e1"], t2["e2"] - t1["e2"])
+    print("flowlet bursts e1/e2", b1, b2, "retrans", first["total_retrans"],
+          second["total_retrans"])
+    path1 = 0 if b1[0] > b1[1] else 1
+    assert b1[path1] > BURST / 2 and b1[1 - path1] < BURST / 20  # one flowlet, one path
+    assert b2[1 - path1] > BURST / 2 and b2[path1] < BURST / 20  # the next one moved
+
+
+def test_sub_second_flowlet_gap_is_refused_naming_node_and_key(labs):
+    with pytest.raises(LabError, match=r"node r1: flowlet_gap 0.0005s cannot be realised"):
+        with labs(ecmp_diamond("flowlet", 0.0005)):
+            pass
+
+
+def test_packet_spraying_survives_a_path_down_and_sprays_again_once_it_is_back(labs):
+    """r1-r2 down: the packets marked for its table find no route there and fall through to
+    the main table's (now single) next hop; up: faults.restore_routes re-adds that table's
+    route, and the flow crosses both paths again."""
+    with labs(ecmp_diamond("packet")) as lab:
+        _sink(lab)
+        lab.set_links(["r1-r2"], False)
+        e1, e2 = _run(lab, BURST)
+        assert e2 > BURST and e1 == 0
+        lab.set_links(["r1-r2"], True)
+        e1, e2 = _run(lab, BURST)
+    assert min(e1, e2) > BURST / 5
