@@ -15,7 +15,8 @@ those pcaps (a link without a capture leaves it unconfirmed: the plan alone says
 ``not_applicable`` (no workload is marked, or none of its flows was recorded). ``evidence``
 is a hash chain (aitb.evidence) over the files the verdict rests on: experiment.json,
 plan.json, flows.jsonl and every pcap listed in captures/index.json; ``aitb verify RUN_DIR``
-recomputes it.
+recomputes it and the verdict (:func:`check_locality`), so neither the files nor the verdict
+stated from them can change unnoticed.
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aitb.evidence import build_chain
+from aitb.evidence import build_chain, verify_chain
 from aitb.locality import DataPolicy, flow_violations
 from aitb.paths import PathError, PathWalker
 from aitb.plan import plan_from_dict
 from analysis.io import write_json_atomic
 from analysis.pcap import PROTO_TCP, DecodeStats, decode_frame, open_capture
 
-__all__ = ["policies_of", "locality_report", "write_locality", "evidence_files"]
+__all__ = ["policies_of", "locality_report", "write_locality", "evidence_files",
+           "check_locality"]
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -138,6 +140,44 @@ def locality_report(run_dir: Path) -> dict[str, Any]:
             "confirmed_by_capture": sum(bool(v["captured_on"]) for v in bad),
             "violations": bad, "unrouted": sorted(set(unrouted))[:20],
             "evidence": build_chain(run_dir, evidence_files(run_dir))}
+
+
+# what a verdict states, re-derived by check_locality from the chained files
+_STATED = ("verdict", "policies", "checked_flows", "violating_flows", "confirmed_by_capture",
+           "violations", "unrouted")
+
+
+def check_locality(run_dir: Path, doc: dict[str, Any]) -> list[str]:
+    """What no longer holds of ``doc`` (a ``locality.json`` mapping) against ``run_dir``: the
+    hash chain's changed or missing files (aitb.evidence.verify_chain), evidence files the
+    chain leaves out or names beyond :func:`evidence_files`, and each stated key
+    (``verdict``, ``violations``, counts) that differs from :func:`locality_report` recomputed
+    from the files (or that it cannot be: an unreadable experiment.json, plan.json,
+    flows.jsonl or captures/index.json); one message each, [] when all holds. Reads only."""
+    chain = doc.get("evidence") or {}
+    problems = verify_chain(run_dir, chain)
+    chained = [link.get("name") for link in chain.get("links", [])]
+    try:
+        wanted = evidence_files(run_dir)
+        fresh = locality_report(run_dir)
+    except (OSError, ValueError, KeyError) as exc:
+        return [*problems, f"the verdict cannot be recomputed from the run's files ({exc})"]
+    missing = [n for n in wanted if n not in chained]
+    extra = [n for n in chained if n not in wanted and (run_dir / str(n)).exists()]
+    if missing:
+        problems.append(f"the chain leaves out {', '.join(missing)}, which the verdict rests on")
+    if extra:
+        problems.append(f"the chain names {', '.join(map(str, extra))}, which the verdict does "
+                        "not rest on")
+    for key in _STATED:
+        if doc.get(key) != fresh[key]:
+            stated = doc.get(key)
+            shown = (f"{stated!r}, the chained files give {fresh[key]!r}"
+                     if key in ("verdict", "checked_flows", "violating_flows",
+                                "confirmed_by_capture")
+                     else "differs from what the chained files give")
+            problems.append(f"locality.json: {key} {shown}")
+    return problems
 
 
 def write_locality(run_dir: Path) -> Path:

@@ -104,3 +104,56 @@ def test_the_chain_detects_a_changed_file(tmp_path):
     (tmp_path / "b.jsonl").write_text("1\n")
     chain["links"][0]["sha256"] = "0" * 64  # a forged digest breaks its link and the head
     assert len(verify_chain(tmp_path, chain)) >= 2
+
+
+def _verify(run_dir: Path):
+    from typer.testing import CliRunner
+
+    from orchestration.cli.app import app
+
+    return CliRunner().invoke(app, ["verify", str(run_dir)])
+
+
+def _forge(run_dir: Path, edit) -> None:
+    path = run_dir / "locality.json"
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+def test_verify_refuses_a_verdict_edited_after_the_run(tmp_path, prep):
+    from analysis.locality import write_locality
+
+    d = _run_dir(tmp_path, prep, [_flow(prep, 0, "eu-h1", "eu-h2"),
+                                  _flow(prep, 1, "eu-h2", "us-h1")])
+    write_locality(d)
+    ok = _verify(d)
+    assert ok.exit_code == 0 and "verified" in ok.output and "violation" in ok.output
+    # the chained files are untouched; only the verdict the record states is changed
+    _forge(d, lambda doc: doc.update(verdict="compliant", violating_flows=0, violations=[]))
+    forged = _verify(d)
+    assert forged.exit_code == 1, forged.output
+    assert "locality.json" in forged.output and "violation" in forged.output
+
+
+def test_verify_refuses_a_chain_that_leaves_out_an_evidence_file(tmp_path, prep):
+    from analysis.locality import write_locality
+
+    d = _run_dir(tmp_path, prep, [_flow(prep, 0, "eu-h1", "eu-h2")])
+    write_locality(d)
+    # a chain rebuilt without flows.jsonl is self-consistent but no longer covers the records
+    _forge(d, lambda doc: doc.update(evidence=build_chain(d, ["experiment.json", "plan.json"])))
+    res = _verify(d)
+    assert res.exit_code == 1, res.output
+    assert "flows.jsonl" in res.output
+
+
+def test_verify_names_a_deleted_evidence_file(tmp_path, prep):
+    from analysis.locality import write_locality
+
+    d = _run_dir(tmp_path, prep, [_flow(prep, 0, "eu-h1", "eu-h2")])
+    write_locality(d)
+    (d / "plan.json").unlink()
+    res = _verify(d)
+    assert res.exit_code == 1 and "plan.json: cannot be read" in res.output, res.output
+    assert "cannot be recomputed" in res.output

@@ -1,6 +1,8 @@
 """``aitb verify RUN_DIR``: do the files a run's locality verdict rests on still hash to the
-chain in its ``locality.json`` (aitb.evidence)? Exit 0 when every file matches, 1 naming each
-changed or missing file, 2 when the run has no locality.json (no workload marked its data,
+chain in its ``locality.json`` (aitb.evidence), does the chain cover all of them, and does the
+verdict recomputed from them (analysis.locality.check_locality) match the one stated? Exit 0
+when all holds, 1 naming each changed, missing or left-out file and each stated key that
+differs, 2 when the run has no locality.json (no workload marked its data,
 or the run was never analysed: ``aitb analyze RUN_DIR`` writes it)."""
 
 from __future__ import annotations
@@ -11,21 +13,22 @@ from typing import Annotated
 
 import typer
 
-from aitb.evidence import verify_chain
+from analysis.locality import check_locality
 
 
 def verify(
     run_dir: Annotated[Path, typer.Argument(help="Run directory, results/<experiment>/<run-id>/",
                                             show_default=False)],
 ) -> None:
-    """Check the hash chain over the records and captures of the run's locality verdict."""
+    """Check the hash chain over the records and captures of the run's locality verdict, and
+    the verdict itself."""
     path = run_dir / "locality.json"
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {path}: no readable locality verdict ({exc})", err=True)
         raise typer.Exit(2) from None
-    problems = verify_chain(run_dir, doc.get("evidence", {}))
+    problems = check_locality(run_dir, doc)
     if problems:
         for p in problems:
             typer.echo(f"changed: {p}", err=True)
