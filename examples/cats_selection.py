@@ -1,9 +1,10 @@
-"""Per-policy table and TTFT plot of a run of examples/cats_selection.yaml (requests.jsonl):
+"""Per-policy table and plot (TTFT, bootstrap bytes) of a run of examples/cats_selection.yaml (requests.jsonl):
 
     sudo .venv/bin/aitb run examples/cats_selection.yaml          # last line: RUN_DIR
     .venv/bin/python examples/cats_selection.py RUN_DIR           # table; RUN_DIR/cats_ttft.png
 
-TTFT percentiles are nearest-rank over the requests that got a first token (ms); bootstrap
+The plot (cats_ttft.png): TTFT CDF per policy beside the bootstrap MB per policy. TTFT
+percentiles are nearest-rank over the requests that got a first token (ms); bootstrap
 MB = bootstrap bytes / 1e6.
 """
 
@@ -58,15 +59,17 @@ def table(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def plot(run_dir: Path) -> Path:
-    """The TTFT CDF of every policy as ``run_dir/cats_ttft.png``; its path."""
+def figure(run_dir: Path) -> Any:
+    """A matplotlib Figure of two panels: the TTFT CDF of every policy (log ms) and the
+    bootstrap MB each policy moved (bars, one per policy, in the table's order)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for r in per_policy(run_dir):
+    rows = per_policy(run_dir)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4), width_ratios=(3, 2))
+    for r in rows:
         xs = sorted(v * 1e3 for v in r["ttft_s"])
         ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post",
                 label=r["policy"])
@@ -74,6 +77,17 @@ def plot(run_dir: Path) -> Path:
     ax.set_ylabel("fraction of requests")
     ax.set_xscale("log")
     ax.legend()
+    bx.bar([r["policy"] for r in rows], [r["bootstrap_bytes"] / 1e6 for r in rows])
+    bx.set_ylabel("bootstrap MB (context moved to instances)")
+    bx.tick_params(axis="x", labelrotation=30)
+    return fig
+
+
+def plot(run_dir: Path) -> Path:
+    """:func:`figure` saved as ``run_dir/cats_ttft.png``; its path."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(run_dir)
     path = run_dir / "cats_ttft.png"
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
