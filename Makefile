@@ -37,6 +37,7 @@ bench:            ## benchmarks against their named peers (prints ratios)
 	$(PY) bench/pcap_analysis.py
 	$(PY) bench/agent_goodput.py
 	$(PY) bench/ring_cct.py
+	$(PY) bench/load_balancing.py
 	$(PY) bench/start_skew.py --agents 64 --bursts 10 --rt-priority 10 --spin-us 200
 	$(PY) bench/fidelity_rate.py
 
