@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from aitb.errors import CommandError, LabError
-from aitb.lifeline import registered
+from aitb.lifeline import spawn
 from aitb.plan import LabPlan
 from aitb.shaping import Shaping
 from testbed import (
@@ -386,15 +386,32 @@ class Lab:
 
     def popen(self, node: str, argv: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` inside ``node``'s namespace (``kw`` go to subprocess.Popen); the
-        process registers itself (pid, start time) before it execs (aitb.lifeline.registered:
-        no instant at which a SIGKILL of this process leaves it unregistered) and is ended
-        by :meth:`down` or ``aitb clean``."""
-        proc = procs.popen_in(self._fd(node), argv, preexec_fn=registered(
-            self.registry.path, {"kind": "process", "node": node, "argv": list(argv)}), **kw)
+        process is in the registry (pid, start time) before it execs (aitb.lifeline.spawn:
+        held by its exec wrapper until this process has registered it, so no instant at
+        which a SIGKILL of this process leaves it unregistered, and no Python code between
+        fork and exec) and is ended by :meth:`down` or ``aitb clean``. Raises CommandError
+        naming argv if it cannot be started."""
+        fd = self._fd(node)
+        entry = {"kind": "process", "node": node, "argv": list(argv)}
+        try:
+            proc = spawn(argv, register=self._registrar(entry),
+                         popen=lambda a, **k: procs.popen_in(fd, a, **k), **kw)
+        except OSError as exc:
+            raise CommandError(argv, None, exc.strerror or str(exc)) from None
+        self._keep(proc)
+        return proc
+
+    def _registrar(self, entry: Mapping[str, Any]) -> Any:
+        """``register(pid, start)`` for :func:`aitb.lifeline.spawn`: ``entry`` plus the
+        child's pid and start time, appended durably to the registry."""
+        def register(pid: int, start: int | None) -> None:
+            self.registry.append([{**entry, "pid": pid, "start": start}])
+        return register
+
+    def _keep(self, proc: subprocess.Popen[Any]) -> None:
         start = pid_start_time(proc.pid)
         self.children[proc.pid] = proc
         self.started.append((proc.pid, -1 if start is None else start))
-        return proc
 
     def popen_host(self, argv: Sequence[str], node: str = "(root namespace)",
                    pdeathsig: int | None = None, record: Mapping[str, Any] | None = None,
@@ -408,19 +425,15 @@ class Lab:
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, not a shell string")
         entry = {"kind": "process", "node": node, "argv": list(argv), **(record or {})}
-        # SIGINT/SIGTERM held over the fork: with a preexec_fn, Popen runs the at-fork
-        # handlers (logging's takes and releases its module lock); an interrupt raised
-        # inside one is ignored by CPython and left that lock held, and the next fork
-        # deadlocked (kill harness: a run hung in the traffic phase). Raised right after.
+        # SIGINT/SIGTERM held from the fork until the child is registered and kept (an
+        # interrupt between the two would leave a registered child this process never reaps).
+        # Raised right after.
         with signals.held() as got:
             try:
-                proc = subprocess.Popen(list(argv), preexec_fn=registered(
-                    self.registry.path, entry, pdeathsig), **kw)
+                proc = spawn(argv, register=self._registrar(entry), pdeathsig=pdeathsig, **kw)
             except OSError as exc:
                 raise CommandError(argv, None, exc.strerror or str(exc)) from None
-            start = pid_start_time(proc.pid)
-            self.children[proc.pid] = proc
-            self.started.append((proc.pid, -1 if start is None else start))
+            self._keep(proc)
         if got:
             raise signals.LabInterrupted(got[0])
         return proc

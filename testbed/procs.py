@@ -2,8 +2,8 @@
 
 A child forked by a thread inherits that thread's network namespace, so
 :func:`popen_in` calls ``subprocess.Popen`` from a helper thread that has entered the
-namespace: no shell, no ``ip netns exec`` process (a ``preexec_fn`` in ``kw`` runs in the
-child as usual: :meth:`testbed.lab.Lab.popen` registers the child there).
+namespace: no shell, no ``ip netns exec`` process (:meth:`testbed.lab.Lab.popen` starts its
+children through :func:`aitb.lifeline.spawn` with this as the Popen).
 """
 
 from __future__ import annotations

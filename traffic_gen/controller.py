@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import socket
 import subprocess
 import tempfile
@@ -24,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aitb.lifeline import die_with_parent
+from aitb.lifeline import spawn
 from aitb.records import FailureRecord
 from traffic_gen.jsonl import RecordWriter
 from traffic_gen.launch import Launcher
@@ -166,7 +167,7 @@ class Controller:
         stand-in) gets a plain child that dies with this thread's process."""
         start = getattr(self.launcher, "popen_host", None)
         if start is None:
-            return subprocess.Popen(argv, preexec_fn=die_with_parent(), **kw)
+            return spawn(argv, pdeathsig=signal.SIGKILL, **kw)
         return start(argv, **kw)
 
     def _check_kickers(self) -> None:

@@ -18,7 +18,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from aitb.lifeline import die_with_parent
+from aitb.lifeline import spawn
 
 __all__ = ["Launcher", "LocalLauncher", "NetnsExecLauncher", "LabLauncher"]
 
@@ -36,7 +36,9 @@ class Launcher(Protocol):
 
 
 def _popen_dying(argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
-    return subprocess.Popen(list(argv), preexec_fn=die_with_parent(), **popen_kwargs)
+    """``argv`` through aitb.lifeline's exec wrapper: PR_SET_PDEATHSIG (SIGKILL) before the
+    program's first instruction, no Python code between fork and exec."""
+    return spawn(argv, pdeathsig=signal.SIGKILL, **popen_kwargs)
 
 
 class LocalLauncher:

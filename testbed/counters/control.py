@@ -60,7 +60,7 @@ class CounterSampler:
                "live_every_s": self.config.live_every_s}
         argv = [sys.executable, "-m", "testbed.counters.main", json.dumps(cfg)]
         log = (self.out_dir / "sampler.log").open("wb")
-        try:  # registered by the child itself before exec (no unregistered instant)
+        try:  # registered before it execs (held by its wrapper: no unregistered instant)
             self.proc = self.lab.popen_host(argv, stdout=subprocess.PIPE, stderr=log,
                                             record={"argv": argv[:3]})
         finally:

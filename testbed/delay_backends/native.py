@@ -147,7 +147,7 @@ def _start_helper(lab: LabHandle, h: _Helper) -> None:
                        f"/proc/self/fd/{fd}", STATS_INTERVAL_MS, str(h.params_path),
                        spin_us=SPIN_US, rt_prio=RT_PRIO, nice=NICE)
     with open(h.stderr_path, "wb") as err:  # from this (the lab's) thread: see module doc
-        # registered by the child itself before exec (no unregistered instant)
+        # registered before it execs (held by its wrapper: no unregistered instant)
         h.proc = lab.popen_host(argv, node=h.node, record={"role": "delay-line"},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=err, pass_fds=(fd,))

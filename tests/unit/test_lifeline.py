@@ -1,4 +1,7 @@
-"""Starters die with a SIGKILLed owner: aitb.lifeline's preexec_fn, and the controller uses it."""
+"""Children that cannot outlive their owner unseen (aitb.lifeline.spawn): dying with a
+SIGKILLed owner, registered before they exec, never run if the owner dies before it has
+registered them, and no Python code between fork and exec; the controller and the lab's
+launcher use it."""
 
 from __future__ import annotations
 
@@ -8,8 +11,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def _gone(pid: int) -> bool:
@@ -20,50 +26,124 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _wait_gone(pid: int) -> bool:
+    deadline = time.monotonic() + 30  # a bound for a hang, not a margin: a loaded box
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _gone(pid)
+
+
+def _owner(code: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
 def test_child_dies_with_a_sigkilled_parent():
-    code = ("import subprocess, sys, time\n"
-            "from aitb.lifeline import die_with_parent\n"
-            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
-            " preexec_fn=die_with_parent())\n"
+    code = ("import signal, sys, time\n"
+            "from aitb.lifeline import spawn\n"
+            "p = spawn([sys.executable, '-c', 'import time; time.sleep(120)'],"
+            " pdeathsig=signal.SIGKILL)\n"
             "print(p.pid, flush=True)\n"
             "time.sleep(120)\n")
-    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    owner = _owner(code)
     child = int(owner.stdout.readline())
     try:
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
-        deadline = time.monotonic() + 30  # the kernel signals at once; 30 s: a loaded box
-        while not _gone(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _gone(child)
+        assert _wait_gone(child)
     finally:
         if not _gone(child):
             os.kill(child, signal.SIGKILL)
 
 
 def test_registered_child_is_in_the_registry_before_it_execs(tmp_path):
-    from aitb.lifeline import registered
+    from aitb.lifeline import spawn
 
     reg = tmp_path / "registry.jsonl"
-    reg.write_text('{"kind": "run"}')  # a torn last line: the child starts a fresh one
+    reg.write_text('{"kind": "run"}\n')
     code = "import sys; sys.stdout.write(open(sys.argv[1]).read())"
-    out = subprocess.run([sys.executable, "-c", code, str(reg)], capture_output=True,
-                         text=True, check=True,
-                         preexec_fn=registered(reg, {"kind": "process", "node": "h0"}))
-    lines = [json.loads(ln) for ln in out.stdout.splitlines()]
+
+    def register(pid, start):
+        with reg.open("a") as f:
+            f.write(json.dumps({"kind": "process", "node": "h0", "pid": pid,
+                                "start": start}) + "\n")
+
+    proc = spawn([sys.executable, "-c", code, str(reg)], register=register,
+                 stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    lines = [json.loads(ln) for ln in out.splitlines()]
     assert lines[0] == {"kind": "run"}
-    assert lines[1]["kind"] == "process" and lines[1]["node"] == "h0"
-    assert lines[1]["start"] > 0 and lines[1]["pid"] > 0  # what it read: itself, pre-exec
+    assert lines[1]["kind"] == "process" and lines[1]["pid"] == proc.pid  # what it read
+    assert lines[1]["start"] > 0
 
 
-def test_registered_child_without_a_registry_never_runs(tmp_path):
-    from aitb.lifeline import registered
+def test_a_child_whose_registration_fails_never_runs(tmp_path):
+    from aitb.lifeline import spawn
 
     marker = tmp_path / "ran"
-    with pytest.raises(subprocess.SubprocessError):
-        subprocess.run([sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
-                       preexec_fn=registered(tmp_path / "missing.jsonl", {"kind": "process"}))
+
+    def register(pid, start):
+        raise OSError("registry full (test)")
+
+    with pytest.raises(OSError, match="registry full"):
+        spawn([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], register=register)
     assert not marker.exists()
+
+
+def test_an_owner_killed_before_it_registered_the_child_leaves_nothing_running(tmp_path):
+    """The owner is SIGKILLed at the worst instant: the child exists, the registry does not
+    know it yet. The program must never run, and the held child must end by itself."""
+    marker = tmp_path / "ran"
+    code = ("import os, signal, sys\n"
+            "from aitb.lifeline import spawn\n"
+            "def register(pid, start):\n"
+            "    print(pid, flush=True)\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+            "spawn(['touch', sys.argv[1]], register=register)\n")
+    owner = _owner(code, str(marker))
+    child = int(owner.stdout.readline())
+    owner.wait()
+    assert owner.returncode == -signal.SIGKILL
+    assert _wait_gone(child)
+    assert not marker.exists()
+
+
+def test_no_python_code_runs_between_fork_and_exec(tmp_path):
+    """A multi-threaded parent: the child of Lab.popen_host and of a launcher's popen_host
+    must run no Python code before exec. An after-in-child fork hook is Python run exactly
+    there (with a preexec_fn, Popen runs them); it leaves a marker file if it ever runs."""
+    marker = tmp_path / "python-ran-in-child"
+    code = ("import os, sys, threading, time\n"
+            "from pathlib import Path\n"
+            "from aitb.plan import LabPlan, NodePlan\n"
+            "from testbed.lab import Lab\n"
+            "from traffic_gen.launch import LocalLauncher\n"
+            "stop = threading.Event()\n"
+            "threading.Thread(target=stop.wait, daemon=True).start()  # multi-threaded\n"
+            "os.register_at_fork(after_in_child=lambda: open(sys.argv[1], 'w').close())\n"
+            "lab = Lab(LabPlan('x', nodes=(NodePlan('h1', 'host'),), links=()), 'forkx',"
+            " Path(sys.argv[2]))\n"
+            "lab.registry.create(lab.plan)\n"
+            "a = lab.popen_host(['true'])\n"
+            "b = LocalLauncher().popen_host(['true'])\n"
+            "print(a.wait(), b.wait(), flush=True)\n"
+            "print(sum(r['kind'] == 'process' for r in lab.registry.records()))\n")
+    owner = _owner(code, str(marker), str(tmp_path / "state"))
+    out, err = owner.communicate(timeout=120)
+    assert owner.returncode == 0, err
+    assert out.split() == ["0", "0", "1"]  # both ran; the lab's is registered
+    assert not marker.exists()
+
+
+def test_a_missing_program_is_refused_as_popen_would(tmp_path):
+    from aitb.lifeline import spawn
+
+    with pytest.raises(FileNotFoundError):
+        spawn(["aitb-no-such-program-xyz"], register=lambda pid, start: None)
+    with pytest.raises(PermissionError):
+        spawn([str(tmp_path)])
 
 
 def test_controller_starts_starters_through_the_launcher(tmp_path):
