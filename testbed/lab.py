@@ -103,6 +103,10 @@ class Lab:
         # written with the owner record when the registry is created (before any object
         # exists), e.g. the run directory whose manifest `aitb clean` marks killed
         self.owner_records: list[dict[str, Any]] = []
+        # the owner created the registry (owner records included) before up(), so that no
+        # instant leaves what it made before the lab unregistered (`aitb run`: its run
+        # directory); up() then only writes the plan
+        self.registry_created = False
         # teardown keeps the owner records (Registry.spend) for the owner to remove once it
         # has written its final status (`aitb run`: so a SIGKILL between the two is seen)
         self.keep_owner = False
@@ -157,7 +161,10 @@ class Lab:
         if refused:
             raise LabError("; ".join(refused))
         self.ovs_datapaths = ovs_datapath.choose_for_lab(self.plan)
-        self.registry.create(self.plan, self.owner_records)
+        if self.registry_created:
+            self.registry.write_plan(self.plan)
+        else:
+            self.registry.create(self.plan, self.owner_records)
         try:
             self._build()
             late = signals.swallowed()  # an interrupt some library caught and dropped

@@ -86,10 +86,14 @@ class Registry:
             self.dir.mkdir(parents=True, exist_ok=False)
         except FileExistsError:
             raise LabError(f"run id {self.run_id} is already in use ({self.dir} exists)") from None
-        (self.dir / "plan.json").write_text(json.dumps(plan_to_dict(plan)))
+        self.write_plan(plan)
         pid = os.getpid()
         self.append([{"kind": "run", "run_id": self.run_id, "owner_pid": pid,
                       "owner_start": pid_start_time(pid), "time": time.time()}, *records])
+
+    def write_plan(self, plan: LabPlan) -> None:
+        """(Re)write the run's plan.json (what attach, inspect and exec read)."""
+        (self.dir / "plan.json").write_text(json.dumps(plan_to_dict(plan)))
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Append ``records`` durably (one write, flush, fsync)."""

@@ -60,12 +60,31 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, text + "\n")
 
 
+def remove_if_empty(run_dir: Path) -> bool:
+    """Delete ``run_dir`` if it holds nothing but the temporary files of an unfinished atomic
+    write (``.name.xxxx``, :mod:`aitb.atomic`): a run killed between creating its directory
+    and writing its first manifest. Returns whether it was removed."""
+    try:
+        entries = list(run_dir.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if any(not (p.name.startswith(".") and p.is_file()) for p in entries):
+        return False
+    for p in entries:
+        p.unlink(missing_ok=True)
+    run_dir.rmdir()
+    return True
+
+
 def mark_killed(run_dir: Path, by: str) -> bool:
     """Set the manifest of ``run_dir`` from ``running`` to ``killed`` (its process ended
     without writing a status: SIGKILL, a power cut), naming ``by`` (who found it, e.g. "aitb
-    clean") in ``error``. Returns whether it changed anything; a missing or unreadable
+    clean") in ``error``; a run directory killed before its first manifest (empty, see
+    :func:`remove_if_empty`) is removed. Returns whether it changed anything; an unreadable
     manifest or another status is left alone."""
     path = run_dir / "manifest.json"
+    if not path.exists():
+        return remove_if_empty(run_dir)
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -38,7 +38,13 @@ from orchestration.run.experiment import ExperimentSpec, load_experiment, spec_i
 from orchestration.run.fidelity import FidelityMonitor
 from orchestration.run.locality_check import check_placement
 from orchestration.run.observe import ObserveConfig, observe_config, observing
-from orchestration.run.rundir import create_run_dir, host_facts, new_run_id, write_json_atomic
+from orchestration.run.rundir import (
+    create_run_dir,
+    host_facts,
+    new_run_id,
+    remove_if_empty,
+    write_json_atomic,
+)
 from orchestration.run.runlog import RunLog
 from orchestration.run.tls_cert import write_run_certificate
 from orchestration.run.tls_pairs import check_tls, tls_address_pairs
@@ -362,8 +368,19 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     lab_id = run_id.rsplit("-", 1)[-1]
     manifest = _manifest(prep, run_id, lab_id)  # before the folder: host facts take a moment
     manifest["backend"] = backend = backend or prep.backend
-    run_dir = create_run_dir(results_dir, prep.spec.name, run_id)
-    write_json_atomic(run_dir / "manifest.json", manifest)  # first: a run dir always has one
+    run_dir = results_dir / prep.spec.name / run_id
+    # the registry first, naming the run directory: a SIGKILL at any instant from here on
+    # leaves a run `aitb clean` finds (it marks the manifest killed, or removes a directory
+    # killed before its manifest existed); the lab adopts this registry (Lab.registry_created)
+    registry = Registry(state_dir(), lab_id)
+    registry.create(prep.plan, [{"kind": "run_dir", "path": str(run_dir.resolve())}])
+    try:
+        run_dir = create_run_dir(results_dir, prep.spec.name, run_id)
+        write_json_atomic(run_dir / "manifest.json", manifest)  # first: a run dir has one
+    except BaseException:
+        remove_if_empty(run_dir)
+        registry.remove()
+        raise
     write_json_atomic(run_dir / "experiment.json", prep.spec.model_dump(mode="json"))
     write_json_atomic(run_dir / "plan.json", plan_to_dict(prep.plan))
     outcome = RunOutcome(run_dir, ok=False)
@@ -440,9 +457,9 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
     try:
         progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
         lab = make_lab(prep.plan, backend, run_id=lab_id, state_dir=state_dir())
-        # aitb clean marks this run killed if its process dies without a status: in the
-        # registry's first write, before any namespace exists
-        lab.owner_records.append({"kind": "run_dir", "path": str(run_dir.resolve())})
+        # aitb clean marks this run killed if its process dies without a status: execute
+        # wrote the registry (naming the run directory) before the run directory existed
+        lab.registry_created = True
         lab.keep_owner = True  # removed by execute once the manifest has its final status
         with lab:
             manifest["lab_timings_s"] = dict(lab.timings)

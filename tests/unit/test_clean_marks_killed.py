@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).parent.parent.parent
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent.parent
 TOPOLOGY = ROOT / "topologies" / "examples" / "single_switch.yaml"
+EXPERIMENT = ROOT / "examples" / "ring_allreduce_quick.yaml"
 
 
 def _owner_that_dies(state: Path, run_id: str, body: str, *args: Path) -> str:
@@ -80,3 +84,51 @@ def test_a_run_killed_after_its_teardown_is_still_found_and_marked(tmp_path):
     assert cleaned.returncode == 0, cleaned.stderr
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "killed"
     assert not (state / "hostile3").exists()
+
+
+# `aitb run`'s execute, SIGKILLed right after it created the run directory ("dir") or
+# right after its first manifest ("manifest"): before the lab, before any namespace
+KILLED_AT = """
+import os, signal, sys
+from pathlib import Path
+from orchestration.run import runner
+point = sys.argv[1]
+real_create, real_write = runner.create_run_dir, runner.write_json_atomic
+def create(*args):
+    made = real_create(*args)
+    if point == "dir":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return made
+def write(path, data):
+    real_write(path, data)
+    if point == "manifest" and path.name == "manifest.json":
+        os.kill(os.getpid(), signal.SIGKILL)
+runner.create_run_dir, runner.write_json_atomic = create, write
+runner.execute(runner.prepare(Path(sys.argv[2])), Path(sys.argv[3]))
+"""
+
+
+@pytest.mark.parametrize("point", ["dir", "manifest"])
+def test_a_run_killed_before_its_lab_is_found_by_clean(tmp_path, point):
+    """The registry naming the run directory exists before the directory: a SIGKILL right
+    after the directory (or its first manifest) was made still leaves a run that `aitb
+    clean` finds; it removes the empty directory or marks the manifest killed. (The
+    registry used to be written by the lab's bring-up: such a run stayed `running`, or an
+    empty directory, with nothing registered.)"""
+    state, results = tmp_path / "state", tmp_path / "results"
+    env = {**os.environ, "AITB_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
+    died = subprocess.run([sys.executable, "-c", KILLED_AT, point, str(EXPERIMENT),
+                           str(results)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    [run_dir] = results.glob("*/*")
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "clean", "--json"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert [r["run_id"] for r in json.loads(out.stdout)["removed"]] == \
+        [run_dir.name.rsplit("-", 1)[-1]]
+    if point == "dir":
+        assert not run_dir.exists()
+    else:
+        assert json.loads((run_dir / "manifest.json").read_text())["status"] == "killed"
+    assert not any(state.iterdir())
