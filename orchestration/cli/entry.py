@@ -1,6 +1,7 @@
 """The ``aitb`` console script: imports the CLI (typer, rich and the command modules take
-about a second) under a guard, so that Ctrl-C during start-up ends with exit 130 and one line
-instead of a KeyboardInterrupt traceback.
+about a second) under :func:`orchestration.cli.exiting.supervise`, so that Ctrl-C during
+start-up ends with exit 130 and one line instead of a KeyboardInterrupt traceback, and a
+SIGINT/SIGTERM at any later instant (the interpreter's exit included) with 130/143.
 
 ``aitb pcap FILE... [--json]`` takes a quick path that imports none of that: only the capture
 reader and, for the table, rich (the issue's target: under 0.3 s for a small file; tshark
@@ -15,14 +16,20 @@ import sys
 
 
 def main() -> None:
-    """Entry point of the ``aitb`` console script (see :func:`orchestration.cli.app.main`)."""
-    try:
-        if _quick_pcap(sys.argv[1:]):
-            return
-        from orchestration.cli.app import main as cli_main
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
+    """Entry point of the ``aitb`` console script (see :func:`orchestration.cli.app.main`).
+    Its exit status is aitb's own for SIGINT/SIGTERM at any instant, 130/143, also during
+    the interpreter's exit (:mod:`orchestration.cli.exiting`)."""
+    from orchestration.cli import exiting
+
+    exiting.install()
+    exiting.supervise(_main)
+
+
+def _main() -> None:
+    if _quick_pcap(sys.argv[1:]):
+        return
+    from orchestration.cli.app import main as cli_main
+
     cli_main()
 
 

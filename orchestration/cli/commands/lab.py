@@ -62,7 +62,9 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
            as_json: JsonOpt = False) -> None:
     """Bring a lab up and leave it up; prints its run id. Link traces play until destroy
     (records: link_trace.jsonl in the lab's state directory). On failure or SIGINT/SIGTERM
-    everything made so far is removed (exit 130/143 on a signal)."""
+    everything made so far is removed (exit 130/143 on a signal); a signal that lands once
+    the lab is deployed and detached (its run id printed, or about to be) leaves it up and
+    still exits 130/143 (the signal came; orchestration.cli.exiting)."""
     from testbed.backends import check_backend, make_lab
 
     plan = load_plan(file)

@@ -1,0 +1,117 @@
+"""The ``aitb`` process's exit status tells the truth about SIGINT and SIGTERM at any instant,
+interpreter exit included: 130 and 143 (128 + the signal), never death by the signal.
+
+:func:`install` (first thing in :func:`orchestration.cli.entry.main`) puts the outermost
+handlers in place, the ones ``testbed.signals.raising``/``held`` restore when they end:
+
+- while the command runs, SIGINT raises KeyboardInterrupt (Python's own behaviour) and
+  SIGTERM raises ``SystemExit(143)`` (it used to kill the process outright: default
+  action), so ``finally`` blocks run and the exit status says what happened;
+- once the command has its status (:func:`supervise` got it; or the signal lands inside the
+  supervisor's own frames), a signal is only recorded, never raised into the exit path.
+
+The interpreter's exit then runs as usual (non-daemon threads joined, atexit callbacks such
+as logging's flush) with these handlers still installed, and the last atexit callback (this
+module's, registered first) flushes stdout and stderr and ends the process with
+``os._exit``: the status, or 128 + the first signal recorded after the command ended (if the
+status is not already 130/143). CPython's own finalisation, which would set SIGINT and
+SIGTERM back to their default action (death by the signal) before the process is gone, never
+runs. A second late signal ends the process at once (an exit stuck joining a thread), with
+the first one's status. Forked children that run Python (pyroute2's helpers) are left
+alone: the handlers give them the default action and the atexit callback does nothing there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+from collections.abc import Callable
+from types import FrameType
+
+__all__ = ["install", "supervise"]
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+INTERRUPTED = {128 + s for s in SIGNALS}
+
+_state: dict[str, object] = {"owner": None, "final": False, "code": 1}
+_late: list[int] = []  # signals recorded once the command had its status
+
+
+def install() -> None:
+    """Install the outermost SIGINT/SIGTERM handlers and the last atexit callback (see the
+    module doc). Call once, before anything else registers atexit callbacks. Side effects:
+    two signal handlers, one atexit callback, this process's exit via ``os._exit``."""
+    if _state["owner"] is not None:
+        return
+    _state["owner"] = os.getpid()
+    for s in SIGNALS:
+        signal.signal(s, _handler)
+    atexit.register(_last)
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    if os.getpid() != _state["owner"]:  # a forked child running Python: the default action
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    if _state["final"] or (frame is not None and frame.f_code in _OWN_CODE):
+        if _late and _state["final"]:  # a second one: the exit is stuck (a thread that
+            os._exit(128 + _late[0])   # never ends?): end now, with the first one's status
+        _late.append(signum)
+        return
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)
+
+
+def supervise(body: Callable[[], None]) -> None:
+    """Run ``body`` (the CLI) and record its exit status: 0 if it returns, ``SystemExit``'s
+    code, 130 for a KeyboardInterrupt nothing caught (one line, "interrupted", instead of a
+    traceback). Returns normally; the process then exits with that status (or a late
+    signal's, see the module doc)."""
+    code: object = 1
+    try:
+        body()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    except KeyboardInterrupt:
+        code = 130
+        sys.stderr.write("interrupted\n")
+    finally:
+        _finish(code)
+
+
+def _finish(code: object) -> None:
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message"): printed, status 1 (as Python)
+        sys.stderr.write(f"{code}\n")
+        code = 1
+    _state["code"] = code
+    _state["final"] = True
+
+
+def _last() -> None:
+    """The last atexit callback: flush, then ``os._exit`` with the status."""
+    if os.getpid() != _state["owner"]:
+        return
+    _state["final"] = True
+    code = _state["code"] if isinstance(_state["code"], int) else 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            if code == 0:
+                code = 120  # what CPython exits with when it cannot flush stdout
+    # pthread_sigmask runs every handler already due (CPython checks for signals after it)
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    if _late and code not in INTERRUPTED:
+        code = 128 + _late[0]
+    os._exit(code & 0xFF)
+
+
+_OWN_CODE = {supervise.__code__, _finish.__code__, _last.__code__}
