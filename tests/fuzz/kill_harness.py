@@ -11,7 +11,9 @@ last progress line: "bringing up lab" deploy, "workload" traffic, "tearing down"
 random delay inside the chosen phase and signals the run's pid. After the run ends (and
 ``aitb clean RUN_ID`` for SIGKILL), it checks:
 
-- exit code: 130 for SIGINT, 143 for SIGTERM (aitb's own, not death by the signal);
+- exit code: 130 for SIGINT, 143 for SIGTERM (aitb's own, not death by the signal), also
+  for a signal that lands after the run wrote its final manifest (status ok, no analysis
+  running: the interpreter's exit; counted in phase "exit", its status must stay ``ok``);
 - no namespace marked with the run id (``/run/netns/aitb-<id>-*``), no registry left;
 - no process left: none of the registry's (pid, start time) pairs alive, and no orphan at
   all (the harness is the child subreaper, prctl(2) PR_SET_CHILD_SUBREAPER, so whatever the
@@ -77,7 +79,7 @@ class Kill:
     signal: str
     target: str
     phase: str = "-"  # the phase it landed in (last progress line before the signal)
-    missed: bool = False  # the run had ended before the signal (or written its last word)
+    missed: bool = False  # the run had ended before the signal
     exit_code: int | None = None
     status: str | None = None
     leaks: list[str] = field(default_factory=list)
@@ -291,13 +293,14 @@ def kill_once(experiment: Path, sig_name: str, target: str, rng: random.Random,
         k.exit_after_s = round(time.monotonic() - t_sig, 3)
     watch.poll()
     k.run_id = watch.lab_id
-    if sent and _said_its_last_word(watch, sent_wall):
-        k.missed = True  # landed in the interpreter's exit: the run's work was all done
+    late = sent and _said_its_last_word(watch, sent_wall)
+    if late:  # landed in the interpreter's exit: the work was all done, the exit code tells
+        k.phase = "exit"
     if sig_name == "SIGKILL" and watch.lab_id and (state / watch.lab_id).exists():
         subprocess.run(_cli("clean", watch.lab_id), env=_env(state), cwd=CODE[0],
                        capture_output=True, timeout=120, check=False)
     if not k.missed:
-        _check(k, watch, state, target, exclude={proc.pid})
+        _check(k, watch, state, target, exclude={proc.pid}, late=late)
     if k.leaks or k.missed:
         _remove_leaks(watch, state, {proc.pid})
     if not (k.leaks or k.wrong_status or k.wrong_exit or k.hang):
@@ -316,7 +319,8 @@ def _said_its_last_word(watch: Watch, sent_wall: float) -> bool:
     return (watch.run_dir / "manifest.json").stat().st_mtime < sent_wall
 
 
-def _check(k: Kill, watch: Watch, state: Path, target: str, exclude: set[int]) -> None:
+def _check(k: Kill, watch: Watch, state: Path, target: str, exclude: set[int],
+           late: bool = False) -> None:
     if k.exit_code != EXPECTED_EXIT[k.signal]:
         k.wrong_exit = f"exit {k.exit_code}, expected {EXPECTED_EXIT[k.signal]}"
     if watch.lab_id:
@@ -326,7 +330,7 @@ def _check(k: Kill, watch: Watch, state: Path, target: str, exclude: set[int]) -
     k.leaks += _left_processes(watch, exclude)
     manifest = watch.manifest()
     k.status = manifest.get("status") if manifest else None
-    want = "killed" if k.signal == "SIGKILL" else "interrupted"
+    want = "ok" if late else "killed" if k.signal == "SIGKILL" else "interrupted"
     if manifest is None:
         if watch.run_dir is not None:
             k.wrong_status = "run directory without manifest.json"

@@ -34,4 +34,5 @@ def test_kills_at_any_instant_leave_nothing_and_tell_the_truth():
     assert out["wrong_exit"] == 0, out["findings"]
     assert out["hangs"] == 0, out["findings"]
     for k in landed:
-        assert k["status"] in ("interrupted", "killed", None), k
+        assert k["status"] in ("interrupted", "killed", None) or \
+            (k["phase"] == "exit" and k["status"] == "ok"), k
