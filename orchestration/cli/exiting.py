@@ -107,10 +107,12 @@ def _last() -> None:
         except (OSError, ValueError):
             if code == 0:
                 code = 120  # what CPython exits with when it cannot flush stdout
-    # pthread_sigmask runs every handler already due (CPython checks for signals after it)
+    # pthread_sigmask runs every handler already due (CPython checks for signals after it);
+    # one that comes after it stays pending for this thread (or runs in another's C handler)
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    if _late and code not in INTERRUPTED:
-        code = 128 + _late[0]
+    pending = sorted(set(SIGNALS) & signal.sigpending())
+    if (_late or pending) and code not in INTERRUPTED:
+        code = 128 + (_late or pending)[0]
     os._exit(code & 0xFF)
 
 

@@ -13,7 +13,10 @@ random delay inside the chosen phase and signals the run's pid. After the run en
 
 - exit code: 130 for SIGINT, 143 for SIGTERM (aitb's own, not death by the signal), also
   for a signal that lands after the run wrote its final manifest (status ok, no analysis
-  running: the interpreter's exit; counted in phase "exit", its status must stay ``ok``);
+  running: the interpreter's exit; counted in phase "exit", its status must stay ``ok``),
+  except where the process had already made its exit system call (PF_EXITING in its
+  /proc stat flags just before or after the signal: the kernel drops the signal; counted as
+  missed in phase "exit");
 - no namespace marked with the run id (``/run/netns/aitb-<id>-*``), no registry left;
 - no process left: none of the registry's (pid, start time) pairs alive, and no orphan at
   all (the harness is the child subreaper, prctl(2) PR_SET_CHILD_SUBREAPER, so whatever the
@@ -86,6 +89,7 @@ class Kill:
     wrong_status: str | None = None
     wrong_exit: str | None = None
     hang: bool = False
+    exiting: bool = False  # PF_EXITING was set on the process just before or after the signal
     run_id: str | None = None
     signal_after_s: float | None = None  # from the start of `aitb run` to the signal
     exit_after_s: float | None = None  # from the signal to the run's exit
@@ -122,6 +126,19 @@ def _alive(pid: int, start: int | None) -> bool:
     except OSError:
         return False
     return rest[0] != "Z" and (start is None or start < 0 or int(rest[19]) == start)
+
+
+PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit (exit system call made)
+
+
+def _exiting(pid: int) -> bool:
+    """True if process ``pid`` has begun its exit in the kernel (proc(5) stat field 9, the
+    PF_* flags, has PF_EXITING): a signal sent now is dropped."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return bool(int(f.read().rpartition(")")[2].split()[6]) & PF_EXITING)
+    except (OSError, ValueError, IndexError):
+        return True  # gone already
 
 
 def _orphans(exclude: set[int]) -> list[int]:
@@ -274,7 +291,9 @@ def kill_once(experiment: Path, sig_name: str, target: str, rng: random.Random,
         if seen_at is not None and time.monotonic() >= seen_at + delay_s:
             k.phase = watch.poll() or "-"
             if proc.poll() is None:
+                before = _exiting(proc.pid)
                 proc.send_signal(SIGNALS[sig_name])
+                k.exiting = before or _exiting(proc.pid)
                 sent, sent_wall = True, time.time()
                 t_sig = time.monotonic()
                 k.signal_after_s = round(t_sig - t_start, 3)
@@ -296,6 +315,9 @@ def kill_once(experiment: Path, sig_name: str, target: str, rng: random.Random,
     late = sent and _said_its_last_word(watch, sent_wall)
     if late:  # landed in the interpreter's exit: the work was all done, the exit code tells
         k.phase = "exit"
+        # ...unless the process was already in its exit system call (the kernel drops the
+        # signal: nothing in user space can see it) and exited with the command's own 0
+        k.missed = k.exiting and k.exit_code == 0
     if sig_name == "SIGKILL" and watch.lab_id and (state / watch.lab_id).exists():
         subprocess.run(_cli("clean", watch.lab_id), env=_env(state), cwd=CODE[0],
                        capture_output=True, timeout=120, check=False)
@@ -503,7 +525,7 @@ def table(done: list[Kill]) -> list[dict[str, Any]]:
     """Rows per (signal, phase landed in): tried, missed, leaks, wrong status/exit, hangs."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for k in done:
-        key = (k.signal, k.target if k.missed else k.phase)
+        key = (k.signal, k.target if k.missed and k.phase != "exit" else k.phase)
         r = rows.setdefault(key, {"signal": key[0], "phase": key[1], "tried": 0, "missed": 0,
                                   "leaks": 0, "wrong_status": 0, "wrong_exit": 0, "hangs": 0})
         r["tried"] += 1
