@@ -97,7 +97,10 @@ class TcpInfo(_Record):
     leave or ACKs return in bursts (e.g. quickstart, 100 Mbit/s links: up to ~140 Mbit/s).
     ``dsack_dups``: retransmitted segments the receiver reported as duplicates (D-SACK,
     RFC 2883), i.e. spurious retransmissions such as tail-loss probes (RFC 8985) fired while
-    the data sat in a deep queue; ``total_retrans - dsack_dups`` estimates real losses."""
+    the data sat in a deep queue; ``total_retrans - dsack_dups`` estimates real losses.
+    ``reord_seen``: reordering events the sender detected (``tcpi_reord_seen``, Linux >= 5.6:
+    an out-of-order SACK or D-SACK, e.g. from packet spraying over unequal paths), the same
+    difference as the retransmission counters; 0 in records written before it was recorded."""
 
     total_retrans: int
     bytes_retrans: int
@@ -110,6 +113,7 @@ class TcpInfo(_Record):
     congestion_control: str = ""
     dsack_dups: int = 0
     min_rtt_s: float | None = None
+    reord_seen: int = 0
 
 
 @dataclass(frozen=True, slots=True)

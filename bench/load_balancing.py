@@ -7,13 +7,14 @@ at --host-mbit, each of the 8 fabric links at 8 x host / (4 x 2)); every router 
 ``load_balancing`` policy under test (testbed/load_balance.py). Workload: 8 concurrent TCP
 flows l1-hk -> l2-hk (k = 1..8) of --size-mb each, all started at one instant; so 8 flows
 share 4 uplinks of l1: at best 2 per spine. Per policy and repeat: CCT (the last flow's end
-minus the common start), each flow's FCT, the senders' retransmissions and TCP_INFO
-reordering (the kernel's reordering degree estimate, 3 = none seen), and the spread of l1's
-uplink bytes (max / mean over the 4 spines: 1.0 is perfect balance). Per-flow hashing puts
-a random number of flows on each spine (collisions), spraying spreads every flow's packets,
-flowlets with a gap longer than any pause of these continuous flows pick one path per flow
-at its start, round robin. The table prints medians over repeats and CCT / CCT(flow) from
-the same run.
+minus the common start), each flow's FCT, the senders' retransmissions, TCP_INFO
+reordering (the kernel's reordering degree estimate, 3 = none seen, max over flows) and
+reord_seen (reordering events, summed over flows; the agents' records carry it), and the
+spread of l1's uplink bytes (max / mean over the 4 spines: 1.0 is perfect balance).
+Per-flow hashing puts a random number of flows on each spine (collisions), spraying spreads
+every flow's packets, flowlets with a gap longer than any pause of these continuous flows
+pick one path per flow at its start, round robin. The table prints medians over repeats
+and CCT / CCT(flow) from the same run.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ SEND = ("import socket, sys, time, json\nfrom traffic_gen.tcpinfo import read_tc
         "while read_tcp_info(c)['unacked']: time.sleep(0.001)\n"
         "end = time.time()\ni = read_tcp_info(c)\n"
         "print(json.dumps({'fct_s': end - start, 'end': end, 'retrans': i['total_retrans'], "
-        "'reordering': i['reordering']}))\n")
+        "'reordering': i['reordering'], 'reord_seen': i['reord_seen']}))\n")
 
 
 def topology(policy: str, host_mbit: int, gap: str, path: Path) -> Path:
@@ -93,6 +94,7 @@ def one_run(lab: Lab, size: int) -> dict:
             "fct_s": [f["fct_s"] for f in flows],
             "retrans": sum(f["retrans"] for f in flows),
             "reordering": max(f["reordering"] for f in flows),
+            "reord_seen": sum(f["reord_seen"] for f in flows),
             "spread": max(sent) / statistics.mean(sent)}
 
 
@@ -120,7 +122,7 @@ def main() -> None:
           f"{args.host_mbit * HOSTS // (SPINES * 2)} Mbit/s, {args.repeats} repeats "
           f"(medians); ideal FCT (2 flows per spine, link rate) {ideal_s:.2f} s")
     print(f"{'policy':8} {'CCT s':>7} {'/flow':>6} {'FCT p50':>8} {'FCT max':>8} "
-          f"{'retrans':>8} {'reorder':>8} {'uplink max/mean':>16}")
+          f"{'retrans':>8} {'reorder':>8} {'reord_seen':>10} {'uplink max/mean':>16}")
     base = statistics.median(r["cct_s"] for r in rows["flow"])
     for policy, rs in rows.items():
         cct = statistics.median(r["cct_s"] for r in rs)
@@ -128,6 +130,7 @@ def main() -> None:
         print(f"{policy:8} {cct:7.2f} {cct / base:6.2f} {statistics.median(fcts):8.2f} "
               f"{max(fcts):8.2f} {statistics.median(r['retrans'] for r in rs):8.0f} "
               f"{max(r['reordering'] for r in rs):8d} "
+              f"{statistics.median(r['reord_seen'] for r in rs):10.0f} "
               f"{statistics.median(r['spread'] for r in rs):16.2f}")
 
 

@@ -80,9 +80,9 @@ def tcp_info_delta(before: Mapping[str, int], after: Mapping[str, int],
                    congestion_control: str = "", size_bytes: int | None = None) -> TcpInfo:
     """A :class:`TcpInfo` for one transfer from the readings at the previous transfer's ack
     instant (``before``; the connection's baseline for its first one) and at this one's
-    (``after``): retransmission counters are their differences, gauges come from ``after``
-    (rtt and rttvar converted from microseconds to seconds, delivery rate from bytes/s to
-    bit/s; the kernel's latest rate sample, never differenced).
+    (``after``): retransmission and reordering counters are their differences, gauges come
+    from ``after`` (rtt and rttvar converted from microseconds to seconds, delivery rate from
+    bytes/s to bit/s; the kernel's latest rate sample, never differenced).
 
     ``bytes_sent`` with ``size_bytes`` given: ``size_bytes`` (each new byte leaves once as new
     data; the kernel's ``tcpi_bytes_sent - tcpi_bytes_retrans``) plus the retransmitted bytes
@@ -105,6 +105,7 @@ def tcp_info_delta(before: Mapping[str, int], after: Mapping[str, int],
         congestion_control=congestion_control,
         dsack_dups=after["dsack_dups"] - before["dsack_dups"],
         min_rtt_s=after["min_rtt"] / 1e6 if 0 < after["min_rtt"] < NO_RTT_SAMPLE else None,
+        reord_seen=after["reord_seen"] - before["reord_seen"],
     )
 
 

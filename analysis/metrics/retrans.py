@@ -189,7 +189,8 @@ def flow_retrans(flow_table: pd.DataFrame, retrans: dict[str, Any]) -> pd.DataFr
 
 def retrans_metrics(flows: pd.DataFrame, captures: list[Path],
                     queue_drops: float | None = None) -> dict[str, Any]:
-    """The ``retransmissions`` section: ``records`` (total_retrans, dsack_dups, flows with
+    """The ``retransmissions`` section: ``records`` (total_retrans, dsack_dups, reord_seen:
+    sums over the TCP transfers; flows with
     any; None without TCP records), ``captures`` (:func:`capture_retrans`, None without
     capture files), ``summary_source`` and ``reconciliation`` (:func:`reconcile`, None
     without captures; ``queue_drops`` as there)."""
@@ -197,7 +198,9 @@ def retrans_metrics(flows: pd.DataFrame, captures: list[Path],
     if not flows.empty and "tcp_total_retrans" in flows:
         tr = flows["tcp_total_retrans"].dropna()
         dsack = flows["tcp_dsack_dups"].dropna() if "tcp_dsack_dups" in flows else tr * 0
+        reord = flows["tcp_reord_seen"].dropna() if "tcp_reord_seen" in flows else tr * 0
         rec = {"total_retrans": int(tr.sum()), "dsack_dups": int(dsack.sum()),
+               "reord_seen": int(reord.sum()),
                "flows_with_retrans": int((tr > 0).sum()), "tcp_flows": int(len(tr))}
     cap = capture_retrans(captures) if captures else None
     out = {"records": rec, "captures": cap,

@@ -40,12 +40,15 @@ def two_hosts_router(h1_out: Shaping | None = None, h1_in: Shaping | None = None
                  mtu=mtu)))
 
 
-def ecmp_diamond(load_balancing: str = "flow", flowlet_gap_s: float | None = None) -> LabPlan:
+def ecmp_diamond(load_balancing: str = "flow", flowlet_gap_s: float | None = None,
+                 r1_r2: Shaping | None = None) -> LabPlan:
     """h1 - r1 =(via r2 | via r3)= r4 - h2; r1 has an ECMP route to h2's subnet, r4 one to
-    h1's; both balance with ``load_balancing`` (and ``flowlet_gap_s``)."""
+    h1's; both balance with ``load_balancing`` (and ``flowlet_gap_s``); ``r1_r2`` shapes
+    r1 -> r2 (one path slower than the other)."""
     lb = {"load_balancing": load_balancing, "flowlet_gap_s": flowlet_gap_s}
     def link(name, a, aif, aip, b, bif, bip):
-        return LinkPlan(name, Endpoint(a, aif, IF(aip)), Endpoint(b, bif, IF(bip)))
+        return LinkPlan(name, Endpoint(a, aif, IF(aip)), Endpoint(b, bif, IF(bip)),
+                        a_to_b=(r1_r2 or Shaping()) if name == "r1-r2" else Shaping())
     gw = ip.ip_address
     dst2, dst1 = ip.ip_network("198.18.9.0/30"), ip.ip_network("198.18.8.0/30")
     links = (link("h1-r1", "h1", "eth0", "198.18.8.1/30", "r1", "e0", "198.18.8.2/30"),

@@ -2,8 +2,9 @@
 flow stays on one of r1's two next hops; with ``packet`` its packets cross both (the
 counters of r1's e1 and e2 both grow by much of the flow); with ``flowlet`` a flow that goes
 idle longer than the gap between bursts is re-picked (round robin over new flowlets, so the
-second burst takes the other path); and a sub-second gap is refused before anything exists.
-Reordering and retransmissions (the sender's TCP_INFO) are printed, not asserted."""
+second burst takes the other path); spraying over a slow and a fast path reorders (the
+sender's ``tcpi_reord_seen``, which the agents' records carry, grows), hashing does not; and
+a sub-second gap is refused before anything exists."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from plans import ecmp_diamond
 from traffic import wait_listening
 
 from aitb.errors import LabError
+from aitb.shaping import Shaping
 from testbed import countersnap
 
 pytestmark = pytest.mark.netns
@@ -60,8 +62,22 @@ def _run(lab, nbytes: int) -> tuple[int, int]:
     before = _tx(lab)
     infos = _send(lab, [nbytes], 0.0)
     after = _tx(lab)
-    print("tcp_info", {k: infos[-1][k] for k in ("reordering", "total_retrans")})
+    print("tcp_info", {k: infos[-1][k] for k in ("reordering", "reord_seen", "total_retrans")})
     return after["e1"] - before["e1"], after["e2"] - before["e2"]
+
+
+@pytest.mark.parametrize("policy", ["flow", "packet"])
+def test_spraying_over_unequal_paths_reorders_hashing_does_not(labs, policy):
+    """r1 -> r2 at 20 Mbit/s, r1 -> r3 unshaped: round robin puts every other packet behind
+    the slow path's queue, so the sender sees reordering; one hashed path never reorders."""
+    with labs(ecmp_diamond(policy, r1_r2=Shaping(rate_bps=20_000_000))) as lab:
+        _sink(lab)
+        [info] = _send(lab, [2_000_000], 0.0)
+    print(policy, {k: info[k] for k in ("reordering", "reord_seen", "total_retrans")})
+    if policy == "packet":
+        assert info["reord_seen"] > 0
+    else:
+        assert info["reord_seen"] == 0
 
 
 @pytest.mark.parametrize("policy", ["flow", "packet"])

@@ -148,3 +148,16 @@ def test_gaps_conntrack_cannot_time_are_refused_naming_node_and_key(gap_s, refus
         assert found[1].startswith("node r4: flowlet_gap")
     else:
         assert found == []
+
+
+def test_transfer_records_carry_the_reordering_events_of_their_transfer():
+    """tcpi_reord_seen is a counter: a record holds its difference, like the retransmissions;
+    records written before the field existed read as 0."""
+    from aitb.records import TcpInfo
+    from traffic_gen.tcpinfo import TCP_INFO_FIELDS, tcp_info_delta
+    before = dict.fromkeys(TCP_INFO_FIELDS, 0) | {"reord_seen": 4, "total_retrans": 1}
+    after = before | {"reord_seen": 11, "total_retrans": 9, "bytes_sent": 100}
+    got = tcp_info_delta(before, after)
+    assert (got.reord_seen, got.total_retrans) == (7, 8)
+    old = {k: v for k, v in got.to_dict().items() if k != "reord_seen"}
+    assert TcpInfo.from_dict(old).reord_seen == 0
