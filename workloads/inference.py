@@ -35,9 +35,10 @@ configured delays and the schedule's own timing:
   least predicted first-token time, ``cats_weights`` = (w_delay, w_load, w_bootstrap) times
   the path's configured round trip, the queueing the instance advertises (requests in service
   x their nominal service time) and, unless the instance already holds the session's
-  context, the bootstrap's transfer time (bootstrap_bytes over the slowest configured rate
-  from a holder, ``bw_bps``); ties: first listed. Each request records the three terms and
-  the runner-up (``why``).
+  context, the bootstrap's transfer time until the first token can leave: the coarse layer
+  of every holder's shard (bootstrap_bytes x layers[0] / holders, all of it without layers)
+  over the slowest configured rate from a holder, ``bw_bps``; ties: first listed. Each
+  request records the three terms and the runner-up (``why``).
 * ``oracle`` (best in hindsight, a reference for the online policies): per session, knowing
   in advance every request the session will make (their number and arrival instants, which
   no online policy knows), the one server that minimises the session's summed predicted
@@ -278,7 +279,9 @@ def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
     def boot_s(server: str) -> float:
         if bw_bps is None or not holders or not p.bootstrap_bytes:
             return 0.0  # shards arrive in parallel: the slowest holder's share bounds it
-        return max(p.bootstrap_bytes / len(holders) * 8 / bw_bps(h, server) for h in holders)
+        # the first token waits for the coarse layer (layers[0]) of every holder's shard
+        return max(p.bootstrap_bytes * p.layers[0] / len(holders) * 8 / bw_bps(h, server)
+                   for h in holders)
     chooser, seen = _Chooser(p, servers, rtt_s, boot_s), set()
     assigned = assign_sessions([a.client for a in order], [a.session for a in order],
                                p.lengths(), p.session_seed)

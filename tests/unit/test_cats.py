@@ -86,3 +86,18 @@ def test_oracle_for_a_one_request_session_is_cats_with_unit_weights():
         cats.ops[0].info["requests"][0]["server"] == "dc"
     assert "mean predicted first token 48.0 ms; next edge 90.0 ms" in \
         oracle.ops[0].info["requests"][0]["why"]
+
+
+def test_with_layered_delivery_only_the_coarse_layer_counts_against_a_cold_edge():
+    # the first token waits for layer 0 only: 1 % of 1 MB is 8 ms over the edge's 10 Mbit/s,
+    # so the cold edge (10 + 8 ms) beats the DC (40 + 0.08 ms); the whole megabyte (800 ms)
+    # would not
+    s, _ = _schedule(_params(layers=(0.01, 0.99)), [Arrival(0.0, "c1")],
+                     {"edge": 10e6, "dc": 1e9})
+    (r,) = s.ops[0].info["requests"]
+    assert r["server"] == "edge" and r["bootstrap"]
+    assert r["why"].startswith("cats: rtt 10.0 ms, queue 0.0 ms, bootstrap 8.0 ms, cost 18.0")
+    # the oracle uses the same predictor for its one cold start
+    s, _ = _schedule(_params(policy="oracle", layers=(0.01, 0.99)), [Arrival(0.0, "c1")],
+                     {"edge": 10e6, "dc": 1e9})
+    assert s.ops[0].info["requests"][0]["server"] == "edge"
