@@ -280,6 +280,7 @@ class Lab:
             if nodes is None or n.name in nodes:
                 problems += verify.check_node(links_of.get(n.name, []), self.layout, n,
                                               self.node_io(n.name).sock)
+        problems += load_balance.check(self, nodes)
         problems += ovs_lab.check_all(self, {s: d for s, d in self.ovs.items()
                                              if nodes is None or s in nodes}, self.ovs_rules)
         problems += [p for r in self._delay_lines() if nodes is None or r.rx_node in nodes

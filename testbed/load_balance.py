@@ -33,26 +33,35 @@ from __future__ import annotations
 
 import socket
 import subprocess
+from collections.abc import Sequence
 
 from pyroute2.netlink.rtnl.fibmsg import fibmsg
+from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from aitb.errors import LabError
 from aitb.plan import LabPlan, NextHop, NodePlan, Route
 from testbed import netns, sysctl
 from testbed.lab_handle import LabHandle
 from testbed.layout import NodeLayout
-from testbed.nl import F_CREATE, F_EXCL, F_REPLACE, Batch
-from testbed.routes import RTM_NEWROUTE, route_msg
+from testbed.nl import F_CREATE, F_EXCL, F_REPLACE, Batch, dump
+from testbed.routes import (
+    RTM_GETROUTE,
+    RTM_NEWROUTE,
+    RTPROT_STATIC,
+    dumped_route_key,
+    route_key,
+    route_msg,
+)
 
 __all__ = ["TABLE_BASE", "RULE_PRIORITY", "MARK_SHIFT", "MARK_MASK", "next_hops", "hop_routes",
-           "restore_text", "rule_msg", "flowlet_sysctls", "problems", "apply", "restore"]
+           "restore_text", "rule_msg", "flowlet_sysctls", "problems", "apply", "check", "restore"]
 
 TABLE_BASE = 100  # tables 101..250 (< 252 so the rtmsg's table byte holds them)
 MAX_HOPS = 150
 RULE_PRIORITY = 1000  # before the main table's rule (32766)
 MARK_SHIFT = 16
 MARK_MASK = 0x00FF0000
-RTM_NEWRULE = 32
+RTM_NEWRULE, RTM_GETRULE = 32, 34
 FR_ACT_TO_TBL = 1
 
 
@@ -204,6 +213,50 @@ def apply(lab: LabHandle) -> None:
         gaps = flowlet_sysctls(n)
         if gaps:  # after the rules: they load conntrack into the namespace
             sysctl.apply_all([(lab.node_io(n.name).fd, n.name, gaps, {})])
+
+
+def _table_routes(sock: socket.socket, node: str, version: int, table: int
+                  ) -> dict[str, frozenset]:
+    req = rtmsg()  # strict dump filter: the static routes of one table
+    req["family"] = socket.AF_INET6 if version == 6 else socket.AF_INET
+    req["table"], req["proto"] = table, RTPROT_STATIC
+    return dict(dumped_route_key(m) for m in dump(sock, req, RTM_GETROUTE, f"node {node}")
+                if m["table"] == table)
+
+
+def check(lab: LabHandle, nodes: Sequence[str] | None = None) -> list[str]:
+    """Read back the rules and per-next-hop tables of every ``packet``/``flowlet`` node (of
+    ``nodes``; default all): one sentence per difference, naming node, table or rule."""
+    out = []
+    for n in lab.plan.nodes:
+        if n.load_balancing == "flow" or (nodes is not None and n.name not in nodes):
+            continue
+        sock = lab.node_io(n.name).sock
+        layout = lab.layout.nodes[n.name]
+        for v in (4, 6):
+            hops = next_hops(n, v)
+            if not hops:
+                continue
+            req = fibmsg()
+            req["family"] = socket.AF_INET6 if v == 6 else socket.AF_INET
+            got = {(m.get_attr("FRA_FWMARK"), m.get_attr("FRA_FWMASK"),
+                    m.get_attr("FRA_TABLE") or m["table"])
+                   for m in dump(sock, req, RTM_GETRULE, f"node {n.name}",
+                                 decoders={RTM_NEWRULE: fibmsg})
+                   if m.get_attr("FRA_PRIORITY") == RULE_PRIORITY}
+            want = {(j << MARK_SHIFT, MARK_MASK, TABLE_BASE + j) for j in range(1, len(hops) + 1)}
+            for mark, _, table in sorted(want - got):
+                out.append(f"node {n.name}: rule fwmark {mark:#x}/{MARK_MASK:#x} lookup "
+                           f"{table} is missing")
+            tables: dict[int, dict[str, frozenset]] = {}
+            for table, r in hop_routes(n, v):
+                dst, key = route_key(r, layout)
+                if table not in tables:
+                    tables[table] = _table_routes(sock, n.name, v, table)
+                if tables[table].get(dst) != key:
+                    out.append(f"node {n.name}: table {table} route {dst} has next hops "
+                               f"{sorted(tables[table].get(dst, []))}, planned {sorted(key)}")
+    return out
 
 
 def restore(lab: LabHandle, node: str, ifnames_up: set[str]) -> None:

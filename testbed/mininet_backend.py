@@ -32,7 +32,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from aitb.errors import LabError
 from aitb.plan import LabPlan
-from testbed import netns, ovs_settle, realise, sysctl
+from testbed import load_balance, netns, ovs_settle, realise, sysctl
 from testbed.clean import TeardownReport, teardown
 from testbed.lab import Lab
 from testbed.layout import BRIDGE, DIRECTIONS, FIRST_IFINDEX, IFB_INDEX_BASE, recipe_for
@@ -106,6 +106,7 @@ class MininetLab(Lab):
         links_of = realise.links_by_node(self.plan)
         for n in self.plan.nodes:
             realise.configure_node(n, self.layout, self.io[n.name], links_of)
+        load_balance.apply(self)
         self._name_addresses()
         t = self._step("configure", t)
         self.net.start()
