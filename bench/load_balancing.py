@@ -14,7 +14,8 @@ spread of l1's uplink bytes (max / mean over the 4 spines: 1.0 is perfect balanc
 Per-flow hashing puts a random number of flows on each spine (collisions), spraying spreads
 every flow's packets, flowlets with a gap longer than any pause of these continuous flows
 pick one path per flow at its start, round robin. The table prints medians over repeats
-and CCT / CCT(flow) from the same run.
+and CCT / CCT(flow) from the same run; a second table has spine s1 fail --fail-after
+seconds into each round (its links down, restored after the round).
 """
 
 from __future__ import annotations
@@ -69,7 +70,10 @@ def _uplinks(lab: Lab) -> dict[str, int]:
             if r["node"] == "l1" and r["ifname"] in spine_ifs}
 
 
-def one_run(lab: Lab, size: int) -> dict:
+def one_run(lab: Lab, size: int, fail_after_s: float | None = None) -> dict:
+    """One round of the 8 flows; with ``fail_after_s``, spine s1's links go down that long
+    after the common start (testbed/faults.py, as an ``events:`` link_down does) and come
+    back once every flow ended."""
     before = _uplinks(lab)
     procs = [lab.popen(f"l1-h{k}", [sys.executable, "-c", SEND,
                                     str(lab.plan.address_of(f"l2-h{k}")), str(size)],
@@ -82,6 +86,10 @@ def one_run(lab: Lab, size: int) -> dict:
     for p in procs:
         p.stdin.write(f"{start}\n")  # type: ignore[union-attr]
         p.stdin.flush()  # type: ignore[union-attr]
+    s1_links = [lk.name for lk in lab.plan.links_of("s1")]
+    if fail_after_s is not None:
+        time.sleep(max(0.0, start + fail_after_s - time.time()))
+        lab.set_links(s1_links, False)
     flows = []
     for p in procs:
         out, _ = p.communicate(timeout=600)
@@ -89,6 +97,8 @@ def one_run(lab: Lab, size: int) -> dict:
             raise SystemExit(f"a sender failed (exit {p.returncode})")
         flows.append(json.loads(out))
     after = _uplinks(lab)
+    if fail_after_s is not None:
+        lab.set_links(s1_links, True)
     sent = [after[i] - before[i] for i in sorted(after)]
     return {"cct_s": max(f["end"] for f in flows) - start,
             "fct_s": [f["fct_s"] for f in flows],
@@ -104,6 +114,8 @@ def main() -> None:
     ap.add_argument("--size-mb", type=float, default=8.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--flowlet-gap", default="1s")
+    ap.add_argument("--fail-after", type=float, default=0.5,
+                    help="seconds after the start at which spine s1 fails (second table)")
     args = ap.parse_args()
     size = int(args.size_mb * 1e6)
     rows: dict[str, list[dict]] = {}
@@ -117,21 +129,27 @@ def main() -> None:
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(0.5)
                 rows[policy] = [one_run(lab, size) for _ in range(args.repeats)]
+                rows[f"{policy}/s1"] = [one_run(lab, size, args.fail_after)
+                                        for _ in range(args.repeats)]
     ideal_s = size * 8 / (args.host_mbit * 1e6 * SPINES * 2 / (2 * HOSTS))  # 2 flows/spine
     print(f"8 flows x {args.size_mb:g} MB over {SPINES} spines, fabric links "
           f"{args.host_mbit * HOSTS // (SPINES * 2)} Mbit/s, {args.repeats} repeats "
           f"(medians); ideal FCT (2 flows per spine, link rate) {ideal_s:.2f} s")
-    print(f"{'policy':8} {'CCT s':>7} {'/flow':>6} {'FCT p50':>8} {'FCT max':>8} "
-          f"{'retrans':>8} {'reorder':>8} {'reord_seen':>10} {'uplink max/mean':>16}")
-    base = statistics.median(r["cct_s"] for r in rows["flow"])
-    for policy, rs in rows.items():
-        cct = statistics.median(r["cct_s"] for r in rs)
-        fcts = [f for r in rs for f in r["fct_s"]]
-        print(f"{policy:8} {cct:7.2f} {cct / base:6.2f} {statistics.median(fcts):8.2f} "
-              f"{max(fcts):8.2f} {statistics.median(r['retrans'] for r in rs):8.0f} "
-              f"{max(r['reordering'] for r in rs):8d} "
-              f"{statistics.median(r['reord_seen'] for r in rs):10.0f} "
-              f"{statistics.median(r['spread'] for r in rs):16.2f}")
+    for tag, title in (("", "all spines up"),
+                       ("/s1", f"spine s1 down {args.fail_after:g} s after the start")):
+        print(f"-- {title}")
+        print(f"{'policy':8} {'CCT s':>7} {'/flow':>6} {'FCT p50':>8} {'FCT max':>8} "
+              f"{'retrans':>8} {'reorder':>8} {'reord_seen':>10} {'uplink max/mean':>16}")
+        base = statistics.median(r["cct_s"] for r in rows["flow" + tag])
+        for policy in ("flow", "packet", "flowlet"):
+            rs = rows[policy + tag]
+            cct = statistics.median(r["cct_s"] for r in rs)
+            fcts = [f for r in rs for f in r["fct_s"]]
+            print(f"{policy:8} {cct:7.2f} {cct / base:6.2f} {statistics.median(fcts):8.2f} "
+                  f"{max(fcts):8.2f} {statistics.median(r['retrans'] for r in rs):8.0f} "
+                  f"{max(r['reordering'] for r in rs):8d} "
+                  f"{statistics.median(r['reord_seen'] for r in rs):10.0f} "
+                  f"{statistics.median(r['spread'] for r in rs):16.2f}")
 
 
 if __name__ == "__main__":
