@@ -91,6 +91,20 @@ links:
     assert all(h.tcp_congestion_control == "reno" for h in plan.hosts())
 
 
+def test_a_generated_files_top_level_keys_survive_the_generator(tmp_path):
+    # delay_line was dropped by the expansion: a leaf-spine file asking for the native line
+    # resolved to auto
+    text = """
+name: mine
+delay_line: native
+generator: {name: single_switch, params: {hosts: 2, link: slow}}
+profiles:
+  slow: {rate: 1Gbit, delay: 5ms}
+"""
+    plan = load(tmp_path, text)
+    assert [lk.delay_line for lk in plan.links] == ["native", "native"]
+
+
 def test_file_generator_errors_point_at_the_generator(tmp_path):
     found = issues(tmp_path, "name: t\ngenerator: {name: single_switch, params: {hostz: 2}}\n")
     issue = find_issue(found, "generator.params.hostz", "unknown parameter")

@@ -111,7 +111,8 @@ def expand(spec: TopologySpec, source: str) -> TopologySpec:
     """Replace ``spec.generator`` by what it generates. The file's name, description,
     addressing, profiles, groups and defaults override the generated ones; nodes and links in
     the file are added to the generated ones (a node name used by both is an error); the
-    file's top-level load_balancing and flowlet_gap win over the generated spec's."""
+    file's other top-level keys (delay_line, backend, load_balancing, flowlet_gap, and any
+    added later) win over the generated spec's where the file sets them."""
     if spec.generator is None:
         return spec
     gen = build_spec(spec.generator.name, spec.generator.params, source)
@@ -120,10 +121,13 @@ def expand(spec: TopologySpec, source: str) -> TopologySpec:
         raise SpecError([SpecIssue(f"node {n!r} is also made by generator "
                                    f"{spec.generator.name!r}", file=source,
                                    key_path=("nodes", n)) for n in clash])
-    return TopologySpec(
+    merged = dict(
         name=spec.name, description=spec.description or gen.description,
         addressing=spec.addressing, profiles={**gen.profiles, **spec.profiles},
         groups={**gen.groups, **spec.groups}, defaults=_merge_model(gen.defaults, spec.defaults),
-        nodes={**gen.nodes, **spec.nodes}, links=[*gen.links, *spec.links],
-        load_balancing=spec.load_balancing or gen.load_balancing,
-        flowlet_gap=spec.flowlet_gap if spec.flowlet_gap is not None else gen.flowlet_gap)
+        nodes={**gen.nodes, **spec.nodes}, links=[*gen.links, *spec.links])
+    for key in TopologySpec.model_fields:  # top-level scalars: the file's where it sets one
+        if key not in merged and key != "generator":
+            mine = getattr(spec, key)
+            merged[key] = mine if mine is not None else getattr(gen, key)
+    return TopologySpec(**merged)
