@@ -1,10 +1,13 @@
 """One agent per emulated host: ``python -m traffic_gen.agent --control CTL.sock --node NAME``.
 
 Runs inside the host's network namespace. Talks to the controller over the Unix socket
-``--control`` (see controller.py for the message sequence), opens persistent data connections
-bound to the host's lab address (and only to peers whose addresses the controller listed as lab
-addresses), runs the ranks placed on its host phase by phase from an absolute start time, and
-returns half flow records and per-rank op records at the end of every phase.
+``--control`` (see controller.py for the message sequence), or with ``--control -`` over its
+standard input and output (the same JSON lines; an agent on another machine, started over
+SSH, whose channel the driver joins to the controller's socket: orchestration/cluster/),
+opens persistent data connections bound to the host's lab address (and only to peers whose
+addresses the controller listed as lab addresses), runs the ranks placed on its host phase by
+phase from an absolute start time, and returns half flow records and per-rank op records at
+the end of every phase.
 """
 
 from __future__ import annotations
@@ -139,9 +142,12 @@ class Agent:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: connect to the controller and serve until told to stop."""
     ap = argparse.ArgumentParser(prog="traffic_gen.agent")
-    ap.add_argument("--control", required=True, help="controller's Unix socket path")
+    ap.add_argument("--control", required=True,
+                    help="controller's Unix socket path; - for stdin/stdout")
     ap.add_argument("--node", required=True, help="this emulated host's node name")
     args = ap.parse_args(argv)
+    if args.control == "-":
+        return Agent(Channel(_stdio_socket()), args.node).serve()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     deadline = time.time() + 10
     while True:
@@ -153,6 +159,38 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             time.sleep(0.05)
     return Agent(Channel(sock), args.node).serve()
+
+
+def _stdio_socket() -> socket.socket:
+    """One end of a socket pair whose other end two threads join to stdin and stdout (the
+    control channel then works as over a Unix socket); end of stdin shuts the pair's write
+    side, so the agent sees its controller go away."""
+    mine, theirs = socket.socketpair()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+
+    def down() -> None:
+        try:
+            while chunk := stdin.read1(65536):
+                theirs.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            try:
+                theirs.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def up() -> None:
+        try:
+            while chunk := theirs.recv(65536):
+                stdout.write(chunk)
+                stdout.flush()
+        except (OSError, ValueError):
+            pass
+
+    threading.Thread(target=down, daemon=True).start()
+    threading.Thread(target=up, daemon=True).start()
+    return mine
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ site (label ``site``, else ``group``) go there (orchestration.cluster.tunnels.pl
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationError
@@ -21,7 +22,8 @@ from pydantic import ConfigDict, Field, ValidationError
 from aitb.errors import SpecError, SpecIssue
 from aitb.unit_fields import SpecModel
 
-__all__ = ["Machine", "ClusterSpec", "parse_cluster"]
+__all__ = ["Machine", "ClusterSpec", "parse_cluster", "cluster_issues",
+           "key_problems"]
 
 _Forbid = ConfigDict(extra="forbid", frozen=True)
 
@@ -51,6 +53,9 @@ class ClusterSpec(SpecModel):
     model_config = _Forbid
     underlay_mtu: int = Field(1500, ge=1280, le=65535)
     machines: tuple[Machine, ...] = Field(min_length=1)
+    place: dict[str, str] = Field(default_factory=dict)
+    aitb: tuple[str, ...] = Field(("aitb",), min_length=1)
+    python: str = "python3"
 
 
 def parse_cluster(data: Any, source: str) -> ClusterSpec:
@@ -63,6 +68,16 @@ def parse_cluster(data: Any, source: str) -> ClusterSpec:
         raise SpecError([SpecIssue(e["msg"], file=source,
                                    key_path=("cluster", *e["loc"])) for e in exc.errors()]
                         ) from None
+    issues = cluster_issues(spec, source)
+    if issues:
+        raise SpecError(issues)
+    return spec
+
+
+def cluster_issues(spec: ClusterSpec, source: str) -> list[SpecIssue]:
+    """What the model alone does not check: machine names used twice, a machine without an
+    underlay address, ``place`` naming an unknown machine; each naming ``source`` and the
+    key path. Pure."""
     issues = []
     seen: set[str] = set()
     for i, m in enumerate(spec.machines):
@@ -76,6 +91,34 @@ def parse_cluster(data: Any, source: str) -> ClusterSpec:
             issues.append(SpecIssue(f"machine {m.name}: ssh {m.ssh!r} is not an IPv4 address; "
                                     "give underlay: ADDRESS", file=source,
                                     key_path=("cluster", "machines", i)))
-    if issues:
-        raise SpecError(issues)
-    return spec
+    for node, machine in spec.place.items():
+        if machine not in seen:
+            issues.append(SpecIssue(f"node {node}: unknown machine {machine!r}; machines: "
+                                    f"{', '.join(sorted(seen))}", file=source,
+                                    key_path=("cluster", "place", node)))
+    return issues
+
+
+def key_problems(spec: ClusterSpec, source: str) -> list[SpecIssue]:
+    """A problem per machine whose ``key`` is not a readable private key file (missing, not
+    a regular file, unreadable, or not a key paramiko can load), naming ``source``, the key
+    path ``cluster.machines[i].key`` and the machine. Reads the files; creates nothing."""
+    import paramiko
+
+    out = []
+    for i, m in enumerate(spec.machines):
+        if m.key is None:
+            continue
+        path = Path(m.key).expanduser()
+        why = None
+        if not path.is_file():
+            why = "no such file" if not path.exists() else "not a regular file"
+        else:
+            try:
+                paramiko.PKey.from_path(path)
+            except (OSError, paramiko.SSHException, ValueError) as exc:
+                why = f"not a private key paramiko can load ({type(exc).__name__}: {exc})"
+        if why:
+            out.append(SpecIssue(f"machine {m.name}: key file {str(path)!r}: {why}",
+                                 file=source, key_path=("cluster", "machines", i, "key")))
+    return out

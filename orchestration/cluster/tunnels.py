@@ -48,6 +48,15 @@ def place(plan: LabPlan, cluster: ClusterSpec) -> dict[str, str]:
     """Node -> machine name (module docstring). Raises SpecError for a node whose site no
     machine names."""
     machines = cluster.machines
+    if cluster.place:  # by hand, for the nodes it names; the rest by site or cut
+        unknown = sorted(set(cluster.place) - {n.name for n in plan.nodes})
+        if unknown:
+            raise SpecError(SpecIssue(f"cluster.place names no node of the lab: "
+                                      f"{', '.join(unknown)}", key_path=("cluster", "place")))
+        rest = cluster.model_copy(update={"place": {}})
+        if len(cluster.place) == len(plan.nodes):
+            return dict(cluster.place)
+        return {**place(plan, rest), **cluster.place}
     if all(m.site for m in machines):
         by_site = {m.site: m.name for m in machines}
         out, missing = {}, []

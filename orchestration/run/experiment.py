@@ -28,6 +28,10 @@ An experiment file (YAML)::
       - {at: 2s, kind: link_down, link: dci-a}
         start: after_previous          # or with_previous: run concurrently with the workload
                                        # before it (every kind; see runner.py)
+    cluster:                           # optional: the lab over these machines, over SSH
+      machines:                        #   (orchestration/cluster/spec.py; placed by site)
+        - {name: m1, ssh: 10.0.0.1, user: root, key: ~/.ssh/aitb, site: dc1}
+        - {name: m2, ssh: 10.0.0.2, user: root, key: ~/.ssh/aitb, site: dc2}
 
 Each workload kind (its keys and its builder) is one module of orchestration/run/kinds/:
 ``kind: inference`` and ``kind: background`` take the keys of
@@ -59,6 +63,7 @@ from aitb.events import EVENT_KINDS
 from aitb.specfile import issues_from_validation, with_lines
 from aitb.unit_fields import Duration, Quantity, Size, SpecModel
 from aitb.units import parse_duration_s
+from orchestration.cluster.spec import ClusterSpec
 from orchestration.run.events import EventEntry
 from orchestration.run.kinds import KIND_NAMES, WorkloadEntry
 from topologies.loader import read_yaml
@@ -227,6 +232,7 @@ class ExperimentSpec(SpecModel):
     counters: CountersSpecModel = Field(default_factory=CountersSpecModel)
     alto: AltoSpecModel = Field(default_factory=AltoSpecModel)
     events: list[EventEntry] = Field(default_factory=list)  # orchestration/run/events.py
+    cluster: ClusterSpec | None = None  # the lab over these machines (orchestration/cluster/)
 
 
 def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:

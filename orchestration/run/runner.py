@@ -15,7 +15,7 @@ import datetime as dt
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,11 +27,14 @@ from aitb.paths import PathError, peer_addresses
 from aitb.plan import LabPlan, plan_to_dict
 from aitb.specfile import Ref, line_of, resolve_ref, with_lines
 from aitb.units import UnitError, parse_duration_s, parse_size_bytes
+from orchestration.cluster.control import Control
+from orchestration.cluster.lab import ClusterLab, connect
 from orchestration.run.alto_files import write_alto
 from orchestration.run.alto_live import live_alto
 from orchestration.run.alto_serve import server_node, serving_alto
 from orchestration.run.app_run import run_app
 from orchestration.run.build import BuiltWorkload, build_entry
+from orchestration.run.cluster_run import check_cluster, cluster_lab_run
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
 from orchestration.run.events import plan_events
 from orchestration.run.experiment import ExperimentSpec, load_experiment, spec_issue
@@ -88,6 +91,7 @@ class Prepared:
     backend: str = "native"
     observe: ObserveConfig = ObserveConfig()  # capture and counter sampling (observe.py)
     events: tuple[EventAction, ...] = ()  # the experiment's events: (events.py)
+    machines: Mapping[str, str] = field(default_factory=dict)  # node -> machine (cluster:)
 
 
 @dataclass
@@ -227,8 +231,14 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
         check_tls(spec.transport, plan, built, source)  # sites exist; no UDP flow over TLS
     except SpecError as exc:
         raise with_lines(exc, doc, source) from None
-    return Prepared(spec, source, plan, tuple(built), options, _backend(spec, base, source, doc),
-                    observe_config(spec, source, doc, plan), events)
+    backend = _backend(spec, base, source, doc)
+    machines: dict[str, str] = {}
+    if spec.cluster is not None:  # the lab over machines (orchestration/run/cluster_run.py)
+        machines = check_cluster(spec, plan, source, doc, backend)
+        # agents start by their own sleep: the starters' sockets (kick) cannot cross machines
+        options = dataclasses.replace(options, start_mode="sleep", python=spec.cluster.python)
+    return Prepared(spec, source, plan, tuple(built), options, backend,
+                    observe_config(spec, source, doc, plan), events, machines)
 
 
 def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions) -> None:
@@ -289,7 +299,7 @@ def _anchoring(player: Any, name: str) -> Callable[[int, int, float], None] | No
     return on_phase
 
 
-def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
+def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: str,
                 manifest: dict[str, Any], progress: Progress,
                 player: Any = None) -> None:
     addresses = {h.name: str(prep.plan.address_of(h.name)) for h in prep.plan.hosts()}
@@ -303,6 +313,7 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
         if w.app is not None:  # kind: app, real processes (orchestration.run.app_run)
             if player is not None:  # events at {workload: NAME, offset}: from now
                 player.anchor(w.name)
+            assert isinstance(lab, Lab)  # refused on clusters (cluster_run.check_cluster)
             return run_app(lab, w.app, part, run_dir, lab_id)
         opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers,
                                    sites=w.sites or prep.options.sites,
@@ -322,7 +333,8 @@ def _replay_all(prep: Prepared, lab: Lab, run_dir: Path, lab_id: str,
             # cumulative kernel counters (qdisc bytes, packets, drops, backlog; per interface)
             # at the end of this workload (of its group, for concurrent workloads); the
             # difference to the previous snapshot is its (its group's) share
-            write_json_atomic(part / "counters_end.json", describe(lab))
+            write_json_atomic(part / "counters_end.json", lab.describe()
+                              if isinstance(lab, ClusterLab) else describe(lab))
             manifest["workloads"].append({"index": i, "name": w.name, "dir": str(
                 part.relative_to(run_dir)), "ok": res.ok, "skew": dict(res.skew),
                 "failures": [f.to_dict() for f in res.failures], "group": group})
@@ -366,6 +378,9 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     """
     run_id = run_id or new_run_id()
     lab_id = run_id.rsplit("-", 1)[-1]
+    # a cluster's machines are reached first: an unreachable one is a LabError naming file,
+    # key and machine, before anything exists here or there
+    controls = connect(prep.spec.cluster, prep.source) if prep.spec.cluster else None
     manifest = _manifest(prep, run_id, lab_id)  # before the folder: host facts take a moment
     manifest["backend"] = backend = backend or prep.backend
     run_dir = results_dir / prep.spec.name / run_id
@@ -403,7 +418,8 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
         # or an `ok` without metrics; the lab's teardown holds them (testbed.signals)
         with signals.raising():
             try:
-                _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog)
+                _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog,
+                         controls)
                 _release_owner(lab_id)
                 outcome.workloads = manifest["workloads"]
                 if analyze and outcome.exit_code < 128:  # interrupted: stop (aitb analyze)
@@ -413,6 +429,8 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
                 _release_owner(lab_id)
     finally:
         runlog.close()
+        for c in (controls or {}).values():
+            c.close()
     return outcome
 
 
@@ -448,41 +466,56 @@ def _interrupted_after_lab(exc: signals.LabInterrupted, run_dir: Path,
         runlog.log.info("status %s", manifest["status"])
 
 
+def _local_lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any],
+                   progress: Progress, backend: str, monitors: list[FidelityMonitor]) -> None:
+    """The lab on this machine: up, fidelity probes (its monitor appended to ``monitors`` as
+    soon as it exists), capture and sampling, every workload, down. Raises what they raise."""
+    progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
+    lab = make_lab(prep.plan, backend, run_id=lab_id, state_dir=state_dir())
+    # aitb clean marks this run killed if its process dies without a status: execute
+    # wrote the registry (naming the run directory) before the run directory existed
+    lab.registry_created = True
+    lab.keep_owner = True  # removed by execute once the manifest has its final status
+    with lab:
+        manifest["lab_timings_s"] = dict(lab.timings)
+        # which delay line each direction got (auto resolved at bring-up), also in plan.json
+        manifest["delay_lines"] = lab.delay_lines()
+        # each host's congestion control as the kernel applies it (default: its sysctl)
+        manifest.update(congestion_control_record(prep.plan, prep.spec.transport,
+                                                  lab.read_sysctl))
+        write_json_atomic(run_dir / "plan.json", plan_to_dict(lab.plan))
+        if lab.ovs_datapaths:  # switch -> system/netdev, read back at bring-up
+            manifest["ovs_datapaths"] = dict(lab.ovs_datapaths)
+        monitor = FidelityMonitor(prep.plan, lab, progress).before()
+        monitors.append(monitor)
+        with observing(prep.observe, lab, run_dir, manifest, progress), \
+                serving_alto(prep.spec.alto, lab, prep.plan, run_dir, manifest, progress), \
+                live_alto(prep.spec.alto, prep.plan, run_dir, manifest,
+                          parse_duration_s(prep.spec.alto.refresh), progress):
+            try:
+                with playing_traces(lab, run_dir, manifest, progress,
+                                    prep.events) as player:
+                    _replay_all(prep, lab, run_dir, lab_id, manifest, progress, player)
+            finally:
+                monitor.after()
+        progress("tearing down")
+
+
 def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any],
-             outcome: RunOutcome, progress: Progress, backend: str, runlog: RunLog) -> None:
+             outcome: RunOutcome, progress: Progress, backend: str, runlog: RunLog,
+             controls: dict[str, Control] | None = None) -> None:
     """Lab up, fidelity probes, capture and sampling, every workload, lab down; then records
     merged, fidelity.json and the manifest written, also after a failure (kept in error.json
-    and ``outcome``). Only KeyboardInterrupt propagates."""
-    monitor: FidelityMonitor | None = None
+    and ``outcome``). Only KeyboardInterrupt propagates. With ``controls`` (a cluster
+    experiment) the lab is the machines' (orchestration.run.cluster_run), without fidelity
+    probes, capture or sampling."""
+    monitors: list[FidelityMonitor] = []  # the local lab's, once made (also after a failure)
     try:
-        progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
-        lab = make_lab(prep.plan, backend, run_id=lab_id, state_dir=state_dir())
-        # aitb clean marks this run killed if its process dies without a status: execute
-        # wrote the registry (naming the run directory) before the run directory existed
-        lab.registry_created = True
-        lab.keep_owner = True  # removed by execute once the manifest has its final status
-        with lab:
-            manifest["lab_timings_s"] = dict(lab.timings)
-            # which delay line each direction got (auto resolved at bring-up), also in plan.json
-            manifest["delay_lines"] = lab.delay_lines()
-            # each host's congestion control as the kernel applies it (default: its sysctl)
-            manifest.update(congestion_control_record(prep.plan, prep.spec.transport,
-                                                      lab.read_sysctl))
-            write_json_atomic(run_dir / "plan.json", plan_to_dict(lab.plan))
-            if lab.ovs_datapaths:  # switch -> system/netdev, read back at bring-up
-                manifest["ovs_datapaths"] = dict(lab.ovs_datapaths)
-            monitor = FidelityMonitor(prep.plan, lab, progress).before()
-            with observing(prep.observe, lab, run_dir, manifest, progress), \
-                    serving_alto(prep.spec.alto, lab, prep.plan, run_dir, manifest, progress), \
-                    live_alto(prep.spec.alto, prep.plan, run_dir, manifest,
-                              parse_duration_s(prep.spec.alto.refresh), progress):
-                try:
-                    with playing_traces(lab, run_dir, manifest, progress,
-                                        prep.events) as player:
-                        _replay_all(prep, lab, run_dir, lab_id, manifest, progress, player)
-                finally:
-                    monitor.after()
-            progress("tearing down")
+        if controls is not None:
+            cluster_lab_run(prep, controls, lab_id, manifest, progress, lambda lab: _replay_all(
+                prep, lab, run_dir, lab_id, manifest, progress))
+        else:
+            _local_lab_run(prep, run_dir, lab_id, manifest, progress, backend, monitors)
         late = swallowed()  # an interrupt that some handler on the way caught and dropped
         if late is not None:
             raise late
@@ -500,8 +533,8 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
             raise
     finally:
         _merge_records(run_dir)
-        if monitor is not None:
-            _fidelity(monitor, run_dir, manifest, outcome, progress)
+        if monitors:
+            _fidelity(monitors[0], run_dir, manifest, outcome, progress)
         manifest.update(status=run_status(outcome.ok, outcome.exit_code), ended_at=_now(),
                         error=outcome.error)
         write_json_atomic(run_dir / "manifest.json", manifest)

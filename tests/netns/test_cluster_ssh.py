@@ -9,20 +9,10 @@ carries pings of exactly the link's MTU and refuses one byte more."""
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import shutil
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
+from sshd_machines import sshd_machines
 
 pytestmark = pytest.mark.netns
-ROOT = Path(__file__).resolve().parents[2]
-SSHD = Path("/usr/sbin/sshd")
 
 DRIVER = r"""
 import json, sys
@@ -57,75 +47,12 @@ print(json.dumps(out))
 """
 
 
-def sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True)
-
-
-def sshd_config(tmp: Path, name: str, address: str) -> Path:
-    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp / f"host_{name}"))
-    cfg = tmp / f"sshd_{name}.conf"
-    cfg.write_text(f"Port 22\nListenAddress {address}\nHostKey {tmp}/host_{name}\n"
-                   f"PidFile {tmp}/sshd_{name}.pid\nAuthorizedKeysFile {tmp}/authorized_keys\n"
-                   "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-                   "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n")
-    return cfg
-
-
 @pytest.fixture
 def machines(tmp_path):
-    """m1 and m2 with sshd on 10.77.0.1/.2 on a bridge in namespace u; yields (run id, a
-    function running a Python script inside u with the key and run id as arguments)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    if not SSHD.exists():
-        pytest.skip("needs Debian's openssh-server (apt-get install openssh-server)")
-    rid = secrets.token_hex(3)
-    under, machines = f"aitb-{rid}-u", {"m1": "10.77.0.1", "m2": "10.77.0.2"}
-    names = [under, *(f"aitb-{rid}-{m}" for m in machines)]
-    procs: list[subprocess.Popen] = []
-    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "id"))
-    shutil.copy(tmp_path / "id.pub", tmp_path / "authorized_keys")
-
-    def drive(script: str) -> dict:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        out = subprocess.run(["ip", "netns", "exec", under, sys.executable, "-c", script,
-                              str(tmp_path / "id"), rid, str(tmp_path), sys.executable,
-                              str(ROOT)], env=env, capture_output=True, text=True,
-                             timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
-    try:
-        for ns in names:
-            sh("ip", "netns", "add", ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "-n", under, "link", "add", "br0", "type", "bridge")
-        sh("ip", "-n", under, "link", "set", "br0", "up")
-        sh("ip", "-n", under, "addr", "add", "10.77.0.254/24", "dev", "br0")
-        for m, addr in machines.items():
-            ns, a = f"aitb-{rid}-{m}", f"a{rid}{m}"
-            sh("ip", "link", "add", a, "netns", under, "type", "veth", "peer", "name", "eth0",
-               "netns", ns)
-            sh("ip", "-n", under, "link", "set", a, "master", "br0", "up")
-            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-            cfg = sshd_config(tmp_path, m, addr)
-            procs.append(subprocess.Popen(["ip", "netns", "exec", ns, str(SSHD), "-D", "-e",
-                                           "-f", str(cfg)], stderr=subprocess.PIPE))
-        time.sleep(1.0)
-        for p in procs:
-            assert p.poll() is None, p.stderr.read().decode() if p.stderr else ""
-        yield rid, drive
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=10)
-        for ns in names + [n for n in os.listdir("/run/netns")
-                           if n.startswith((f"aitb-{rid}-n", f"aitb-{rid}0-", f"aitb-{rid}1-"))]:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    left = [n for n in os.listdir("/run/netns") if n.startswith(f"aitb-{rid}")]
-    assert left == []
+    """m1 and m2 (tests/netns/sshd_machines.py); yields (run id, a function running a Python
+    script inside the driver's namespace with the key and run id as arguments)."""
+    with sshd_machines(tmp_path) as m:
+        yield m.rid, m.drive
 
 
 def test_two_machines_over_ssh_clock_offset_and_vxlan(machines):

@@ -92,7 +92,8 @@ def _run(experiment: Path | None, results: Path, as_json: bool, quiet: bool, che
         _emit({"ok": False, "run_dir": None, "error": str(exc), "exit_code": EXIT_BAD_INPUT,
                "issues": [i.to_dict() for i in exc.issues]})
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    missing = [] if in_vm() else missing_kernel_features(prep.plan)
+    # a cluster lab's kernels are the machines' (each deploys its part with its own aitb)
+    missing = [] if in_vm() or prep.spec.cluster else missing_kernel_features(prep.plan)
     if missing and not use_vm:
         raise SpecError(f"this lab needs {', '.join(missing)}, which the host kernel lacks; "
                         "drop --no-vm to run it in the stock-kernel VM", file=str(path))

@@ -1,0 +1,102 @@
+"""``aitb run`` of an experiment with a ``cluster:`` section: the lab over the machines
+(orchestration/cluster/), the workloads replayed by the local controller with every agent on
+its node's machine (orchestration.cluster.lab), records into the one run directory.
+
+:func:`check_cluster` (at prepare time, pure but for reading the key files): the cluster's
+issues, its key files, the placement (by ``place``, else by site, else the planner's cut), the
+cut links' MTU, and what a cluster run cannot do yet (kind app, alto.serve, link traces,
+events, the mininet backend), each naming the file and key. :func:`cluster_lab_run`:
+bring-up, replay, counters, teardown of every machine's part (also after a failure, or when a
+machine is lost: the run then fails naming it). Captures and counter sampling are not
+collected from the machines (the manifest says so); per-workload end counters are
+(``counters_end.json``, every machine's ``aitb topo inspect``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aitb.errors import AitbError, LabError, SpecError, SpecIssue
+from aitb.plan import LabPlan
+from aitb.specfile import with_lines
+from orchestration.cluster.control import Control
+from orchestration.cluster.lab import ClusterLab
+from orchestration.cluster.spec import ClusterSpec, cluster_issues, key_problems
+from orchestration.cluster.tunnels import place, tunnels
+
+__all__ = ["check_cluster", "cluster_lab_run"]
+
+
+def check_cluster(spec: Any, plan: LabPlan, source: str, doc: Any, backend: str
+                  ) -> dict[str, str]:
+    """node -> machine for ``spec`` (an ExperimentSpec with ``cluster``) on ``plan``. Raises
+    SpecError naming ``source``, the key path and its line for every problem (module
+    docstring). Creates nothing."""
+    cluster: ClusterSpec = spec.cluster
+    issues = cluster_issues(cluster, source) + key_problems(cluster, source)
+    if backend != "native":
+        issues.append(SpecIssue(f"a cluster lab runs on the native backend, not {backend}",
+                                file=source, key_path=("backend",)))
+    for i, entry in enumerate(spec.workloads):
+        if entry.kind == "app":
+            issues.append(SpecIssue("kind app does not run on a cluster lab yet (only the "
+                                    "traffic generator's agents start on other machines)",
+                                    file=source, key_path=("workloads", i, "kind")))
+    if spec.alto.serve:
+        issues.append(SpecIssue("alto.serve does not run on a cluster lab yet", file=source,
+                                key_path=("alto", "serve")))
+    if plan.traces:
+        issues.append(SpecIssue("link traces do not play on a cluster lab yet", file=source,
+                                key_path=("topology",)))
+    if getattr(spec, "events", None):
+        issues.append(SpecIssue("events do not play on a cluster lab yet", file=source,
+                                key_path=("events",)))
+    where: dict[str, str] = {}
+    if not issues:
+        try:
+            where = place(plan, cluster)
+            tunnels(plan, where, cluster)
+        except SpecError as exc:
+            issues += [SpecIssue(i.message, file=source, key_path=i.key_path) for i in exc.issues]
+    if not issues:
+        for i, m in enumerate(cluster.machines):
+            if m.name not in where.values():
+                issues.append(SpecIssue(f"machine {m.name} gets no node of the lab",
+                                        file=source, key_path=("cluster", "machines", i)))
+    if issues:
+        raise with_lines(SpecError(issues), doc, source)
+    return where
+
+
+def cluster_lab_run(prep: Any, controls: dict[str, Control], lab_id: str,
+                    manifest: dict[str, Any], progress: Callable[[str], None],
+                    replay_all: Callable[[ClusterLab], None]) -> None:
+    """Bring the lab up over the machines, ``replay_all(lab)`` (the runner's replay of every
+    workload), tear every part down; the manifest's ``cluster`` records machines, clock
+    offsets before and after with their uncertainty, bring-up time, lost machines. Raises
+    LabError naming a lost machine or a failed teardown, else what the replay raised."""
+    lab = ClusterLab(prep.plan, prep.spec.cluster, dict(prep.machines), lab_id, controls)
+    progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes) over "
+             f"{len(controls)} machines: " + ", ".join(controls))
+    manifest["capture"] = {"enabled": False, "reason": "not collected from cluster machines"}
+    manifest["counters"] = {"enabled": False, "reason": "not sampled on cluster machines; "
+                            "counters_end.json per workload"}
+    try:
+        lab.up()
+        manifest["lab_timings_s"] = dict(lab.timings)
+        manifest["cluster"] = lab.record()
+        try:
+            replay_all(lab)
+        except AitbError as exc:
+            if lab.lost:
+                raise LabError(lab.lost_message() + f" ({exc})") from None
+            raise
+    finally:
+        progress("tearing down")
+        errors = lab.down()
+        manifest["cluster"] = lab.record()
+    if lab.lost:
+        raise LabError(lab.lost_message())
+    if errors:
+        raise LabError("; ".join(f"machine {m}: teardown: {e}" for m, e in errors.items()))

@@ -1,0 +1,162 @@
+"""``aitb run`` of an experiment with a ``cluster:`` section over two sshd "machines"
+(tests/netns/sshd_machines.py), the driver in a third namespace that reaches them only over
+SSH: a 2-DC lab split by DC, a ring all-reduce across the DCI (a VXLAN tunnel between the
+machines), its agents started on their machines; the records of both machines in the one run
+directory, their times corrected by the measured offsets (recorded with their uncertainty),
+nothing left on either machine. Also: the clock correction of the agents' control channel
+over real SSH with a forced offset, an unreachable machine refused before anything exists,
+and a machine lost mid-run failing the run by name with the other machine torn down."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from sshd_machines import Machines, sshd_machines
+
+pytestmark = pytest.mark.netns
+
+TOPO = {"name": "two-dc-small",
+        "generator": {"name": "multi_dc_leaf_spine", "params": {
+            "n_dcs": 2, "spines": 1, "leaves": 1, "hosts_per_leaf": 2, "dci": "dci",
+            "fabric": "fab", "host_link": "host"}},
+        "profiles": {"dci": {"rate": "50Mbit", "delay": "2ms", "buffer": "200KiB"},
+                     "fab": {"rate": "100Mbit", "buffer": "200p"},
+                     "host": {"rate": "100Mbit"}}}
+
+
+def experiment(m: Machines, path: Path, ssh2: str = "10.77.0.2", size: str = "2MiB",
+               iterations: int = 1) -> Path:
+    """The 2-DC experiment split by DC over m1 and m2 (JSON is YAML)."""
+    doc = {"name": "split", "seed": 1, "topology": {"inline": TOPO},
+           "workloads": [{"kind": "collective", "name": "ring", "op": "all_reduce",
+                          "algorithm": "ring", "size": size, "iterations": iterations}],
+           "capture": {"enabled": False}, "counters": {"enabled": False},
+           "cluster": {"underlay_mtu": 1600, "aitb": m.aitb_argv(), "python": sys.executable,
+                       "machines": [
+                           {"name": "m1", "ssh": "10.77.0.1", "key": str(m.key),
+                            "site": "dc1"},
+                           {"name": "m2", "ssh": ssh2, "underlay": "10.77.0.2",
+                            "key": str(m.key), "site": "dc2"}]}}
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def aitb_run(m: Machines, exp: Path, results: Path, timeout_s: float = 600):
+    out = m.in_under([sys.executable, "-m", "orchestration.cli", "run", str(exp), "--results",
+                      str(results), "--json", "--no-analysis", "--run-id", f"t-{m.rid}"],
+                     timeout_s=timeout_s, AITB_STATE_DIR=str(m.tmp / "driver-state"))
+    return out, json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}
+
+
+def leftovers(m: Machines) -> dict:
+    """What of the run remains: registries in the machines' state dir, mounted namespaces of
+    the parts, processes of the parts (``aitb exec <part>`` and stdio agents)."""
+    state = m.tmp / "state"
+    regs = sorted(p.name for p in state.iterdir() if p.is_dir()) if state.exists() else []
+    ns = [n for n in os.listdir("/run/netns") if n.startswith((f"aitb-{m.rid}0-",
+                                                               f"aitb-{m.rid}1-"))]
+    procs = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (b"exec" in argv and any(a in argv for a in (f"{m.rid}0".encode(),
+                                                         f"{m.rid}1".encode()))) or \
+                (b"traffic_gen.agent" in argv and b"-" in argv):
+            procs.append(pid)
+    return {"registries": regs, "namespaces": ns, "processes": procs}
+
+
+def test_a_two_dc_experiment_split_by_dc_over_two_machines(tmp_path):
+    with sshd_machines(tmp_path) as m:
+        results = tmp_path / "results"
+        out, got = aitb_run(m, experiment(m, tmp_path / "exp.yaml"), results)
+        assert out.returncode == 0 and got.get("ok"), out.stderr[-3000:]
+        run_dir = Path(got["run_dir"])
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert manifest["status"] == "ok"
+        colls = [json.loads(x) for x in
+                 (run_dir / "collectives.jsonl").read_text().splitlines()]
+        assert len(colls) == 1 and len(colls[0]["ranks"]) == 4 and colls[0]["cct_s"] > 0
+        flows = [json.loads(x) for x in (run_dir / "flows.jsonl").read_text().splitlines()]
+        senders = {f["src_node"] for f in flows}
+        assert {"dc1-l1-h1", "dc2-l1-h1"} <= senders  # records of agents on both machines
+        assert all(f["t_end"] is not None and f["t_end"] >= f["t_start"] for f in flows)
+        cluster = manifest["cluster"]
+        assert cluster["lost"] == {} and cluster["teardown_errors"] == {}
+        assert cluster["machines"]["m2"]["nodes"] == [
+            "dc2-b1", "dc2-l1", "dc2-l1-h1", "dc2-l1-h2", "dc2-s1"]
+        for name in ("m1", "m2"):
+            clock = cluster["machines"][name]["clock"]
+            for when in ("before", "after"):
+                sample = clock[when]
+                # one clock here: the estimate lies within its NTP error bound of 0
+                assert abs(sample["offset_s"]) <= sample["delay_s"] / 2
+            assert clock["uncertainty_s"] >= clock["before"]["delay_s"] / 2 > 0
+        # corrected times lie on the driver's time base: within the run's phases
+        phases = json.loads((run_dir / "workloads" / "0-ring" / "phases.json").read_text())
+        t0 = phases["phases"][0]["t0"]
+        unc = max(cluster["machines"][k]["clock"]["uncertainty_s"] for k in ("m1", "m2"))
+        assert all(f["t_start"] >= t0 - unc for f in flows)
+        ends = json.loads((run_dir / "workloads" / "0-ring" / "counters_end.json")
+                          .read_text())["nodes"]
+        assert ends["dc1-b1"]["machine"] == "m1" and ends["dc2-b1"]["machine"] == "m2"
+        assert (run_dir / "workloads" / "0-ring" / "agents" / "dc2-l1-h1.log").exists()
+        assert leftovers(m) == {"registries": [], "namespaces": [], "processes": []}
+        assert not (tmp_path / "driver-state").exists() or not any(
+            p.is_dir() for p in (tmp_path / "driver-state").iterdir())
+
+
+CLOCK = r"""
+import json, socket, sys, threading
+from orchestration.cluster.control import Control
+from orchestration.cluster.lab import RemoteAgent
+from orchestration.cluster.spec import parse_cluster
+key, rid, tmp, python = sys.argv[1:5]
+m = parse_cluster({"machines": [{"name": "m2", "ssh": "10.77.0.2", "key": key}]}, "t").machines[0]
+# the machine's side: log what it got, answer with a record stamped at the start it was told
+echo = ("import json,sys\nfor line in sys.stdin:\n    msg = json.loads(line)\n"
+        "    print(line.strip(), file=sys.stderr, flush=True)\n"
+        "    print(json.dumps({'type': 'phase_done', 'records': [{'t_start': msg['t0'],"
+        " 'size_bytes': 5}]}), flush=True)\n")
+path = tmp + "/clock.sock"
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(path)
+srv.listen(1)
+log = open(tmp + "/clock.log", "w")
+with Control(m) as c:
+    agent = RemoteAgent(c, [python, "-c", echo], path, log, offset_s=100.0)
+    conn, _ = srv.accept()
+    conn.sendall(json.dumps({"type": "start", "phase": 0, "t0": 5.0}).encode() + b"\n")
+    back = json.loads(conn.makefile("rb").readline())
+    conn.close()
+    code = agent.wait(timeout=30)
+print(json.dumps({"back": back, "code": code, "log": open(tmp + "/clock.log").read()}))
+"""
+
+
+def test_the_control_channel_moves_times_by_the_machine_offset(tmp_path):
+    with sshd_machines(tmp_path) as m:
+        got = m.drive(CLOCK)
+    assert got["code"] == 0
+    told = json.loads(got["log"].strip().splitlines()[0])
+    assert told["t0"] == 105.0  # the start instant on the machine's clock (+100 s)
+    assert got["back"]["records"] == [{"t_start": 5.0, "size_bytes": 5}]  # back on ours
+
+
+def test_an_unreachable_machine_is_refused_before_anything_exists(tmp_path):
+    with sshd_machines(tmp_path) as m:
+        results = tmp_path / "results"
+        exp = experiment(m, tmp_path / "exp.yaml", ssh2="10.77.0.9")
+        out, _ = aitb_run(m, exp, results, timeout_s=120)
+        assert out.returncode != 0
+        assert str(exp) in out.stderr and "cluster.machines[1]" in out.stderr \
+            and "machine m2" in out.stderr, out.stderr[-2000:]
+        assert "Traceback" not in out.stderr
+        assert not results.exists() or list(results.rglob("*")) == []
+        assert leftovers(m) == {"registries": [], "namespaces": [], "processes": []}

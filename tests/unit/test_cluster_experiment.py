@@ -1,0 +1,106 @@
+"""The ``cluster:`` key of experiment files, without root or network: placement by site, by
+hand, bad input refused at prepare time naming file, key and machine (nothing created), the
+times moved by a machine's clock offset on the agents' control channel."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from aitb.errors import SpecError
+from orchestration.cluster.control import Offset
+from orchestration.cluster.lab import shift_times, uncertainty_s
+from orchestration.run.runner import prepare
+
+TOPO = """topology:
+  inline:
+    name: two-dc-small
+    generator: {name: multi_dc_leaf_spine, params: {n_dcs: 2, spines: 1, leaves: 1,
+                hosts_per_leaf: 2, dci: dci, fabric: fab, host_link: host}}
+    profiles:
+      dci: {rate: 50Mbit, delay: 2ms, buffer: 200KiB}
+      fab: {rate: 100Mbit, buffer: 200p}
+      host: {rate: 100Mbit}
+"""
+
+
+def experiment(tmp: Path, cluster: str, workloads: str = "") -> Path:
+    key = tmp / "id"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                       check=True)
+    path = tmp / "exp.yaml"
+    path.write_text("name: split\n" + TOPO + "workloads:\n" + (workloads or
+                    "  - {kind: collective, op: all_reduce, algorithm: ring, size: 1MiB}\n")
+                    + "cluster:\n  underlay_mtu: 1600\n" + cluster.replace("KEY", str(key)))
+    return path
+
+
+MACHINES = """  machines:
+    - {name: m1, ssh: 10.77.0.1, key: KEY, site: dc1}
+    - {name: m2, ssh: 10.77.0.2, key: KEY, site: dc2}
+"""
+
+
+def test_nodes_go_to_the_machine_of_their_site_and_agents_start_by_sleep(tmp_path):
+    prep = prepare(experiment(tmp_path, MACHINES))
+    assert {n for n, m in prep.machines.items() if m == "m1"} == {
+        "dc1-s1", "dc1-l1", "dc1-l1-h1", "dc1-l1-h2", "dc1-b1"}
+    assert set(prep.machines) == {n.name for n in prep.plan.nodes}
+    assert prep.options.start_mode == "sleep"  # the starters' sockets stay on one machine
+
+
+def test_place_by_hand_overrides_the_site(tmp_path):
+    prep = prepare(experiment(tmp_path, MACHINES + "  place: {dc1-l1-h2: m2}\n"))
+    assert prep.machines["dc1-l1-h2"] == "m2" and prep.machines["dc1-l1-h1"] == "m1"
+
+
+@pytest.mark.parametrize(("cluster", "words"), [
+    (MACHINES + "  place: {dc1-l1-h2: m9}\n",
+     ["cluster.place.dc1-l1-h2", "unknown machine 'm9'"]),
+    (MACHINES.replace("key: KEY, site: dc2", "key: /nonexistent/id, site: dc2"),
+     ["cluster.machines[1].key", "machine m2", "no such file"]),
+    (MACHINES.replace("key: KEY, site: dc2", "key: EXP, site: dc2"),
+     ["cluster.machines[1].key", "machine m2", "not a private key"]),
+    (MACHINES.replace("site: dc2", "site: dc7"), ["no machine for the site of dc2-"]),
+    (MACHINES.replace("underlay_mtu", "x"), []),
+])
+def test_bad_cluster_input_names_file_key_and_machine(tmp_path, cluster, words):
+    path = experiment(tmp_path, cluster.replace("EXP", str(tmp_path / "exp.yaml")))
+    if not words:  # a cluster whose underlay is too small for the DCI's 1500 bytes
+        path.write_text(path.read_text().replace("underlay_mtu: 1600", "underlay_mtu: 1500"))
+        words = ["dc1-b1-dc2-b1", "exceeds the underlay MTU 1500"]
+    with pytest.raises(SpecError) as exc:
+        prepare(path)
+    text = str(exc.value)
+    assert str(path) in text
+    for w in words:
+        assert w in text, text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "id", "id.pub"]
+
+
+def test_what_a_cluster_run_cannot_do_yet_is_refused(tmp_path):
+    path = experiment(tmp_path, MACHINES)
+    path.write_text(path.read_text() + "alto: {serve: true}\n")
+    with pytest.raises(SpecError, match=r"alto.serve.*cluster"):
+        prepare(path)
+
+
+def test_times_move_by_the_offset_and_only_times():
+    msg = {"type": "phase_done", "node": "h1", "phase": 0, "records": [
+        {"half": "send", "t_start": 10.0, "t_sent": 10.5, "size_bytes": 7, "sport": 5},
+        {"half": "recv", "t_first_byte": 11.0, "t_end": 12.0, "tcp": {"rtt_s": 0.1}}]}
+    out = shift_times(msg, -2.0)
+    assert out["records"][0] == {"half": "send", "t_start": 8.0, "t_sent": 8.5,
+                                 "size_bytes": 7, "sport": 5}
+    assert out["records"][1]["t_end"] == 10.0 and out["records"][1]["tcp"] == {"rtt_s": 0.1}
+    assert out["phase"] == 0 and msg["records"][0]["t_start"] == 10.0  # a copy
+    assert shift_times({"type": "error", "t": 5.0}, 1.5)["t"] == 6.5
+
+
+def test_uncertainty_is_half_the_round_trip_plus_the_drift():
+    before, after = Offset(0.010, 0.002, 8), Offset(0.013, 0.004, 8)
+    assert uncertainty_s(before, None) == pytest.approx(0.001)
+    assert uncertainty_s(before, after) == pytest.approx(0.003 + 0.002)
