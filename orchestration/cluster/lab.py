@@ -201,8 +201,8 @@ class ClusterLab:
     where: dict[str, str]
     run_id: str
     controls: dict[str, Control]
-    probe_interval_s: float = 2.0
-    probe_timeout_s: float = 10.0
+    probe_interval_s: float = 5.0
+    probe_timeout_s: float = 30.0
     deployed: Deployed | None = None
     after: dict[str, Offset] = dataclasses.field(default_factory=dict)
     lost: dict[str, str] = dataclasses.field(default_factory=dict)

@@ -76,6 +76,34 @@ class Machines:
         return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+TOPO = {"name": "two-dc-small",
+        "generator": {"name": "multi_dc_leaf_spine", "params": {
+            "n_dcs": 2, "spines": 1, "leaves": 1, "hosts_per_leaf": 2, "dci": "dci",
+            "fabric": "fab", "host_link": "host"}},
+        "profiles": {"dci": {"rate": "50Mbit", "delay": "2ms", "buffer": "200KiB"},
+                     "fab": {"rate": "100Mbit", "buffer": "200p"},
+                     "host": {"rate": "100Mbit"}}}
+
+
+def two_dc_experiment(m: Machines | None, path: Path, ssh2: str = "10.77.0.2",
+                      size: str = "2MiB", iterations: int = 1) -> Path:
+    """A small 2-DC experiment (a ring all-reduce over both DCs' hosts) split by DC over m1
+    and m2 of ``m``; ``m`` None: the same on this machine alone (JSON is YAML)."""
+    doc = {"name": "split", "seed": 1, "topology": {"inline": TOPO},
+           "workloads": [{"kind": "collective", "name": "ring", "op": "all_reduce",
+                          "algorithm": "ring", "size": size, "iterations": iterations}],
+           "capture": {"enabled": False}, "counters": {"enabled": False}}
+    if m is not None:
+        doc["cluster"] = {"underlay_mtu": 1600, "aitb": m.aitb_argv(), "python": sys.executable,
+                          "machines": [
+                              {"name": "m1", "ssh": "10.77.0.1", "key": str(m.key),
+                               "site": "dc1"},
+                              {"name": "m2", "ssh": ssh2, "underlay": "10.77.0.2",
+                               "key": str(m.key), "site": "dc2"}]}
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
 def _namespaces(rid: str) -> list[str]:
     return [n for n in os.listdir("/run/netns") if n.startswith(f"aitb-{rid}")] \
         if os.path.isdir("/run/netns") else []

@@ -15,35 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from sshd_machines import Machines, sshd_machines
+from sshd_machines import Machines, sshd_machines, two_dc_experiment
 
 pytestmark = pytest.mark.netns
-
-TOPO = {"name": "two-dc-small",
-        "generator": {"name": "multi_dc_leaf_spine", "params": {
-            "n_dcs": 2, "spines": 1, "leaves": 1, "hosts_per_leaf": 2, "dci": "dci",
-            "fabric": "fab", "host_link": "host"}},
-        "profiles": {"dci": {"rate": "50Mbit", "delay": "2ms", "buffer": "200KiB"},
-                     "fab": {"rate": "100Mbit", "buffer": "200p"},
-                     "host": {"rate": "100Mbit"}}}
-
-
-def experiment(m: Machines, path: Path, ssh2: str = "10.77.0.2", size: str = "2MiB",
-               iterations: int = 1) -> Path:
-    """The 2-DC experiment split by DC over m1 and m2 (JSON is YAML)."""
-    doc = {"name": "split", "seed": 1, "topology": {"inline": TOPO},
-           "workloads": [{"kind": "collective", "name": "ring", "op": "all_reduce",
-                          "algorithm": "ring", "size": size, "iterations": iterations}],
-           "capture": {"enabled": False}, "counters": {"enabled": False},
-           "cluster": {"underlay_mtu": 1600, "aitb": m.aitb_argv(), "python": sys.executable,
-                       "machines": [
-                           {"name": "m1", "ssh": "10.77.0.1", "key": str(m.key),
-                            "site": "dc1"},
-                           {"name": "m2", "ssh": ssh2, "underlay": "10.77.0.2",
-                            "key": str(m.key), "site": "dc2"}]}}
-    path.write_text(json.dumps(doc, indent=1))
-    return path
-
 
 def aitb_run(m: Machines, exp: Path, results: Path, timeout_s: float = 600):
     out = m.in_under([sys.executable, "-m", "orchestration.cli", "run", str(exp), "--results",
@@ -75,7 +49,7 @@ def leftovers(m: Machines) -> dict:
 def test_a_two_dc_experiment_split_by_dc_over_two_machines(tmp_path):
     with sshd_machines(tmp_path) as m:
         results = tmp_path / "results"
-        out, got = aitb_run(m, experiment(m, tmp_path / "exp.yaml"), results)
+        out, got = aitb_run(m, two_dc_experiment(m, tmp_path / "exp.yaml"), results)
         assert out.returncode == 0 and got.get("ok"), out.stderr[-3000:]
         run_dir = Path(got["run_dir"])
         manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -152,11 +126,56 @@ def test_the_control_channel_moves_times_by_the_machine_offset(tmp_path):
 def test_an_unreachable_machine_is_refused_before_anything_exists(tmp_path):
     with sshd_machines(tmp_path) as m:
         results = tmp_path / "results"
-        exp = experiment(m, tmp_path / "exp.yaml", ssh2="10.77.0.9")
+        exp = two_dc_experiment(m, tmp_path / "exp.yaml", ssh2="10.77.0.9")
         out, _ = aitb_run(m, exp, results, timeout_s=120)
         assert out.returncode != 0
         assert str(exp) in out.stderr and "cluster.machines[1]" in out.stderr \
             and "machine m2" in out.stderr, out.stderr[-2000:]
         assert "Traceback" not in out.stderr
         assert not results.exists() or list(results.rglob("*")) == []
+        assert leftovers(m) == {"registries": [], "namespaces": [], "processes": []}
+
+
+def test_a_machine_lost_mid_run_fails_the_run_naming_it(tmp_path):
+    """m2's underlay goes down while the collective runs: the run fails naming m2, m1's part
+    is torn down by the run; m2, back, is cleaned by its own ``aitb topo destroy``."""
+    import subprocess
+    import time
+
+    with sshd_machines(tmp_path) as m:
+        results = tmp_path / "results"
+        exp = two_dc_experiment(m, tmp_path / "exp.yaml", size="16MiB", iterations=4)
+        argv = ["ip", "netns", "exec", m.under, sys.executable, "-m", "orchestration.cli",
+                "run", str(exp), "--results", str(results), "--json", "--no-analysis",
+                "--run-id", f"t-{m.rid}"]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+               "AITB_STATE_DIR": str(tmp_path / "driver-state")}
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        m2 = f"aitb-{m.rid}-m2"
+        try:
+            log = results / "split" / f"t-{m.rid}" / "run.log"
+            deadline = time.monotonic() + 300
+            while not (log.exists() and "workload 0" in log.read_text()):
+                assert proc.poll() is None, proc.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "the workload never started"
+                time.sleep(0.2)
+            subprocess.run(["ip", "-n", m2, "link", "set", "eth0", "down"], check=True)
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            subprocess.run(["ip", "-n", m2, "link", "set", "eth0", "up"], check=True)
+        got = json.loads(out.strip().splitlines()[-1])
+        assert not got["ok"] and "machine m2 lost mid-run" in got["error"], got
+        manifest = json.loads((Path(got["run_dir"]) / "manifest.json").read_text())
+        assert manifest["status"] == "failed" and "m2" in manifest["cluster"]["lost"]
+        left = leftovers(m)
+        assert not [n for n in left["namespaces"] if n.startswith(f"aitb-{m.rid}0-")]
+        assert left["registries"] == [f"{m.rid}1"]  # m2's part: its machine was unreachable
+        # back on m2: its own aitb ends what the run left there (agents by pid, namespaces)
+        done = subprocess.run(["ip", "netns", "exec", m2, *m.aitb_argv(), "topo", "destroy",
+                               f"{m.rid}1"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
         assert leftovers(m) == {"registries": [], "namespaces": [], "processes": []}
