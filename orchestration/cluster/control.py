@@ -20,11 +20,18 @@ from typing import Any
 from aitb.errors import LabError
 from orchestration.cluster.spec import Machine
 
-__all__ = ["Offset", "offset_from", "Control", "ECHO_SCRIPT"]
+__all__ = ["Offset", "offset_from", "Control", "ECHO_SCRIPT", "paramiko_errors"]
 
 # The machine's side of the exchange: one wall-clock reading per line read.
 ECHO_SCRIPT = ("import sys,time\nfor _ in sys.stdin:\n"
                "    print(time.time_ns(), flush=True)\n")
+
+
+def paramiko_errors() -> type[Exception]:
+    """paramiko's base exception (SSHException), imported when needed."""
+    import paramiko
+
+    return paramiko.SSHException
 
 
 @dataclass(frozen=True)
@@ -72,10 +79,17 @@ class Control:
 
     def run(self, argv: Sequence[str], timeout_s: float = 60.0) -> tuple[int, str, str]:
         """Run ``argv`` on the machine (quoted for its shell); (exit status, stdout,
-        stderr)."""
-        _, out, err = self.client.exec_command(shlex.join(argv), timeout=timeout_s)
-        status = out.channel.recv_exit_status()
-        return status, out.read().decode(), err.read().decode()
+        stderr). Raises LabError naming the machine if it has not ended after ``timeout_s``
+        or the connection fails (a machine that stopped answering)."""
+        try:
+            _, out, err = self.client.exec_command(shlex.join(argv), timeout=timeout_s)
+            text_out, text_err = out.read().decode(), err.read().decode()
+            if not out.channel.status_event.wait(timeout_s):
+                raise TimeoutError(f"no exit status after {timeout_s:g} s")
+            return out.channel.recv_exit_status(), text_out, text_err
+        except (OSError, EOFError, TimeoutError, paramiko_errors()) as exc:
+            raise LabError(f"machine {self.machine.name}: {shlex.join(argv)}: "
+                           f"{type(exc).__name__}: {exc}") from None
 
     def check(self, argv: Sequence[str], timeout_s: float = 60.0) -> str:
         """:meth:`run`, raising LabError naming machine, argv and stderr on a non-zero
@@ -99,9 +113,20 @@ class Control:
                            f"{err.read().decode().strip()[-500:]}")
 
     def clock_offset(self, samples: int = 8, python: str = "python3",
-                     clock: Callable[[], int] = time.time_ns) -> Offset:
-        """Estimate the machine's clock offset over one SSH channel (module docstring)."""
-        stdin, stdout, _ = self.client.exec_command(shlex.join([python, "-c", ECHO_SCRIPT]))
+                     clock: Callable[[], int] = time.time_ns, timeout_s: float = 30.0
+                     ) -> Offset:
+        """Estimate the machine's clock offset over one SSH channel (module docstring).
+        Raises LabError naming the machine if an answer takes more than ``timeout_s``."""
+        try:
+            return self._clock_offset(samples, python, clock, timeout_s)
+        except (OSError, EOFError, ValueError, paramiko_errors()) as exc:
+            raise LabError(f"machine {self.machine.name}: clock offset: "
+                           f"{type(exc).__name__}: {exc}") from None
+
+    def _clock_offset(self, samples: int, python: str, clock: Callable[[], int],
+                      timeout_s: float) -> Offset:
+        stdin, stdout, _ = self.client.exec_command(shlex.join([python, "-c", ECHO_SCRIPT]),
+                                                    timeout=timeout_s)
         got: list[tuple[int, int, int, int]] = []
         try:
             for _ in range(samples):

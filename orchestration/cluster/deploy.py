@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from aitb.errors import LabError
 from aitb.plan import LabPlan, plan_to_dict
 from orchestration.cluster.control import Control, Offset
 from orchestration.cluster.partition import partition, proxy_argvs, proxy_name
@@ -59,9 +60,14 @@ def deploy(plan: LabPlan, where: dict[str, str], cluster: ClusterSpec, run_id: s
 
 def destroy(deployed: Deployed, controls: dict[str, Control], aitb: Sequence[str]
             ) -> dict[str, str]:
-    """``aitb topo destroy`` of every machine's part; machine -> error text (empty: ok)."""
+    """``aitb topo destroy`` of every machine's part, each whatever happens to the others;
+    machine -> error text (empty: ok)."""
     out = {}
     for name, rid in deployed.run_ids.items():
-        status, _, err = controls[name].run([*aitb, "topo", "destroy", rid], timeout_s=300)
+        try:
+            status, _, err = controls[name].run([*aitb, "topo", "destroy", rid], timeout_s=300)
+        except LabError as exc:  # that machine stopped answering: the others still go
+            out[name] = str(exc)
+            continue
         out[name] = "" if status == 0 else f"{shlex.join(aitb)} topo destroy {rid}: {err}"
     return out

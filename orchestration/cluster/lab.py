@@ -40,7 +40,7 @@ from typing import Any
 from aitb.errors import LabError
 from aitb.lifeline import die_with_parent
 from aitb.plan import LabPlan
-from orchestration.cluster.control import Control, Offset
+from orchestration.cluster.control import Control, Offset, paramiko_errors
 from orchestration.cluster.deploy import Deployed, deploy, destroy
 from orchestration.cluster.spec import ClusterSpec
 
@@ -109,10 +109,14 @@ class RemoteAgent:
         transport = control.client.get_transport()
         if transport is None or not transport.is_active():
             raise LabError(f"machine {control.machine.name}: SSH connection lost")
-        self.chan = transport.open_session(timeout=15)
-        self.chan.exec_command(shlex.join(self.args))
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(sock_path)
+        try:
+            self.chan = transport.open_session(timeout=15)
+            self.chan.exec_command(shlex.join(self.args))
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(sock_path)
+        except (OSError, EOFError, paramiko_errors()) as exc:
+            raise LabError(f"machine {control.machine.name}: starting {shlex.join(self.args)}"
+                           f": {type(exc).__name__}: {exc}") from None
         self._threads = [threading.Thread(target=f, daemon=True)
                          for f in (self._to_agent, self._from_agent, self._stderr)]
         for t in self._threads:
@@ -287,6 +291,9 @@ class ClusterLab:
             agent.kill()
         if self.deployed is None:
             return {}
+        for name, c in self.controls.items():  # a machine may have gone since the last probe
+            if name not in self.lost and (why := _probe(c, self.probe_timeout_s)) is not None:
+                self.lost[name] = why
         live = {k: c for k, c in self.controls.items() if k not in self.lost}
         for name, c in live.items():
             try:
@@ -331,7 +338,7 @@ class ClusterLab:
                 if name in self.lost:
                     continue
                 why = _probe(c, self.probe_timeout_s)
-                if why is not None and not self._stop.is_set():
+                if why is not None:
                     self.lost[name] = why
                     for machine, agent in self.agents:
                         if machine == name:

@@ -82,21 +82,22 @@ def cluster_lab_run(prep: Any, controls: dict[str, Control], lab_id: str,
     manifest["capture"] = {"enabled": False, "reason": "not collected from cluster machines"}
     manifest["counters"] = {"enabled": False, "reason": "not sampled on cluster machines; "
                             "counters_end.json per workload"}
+    failure: AitbError | None = None
     try:
         lab.up()
         manifest["lab_timings_s"] = dict(lab.timings)
         manifest["cluster"] = lab.record()
         try:
             replay_all(lab)
-        except AitbError as exc:
-            if lab.lost:
-                raise LabError(lab.lost_message() + f" ({exc})") from None
-            raise
+        except AitbError as exc:  # a lost machine, found by the watchdog or at teardown,
+            failure = exc         # is the cause to name
     finally:
         progress("tearing down")
         errors = lab.down()
         manifest["cluster"] = lab.record()
     if lab.lost:
-        raise LabError(lab.lost_message())
+        raise LabError(lab.lost_message() + (f" ({failure})" if failure else ""))
+    if failure is not None:
+        raise failure
     if errors:
         raise LabError("; ".join(f"machine {m}: teardown: {e}" for m, e in errors.items()))

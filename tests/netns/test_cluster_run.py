@@ -167,6 +167,7 @@ def test_a_machine_lost_mid_run_fails_the_run_naming_it(tmp_path):
                 proc.kill()
                 proc.wait()
             subprocess.run(["ip", "-n", m2, "link", "set", "eth0", "up"], check=True)
+        assert out.strip() and "Traceback" not in err, err[-3000:]
         got = json.loads(out.strip().splitlines()[-1])
         assert not got["ok"] and "machine m2 lost mid-run" in got["error"], got
         manifest = json.loads((Path(got["run_dir"]) / "manifest.json").read_text())
