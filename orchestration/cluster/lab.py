@@ -19,7 +19,8 @@ local ``testbed.lab.Lab`` when the experiment has a ``cluster:`` section.
   and both, with the uncertainty (:func:`uncertainty_s`), are in :meth:`ClusterLab.record`.
 - A watchdog probes every machine (a command over a new SSH channel) every
   ``probe_interval_s``; a machine that does not answer within ``probe_timeout_s`` is lost:
-  its agents' channels are closed (the controller then fails the replay) and
+  its SSH connection is closed, and with it its agents' channels (the controller then fails
+  the replay; an agent still starting there fails to start) and
   :meth:`ClusterLab.down` tears down the others.
 """
 
@@ -293,7 +294,7 @@ class ClusterLab:
             return {}
         for name, c in self.controls.items():  # a machine may have gone since the last probe
             if name not in self.lost and (why := _probe(c, self.probe_timeout_s)) is not None:
-                self.lost[name] = why
+                self._lose(name, why)
         live = {k: c for k, c in self.controls.items() if k not in self.lost}
         for name, c in live.items():
             try:
@@ -339,10 +340,18 @@ class ClusterLab:
                     continue
                 why = _probe(c, self.probe_timeout_s)
                 if why is not None:
-                    self.lost[name] = why
-                    for machine, agent in self.agents:
-                        if machine == name:
-                            agent.kill()
+                    self._lose(name, why)
+
+    def _lose(self, name: str, why: str) -> None:
+        """Machine ``name`` is lost: its SSH connection is closed, so every wait on one of
+        its channels (an agent starting, its control channel) ends at once."""
+        self.lost[name] = why
+        transport = self.controls[name].client.get_transport()
+        if transport is not None:
+            transport.close()
+        for machine, agent in self.agents:
+            if machine == name:
+                agent.kill()
 
 
 def _probe(c: Control, timeout_s: float) -> str | None:

@@ -96,7 +96,8 @@ def cluster_lab_run(prep: Any, controls: dict[str, Control], lab_id: str,
         errors = lab.down()
         manifest["cluster"] = lab.record()
     if lab.lost:
-        raise LabError(lab.lost_message() + (f" ({failure})" if failure else ""))
+        said = lab.lost_message()
+        raise LabError(said + (f" ({failure})" if failure and str(failure) != said else ""))
     if failure is not None:
         raise failure
     if errors:
