@@ -31,6 +31,7 @@ import dataclasses
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import threading
@@ -39,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aitb.errors import LabError
-from aitb.lifeline import die_with_parent
+from aitb.lifeline import spawn
 from aitb.plan import LabPlan
 from orchestration.cluster.control import Control, Offset, paramiko_errors
 from orchestration.cluster.deploy import Deployed, deploy, destroy
@@ -257,7 +258,7 @@ class ClusterLab:
         by the starters, whose sockets cannot cross machines); dies with its thread."""
         for key in ("pdeathsig", "record", "node"):
             kw.pop(key, None)
-        return subprocess.Popen(list(argv), preexec_fn=die_with_parent(), **kw)
+        return spawn(list(argv), pdeathsig=signal.SIGKILL, **kw)
 
     def check_delay_lines(self) -> None:
         """Raises LabError naming every machine lost so far (the runner calls this after
