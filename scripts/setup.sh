@@ -57,6 +57,7 @@ fi
 .venv/bin/python -m pip install -q -e '.[dev,vm,ray]'
 .venv/bin/python -m analysis.tcpflows.warm_cache   # compile the pcap kernel once (numba cache)
 apt_install libnetfilter-queue-dev libmnl-dev && .venv/bin/python -m testbed.delayline.build  # native delay line (no sch_netem)
+.venv/bin/python -c 'from aitb.lifeline import hold_binary; print(hold_binary())'  # the exec wrapper every lab process starts through
 # The mininet backend imports Debian's Mininet (pure Python + /usr/bin/mnexec) from the venv:
 # a symlink of the mininet package directory only, so the venv keeps its own versions of
 # everything else in dist-packages and follows Debian's updates of Mininet.
