@@ -51,7 +51,10 @@ class RequestRecord(_Record):
     ``session_length``: the session's drawn length in requests (workloads.sessions; a
     client's last session may have fewer in the run), ``session_index`` this request's place
     in it (0-based), ``server_contexts``: the session contexts ``server`` holds at the
-    request's arrival, this one's included (None in records of older runs)."""
+    request's arrival, this one's included (None in records of older runs),
+    ``server_memory_bytes`` the context memory they take there (bytes), ``evicted`` the
+    sessions whose contexts this request's cold admission evicted from ``server`` (least
+    recently used first; workloads/inference.py)."""
 
     kind_name: ClassVar[str] = "request"
 
@@ -77,4 +80,6 @@ class RequestRecord(_Record):
     session_length: int | None = None
     session_index: int | None = None
     server_contexts: int | None = None
+    server_memory_bytes: int | None = None
+    evicted: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION

@@ -56,7 +56,9 @@ def _record(run_id: str, req: Mapping[str, Any], parts: Mapping[str, list[Half]]
         bootstrap=bool(req["bootstrap"]), bootstrap_bytes=boot_bytes, bootstrap_s=boot_s,
         policy=req["policy"], why=req.get("why", ""),
         session_length=req.get("session_length"), session_index=req.get("session_index"),
-        server_contexts=req.get("server_contexts"))
+        server_contexts=req.get("server_contexts"),
+        server_memory_bytes=req.get("server_memory_bytes"),
+        evicted=tuple(req.get("evicted") or ()))
 
 
 def request_records(run_id: str, halves: list[Half],

@@ -4,10 +4,16 @@ Clients send requests at Poisson arrivals (rate per client) or at the instants o
 Consecutive requests of a client form sessions: of ``session_requests`` requests each, or of
 lengths drawn from ``session_length`` (workloads.sessions: fixed, exponential or lognormal,
 seeded by ``session_seed`` and the client). A session's context stays on the instance that
-bootstrapped it for the rest of the session and costs memory there: every request records its
-server's ``server_contexts``, the sessions whose context that server holds at the request's
-arrival (its own included; a context is held from its session's first request on the server
-to the nominal end of its last one there, known here in hindsight). Each request
+bootstrapped it until the session ends (the nominal end of its last request, known here in
+hindsight) and costs ``context_bytes`` of the instance's context memory there
+(``memory_bytes``, per server; absent: unlimited). A cold request (the instance does not hold
+its session's context) admits the context; when it does not fit, the instance evicts its
+least recently used contexts (LRU: the context whose session's latest request there is the
+oldest) until it fits, and an evicted session's next request is a cold choice again: the
+policy chooses afresh (affinity, oracle and ``per_session`` homes are forgotten) and the
+chosen instance bootstraps. Every request records its server's ``server_contexts`` (the
+contexts held there once its own is admitted), ``server_memory_bytes`` (their bytes) and
+``evicted`` (the sessions whose contexts its admission evicted, LRU first). Each request
 is a prompt (client -> server, ``prompt_bytes``), then ``tokens`` response tokens of
 ``token_bytes`` streamed back at ``token_rate_per_s`` (token k+1 leaves 1/rate after token k).
 The first token leaves ``prefill_s`` after the prompt has arrived and, if the request
@@ -27,26 +33,33 @@ configured delays and the schedule's own timing:
   (workloads.paths); ties: the first listed.
 * ``least_loaded``: the server with the fewest requests in service at the arrival instant,
   a request being in service for its nominal time prefill_s + tokens / token_rate_per_s
-  (bootstrap and network time not predicted); ties: nearest, then first listed.
+  (bootstrap and network time not predicted); ties: the most free context memory, then
+  nearest, then first listed.
 * ``affinity``: context affinity: a session stays on the server of its first request (chosen
   least loaded), so only its first request bootstraps.
 * ``cats`` (computing-aware traffic steering, as in the IETF CATS framework: compute metrics
   of each instance combined with network metrics of the path to it): the server with the
-  least predicted first-token time, ``cats_weights`` = (w_delay, w_load, w_bootstrap) times
-  the path's configured round trip, the queueing the instance advertises (requests in service
-  x their nominal service time) and, unless the instance already holds the session's
-  context, the bootstrap's transfer time until the first token can leave: the coarse layer
-  of every holder's shard (bootstrap_bytes x layers[0] / holders, all of it without layers)
-  over the slowest configured rate from a holder, ``bw_bps``; ties: first listed. Each
-  request records the three terms and the runner-up (``why``).
+  least predicted first-token time, ``cats_weights`` = (w_delay, w_load, w_bootstrap,
+  w_memory) times the path's configured round trip, the queueing the instance advertises
+  (requests in service x their nominal service time), unless the instance already holds
+  the session's context the bootstrap's transfer time B until the first token can leave
+  (the coarse layer of every holder's shard, bootstrap_bytes x layers[0] / holders, all of
+  it without layers, over the slowest configured rate from a holder, ``bw_bps``), and, for
+  a cold choice with ``memory_bytes``, the memory term min(1, (used + context_bytes) /
+  memory) x B from the context memory the instance advertises in use: the share of one
+  more bootstrap that its memory pressure threatens (at 1 the admission evicts a context,
+  whose session pays a bootstrap again); ties: first listed. Each request records the terms,
+  the instance's free context memory and the runner-up (``why``).
 * ``oracle`` (best in hindsight, a reference for the online policies): per session, knowing
   in advance every request the session will make (their number and arrival instants, which
   no online policy knows), the one server that minimises the session's summed predicted
   first-token time under the ``cats`` predictor with unit weights: for each request the
   path's round trip plus the queueing at its arrival, plus one bootstrap for the cold start
   (a session stays where the oracle put it, its context held there). Queueing counts the
-  requests already placed, i.e. of sessions that started earlier. ``why`` gives the session's
-  mean predicted first-token time there and on the runner-up.
+  requests already placed, i.e. of sessions that started earlier. It does not predict
+  evictions (no memory term); when its session's context is evicted, the session's next
+  request is a cold choice by the same rule over the session's remaining requests. ``why``
+  gives the session's mean predicted first-token time there and on the runner-up.
 With ``per_session`` the policy (``nearest``, ``least_loaded`` or ``cats``) decides at a
 session's first request only and the session's later requests follow it (``affinity`` and
 ``oracle`` always do). Every request records ``why``: the rule or the cost terms that chose
@@ -57,6 +70,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -83,10 +97,12 @@ class InferenceParams:
     prefill_s: float = 0.0
     bootstrap_bytes: int = 0
     layers: tuple[float, ...] = (1.0,)
-    cats_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)  # delay, load, bootstrap
+    cats_weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # delay, load, bootstrap, memory
     session_length: SessionLength | None = None  # None: fixed, session_requests
     session_seed: int = 0
     per_session: bool = False
+    context_bytes: int = 0  # memory a held context costs on its instance
+    memory_bytes: dict[str, int] | None = None  # server -> context memory; None: unlimited
 
     def lengths(self) -> SessionLength:
         """The session-length distribution: ``session_length``, else fixed
@@ -131,9 +147,46 @@ class _Chooser:
         self.p, self.servers, self.rtt_s, self.boot_s = p, list(servers), rtt_s, boot_s
         self.busy: dict[str, list[float]] = {s: [] for s in servers}  # end times
         self.home: dict[str, str] = {}
-        self.held: set[tuple[str, str]] = set()  # (session, server) holding its context
-        self.future: dict[str, list[float]] = {}  # session -> its arrival instants (oracle)
+        # contexts each server holds, least recently used first
+        self.held: dict[str, OrderedDict[str, None]] = {s: OrderedDict() for s in servers}
+        self.future: dict[str, list[float]] = {}  # session -> its arrival instants (hindsight)
         self.why = ""
+        self.cold, self.evicted = False, ()  # of the latest choice
+        mem = p.memory_bytes or {}
+        self.cap = {s: float(mem.get(s, math.inf)) for s in servers}
+
+    def _used(self, server: str) -> int:
+        return len(self.held[server]) * self.p.context_bytes
+
+    def _free(self, server: str) -> float:
+        return self.cap[server] - self._used(server)
+
+    def _release(self, t: float) -> None:
+        """Drop the contexts of the sessions that have ended by ``t``."""
+        q = self.p.service_s()
+        for held in self.held.values():
+            for session in [x for x in held if max(self.future[x]) + q <= t]:
+                del held[session]
+
+    def _admit(self, session: str, server: str) -> None:
+        """Hold ``session``'s context on ``server`` (most recently used), evicting LRU ones."""
+        held = self.held[server]
+        self.cold = session not in held
+        evicted = []
+        if self.cold:
+            while held and self._used(server) + self.p.context_bytes > self.cap[server]:
+                gone, _ = held.popitem(last=False)
+                evicted.append(gone)
+                if self.home.get(gone) == server:
+                    del self.home[gone]  # its next request is a cold choice
+        held[session] = None
+        held.move_to_end(session)
+        self.evicted = tuple(evicted)
+
+    def _mem_note(self, server: str) -> str:
+        if math.isinf(self.cap[server]):
+            return ""
+        return f", {self._free(server) / 2**20:.1f} MiB context memory free"
 
     def _load(self, server: str, t: float) -> int:
         return sum(1 for end in self.busy[server] if end > t)
@@ -142,14 +195,19 @@ class _Chooser:
         return min(self.servers, key=lambda s: (self.rtt_s(client, s), self.servers.index(s)))
 
     def _least(self, client: str, t: float) -> str:
-        return min(self.servers, key=lambda s: (self._load(s, t), self.rtt_s(client, s),
-                                                self.servers.index(s)))
+        return min(self.servers, key=lambda s: (self._load(s, t), -self._free(s),
+                                                self.rtt_s(client, s), self.servers.index(s)))
 
     def _cats_terms(self, client: str, session: str, server: str, t: float
-                    ) -> tuple[float, float, float]:
-        cold = self.p.bootstrap_bytes > 0 and (session, server) not in self.held
+                    ) -> tuple[float, float, float, float]:
+        cold = session not in self.held[server]
+        boot = self.boot_s(server) if cold and self.p.bootstrap_bytes > 0 else 0.0
+        mem = 0.0
+        if cold and not math.isinf(self.cap[server]):
+            fill = (self._used(server) + self.p.context_bytes) / self.cap[server]
+            mem = min(1.0, fill) * self.boot_s(server)
         return (self.rtt_s(client, server), self._load(server, t) * self.p.service_s(),
-                self.boot_s(server) if cold else 0.0)
+                boot, mem)
 
     def _ranked(self, cost: dict[str, float], per: int = 1) -> tuple[list[str], str]:
         """Servers by ``cost`` (ties: first listed) and the runner-up for ``why``, its cost
@@ -160,17 +218,20 @@ class _Chooser:
         return ranked, nxt
 
     def _cats(self, a: Arrival, session: str) -> str:
-        w = self.p.cats_weights
+        w = (*self.p.cats_weights, 1.0)[:4]  # three weights: memory 1
         terms = {s: self._cats_terms(a.client, session, s, a.at_s) for s in self.servers}
         cost = {s: sum(wi * x for wi, x in zip(w, terms[s], strict=True)) for s in terms}
         ranked, nxt = self._ranked(cost)
-        d, q, b = terms[ranked[0]]
+        best = ranked[0]
+        d, q, b, m = terms[best]
+        memory = "" if math.isinf(self.cap[best]) else \
+            f"memory {m * 1e3:.1f} ms ({self._free(best) / 2**20:.1f} MiB free), "
         self.why = (f"cats: rtt {d * 1e3:.1f} ms, queue {q * 1e3:.1f} ms, bootstrap "
-                    f"{b * 1e3:.1f} ms, cost {cost[ranked[0]] * 1e3:.1f} ms" + nxt)
-        return ranked[0]
+                    f"{b * 1e3:.1f} ms, {memory}cost {cost[best] * 1e3:.1f} ms" + nxt)
+        return best
 
     def _oracle(self, a: Arrival, session: str) -> str:
-        at = self.future.get(session, [a.at_s])
+        at = [t for t in self.future.get(session, [a.at_s]) if t >= a.at_s] or [a.at_s]
         q = self.p.service_s()
         total = {s: sum(self.rtt_s(a.client, s) + self._load(s, t) * q for t in at)
                  + (self.boot_s(s) if self.p.bootstrap_bytes > 0 else 0.0)
@@ -181,6 +242,8 @@ class _Chooser:
         return ranked[0]
 
     def choose(self, a: Arrival, session: str) -> str:
+        """The server of request ``a``; sets ``why``, ``cold`` and ``evicted``."""
+        self._release(a.at_s)
         if self.p.per_session and session in self.home:
             server = self.home[session]
             self.why = f"{self.p.policy}: session home (per session)"
@@ -195,33 +258,18 @@ class _Chooser:
             self.why = f"nearest: rtt {self.rtt_s(a.client, server) * 1e3:.1f} ms"
         elif self.p.policy == "least_loaded":
             server = self._least(a.client, a.at_s)
-            self.why = f"least_loaded: {self._load(server, a.at_s)} in service"
+            self.why = (f"least_loaded: {self._load(server, a.at_s)} in service"
+                        + self._mem_note(server))
         elif self.p.policy == "cats":
             server = self._cats(a, session)
         else:
             server = self.home.get(session) or self._least(a.client, a.at_s)
             self.why = "affinity: session home" if session in self.home else \
                 f"affinity: least loaded ({self._load(server, a.at_s)} in service)"
+        self._admit(session, server)
         self.home.setdefault(session, server)
-        self.held.add((session, server))
         self.busy[server].append(a.at_s + self.p.service_s())
         return server
-
-
-def _contexts(requests: Sequence[dict], service_s: float) -> list[int]:
-    """Per request, the sessions whose context its server holds at its arrival: a session's
-    context is held on a server from its first request there to the nominal end (arrival +
-    ``service_s``) of its last one there."""
-    span: dict[tuple[str, str], tuple[float, float]] = {}
-    for r in requests:
-        k = (r["server"], r["session"])
-        lo, hi = span.get(k, (r["at_s"], r["at_s"]))
-        span[k] = (min(lo, r["at_s"]), max(hi, r["at_s"] + service_s))
-    by_server: dict[str, list[tuple[float, float]]] = {}
-    for (server, _), iv in span.items():
-        by_server.setdefault(server, []).append(iv)
-    return [sum(1 for lo, hi in by_server[r["server"]] if lo <= r["at_s"] < hi)
-            for r in requests]
 
 
 def _request_messages(n: int, a: Arrival, p: InferenceParams, rank: dict[str, int],
@@ -269,9 +317,11 @@ def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
     ordered by their nominal instant, so that the token streams of overlapping requests on
     one client-server pair interleave. ``info["requests"]``: request_id, session, client,
     server, policy, bootstrap, at_s, why, session_length (the session's drawn length,
-    requests), session_index (0-based), server_contexts per request (arrival order).
+    requests), session_index (0-based), server_contexts, server_memory_bytes and evicted
+    (session ids) per request (arrival order).
     Raises ValueError for an unknown policy, no server, a bootstrap without holders, a
-    holder that is a server, or layers that do not sum to 1."""
+    holder that is a server, layers that do not sum to 1, or a context larger than a
+    server's memory."""
     _check(p, servers, holders)
     order = sorted(arrivals, key=lambda a: (a.at_s, a.client))
     hosts = list(dict.fromkeys([*(a.client for a in order), *servers, *holders]))
@@ -282,7 +332,7 @@ def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
         # the first token waits for the coarse layer (layers[0]) of every holder's shard
         return max(p.bootstrap_bytes * p.layers[0] / len(holders) * 8 / bw_bps(h, server)
                    for h in holders)
-    chooser, seen = _Chooser(p, servers, rtt_s, boot_s), set()
+    chooser = _Chooser(p, servers, rtt_s, boot_s)
     assigned = assign_sessions([a.client for a in order], [a.session for a in order],
                                p.lengths(), p.session_seed)
     sessions = [x.session for x in assigned]
@@ -291,23 +341,24 @@ def inference_schedule(p: InferenceParams, arrivals: Sequence[Arrival],
     keyed, requests = [], []
     for n, (a, session) in enumerate(zip(order, sessions, strict=True)):
         server = chooser.choose(a, session)
-        boot = p.bootstrap_bytes > 0 and (session, server) not in seen
-        seen.add((session, server))
+        boot = p.bootstrap_bytes > 0 and chooser.cold
         keyed += _request_messages(n, a, p, rank, server, holders, boot)
         requests.append({"request_id": f"q{n}", "session": session, "client": a.client,
                          "server": server, "policy": p.policy, "bootstrap": boot,
                          "at_s": a.at_s, "why": chooser.why,
                          "session_length": assigned[n].length,
-                         "session_index": assigned[n].index})
-    for r, held in zip(requests, _contexts(requests, p.service_s()), strict=True):
-        r["server_contexts"] = held
+                         "session_index": assigned[n].index,
+                         "server_contexts": len(chooser.held[server]),
+                         "server_memory_bytes": chooser._used(server),
+                         "evicted": list(chooser.evicted)})
     keyed.sort(key=lambda km: km[0])
     index = {k: i for i, (k, _) in enumerate(keyed)}
     msgs = tuple(Message(m.src, m.dst, m.size_bytes, m.at_s, tuple(index[d] for d in m.after),  # type: ignore[index]
                          m.gap_s, m.tag, m.flow) for _, m in keyed)
     info = {"requests": requests, "policy": p.policy}
     meta = {"kind": "inference", "policy": p.policy, "requests": len(requests),
-            "bootstraps": sum(r["bootstrap"] for r in requests), "servers": list(servers)}
+            "bootstraps": sum(r["bootstrap"] for r in requests), "servers": list(servers),
+            "evictions": sum(len(r["evicted"]) for r in requests)}
     op = Timed(msgs, label=name, kind="inference", info=info)
     return Schedule(name, len(hosts), {}, (op,), source="<inference>", meta=meta), hosts
 
@@ -325,3 +376,13 @@ def _check(p: InferenceParams, servers: Sequence[str], holders: Sequence[str]) -
         raise ValueError(f"layers {list(p.layers)} must be positive fractions summing to 1")
     if p.tokens < 1 or p.token_rate_per_s <= 0:
         raise ValueError("tokens must be at least 1 and token_rate positive")
+    if len(p.cats_weights) not in (3, 4) or any(w < 0 for w in p.cats_weights):
+        raise ValueError(f"cats_weights {list(p.cats_weights)} must be 3 or 4 weights >= 0")
+    if p.context_bytes < 0:
+        raise ValueError(f"context_bytes {p.context_bytes} must not be negative")
+    for server, mem in (p.memory_bytes or {}).items():
+        if server not in servers:
+            raise ValueError(f"memory is given for {server!r}, which is not a server")
+        if mem < p.context_bytes or mem <= 0:
+            raise ValueError(f"memory {mem} B of server {server} cannot hold one context "
+                             f"({p.context_bytes} B)")

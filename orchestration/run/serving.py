@@ -57,19 +57,43 @@ def _lengths(e: InferenceEntry) -> SessionLength | None:
     return SessionLength(sl.dist, sl.mean, sl.sigma)
 
 
+def _memory(w: _Where, e: InferenceEntry, context_bytes: int) -> dict[str, int] | None:
+    """Server -> context memory (bytes) from ``memory`` (one size for every server, or a
+    mapping); raises SpecError naming ``memory[.<server>]``."""
+    if e.memory is None:
+        return None
+    given = e.memory if isinstance(e.memory, dict) else dict.fromkeys(e.servers, e.memory)
+    out = {}
+    for server, size in given.items():
+        key = ("memory", server) if isinstance(e.memory, dict) else ("memory",)
+        if server not in e.servers:
+            raise w.error(*key, message=f"{server!r} is not among servers "
+                                        f"({', '.join(e.servers)})")
+        out[server] = parse_size_bytes(size)
+        if out[server] < max(context_bytes, 1):
+            raise w.error(*key, message=f"{size} cannot hold one context of "
+                                        f"{context_bytes} B (context_size, else the bootstrap "
+                                        "size)")
+    return out
+
+
 def _inference(w: _Where, plan: LabPlan, e: InferenceEntry,
                seed: int) -> tuple[Schedule, list[str]]:
     for key in ("clients", "servers", "holders"):
         _known_hosts(w, plan, key, getattr(e, key))
+    boot_bytes = parse_size_bytes(e.bootstrap.size) if e.bootstrap else 0
+    context_bytes = parse_size_bytes(e.context_size) if e.context_size is not None \
+        else boot_bytes
     p = InferenceParams(
         prompt_bytes=parse_size_bytes(e.prompt), tokens=e.tokens,
         token_bytes=parse_size_bytes(e.token_size), token_rate_per_s=e.token_rate_per_s,
         policy=e.policy, session_requests=e.session_requests,
         prefill_s=parse_duration_s(e.prefill),
-        bootstrap_bytes=parse_size_bytes(e.bootstrap.size) if e.bootstrap else 0,
+        bootstrap_bytes=boot_bytes,
         layers=tuple(e.bootstrap.layers) if e.bootstrap else (1.0,),
-        cats_weights=(cw.delay, cw.load, cw.bootstrap) if (cw := e.cats_weights) else
-        (1.0, 1.0, 1.0),
+        cats_weights=(cw.delay, cw.load, cw.bootstrap, cw.memory) if (cw := e.cats_weights)
+        else (1.0, 1.0, 1.0, 1.0),
+        context_bytes=context_bytes, memory_bytes=_memory(w, e, context_bytes),
         session_length=_lengths(e), session_seed=seed,
         per_session=e.session is not None and e.session.select == "per_session")
     arrivals = _arrivals(w, plan, e, seed)

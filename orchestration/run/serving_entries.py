@@ -19,6 +19,9 @@ unit strings are checked here and parsed by aitb.units when the workload is buil
       token_rate_per_s: 50
       prefill: 5ms
       bootstrap: {size: 4MiB, layers: [0.25, 0.75]}   # layers: coarse first (optional)
+      memory: 8MiB                 # context memory of each server, or {s1: 8MiB, s2: 4MiB}
+      context_size: 1MiB           # memory a held context costs (default: the bootstrap size)
+      cats_weights: {delay: 1, load: 1, bootstrap: 1, memory: 1}   # policy: cats
       start: with_previous         # run alongside the previous workload (every kind has it)
 
     - kind: background
@@ -92,13 +95,14 @@ class BootstrapSpec(SpecModel):
 
 
 class CatsWeights(SpecModel):
-    """``cats_weights:`` how ``policy: cats`` weighs the predicted round trip, queueing and
-    bootstrap time of each instance (workloads/inference.py), each >= 0."""
+    """``cats_weights:`` how ``policy: cats`` weighs the predicted round trip, queueing,
+    bootstrap time and memory pressure of each instance (workloads/inference.py), each >= 0."""
 
     model_config = _Forbid
     delay: Annotated[float, Field(ge=0)] = 1.0
     load: Annotated[float, Field(ge=0)] = 1.0
     bootstrap: Annotated[float, Field(ge=0)] = 1.0
+    memory: Annotated[float, Field(ge=0)] = 1.0
 
 
 class SessionLengthSpec(SpecModel):
@@ -150,6 +154,8 @@ class InferenceEntry(SpecModel):
     token_rate_per_s: Annotated[float, Field(gt=0)] = 50.0
     prefill: Duration = "0s"
     bootstrap: BootstrapSpec | None = None
+    memory: Size | dict[str, Size] | None = None
+    context_size: Size | None = None
 
     @model_validator(mode="after")
     def _holders_for_bootstrap(self) -> InferenceEntry:
