@@ -39,11 +39,16 @@ def test_each_policy_picks_instances_and_says_why(tmp_path, state_env):
     home = {"e1-c": "e1-s", "e2-c": "e2-s", "e3-c": "dc-s"}
     assert all(r["server"] == home[r["client"]] for r in by["nearest"])
     assert all(r["why"].startswith("cats: rtt") for r in by["cats"])
-    # the oracle places each session once (its first request) and keeps it there
+    # the oracle places each session once (its first request) and keeps it there, until its
+    # context is evicted: then its next request is placed afresh
     homes = {}
     for r in by["oracle"]:
         assert r["why"].startswith("oracle: session of") == (r["session"] not in homes)
         assert homes.setdefault(r["session"], r["server"]) == r["server"]
+        for gone in r["evicted"]:
+            homes.pop(gone, None)
+    # every instance holds at most two 1 MiB contexts (memory: 2MiB)
+    assert all(r["server_memory_bytes"] == r["server_contexts"] << 20 <= 2 << 20 for r in reqs)
     # a cold choice moves the context: 1 MiB per bootstrap, none on a warm one
     for r in reqs:
         assert (r["bootstrap_bytes"] == 1 << 20) == r["bootstrap"]
