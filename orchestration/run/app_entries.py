@@ -27,7 +27,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from aitb.unit_fields import Duration, SpecModel
-from orchestration.run.serving_entries import StartMode
+from orchestration.run.serving_entries import StartMode, WorkloadTransport
 
 __all__ = ["AppEntry"]
 
@@ -50,6 +50,7 @@ class AppEntry(SpecModel):
     kind: Literal["app"]
     name: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
     start: StartMode = "after_previous"
+    transport: WorkloadTransport | None = None
     nodes: Annotated[list[str], Field(min_length=1)]
     command: Annotated[list[str], Field(min_length=1)]
     env: dict[str, EnvValue] = Field(default_factory=dict)

@@ -50,7 +50,7 @@ from orchestration.run.rundir import (
 )
 from orchestration.run.runlog import RunLog
 from orchestration.run.tls_cert import write_run_certificate
-from orchestration.run.tls_pairs import check_tls, tls_address_pairs
+from orchestration.run.tls_pairs import check_tls, uses_tls, workload_tls_pairs
 from orchestration.run.traces import playing_traces
 from orchestration.run.transport import (
     apply_host_transport,
@@ -228,7 +228,8 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
     if issues:
         raise with_lines(SpecError(issues), doc, source)
     try:
-        check_tls(spec.transport, plan, built, source)  # sites exist; no UDP flow over TLS
+        # sites exist; no UDP flow over TLS; workloads sharing hosts agree
+        check_tls(spec.transport, plan, built, source, spec.workloads)
     except SpecError as exc:
         raise with_lines(exc, doc, source) from None
     backend = _backend(spec, base, source, doc)
@@ -407,11 +408,13 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
         write_alto(run_dir, prep.plan, prep.spec.alto.pids)
     except PathError as exc:  # a plan with a routing hole still runs; its maps cannot exist
         runlog.log.warning("no ALTO maps: %s", exc)
-    if prep.spec.transport.encryption == "tls":  # the agents' TLS 1.3 (traffic_gen/tls.py)
+    # the agents' TLS 1.3 (traffic_gen/tls.py), for the experiment or some workloads
+    if uses_tls(prep.spec.transport, prep.spec.workloads):
         prep = dataclasses.replace(prep, options=dataclasses.replace(
             prep.options, tls={**write_run_certificate(run_dir, f"aitb-{lab_id}"),
-                               "pairs": tls_address_pairs(
-                                   prep.plan, prep.spec.transport.encrypt_between)}))
+                               "pairs": workload_tls_pairs(
+                                   prep.spec.transport, prep.plan, prep.spec.workloads,
+                                   prep.workloads, prep.source)}))
     try:
         # SIGINT/SIGTERM outside the lab's own hold (alto maps, records merge, fidelity,
         # manifest, analysis) end the run as `interrupted` with 130/143 too, never `running`

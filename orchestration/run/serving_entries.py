@@ -23,6 +23,7 @@ unit strings are checked here and parsed by aitb.units when the workload is buil
       context_size: 1MiB           # memory a held context costs (default: the bootstrap size)
       cats_weights: {delay: 1, load: 1, bootstrap: 1, memory: 1}   # policy: cats
       start: with_previous         # run alongside the previous workload (every kind has it)
+      transport: {encryption: tls} # this workload's connections over TLS (every kind has it)
 
     - kind: background
       distribution: websearch      # websearch (DCTCP) | datamining (VL2)
@@ -43,11 +44,22 @@ from pydantic import ConfigDict, Field, PositiveInt, model_validator
 
 from aitb.unit_fields import Duration, Rate, Size, SpecModel
 
-__all__ = ["StartMode", "InferenceEntry", "BackgroundEntry", "ArrivalsSpec", "TraceRequest",
-           "BootstrapSpec", "SessionSpec", "SessionLengthSpec"]
+__all__ = ["StartMode", "WorkloadTransport", "InferenceEntry", "BackgroundEntry",
+           "ArrivalsSpec", "TraceRequest", "BootstrapSpec", "SessionSpec", "SessionLengthSpec"]
 
 StartMode = Literal["after_previous", "with_previous"]
 _Forbid = ConfigDict(extra="forbid")
+
+
+class WorkloadTransport(SpecModel):
+    """``transport:`` of one workload entry (every kind has it), overriding the experiment's
+    ``transport.encryption`` for the connections between this workload's hosts:
+    ``encryption: tls`` runs them over TLS 1.3, ``none`` in the clear
+    (orchestration/run/tls_pairs.py: workloads sharing a pair of hosts must agree, since
+    the agents keep one set of connections per pair of hosts)."""
+
+    model_config = ConfigDict(extra="forbid")
+    encryption: Literal["none", "tls"]
 
 
 class TraceRequest(SpecModel):
@@ -140,6 +152,7 @@ class InferenceEntry(SpecModel):
     kind: Literal["inference"]
     name: str | None = None
     start: StartMode = "after_previous"
+    transport: WorkloadTransport | None = None
     clients: Annotated[list[str], Field(min_length=1)]
     servers: Annotated[list[str], Field(min_length=1)]
     holders: list[str] = Field(default_factory=list)
@@ -174,6 +187,7 @@ class BackgroundEntry(SpecModel):
     kind: Literal["background"]
     name: str | None = None
     start: StartMode = "after_previous"
+    transport: WorkloadTransport | None = None
     distribution: Literal["websearch", "datamining"] = "websearch"
     load: Annotated[float, Field(gt=0, le=1)]
     link: str

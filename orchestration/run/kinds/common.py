@@ -18,7 +18,7 @@ from aitb.stragglers import StragglerSpec
 from aitb.unit_fields import SpecModel
 from aitb.units import UnitError
 from orchestration.run.apps import AppPlan
-from orchestration.run.serving_entries import StartMode
+from orchestration.run.serving_entries import StartMode, WorkloadTransport
 from workloads.cost_aware import cost_map_placement, order_rings
 from workloads.placement import place, sites_of_plan
 from workloads.transform import scale_schedule
@@ -76,6 +76,7 @@ class Common(SpecModel):
     model_config = _Forbid
     name: str | None = None
     start: StartMode = "after_previous"
+    transport: WorkloadTransport | None = None
     hosts: list[str] | None = None
     placement: PlacementSpec | None = None
     stragglers: StragglerSpecModel = Field(default_factory=StragglerSpecModel)

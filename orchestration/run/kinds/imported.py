@@ -28,7 +28,7 @@ from orchestration.run.kinds.common import (
     hosts_of,
     placement_of,
 )
-from orchestration.run.serving_entries import StartMode
+from orchestration.run.serving_entries import StartMode, WorkloadTransport
 from workloads.fl_placement import place_clusters
 from workloads.placement import sites_of_plan
 from workloads.spec import build_workload, parse_workload
@@ -46,6 +46,7 @@ class ImportedEntry(SpecModel):
     model_config = ConfigDict(extra="allow")
     kind: Literal["training", "aicb", "chakra", "fedavg", "hierarchical", "gossip"]
     start: StartMode = "after_previous"
+    transport: WorkloadTransport | None = None
     ring_order: RingOrder = "rank"
     hierarchy: Hierarchy = "site"
     data: DataSpec | None = None
