@@ -93,3 +93,27 @@ def test_tls_only_between_the_listed_site_pair(tmp_path, state_env):
     assert all(f["tls_cipher"] and f["tls_cipher"].startswith("TLS_") for f in across)
     assert all(f["tls_cipher"] is None and f["tls_handshake_s"] is None for f in inside)
     assert all(f["fct_s"] > 0 for f in flows)
+
+
+@pytest.mark.timeout(900)
+def test_tls_only_for_the_workload_that_asks(tmp_path, state_env):
+    from conftest import records
+
+    # the experiment runs in the clear; one ring (the DCs' first hosts) asks for TLS, a
+    # second ring on the other two hosts, alongside, does not
+    ring = ("  - kind: collective\n    name: {name}\n    op: all_reduce\n    algorithm: ring\n"
+            "    size: 2MiB\n    hosts: [dc1-l1-h{h}, dc2-l1-h{h}]\n")
+    text = (ROOT / "examples/tls_allreduce.yaml").read_text().replace(
+        "encryption: tls}", "encryption: none}")
+    text = text[:text.index("workloads:\n")] + "workloads:\n" + \
+        ring.format(name="secret", h=1) + "    transport: {encryption: tls}\n" + \
+        ring.format(name="plain", h=2) + "    start: with_previous\n"
+    path = tmp_path / "per-workload.yaml"
+    path.write_text(text)
+    run_dir = run_ok(path, tmp_path / "r", state_env)
+    flows = records(run_dir, "flows.jsonl")
+    secret = [f for f in flows if f["src_node"].endswith("h1")]
+    plain = [f for f in flows if f["src_node"].endswith("h2")]
+    assert secret and plain and len(secret) + len(plain) == len(flows)
+    assert all(f["tls_cipher"] and f["tls_cipher"].startswith("TLS_") for f in secret)
+    assert all(f["tls_cipher"] is None and f["tls_handshake_s"] is None for f in plain)
