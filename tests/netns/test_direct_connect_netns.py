@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import pytest
 from pyroute2 import IPRoute
+from traffic import assert_torus_link_bytes, torus_direction_payload
 
 from aitb.records import FlowRecord
 from aitb.schedule import Collective, Group, Schedule
@@ -90,16 +91,6 @@ def test_torus_2d_all_reduce_on_a_torus_of_hosts_bytes_per_link(labs, tmp_path):
     for lk in plan.links:
         for src, ifname, dst in ((lk.a.node, lk.a.ifname, lk.b.node),
                                  (lk.b.node, lk.b.ifname, lk.a.node)):
-            (ra, rb), (da, db) = pos[src], pos[dst]
-            sent = after[src][ifname] - before[src][ifname]
-            if ra == da and db == (rb + 1) % x:
-                payload = row_bytes  # the row ring's direction
-            elif rb == db and da == (ra + 1) % y:
-                payload = col_bytes  # the column ring's direction
-            else:  # the reverse direction carries only the ACKs of the other one
-                payload = 0
-            retrans = resent[(src, dst)]
-            # headers, ACKs of the reverse flow and handshakes as in
-            # test_torus_all_reduce_netns.py: 8 % plus 3 % of the row payload
-            assert payload <= sent <= (payload + retrans) * 1.08 + 0.03 * row_bytes, \
-                (src, dst, sent, payload)
+            payload = torus_direction_payload(pos[src], pos[dst], x, y, row_bytes, col_bytes)
+            assert_torus_link_bytes(after[src][ifname] - before[src][ifname], payload,
+                                    resent[(src, dst)], row_bytes, (src, dst))

@@ -7,6 +7,7 @@ from collections import defaultdict
 
 import pytest
 from pyroute2 import IPRoute
+from traffic import assert_torus_link_bytes, torus_direction_payload
 
 from aitb.records import FlowRecord
 from aitb.schedule import Collective, Group, Schedule
@@ -49,17 +50,6 @@ def test_torus_2d_all_reduce_bytes_per_link_from_counters(labs, tmp_path):
     pos = {f"t{a + 1}-{b + 1}": (a, b) for a in range(y) for b in range(x)}
     for a_node, a_if, b_node, b_if in fabric:
         for src, ifname, dst in ((a_node, a_if, b_node), (b_node, b_if, a_node)):
-            (ra, rb), (da, db) = pos[src], pos[dst]
-            sent = after[src][ifname] - before[src][ifname]
-            if ra == da and db == (rb + 1) % x:
-                payload = row_bytes  # the row ring's direction
-            elif rb == db and da == (ra + 1) % y:
-                payload = col_bytes  # the column ring's direction
-            else:  # the reverse direction carries only the ACKs of the other one
-                payload = 0
-            retrans = resent[(f"{src}-h1", f"{dst}-h1")]
-            # headers (66 B per 1448 B segment, 4.6 %), ACKs of the reverse flow (at most
-            # 66 B per 2 segments of it, 2.3 % of the ring payload), handshakes: 8 %
-            # of the link's payload, plus 3 % of the largest ring payload for pure-ACK links
-            assert payload <= sent <= (payload + retrans) * 1.08 + 0.03 * row_bytes, \
-                (src, dst, sent, payload)
+            payload = torus_direction_payload(pos[src], pos[dst], x, y, row_bytes, col_bytes)
+            assert_torus_link_bytes(after[src][ifname] - before[src][ifname], payload,
+                                    resent[(f"{src}-h1", f"{dst}-h1")], row_bytes, (src, dst))

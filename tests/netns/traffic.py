@@ -63,3 +63,27 @@ def iperf3(lab, client: str, server: str, server_ip: str, seconds: int = 2, omit
 def received_bps(result: dict) -> float:
     """Goodput the receiver saw (TCP) in bit/s."""
     return result["end"]["sum_received"]["bits_per_second"]
+
+
+def torus_direction_payload(src: tuple[int, int], dst: tuple[int, int], x: int, y: int,
+                            row_bytes: int, col_bytes: int) -> int:
+    """Ring payload (bytes) a 2D-torus all-reduce (traffic_gen/algorithms/torus.py) puts on
+    the link direction from grid position ``src`` (row, column) to neighbour ``dst`` on an
+    ``x`` x ``y`` torus: the row ring runs to the next column, the column ring to the next
+    row; the reverse directions carry only the ACKs of the other one (0)."""
+    (ra, rb), (da, db) = src, dst
+    if ra == da and db == (rb + 1) % x:
+        return row_bytes
+    if rb == db and da == (ra + 1) % y:
+        return col_bytes
+    return 0
+
+
+def assert_torus_link_bytes(sent: int, payload: int, retrans: int, row_bytes: int,
+                            where: object) -> None:
+    """A link direction's counted bytes against its ring payload: never less; at most the
+    payload plus its retransmissions with headers (66 B per 1448 B segment, 4.6 %), the ACKs
+    of the reverse flow (at most 66 B per 2 segments of it, 2.3 % of the ring payload) and
+    handshakes: 8 %, plus 3 % of the row payload for pure-ACK directions."""
+    assert payload <= sent <= (payload + retrans) * 1.08 + 0.03 * row_bytes, \
+        (where, sent, payload)
