@@ -118,12 +118,15 @@ def test_item7_buffer_independent_of_the_delay_line(labs):
         buf = ("r1", "e2", 0x100000)
         lab.run("h1", ["ping", "-c", "1", "-W", "2", "198.18.2.1"])
         lab.run("h2", ["sysctl", "-w", f"net.ipv4.tcp_rmem=4096 131072 {2 * bdp_bytes}"])
-        start_server(lab, "h2")
+        server = start_server(lab, "h2")
         client = lab.popen("h1", ["iperf3", "-c", "198.18.2.1", "-t", "10", "-C", "cubic",
                                   "-J"], stdout=subprocess.PIPE, text=True)
         time.sleep(5)  # slow start and its losses are over: the window limits the flow now
         before = _drops(lab, *buf)
         out, _ = client.communicate(timeout=60)
+        # the one-off server ends after its test: until it has, the next server cannot bind
+        # port 5201 (and the next start_server saw the old listener: connection refused)
+        server.communicate(timeout=30)
         steady = (_drops(lab, *buf) - before, _line_drops(lab, "h2-r1/b_to_a"))
         lab.run("h2", ["sysctl", "-w", f"net.ipv4.tcp_rmem=4096 131072 {64 << 20}"])
         iperf3(lab, "h1", "h2", "198.18.2.1", seconds=5, omit=0, extra=("-C", "cubic"))

@@ -105,12 +105,13 @@ def test_item7_buffer_independent_of_the_delay_line(labs):
         buf = ("r1", "e2", 0x100000)
         lab.run("h1", ["ping", "-c", "1", "-W", "2", "198.18.2.1"])
         _set_rmem_max(lab, "h2", 2 * bdp_bytes)  # window = BDP
-        start_server(lab, "h2")
+        server = start_server(lab, "h2")
         client = lab.popen("h1", ["iperf3", "-c", "198.18.2.1", "-t", "10", "-C", "cubic",
                                   "-J"], stdout=subprocess.PIPE, text=True)
         time.sleep(5)  # slow start and its losses are over: the window limits the flow now
         before = _drops(lab, *buf)
         out, _ = client.communicate(timeout=60)
+        server.communicate(timeout=30)  # port 5201 free before the next one-off server
         steady = (_drops(lab, *buf) - before, _drops(lab, *line))
         _set_rmem_max(lab, "h2", 64 << 20)  # window free to grow far past BDP + 100 packets
         iperf3(lab, "h1", "h2", "198.18.2.1", seconds=5, omit=0, extra=("-C", "cubic"))
