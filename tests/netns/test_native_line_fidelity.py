@@ -167,6 +167,17 @@ def test_iteration_time_grows_with_dci_delay_as_alpha_beta_predicts(tmp_path):
     dci.test_iteration_time_grows_with_dci_delay_as_alpha_beta_predicts(tmp_path)
 
 
+@pytest.mark.timeout(600)
+def test_a_mininet_run_pays_the_native_dci_delay_in_every_iteration(tmp_path):
+    if "native" not in _offered():
+        pytest.skip("the native delay line is not available here")
+    sys.path.insert(0, str(ROOT / "tests" / "vm"))
+    import test_mininet_run_vm as vm  # the vm tier's test, its own model and tolerance
+    run_dir = vm.mininet_run_pays_the_dci_delay(tmp_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert {v["backend"] for v in manifest["delay_lines"].values()} == {"native"}
+
+
 def _offered() -> list[str]:
     from testbed.capabilities import delay_lines_offered, probe
     return delay_lines_offered(probe())

@@ -1,5 +1,8 @@
 """The default experiment (orchestration/run/quickstart.yaml, unchanged) on the host kernel:
-where it lacks netem, its DCI and edge delays run on the native delay line, no VM."""
+where it lacks netem, its DCI and edge delays run on the native delay line, no VM. It is the
+native twin of tests/vm/test_quickstart_vm.py (issue #12: the vm tier's end-to-end tests run
+on the host against the native line): the same checks of fidelity, metrics and report, plus
+the native line's own."""
 
 from __future__ import annotations
 
@@ -13,6 +16,9 @@ import pytest
 
 from testbed.kernel import missing_features
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vm"))
+from test_quickstart_vm import check_quickstart_run  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(600)]
 
@@ -24,10 +30,11 @@ def test_the_quickstart_runs_natively_and_its_lines_hold_the_configured_delays(t
         pytest.skip("this kernel has netem: auto takes it (tests/vm/test_quickstart_vm.py)")
     env = {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
     out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", "--results",
-                          str(tmp_path / "r"), "--json", "--no-analysis", "--no-vm"],
+                          str(tmp_path / "r"), "--json", "--no-vm"],
                          env=env, capture_output=True, text=True, timeout=550, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = Path(json.loads(out.stdout.splitlines()[-1])["run_dir"])
+    doc = json.loads(out.stdout.splitlines()[-1])
+    run_dir = Path(doc["run_dir"])
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "ok"
     lines = manifest["delay_lines"]
@@ -45,3 +52,4 @@ def test_the_quickstart_runs_natively_and_its_lines_hold_the_configured_delays(t
         (e["link"], e["direction"], e["measured"]) for e in native if e["checks"]["delay"] != "ok"]
     assert fidelity["delay_line_helpers"] and all(
         h["cpu_s"] is not None for h in fidelity["delay_line_helpers"].values())
+    check_quickstart_run(doc)  # the vm tier's checks: fidelity, metrics, report

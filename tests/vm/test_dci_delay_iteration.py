@@ -109,6 +109,9 @@ def _iteration_times_s(run_dir: Path) -> list[float]:
     return [hi - lo for _i, (lo, hi) in sorted(spans.items())]
 
 
+@pytest.mark.native_twin(
+    "tests/netns/test_native_line_fidelity.py::"
+    "test_iteration_time_grows_with_dci_delay_as_alpha_beta_predicts")
 def test_iteration_time_grows_with_dci_delay_as_alpha_beta_predicts(tmp_path):
     k, biggest = _dci_steps_per_iteration()
     assert k >= 2 and biggest <= IW_BYTES, (k, biggest)  # the model's premises hold

@@ -23,7 +23,16 @@ ROOT = Path(__file__).resolve().parents[2]
 DELAY_S = 0.300  # one way on the DCI: K x 0.3 s dwarfs TCG's noise
 
 
+@pytest.mark.native_twin(
+    "tests/netns/test_native_line_fidelity.py::"
+    "test_a_mininet_run_pays_the_native_dci_delay_in_every_iteration")
 def test_mininet_backend_run_pays_the_dci_delay_in_every_iteration(tmp_path):
+    mininet_run_pays_the_dci_delay(tmp_path)
+
+
+def mininet_run_pays_the_dci_delay(tmp_path) -> Path:
+    """`aitb run --backend mininet` of the DCI experiment with delay line auto (netem in the
+    VM, the native line on a host without netem); return its run directory."""
     pytest.importorskip("mininet.net", reason="Mininet is installed by scripts/setup.sh")
     k, _ = _dci_steps_per_iteration()
     exp = tmp_path / "exp.yaml"
@@ -37,7 +46,7 @@ def test_mininet_backend_run_pays_the_dci_delay_in_every_iteration(tmp_path):
     run_dir = Path(json.loads(out.stdout)["run_dir"])
     assert json.loads((run_dir / "manifest.json").read_text())["backend"] == "mininet"
     times = _iteration_times_s(run_dir)
-    print(f"mininet in the VM: K={k}, iteration times s {times}")
+    print(f"mininet: K={k}, iteration times s {times}")
     assert len(times) == WORKLOAD["iterations"]
     # netem never delivers early: every iteration pays at least K one-way DCI delays
     assert min(times) >= k * DELAY_S, times
@@ -46,3 +55,4 @@ def test_mininet_backend_run_pays_the_dci_delay_in_every_iteration(tmp_path):
     # 1.31, 1.26 s against the 1.20 s floor; the first iteration also sets up connections).
     # 1.5 x K x d (0.6 s of slack) still fails a run that paid each crossing twice (2.4 s).
     assert max(times) <= 1.5 * k * DELAY_S, times
+    return run_dir
