@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import logging
 import os
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -430,6 +431,9 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
             except signals.LabInterrupted as exc:
                 _interrupted_after_lab(exc, run_dir, manifest, outcome, runlog, analyze)
                 _release_owner(lab_id)
+            except Exception:  # an internal error: the manifest has its final status
+                _release_owner(lab_id)
+                raise
     finally:
         runlog.close()
         for c in (controls or {}).values():
@@ -526,6 +530,13 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
     except (Exception, KeyboardInterrupt) as raised:  # only failures and interrupts stay
         exc = interruption(raised)
         if not isinstance(exc, AitbError | KeyboardInterrupt):
+            # a bug, not a user mistake: the manifest and error.json still say what it was
+            # (with the traceback), then it propagates to the CLI's internal-error report
+            outcome.error = f"internal error: {type(exc).__name__}: {exc}"
+            runlog.log.error("run failed: %s", outcome.error)
+            write_json_atomic(run_dir / "error.json", {
+                "error": outcome.error, "type": type(exc).__name__,
+                "traceback": "".join(traceback.format_exception(exc))})
             raise
         outcome.error = str(exc) or type(exc).__name__
         outcome.exit_code = getattr(exc, "exit_code", 130)  # KeyboardInterrupt: SIGINT
