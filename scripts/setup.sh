@@ -38,7 +38,7 @@ apt_install() {  # install the Debian packages named in "$@" that are not instal
 }
 
 apt_install python3 python3-venv python3-dev gcc make git \
-  iproute2 iputils-ping ethtool procps kmod iptables \
+  iproute2 iputils-ping ethtool procps kmod iptables nftables \
   tcpdump iperf3 tshark chromium openssh-server \
   mininet bridge-utils openvswitch-switch \
   docker.io busybox-static  # mininet + bridge-utils + openvswitch-switch: the mininet backend,

@@ -11,26 +11,32 @@ PREROUTING for forwarded packets, OUTPUT for the node's own) sets the mark:
   --packet k`` (each rule sees every packet of the route, so the counters stay in step): the
   k-th packet of every N goes to next hop k, round robin. A "packet" is what the router
   forwards: a GRO/GSO aggregate on veths counts once.
-- ``flowlet``: the mark lives in the connection's conntrack entry (``CONNMARK
-  --restore-mark``/``--save-mark``); a packet without one picks a next hop with the same nth
-  chain. The idle gap is conntrack's own timer: in the node's namespace the established-TCP
-  and UDP timeouts are set to the gap (``net.netfilter.nf_conntrack_*_timeout*``), so a flow
-  idle longer than the gap loses its entry (expired entries are never found again,
-  net/netfilter/nf_conntrack_core.c), its next packet is picked up as a new connection
-  (``nf_conntrack_tcp_loose``, on by default; ``tcp_be_liberal`` on so no mid-stream packet
-  is INVALID) and may take another path. Those timeouts are whole seconds
-  (``unsigned int`` sysctls read as seconds), and this host has no nftables to do better,
-  so a gap that is not a whole number of seconds is refused (:func:`problems`) naming node
-  and key. The gap is an idle time of the connection in both directions (ACKs refresh it).
+- ``flowlet``: nftables (``nft -f``, table ``inet aitb_lb``, comment ``aitb:<run_id>``). Per
+  multipath route and next hop ``k`` a dynamic set ``fl<v>_<i>_<k>`` of the 5-tuples (saddr,
+  daddr, protocol, ports) of TCP/UDP flows now on that next hop, whose elements time out
+  after the gap (``flags dynamic,timeout``). A packet whose 5-tuple is in set k gets mark k
+  and refreshes its element (``update``: the timeout restarts); one found in none starts a
+  flowlet: ``numgen inc mod N`` (round robin over new flowlets) picks k, adds it to set k and
+  marks it. So a flow whose packets in this direction paused longer than the gap is
+  re-picked (the gap is per direction: the reverse direction has its own 5-tuple, and ACKs
+  do not keep a paused data direction alive). Other protocols (ICMP) keep the kernel's hash.
+  The kernel keeps set timeouts in jiffies (4 ms at CONFIG_HZ=250): a gap is rounded up to
+  the next tick; nft takes whole milliseconds, so a gap below 1 ms or with a fraction of a
+  millisecond is refused (:func:`problems`) naming node and key. (Before nftables was
+  installed here the pick lived in conntrack, whose idle timeouts are whole seconds; a
+  dynamic map from 5-tuple to mark would be one lookup, but nft 1.0.6 aborts on updating a
+  map keyed by a concatenation, hence one set per next hop.)
 
-Every rule carries ``-m comment --comment aitb:<run_id>`` like the delay line's; tables, rules
-and iptables state live in the router's namespace and go with it at teardown. A marked
+Every iptables rule carries ``-m comment --comment aitb:<run_id>`` like the delay line's, the
+nftables table the same comment; tables, rules and netfilter state live in the router's
+namespace and go with it at teardown. A marked
 packet whose table has no route (its link is down: the kernel removed the route) falls
 through to the main table's multipath route.
 """
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 from collections.abc import Sequence
@@ -40,7 +46,7 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from aitb.errors import LabError
 from aitb.plan import LabPlan, NextHop, NodePlan, Route
-from testbed import netns, sysctl
+from testbed import netns
 from testbed.lab_handle import LabHandle
 from testbed.layout import NodeLayout
 from testbed.nl import F_CREATE, F_EXCL, F_REPLACE, Batch, dump
@@ -54,7 +60,7 @@ from testbed.routes import (
 )
 
 __all__ = ["TABLE_BASE", "RULE_PRIORITY", "MARK_SHIFT", "MARK_MASK", "next_hops", "hop_routes",
-           "restore_text", "rule_msg", "flowlet_sysctls", "problems", "apply", "check", "restore"]
+           "restore_text", "nft_text", "rule_msg", "problems", "apply", "check", "restore"]
 
 TABLE_BASE = 100  # tables 101..250 (< 252 so the rtmsg's table byte holds them)
 MAX_HOPS = 150
@@ -95,25 +101,18 @@ def hop_routes(node: NodePlan, version: int) -> list[tuple[int, Route]]:
 
 
 def restore_text(node: NodePlan, version: int, run_id: str) -> str:
-    """``iptables-restore --noflush`` (``ip6tables-restore`` for version 6) input of
-    ``node``'s marking rules (empty string: nothing to add)."""
+    """``iptables-restore --noflush`` (``ip6tables-restore`` for version 6) input of a
+    ``packet`` node's marking rules (empty string: nothing to add; flowlets:
+    :func:`nft_text`)."""
     routes = _multipath(node, version)
-    if node.load_balancing == "flow" or not routes:
+    if node.load_balancing != "packet" or not routes:
         return ""
     hops = next_hops(node, version)
     tag = f"-m comment --comment aitb:{run_id}"
-    masks = f"--nfmask {MARK_MASK:#x} --ctmask {MARK_MASK:#x}"
     chains, rules = [], []
-    flowlet = node.load_balancing == "flowlet"
-    only_new = f" -m mark --mark 0/{MARK_MASK:#x}" if flowlet else ""
     for hook in ("PREROUTING", "OUTPUT"):
-        if flowlet:
-            rules.append(f"-A {hook} {tag} -j CONNMARK --restore-mark {masks}")
         for i, r in enumerate(routes):
-            rules.append(f"-A {hook} -d {r.dst}{only_new} {tag} -j aitb-lb{version}-{i}")
-        if flowlet:
-            rules.append(f"-A {hook} -m mark ! --mark 0/{MARK_MASK:#x} {tag} "
-                         f"-j CONNMARK --save-mark {masks}")
+            rules.append(f"-A {hook} -d {r.dst} {tag} -j aitb-lb{version}-{i}")
     for i, r in enumerate(routes):
         chain = f"aitb-lb{version}-{i}"
         chains.append(f":{chain} - [0:0]")
@@ -124,6 +123,48 @@ def restore_text(node: NodePlan, version: int, run_id: str) -> str:
                          f"-j MARK --set-xmark {mark:#x}/{MARK_MASK:#x}")
     return "*mangle\n" + "".join(c + "\n" for c in chains) + "".join(
         x + "\n" for x in rules) + "COMMIT\n"
+
+
+NFT_TABLE = "aitb_lb"
+
+
+def _gap_ms(node: NodePlan) -> int:
+    return round((node.flowlet_gap_s or 0) * 1000)
+
+
+def nft_text(node: NodePlan, run_id: str) -> str:
+    """``nft -f`` input of a ``flowlet`` node's table ``inet aitb_lb`` (empty string: no
+    multipath route), both IP versions; see the module docstring for the rules."""
+    if node.load_balancing != "flowlet" or not (_multipath(node, 4) or _multipath(node, 6)):
+        return ""
+    gap = f"{_gap_ms(node)}ms"
+    sets, chains, hooks = [], [], []
+    for v, ip, addr in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
+        hops = next_hops(node, v)
+        key = f"{ip} saddr . {ip} daddr . meta l4proto . th sport . th dport"
+        for i, r in enumerate(_multipath(node, v)):
+            name = f"lb{v}_{i}"
+            hooks.append(f"{ip} daddr {r.dst} meta l4proto {{ tcp, udp }} jump {name}")
+            rules, picks = [], []
+            for k, h in enumerate(r.nexthops):
+                mark = (hops.index((h.ifname, str(h.via or ""))) + 1) << MARK_SHIFT
+                fl = f"fl{v}_{i}_{k}"
+                sets.append(f"  set {fl} {{ type {addr} . {addr} . inet_proto . inet_service "
+                            f". inet_service; flags dynamic,timeout; timeout {gap}; }}\n")
+                rules.append(f"    {key} @{fl} meta mark set {mark:#x} update @{fl} {{ {key} }} "
+                             "return\n")
+                chains.append(f"  chain {name}_{k} {{\n    meta mark set {mark:#x} update "
+                              f"@{fl} {{ {key} }}\n  }}\n")
+                picks.append(f"{k} : jump {name}_{k}")
+            rules.append(f"    numgen inc mod {len(r.nexthops)} vmap {{ {', '.join(picks)} }}\n")
+            chains.append(f"  chain {name} {{\n" + "".join(rules) + "  }\n")
+    hook = "".join(f"    {x}\n" for x in hooks)
+    return (f"table inet {NFT_TABLE} {{\n  comment \"aitb:{run_id}\"\n" + "".join(sets)
+            + "".join(chains)
+            + "  chain prerouting {\n    type filter hook prerouting priority mangle; "
+            + "policy accept;\n" + hook + "  }\n"
+            + "  chain output {\n    type route hook output priority mangle; "
+            + "policy accept;\n" + hook + "  }\n}\n")
 
 
 def rule_msg(version: int, j: int) -> fibmsg:
@@ -137,31 +178,22 @@ def rule_msg(version: int, j: int) -> fibmsg:
     return m
 
 
-def flowlet_sysctls(node: NodePlan) -> dict[str, str]:
-    """The conntrack sysctls that make a flowlet node's gap the connections' idle timeout."""
-    if node.load_balancing != "flowlet" or node.flowlet_gap_s is None:
-        return {}
-    gap = str(round(node.flowlet_gap_s))
-    return {"net.netfilter.nf_conntrack_tcp_timeout_established": gap,
-            "net.netfilter.nf_conntrack_udp_timeout": gap,
-            "net.netfilter.nf_conntrack_udp_timeout_stream": gap,
-            "net.netfilter.nf_conntrack_tcp_loose": "1",
-            "net.netfilter.nf_conntrack_tcp_be_liberal": "1"}
-
-
 def problems(plan: LabPlan) -> list[str]:
     """What this host cannot realise, one sentence per node naming node and key: a flowlet
-    gap that is not a whole number of seconds (conntrack's timers are whole seconds; no
-    nftables here), more than MAX_HOPS next hops. Pure."""
+    gap below 1 ms or not a whole number of milliseconds (nft's set timeouts), flowlets
+    without the ``nft`` program, more than MAX_HOPS next hops. Reads PATH only."""
     out = []
     for n in plan.nodes:
         gap = n.flowlet_gap_s
         if n.load_balancing == "flowlet" and gap is not None and (
-                gap < 1 or abs(gap - round(gap)) > 1e-9):
-            out.append(f"node {n.name}: flowlet_gap {gap:g}s cannot be realised: flowlets use "
-                       "conntrack's idle timeout, which this kernel keeps in whole seconds "
-                       "(there is no nftables here for a finer timer); use a whole number of "
-                       "seconds >= 1s, or load_balancing: packet or flow")
+                gap < 0.001 or abs(gap * 1000 - round(gap * 1000)) > 1e-6):
+            out.append(f"node {n.name}: flowlet_gap {gap:g}s cannot be realised: flowlets "
+                       "time out in nftables sets, in whole milliseconds (the kernel rounds "
+                       "up to its tick, 4 ms at HZ=250); use a whole number of ms >= 1ms, or "
+                       "load_balancing: packet or flow")
+        if n.load_balancing == "flowlet" and shutil.which("nft") is None:
+            out.append(f"node {n.name}: load_balancing flowlet needs nftables' nft program, "
+                       "which is not installed (sudo make setup installs it)")
         for v in (4, 6):
             if n.load_balancing != "flow" and len(next_hops(n, v)) > MAX_HOPS:
                 out.append(f"node {n.name}: load_balancing {n.load_balancing} supports at "
@@ -200,8 +232,9 @@ def _add_routes(lab: LabHandle, n: NodePlan, rules: bool, only: set[str] | None 
 
 
 def apply(lab: LabHandle) -> None:
-    """Add the tables, rules and iptables marking of every ``packet``/``flowlet`` node (after
-    the main routes exist). Raises LabError naming node and what the kernel refused."""
+    """Add the tables, rules and iptables (``packet``) or nftables (``flowlet``) marking of
+    every such node (after the main routes exist). Raises LabError naming node and what the
+    kernel refused."""
     for n in lab.plan.nodes:
         if n.load_balancing == "flow" or not (next_hops(n, 4) or next_hops(n, 6)):
             continue
@@ -210,9 +243,9 @@ def apply(lab: LabHandle) -> None:
             text = restore_text(n, v, lab.run_id)
             if text:
                 _run(lab, n.name, [tool, "-w", "--noflush"], text)
-        gaps = flowlet_sysctls(n)
-        if gaps:  # after the rules: they load conntrack into the namespace
-            sysctl.apply_all([(lab.node_io(n.name).fd, n.name, gaps, {})])
+        text = nft_text(n, lab.run_id)
+        if text:
+            _run(lab, n.name, ["nft", "-f", "-"], text)
 
 
 def _table_routes(sock: socket.socket, node: str, version: int, table: int

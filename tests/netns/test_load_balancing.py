@@ -2,9 +2,9 @@
 flow stays on one of r1's two next hops; with ``packet`` its packets cross both (the
 counters of r1's e1 and e2 both grow by much of the flow); with ``flowlet`` a flow that goes
 idle longer than the gap between bursts is re-picked (round robin over new flowlets, so the
-second burst takes the other path); spraying over a slow and a fast path reorders (the
+second burst takes the other path) and one that pauses less keeps its path; spraying over a slow and a fast path reorders (the
 receiver queues segments out of order); the rules and tables are read back; and a
-sub-second gap is refused before anything exists."""
+sub-millisecond gap is refused before anything exists."""
 
 from __future__ import annotations
 
@@ -106,30 +106,47 @@ def test_one_flow_one_path_with_flow_both_paths_with_packet(labs, policy):
         assert small > BURST / 5  # round robin: both carry a large share
 
 
-def test_flowlet_moves_a_flow_after_an_idle_gap(labs):
-    """Two bursts of one connection, 2.5 s apart with a 1 s gap: each burst is one flowlet on
-    one path, and the second flowlet is picked by the next nth rule: the other path."""
-    with labs(ecmp_diamond("flowlet", 1.0)) as lab:
-        _sink(lab)
-        t0 = _tx(lab)
-        proc = lab.popen("h1", [sys.executable, "-u", "-c", SEND, "198.18.9.1",
-                                f"{BURST},{BURST}", "2.5"],
-                         stdout=subprocess.PIPE, text=True)
-        first = json.loads(proc.stdout.readline())
-        t1 = _tx(lab)
-        second = json.loads(proc.stdout.readline())
-        proc.wait(timeout=60)
-        t2 = _tx(lab)
+def _bursts(lab, pause_s: float) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Two bursts of one connection ``pause_s`` apart: bytes out of r1's e1 and e2 in each."""
+    _sink(lab)
+    t0 = _tx(lab)
+    proc = lab.popen("h1", [sys.executable, "-u", "-c", SEND, "198.18.9.1",
+                            f"{BURST},{BURST}", str(pause_s)],
+                     stdout=subprocess.PIPE, text=True)
+    first = json.loads(proc.stdout.readline())
+    t1 = _tx(lab)
+    second = json.loads(proc.stdout.readline())
+    proc.wait(timeout=60)
+    t2 = _tx(lab)
     b1 = (t1["e1"] - t0["e1"], t1["e2"] - t0["e2"])
     b2 = (t2["e1"] - t1["e1"], t2["e2"] - t1["e2"])
     print("flowlet bursts e1/e2", b1, b2, "retrans", first["total_retrans"],
           second["total_retrans"])
+    return b1, b2
+
+
+def test_flowlet_moves_a_flow_after_an_idle_gap(labs):
+    """Two bursts of one connection 0.6 s apart with a 50 ms gap (sub-second: nftables set
+    timeouts): each burst is one flowlet on one path, and the second flowlet is picked by the
+    next round-robin turn: the other path."""
+    with labs(ecmp_diamond("flowlet", 0.05)) as lab:
+        b1, b2 = _bursts(lab, 0.6)
     path1 = 0 if b1[0] > b1[1] else 1
     assert b1[path1] > BURST / 2 and b1[1 - path1] < BURST / 20  # one flowlet, one path
     assert b2[1 - path1] > BURST / 2 and b2[path1] < BURST / 20  # the next one moved
 
 
-def test_sub_second_flowlet_gap_is_refused_naming_node_and_key(labs):
+def test_a_pause_shorter_than_the_gap_keeps_the_flowlet_on_its_path(labs):
+    """The same two bursts 0.2 s apart under a 5 s gap: one flowlet, both bursts on one path
+    (a re-pick would have taken the other: round robin)."""
+    with labs(ecmp_diamond("flowlet", 5.0)) as lab:
+        b1, b2 = _bursts(lab, 0.2)
+    path1 = 0 if b1[0] > b1[1] else 1
+    assert b1[path1] > BURST / 2 and b1[1 - path1] < BURST / 20
+    assert b2[path1] > BURST / 2 and b2[1 - path1] < BURST / 20  # stayed
+
+
+def test_sub_millisecond_flowlet_gap_is_refused_naming_node_and_key(labs):
     with pytest.raises(LabError, match=r"node r1: flowlet_gap 0.0005s cannot be realised"):
         with labs(ecmp_diamond("flowlet", 0.0005)):
             pass
