@@ -3,8 +3,8 @@ flow stays on one of r1's two next hops; with ``packet`` its packets cross both 
 counters of r1's e1 and e2 both grow by much of the flow); with ``flowlet`` a flow that goes
 idle longer than the gap between bursts is re-picked (round robin over new flowlets, so the
 second burst takes the other path) and one that pauses less keeps its path; spraying over
-a slow and a fast path reorders (the receiver queues segments out of order); the rules and tables are read back; and a
-sub-millisecond gap is refused before anything exists."""
+a slow and a fast path reorders (the receiver queues segments out of order); the rules and
+tables are read back; and a sub-millisecond gap is refused before anything exists."""
 
 from __future__ import annotations
 
