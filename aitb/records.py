@@ -27,7 +27,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "busbw_Bps_mean", "iteration_time_s_mean", "retransmissions", "queue_drops",
     "incast_loss_ratio", "goodput_bps", "jain_fairness", "straggler_spread_s_mean",
     "straggler_inflation_mean", "rounds", "clients_dropped", "ttft_s_p50", "ttft_s_p99",
-    "dci_collective_time_s")
+    "dci_collective_time_s", "events", "events_not_recovered", "event_recovery_s_max",
+    "event_iteration_inflation_max")
 T = TypeVar("T", bound="_Record")
 
 

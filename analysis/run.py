@@ -12,6 +12,7 @@ from analysis.dci import write_dci
 from analysis.io import write_json_atomic
 from analysis.locality import policies_of, write_locality
 from analysis.metrics import compute_metrics
+from analysis.metrics.events import impact_table
 from analysis.report import render_report
 from analysis.tables import load_run, write_tables
 
@@ -22,7 +23,8 @@ def analyze_run(run_dir: Path) -> dict[str, Any]:
     """Analyse the run directory ``run_dir`` (``results/<experiment>/<run-id>/``).
 
     Writes, each atomically, into ``run_dir``: ``tables/*.parquet`` (records, the flows with
-    their ideal FCT and slowdown, qdisc samples, the one-row summary), ``metrics.json``
+    their ideal FCT and slowdown, qdisc samples, the one-row summary, and with an ``events:``
+    timeline ``events_impact.parquet``: analysis.metrics.events), ``metrics.json``
     (analysis/metrics/__init__.py), ``dci.json`` when the plan has DCI links (analysis.dci),
     ``locality.json`` when a workload marks its data (analysis.locality) and
     ``report.html``.
@@ -37,7 +39,7 @@ def analyze_run(run_dir: Path) -> dict[str, Any]:
         write_locality(Path(run_dir))  # locality.json: marked data stayed in its regions?
     tables = load_run(Path(run_dir))
     metrics, flow_table = compute_metrics(tables)
-    write_tables(tables, metrics["summary"], flow_table)
+    write_tables(tables, metrics["summary"], flow_table, impact_table(metrics["events"]))
     write_json_atomic(tables.run_dir / "metrics.json", metrics)
     render_report(tables, metrics, flow_table)
     return metrics

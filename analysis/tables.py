@@ -5,7 +5,9 @@ Inputs (aitb/records.py, aitb/counter_columns.py; every file optional except
 ``flows.jsonl``, ``collectives.jsonl``, ``bursts.jsonl``, ``timeline.jsonl``,
 ``failures.jsonl``, ``rounds.jsonl``, ``requests.jsonl``; the counter samples
 ``counters/{qdisc,links,tcp}.parquet`` and ``counters/sampler.json``; ``plan.json``,
-``fidelity.json``, ``dci.json`` and each workload's ``counters_end.json`` snapshot. A missing
+``fidelity.json``, ``dci.json``, ``events.jsonl`` (the ``events:`` actions, aitb/events.py,
+with the manifest's ``events.t0_unix_s``) and each workload's ``counters_end.json``
+snapshot. A missing
 file is an empty table (or None), never an error: a run without counters, captures, rounds or
 requests is analysed with what it has.
 """
@@ -21,6 +23,7 @@ import pandas as pd
 
 from aitb.counter_columns import QDISC_COLUMNS
 from aitb.errors import SpecError
+from aitb.events import EVENT_RECORDS
 from aitb.plan import LabPlan, plan_from_dict
 from analysis.io import write_parquet_atomic
 
@@ -47,7 +50,10 @@ class RunTables:
     flattened to ``tcp_total_retrans`` etc.; empty when the file is absent). ``counters``:
     ``qdisc``/``links``/``tcp`` -> DataFrame of samples (empty when absent). ``plan``: the
     resolved LabPlan or None. ``snapshots``: per workload, in order, the cumulative kernel
-    counters the runner saved at its end (``counters_end.json``). ``warnings``: lines skipped.
+    counters the runner saved at its end (``counters_end.json``). ``events``: the lines of
+    ``events.jsonl`` as dicts (empty without ``events:``), ``events_t0_unix_s`` the instant
+    their times count from (host clock, s; None when the manifest lacks it). ``warnings``:
+    lines skipped.
     """
 
     run_dir: Path
@@ -59,6 +65,8 @@ class RunTables:
     fidelity: dict[str, Any] | None = None
     dci: Any = None
     snapshots: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    events_t0_unix_s: float | None = None
     captures: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -71,8 +79,17 @@ def read_jsonl(path: Path, warnings: list[str]) -> pd.DataFrame:
     """One row per JSON line of ``path`` (nested dicts flattened with ``_``); empty frame if
     the file is absent or empty. A line that is not a JSON object (a run killed mid-write) is
     skipped and named in ``warnings``."""
-    if not path.is_file():
+    rows = _jsonl_dicts(path, warnings)
+    if not rows:
         return pd.DataFrame()
+    return pd.json_normalize(rows, sep="_", max_level=1)
+
+
+def _jsonl_dicts(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
+    """The JSON objects of the lines of ``path`` (none if absent); other lines are skipped
+    and named in ``warnings``."""
+    if not path.is_file():
+        return []
     rows = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -87,9 +104,7 @@ def read_jsonl(path: Path, warnings: list[str]) -> pd.DataFrame:
                 rows.append(rec)
             else:
                 warnings.append(f"{path}:{lineno}: skipped, not a JSON object")
-    if not rows:
-        return pd.DataFrame()
-    return pd.json_normalize(rows, sep="_", max_level=1)
+    return rows
 
 
 def _json(path: Path) -> Any:
@@ -147,17 +162,22 @@ def load_run(run_dir: Path) -> RunTables:
                      sampler=_json(run_dir / "counters" / "sampler.json"),
                      fidelity=_json(run_dir / "fidelity.json"), dci=_json(run_dir / "dci.json"),
                      snapshots=_snapshots(run_dir, manifest),
+                     events=_jsonl_dicts(run_dir / EVENT_RECORDS, warnings),
+                     events_t0_unix_s=(manifest.get("events") or {}).get("t0_unix_s"),
                      captures=sorted((run_dir / "captures").glob("*.pcap*")),
                      warnings=warnings)
 
 
 def write_tables(tables: RunTables, summary: dict[str, Any],
-                 flows: pd.DataFrame | None = None) -> Path:
+                 flows: pd.DataFrame | None = None,
+                 events: pd.DataFrame | None = None) -> Path:
     """Write ``tables/{flows,collectives,bursts,timeline,rounds,requests}.parquet`` (records;
     ``flows`` replaces the flow records when given, e.g. with each flow's ideal FCT),
     ``tables/counters_qdisc.parquet`` (a copy of the qdisc samples; empty with the contract's
     columns when the run has none) and ``tables/metrics.parquet`` (one row: ``summary``) into
-    the run directory, each atomically. Returns the tables directory."""
+    the run directory, each atomically; with ``events`` (the impact rows of
+    analysis.metrics.events) also ``tables/events_impact.parquet``. Returns the tables
+    directory."""
     out = tables.run_dir / "tables"
     out.mkdir(exist_ok=True)
     for name in TABLE_NAMES:
@@ -166,6 +186,10 @@ def write_tables(tables: RunTables, summary: dict[str, Any],
     write_parquet_atomic(out / "counters_qdisc.parquet", tables.counters["qdisc"])
     row = pd.DataFrame([{k: (float(v) if v is not None else None) for k, v in summary.items()}])
     write_parquet_atomic(out / "metrics.parquet", row.astype("float64"))
+    if events is not None and not events.empty:
+        write_parquet_atomic(out / "events_impact.parquet", events)
+    else:
+        (out / "events_impact.parquet").unlink(missing_ok=True)  # a re-analysis: no stale one
     return out
 
 

@@ -18,6 +18,7 @@ from analysis.metrics.apps import app_metrics
 from analysis.metrics.attribution import attribution_metrics
 from analysis.metrics.collectives import cct_metrics
 from analysis.metrics.dci import dci_metrics
+from analysis.metrics.events import event_metrics
 from analysis.metrics.fairness import fairness_metrics
 from analysis.metrics.fct import fct_metrics
 from analysis.metrics.incast import incast_metrics
@@ -57,6 +58,9 @@ def summary_of(m: dict[str, Any]) -> dict[str, float | int | None]:
     ``goodput_bps``: the mean burst goodput at the receiver when the run has bursts
     (analysis.metrics.incast), else the mean per-flow goodput size_bytes * 8 / fct_s.
     ``queue_drops``: packets, root queues of every interface (analysis.metrics.links).
+    ``events``, ``events_not_recovered``, ``event_recovery_s_max``,
+    ``event_iteration_inflation_max``: of the ``events:`` timeline (analysis.metrics.events),
+    null without one.
     Counts (``flows``, ``collectives``, ``rounds``) are null rather than 0 when absent."""
     fct, cct, inc = m["fct"], m["cct"], m["incast"]
     st, rq, rt = m["stragglers"], m["requests"], m["retransmissions"]
@@ -80,6 +84,11 @@ def summary_of(m: dict[str, Any]) -> dict[str, float | int | None]:
         "clients_dropped": st["rounds"]["clients_dropped"] if st["rounds"]["rounds"] else None,
         "ttft_s_p50": rq["ttft_s"]["p50"], "ttft_s_p99": rq["ttft_s"]["p99"],
         "dci_collective_time_s": m["dci"]["collective_time_s"]}
+    ev = m["events"]
+    out.update({"events": _count(ev["events"]),
+                "events_not_recovered": ev["not_recovered"] if ev["events"] else None,
+                "event_recovery_s_max": ev["recovery_s_max"],
+                "event_iteration_inflation_max": ev["iteration_inflation_max"]})
     return {k: jsonable(out[k]) for k in SUMMARY_KEYS}
 
 
@@ -91,12 +100,23 @@ def _goodput(flows: pd.DataFrame) -> float | None:
     return float((done["size_bytes"] * 8 / done["fct_s"]).mean()) if len(done) else None
 
 
+def _events(t: RunTables) -> dict[str, Any]:
+    names = {int(w["index"]): str(w["name"]) for w in t.manifest.get("workloads") or []
+             if isinstance(w, dict) and "index" in w and "name" in w}
+    section, _ = event_metrics(t.events, t.events_t0_unix_s, t.table("flows"),
+                               t.table("collectives"), t.table("timeline"), t.table("rounds"),
+                               t.table("failures"), t.plan, names)
+    return section
+
+
 def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
     """The metrics.json dict of run ``t`` (analysis/metrics/__init__.py, plus ``requests``,
-    ``apps``, ``retransmissions``, ``dci`` and ``warnings`` sections; ``fidelity`` is the
-    run's fidelity.json plus, when the run has captures, the ``retransmissions`` check of
-    analysis.metrics.retrans: verdict and flagged connections) and the flow table with each
-    flow's ideal FCT and slowdown and its one ``retrans`` count with its ``retrans_source``.
+    ``apps``, ``retransmissions``, ``dci``, ``events`` (analysis.metrics.events: per event
+    the flows, iterations and collectives it hit, recovery, inflation) and ``warnings``
+    sections; ``fidelity`` is the run's fidelity.json plus, when the run has captures, the
+    ``retransmissions`` check of analysis.metrics.retrans: verdict and flagged connections)
+    and the flow table with each flow's ideal FCT and slowdown and its one ``retrans`` count
+    with its ``retrans_source``.
     Pure: reads nothing beyond ``t`` except capture files."""
     flows, colls = t.table("flows"), t.table("collectives")
     fct, flow_table = fct_metrics(flows, t.plan)
@@ -117,7 +137,7 @@ def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
         "requests": request_metrics(t.table("requests")),
         "apps": app_metrics(t.table("apps")),
         "retransmissions": retrans_metrics(flows, t.captures, util["queue_drops"]),
-        "dci": dci_metrics(t.dci), "sampler": t.sampler,
+        "dci": dci_metrics(t.dci), "events": _events(t), "sampler": t.sampler,
         "fidelity": t.fidelity,
         "trustworthy": t.fidelity.get("trustworthy") if isinstance(t.fidelity, dict) else None,
         "warnings": list(t.warnings)}

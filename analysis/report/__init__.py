@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import numpy as np
 import pandas as pd
 
 from aitb.atomic import write_text_atomic
+from analysis.metrics.collectives import iteration_times
+from analysis.metrics.events import DEFAULT_WINDOW_S, RECOVERY_FRACTION, goodput
 from analysis.report import plots, units
 from analysis.report.narrative import workload_sections
 from analysis.tables import RunTables
@@ -28,6 +31,8 @@ PLOTS: dict[str, tuple[str, str]] = {
                         "No interface counter samples (counters/links.parquet) in this run."),
     "rank-timeline": ("Per-rank timeline of collectives",
                       "No per-rank timeline (timeline.jsonl) in this run."),
+    "event-impact": ("Events: iteration time and goodput",
+                     "No events: timeline in this run (events.jsonl), or no traffic."),
 }
 
 
@@ -74,6 +79,72 @@ def events(t: RunTables) -> list[tuple[float, str]]:
     return out
 
 
+def faults(t: RunTables, m: dict[str, Any], t0: float) -> list[plots.Fault]:
+    """The applied events of the ``events:`` timeline as marks (s since ``t0``), one per
+    event, from metrics.json's ``events`` section (analysis.metrics.events)."""
+    out: dict[int, plots.Fault] = {}
+    base = t.events_t0_unix_s
+    for r in (m.get("events") or {}).get("impact") or []:
+        if base is None or r["start_s"] is None or r["event"] in out:
+            continue
+        end = None if r["end_s"] is None else base + r["end_s"] - t0
+        out[r["event"]] = plots.Fault(base + r["start_s"] - t0, end,
+                                      f"events[{r['event']}] {r['kind']}")
+    return [out[k] for k in sorted(out)]
+
+
+def _of(frame: pd.DataFrame, wi: int) -> pd.DataFrame:
+    """The rows of workload index ``wi`` (a frame without the column: all are workload 0)."""
+    if frame.empty:
+        return frame
+    if "workload_index" not in frame:
+        return frame if wi == 0 else frame.iloc[0:0]
+    return frame[frame["workload_index"].fillna(0).astype(int) == wi]
+
+
+def _impact_figure(t: RunTables, m: dict[str, Any], t0: float, marks: list[plots.Fault]
+                   ) -> str | None:
+    """The event-impact figure's data (plots.event_impact): per hit workload its windowed
+    goodput and its iteration (or round) times, the events and their recovery thresholds."""
+    rows = (m.get("events") or {}).get("impact") or []
+    hit = sorted({r["workload_index"] for r in rows if r["workload_index"] is not None})
+    if not marks or not hit:
+        return None
+    flows = t.table("flows")
+    iters = iteration_times(t.table("timeline"), t.table("collectives"))
+    rounds = t.table("rounds")
+    names = {r["workload_index"]: r["workload"] or f"workload {r['workload_index']}"
+             for r in rows if r["workload_index"] is not None}
+    series, its, thresholds = [], [], []
+    for wi in hit:
+        mine, ii = _of(flows, wi), _of(iters, wi)
+        if not ii.empty:
+            its.append((names[wi], (ii["t_start"] - t0).to_numpy(),
+                        ii["iteration_time_s"].to_numpy()))
+        elif not rounds.empty and "round_time_s" in rounds:
+            rr = _of(rounds, wi).groupby("round").agg(
+                t_start=("t_start", "min"), t_end=("t_end", "max"))
+            its.append((names[wi], (rr["t_start"] - t0).to_numpy(),
+                        (rr["t_end"] - rr["t_start"]).to_numpy()))
+        if mine.empty or "t_end" not in mine or not mine["t_end"].notna().any():
+            continue
+        w = next((r["window_s"] for r in rows if r["workload_index"] == wi and r["window_s"]),
+                 DEFAULT_WINDOW_S)
+        lo, hi = float(mine["t_start"].min()), float(mine["t_end"].max())
+        grid = np.arange(lo, max(hi - w, lo) + 1e-12, w / 4)
+        series.append((f"{names[wi]} (window {units.duration(w)})", grid - t0,
+                       goodput(mine, grid, w)))
+        for r in rows:
+            if r["workload_index"] == wi and r["baseline_goodput_bps"]:
+                x0 = t.events_t0_unix_s + r["start_s"] - t0
+                # from the event to its recovery (at least one window), else to the end
+                x1 = x0 + max(r["recovery_s"], w) if r["recovery_s"] is not None \
+                    else hi - w - t0
+                thresholds.append((x0, max(x1, x0 + w / 4),
+                                   RECOVERY_FRACTION * r["baseline_goodput_bps"]))
+    return plots.event_impact(series, its, marks, thresholds)
+
+
 def _multi_point(per_collective: list[dict[str, Any]]) -> bool:
     """Whether some (workload, op) series of the CCT plot has two or more iterations."""
     seen: dict[tuple[Any, Any], set[Any]] = {}
@@ -83,16 +154,20 @@ def _multi_point(per_collective: list[dict[str, Any]]) -> bool:
 
 
 def figures(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> dict[str, str | None]:
-    """Figure id (keys of PLOTS) -> base64 PNG or None (no data, or too little for a plot:
-    a CCT-per-iteration plot needs two iterations of one op)."""
+    """Figure id (keys of PLOTS) -> base64 PNG (plots.Png: with the event marks drawn) or
+    None (no data, or too little for a plot: a CCT-per-iteration plot needs two iterations
+    of one op; the event-impact plot needs an applied event that hit a workload)."""
     t0 = _t0(t)
     ev = [(x - t0, label) for x, label in events(t)]
+    marks = faults(t, m, t0)
     per = m["cct"]["per_collective"]
     return {"fct-cdf": plots.fct_cdf(flow_table),
             "cct-per-iteration": plots.cct_per_iteration(per) if _multi_point(per) else None,
-            "queue-occupancy": plots.queue_over_time(t.counters["qdisc"], t0, ev),
-            "link-throughput": plots.throughput_over_time(t.counters["links"], t0, ev),
-            "rank-timeline": plots.rank_timeline(t.table("timeline"), _stragglers(t, m), t0)}
+            "queue-occupancy": plots.queue_over_time(t.counters["qdisc"], t0, ev, marks),
+            "link-throughput": plots.throughput_over_time(t.counters["links"], t0, ev, marks),
+            "rank-timeline": plots.rank_timeline(t.table("timeline"), _stragglers(t, m), t0,
+                                                 marks),
+            "event-impact": _impact_figure(t, m, t0, marks)}
 
 
 def _fmt(value: Any) -> str:
@@ -124,6 +199,7 @@ def render_report(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> 
     env.filters["size"] = units.size
     env.filters["pct"] = units.share
     env.filters["Bps"] = units.bytes_rate
+    env.filters["spans"] = units.spans
     env.globals["by_key"] = units.by_key
     figs = figures(t, m, flow_table)
     html = env.get_template("report.html.j2").render(

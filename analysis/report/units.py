@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any
 
-__all__ = ["duration", "bits", "bytes_rate", "size", "share", "by_key"]
+__all__ = ["duration", "bits", "bytes_rate", "size", "share", "by_key", "spans"]
 
 NONE = "—"
 
@@ -60,6 +60,22 @@ def size(n: Any) -> str:
 def share(x: Any) -> str:
     """A fraction as a percentage."""
     return f"{x * 100:.3g}%" if _ok(x) else NONE
+
+
+def spans(numbers: Any) -> str:
+    """Sorted integers as ranges: [3, 4, 5, 9] -> "3–5, 9"; "—" for none."""
+    if not numbers:
+        return "—"
+    xs = sorted(int(x) for x in numbers)
+    out, lo, prev = [], xs[0], xs[0]
+    for x in [*xs[1:], None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(str(lo) if lo == prev else f"{lo}–{prev}")
+        if x is not None:
+            lo = prev = x
+    return ", ".join(out)
 
 
 def by_key(key: str, value: Any) -> str:

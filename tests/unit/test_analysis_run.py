@@ -157,6 +157,9 @@ def test_report_has_every_figure_and_flags_the_untrustworthy_run(run_dir):
         if key == "cct-per-iteration":  # one collective: no plot of one point, words instead
             assert 'id="plot-cct-per-iteration-absent"' in html
             continue
+        if key == "event-impact":  # no events: timeline in this run (test_event_impact.py)
+            assert 'id="plot-event-impact-absent"' in html
+            continue
         assert f'id="plot-{key}" alt="{key}" src="data:image/png;base64,' in html
     assert 'id="untrustworthy"' in html and "rate 60% of configured" in html
     assert "http://" not in html and "https://" not in html  # self-contained

@@ -1,0 +1,437 @@
+"""What each event of an experiment's ``events:`` timeline did to the workloads: the
+``events`` section of metrics.json and ``tables/events_impact.parquet`` (one row per event
+and workload it hit).
+
+**Event window.** An event's actions (``events.jsonl``, aitb/events.py; times there are
+seconds after the run's t0, ``manifest["events"]["t0_unix_s"]``) that were applied without
+error give its window on the host clock: from the first action's ``began`` to the last
+one's ``applied``. When the event leaves links down (its last action is a ``down``) the
+window lasts until the first later ``up`` action of any of those links, and when it leaves
+a shaping changed (a ``shape`` without ``restore``) until the first later restore of one of
+its directions; with none, until the end of the run (``end`` None). Actions never reached or
+failed do not count; an event with none applied has no window and hits nothing.
+
+**Hit.** A flow is hit when its [t_start, t_end] (t_end unknown: still running) overlaps
+the window; an iteration (analysis.metrics.collectives.iteration_times: the span of its ops),
+a collective instance ([min rank_t_start, max rank_t_end]) or an FL round ([t_start, t_end]
+over its aggregators) likewise. Of the hit flows, ``flows_on_link`` are those whose every
+routed path in the plan (aitb.paths: each ECMP choice) crosses a link the event touched (its
+links, a node's links, the links of the directions it reshapes), ``flows_maybe_on_link``
+those for which only some ECMP paths do (the kernel's per-flow hash decides; the plan cannot).
+
+**Goodput** of a workload (bit/s): payload bytes its completed, non-background flows
+delivered to their receivers per second, from the flow records (``flows.jsonl``), each
+flow's ``size_bytes`` spread evenly over [t_first_byte (else t_start), t_end]. The flow
+records, not the counter samples, because they count payload bytes once (interface counters
+add headers, ACKs and retransmitted copies) and exist in every run. Over a window
+[t, t + w]: G(t) = (D(t + w) - D(t)) * 8 / w, D(t) the bytes delivered by t.
+
+**Time to recover** follows the rate-derived convergence time of RFC 6413 (Benchmarking
+Methodology for Link-State IGP Data-Plane Route Convergence, sec. 3.5.2; terms of RFC 6412):
+the Convergence Recovery Instant minus the Convergence Event Instant, with, as issue 15 asks,
+"goodput back to 90 % of before" in place of "forwarding rate back to the offered load".
+Event instant: the window's start. Baseline B: the mean goodput from the later of the
+workload's first flow start and the applied time of the run's previous event action, to the
+event instant. Recovery instant: the first t = start + k * w / 10 (k = 0, 1, ..) with
+G(t) >= 0.9 * B and t + w not after the workload's last flow end; ``recovery_s`` = t - start
+(0: goodput never fell below 90 %; resolution w / 10). Window w: the median iteration (or FL
+round) time of the workload before the event (a window of one iteration averages out its
+phases), else :data:`DEFAULT_WINDOW_S`. No such t: ``recovered`` False and ``recovery_s``
+None (never a number made up); no baseline or no traffic after the event: ``recovered`` None;
+``recovery_note`` says which.
+
+**Inflation.** ``iteration_time_before_s``: the median iteration time (collectives) or round
+time (FL rounds) of the workload's iterations that ended before the event instant;
+``iteration_inflation_first``: the time of the first hit iteration (the one in flight at the
+event, or the next) over that median; ``iteration_inflation_max``: the worst hit one's (which:
+``iteration_worst``) over that median.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from aitb.paths import PathError, PathWalker
+from aitb.plan import LabPlan
+from analysis.metrics.collectives import iteration_times
+
+__all__ = ["RECOVERY_FRACTION", "DEFAULT_WINDOW_S", "GOODPUT_SOURCE", "IMPACT_COLUMNS",
+           "event_windows", "delivered", "goodput", "recovery", "inflation", "event_impact",
+           "event_metrics", "impact_table"]
+
+RECOVERY_FRACTION = 0.9  # issue 15: "goodput back to 90 % of before"
+DEFAULT_WINDOW_S = 0.1   # goodput window without iterations or rounds before the event
+GOODPUT_SOURCE = "flows.jsonl (payload bytes of completed flows)"
+IMPACT_COLUMNS = (
+    "event", "kind", "state", "target", "start_s", "end_s", "workload", "workload_index",
+    "flows_hit", "flows_on_link", "flows_maybe_on_link", "failures", "iterations_hit",
+    "collectives_hit", "rounds_hit", "baseline_goodput_bps", "min_goodput_bps", "window_s",
+    "recovered", "recovery_s", "recovery_note", "iteration_time_before_s",
+    "iteration_inflation_first", "iteration_inflation_max", "iteration_worst")
+
+
+def _target(actions: Sequence[dict[str, Any]]) -> tuple[str, set[str]]:
+    """Text naming what the event touched, and the links it touched."""
+    a = actions[0]
+    links = {lk for x in actions for lk in x.get("links") or ()}
+    links |= {d.rsplit(" ", 1)[0] for x in actions for d in x.get("directions") or ()}
+    if a.get("node"):
+        return f"node {a['node']}", links
+    if a.get("directions"):
+        return ", ".join(dict.fromkeys(a["directions"])), links
+    return ", ".join(sorted(links)) or "—", links
+
+
+def _applied(a: dict[str, Any]) -> bool:
+    return not a.get("not_reached") and not a.get("error") and a.get("applied_t_s") is not None
+
+
+def event_windows(records: Iterable[dict[str, Any]], t0_unix_s: float) -> list[dict[str, Any]]:
+    """One dict per event of ``records`` (the lines of events.jsonl), in event order: event,
+    kind, state (``applied``, ``partly applied``, ``not reached``, ``failed``), target (text),
+    links (set of link names touched), start and end (host clock, s; the module docstring's
+    window; None when not applied, end None: until the end of the run), planned_s (the first
+    action's planned time after t0, s). Pure."""
+    by_event: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        by_event.setdefault(int(r["event"]), []).append(r)
+    timeline = sorted(((t0_unix_s + a["applied_t_s"], ev, a) for ev, acts in by_event.items()
+                       for a in acts if _applied(a)), key=lambda x: x[0])
+    out = []
+    for ev in sorted(by_event):
+        acts = sorted(by_event[ev], key=lambda a: a.get("step", 0))
+        done = [a for a in acts if _applied(a)]
+        target, links = _target(acts)
+        state = ("applied" if len(done) == len(acts) else "partly applied" if done
+                 else "failed" if any(a.get("error") for a in acts) else "not reached")
+        row: dict[str, Any] = {"event": ev, "kind": acts[0]["kind"], "state": state,
+                               "target": target, "links": links,
+                               "planned_s": acts[0].get("planned_t_s"),
+                               "start": None, "end": None}
+        if done:
+            row["start"] = t0_unix_s + min(a["began_t_s"] for a in done)
+            last = done[-1]
+            row["end"] = end = t0_unix_s + last["applied_t_s"]
+            if last["op"] == "down" or (last["op"] == "shape" and not last.get("restore")):
+                row["end"] = next((when for when, other, a in timeline if when >= end and
+                                   (other != ev or a.get("step", 0) > last.get("step", 0))
+                                   and _undoes(a, last)), None)
+        out.append(row)
+    return out
+
+
+def _undoes(a: dict[str, Any], last: dict[str, Any]) -> bool:
+    """Whether action ``a`` ends what ``last`` left: an ``up`` of one of its downed links, a
+    restore of one of its reshaped directions."""
+    if last["op"] == "down":
+        return a["op"] == "up" and bool(set(a.get("links") or ()) & set(last["links"]))
+    return a["op"] == "shape" and bool(a.get("restore")) and \
+        bool(set(a.get("directions") or ()) & set(last.get("directions") or ()))
+
+
+def _spans(flows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(from, to, bytes) of the completed flows: delivery from t_first_byte (else t_start)
+    to t_end."""
+    if flows.empty or "t_end" not in flows:
+        return np.empty(0), np.empty(0), np.empty(0)
+    done = flows[flows["t_end"].notna()]
+    if "background" in done:
+        done = done[done["background"].ne(True)]
+    start = done["t_start"].astype(float)
+    if "t_first_byte" in done:
+        start = done["t_first_byte"].astype(float).fillna(start)
+    end = done["t_end"].astype(float).to_numpy()
+    return (np.minimum(start.to_numpy(), end), end,
+            done["size_bytes"].astype(float).to_numpy())
+
+
+def delivered(flows: pd.DataFrame, at: np.ndarray | Sequence[float]) -> np.ndarray:
+    """D(t): payload bytes the completed non-background ``flows`` had delivered by each time
+    of ``at`` (host clock, s), each flow's ``size_bytes`` spread evenly over [t_first_byte
+    (else t_start), t_end] (a flow with no duration delivers all at t_end). Exact for that
+    piecewise-linear model: O((flows + times) log flows). Returns bytes, shaped like ``at``."""
+    at = np.asarray(at, dtype=float)
+    lo, hi, size = _spans(flows)
+    if size.size == 0:
+        return np.zeros_like(at)
+    dur = hi - lo
+    ramp = dur > 0
+    # instantaneous flows: a step at t_end
+    ends = np.sort(hi[~ramp])
+    steps = np.concatenate(([0.0], np.cumsum(size[~ramp][np.argsort(hi[~ramp])])))
+    out = steps[np.searchsorted(ends, at, side="right")]
+    if ramp.any():  # ramps: slope +rate at lo, -rate at hi; D piecewise linear between them
+        rate = size[ramp] / dur[ramp]
+        pts = np.concatenate((lo[ramp], hi[ramp]))
+        dslope = np.concatenate((rate, -rate))
+        order = np.argsort(pts, kind="stable")
+        pts, dslope = pts[order], dslope[order]
+        slope = np.cumsum(dslope)  # slope just after each point
+        d_at = np.concatenate(([0.0], np.cumsum(slope[:-1] * np.diff(pts))))
+        out = out + np.interp(at, pts, d_at, left=0.0, right=d_at[-1])
+    return out
+
+
+def goodput(flows: pd.DataFrame, t: np.ndarray | Sequence[float], window_s: float
+            ) -> np.ndarray:
+    """G(t) = (D(t + w) - D(t)) * 8 / w (bit/s) for each t of ``t`` (host clock, s),
+    w = ``window_s`` > 0 (:func:`delivered`)."""
+    t = np.asarray(t, dtype=float)
+    return (delivered(flows, t + window_s) - delivered(flows, t)) * 8 / window_s
+
+
+def recovery(flows: pd.DataFrame, start: float, baseline_from: float, window_s: float,
+             fraction: float = RECOVERY_FRACTION) -> dict[str, Any]:
+    """Time to recover after an event at ``start`` (host clock, s) for one workload's
+    ``flows`` (module docstring: baseline over [``baseline_from``, start], windows of
+    ``window_s``, threshold ``fraction`` of the baseline). Returns baseline_goodput_bps,
+    min_goodput_bps (the lowest G(t) from start up to the recovery instant, or to the last
+    window), recovered (True, False: not before the traffic ended, None: not measurable),
+    recovery_s (s, None unless recovered) and recovery_note. Pure."""
+    out: dict[str, Any] = {"baseline_goodput_bps": None, "min_goodput_bps": None,
+                           "recovered": None, "recovery_s": None, "recovery_note": ""}
+    lo, hi, _ = _spans(flows)
+    if hi.size == 0:
+        out["recovery_note"] = "no completed flow"
+        return out
+    span = start - baseline_from
+    if span <= 0 or lo.min() >= start:
+        out["recovery_note"] = "no traffic before the event: no baseline"
+        return out
+    base = float(np.diff(delivered(flows, [baseline_from, start]))[0]) * 8 / span
+    out["baseline_goodput_bps"] = base
+    if base <= 0:
+        out["recovery_note"] = "no goodput before the event: no baseline"
+        return out
+    last = float(hi.max())
+    step = window_s / 10
+    n = math.floor((last - window_s - start) / step + 1e-9) + 1
+    if n < 1:
+        out["recovery_note"] = "traffic ended within one window of the event"
+        return out
+    grid = start + step * np.arange(n)
+    g = goodput(flows, grid, window_s)
+    ok = np.flatnonzero(g >= fraction * base)
+    if ok.size == 0:
+        out.update(recovered=False, min_goodput_bps=float(g.min()),
+                   recovery_note=f"goodput stayed below {fraction:.0%} of before until the "
+                                 "workload's traffic ended")
+        return out
+    k = int(ok[0])
+    out.update(recovered=True, recovery_s=float(grid[k] - start),
+               min_goodput_bps=float(g[:k + 1].min()),
+               recovery_note="never fell below the threshold" if k == 0 else "")
+    return out
+
+
+def inflation(times: pd.DataFrame, start: float, end: float | None) -> dict[str, Any]:
+    """Iteration-time inflation of one workload for an event window [start, end] (host
+    clock, s; end None: open). ``times``: one row per iteration with ``iteration``,
+    ``t_start``, ``t_end``, ``time_s``. Returns iteration_time_before_s (median of those ended
+    by ``start``), iterations_hit (sorted iteration numbers overlapping the window),
+    iteration_inflation_first, iteration_inflation_max, iteration_worst (None where there is
+    no iteration before or none hit)."""
+    out: dict[str, Any] = {"iteration_time_before_s": None, "iterations_hit": [],
+                           "iteration_inflation_first": None, "iteration_inflation_max": None,
+                           "iteration_worst": None}
+    if times.empty:
+        return out
+    hit = times[_overlaps(times["t_start"], times["t_end"], start, end)].sort_values("t_start")
+    out["iterations_hit"] = sorted(int(i) for i in hit["iteration"])
+    before = times[times["t_end"] <= start]["time_s"]
+    if before.empty:
+        return out
+    med = float(before.median())
+    out["iteration_time_before_s"] = med
+    if hit.empty or med <= 0:
+        return out
+    worst = hit.loc[hit["time_s"].idxmax()]
+    out.update(iteration_inflation_first=float(hit["time_s"].iloc[0]) / med,
+               iteration_inflation_max=float(worst["time_s"]) / med,
+               iteration_worst=int(worst["iteration"]))
+    return out
+
+
+def _overlaps(lo: pd.Series, hi: pd.Series, start: float, end: float | None) -> pd.Series:
+    """Rows whose [lo, hi] (hi NaN: open) overlaps [start, end] (end None: open)."""
+    hi = hi.astype(float).fillna(math.inf)
+    return (hi >= start) & (lo.astype(float) <= (math.inf if end is None else end))
+
+
+def _workload_index(frame: pd.DataFrame) -> pd.Series:
+    if "workload_index" in frame:
+        return frame["workload_index"].fillna(0).astype(int)
+    return pd.Series(0, index=frame.index, dtype=int)
+
+
+def _round_times(rounds: pd.DataFrame) -> pd.DataFrame:
+    """One row per (workload_index, round): the round's span over its aggregators."""
+    if rounds.empty:
+        return pd.DataFrame(columns=["workload_index", "iteration", "t_start", "t_end",
+                                     "time_s"])
+    r = rounds.assign(workload_index=_workload_index(rounds))
+    g = r.groupby(["workload_index", "round"], as_index=False).agg(
+        t_start=("t_start", "min"), t_end=("t_end", "max"))
+    return g.rename(columns={"round": "iteration"}).assign(time_s=g["t_end"] - g["t_start"])
+
+
+def _on_link(flows: pd.DataFrame, links: set[str], plan: LabPlan | None
+             ) -> tuple[int | None, int | None]:
+    """(flows every plan path of which crosses ``links``, flows only some paths of which
+    do); (None, None) without a plan or links."""
+    if plan is None or not links or flows.empty:
+        return (None, None) if plan is None or not links else (0, 0)
+    walker = PathWalker(plan)
+    every = some = 0
+    for src, dst in zip(flows["src_node"], flows["dst_ip"], strict=True):
+        try:
+            crossed = [any(h.link in links for h in p) for p in walker.paths(src, dst)]
+        except PathError:
+            continue
+        every += all(crossed)
+        some += any(crossed) and not all(crossed)
+    return every, some
+
+
+def event_impact(windows: Sequence[dict[str, Any]], flows: pd.DataFrame,
+                 collectives: pd.DataFrame, timeline: pd.DataFrame, rounds: pd.DataFrame,
+                 failures: pd.DataFrame, plan: LabPlan | None,
+                 workload_names: dict[int, str] | None = None, t0_unix_s: float = 0.0
+                 ) -> pd.DataFrame:
+    """The impact table: one row per (event, workload it hit) with :data:`IMPACT_COLUMNS`
+    (an event that hit no workload: one row, workload None, counts 0). ``windows``: from
+    :func:`event_windows`; the frames as analysis.tables loads them (host-clock times).
+    start_s, end_s: the window in seconds after ``t0_unix_s`` (the run's t0, as in
+    events.jsonl; None end: open).
+    Pure."""
+    names = dict(workload_names or {})
+    flows = flows.assign(workload_index=_workload_index(flows)) if not flows.empty else flows
+    iters = iteration_times(timeline, collectives)
+    iters = iters.assign(time_s=iters["iteration_time_s"]) if not iters.empty else iters
+    rtimes = _round_times(rounds)
+    colls = collectives.assign(
+        workload_index=_workload_index(collectives),
+        t_start=collectives["rank_t_start"].map(min),
+        t_end=collectives["rank_t_end"].map(max)) if not collectives.empty else collectives
+    origin = t0_unix_s
+    applied = sorted(w["start"] for w in windows if w["start"] is not None)
+    rows = []
+    for w in windows:
+        base = {"event": w["event"], "kind": w["kind"], "state": w["state"],
+                "target": w["target"], "start_s": None, "end_s": None, "workload": None,
+                "workload_index": None, "flows_hit": 0, "flows_on_link": None,
+                "flows_maybe_on_link": None, "failures": 0, "iterations_hit": [],
+                "collectives_hit": [], "rounds_hit": [], "window_s": None,
+                "iteration_time_before_s": None, "iteration_inflation_first": None,
+                "iteration_inflation_max": None, "iteration_worst": None,
+                "baseline_goodput_bps": None, "min_goodput_bps": None, "recovered": None,
+                "recovery_s": None, "recovery_note": "event not applied"}
+        start, end = w["start"], w["end"]
+        if start is None:
+            rows.append(base)
+            continue
+        base.update(start_s=start - origin, end_s=None if end is None else end - origin,
+                    recovery_note="no flow was active during the event")
+        hit = flows[_overlaps(flows["t_start"], flows["t_end"], start, end)] \
+            if not flows.empty else flows
+        hit_w = set(hit["workload_index"]) if not hit.empty else set()
+        for frame in (iters, rtimes):
+            if not frame.empty:
+                hit_w |= set(frame[_overlaps(frame["t_start"], frame["t_end"], start, end)]
+                             ["workload_index"].astype(int))
+        if not hit_w:
+            rows.append(base)
+            continue
+        nxt = next((t for t in applied if t > start), math.inf)
+        prev = max((t for t in applied if t < start), default=-math.inf)
+        for wi in sorted(hit_w):
+            rows.append(_row(base, w, wi, names, flows, hit, iters, rtimes, colls, failures,
+                             plan, start, end, prev, nxt))
+    return pd.DataFrame(rows, columns=list(IMPACT_COLUMNS))
+
+
+def _row(base: dict[str, Any], w: dict[str, Any], wi: int, names: dict[int, str],
+         flows: pd.DataFrame, hit: pd.DataFrame, iters: pd.DataFrame, rtimes: pd.DataFrame,
+         colls: pd.DataFrame, failures: pd.DataFrame, plan: LabPlan | None, start: float,
+         end: float | None, prev: float, nxt: float) -> dict[str, Any]:
+    mine = flows[flows["workload_index"] == wi] if not flows.empty else flows
+    mine_hit = hit[hit["workload_index"] == wi] if not hit.empty else hit
+    row = {**base, "workload_index": wi, "flows_hit": len(mine_hit)}
+    if not mine.empty and "workload" in mine:
+        names.setdefault(wi, str(mine["workload"].iloc[0]))
+    row["workload"] = names.get(wi)
+    row["flows_on_link"], row["flows_maybe_on_link"] = _on_link(mine_hit, w["links"], plan)
+    if not failures.empty and "t" in failures:
+        f = failures[_workload_index(failures) == wi]
+        row["failures"] = int(((f["t"] >= start) & (f["t"] < nxt)).sum())
+    if not colls.empty:
+        c = colls[(colls["workload_index"] == wi) &
+                  _overlaps(colls["t_start"], colls["t_end"], start, end)]
+        row["collectives_hit"] = sorted(c["collective_id"], key=_natural)
+    per_w = {}
+    for key, frame in (("iterations", iters), ("rounds", rtimes)):
+        sub = frame[frame["workload_index"] == wi] if not frame.empty else frame
+        per_w[key] = inflation(sub, start, end) if not sub.empty else None
+    row["rounds_hit"] = per_w["rounds"]["iterations_hit"] if per_w["rounds"] else []
+    inf = per_w["rounds"] if per_w["rounds"] and not per_w["iterations"] else per_w["iterations"]
+    if per_w["iterations"]:
+        row["iterations_hit"] = per_w["iterations"]["iterations_hit"]
+    if inf:
+        row.update({k: inf[k] for k in ("iteration_time_before_s", "iteration_inflation_first",
+                                        "iteration_inflation_max", "iteration_worst")})
+    window = row["iteration_time_before_s"] or DEFAULT_WINDOW_S
+    row["window_s"] = window
+    first = float(mine["t_start"].min()) if not mine.empty else start
+    row.update(recovery(mine, start, max(first, prev), window))
+    return row
+
+
+def _natural(cid: str) -> tuple[Any, ...]:
+    """c0.10 after c0.9."""
+    return tuple(int(p) if p.isdigit() else p for p in cid.replace("c", "", 1).split("."))
+
+
+def event_metrics(records: Sequence[dict[str, Any]], t0_unix_s: float | None,
+                  flows: pd.DataFrame, collectives: pd.DataFrame, timeline: pd.DataFrame,
+                  rounds: pd.DataFrame, failures: pd.DataFrame, plan: LabPlan | None,
+                  workload_names: dict[int, str] | None = None
+                  ) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The ``events`` section of metrics.json and the impact table (:func:`event_impact`).
+    ``records``: events.jsonl's lines (empty: no events: the section's ``events`` is 0 and
+    the table empty); ``t0_unix_s``: the manifest's ``events.t0_unix_s`` (None with records:
+    the section says the times cannot be placed). The section: events, applied,
+    not_recovered (rows whose goodput never came back), recovery_s_max, inflation_max, the
+    definitions (fraction, goodput_source) and the rows (``impact``)."""
+    section: dict[str, Any] = {"events": 0, "applied": 0, "not_recovered": 0,
+                               "recovery_s_max": None, "iteration_inflation_max": None,
+                               "fraction": RECOVERY_FRACTION, "goodput_source": GOODPUT_SOURCE,
+                               "impact": [], "note": None}
+    empty = pd.DataFrame(columns=list(IMPACT_COLUMNS))
+    if not records:
+        return section, empty
+    section["events"] = len({r["event"] for r in records})
+    if t0_unix_s is None:
+        section["note"] = "events.jsonl without the manifest's events.t0_unix_s: not placed"
+        return section, empty
+    windows = event_windows(records, t0_unix_s)
+    table = event_impact(windows, flows, collectives, timeline, rounds, failures, plan,
+                         workload_names, t0_unix_s)
+    section["applied"] = sum(w["start"] is not None for w in windows)
+    section["not_recovered"] = int((table["recovered"] == False).sum())  # noqa: E712
+    rec = table["recovery_s"].dropna()
+    section["recovery_s_max"] = float(rec.max()) if len(rec) else None
+    inf = table["iteration_inflation_max"].dropna()
+    section["iteration_inflation_max"] = float(inf.max()) if len(inf) else None
+    section["impact"] = table.astype(object).where(table.notna(), None).to_dict("records")
+    return section, table
+
+
+def impact_table(section: dict[str, Any]) -> pd.DataFrame:
+    """The impact table back from the ``events`` section of metrics.json (its ``impact``
+    rows, :data:`IMPACT_COLUMNS`), e.g. for ``tables/events_impact.parquet``."""
+    return pd.DataFrame(section.get("impact") or [], columns=list(IMPACT_COLUMNS))
