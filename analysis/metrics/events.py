@@ -26,8 +26,8 @@ records, not the counter samples, because they count payload bytes once (interfa
 add headers, ACKs and retransmitted copies) and exist in every run. Over a window
 [t, t + w]: G(t) = (D(t + w) - D(t)) * 8 / w, D(t) the bytes delivered by t.
 
-**Time to recover** follows the rate-derived convergence time of RFC 6413 (Benchmarking
-Methodology for Link-State IGP Data-Plane Route Convergence, sec. 3.5.2; terms of RFC 6412):
+**Time to recover** follows the convergence time of RFC 6413's Rate-Derived Method
+(Benchmarking Methodology for Link-State IGP Data-Plane Route Convergence; terms of RFC 6412):
 the Convergence Recovery Instant minus the Convergence Event Instant, with, as issue 15 asks,
 "goodput back to 90 % of before" in place of "forwarding rate back to the offered load".
 Event instant: the window's start. Baseline B: the mean goodput from the later of the
