@@ -9,20 +9,37 @@ routers' routes; nothing of the lab remains. And a node that fails during an all
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import statistics
+import subprocess
+import tempfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import ROOT, aitb_cli, records, root_links, run_namespaces, run_ok
 
 pytestmark = pytest.mark.netns
 
 
-@pytest.mark.timeout(900)
-def test_dci_failover_example_keeps_the_collective_going_and_records_the_events(
-        tmp_path, state_env):
+@pytest.fixture(scope="module")
+def dci_run(tmp_path_factory) -> tuple[Path, dict[str, str], dict[str, str | None]]:
+    """One run of examples/dci_failover.yaml (analysis included) for the tests below: its
+    run directory, the environment it ran with, the root namespace's links before it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    tmp = tmp_path_factory.mktemp("dci-failover")
+    env = {**os.environ, "AITB_STATE_DIR": str(tmp / "state")}
     before_links = root_links()
-    run_dir = run_ok(ROOT / "examples" / "dci_failover.yaml", tmp_path / "results", state_env)
+    return run_ok(ROOT / "examples" / "dci_failover.yaml", tmp / "results", env), env, \
+        before_links
+
+
+@pytest.mark.timeout(900)
+def test_dci_failover_example_keeps_the_collective_going_and_records_the_events(dci_run):
+    run_dir, state_env, before_links = dci_run
     manifest = json.loads((run_dir / "manifest.json").read_text())
     evs = records(run_dir, "events.jsonl")
     assert [(e["kind"], e["op"], e["step"]) for e in evs] == [
@@ -64,6 +81,41 @@ def test_dci_failover_example_keeps_the_collective_going_and_records_the_events(
     assert run_namespaces(lab_id) == []
     assert not (set(root_links()) - set(before_links))
     assert not (Path(state_env["AITB_STATE_DIR"]) / lab_id).exists()
+
+
+@pytest.mark.timeout(900)
+def test_dci_failover_analysis_names_the_events_their_hits_and_recovery_and_marks_them(
+        dci_run):
+    """The run's analysis (analysis.metrics.events): tables/events_impact.parquet names the
+    DCI's down with the iterations it hit (10 on, while the DCI was down) and a time to
+    recover (goodput is back at the latest once the DCI is up again); the report's figures
+    carry the event marks, as chromium renders them."""
+    run_dir, _, _ = dci_run
+    table = pd.read_parquet(run_dir / "tables" / "events_impact.parquet")
+    assert list(table["kind"]) == ["link_down", "link_up", "degrade"]
+    down = table.iloc[0]
+    assert down["target"] == "dc1-b1-dc2-b1" and down["workload"] == "ring"
+    hit = list(down["iterations_hit"])
+    assert hit[0] == 10 and hit == list(range(10, hit[-1] + 1)) and hit[-1] >= 25
+    assert down["flows_hit"] > 0 and down["flows_maybe_on_link"] > 0  # ECMP: either DCI
+    assert down["recovered"] and down["recovery_s"] >= 0
+    assert list(table.iloc[2]["iterations_hit"])[0] == 40  # the degrade at iteration 40
+    summary = json.loads((run_dir / "metrics.json").read_text())["summary"]
+    assert summary["events"] == 3 and summary["event_recovery_s_max"] >= down["recovery_s"]
+    html = (run_dir / "report.html").read_text()
+    assert 'id="events-impact"' in html and "dc1-b1-dc2-b1" in html
+    if shutil.which("chromium") is None:
+        pytest.skip("chromium not installed (scripts/setup.sh installs it)")
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                              "--disable-background-networking", "--disable-component-update",
+                              "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+                              "--dump-dom", f"file://{run_dir / 'report.html'}"],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+    alts = dict(re.findall(r'<img id="plot-([a-z-]+)" alt="([^"]*)"', dom))
+    for key in ("event-impact", "link-throughput", "queue-occupancy", "rank-timeline"):
+        assert "events marked: events[0] link_down, events[1] link_up, events[2] degrade" \
+            in alts.get(key, ""), (key, alts)
 
 
 @pytest.mark.timeout(600)
