@@ -4,7 +4,9 @@ One section per workload of the manifest, built from the run's records and metri
 training and collectives (iteration time, compute vs exposed communication, DCI share, the
 critical link and the stragglers by compute and by network), incast (goodput against the
 number of senders, the last finisher and its retransmissions), federated learning (round
-time and the client whose upload ended last), inference (TTFT p50 and p99). Numbers are in
+time and the client whose upload ended last), inference (TTFT p50 and p99), and per event of
+the ``events:`` timeline that hit the workload what it hit, whether and when goodput
+recovered and the worst iteration's inflation (analysis.metrics.events). Numbers are in
 human units (:mod:`analysis.report.units`).
 """
 
@@ -15,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.report.units import bits, duration, share
+from analysis.report.units import bits, duration, share, spans
 
 __all__ = ["workload_sections"]
 
@@ -119,6 +121,32 @@ def _requests(w: int, requests: pd.DataFrame) -> list[str]:
             f"{duration(_pct(r['ttft_s'], 99))} p99."]
 
 
+def _events(w: int, m: dict[str, Any]) -> list[str]:
+    out = []
+    for r in (m.get("events") or {}).get("impact") or []:
+        if r["workload_index"] != w:
+            continue
+        its, rds = r["iterations_hit"], r["rounds_hit"]
+        hit = (f"iteration{'s' * (len(its) > 1)} {spans(its)}" if its else
+               f"round{'s' * (len(rds) > 1)} {spans(rds)}" if rds else "no iteration")
+        text = (f"events[{r['event']}] {r['kind']} ({r['target']}) at {r['start_s']:.3f} s hit "
+                f"{hit} and {r['flows_hit']} flow(s)")
+        if r["recovered"]:
+            text += (f"; goodput stayed above 90% of before ({bits(r['baseline_goodput_bps'])})"
+                     if r["recovery_s"] == 0 else
+                     f"; goodput was back to 90% of before ({bits(r['baseline_goodput_bps'])})"
+                     f" {duration(r['recovery_s'])} later")
+        elif r["recovered"] is False:
+            text += (f"; goodput did NOT recover to 90% of before "
+                     f"({bits(r['baseline_goodput_bps'])}) before the traffic ended")
+        if r["iteration_inflation_max"] is not None:
+            text += (f"; the worst hit iteration ({r['iteration_worst']}) took "
+                     f"{r['iteration_inflation_max']:.2f}x the median before "
+                     f"({duration(r['iteration_time_before_s'])})")
+        out.append(text + ".")
+    return out
+
+
 def workload_sections(manifest: dict[str, Any], m: dict[str, Any], tables: Any
                       ) -> list[dict[str, Any]]:
     """Per workload of ``manifest["workloads"]``: ``{"index", "name", "ok", "sentences"}``;
@@ -129,7 +157,7 @@ def workload_sections(manifest: dict[str, Any], m: dict[str, Any], tables: Any
     for wl in manifest.get("workloads") or []:
         w = int(wl.get("index", 0))
         sentences = (_training(w, m, tables.dci) + _incast(w, m, flows)
-                     + _rounds(w, rounds, flows) + _requests(w, requests))
+                     + _rounds(w, rounds, flows) + _requests(w, requests) + _events(w, m))
         if not wl.get("ok", True):
             sentences.insert(0, "This workload FAILED: " + "; ".join(
                 str(f.get("detail", f)) for f in wl.get("failures") or []))

@@ -219,6 +219,9 @@ def test_analysed_run_writes_the_table_the_summary_and_marks_events_in_the_repor
     assert m["summary"]["event_recovery_s_max"] == pytest.approx(down["recovery_s"])
 
     html = (d / "report.html").read_text()
+    assert ("events[0] link_down (tx1-s1) at 0.950 s hit iterations 9, 13–30 and " in html
+            and "goodput was back to 90% of before (8 Mbit/s) 340 ms later" in html)
+    assert "goodput did NOT recover to 90% of before (8 Mbit/s)" in html
     table = html[html.index('id="events-impact"'):]
     table = table[:table.index("</table>")]
     assert "link_down" in table and "NOT RECOVERED" in table and "9, 13–30" in table
