@@ -105,7 +105,7 @@ def _events(t: RunTables) -> dict[str, Any]:
              if isinstance(w, dict) and "index" in w and "name" in w}
     section, _ = event_metrics(t.events, t.events_t0_unix_s, t.table("flows"),
                                t.table("collectives"), t.table("timeline"), t.table("rounds"),
-                               t.table("failures"), t.plan, names)
+                               t.table("failures"), t.plan, names, t.run_dir)
     return section
 
 

@@ -14,10 +14,15 @@ failed do not count; an event with none applied has no window and hits nothing.
 **Hit.** A flow is hit when its [t_start, t_end] (t_end unknown: still running) overlaps
 the window; an iteration (analysis.metrics.collectives.iteration_times: the span of its ops),
 a collective instance ([min rank_t_start, max rank_t_end]) or an FL round ([t_start, t_end]
-over its aggregators) likewise. Of the hit flows, ``flows_on_link`` are those whose every
-routed path in the plan (aitb.paths: each ECMP choice) crosses a link the event touched (its
-links, a node's links, the links of the directions it reshapes), ``flows_maybe_on_link``
-those for which only some ECMP paths do (the kernel's per-flow hash decides; the plan cannot).
+over its aggregators) likewise. Of the hit flows, ``flows_on_link`` are those that crossed
+a link the event touched (its links, a node's links, the links of the directions it
+reshapes). Where the run captured on every such link (``captures/index.json``), from the
+capture (``on_link_source`` ``capture``): a data segment of the flow's connection (src_ip,
+sport -> dst_ip, dport, payload > 0) passed the link between the flow's start and the
+earlier of its end and the window's end, so for a link down the flows that were on it when
+it went down. Otherwise from the plan (``plan``): every routed path of the flow (aitb.paths:
+each ECMP choice) crosses such a link, and ``flows_maybe_on_link`` counts those for which
+only some ECMP paths do (the kernel's per-flow hash decides; the plan cannot).
 
 **Goodput** of a workload (bit/s): payload bytes its completed, non-background flows
 delivered to their receivers per second, from the flow records (``flows.jsonl``), each
@@ -49,27 +54,33 @@ event, or the next) over that median; ``iteration_inflation_max``: the worst hit
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import math
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from aitb.errors import SpecError
 from aitb.paths import PathError, PathWalker
 from aitb.plan import LabPlan
 from analysis.metrics.collectives import iteration_times
+from analysis.pcap import PROTO_TCP, DecodeStats, decode_frame, open_capture
 
 __all__ = ["RECOVERY_FRACTION", "DEFAULT_WINDOW_S", "GOODPUT_SOURCE", "IMPACT_COLUMNS",
-           "event_windows", "delivered", "goodput", "recovery", "inflation", "event_impact",
-           "event_metrics", "impact_table"]
+           "event_windows", "link_segments", "delivered", "goodput", "recovery", "inflation",
+           "event_impact", "event_metrics", "impact_table"]
 
 RECOVERY_FRACTION = 0.9  # issue 15: "goodput back to 90 % of before"
 DEFAULT_WINDOW_S = 0.1   # goodput window without iterations or rounds before the event
 GOODPUT_SOURCE = "flows.jsonl (payload bytes of completed flows)"
 IMPACT_COLUMNS = (
     "event", "kind", "state", "target", "start_s", "end_s", "workload", "workload_index",
-    "flows_hit", "flows_on_link", "flows_maybe_on_link", "failures", "iterations_hit",
+    "flows_hit", "flows_on_link", "flows_maybe_on_link", "on_link_source", "failures",
+    "iterations_hit",
     "collectives_hit", "rounds_hit", "baseline_goodput_bps", "min_goodput_bps", "window_s",
     "recovered", "recovery_s", "recovery_note", "iteration_time_before_s",
     "iteration_inflation_first", "iteration_inflation_max", "iteration_worst")
@@ -280,6 +291,63 @@ def _round_times(rounds: pd.DataFrame) -> pd.DataFrame:
     return g.rename(columns={"round": "iteration"}).assign(time_s=g["t_end"] - g["t_start"])
 
 
+Conn = tuple[str, int, str, int]  # src_ip, sport, dst_ip, dport of a data segment
+
+
+def link_segments(run_dir: Path, links: Iterable[str]) -> dict[str, dict[Conn, np.ndarray]]:
+    """Per link of ``links`` captured in ``run_dir`` (``captures/index.json``: the files of
+    the first interface on it), the sorted host-clock times (s) of its TCP data segments
+    (payload > 0) per connection direction. Links without a capture are left out; an
+    unreadable capture or index leaves its link out. Reads the capture files."""
+    try:
+        index = json.loads((run_dir / "captures" / "index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    wanted = set(links)
+    out: dict[str, dict[Conn, np.ndarray]] = {}
+    for iface in index.get("interfaces") or []:
+        link = iface.get("link")
+        if link not in wanted or link in out:
+            continue
+        times: dict[Conn, list[float]] = {}
+        try:
+            for rel in iface.get("files") or []:
+                _segments(run_dir / rel, times)
+        except (OSError, SpecError):
+            continue
+        out[link] = {k: np.sort(np.asarray(v)) for k, v in times.items()}
+    return out
+
+
+def _segments(path: Path, times: dict[Conn, list[float]]) -> None:
+    cap = open_capture(path)
+    stats = DecodeStats()
+    for ts, link, buf, off, caplen, wirelen in cap.frames():
+        d = decode_frame(link, buf, off, caplen, wirelen, stats)
+        if d is None or d[0] != PROTO_TCP or d[5] <= 0:
+            continue
+        key = (str(ipaddress.ip_address(d[1])), d[3], str(ipaddress.ip_address(d[2])), d[4])
+        times.setdefault(key, []).append((cap.start_ns or 0) / 1e9 + ts)
+
+
+def _on_capture(flows: pd.DataFrame, segments: list[dict[Conn, np.ndarray]],
+                end: float | None) -> int:
+    """Hit ``flows`` with a data segment on one of the captured links (``segments``) between
+    the flow's start and the earlier of its end and ``end``."""
+    n = 0
+    cols = ("src_ip", "sport", "dst_ip", "dport", "t_start", "t_end")
+    for src, sport, dst, dport, lo, hi in zip(*(flows[c] for c in cols), strict=True):
+        hi = min(math.inf if pd.isna(hi) else float(hi), math.inf if end is None else end)
+        key = (str(src), int(sport), str(dst), int(dport))
+        for seg in segments:
+            ts = seg.get(key)
+            if ts is not None and np.searchsorted(ts, float(lo)) < np.searchsorted(
+                    ts, hi, side="right"):
+                n += 1
+                break
+    return n
+
+
 def _on_link(flows: pd.DataFrame, links: set[str], plan: LabPlan | None
              ) -> tuple[int | None, int | None]:
     """(flows every plan path of which crosses ``links``, flows only some paths of which
@@ -301,13 +369,14 @@ def _on_link(flows: pd.DataFrame, links: set[str], plan: LabPlan | None
 def event_impact(windows: Sequence[dict[str, Any]], flows: pd.DataFrame,
                  collectives: pd.DataFrame, timeline: pd.DataFrame, rounds: pd.DataFrame,
                  failures: pd.DataFrame, plan: LabPlan | None,
-                 workload_names: dict[int, str] | None = None, t0_unix_s: float = 0.0
-                 ) -> pd.DataFrame:
+                 workload_names: dict[int, str] | None = None, t0_unix_s: float = 0.0,
+                 segments: dict[str, dict[Conn, np.ndarray]] | None = None) -> pd.DataFrame:
     """The impact table: one row per (event, workload it hit) with :data:`IMPACT_COLUMNS`
     (an event that hit no workload: one row, workload None, counts 0). ``windows``: from
     :func:`event_windows`; the frames as analysis.tables loads them (host-clock times).
     start_s, end_s: the window in seconds after ``t0_unix_s`` (the run's t0, as in
-    events.jsonl; None end: open).
+    events.jsonl; None end: open). ``segments``: :func:`link_segments` of the touched links
+    (None or missing links: the plan decides ``flows_on_link``).
     Pure."""
     names = dict(workload_names or {})
     flows = flows.assign(workload_index=_workload_index(flows)) if not flows.empty else flows
@@ -325,7 +394,8 @@ def event_impact(windows: Sequence[dict[str, Any]], flows: pd.DataFrame,
         base = {"event": w["event"], "kind": w["kind"], "state": w["state"],
                 "target": w["target"], "start_s": None, "end_s": None, "workload": None,
                 "workload_index": None, "flows_hit": 0, "flows_on_link": None,
-                "flows_maybe_on_link": None, "failures": 0, "iterations_hit": [],
+                "flows_maybe_on_link": None, "on_link_source": None, "failures": 0,
+                "iterations_hit": [],
                 "collectives_hit": [], "rounds_hit": [], "window_s": None,
                 "iteration_time_before_s": None, "iteration_inflation_first": None,
                 "iteration_inflation_max": None, "iteration_worst": None,
@@ -351,21 +421,27 @@ def event_impact(windows: Sequence[dict[str, Any]], flows: pd.DataFrame,
         prev = max((t for t in applied if t < start), default=-math.inf)
         for wi in sorted(hit_w):
             rows.append(_row(base, w, wi, names, flows, hit, iters, rtimes, colls, failures,
-                             plan, start, end, prev, nxt))
+                             plan, start, end, prev, nxt, segments or {}))
     return pd.DataFrame(rows, columns=list(IMPACT_COLUMNS))
 
 
 def _row(base: dict[str, Any], w: dict[str, Any], wi: int, names: dict[int, str],
          flows: pd.DataFrame, hit: pd.DataFrame, iters: pd.DataFrame, rtimes: pd.DataFrame,
          colls: pd.DataFrame, failures: pd.DataFrame, plan: LabPlan | None, start: float,
-         end: float | None, prev: float, nxt: float) -> dict[str, Any]:
+         end: float | None, prev: float, nxt: float,
+         segments: dict[str, dict[Conn, np.ndarray]]) -> dict[str, Any]:
     mine = flows[flows["workload_index"] == wi] if not flows.empty else flows
     mine_hit = hit[hit["workload_index"] == wi] if not hit.empty else hit
     row = {**base, "workload_index": wi, "flows_hit": len(mine_hit)}
     if not mine.empty and "workload" in mine:
         names.setdefault(wi, str(mine["workload"].iloc[0]))
     row["workload"] = names.get(wi)
-    row["flows_on_link"], row["flows_maybe_on_link"] = _on_link(mine_hit, w["links"], plan)
+    if w["links"] and all(lk in segments for lk in w["links"]):
+        row.update(on_link_source="capture", flows_on_link=_on_capture(
+            mine_hit, [segments[lk] for lk in sorted(w["links"])], end) if len(mine_hit) else 0)
+    else:
+        row["flows_on_link"], row["flows_maybe_on_link"] = _on_link(mine_hit, w["links"], plan)
+        row["on_link_source"] = "plan" if row["flows_on_link"] is not None else None
     if not failures.empty and "t" in failures:
         f = failures[_workload_index(failures) == wi]
         row["failures"] = int(((f["t"] >= start) & (f["t"] < nxt)).sum())
@@ -399,14 +475,16 @@ def _natural(cid: str) -> tuple[Any, ...]:
 def event_metrics(records: Sequence[dict[str, Any]], t0_unix_s: float | None,
                   flows: pd.DataFrame, collectives: pd.DataFrame, timeline: pd.DataFrame,
                   rounds: pd.DataFrame, failures: pd.DataFrame, plan: LabPlan | None,
-                  workload_names: dict[int, str] | None = None
+                  workload_names: dict[int, str] | None = None, run_dir: Path | None = None
                   ) -> tuple[dict[str, Any], pd.DataFrame]:
     """The ``events`` section of metrics.json and the impact table (:func:`event_impact`).
     ``records``: events.jsonl's lines (empty: no events: the section's ``events`` is 0 and
     the table empty); ``t0_unix_s``: the manifest's ``events.t0_unix_s`` (None with records:
     the section says the times cannot be placed). The section: events, applied,
     not_recovered (rows whose goodput never came back), recovery_s_max, inflation_max, the
-    definitions (fraction, goodput_source) and the rows (``impact``)."""
+    definitions (fraction, goodput_source) and the rows (``impact``). With ``run_dir``, the
+    captures of the touched links there decide ``flows_on_link`` (:func:`link_segments`;
+    reads them)."""
     section: dict[str, Any] = {"events": 0, "applied": 0, "not_recovered": 0,
                                "recovery_s_max": None, "iteration_inflation_max": None,
                                "fraction": RECOVERY_FRACTION, "goodput_source": GOODPUT_SOURCE,
@@ -419,8 +497,10 @@ def event_metrics(records: Sequence[dict[str, Any]], t0_unix_s: float | None,
         section["note"] = "events.jsonl without the manifest's events.t0_unix_s: not placed"
         return section, empty
     windows = event_windows(records, t0_unix_s)
+    touched = {lk for w in windows if w["start"] is not None for lk in w["links"]}
+    segments = link_segments(run_dir, touched) if run_dir is not None and touched else {}
     table = event_impact(windows, flows, collectives, timeline, rounds, failures, plan,
-                         workload_names, t0_unix_s)
+                         workload_names, t0_unix_s, segments)
     section["applied"] = sum(w["start"] is not None for w in windows)
     section["not_recovered"] = int((table["recovered"] == False).sum())  # noqa: E712
     rec = table["recovery_s"].dropna()

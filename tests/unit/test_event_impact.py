@@ -252,3 +252,61 @@ def _check_in_browser(report: Path) -> None:
     alts = re.findall(r'<img id="plot-([a-z-]+)" alt="([^"]*)"', dom)
     marked = {k for k, alt in alts if "events marked: events[0] link_down" in alt}
     assert {"event-impact", "rank-timeline"} <= marked, alts
+
+
+def _pcap(path: Path, segments: list[tuple[float, str, int, str, int, int]]) -> None:
+    """A classic pcap (raw IPv4, headers only) of TCP segments (time, src, sport, dst,
+    dport, payload bytes)."""
+    import ipaddress
+    import struct
+
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 96, 101)]
+    for t, src, sport, dst, dport, payload in segments:
+        tcp = struct.pack("!HHIIBBHHH", sport, dport, 1, 1, 5 << 4, 0x18, 65535, 0, 0)
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40 + payload, 0, 0x4000, 64, 6, 0,
+                         ipaddress.ip_address(src).packed, ipaddress.ip_address(dst).packed)
+        frame = ip + tcp
+        out.append(struct.pack("<IIII", int(t), round((t % 1) * 1e6), len(frame),
+                               40 + payload) + frame)
+    path.write_bytes(b"".join(out))
+
+
+def test_the_capture_of_the_affected_link_says_which_flows_were_on_it(tmp_path):
+    """Two connections hashed over two parallel links; the capture of the link that goes
+    down saw connection A's data before the down and B's ACKs only: A's flow in flight at
+    the down was on it, B's and a later flow of A's (after the down) were not."""
+    from analysis.metrics.events import link_segments
+
+    (tmp_path / "captures").mkdir()
+    _pcap(tmp_path / "captures" / "r1__dci-1-0.pcap", [
+        (T0 + 0.9, "10.0.0.1", 4000, "10.0.1.1", 5000, 1448),   # A's data
+        (T0 + 0.95, "10.0.1.2", 5000, "10.0.0.2", 4001, 0),     # B's ACK (reverse, no data)
+        (T0 + 3.5, "10.0.0.1", 4000, "10.0.1.1", 5000, 1448)])  # A again, after the up
+    (tmp_path / "captures" / "index.json").write_text(json.dumps({"interfaces": [
+        {"node": "r1", "ifname": "dci-1", "link": "dci-1",
+         "files": ["captures/r1__dci-1-0.pcap"]}]}))
+    seg = link_segments(tmp_path, {"dci-1", "dci-2"})
+    assert set(seg) == {"dci-1"}  # dci-2 has no capture
+    assert list(seg["dci-1"][("10.0.0.1", 4000, "10.0.1.1", 5000)]) == pytest.approx(
+        [T0 + 0.9, T0 + 3.5])
+
+    def flow(src, sport, dst, dport, lo, hi):
+        return {"src_node": "h", "src_ip": src, "sport": sport, "dst_ip": dst, "dport": dport,
+                "t_start": T0 + lo, "t_first_byte": T0 + lo, "t_end": T0 + hi,
+                "size_bytes": 1448, "workload": "w", "workload_index": 0}
+
+    flows = pd.DataFrame([flow("10.0.0.1", 4000, "10.0.1.1", 5000, 0.8, 1.5),   # on it
+                          flow("10.0.0.2", 4001, "10.0.1.2", 5000, 0.8, 1.5),   # other link
+                          flow("10.0.0.1", 4000, "10.0.1.1", 5000, 2.0, 2.5)])  # after down
+    windows = event_windows([_ev(0, "link_down", "down", 1.0, 1.001, links=["dci-1"]),
+                             _ev(1, "link_up", "up", 3.0, 3.001, links=["dci-1"])], T0)
+    t = event_impact(windows, flows, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
+                     pd.DataFrame(), None, {}, T0, seg)
+    down = t.iloc[0]
+    assert (down["flows_hit"], down["flows_on_link"], down["on_link_source"]) == (
+        3, 1, "capture")
+    assert pd.isna(down["flows_maybe_on_link"])
+    # without the capture and without a plan nothing is claimed
+    t = event_impact(windows, flows, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
+                     pd.DataFrame(), None, {}, T0, {})
+    assert t.iloc[0]["flows_on_link"] is None and t.iloc[0]["on_link_source"] is None
