@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import ipaddress
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from aitb.plan import LabPlan, LinkPlan
 from aitb.shaping import Shaping
 
 __all__ = ["Hop", "PathError", "PathWalker", "paths", "dci_links", "site_of",
-           "MAX_PATHS", "host_addresses", "peer_addresses"]
+           "MAX_PATHS", "host_addresses", "peer_addresses", "rank_addresses",
+           "RankBindingError"]
 
 MAX_PATHS = 256  # ECMP fan-out kept per (node, destination): 16x the generated fabrics' widest
 Ip = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -74,8 +75,11 @@ class PathWalker:
         self.kind = {n.name: n.kind for n in plan.nodes}
         self.forward = {n.name for n in plan.nodes if n.forward}
         self.routes = {n.name: n.routes for n in plan.nodes}
+        self.source_routes = {(n.name, sr.ifname): sr.routes for n in plan.nodes
+                              for sr in n.source_routes}
         self.port: dict[tuple[str, str], LinkPlan] = {}
         self.owner: dict[Ip, str] = {}
+        self.iface_of: dict[Ip, str] = {}
         self.connected: dict[str, list[tuple[Net, str]]] = {n.name: [] for n in plan.nodes}
         for lk in plan.links:
             for ep in (lk.a, lk.b):
@@ -83,6 +87,7 @@ class PathWalker:
                 for ifa in (ep.ipv4, ep.ipv6):
                     if ifa is not None:
                         self.owner[ifa.ip] = ep.node
+                        self.iface_of[ifa.ip] = ep.ifname
                         self.connected[ep.node].append((ifa.network, ep.ifname))
         for n in plan.nodes:  # a forwarding host's node address on its loopback
             for ifa in (n.lo_ipv4, n.lo_ipv6):
@@ -91,10 +96,14 @@ class PathWalker:
                     self.connected[n.name].append((ifa.network, "lo"))
         self._cache: dict[tuple[str, Ip], list[list[Hop]]] = {}
 
-    def paths(self, src_node: str, dst_ip: str | Ip) -> list[list[Hop]]:
+    def paths(self, src_node: str, dst_ip: str | Ip, src_ip: str | Ip | None = None
+              ) -> list[list[Hop]]:
         """Every path (one per ECMP choice, in next-hop order, at most :data:`MAX_PATHS`)
         from node ``src_node`` to the node owning address ``dst_ip``, as the link directions
-        crossed in order; ``[[]]`` when ``src_node`` owns ``dst_ip``.
+        crossed in order; ``[[]]`` when ``src_node`` owns ``dst_ip``. With ``src_ip`` (an
+        address of ``src_node``'s interface that has per-source routes,
+        :class:`aitb.plan.SourceRoutes`) the first hop follows that interface's table as the
+        kernel's ``ip rule from <src_ip>`` does (the main routes when it has no match).
 
         Raises :class:`PathError` for an unknown node or address, a missing route or
         interface, an unreachable next hop, a host in transit, or a routing loop (the
@@ -107,7 +116,20 @@ class PathWalker:
             raise PathError(f"no node {src_node!r} in lab {self.plan.name!r}")
         if dst not in self.owner:
             raise PathError(f"address {dst} is on no interface of lab {self.plan.name!r}")
-        return [list(p) for p in self._walk(src_node, dst, (src_node,))]  # cache stays intact
+        table = self._source_table(src_node, src_ip) if src_ip is not None else None
+        if table is None or self.owner[dst] == src_node:
+            return [list(p) for p in self._walk(src_node, dst, (src_node,))]  # cache intact
+        hops = _lookup(table, dst)
+        if not hops:  # no match in the source table: the kernel goes on to the main table
+            return [list(p) for p in self._walk(src_node, dst, (src_node,))]
+        return self._expand(src_node, dst, (src_node,), hops)
+
+    def _source_table(self, node: str, src_ip: str | Ip) -> tuple | None:
+        """The per-source routes of ``node``'s interface holding ``src_ip``, or None."""
+        ip = ipaddress.ip_address(src_ip)
+        if self.owner.get(ip) != node:
+            raise PathError(f"address {ip} is not an address of node {node}")
+        return self.source_routes.get((node, self.iface_of.get(ip, "lo")))
 
     def _walk(self, node: str, dst: Ip, trail: tuple[str, ...]) -> list[list[Hop]]:
         """Paths from ``node`` (reached along the L3 nodes ``trail``) to ``dst``."""
@@ -115,8 +137,15 @@ class PathWalker:
             return [[]]
         if (node, dst) in self._cache:
             return self._cache[(node, dst)]
+        out = self._expand(node, dst, trail, self._nexthops(node, dst))
+        self._cache[(node, dst)] = out
+        return out
+
+    def _expand(self, node: str, dst: Ip, trail: tuple[str, ...],
+                nexthops: list[tuple[str, Ip]]) -> list[list[Hop]]:
+        """Paths from ``node`` to ``dst`` that leave by ``nexthops``."""
         out: list[list[Hop]] = []
-        for ifname, gw in self._nexthops(node, dst):
+        for ifname, gw in nexthops:
             seg, nxt = self._segment(node, ifname, gw)
             if nxt in trail:
                 loop = " -> ".join((*trail[trail.index(nxt):], nxt))
@@ -126,9 +155,7 @@ class PathWalker:
                 raise PathError(f"node {node} routes {dst} via host {nxt}, which does not "
                                 "forward (ip_forward=0)")
             out += [seg + rest for rest in self._walk(nxt, dst, (*trail, nxt))]
-        out = _unique(out)[:MAX_PATHS]
-        self._cache[(node, dst)] = out
-        return out
+        return _unique(out)[:MAX_PATHS]
 
     def _nexthops(self, node: str, dst: Ip) -> list[tuple[str, Ip]]:
         """(outgoing interface, address of the next L3 hop) by longest prefix match."""
@@ -165,6 +192,15 @@ class PathWalker:
         raise PathError(f"next hop {gw} of node {node} is not reachable from {node}:{ifname}")
 
 
+def _lookup(routes: tuple, dst: Ip) -> list[tuple[str, Ip]]:
+    """(interface, next L3 hop) of the longest prefix of ``routes`` holding ``dst``."""
+    best, hops = -1, []
+    for r in routes:
+        if dst in r.dst and r.dst.prefixlen > best:
+            best, hops = r.dst.prefixlen, [(h.ifname, h.via or dst) for h in r.nexthops]
+    return hops
+
+
 def _unique(found: list[list[Hop]]) -> list[list[Hop]]:
     return [list(p) for p in dict.fromkeys(tuple(p) for p in found)]
 
@@ -192,39 +228,84 @@ def peer_addresses(plan: LabPlan, hosts: Iterable[str]
     ``hosts`` where either has several NICs (:func:`host_addresses`); pairs of one-address
     hosts are left out (both use :meth:`LabPlan.address_of`).
 
-    The destination is the address of dst's NIC nearest to src: fewest link crossings on the
-    plan's routes (the walk above; addresses src has no route to are skipped), the earlier NIC
-    on a tie (rank i of a server on NIC i reaches NIC i of its peer over rail i, and a GPU
-    reaches a GPU of its own server over their intra-server link). The source is src's
-    address on the interface every path to it leaves by, else its first address (ECMP over
-    several NICs: the kernel picks per flow). Pairs with no route at all are left out (a
-    resolved plan has none). Pure."""
+    Candidates: every (source, destination) address pair: for a src with per-source tables
+    (:class:`aitb.plan.SourceRoutes`, a dual-homed host) each of its NICs' addresses, walked
+    with that address's table; else src's address on the interface every path to the
+    destination leaves by (its first address when an ECMP route spreads over several NICs),
+    and every address of dst. The pair with the fewest link crossings wins (rank i of a
+    server on NIC i reaches NIC i of its peer over rail i; a GPU reaches a GPU of its own
+    server over their intra-server link). Equal-cost candidates (a dual-homed host whose peers
+    are as near over either NIC) are spread **per peer**: the k-th tie (in NIC order, source
+    first) with k = the position of dst among src's peers (``hosts`` without src) modulo the
+    number of ties, so consecutive peers of a host use consecutive NICs and all connections
+    of one pair use one NIC pair. Addresses src has no route to are skipped; pairs with no
+    route at all are left out (a resolved plan has none). Pure."""
     names = list(dict.fromkeys(hosts))
     addrs = {h: host_addresses(plan, h) for h in names}
     own = {h: {lk.endpoint(h).ifname: str(lk.endpoint(h).ipv4.ip) for lk in plan.links_of(h)
                if lk.endpoint(h).ipv4 is not None} for h in names}
+    tables = {h: [own[h][sr.ifname] for sr in plan.node(h).source_routes
+                  if sr.ifname in own[h]] for h in names}
     walker = PathWalker(plan)
     out: dict[tuple[str, str], tuple[str, str]] = {}
     for src in names:
-        for dst in names:
-            if src == dst or (len(addrs[src]) < 2 and len(addrs[dst]) < 2) or not addrs[src]:
+        for j, dst in enumerate(h for h in names if h != src):
+            if (len(addrs[src]) < 2 and len(addrs[dst]) < 2) or not addrs[src]:
                 continue
-            best: tuple[int, int, str, list[list[Hop]]] | None = None
-            for i, addr in enumerate(addrs[dst]):
-                try:
-                    found = walker.paths(src, addr)
-                except PathError:
-                    continue
-                cand = (min(len(p) for p in found), i, addr, found)
-                if best is None or cand[:2] < best[:2]:
-                    best = cand
-            if best is None:
+            cands = _candidates(walker, src, addrs[src], tables[src], own[src], addrs[dst])
+            if not cands:
                 continue
-            first = {p[0].ifname for p in best[3] if p}
-            src_ip = own[src].get(next(iter(first)), addrs[src][0]) if len(first) == 1 \
-                else addrs[src][0]
-            out[(src, dst)] = (src_ip, best[2])
+            best = min(c[0] for c in cands)
+            ties = [c[1:] for c in cands if c[0] == best]
+            out[(src, dst)] = ties[j % len(ties)]
     return out
+
+
+def _candidates(walker: PathWalker, src: str, src_addrs: list[str], table_addrs: list[str],
+                own: dict[str, str], dst_addrs: list[str]) -> list[tuple[int, str, str]]:
+    """(link crossings, source, destination) for each way src can reach an address of dst
+    (:func:`peer_addresses`)."""
+    out = []
+    for src_ip in table_addrs or [None]:
+        for addr in dst_addrs:
+            try:
+                found = walker.paths(src, addr, src_ip)
+            except PathError:
+                continue
+            if src_ip is None:
+                first = {p[0].ifname for p in found if p}
+                ip = own.get(next(iter(first)), src_addrs[0]) if len(first) == 1 \
+                    else src_addrs[0]
+            else:
+                ip = src_ip
+            out.append((min(len(p) for p in found), ip, addr))
+    return out
+
+
+def rank_addresses(plan: LabPlan, placement: Mapping[int, str]) -> dict[int, str]:
+    """rank -> the IPv4 address it is bound to, for the ranks placed on hosts with
+    ``ranks_per_host`` (:class:`aitb.plan.NodePlan`): the k-th rank placed on such a host (in
+    rank order) gets its k-th NIC's address (:func:`host_addresses`); ranks on other hosts
+    are left out. Raises :class:`RankBindingError` naming the host when more ranks are placed
+    on it than its ``ranks_per_host``. Pure."""
+    by_host: dict[str, list[int]] = {}
+    for rank in sorted(placement):
+        by_host.setdefault(placement[rank], []).append(rank)
+    out: dict[int, str] = {}
+    for host, ranks in by_host.items():
+        n = plan.node(host)
+        if n.ranks_per_host is None:
+            continue
+        if len(ranks) > n.ranks_per_host:
+            raise RankBindingError(f"host {host} takes {n.ranks_per_host} ranks "
+                                   f"(ranks_per_host: one per NIC) and {len(ranks)} are "
+                                   f"placed on it (ranks {ranks})")
+        out.update(zip(ranks, host_addresses(plan, host), strict=False))
+    return out
+
+
+class RankBindingError(ValueError):
+    """More ranks placed on a host than its ``ranks_per_host``; the message names it."""
 
 
 def site_of(plan: LabPlan, node: str) -> str | None:

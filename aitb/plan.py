@@ -23,7 +23,7 @@ __all__ = [
     "NodeKind", "NODE_KINDS", "EcmpHash", "LoadBalancing", "LOAD_BALANCINGS", "Datapath",
     "OvsDatapath", "DelayLine", "DELAY_LINES",
     "MAX_IFNAME", "MAX_NODE_NAME",
-    "Endpoint", "LinkPlan", "NextHop", "Route", "NodePlan", "LabPlan",
+    "Endpoint", "LinkPlan", "NextHop", "Route", "SourceRoutes", "NodePlan", "LabPlan",
     "plan_to_dict", "plan_from_dict", "PlanError", "plan_problems", "NAME_RE", "IFNAME_RE",
 ]
 
@@ -115,6 +115,17 @@ class Route:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceRoutes:
+    """Policy routing of a multi-NIC host: traffic whose source is the address of interface
+    ``ifname`` is routed by ``routes`` alone (``ip rule from <address> lookup <table>``,
+    testbed/source_routing.py), so it leaves by that interface; ``routes`` holds the
+    interface's own subnet on-link and the shortest paths through its gateways only."""
+
+    ifname: str
+    routes: tuple[Route, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NodePlan:
     """An emulated node. ``host``: an end system; ``router``: forwards (ip_forward=1);
     ``switch``: an L2 Linux bridge over its ports.
@@ -140,6 +151,11 @@ class NodePlan:
     ecmp_hash), ``packet`` (each packet to the next next hop of a multipath route, round
     robin) or ``flowlet`` (a flow's path re-picked after it was idle ``flowlet_gap_s``
     seconds; None with the other policies); see testbed/load_balance.py.
+    source_routes (multi-NIC hosts): per NIC, the routes of traffic from its address
+    (:class:`SourceRoutes`); empty for other nodes. ranks_per_host (hosts): the host is a
+    server running up to this many ranks, the k-th rank placed on it (in rank order) bound to
+    its k-th NIC (source and listen address; :func:`aitb.paths.rank_addresses`); None: ranks
+    share the host's addresses.
     """
 
     name: str
@@ -164,6 +180,8 @@ class NodePlan:
     lo_ipv6: IPv6If | None = None
     load_balancing: LoadBalancing = "flow"
     flowlet_gap_s: float | None = None
+    source_routes: tuple[SourceRoutes, ...] = ()
+    ranks_per_host: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,9 +283,18 @@ def _node_problems(n: NodePlan) -> list[str]:
             n.flowlet_gap_s is not None and not n.flowlet_gap_s > 0):
         out.append(f"{where}: flowlet_gap_s {n.flowlet_gap_s!r} must be a duration > 0 "
                    "exactly when load_balancing is flowlet")
-    for r in n.routes:
+    for r in (*n.routes, *(r for sr in n.source_routes for r in sr.routes)):
         for h in r.nexthops:
             out += _name_problem(h.ifname, f"{where}: route interface", IFNAME_RE, MAX_IFNAME)
+    for sr in n.source_routes:
+        out += _name_problem(sr.ifname, f"{where}: source-routed interface", IFNAME_RE,
+                             MAX_IFNAME)
+    if n.source_routes and (n.kind != "host" or n.forward):
+        out.append(f"{where}: source routes are for multi-NIC hosts that do not forward")
+    if n.ranks_per_host is not None and (n.kind != "host" or n.forward
+                                         or not n.ranks_per_host >= 1):
+        out.append(f"{where}: ranks_per_host {n.ranks_per_host!r} must be a whole number >= 1 "
+                   "on a host that does not forward")
     for text in (*n.flows, *(n.command or ()), *n.environment, *n.environment.values(),
                  *n.binds, *n.binds.values(), *n.labels, *n.labels.values(), n.image or ""):
         out += _text_problem(text, f"{where}: value")
@@ -360,6 +387,9 @@ def plan_from_dict(d: Mapping[str, Any]) -> LabPlan:
     (a ValueError) naming every name no runtime may receive (:func:`plan_problems`)."""
     nodes = tuple(
         NodePlan(**{**n, "routes": tuple(_route_from(r) for r in n.get("routes", ())),
+                    "source_routes": tuple(
+                        SourceRoutes(s["ifname"], tuple(_route_from(r) for r in s["routes"]))
+                        for s in n.get("source_routes", ())),
                     "lo_ipv4": ipaddress.IPv4Interface(n["lo_ipv4"]) if n.get("lo_ipv4")
                     else None,
                     "lo_ipv6": ipaddress.IPv6Interface(n["lo_ipv6"]) if n.get("lo_ipv6")

@@ -33,7 +33,7 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from aitb.errors import LabError
 from aitb.plan import LinkPlan, Route
-from testbed import load_balance
+from testbed import load_balance, source_routing
 from testbed.links import RTM_NEWLINK, updown_msg
 from testbed.nl import F_CREATE, F_REPLACE, Batch, dump
 from testbed.routes import (
@@ -141,6 +141,7 @@ def restore_routes(lab: Lab, links: Sequence[LinkPlan], times: dict[str, Any] | 
                       F_CREATE | F_REPLACE, f"node {node}: restore route {route.dst}")
         batch.commit()
         load_balance.restore(lab, node, ifnames - down)  # its per-next-hop tables
+        source_routing.restore(lab, node, ifnames - down)  # its per-source tables
         batches.append((node, layout, sock, wanted))
     if times is not None:
         times["acked_unix_s"] = time.time()

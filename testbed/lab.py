@@ -38,6 +38,7 @@ from testbed import (
     realise,
     reshape,
     signals,
+    source_routing,
     sysctl,
     verify,
 )
@@ -218,6 +219,7 @@ class Lab:
         for n in self.plan.nodes:
             realise.configure_node(n, self.layout, self.io[n.name], links_of)
         load_balance.apply(self)
+        source_routing.apply(self)
         t = self._step("configure", t)
         self._wait_stp()
         self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
@@ -281,6 +283,7 @@ class Lab:
                 problems += verify.check_node(links_of.get(n.name, []), self.layout, n,
                                               self.node_io(n.name).sock)
         problems += load_balance.check(self, nodes)
+        problems += source_routing.check(self, nodes)
         problems += ovs_lab.check_all(self, {s: d for s, d in self.ovs.items()
                                              if nodes is None or s in nodes}, self.ovs_rules)
         problems += [p for r in self._delay_lines() if nodes is None or r.rx_node in nodes

@@ -52,6 +52,7 @@ def node_plans(spec: TopologySpec) -> dict[str, NodePlan]:
             ecmp_hash=_pick(layers, "ecmp_hash") or "l3",
             stp=bool(_pick(layers, "stp")),
             forward=forward,
+            ranks_per_host=_pick(layers, "ranks_per_host") if kind == "host" else None,
             load_balancing=lb,
             flowlet_gap_s=parse_duration_s(gap) if lb == "flowlet" else None,
             datapath=_pick(layers, "datapath") or "bridge",

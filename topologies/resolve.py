@@ -84,6 +84,29 @@ def _unreachable(plan_nodes: dict[str, NodePlan], segments: list[Segment],
     return out
 
 
+def _rank_nic_issues(nodes: dict[str, NodePlan], edges: list[Edge]) -> list[SpecIssue]:
+    """Hosts whose ranks_per_host exceeds their NICs (links), or that forward."""
+    nics: dict[str, int] = {}
+    for e in edges:
+        for port in (e.a, e.b):
+            nics[port.node] = nics.get(port.node, 0) + 1
+    out = []
+    for name, p in nodes.items():
+        if p.ranks_per_host is None:
+            continue
+        where = ("nodes", name, "ranks_per_host")
+        if p.forward:
+            out.append(SpecIssue(f"node {name}: ranks_per_host binds ranks to NICs, but the "
+                                 "node forwards (forward: true gives it one traffic address)",
+                                 key_path=where))
+        elif p.ranks_per_host > nics.get(name, 0):
+            out.append(SpecIssue(f"node {name}: ranks_per_host {p.ranks_per_host} needs as "
+                                 f"many NICs, and the node has {nics.get(name, 0)} link(s); "
+                                 f"use at most {nics.get(name, 0)} or link it more",
+                                 key_path=where))
+    return out
+
+
 def _link_plans(edges: list[Edge], addr: dict, spec: TopologySpec) -> tuple[LinkPlan, ...]:
     def ep(port: Port) -> Endpoint:
         v4, v6 = addr.get(port, (None, None))
@@ -113,6 +136,7 @@ def resolve(spec: TopologySpec, source: str = "<spec>", base_dir: Path | None = 
     nodes = node_plans(spec)
     edges, issues = build_edges(spec, profiles)
     stage.check(issues)
+    stage.check(_rank_nic_issues(nodes, edges))
     traces, issues = link_traces(spec, profiles, edges, base_dir or Path(source).parent, source)
     stage.check(issues)
     kinds = {n: p.kind for n, p in nodes.items()}
@@ -131,10 +155,11 @@ def resolve(spec: TopologySpec, source: str = "<spec>", base_dir: Path | None = 
     pools = (spec.addressing.ipv4_pool, spec.addressing.ipv6_pool if spec.addressing.ipv6
              else None)
     rr = compute_routes(segments, {**kinds, **dict.fromkeys(forwarders, "router")}, cost,
-                        addr, pools)
+                        addr, pools, [n for n, p in nodes.items() if p.ranks_per_host])
     stage.check(_unreachable(nodes, segments, rr))
     lo = {n: addr[Port(n, LOOPBACK)] for n in forwarders}
     plan_nodes = tuple(replace(p, routes=rr.routes.get(name, ()),
+                               source_routes=rr.source_routes.get(name, ()),
                                lo_ipv4=lo[name][0] if name in lo else None,
                                lo_ipv6=lo[name][1] if name in lo else None)
                        for name, p in nodes.items())

@@ -14,6 +14,15 @@ Tables are kept compact where that is exact: destinations with the same next hop
 into covering prefixes only when those prefixes contain nothing else (:func:`aggregate`),
 and a host whose every destination has the same next hops gets ONE route to the whole pool
 (never a default route).
+
+**Per-source tables** (multi-NIC hosts, :class:`aitb.plan.SourceRoutes`): a host with two or
+more NICs gets, per NIC, the routes that traffic from that NIC's address takes: its own subnet
+on-link and, for every other segment, the best paths through the gateways on that NIC alone
+(the same costs as above, other NICs left out). The testbed installs them as
+``ip rule from <address> lookup <table>``, so a packet never leaves a NIC with another NIC's
+source address (the kernel's ECMP hash or a shorter path over another NIC would send it
+there otherwise). Hosts get them when one of their routes spreads over several of their NICs
+(a dual-homed host with equal-cost NICs) or when they bind ranks to NICs (``ranks_per_host``).
 """
 
 from __future__ import annotations
@@ -22,9 +31,9 @@ import heapq
 import ipaddress
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from aitb.plan import NextHop, Route
+from aitb.plan import NextHop, Route, SourceRoutes
 from topologies.addressing import Segment
 from topologies.graph import Port
 
@@ -40,6 +49,7 @@ class RoutingResult:
 
     routes: dict[str, tuple[Route, ...]]
     reach: dict[str, frozenset[int]]
+    source_routes: dict[str, tuple[SourceRoutes, ...]] = field(default_factory=dict)
 
 
 class _Graph:
@@ -219,15 +229,48 @@ def _routes(table: Mapping[int, tuple], g: _Graph, addr: Mapping[Port, Addr],
     return tuple(r for _, _, r in out)
 
 
+def _spreads(routes: tuple[Route, ...]) -> bool:
+    """Whether a route of these has next hops on two or more interfaces."""
+    return any(len({h.ifname for h in r.nexthops}) > 1 for r in routes)
+
+
+def _source_routes(node: str, g: _Graph, addr: Mapping[Port, Addr],
+                   pools: tuple[ipaddress.IPv4Network, ipaddress.IPv6Network | None]
+                   ) -> tuple[SourceRoutes, ...]:
+    """Per own interface of host ``node``: its subnet on-link, then the best routes through
+    the gateways on that interface only (compact like a host's main table)."""
+    out = []
+    gws = g.gateways(node)
+    for k, port in g.ifaces[node]:
+        mine = [gw for gw in gws if gw[1] == port]
+        canon: dict[tuple, tuple] = {}
+        table = {}
+        for kk, targets in enumerate(g.seg_routers):
+            if kk == k or not targets or not mine:
+                continue
+            best = _best(mine, g, targets)
+            if best:
+                table[kk] = canon.setdefault(best, best)
+        v4, v6 = addr[port]
+        onlink = tuple(Route(dst=i.network, nexthops=(NextHop(ifname=port.ifname),))
+                       for i in (v4, v6) if i is not None)
+        out.append(SourceRoutes(port.ifname, onlink + (
+            _routes(table, g, addr, pools, compact=True) if table else ())))
+    return tuple(out)
+
+
 def compute_routes(segments: list[Segment], kinds: Mapping[str, str], cost: Mapping[Port, int],
                    addr: Mapping[Port, Addr],
-                   pools: tuple[ipaddress.IPv4Network, ipaddress.IPv6Network | None]
-                   ) -> RoutingResult:
+                   pools: tuple[ipaddress.IPv4Network, ipaddress.IPv6Network | None],
+                   per_source: Iterable[str] = ()) -> RoutingResult:
     """Routes for every host and router.
 
     segments: with subnets allocated; kinds: node -> kind; cost: port -> cost of leaving
     through it; addr: port -> (IPv4, IPv6 or None) interface; pools: (IPv4 pool, IPv6 pool or
-    None) for the compact host route. Returns routes and reachable segment indices per node.
+    None) for the compact host route; per_source: hosts that get per-source tables even when
+    no route of theirs spreads over several NICs (hosts binding ranks to NICs). Returns
+    routes and reachable segment indices per node, and the per-source tables of the
+    multi-NIC hosts that need them (module docstring).
     """
     g = _Graph(segments, kinds, cost)
     routes, reach = {}, {}
@@ -245,4 +288,8 @@ def compute_routes(segments: list[Segment], kinds: Mapping[str, str], cost: Mapp
         table = _node_table(node, g)
         routes[node] = _routes(table, g, addr, pools, compact=True)
         reach[node] = frozenset(table) | own
-    return RoutingResult(routes=routes, reach=reach)
+    forced = set(per_source)
+    source = {node: _source_routes(node, g, addr, pools)
+              for node in sorted(set(g.ifaces) - g.router_set)
+              if len(g.ifaces[node]) > 1 and (node in forced or _spreads(routes[node]))}
+    return RoutingResult(routes=routes, reach=reach, source_routes=source)

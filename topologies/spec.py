@@ -183,6 +183,11 @@ class NodeSettings(_Strict):
         default=None, description="Hosts: forward packets and route for others (the nodes "
         "of a direct-connect fabric such as a torus of hosts); the host gets a node address "
         "on its loopback, its traffic address, reachable over each of its links.")
+    ranks_per_host: int | None = Field(
+        default=None, ge=1, le=64, description="Hosts: a server running up to this many "
+        "ranks, the k-th rank placed on it (in rank order) bound to its k-th NIC (its k-th "
+        "link): that NIC's address is the rank's source and listen address, and the host "
+        "routes traffic from each NIC's address out of that NIC (per-source tables).")
     datapath: Literal["bridge", "ovs"] | None = Field(
         default=None, description="Switches: Linux bridge (default) or Open vSwitch (aitb "
         "computes its flows: shortest paths, ECMP through select groups).")

@@ -104,6 +104,13 @@ def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[
     if settings.forward is not None and kind != "host":
         yield SpecIssue(f"forward applies to hosts only, not to a {kind} (a router always "
                         "forwards, a switch bridges)", key_path=(*path, "forward"))
+    if settings.ranks_per_host is not None and kind != "host":
+        yield SpecIssue(f"ranks_per_host applies to hosts only, not to a {kind}",
+                        key_path=(*path, "ranks_per_host"))
+    if settings.ranks_per_host is not None and settings.forward:
+        yield SpecIssue("ranks_per_host binds ranks to NICs, and a forwarding host has one "
+                        "traffic address (its node address); drop one of forward and "
+                        "ranks_per_host", key_path=(*path, "ranks_per_host"))
     for key, value in (settings.sysctls or {}).items():
         where = (*path, "sysctls", key)
         if not SYSCTL_RE.fullmatch(key):

@@ -3,15 +3,21 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from topo_helpers import load
 
 from aitb.errors import SpecError
-from aitb.paths import host_addresses, paths, peer_addresses
+from aitb.paths import PathWalker, host_addresses, paths, peer_addresses
+from aitb.plan import plan_from_dict, plan_to_dict
 from aitb.schedule import Collective, Group, Schedule
-from topologies import generate
+from topologies import generate, load_topology
 from traffic_gen import replay
 from traffic_gen.launch import LocalLauncher
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "topologies" / "examples"
 
 
 def _addr(plan, node, peer):
@@ -77,3 +83,30 @@ def test_replay_refuses_bad_pair_addresses_before_starting_anything(tmp_path):
     assert "h1 -> h2: 'nic0' is not an IPv4 address" in text
     assert "h1 -> ghost names a host without a lab address" in text
     assert not (tmp_path / "run").exists()
+
+
+def test_dual_homed_hosts_get_a_table_per_nic_and_spread_their_peers_over_both():
+    plan = load_topology(EXAMPLES / "dual_homed.yaml")
+    h1 = plan.node("h1")
+    assert [sr.ifname for sr in h1.source_routes] == ["eth0", "eth1"]
+    for sr in h1.source_routes:  # its subnet on-link, the rest through that NIC's gateway
+        assert {h.ifname for r in sr.routes for h in r.nexthops} == {sr.ifname}
+    assert plan.node("h3").source_routes == ()  # one NIC
+    a1, a2, a3 = (host_addresses(plan, h) for h in ("h1", "h2", "h3"))
+    # from h1's second NIC to h2's first: the main table leaves by h1's first NIC (l1), the
+    # source table by its second (l2, the spine, l1)
+    (path,) = paths(plan, "h1", a2[0])
+    assert [h.node for h in path] == ["h1", "l1"]
+    (path,) = PathWalker(plan).paths("h1", a2[0], a1[1])
+    assert [h.node for h in path] == ["h1", "l2", "sp", "l1"]
+    pairs = peer_addresses(plan, ["h1", "h2", "h3"])
+    # h1's peers h2 and h3 take its NICs in turn; h2 and h1 pair NIC to NIC on one leaf
+    assert pairs[("h1", "h2")] == (a1[0], a2[0]) and pairs[("h2", "h1")] == (a2[0], a1[0])
+    assert pairs[("h1", "h3")] == (a1[1], a3[0]) and pairs[("h2", "h3")] == (a2[1], a3[0])
+    assert pairs[("h3", "h1")] == (a3[0], a1[0]) and pairs[("h3", "h2")] == (a3[0], a2[1])
+
+
+def test_source_routes_survive_plan_json():
+    plan = load_topology(EXAMPLES / "dual_homed.yaml")
+    again = plan_from_dict(json.loads(json.dumps(plan_to_dict(plan))))
+    assert again.node("h1").source_routes == plan.node("h1").source_routes
