@@ -79,7 +79,7 @@ class Agent:
         self.shared = Shared(self.emit, self.fail, opts["transfer_timeout_s"], opts["spin_s"],
                              opts["rt_priority"])
         self.eps = Endpoints(self.node, msg["ip"], set(msg["allowed"]), self.shared, opts,
-                             msg.get("ips"))
+                             msg.get("ips"), msg.get("bind"))
         ports = self.eps.listen(msg["udp_in"])
         self.ch.send({"type": "listening", "node": self.node, **ports})
 

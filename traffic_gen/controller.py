@@ -61,14 +61,17 @@ class RunFailed(Exception):
 class Controller:
     """Drives one replay. ``nodes``: host -> lab address; ``options``: a ReplayOptions;
     ``pairs``: (src host, dst host) -> (source, destination address) where these differ from
-    ``nodes`` (multi-NIC hosts, traffic_gen.replay)."""
+    ``nodes`` (multi-NIC hosts, traffic_gen.replay); ``rank_ips``: rank -> the address the
+    rank is bound to (source and listen address, over ``pairs``)."""
 
     def __init__(self, run_dir: Path, run_id: str, launcher: Launcher,
                  nodes: Mapping[str, str], options: Any,
-                 pairs: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> None:
+                 pairs: Mapping[tuple[str, str], tuple[str, str]] | None = None,
+                 rank_ips: Mapping[int, str] | None = None) -> None:
         self.run_dir, self.run_id, self.launcher = run_dir, run_id, launcher
         self.nodes, self.opt = dict(nodes), options
         self.pairs = dict(pairs or {})
+        self.rank_ips = dict(rank_ips or {})
         self.procs: dict[str, Any] = {}
         self.chans: dict[str, Channel] = {}
         self.q: queue.Queue[tuple[str, dict[str, Any] | None]] = queue.Queue()
@@ -248,19 +251,24 @@ class Controller:
 
     def _setup(self, program: Program, placement: Mapping[int, str]) -> None:
         c = self.opt.conns_per_peer
-        allowed = sorted(set(self.nodes.values()) | {ip for v in self.pairs.values() for ip in v})
+        allowed = sorted(set(self.nodes.values()) | {ip for v in self.pairs.values() for ip in v}
+                         | set(self.rank_ips.values()))
+        rip = self.rank_ips.get
         for node, ch in self.chans.items():
             out = [[s, d, k, p] for s, d, p in sorted(program.channels) if placement[s] == node
                    for k in range(c if p == "tcp" else 1)]
             in_tcp = c * sum(1 for s, d, p in program.channels
                              if placement[d] == node and p == "tcp")
-            udp_in = [[s, d, self.ends(placement[s], node)[1]]
+            udp_in = [[s, d, rip(d) or self.ends(placement[s], node)[1]]
                       for s, d, p in sorted(program.channels)
                       if placement[d] == node and p == "udp"]
             ranks = {str(r): prog for r, prog in program.ranks.items() if placement[r] == node}
             # every address a peer connects to on this node (its NIC towards that peer)
-            ips = sorted({self.nodes[node]} | {self.ends(n, node)[1] for n in self.nodes})
-            ch.send({"type": "setup", "run_id": self.run_id, "node": node,
+            # and the NICs its ranks are bound to
+            bind = {str(r): ip for r, ip in self.rank_ips.items() if placement.get(r) == node}
+            ips = sorted({self.nodes[node]} | {self.ends(n, node)[1] for n in self.nodes}
+                         | set(bind.values()))
+            ch.send({"type": "setup", "run_id": self.run_id, "node": node, "bind": bind,
                      "ip": self.nodes[node], "ips": ips, "allowed": allowed, "ranks": ranks,
                      "out": out, "in_tcp": in_tcp, "udp_in": udp_in,
                      "options": self.opt.agent_options(), "kick": self._kick_info()})
@@ -270,8 +278,10 @@ class Controller:
             for r, n in placement.items():
                 if n in ports:
                     src_ip, dst_ip = self.ends(me, n)
+                    dst_ip = rip(r) or dst_ip  # a rank bound to a NIC listens there
                     rank_ep[str(r)] = [dst_ip, ports[n]["tcp_ports"][dst_ip], n, src_ip]
-            udp_ep = {k: [self.ends(me, n)[1], port, n, self.ends(me, n)[0]]
+            udp_ep = {k: [rip(int(k.split(",")[1])) or self.ends(me, n)[1], port, n,
+                          self.ends(me, n)[0]]
                       for n, m in ports.items() for k, port in m["udp_ports"].items()}
             ch.send({"type": "peers", "rank_ep": rank_ep, "udp_ep": udp_ep})
         done = self._gather("connected", self.opt.agent_start_timeout_s)

@@ -35,12 +35,16 @@ _ACCEPT_WAIT_S = 30.0
 
 class Endpoints:
     """Sockets and workers of one agent on node ``node`` with lab address ``ip``, listening on
-    ``ips`` (default: ``ip`` alone; a multi-NIC host: each NIC its peers connect to)."""
+    ``ips`` (default: ``ip`` alone; a multi-NIC host: each NIC its peers connect to);
+    ``bind``: rank -> the address that rank's connections leave from (a rank bound to a NIC,
+    ``ranks_per_host``), over any other source address."""
 
     def __init__(self, node: str, ip: str, allowed: set[str], shared: Shared,
-                 options: dict[str, Any], ips: list[str] | None = None) -> None:
+                 options: dict[str, Any], ips: list[str] | None = None,
+                 bind: dict[str, str] | None = None) -> None:
         self.node, self.ip, self.allowed, self.shared = node, ip, allowed, shared
         self.ips = list(ips or [ip])
+        self.bind = dict(bind or {})
         self.knobs = TcpKnobs(**options.get("knobs", {}))
         self.udp_payload_bytes = options.get("udp_payload_bytes", 1400)
         self.out: dict[tuple[int, int, str], dict[int, Any]] = {}
@@ -131,17 +135,23 @@ class Endpoints:
         self.rank_ep = dict(rank_ep)
         for src, dst, c, proto in out:
             if proto == "udp":
-                self._connect_udp(src, dst, *udp_ep[f"{src},{dst}"])
+                ip, port, dst_node, *given = udp_ep[f"{src},{dst}"]
+                self._connect_udp(src, dst, ip, port, dst_node, self.source(src, given))
                 continue
             ip, port, dst_node, *src_ip = rank_ep[str(dst)]
             knobs.append({"src_rank": src, "dst_rank": dst, "conn": c,
                           **self._connect_tcp(src, dst, c, ip, port, dst_node,
-                                              src_ip[0] if src_ip else self.ip)})
+                                              self.source(src, src_ip))})
         with self.cv:
             if not self.cv.wait_for(lambda: self.accepted >= in_tcp, _ACCEPT_WAIT_S):
                 raise OSError(f"node {self.node}: only {self.accepted} of {in_tcp} incoming "
                               f"connections arrived within {_ACCEPT_WAIT_S} s")
         return knobs
+
+    def source(self, rank: int, given: list[str]) -> str:
+        """The source address of ``rank``'s connections: its bound NIC, else ``given[0]``
+        (the controller's choice for the pair), else the host's address."""
+        return self.bind.get(str(rank)) or (given[0] if given else self.ip)
 
     def _connect_tcp(self, src: int, dst: int, c: int, ip: str, port: int,
                      dst_node: str, src_ip: str) -> dict[str, Any]:

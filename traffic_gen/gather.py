@@ -168,7 +168,7 @@ def run_src(rank: int, node: str, op: dict[str, Any], eps: Any, shared: Shared,
     ip, port, root_node, *src_ip = eps.rank_ep[str(op["root"])]
     eps._check(ip)  # agents connect only to lab addresses
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind((src_ip[0] if src_ip else eps.ip, 0))
+    s.bind((eps.source(rank, src_ip), 0))
     apply_knobs(s, eps.knobs)
     s.settimeout(shared.transfer_timeout_s)
     s.connect((ip, port))

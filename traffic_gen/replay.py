@@ -141,16 +141,35 @@ def _check_pairs(pairs: Mapping[tuple[str, str], tuple[str, str]],
         raise SpecError(issues)
 
 
+def _check_bound(bound: Mapping[int, str], placement: Mapping[int, str]) -> None:
+    issues = []
+    for rank, ip in sorted(bound.items()):
+        where = ["rank_addresses", rank]
+        if rank not in placement:
+            issues.append(SpecIssue(f"rank {rank} is bound to {ip} but not placed on a host",
+                                    key_path=where))
+        try:
+            ipaddress.IPv4Address(ip)
+        except ValueError:
+            issues.append(SpecIssue(f"rank {rank}: {ip!r} is not an IPv4 address",
+                                    key_path=where))
+    if issues:
+        raise SpecError(issues)
+
+
 def replay(schedule: Schedule, placement: Mapping[int, str], launcher: Launcher,
            run_dir: Path, addresses: Mapping[str, str],
            options: ReplayOptions | None = None,
-           pair_addresses: Mapping[tuple[str, str], tuple[str, str]] | None = None
-           ) -> ReplayResult:
+           pair_addresses: Mapping[tuple[str, str], tuple[str, str]] | None = None,
+           rank_addresses: Mapping[int, str] | None = None) -> ReplayResult:
     """Replay ``schedule`` with ranks placed by ``placement`` (rank -> host) on hosts reachable
     at ``addresses`` (host -> lab IPv4; agents bind it and connect only to these).
     ``pair_addresses``: (src host, dst host) -> (source, destination IPv4) for the pairs that
     use other addresses (multi-NIC hosts, :func:`aitb.paths.peer_addresses`): src's agent
     binds the source and connects to the destination, on which dst's agent listens.
+    ``rank_addresses``: rank -> IPv4 the rank is bound to (a server's rank on its NIC,
+    :func:`aitb.paths.rank_addresses`): its connections leave from it and its peers connect
+    to it, over ``pair_addresses``.
 
     Raises SpecError before any process starts for an unplaced rank, a host without address,
     an unknown algorithm (listing the known ones) or a bad option. A failure while running
@@ -165,11 +184,14 @@ def replay(schedule: Schedule, placement: Mapping[int, str], launcher: Launcher,
     pairs = dict(pair_addresses or {})
     _check_inputs(schedule, placement, addresses, options)
     _check_pairs(pairs, addresses)
+    bound = dict(rank_addresses or {})
+    _check_bound(bound, placement)
     program = compile_program(schedule, placement, options.sites, options.stragglers)
     run_dir.mkdir(parents=True, exist_ok=True)
     nodes = {h: addresses[h] for h in sorted({placement[r] for r in program.ranks})}
     ctl = Controller(run_dir, options.run_id, launcher, nodes, options,
-                     {k: v for k, v in pairs.items() if k[0] in nodes and k[1] in nodes})
+                     {k: v for k, v in pairs.items() if k[0] in nodes and k[1] in nodes},
+                     {r: ip for r, ip in bound.items() if r in program.ranks})
     writer = RecordWriter(run_dir)
     failures: tuple[FailureRecord, ...] = ()
     try:

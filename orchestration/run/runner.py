@@ -24,7 +24,7 @@ from typing import Any
 import topologies
 from aitb.errors import AitbError, LabError, SpecError, SpecIssue
 from aitb.events import EventAction
-from aitb.paths import PathError, peer_addresses
+from aitb.paths import PathError, RankBindingError, peer_addresses, rank_addresses
 from aitb.plan import LabPlan, plan_to_dict
 from aitb.specfile import Ref, line_of, resolve_ref, with_lines
 from aitb.units import UnitError, parse_duration_s, parse_size_bytes
@@ -216,6 +216,7 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
                             seed=spec.seed, scale=spec.scale, pid_by=spec.alto.pids,
                             metric=spec.alto.metric)
             _compile_check(w, i, source, options)
+            _binding_check(w, i, source, plan)
             check_placement(entry, w, plan, i, source)  # data: {enforce: refuse}
             built.append(w)
         except SpecError as exc:
@@ -241,6 +242,15 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
         options = dataclasses.replace(options, start_mode="sleep", python=spec.cluster.python)
     return Prepared(spec, source, plan, tuple(built), options, backend,
                     observe_config(spec, source, doc, plan), events, machines)
+
+
+def _binding_check(w: BuiltWorkload, index: int, source: str, plan: LabPlan) -> None:
+    """Refuse, before the lab exists, more ranks on a host than its ``ranks_per_host``."""
+    try:
+        rank_addresses(plan, w.placement)
+    except RankBindingError as exc:
+        raise SpecError(SpecIssue(f"{w.name}: {exc}", file=source,
+                                  key_path=("workloads", index, "placement"))) from None
 
 
 def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions) -> None:
@@ -321,7 +331,7 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
                                    sites=w.sites or prep.options.sites,
                                    on_phase=_anchoring(player, w.name))
         return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts,
-                      pairs)
+                      pairs, rank_addresses(prep.plan, w.placement))
 
     for group in start_groups(prep.spec.workloads):  # start: with_previous -> concurrent
         for i in group:

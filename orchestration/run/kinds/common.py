@@ -138,15 +138,19 @@ class Ctx:
 
 
 def hosts_of(ctx: Ctx, plan: LabPlan, hosts: list[str]) -> list[str]:
-    """``hosts`` checked: hosts of ``plan``, none twice."""
-    known = {n.name for n in plan.hosts()}
+    """``hosts`` checked: hosts of ``plan``, none twice, except a server with
+    ``ranks_per_host`` N, listed up to N times (one rank per NIC)."""
+    known = {n.name: n.ranks_per_host for n in plan.hosts()}
     bad = [h for h in hosts if h not in known]
     if bad:
         raise ctx.error("hosts", f"not hosts of lab {plan.name}: {', '.join(bad)}; hosts are "
                                  f"{', '.join(sorted(known))}")
-    if len(set(hosts)) != len(hosts):
-        raise ctx.error("hosts", "a host is listed twice (use placement: {slots: N} to put "
-                                 "several ranks on one host)")
+    over = sorted(h for h in set(hosts) if hosts.count(h) > (known[h] or 1))
+    if over:
+        h = over[0]
+        raise ctx.error("hosts", f"host {h} is listed {hosts.count(h)} times and takes "
+                                 f"{known[h] or 1} rank(s) (ranks_per_host: one per NIC); use "
+                                 "placement: {slots: N} to put several ranks on one host")
     return hosts
 
 
