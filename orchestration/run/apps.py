@@ -9,13 +9,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aitb.errors import SpecError, SpecIssue
+from aitb.paths import host_addresses, peer_addresses
 from aitb.plan import LabPlan
 from aitb.units import parse_duration_s
 from orchestration.run.app_entries import AppEntry
 
 __all__ = ["PLACEHOLDERS", "AppRank", "AppPlan", "build_app", "fill"]
 
-PLACEHOLDERS = ("node", "rank", "world_size", "master_addr", "addr:<node>")
+PLACEHOLDERS = ("node", "rank", "world_size", "master_addr", "addr:<node>", "src_addr:<node>",
+                "addrs:<node>")
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,17 @@ def _problem(source: str, index: int, key: tuple[str | int, ...], message: str) 
     return SpecIssue(message, file=source, key_path=("workloads", index, *key))
 
 
-def fill(text: str, values: Mapping[str, str], addresses: Mapping[str, str]) -> str:
+def fill(text: str, values: Mapping[str, str], addresses: Mapping[str, str],
+         sources: Mapping[str, str] | None = None,
+         every: Mapping[str, list[str]] | None = None) -> str:
     """``text`` with its placeholders replaced: ``{name}`` from ``values``, ``{addr:NODE}``
-    from ``addresses``; ``{{``/``}}`` are literal braces. Raises ValueError naming the bad
-    placeholder (unknown name, unknown node, conversion or format given, unbalanced brace)."""
+    from ``addresses`` (node -> the address to reach it at), ``{src_addr:NODE}`` from
+    ``sources`` (node -> this node's own address towards it; default: this node's
+    ``addresses`` entry, ``values["node"]``), ``{addrs:NODE}`` from ``every`` (node -> all its
+    addresses, comma-separated; default its ``addresses`` entry); ``{{``/``}}`` are literal
+    braces. Raises ValueError naming
+    the bad placeholder (unknown name, unknown node, conversion or format given, unbalanced
+    brace)."""
     out = []
     for literal, name, spec, conv in string.Formatter().parse(text):
         out.append(literal)
@@ -54,17 +63,35 @@ def fill(text: str, values: Mapping[str, str], addresses: Mapping[str, str]) -> 
             continue
         if conv is not None:
             raise ValueError(f"placeholder {{{name}!{conv}}}: no conversions allowed")
-        if name == "addr":
+        if name in ("addr", "src_addr", "addrs"):
             if spec not in addresses:
-                raise ValueError(f"placeholder {{addr:{spec}}}: {spec!r} is not a host with "
-                                 f"a lab address ({', '.join(sorted(addresses))})")
-            out.append(addresses[spec])
+                raise ValueError(f"placeholder {{{name}:{spec}}}: {spec!r} is not a host "
+                                 f"with a lab address ({', '.join(sorted(addresses))})")
+            if name == "addr":
+                out.append(addresses[spec])
+            elif name == "addrs":
+                out.append(",".join((every or {}).get(spec, [addresses[spec]])))
+            elif spec in (sources or {}):
+                out.append((sources or {})[spec])
+            elif values.get("node") in addresses:
+                out.append(addresses[values["node"]])
+            else:
+                raise ValueError(f"placeholder {{src_addr:{spec}}}: this node has no lab "
+                                 "address")
         elif name in values and not spec:
             out.append(values[name])
         else:
             raise ValueError(f"unknown placeholder {{{name}{':' + spec if spec else ''}}}; "
                              f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
     return "".join(out)
+
+
+def _parse(text: str) -> list[tuple[str, str | None, str | None, str | None]]:
+    """``string.Formatter().parse`` of ``text``, [] when it is malformed (fill reports it)."""
+    try:
+        return list(string.Formatter().parse(text))
+    except ValueError:
+        return []
 
 
 def _nodes(source: str, index: int, plan: LabPlan, nodes: list[str]) -> list[SpecIssue]:
@@ -80,13 +107,19 @@ def _nodes(source: str, index: int, plan: LabPlan, nodes: list[str]) -> list[Spe
 
 
 def _rank(e: AppEntry, rank: int, node: str, addresses: Mapping[str, str], source: str,
-          index: int, issues: list[SpecIssue]) -> AppRank:
+          index: int, issues: list[SpecIssue], pairs: Mapping[tuple[str, str], tuple[str, str]],
+          every: Mapping[str, list[str]]) -> AppRank:
+    # multi-NIC hosts: each peer at its NIC nearest to this node, from this node's NIC
+    # towards it (aitb.paths.peer_addresses, as replay's agents use)
+    mine = {h: pairs[(node, h)][1] for h in addresses if (node, h) in pairs}
+    here = {**addresses, **mine}
+    sources = {h: pairs[(node, h)][0] for h in addresses if (node, h) in pairs}
     values = {"node": node, "rank": str(rank), "world_size": str(len(e.nodes)),
-              "master_addr": addresses[e.nodes[0]]}
+              "master_addr": here[e.nodes[0]]}
 
     def one(key: tuple[str | int, ...], text: str) -> str:
         try:
-            return fill(text, values, addresses)
+            return fill(text, values, here, sources, every)
         except ValueError as exc:
             issues.append(_problem(source, index, key, f"node {node}: {exc}"))
             return text
@@ -108,7 +141,12 @@ def build_app(e: AppEntry, index: int, plan: LabPlan, source: str) -> AppPlan:
     if missing:
         raise SpecError(_problem(source, index, ("nodes",), f"node {missing[0]} has no IPv4 lab "
                                  "address (it has no link)"))
-    ranks = tuple(_rank(e, r, n, addresses, source, index, issues)
+    refs = [spec for text in (*e.command, *e.env.values())
+            for _, name, spec, _ in _parse(text) if name in ("addr", "src_addr", "addrs")]
+    names = list(dict.fromkeys([*e.nodes, *(r for r in refs if r in addresses)]))
+    pairs = peer_addresses(plan, names)
+    every = {h: host_addresses(plan, h) for h in names}
+    ranks = tuple(_rank(e, r, n, addresses, source, index, issues, pairs, every)
                   for r, n in enumerate(e.nodes))
     if issues:
         raise SpecError(issues)
