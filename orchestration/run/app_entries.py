@@ -20,7 +20,8 @@ multi-NIC hosts each rank gets the peer's NIC nearest to its own node and its ow
 it (:func:`aitb.paths.peer_addresses`, as replay uses; a GPU reaches a GPU of its server over
 their intra-server link): ``{addr:X}`` and ``{master_addr}`` may differ from rank to rank, so
 a server on a multi-NIC host listens on all its addresses (``0.0.0.0`` or ``{addrs:X}``).
-An app runs one process per node: ``ranks_per_host`` does not split it per NIC. On a container host the command runs inside the container (argv from
+An app runs one process per node: ``ranks_per_host`` does not split it per NIC.
+On a container host the command runs inside the container (argv from
 its image, ``docker exec``); on a namespace host, from the host's file system inside its
 namespace. Built and checked by :mod:`orchestration.run.apps`; run by
 :mod:`orchestration.run.app_run`.
