@@ -10,7 +10,8 @@ own, and every plan link is a Mininet ``Link`` (a veth pair made by ``ip link ad
 ``a`` node's shell, peer straight into the ``b`` node's namespace). What aitb does, exactly as
 in the native backend and through the same code: each node's namespace is bind-mounted as
 ``aitb-<run_id>-<node>`` and registered the moment it exists; sysctls; the bridge ``br0`` and
-its ports; MTU, MAC and wire-sized packets; addresses, routes and the tc recipes of
+its ports; MTU, MAC and wire-sized packets; addresses, routes (with forwarding hosts' node
+addresses and ip_forward, and multi-NIC hosts' per-source tables) and the tc recipes of
 :mod:`testbed.tc` (HTB + buffer, IFB + netem) through netlink (not Mininet's TCLink, which
 drops rates above 1 Gbit/s and lets netem's queue stand in for the buffer); the readback of
 :mod:`testbed.verify`. Agents run as processes of the Mininet hosts: the launcher enters the
@@ -32,7 +33,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from aitb.errors import LabError
 from aitb.plan import LabPlan
-from testbed import load_balance, netns, ovs_settle, realise, sysctl
+from testbed import load_balance, netns, ovs_settle, realise, source_routing, sysctl
 from testbed.clean import TeardownReport, teardown
 from testbed.lab import Lab
 from testbed.layout import BRIDGE, DIRECTIONS, FIRST_IFINDEX, IFB_INDEX_BASE, recipe_for
@@ -107,6 +108,7 @@ class MininetLab(Lab):
         for n in self.plan.nodes:
             realise.configure_node(n, self.layout, self.io[n.name], links_of)
         load_balance.apply(self)
+        source_routing.apply(self)  # multi-NIC hosts' per-source tables
         self._name_addresses()
         t = self._step("configure", t)
         self.net.start()
