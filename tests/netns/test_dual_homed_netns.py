@@ -2,7 +2,8 @@
 h1 and h2 each on leaves l1 and l2, h3 on l3): traffic from a NIC's address leaves by that NIC
 (per-source tables, testbed/source_routing.py), even towards an address the main table reaches
 over the other NIC; replay spreads the peers of a host over both its NICs
-(aitb.paths.peer_addresses), and each flow's records carry the planned NIC pair."""
+(aitb.paths.peer_addresses), and each flow's records carry the planned NIC pair; a NIC link that
+fails and comes back gets its per-source routes back."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pyroute2 import IPRoute
 from aitb.paths import host_addresses, peer_addresses
 from aitb.records import FlowRecord
 from aitb.schedule import Collective, Group, Schedule
+from testbed import source_routing
 from testbed.lab import Lab
 from topologies import load_topology
 from traffic_gen import replay
@@ -98,3 +100,17 @@ def test_replay_spreads_peers_over_both_nics(dual, tmp_path):
     assert len(flows) == 6
     for f in flows:
         assert (f.src_ip, f.dst_ip) == pairs[(f.src_node, f.dst_node)], f
+
+
+def test_a_nic_link_that_comes_back_gets_its_source_table_back(dual):
+    plan, lab = dual
+    (second,) = [lk.name for lk in plan.links_of("h1") if lk.endpoint("h1").ifname == "eth1"]
+    lab.set_links([second], False)  # the kernel deletes the routes through it, table too
+    table = f"table {source_routing.TABLE_BASE + 2} "  # eth1 is h1's second source-routed NIC
+    assert any(table in p for p in source_routing.check(lab, ["h1"]))
+    lab.set_links([second], True)
+    assert source_routing.check(lab, ["h1"]) == []
+    a1, a2 = host_addresses(plan, "h1"), host_addresses(plan, "h2")
+    before = _tx(lab, "h1")
+    lab.run("h1", [sys.executable, "-c", SEND, a1[1], a2[0]])
+    assert _tx(lab, "h1")["eth1"] - before["eth1"] >= DATAGRAMS * PAYLOAD
