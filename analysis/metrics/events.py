@@ -14,7 +14,10 @@ failed do not count; an event with none applied has no window and hits nothing.
 **Hit.** A flow is hit when its [t_start, t_end] (t_end unknown: still running) overlaps
 the window; an iteration (analysis.metrics.collectives.iteration_times: the span of its ops),
 a collective instance ([min rank_t_start, max rank_t_end]) or an FL round ([t_start, t_end]
-over its aggregators) likewise. Of the hit flows, ``flows_on_link`` are those that crossed
+over its aggregators) likewise. A transfer that failed (``failures.jsonl``, from the event
+until the next one) hits its workload and the iteration and collective its record names
+(it has no flow, collective or timeline record), and its workload's recovery search goes
+on until its last failure. Of the hit flows, ``flows_on_link`` are those that crossed
 a link the event touched (its links, a node's links, the links of the directions it
 reshapes). Where the run captured on every such link (``captures/index.json``), from the
 capture (``on_link_source`` ``capture``): a data segment of the flow's connection (src_ip,
@@ -197,13 +200,16 @@ def goodput(flows: pd.DataFrame, t: np.ndarray | Sequence[float], window_s: floa
 
 
 def recovery(flows: pd.DataFrame, start: float, baseline_from: float, window_s: float,
-             fraction: float = RECOVERY_FRACTION) -> dict[str, Any]:
+             fraction: float = RECOVERY_FRACTION, until: float | None = None
+             ) -> dict[str, Any]:
     """Time to recover after an event at ``start`` (host clock, s) for one workload's
     ``flows`` (module docstring: baseline over [``baseline_from``, start], windows of
     ``window_s``, threshold ``fraction`` of the baseline). Returns baseline_goodput_bps,
     min_goodput_bps (the lowest G(t) from start up to the recovery instant, or to the last
     window), recovered (True, False: not before the traffic ended, None: not measurable),
-    recovery_s (s, None unless recovered) and recovery_note. Pure."""
+    recovery_s (s, None unless recovered) and recovery_note. ``until``: the workload was
+    still there until then (host clock, s; e.g. its last failure record), so the search goes
+    on to it even past its last flow's end. Pure."""
     out: dict[str, Any] = {"baseline_goodput_bps": None, "min_goodput_bps": None,
                            "recovered": None, "recovery_s": None, "recovery_note": ""}
     lo, hi, _ = _spans(flows)
@@ -219,7 +225,7 @@ def recovery(flows: pd.DataFrame, start: float, baseline_from: float, window_s: 
     if base <= 0:
         out["recovery_note"] = "no goodput before the event: no baseline"
         return out
-    last = float(hi.max())
+    last = max(float(hi.max()), -math.inf if until is None else until)
     step = window_s / 10
     n = math.floor((last - window_s - start) / step + 1e-9) + 1
     if n < 1:
@@ -229,9 +235,10 @@ def recovery(flows: pd.DataFrame, start: float, baseline_from: float, window_s: 
     g = goodput(flows, grid, window_s)
     ok = np.flatnonzero(g >= fraction * base)
     if ok.size == 0:
+        ended = "failed" if until is not None and until >= hi.max() else "'s traffic ended"
         out.update(recovered=False, min_goodput_bps=float(g.min()),
                    recovery_note=f"goodput stayed below {fraction:.0%} of before until the "
-                                 "workload's traffic ended")
+                                 f"workload{' ' * (ended == 'failed')}{ended}")
         return out
     k = int(ok[0])
     out.update(recovered=True, recovery_s=float(grid[k] - start),
@@ -414,22 +421,26 @@ def event_impact(windows: Sequence[dict[str, Any]], flows: pd.DataFrame,
             if not frame.empty:
                 hit_w |= set(frame[_overlaps(frame["t_start"], frame["t_end"], start, end)]
                              ["workload_index"].astype(int))
+        nxt = next((t for t in applied if t > start), math.inf)
+        prev = max((t for t in applied if t < start), default=-math.inf)
+        fails = _failures_after(failures, start, nxt)
+        hit_w |= set(_workload_index(fails))
         if not hit_w:
             rows.append(base)
             continue
-        nxt = next((t for t in applied if t > start), math.inf)
-        prev = max((t for t in applied if t < start), default=-math.inf)
         for wi in sorted(hit_w):
-            rows.append(_row(base, w, wi, names, flows, hit, iters, rtimes, colls, failures,
-                             plan, start, end, prev, nxt, segments or {}))
+            rows.append(_row(base, w, wi, names, flows, hit, iters, rtimes, colls, fails,
+                             plan, start, end, prev, segments or {}))
     return pd.DataFrame(rows, columns=list(IMPACT_COLUMNS))
 
 
 def _row(base: dict[str, Any], w: dict[str, Any], wi: int, names: dict[int, str],
          flows: pd.DataFrame, hit: pd.DataFrame, iters: pd.DataFrame, rtimes: pd.DataFrame,
-         colls: pd.DataFrame, failures: pd.DataFrame, plan: LabPlan | None, start: float,
-         end: float | None, prev: float, nxt: float,
+         colls: pd.DataFrame, fails: pd.DataFrame, plan: LabPlan | None, start: float,
+         end: float | None, prev: float,
          segments: dict[str, dict[Conn, np.ndarray]]) -> dict[str, Any]:
+    """The row of workload ``wi`` for the event of window ``w``; ``fails``: the failure
+    records from the event until the next one."""
     mine = flows[flows["workload_index"] == wi] if not flows.empty else flows
     mine_hit = hit[hit["workload_index"] == wi] if not hit.empty else hit
     row = {**base, "workload_index": wi, "flows_hit": len(mine_hit)}
@@ -442,29 +453,45 @@ def _row(base: dict[str, Any], w: dict[str, Any], wi: int, names: dict[int, str]
     else:
         row["flows_on_link"], row["flows_maybe_on_link"] = _on_link(mine_hit, w["links"], plan)
         row["on_link_source"] = "plan" if row["flows_on_link"] is not None else None
-    if not failures.empty and "t" in failures:
-        f = failures[_workload_index(failures) == wi]
-        row["failures"] = int(((f["t"] >= start) & (f["t"] < nxt)).sum())
+    f = fails[_workload_index(fails) == wi] if not fails.empty else fails
+    row["failures"] = len(f)
+    # a transfer that failed has no flow record, its op no collective or timeline record:
+    # the failure record names them (extra.iteration, extra.id of a collective)
+    failed_ids = set(f["extra_id"][f.get("extra_op_kind", pd.Series("", f.index)) ==
+                                   "collective"].dropna()) if "extra_id" in f else set()
+    failed_its = {int(i) for i in f["extra_iteration"].dropna()} \
+        if "extra_iteration" in f else set()
     if not colls.empty:
         c = colls[(colls["workload_index"] == wi) &
                   _overlaps(colls["t_start"], colls["t_end"], start, end)]
-        row["collectives_hit"] = sorted(c["collective_id"], key=_natural)
+        failed_ids |= set(c["collective_id"])
+    row["collectives_hit"] = sorted(failed_ids, key=_natural)
     per_w = {}
     for key, frame in (("iterations", iters), ("rounds", rtimes)):
         sub = frame[frame["workload_index"] == wi] if not frame.empty else frame
         per_w[key] = inflation(sub, start, end) if not sub.empty else None
     row["rounds_hit"] = per_w["rounds"]["iterations_hit"] if per_w["rounds"] else []
     inf = per_w["rounds"] if per_w["rounds"] and not per_w["iterations"] else per_w["iterations"]
-    if per_w["iterations"]:
-        row["iterations_hit"] = per_w["iterations"]["iterations_hit"]
+    its = set(per_w["iterations"]["iterations_hit"]) if per_w["iterations"] else set()
+    if not per_w["rounds"]:
+        its |= failed_its
+    row["iterations_hit"] = sorted(its)
     if inf:
         row.update({k: inf[k] for k in ("iteration_time_before_s", "iteration_inflation_first",
                                         "iteration_inflation_max", "iteration_worst")})
     window = row["iteration_time_before_s"] or DEFAULT_WINDOW_S
     row["window_s"] = window
     first = float(mine["t_start"].min()) if not mine.empty else start
-    row.update(recovery(mine, start, max(first, prev), window))
+    until = float(f["t"].max()) if len(f) else None  # it failed: zero goodput until then
+    row.update(recovery(mine, start, max(first, prev), window, until=until))
     return row
+
+
+def _failures_after(failures: pd.DataFrame, start: float, nxt: float) -> pd.DataFrame:
+    """Failure records at or after ``start`` and before ``nxt`` (the next event)."""
+    if failures.empty or "t" not in failures:
+        return pd.DataFrame()
+    return failures[(failures["t"] >= start) & (failures["t"] < nxt)]
 
 
 def _natural(cid: str) -> tuple[Any, ...]:

@@ -142,6 +142,12 @@ def test_a_node_failure_during_an_all_to_all_ends_the_run_with_precise_failure_r
         assert x["iteration"] >= 3 and f["op"] and f["peer"] is not None, f
     colls = records(run_dir, "collectives.jsonl")
     assert [c["iteration"] for c in colls] == [0, 1, 2]  # the ones before the failure
+    # the failed run's analysis: the node_down hit iteration 3 and the transfers that
+    # failed after it; goodput never came back (no recovery time is made up)
+    (row,) = pd.read_parquet(run_dir / "tables" / "events_impact.parquet").to_dict("records")
+    assert (row["kind"], row["target"], row["workload"]) == ("node_down", "node h3", "a2a")
+    assert 3 in list(row["iterations_hit"]) and row["failures"] == len(fails)
+    assert row["recovered"] is not True and pd.isna(row["recovery_s"])
     lab_id = manifest["lab_run_id"]
     assert run_namespaces(lab_id) == []
     assert not (set(root_links()) - set(before_links))

@@ -310,3 +310,27 @@ def test_the_capture_of_the_affected_link_says_which_flows_were_on_it(tmp_path):
     t = event_impact(windows, flows, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
                      pd.DataFrame(), None, {}, T0, {})
     assert t.iloc[0]["flows_on_link"] is None and t.iloc[0]["on_link_source"] is None
+
+
+def test_a_failed_transfer_hits_its_iteration_and_goodput_never_recovers():
+    """A node goes down while iteration 3 runs: its transfers fail (failure records, no
+    flow or collective record for iteration 3); the table names the failure, iteration 3
+    and its collective, and says not recovered (zero goodput until the failure)."""
+    flows = pd.DataFrame(_stream(T0, T0 + 3.0, piece_s=0.01))
+    colls = pd.DataFrame([{"collective_id": f"c{i}.0", "workload_index": 0, "iteration": i,
+                           "rank_t_start": [T0 + i], "rank_t_end": [T0 + i + 1.0]}
+                          for i in range(3)])
+    fails = pd.DataFrame([{"t": T0 + 5.0, "workload_index": 0, "extra_iteration": 3,
+                           "extra_id": "c3.0", "extra_op_kind": "collective"},
+                          {"t": T0 + 0.5, "workload_index": 0, "extra_iteration": 0,
+                           "extra_id": "c0.0", "extra_op_kind": "collective"}])  # before it
+    windows = event_windows([_ev(0, "node_down", "down", 3.05, 3.051, node="h3",
+                                 links=["h3-s1"])], T0)
+    (row,) = event_impact(windows, flows, colls, pd.DataFrame(), pd.DataFrame(), fails,
+                          None, {0: "a2a"}, T0).to_dict("records")
+    assert (row["workload"], row["failures"], row["flows_hit"]) == ("a2a", 1, 0)
+    assert row["iterations_hit"] == [3] and row["collectives_hit"] == ["c3.0"]
+    assert row["recovered"] is False and row["recovery_s"] is None
+    assert row["recovery_note"] == "goodput stayed below 90% of before until the workload failed"
+    assert row["min_goodput_bps"] == 0.0
+    assert row["baseline_goodput_bps"] == pytest.approx(8e6 * 3.0 / 3.05)  # 3 MB by 3.05 s
