@@ -272,10 +272,12 @@ def _candidates(walker: PathWalker, src: str, src_addrs: list[str], table_addrs:
                 found = walker.paths(src, addr, src_ip)
             except PathError:
                 continue
+            first = {p[0].ifname for p in found if p}
             if src_ip is None:
-                first = {p[0].ifname for p in found if p}
                 ip = own.get(next(iter(first)), src_addrs[0]) if len(first) == 1 \
                     else src_addrs[0]
+            elif first - {f for f, a in own.items() if a == src_ip}:
+                continue  # its table has no route there: the main table, another NIC
             else:
                 ip = src_ip
             out.append((min(len(p) for p in found), ip, addr))

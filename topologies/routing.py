@@ -18,11 +18,13 @@ and a host whose every destination has the same next hops gets ONE route to the 
 **Per-source tables** (multi-NIC hosts, :class:`aitb.plan.SourceRoutes`): a host with two or
 more NICs gets, per NIC, the routes that traffic from that NIC's address takes: its own subnet
 on-link and, for every other segment, the best paths through the gateways on that NIC alone
-(the same costs as above, other NICs left out). The testbed installs them as
-``ip rule from <address> lookup <table>``, so a packet never leaves a NIC with another NIC's
-source address (the kernel's ECMP hash or a shorter path over another NIC would send it
-there otherwise). Hosts get them when one of their routes spreads over several of their NICs
-(a dual-homed host with equal-cost NICs) or when they bind ranks to NICs (``ranks_per_host``).
+(the same costs as above, other NICs left out; one route to the pool only when that NIC
+reaches every segment, so a destination it cannot reach falls through to the main table).
+The testbed installs them as ``ip rule from <address> lookup <table>``, so a packet never
+leaves a NIC with another NIC's source address (the kernel's ECMP hash or a shorter path over
+another NIC would send it there otherwise). Hosts get them when one of their routes spreads
+over several of their NICs (a dual-homed host with equal-cost NICs) or when they bind ranks
+to NICs (``ranks_per_host``).
 """
 
 from __future__ import annotations
@@ -254,8 +256,13 @@ def _source_routes(node: str, g: _Graph, addr: Mapping[Port, Addr],
         v4, v6 = addr[port]
         onlink = tuple(Route(dst=i.network, nexthops=(NextHop(ifname=port.ifname),))
                        for i in (v4, v6) if i is not None)
+        # one route to the whole pool only when this NIC reaches every segment: else a
+        # destination it cannot reach must fall through to the main table, not be sent
+        # to a gateway that drops it
+        need = {kk for kk, t in enumerate(g.seg_routers) if t} | g.own(node)
+        compact = need - {k} <= set(table)
         out.append(SourceRoutes(port.ifname, onlink + (
-            _routes(table, g, addr, pools, compact=True) if table else ())))
+            _routes(table, g, addr, pools, compact=compact) if table else ())))
     return tuple(out)
 
 

@@ -110,3 +110,30 @@ def test_source_routes_survive_plan_json():
     plan = load_topology(EXAMPLES / "dual_homed.yaml")
     again = plan_from_dict(json.loads(json.dumps(plan_to_dict(plan))))
     assert again.node("h1").source_routes == plan.node("h1").source_routes
+
+
+def test_a_nic_whose_table_cannot_reach_a_peer_is_not_its_source(tmp_path):
+    # a's NIC on nv reaches only b (nv's other host does not forward): from that NIC's address
+    # c falls through to the main table, out of the other NIC, so it is never c's source
+    plan = load(tmp_path, """\
+        name: t
+        nodes:
+          a: {kind: host, ranks_per_host: 2}
+          b: {kind: host}
+          c: {kind: host}
+          r1: {kind: router}
+          nv: {kind: router}
+        links:
+          - endpoints: [a, r1]
+          - endpoints: [a, nv]
+          - endpoints: [b, r1]
+          - endpoints: [b, nv]
+          - endpoints: [c, r1]
+        """)
+    assert [sr.ifname for sr in plan.node("a").source_routes] == ["eth0", "eth1"]
+    nv_table = plan.node("a").source_routes[1].routes  # no route to the pool: c is not in it
+    assert not any(plan.address_of("c") in r.dst for r in nv_table)
+    assert any(plan.address_of("c") in r.dst for r in plan.node("a").source_routes[0].routes)
+    pairs = peer_addresses(plan, ["a", "b", "c"])
+    assert pairs[("a", "c")] == (_addr(plan, "a", "r1"), str(plan.address_of("c")))
+    assert pairs[("a", "b")] == (_addr(plan, "a", "r1"), _addr(plan, "b", "r1"))
