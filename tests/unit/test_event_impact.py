@@ -334,3 +334,22 @@ def test_a_failed_transfer_hits_its_iteration_and_goodput_never_recovers():
     assert row["recovery_note"] == "goodput stayed below 90% of before until the workload failed"
     assert row["min_goodput_bps"] == 0.0
     assert row["baseline_goodput_bps"] == pytest.approx(8e6 * 3.0 / 3.05)  # 3 MB by 3.05 s
+
+
+def test_fl_rounds_hit_and_their_round_time_inflation():
+    """FL rounds (rounds.jsonl, one row per aggregator): a flap during round 2 hits it; its
+    span over both aggregators (3 s) against the median of rounds 0 and 1 (1 s)."""
+    rows = []
+    for r, (lo, hi) in enumerate([(0, 1), (1, 2), (2, 5), (5, 6)]):
+        for agg, late in (("a1", 0.0), ("a2", -0.5)):
+            rows.append({"round": r, "t_start": T0 + lo, "t_end": T0 + hi + late,
+                         "round_time_s": hi + late - lo, "aggregator": agg,
+                         "workload_index": 0})
+    windows = event_windows([_ev(0, "flap", "down", 2.5, 2.501, links=["e"]),
+                             _ev(0, "flap", "up", 2.7, 2.701, step=1, links=["e"])], T0)
+    (row,) = event_impact(windows, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
+                          pd.DataFrame(rows), pd.DataFrame(), None, {0: "fl"},
+                          T0).to_dict("records")
+    assert row["workload"] == "fl" and row["rounds_hit"] == [2] and row["iterations_hit"] == []
+    assert row["iteration_time_before_s"] == 1.0 and row["iteration_inflation_max"] == 3.0
+    assert row["recovered"] is None and row["recovery_note"] == "no completed flow"
