@@ -3,9 +3,16 @@
 one scheduler thread of testbed/trace_player.py, which records each in ``events.jsonl``.
 
 An action is one change at one instant: ``down`` or ``up`` of some links (both veth ends;
-``up`` restores the plan's routes, testbed/faults.py), or ``shape`` of some link directions
-(Shaping field changes, or back to the plan's shaping with ``restore``). A ``flap`` expands to
-``count`` down/up pairs, a ``node_down`` to the down of every link of the node. Times are
+``up`` restores the plan's routes, testbed/faults.py), ``shape`` of some link directions
+(Shaping field changes, or back to the plan's shaping with ``restore``), or ``slowdown`` of
+one rank's compute (the agents' control channel, traffic_gen/agent.py). A ``flap`` expands to
+``count`` down/up pairs, a ``node_down`` to the down of every link of the node (and, with
+``agent``, the node's agents frozen by SIGSTOP or killed; its ``node_up`` sends SIGCONT to the
+frozen), a ``partition`` to one down of all its links (its ``heal`` or ``duration``: one up), a
+``trace`` to one ``shape`` per step of its trace file, a ``degrade`` with a ramp to ``steps``
+shapes that each move the values a step closer to the target (``ramp``: (k, n), step k of n,
+interpolated by the player from the values the direction had when the ramp began), a
+``corrupt`` to a ``shape`` of ``corrupt_pct``. Times are
 seconds after the anchor: the run's start (the moment the first workload is started, the
 run's t0) or, with ``anchor``, the start instant of that workload's first phase or of its
 iteration ``iteration`` (the controller's phase start, traffic_gen ReplayOptions.on_phase).
@@ -18,11 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["EventAction", "EventOp", "EVENT_RECORDS", "EVENT_KINDS"]
+__all__ = ["EventAction", "EventOp", "AgentAction", "EVENT_RECORDS", "EVENT_KINDS"]
 
 EVENT_RECORDS = "events.jsonl"
-EventOp = Literal["down", "up", "shape"]
-EVENT_KINDS = ("link_down", "link_up", "flap", "degrade", "node_down", "node_up")
+EventOp = Literal["down", "up", "shape", "slowdown"]
+EVENT_KINDS = ("link_down", "link_up", "flap", "degrade", "node_down", "node_up", "trace",
+               "partition", "heal", "straggler", "corrupt")
+AgentAction = Literal["freeze", "kill", "thaw"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +45,10 @@ class EventAction:
     directions: the (link, direction) pairs it reshapes (``shape``), with ``changes`` (Shaping
     field -> value, e.g. ``rate_bps``) or ``restore`` (back to the shaping they had when the
     run started); step: the action's number within its event (a flap: 0 down, 1 up, 2 down..).
+    agent: what happens to the agents on ``node`` (``freeze`` SIGSTOP, ``kill`` SIGKILL,
+    ``thaw`` SIGCONT to the ones an earlier event froze; None: nothing); ramp: (k, n), this
+    ``shape`` is step k of n of a ramp towards ``changes``; workload, rank, factor: the
+    ``slowdown`` of ``rank`` of ``workload`` (compute durations times ``factor`` from now on).
     """
 
     event: int
@@ -50,6 +63,11 @@ class EventAction:
     changes: Mapping[str, Any] = field(default_factory=dict)
     restore: bool = False
     step: int = 0
+    agent: AgentAction | None = None
+    ramp: tuple[int, int] | None = None
+    workload: str | None = None
+    rank: int | None = None
+    factor: float | None = None
 
     def describe(self) -> dict[str, Any]:
         """The action's fields for a record (JSON types)."""
@@ -61,6 +79,12 @@ class EventAction:
             out["links"] = list(self.links)
         if self.node is not None:
             out["node"] = self.node
+        if self.agent is not None:
+            out["agent"] = self.agent
+        if self.ramp is not None:
+            out["ramp"] = list(self.ramp)
+        if self.op == "slowdown":
+            out.update(workload=self.workload, rank=self.rank, factor=self.factor)
         if self.directions:
             out["directions"] = [f"{lk} {d}" for lk, d in self.directions]
             out["restore"] = self.restore

@@ -16,10 +16,17 @@ clock: each action is one line of ``events.jsonl`` with its planned, began and a
 (seconds after the start; applied = done and read back; a link up also has ``acked_t_s``,
 when the kernel had acked its routes, before the read-back waited for the carrier).
 Actions anchored to a workload are scheduled when the runner says that workload (or one of
-its iterations) started (:meth:`TracePlayer.anchor`). Events are never skipped: one that is
-late is applied late and its record says by how much; a failed one is recorded and the
-others still run. The last millisecond before an instant is spun on the clock (a sleeping thread
-woke up to a few 100 us late here: bench/event_timing.py).
+its iterations) started (:meth:`TracePlayer.anchor`). Actions on agents (a straggler's
+``slowdown``, a node's agents frozen, continued or killed) go to the controllers the runner
+attaches while their workloads run (:meth:`TracePlayer.attach`; duck-typed: ``set_slowdown``
+and ``signal_agent`` of traffic_gen's Controller); a slowdown of a workload not running yet
+is kept and sent when it attaches. A ramp step (``ramp`` (k, n)) sets every ramped value
+(rate, delay, jitter, loss, corrupt) to start + k/n x (target - start), start being the
+direction's shaping when step 1 was applied; other keys switch at step 1.
+Events are never skipped: one that is late is applied late and its record says by how
+much; a failed one is recorded and the others still run. The last millisecond before an
+instant is spun on the clock (a sleeping thread woke up to a few 100 us late here:
+bench/event_timing.py).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import heapq
 import itertools
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +59,29 @@ SPIN_S = 0.001  # the last part of a wait spun on the clock instead of slept
 
 def _values(s: Shaping) -> dict[str, Any]:
     return {"rate_bps": s.rate_bps, "delay_s": s.delay_s, "loss_pct": s.loss_pct}
+
+
+def _event_values(s: Shaping) -> dict[str, Any]:
+    return {**_values(s), "jitter_s": s.jitter_s, "corrupt_pct": s.corrupt_pct}
+
+
+RAMPED = ("rate_bps", "delay_s", "jitter_s", "loss_pct", "corrupt_pct")
+AGENT_SIGNALS = {"freeze": signal.SIGSTOP, "kill": signal.SIGKILL, "thaw": signal.SIGCONT}
+
+
+def ramp_step(start: Shaping, target: Shaping, k: int, n: int) -> Shaping:
+    """Step ``k`` of ``n`` from ``start`` to ``target``: every :data:`RAMPED` value set in
+    both at start + k/n x (target - start) (a rate rounded to bit/s), the rest as
+    ``target``. Raises UnitError if the mix is invalid (it is not when both ends are: the
+    checks are linear)."""
+    frac = k / n
+    mixed: dict[str, Any] = {}
+    for f in RAMPED:
+        a, b = getattr(start, f), getattr(target, f)
+        if a is not None and b is not None and a != b:
+            v = a + (b - a) * frac
+            mixed[f] = max(1, round(v)) if f == "rate_bps" else v
+    return target.with_changes(**mixed) if mixed and k < n else target
 
 
 class TracePlayer:
@@ -97,6 +128,25 @@ class TracePlayer:
         self._unanchored = {(a.anchor, a.iteration) for a in self.events
                             if a.anchor is not None}
         self._begin_shaping: dict[tuple[str, str], Shaping] = {}
+        self._ramp_from: dict[tuple[int, str, str], Shaping] = {}
+        self._controllers: dict[str, Any] = {}  # workload -> its running controller
+        self._slowdowns: dict[str, dict[int, float]] = {}  # workload -> rank -> factor
+
+    def attach(self, workload: str, controller: Any) -> None:
+        """Workload ``workload``'s agents are up under ``controller`` (None: it ended):
+        agent actions reach them from now on; slowdowns set before are sent now. A failed
+        send is in :attr:`errors`. Thread-safe."""
+        with self._lock:
+            if controller is None:
+                self._controllers.pop(workload, None)
+                return
+            self._controllers[workload] = controller
+            pending = dict(self._slowdowns.get(workload, {}))
+        for rank, factor in sorted(pending.items()):
+            try:
+                controller.set_slowdown(rank, factor)
+            except (OSError, KeyError) as exc:
+                self.errors.append(f"slowdown of {workload} rank {rank}: {exc}")
 
     def _base(self) -> dict[tuple[str, str], Shaping]:
         return {(lk.name, d): getattr(lk, d) for lk in self.lab.plan.links
@@ -311,16 +361,60 @@ class TracePlayer:
         return error is None
 
     def _do_event(self, a: EventAction) -> dict[str, Any]:
+        if a.op == "slowdown":
+            return self._slowdown(a)
         if a.op in ("down", "up"):
-            return self.lab.set_links(a.links, a.op == "up")
+            done = self.lab.set_links(a.links, a.op == "up") if a.links else {"links": []}
+            if a.agent is not None and a.node is not None:
+                done["agents"] = self._signal_agents(a.node, a.agent)
+            return done
         done = {}
         current = self._base()
         for link, direction in a.directions:
-            new = self._begin_shaping[(link, direction)] if a.restore else \
-                current[(link, direction)].with_changes(**a.changes)
+            if a.restore:
+                new = self._begin_shaping[(link, direction)]
+            elif a.ramp is not None:
+                key = (a.event, link, direction)
+                if a.ramp[0] == 1 or key not in self._ramp_from:
+                    self._ramp_from[key] = current[(link, direction)]
+                start = self._ramp_from[key]
+                new = ramp_step(start, start.with_changes(**a.changes), *a.ramp)
+            else:
+                new = current[(link, direction)].with_changes(**a.changes)
             self.lab.set_shaping(link, direction, new, read_back=False)
-            done[f"{link} {direction}"] = _values(new)
+            done[f"{link} {direction}"] = _event_values(new)
         return {"shaping": done}
+
+    def _slowdown(self, a: EventAction) -> dict[str, Any]:
+        assert a.workload is not None and a.rank is not None and a.factor is not None
+        with self._lock:
+            self._slowdowns.setdefault(a.workload, {})[a.rank] = a.factor
+            ctl = self._controllers.get(a.workload)
+        if ctl is None:  # sent when its agents are up (attach)
+            return {"sent": False, "pending": True}
+        try:
+            node = ctl.set_slowdown(a.rank, a.factor)
+        except (OSError, KeyError) as exc:
+            raise LabError(f"rank {a.rank} of workload {a.workload}: the slowdown could not "
+                           f"reach its agent: {exc}") from None
+        return {"sent": True, "node": node}
+
+    def _signal_agents(self, node: str, action: str) -> dict[str, Any]:
+        """``action`` (freeze, kill, thaw) on the agent of ``node`` of every running
+        workload: workload -> pid signalled (none running: empty)."""
+        sig = AGENT_SIGNALS[action]
+        with self._lock:
+            ctls = dict(self._controllers)
+        pids = {}
+        for name, ctl in sorted(ctls.items()):
+            try:
+                pid = ctl.signal_agent(node, sig)
+            except OSError as exc:
+                raise LabError(f"node {node}: {action} of the agent of workload {name}: "
+                               f"{exc.strerror}") from None
+            if pid is not None:
+                pids[name] = pid
+        return {"signal": signal.Signals(sig).name, "pids": pids}
 
     def _apply_event(self, t_s: float, a: EventAction, g: IO[str]) -> None:
         assert self.t0 is not None

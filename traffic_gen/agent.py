@@ -67,6 +67,11 @@ class Agent:
             elif kind == "start":
                 threading.Thread(target=self._run_phase, args=(msg["phase"], msg["t0"]),
                                  daemon=True).start()
+            elif kind == "slowdown":  # an events: straggler (controller.set_slowdown)
+                assert self.shared is not None
+                self.shared.slowdown[int(msg["rank"])] = float(msg["factor"])
+                self.ch.send({"type": "slowdown_set", "node": self.node, "rank": msg["rank"],
+                              "factor": msg["factor"], "t": time.time()})
             elif kind == "ping":  # the controller measures its start margin (controller.py)
                 self.ch.send({"type": "pong", "node": self.node, "seq": msg["seq"]})
             elif kind in ("stop", "abort"):

@@ -81,6 +81,9 @@ class Controller:
         self.last_end: float | None = None  # the latest record end of the previous phase
         self.margin_s = 0.0
         self.sock_path = run_dir / "ctl.sock"
+        self.placement: dict[int, str] = {}
+        self.frozen: set[str] = set()  # nodes whose agent signal_agent stopped (SIGSTOP)
+        self._sig_lock = threading.Lock()
         self.sock_dir: Path | None = None
         self.kick_procs: list[subprocess.Popen[bytes]] = []
         self.kick_paths: list[Path] = []
@@ -88,9 +91,13 @@ class Controller:
     # -- lifecycle -------------------------------------------------------------------
     def run(self, program: Program, placement: Mapping[int, str], writer: RecordWriter) -> None:
         """Run every phase; raises RunFailed (after cleanup) on any failure."""
+        self.placement = dict(placement)
+        hook = getattr(self.opt, "on_controller", None)
         try:
             self._start_agents()
             self._setup(program, placement)
+            if hook is not None:  # events: from now on stragglers and agent signals reach us
+                hook(self)
             self._measure_margin()
             for phase in program.phases:
                 writer.write(self._phase(phase.index, program))
@@ -102,7 +109,41 @@ class Controller:
             self._abort()
             raise
         finally:
+            if hook is not None:
+                hook(None)
             self._abort()
+
+    # -- live control (an experiment's events:, testbed/trace_player.py) ---------------
+    def set_slowdown(self, rank: int, factor: float) -> str:
+        """Tell the agent of ``rank`` to multiply its compute durations by ``factor`` from
+        its next compute op on (message ``slowdown``). Returns the rank's node. Raises
+        KeyError for a rank not placed here, OSError when its control connection is gone."""
+        node = self.placement[rank]
+        self.chans[node].send({"type": "slowdown", "rank": rank, "factor": factor})
+        return node
+
+    def signal_agent(self, node: str, sig: int) -> int | None:
+        """Send ``sig`` (SIGSTOP, SIGCONT, SIGKILL) to the agent process of ``node`` by its
+        pid; returns the pid, None when ``node`` has no live agent. A stopped agent is
+        continued before this controller's agents are ended (:meth:`_abort`)."""
+        with self._sig_lock:
+            p = self.procs.get(node)
+            if p is None or p.poll() is not None:
+                return None
+            os.kill(p.pid, sig)
+            if sig == signal.SIGSTOP:
+                self.frozen.add(node)
+            elif sig in (signal.SIGCONT, signal.SIGKILL):
+                self.frozen.discard(node)
+            return p.pid
+
+    def _thaw_all(self) -> None:
+        with self._sig_lock:
+            for node in sorted(self.frozen):
+                p = self.procs.get(node)
+                if p is not None and p.poll() is None:
+                    os.kill(p.pid, signal.SIGCONT)
+            self.frozen.clear()
 
     def _private_sock_dir(self) -> None:
         """A short private directory for the socket, named by the run id, removed at the end
@@ -351,6 +392,7 @@ class Controller:
                 pass
 
     def _abort(self) -> None:
+        self._thaw_all()  # a frozen agent hears the abort and ends by itself
         for ch in list(self.chans.values()):
             try:
                 ch.send({"type": "abort"})

@@ -184,7 +184,9 @@ def run_src(rank: int, node: str, op: dict[str, Any], eps: Any, shared: Shared,
         move(s, op["down_bytes"], False, shared.recv_buf, stop)
         emit(flow_half("recv", op, s, op["root"], rank, "down", op["down_bytes"], nodes,
                        t_first_byte=t0, t_end=time.time()))
-        _train(s, op["compute_s"], shared)
+        live = shared.live_factor(rank)  # an events: straggler, from this round on
+        op["live_slowdown"] = live  # the rank_op record's slowdown (gather_root.py)
+        _train(s, op["compute_s"] * live, shared)
         _upload(rank, op, s, shared, emit, (node, root_node), tls)
     except (ConnectionError, Cut):
         pass  # dropped by the root: recorded there

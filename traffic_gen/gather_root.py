@@ -177,6 +177,7 @@ def run_gathers(rank: int, node: str, ops: list[dict[str, Any]], t0: float, eps:
             run_src(rank, node, op, eps, shared, emit)
         emit({"half": "rank_op", "rank": rank, "node": node, "iteration": op["it"],
               "op_index": op["op"], "kind": "gather", "label": op["label"], "t_start": ts,
-              "t_end": time.time(), "slowdown": op.get("slowdown", 1.0)})
+              "t_end": time.time(),
+              "slowdown": op.get("slowdown", 1.0) * op.get("live_slowdown", 1.0)})
 
     fan_out(one, ops, prefer=lambda e: not isinstance(e, Abort))

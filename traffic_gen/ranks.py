@@ -26,11 +26,13 @@ def run_rank(rank: int, node: str, ops: list[dict[str, Any]], t0: float, eps: En
         run_gathers(rank, node, ops, t0, eps, shared, emit)
         return
     for n, op in enumerate(ops):
+        live = 1.0
         if op["t"] == "compute":
             if n == 0:
                 sleep_until(t0, shared.spin_s)
             ts = time.time()
-            time.sleep(op["duration_s"])
+            live = shared.live_factor(rank)  # an events: straggler, from this op on
+            time.sleep(op["duration_s"] * live)
         elif op.get("kind") == "timed":  # open-loop messages: at_s counts from the op's start
             ts = t0 if n == 0 else time.time()
             run_timed(rank, op, ts, eps, shared)
@@ -39,7 +41,8 @@ def run_rank(rank: int, node: str, ops: list[dict[str, Any]], t0: float, eps: En
             run_xfer(rank, op, t0 if n == 0 else 0.0, eps, shared)
         emit({"half": "rank_op", "rank": rank, "node": node, "iteration": op["it"],
               "op_index": op["op"], "kind": op.get("kind", "compute"), "label": op["label"],
-              "t_start": ts, "t_end": time.time(), "slowdown": op.get("slowdown", 1.0)})
+              "t_start": ts, "t_end": time.time(),
+              "slowdown": op.get("slowdown", 1.0) * live})
 
 
 def _countdown(n: int, ev: threading.Event) -> Callable[[], None]:

@@ -49,7 +49,9 @@ class ReplayOptions:
     kick.py; default 14480 = the initial window of 10 segments, RFC 6928) or "sleep" (every
     sender wakes itself at the instant); ``on_phase``: called as ``on_phase(phase index,
     iteration, start instant)`` (seconds since the epoch) as each phase is started, before
-    the agents hear of it (an experiment's events anchored to iterations, aitb.events)."""
+    the agents hear of it (an experiment's events anchored to iterations, aitb.events);
+    ``on_controller``: called with the Controller once its agents are set up (its
+    ``set_slowdown`` and ``signal_agent`` then reach them) and with None when it ends."""
 
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
     knobs: TcpKnobs = field(default_factory=TcpKnobs)
@@ -71,6 +73,7 @@ class ReplayOptions:
     # pairs whose connections run it (endpoints.py; absent: every connection)
     tls: Mapping[str, Any] | None = None
     on_phase: Callable[[int, int, float], None] | None = None
+    on_controller: Callable[[Any], None] | None = None
 
     def agent_options(self) -> dict[str, Any]:
         """What agents need to know (JSON-ready)."""

@@ -66,6 +66,13 @@ class Shared:
     acks: AckWatcher = field(default_factory=AckWatcher)
     phase_t0: dict[int, float] = field(default_factory=dict)  # phase -> start (gathers)
     kicker: Any = None  # a kick.KickClient: timed starts are written by the starter (kick.py)
+    # rank -> live compute slowdown from the controller (``slowdown`` messages, an events:
+    # straggler), multiplying the compiled one from the next compute op on
+    slowdown: dict[int, float] = field(default_factory=dict)
+
+    def live_factor(self, rank: int) -> float:
+        """The live slowdown of ``rank`` (1.0 without a ``slowdown`` message)."""
+        return self.slowdown.get(rank, 1.0)
 
     def wait(self, ev: threading.Event) -> None:
         """Wait for ``ev``; raise Abort if the run is aborted meanwhile."""

@@ -17,17 +17,43 @@ testbed/trace_player.py, recorded in ``events.jsonl``)::
          duration: 2s}                                    # optional: back to the plan's after
       - {at: 3s, kind: node_down, node: dc1-s1}           # every link of the node
       - {at: 5s, kind: node_up, node: dc1-s1}
+      - {at: 3s, kind: node_down, node: h3, agent: freeze}  # and its agents SIGSTOPped
+      - {at: 4s, kind: node_up, node: h3}                 #   (SIGCONT here); or agent: kill
+      - {at: 1s, kind: degrade, link: dci-a, rate: 100Mbit,  # a ramp: 5 steps from the
+         ramp_s: 2, ramp_steps: 5}                         #   values at 1s to these by 3s
+      - {at: 1s, kind: trace, link: dci-a, direction: a_to_b,  # the direction follows a
+         file: traces/dci.csv, format: aitb, loop: true,  #   trace file from 1s (relative
+         duration: 10s}                                   #   to this file; loop: duration)
+      - {at: 2s, kind: partition, name: split, link: [dci-a, dci-b]}  # all down at once
+      - {at: 3s, kind: heal, partition: split}            #   and all up (or: duration)
+      - {at: 1s, kind: straggler, workload: ring, rank: 3, factor: 2.5}  # compute x 2.5
+      - {at: 1s, kind: corrupt, link: dci-a, corrupt: 0.1%}  # packets with a flipped bit
+      - {at: 1s, kind: corrupt, link: dci-a, ber: 1e-7}   #   or a bit error rate
 
-``link`` is a link name or a list of them. Rates and buffers of ``degrade`` are divided by
-the experiment's ``scale`` like the topology's. Errors (unknown link, node or workload names
-with suggestions, a flap whose down time is not shorter than its period, shaping the kernel
-model refuses) name the file, ``events[i].<key>`` and its line.
+``link`` is a link name or a list of them. Rates and buffers of ``degrade`` are divided by the
+experiment's ``scale`` like the topology's (a trace's rate steps too). A bit error rate ``ber``
+becomes the share of packets with one flipped bit (netem's and the native line's ``corrupt``)
+for packets of the link's MTU: ``corrupt = 1 - (1 - ber)^(8 * mtu)``, the probability that a
+packet of ``8 * mtu`` independent bits has at least one error (smaller packets are hit less in
+reality, equally here). A straggler's ``factor`` multiplies the rank's compute durations on top
+of the workload's ``stragglers:`` (1: back to those). On the native delay line (no netem) a
+direction corrupts live only if it corrupted from bring-up (the helper copies whole packets
+only then): that, a delay on a direction without a line and the line's memory cap are refused
+before the lab exists as for trace files (:func:`line_problems`, called by ``aitb run`` once
+the host's delay lines are known). Errors (unknown link, node, workload, rank or partition
+names with suggestions, a flap whose down time is not shorter than its period, shaping the
+kernel model refuses, a trace file that cannot be read) name the file, ``events[i].<key>`` and
+its line. A straggler's slowdown reaches a workload's agents once they run (sent then if set
+before).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, PositiveInt, Tag
@@ -35,15 +61,18 @@ from pydantic import ConfigDict, Discriminator, Field, PositiveInt, Tag
 from aitb.errors import SpecError, SpecIssue
 from aitb.events import EventAction
 from aitb.plan import LabPlan
+from aitb.shaping import Shaping
 from aitb.specfile import with_lines
+from aitb.trace import LinkTrace, planned_changes, read_trace
 from aitb.unit_fields import Duration, SpecModel
 from aitb.units import UnitError, parse_duration_s
+from testbed.delayline import labline
 from topologies.scaling import scale_changes
 from topologies.shaping import to_changes
 from topologies.spec import Buffer, Pct, Rate
 from topologies.spec import Duration as DurationText
 
-__all__ = ["EventEntry", "plan_events"]
+__all__ = ["EventEntry", "plan_events", "line_problems"]
 
 _Forbid = ConfigDict(extra="forbid")
 Links = str | Annotated[list[str], Field(min_length=1)]
@@ -111,14 +140,76 @@ class Degrade(_Event):
     jitter: DurationText = None
     loss: Pct = None
     buffer: Buffer = None
+    corrupt: Pct = None
+    duration: Duration | None = None
+    ramp_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    ramp_steps: Annotated[int, Field(ge=2, le=100)] = 10
+
+
+class Corrupt(_Event):
+    """A share of the packets of ``direction`` of ``link`` get one flipped bit: ``corrupt``
+    (percent) or ``ber`` (bit error rate, see the module docstring); back after
+    ``duration``."""
+
+    kind: Literal["corrupt"]
+    link: Links
+    direction: Direction = "both"
+    corrupt: Pct = None
+    ber: Annotated[float, Field(gt=0, lt=1)] | None = None
     duration: Duration | None = None
 
 
+class TraceEvent(_Event):
+    """From the event on, ``direction`` of ``link`` follows trace ``file`` (aitb/trace.py
+    formats; relative to the experiment file) from its time 0; a looped trace needs
+    ``duration``, which also ends a plain one early; the values of its last step stay."""
+
+    kind: Literal["trace"]
+    link: str
+    direction: Direction = "both"
+    file: Annotated[str, Field(min_length=1)]
+    format: Literal["aitb", "mahimahi"] = "aitb"
+    loop: bool = False
+    window: DurationText = None
+    duration: Duration | None = None
+
+
+class Partition(_Event):
+    """Every link of ``link`` goes down in one action; up again after ``duration`` or at a
+    ``heal`` naming the partition's ``name``."""
+
+    kind: Literal["partition"]
+    link: Links
+    name: str | None = None
+    duration: Duration | None = None
+
+
+class Heal(_Event):
+    """Every link of partition ``partition`` (its ``name``) comes back in one action."""
+
+    kind: Literal["heal"]
+    partition: str
+
+
+class Straggler(_Event):
+    """From the event on, rank ``rank`` of ``workload`` computes ``factor`` times as long
+    (on top of the workload's ``stragglers:``; 1 undoes an earlier one); ``workload`` may be
+    left out when the experiment has one."""
+
+    kind: Literal["straggler"]
+    workload: str | None = None
+    rank: Annotated[int, Field(ge=0)]
+    factor: Annotated[float, Field(gt=0, le=1000)]
+
+
 class NodeDown(_Event):
-    """Every link of ``node`` goes down (both ends)."""
+    """Every link of ``node`` goes down (both ends); ``agent: freeze`` also stops its agents
+    (SIGSTOP by pid, SIGCONT at its ``node_up``), ``kill`` kills them (the run then fails with
+    the controller's record of the lost agent)."""
 
     kind: Literal["node_down"]
     node: str
+    agent: Literal["freeze", "kill"] | None = None
 
 
 class NodeUp(_Event):
@@ -128,9 +219,10 @@ class NodeUp(_Event):
     node: str
 
 
-EventEntry = Annotated[LinkDown | LinkUp | Flap | Degrade | NodeDown | NodeUp,
-                       Field(discriminator="kind")]
-_SHAPING_KEYS = ("rate", "delay", "jitter", "loss", "buffer")
+EventEntry = Annotated[LinkDown | LinkUp | Flap | Degrade | NodeDown | NodeUp | TraceEvent
+                       | Partition | Heal | Straggler | Corrupt, Field(discriminator="kind")]
+_SHAPING_KEYS = ("rate", "delay", "jitter", "loss", "buffer", "corrupt")
+_RAMPED = ("rate_bps", "delay_s", "jitter_s", "loss_pct", "corrupt_pct")  # player: interpolated
 
 
 def _unknown(what: str, name: str, known: Sequence[str], where: str = "the lab") -> str:
@@ -145,15 +237,22 @@ def _seconds(value: Any) -> float:
 
 
 def plan_events(events: Sequence[Any], plan: LabPlan, workloads: Sequence[str], source: str,
-                doc: Any, scale: float = 1.0) -> tuple[EventAction, ...]:
+                doc: Any, scale: float = 1.0,
+                placements: Mapping[str, Mapping[int, str]] | None = None
+                ) -> tuple[EventAction, ...]:
     """The actions of ``events`` (validated entries of ``events:``) for ``plan``, in file
-    order; ``workloads`` are the experiment's workload names. Pure. Raises one
-    :class:`SpecError` with an issue per problem, each naming ``source``, ``events[i].<key>``
-    and its line (``doc`` is the ruamel document)."""
+    order; ``workloads`` are the experiment's workload names, ``placements`` (where known)
+    each workload's rank -> host (a straggler's rank, an ``agent:`` node are checked against
+    them). Reads the files of ``trace`` events (relative to ``source``'s directory). Pure
+    otherwise. Raises one :class:`SpecError` with an issue per problem, each naming
+    ``source``, ``events[i].<key>`` and its line (``doc`` is the ruamel document)."""
     links = {lk.name: lk for lk in plan.links}
     nodes = [n.name for n in plan.nodes]
     issues: list[SpecIssue] = []
     out: list[EventAction] = []
+    partitions: dict[str, tuple[str, ...]] = {}
+    traced = {(t.link, t.direction) for t in plan.traces}
+    frozen: set[str] = set()
 
     def issue(i: int, key: tuple[str | int, ...], message: str) -> None:
         issues.append(SpecIssue(message, file=source, key_path=("events", i, *key)))
@@ -183,10 +282,34 @@ def plan_events(events: Sequence[Any], plan: LabPlan, workloads: Sequence[str], 
             names = [lk.name for lk in plan.links_of(node)] if node in nodes else []
         base = dict(event=i, kind=ev.kind, anchor=anchor, iteration=iteration, node=node,
                     links=tuple(names))
+        if ev.kind == "node_down" and ev.agent is not None:
+            _check_agent_node(ev, i, node, nodes, placements, issue)
+            if ev.agent == "freeze":
+                frozen.add(node)
+            base["agent"] = ev.agent
+        if ev.kind == "node_up" and node in frozen:
+            base["agent"] = "thaw"
         if ev.kind in ("link_down", "node_down"):
             out.append(EventAction(op="down", t_s=at_s, **base))
         elif ev.kind in ("link_up", "node_up"):
             out.append(EventAction(op="up", t_s=at_s, **base))
+        elif ev.kind == "partition":
+            if ev.name is not None:
+                if ev.name in partitions:
+                    issue(i, ("name",), f"a partition named {ev.name!r} comes earlier")
+                partitions[ev.name] = tuple(names)
+            out.append(EventAction(op="down", t_s=at_s, **base))
+            if ev.duration is not None:
+                out.append(EventAction(op="up", t_s=at_s + _seconds(ev.duration), step=1,
+                                       **base))
+        elif ev.kind == "heal":
+            if ev.partition not in partitions:
+                issue(i, ("partition",), _unknown("partition", ev.partition, list(partitions),
+                                                  "the events before this one"))
+            out.append(EventAction(op="up", t_s=at_s, **{
+                **base, "links": partitions.get(ev.partition, ())}))
+        elif ev.kind == "straggler":
+            out += _straggler(ev, i, at_s, base, workloads, placements, issue)
         elif ev.kind == "flap":
             period, down = _seconds(ev.period), _seconds(ev.down)
             if not 0 < down < period:
@@ -196,23 +319,158 @@ def plan_events(events: Sequence[Any], plan: LabPlan, workloads: Sequence[str], 
                 t = at_s + k * period
                 out.append(EventAction(op="down", t_s=t, step=2 * k, **base))
                 out.append(EventAction(op="up", t_s=t + down, step=2 * k + 1, **base))
-        else:
-            out += _degrade(ev, i, at_s, base, links, scale, issue,
-                            {(t.link, t.direction) for t in plan.traces})
+        elif ev.kind == "trace":
+            out += _trace(ev, i, at_s, base, links, scale, issue, traced, source)
+        else:  # degrade, corrupt
+            out += _degrade(ev, i, at_s, base, links, scale, issue, traced)
     if issues:
         raise with_lines(SpecError(issues), doc, source)
     return tuple(out)
 
 
-def _degrade(ev: Degrade, i: int, at_s: float, base: dict[str, Any], links: dict[str, Any],
-             scale: float, issue: Any, traced: set[tuple[str, str]]) -> list[EventAction]:
-    keys = {k: getattr(ev, k) for k in _SHAPING_KEYS if getattr(ev, k) is not None}
-    if not keys:
-        issue(i, (), f"a degrade sets at least one of {', '.join(_SHAPING_KEYS)}")
+def _check_agent_node(ev: NodeDown, i: int, node: str, nodes: Sequence[str],
+                      placements: Mapping[str, Mapping[int, str]] | None, issue: Any) -> None:
+    if placements is None or node not in nodes:
+        return
+    hosts = sorted({h for p in placements.values() for h in p.values()})
+    if node not in hosts:
+        issue(i, ("agent",), f"agent: {ev.agent} needs an agent on node {node!r}, and no "
+                             f"workload places a rank there (hosts with agents: "
+                             f"{', '.join(hosts[:12])})")
+
+
+def _straggler(ev: Straggler, i: int, at_s: float, base: dict[str, Any],
+               workloads: Sequence[str], placements: Mapping[str, Mapping[int, str]] | None,
+               issue: Any) -> list[EventAction]:
+    name = ev.workload
+    if name is None:
+        if len(workloads) != 1:
+            issue(i, ("workload",), f"the experiment has {len(workloads)} workloads "
+                                    f"({', '.join(workloads)}): say which one's rank")
+            return []
+        name = workloads[0]
+    elif name not in workloads:
+        issue(i, ("workload",), _unknown("workload", name, list(workloads), "the experiment"))
         return []
+    if placements is not None and name not in placements:
+        issue(i, ("workload",), f"workload {name} runs no agents (kind: app), so it has no "
+                                "compute to slow down")
+        return []
+    ranks = sorted((placements or {}).get(name, {}))
+    if placements is not None and ev.rank not in ranks:
+        shown = f"0..{ranks[-1]}" if ranks == list(range(len(ranks))) and ranks else \
+            ", ".join(map(str, ranks[:12]))
+        issue(i, ("rank",), f"workload {name} has no rank {ev.rank} (its ranks: {shown})")
+        return []
+    return [EventAction(op="slowdown", t_s=at_s, workload=name, rank=ev.rank,
+                        factor=float(ev.factor), **base)]
+
+
+def _trace(ev: TraceEvent, i: int, at_s: float, base: dict[str, Any], links: dict[str, Any],
+           scale: float, issue: Any, traced: set[tuple[str, str]], source: str
+           ) -> list[EventAction]:
+    """One ``shape`` per step of the trace file (its values absolute: rate, delay, loss as
+    the step leaves them over the plan's shaping), up to ``duration``."""
+    if ev.link not in links:
+        return []
+    path = Path(ev.file) if Path(ev.file).is_absolute() else Path(source).parent / ev.file
+    window = _seconds(ev.window) if ev.window is not None else None
+    if window is not None and ev.format != "mahimahi":
+        issue(i, ("window",), "window applies to format: mahimahi only")
+        return []
+    try:
+        steps, period = read_trace(path, ev.format, window)
+    except SpecError as exc:
+        first = exc.issues[0]
+        where = f"{first.file}:{first.line}" if first.line else str(first.file)
+        issue(i, ("file",), f"{where}: {first.message}")
+        return []
+    until = _seconds(ev.duration) if ev.duration is not None else None
+    if ev.loop and (until is None or period <= 0):
+        issue(i, ("loop",), "a looped trace needs a duration (when the event ends) and a "
+                            "trace whose last time is above 0 s")
+        return []
+    steps = tuple(dataclasses.replace(s, rate_bps=max(1, round(s.rate_bps / scale)))
+                  if s.rate_bps is not None else s for s in steps)
+    dirs = ("a_to_b", "b_to_a") if ev.direction == "both" else (ev.direction,)
+    lk = links[ev.link]
+    out: list[EventAction] = []
+    for d in dirs:
+        if (ev.link, d) in traced:
+            issue(i, ("link",), f"{ev.link} {d} follows a trace of the topology already; a "
+                                "second trace would fight it")
+            continue
+        tr = LinkTrace(link=ev.link, direction=d, file=str(path), format=ev.format,
+                       loop=ev.loop, period_s=period, steps=steps, window_s=window)
+        start = getattr(lk, d)
+        try:
+            changes = list(planned_changes([tr], {(ev.link, d): start},
+                                           until_s=until if until is not None else period))
+        except (UnitError, ValueError) as exc:
+            issue(i, ("file",), f"{path}: {ev.link} {d}: {exc}")
+            continue
+        for k, c in enumerate(changes):
+            values = {"rate_bps": c.shaping.rate_bps, "delay_s": c.shaping.delay_s,
+                      "loss_pct": c.shaping.loss_pct, "loss_gemodel": c.shaping.loss_gemodel}
+            out.append(EventAction(op="shape", t_s=at_s + c.t_s, directions=((ev.link, d),),
+                                   changes=values, step=k, **{**base, "links": ()}))
+    return out
+
+
+def line_problems(plan: LabPlan, actions: Sequence[EventAction]) -> list[str]:
+    """What the native delay lines of ``plan`` (delay lines resolved for this host,
+    testbed.delayline.choose.resolve_here) could not do of the ``shape`` actions when played
+    live: the rules of :func:`testbed.delayline.labline.trace_problems` (a delay or impairment
+    on a direction that starts without one, the memory cap, refused keys) and corrupt
+    switched on or off live. One sentence per event and reason, naming ``events[i]``, its
+    kind, link and direction. Pure."""
+    links = {lk.name: lk for lk in plan.links}
+    seen: set[tuple[int, str, str]] = set()
+    out: list[str] = []
+    for a in actions:
+        if a.op != "shape" or a.restore:
+            continue
+        for name, d in a.directions:
+            lk = links[name]
+            if lk.delay_line != "native" or (a.event, name, d) in seen:
+                continue
+            start: Shaping = getattr(lk, d)
+            new = start.with_changes(**a.changes)
+            if not new.needs_netem:
+                continue
+            why = labline.problems(lk, d, new)
+            if not start.needs_netem:
+                why.append(f"link {name} {d}: it starts without a delay or impairment, so no "
+                           "native delay line is made for it at bring-up; give it its first "
+                           "delay or impairment in the link itself")
+            elif (new.corrupt_pct > 0) != (start.corrupt_pct > 0):
+                why.append(f"link {name} {d}: the native delay line cannot switch corrupt on "
+                           "or off live (it copies whole packets only when it corrupts from "
+                           "bring-up); give the link a corrupt value from the start, or use "
+                           "delay_line: netem (on a kernel with netem)")
+            if why:
+                seen.add((a.event, name, d))
+                out.append(f"events[{a.event}] ({a.kind} at {a.t_s:g} s): " + "; ".join(why))
+    return out
+
+
+def _degrade(ev: Degrade | Corrupt, i: int, at_s: float, base: dict[str, Any],
+             links: dict[str, Any], scale: float, issue: Any,
+             traced: set[tuple[str, str]]) -> list[EventAction]:
+    keys = {k: getattr(ev, k) for k in _SHAPING_KEYS if getattr(ev, k, None) is not None}
     dirs = ("a_to_b", "b_to_a") if ev.direction == "both" else (ev.direction,)
     pairs = tuple((name, d) for name in base["links"] if name in links for d in dirs)
     mtu = min((links[name].mtu for name, _ in pairs), default=1500)
+    if ev.kind == "corrupt":
+        if (ev.corrupt is None) == (ev.ber is None):
+            issue(i, (), "a corrupt event sets one of corrupt (percent of packets) or ber "
+                         "(bit error rate)")
+            return []
+        if ev.ber is not None:  # at least one of 8*mtu independent bits flipped
+            keys["corrupt"] = f"{100 * -math.expm1(8 * mtu * math.log1p(-ev.ber)):.6g}%"
+    if not keys:
+        issue(i, (), f"a degrade sets at least one of {', '.join(_SHAPING_KEYS)}")
+        return []
     try:
         changes = scale_changes(to_changes(keys), scale, mtu)
     except UnitError as exc:
@@ -220,15 +478,25 @@ def _degrade(ev: Degrade, i: int, at_s: float, base: dict[str, Any], links: dict
         return []
     for name, d in pairs:
         if (name, d) in traced:
-            issue(i, ("link",), f"{name} {d} follows a trace; a degrade would fight it")
+            issue(i, ("link",), f"{name} {d} follows a trace; a {ev.kind} would fight it")
             continue
         try:
             getattr(links[name], d).with_changes(**changes)  # validated as a whole
         except (UnitError, ValueError) as exc:
             issue(i, (), f"{name} {d}: {exc}")
     base = {**base, "links": ()}
-    out = [EventAction(op="shape", t_s=at_s, directions=pairs, changes=changes, **base)]
+    ramp_s = getattr(ev, "ramp_s", None)
+    if ramp_s is None:
+        out = [EventAction(op="shape", t_s=at_s, directions=pairs, changes=changes, **base)]
+    else:  # step k of n at at + k/n * ramp (k = 1..n; the last sets the target)
+        n = ev.ramp_steps  # type: ignore[union-attr]
+        if ev.duration is not None and _seconds(ev.duration) < ramp_s:
+            issue(i, ("duration",), f"duration {ev.duration} ends before the ramp of "
+                                    f"{ramp_s:g} s does")
+        out = [EventAction(op="shape", t_s=at_s + ramp_s * k / n, directions=pairs,
+                           changes=changes, step=k - 1, ramp=(k, n), **base)
+               for k in range(1, n + 1)]
     if ev.duration is not None:
         out.append(EventAction(op="shape", t_s=at_s + _seconds(ev.duration), directions=pairs,
-                               restore=True, step=1, **base))
+                               restore=True, step=len(out), **base))
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from typing import Any
 
 import topologies
 from aitb.errors import AitbError, LabError, SpecError, SpecIssue
-from aitb.events import EventAction
+from aitb.events import EVENT_RECORDS, EventAction
 from aitb.paths import PathError, RankBindingError, peer_addresses, rank_addresses
 from aitb.plan import LabPlan, plan_to_dict
 from aitb.specfile import Ref, line_of, resolve_ref, with_lines
@@ -37,6 +38,7 @@ from orchestration.run.app_run import run_app
 from orchestration.run.build import BuiltWorkload, build_entry
 from orchestration.run.cluster_run import check_cluster, cluster_lab_run
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
+from orchestration.run.event_hits import annotate_failures
 from orchestration.run.events import plan_events
 from orchestration.run.experiment import ExperimentSpec, load_experiment, spec_issue
 from orchestration.run.fidelity import FidelityMonitor
@@ -224,7 +226,8 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
     events: tuple[EventAction, ...] = ()
     try:
         events = plan_events(spec.events, plan, [w.name for w in built], source, doc,
-                             spec.scale)
+                             spec.scale, placements={w.name: w.placement for w in built
+                                                     if w.app is None})
     except SpecError as exc:
         issues += exc.issues
     if issues:
@@ -329,7 +332,9 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
             return run_app(lab, w.app, part, run_dir, lab_id)
         opts = dataclasses.replace(prep.options, run_id=lab_id, stragglers=w.stragglers,
                                    sites=w.sites or prep.options.sites,
-                                   on_phase=_anchoring(player, w.name))
+                                   on_phase=_anchoring(player, w.name),
+                                   on_controller=None if player is None else
+                                   functools.partial(player.attach, w.name))
         return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts,
                       pairs, rank_addresses(prep.plan, w.placement))
 
@@ -347,9 +352,16 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
             # difference to the previous snapshot is its (its group's) share
             write_json_atomic(part / "counters_end.json", lab.describe()
                               if isinstance(lab, ClusterLab) else describe(lab))
+            fails = [f.to_dict() for f in res.failures]
+            if player is not None and player.t0 is not None and fails:
+                # the links down and agents stopped on each failed transfer's way
+                annotate_failures(prep.plan, part / "failures.jsonl",
+                                  run_dir / EVENT_RECORDS, player.t0)
+                fails = [json.loads(x) for x in (part / "failures.jsonl").read_text(
+                    encoding="utf-8").splitlines() if x.strip()]
             manifest["workloads"].append({"index": i, "name": w.name, "dir": str(
                 part.relative_to(run_dir)), "ok": res.ok, "skew": dict(res.skew),
-                "failures": [f.to_dict() for f in res.failures], "group": group})
+                "failures": fails, "group": group})
         write_json_atomic(run_dir / "manifest.json", manifest)
         lab.check_delay_lines()  # a dead native line fails the run, naming link and direction
         failed = [i for i in group if not results[i].ok]

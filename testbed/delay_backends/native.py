@@ -252,10 +252,14 @@ def _find(lab: LabHandle, link: str, direction: str) -> tuple[_Helper, int, Line
 
 def check_change(lab: LabHandle, link: LinkPlan, direction: str, shaping: Shaping) -> None:
     """Refuse (LabError naming link, direction and key) a live change the native line cannot
-    make: a refused key or the memory cap (:func:`testbed.delayline.labline.problems`), or a
-    delay line for a direction that had none at bring-up (it would need a new rule and
-    queue)."""
+    make: a refused key or the memory cap (:func:`testbed.delayline.labline.problems`),
+    corrupt switched on or off (the helper's copy mode is fixed at its start), or a delay
+    line for a direction that had none at bring-up (it would need a new rule and queue)."""
     out = problems(link, direction, shaping)
+    if (shaping.corrupt_pct > 0) != (getattr(link, direction).corrupt_pct > 0):
+        out.append(f"link {link.name} {direction}: the native delay line cannot switch corrupt "
+                   "on or off live (its helper copies whole packets only when it corrupts "
+                   "from bring-up); give the link a corrupt value from the start")
     if _find(lab, link.name, direction) is None:
         out.append(f"link {link.name} {direction}: no native delay line runs for it (it had "
                    "no delay or impairment at bring-up); adding one to a live lab is not "

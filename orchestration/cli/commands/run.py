@@ -156,11 +156,14 @@ def _check_congestion_control(prep: Any, path: Path) -> None:
 def _check_delay_lines(prep: Any, path: Path) -> None:
     """Refuse, before anything exists, what the delay line chosen for each link on this host
     cannot do (native: duplicate, delay correlation, links between two OVS switches, lines
-    beyond its memory cap), naming link, direction and key."""
+    beyond its memory cap; the events: it could not play live), naming link, direction and
+    key (and the event)."""
+    from orchestration.run.events import line_problems
     from testbed.delayline.choose import resolve_here
     from testbed.delayline.labline import plan_problems
 
-    problems = plan_problems(resolve_here(prep.plan))
+    plan = resolve_here(prep.plan)
+    problems = plan_problems(plan) + line_problems(plan, prep.events)
     if problems:
         raise SpecError([SpecIssue(p, file=str(path)) for p in problems])
 
