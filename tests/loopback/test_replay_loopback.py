@@ -209,3 +209,48 @@ def test_deep_run_dir_gets_a_short_control_socket(launcher, addresses, tmp_path)
                  addresses, ReplayOptions(run_id="deadbeef"))
     assert res.ok, res.failures
     assert not list(Path("/tmp").glob("aitb-deadbeef-*"))
+
+
+def test_live_slowdown_reaches_the_rank_from_its_next_compute(launcher, addresses, tmp_path):
+    # an events: straggler (testbed/trace_player.py) sends the controller's set_slowdown once
+    # the agents are up: rank 1 computes 3 x longer from its first compute on, on top of the
+    # compiled straggler factor of rank 2
+    sched = _sched([Compute(0.05), Collective("all_reduce", "g", 1 << 16)], iterations=2)
+    sent = []
+
+    def on_controller(ctl):
+        if ctl is not None:
+            sent.append(ctl.set_slowdown(1, 3.0))
+
+    opts = ReplayOptions(stragglers=StragglerSpec(fixed={2: 2.0}), on_controller=on_controller)
+    res = replay(sched, _place(4), launcher, tmp_path, addresses, opts)
+    assert res.ok, res.failures
+    assert sent == ["h1"]
+    ranks = [o for o in read_records(res.paths["timeline"], RankOpRecord)
+             if o.kind == "compute"]
+    assert {o.rank: o.slowdown for o in ranks} == {0: 1.0, 1: 3.0, 2: 2.0, 3: 1.0}
+    # a sleep is never shorter than asked: 3 x 50 ms for rank 1
+    assert all(o.t_end - o.t_start >= 0.15 for o in ranks if o.rank == 1)
+
+
+def test_an_agent_frozen_by_the_controller_is_continued_before_the_abort(
+        launcher, addresses, tmp_path):
+    # node_down with agent: freeze (Controller.signal_agent SIGSTOP): the peers' transfers
+    # time out; ending the run continues the agent first, so it hears the abort and ends by
+    # itself (exit 3) instead of waiting stopped for the SIGKILL after stop_timeout_s
+    sched = _sched([Burst((Flow(1, 0, 1000),)), Compute(3.0),
+                    Collective("all_reduce", "g", 64 << 20)])
+    ctls, frozen = [], []
+
+    def on_phase(index, iteration, t0):
+        if index == 1:
+            frozen.append(ctls[0].signal_agent("h3", signal.SIGSTOP))
+
+    opts = ReplayOptions(transfer_timeout_s=1.0, start_mode="sleep", stop_timeout_s=20.0,
+                         on_controller=lambda c: ctls.append(c) if c else None,
+                         on_phase=on_phase)
+    res = replay(sched, _place(4), launcher, tmp_path, addresses, opts)
+    assert not res.ok and frozen == [launcher.procs["h3"].pid]
+    (fail,) = res.failures
+    assert "timed out" in fail.detail and fail.peer == 3
+    assert launcher.procs["h3"].returncode == 3 and ctls[0].frozen == set()
