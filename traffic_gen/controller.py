@@ -364,7 +364,7 @@ class Controller:
         t0 = self._start_instant(phase)
         self.phase_t0.append(t0)
         if self.opt.on_phase is not None:
-            self.opt.on_phase(index, phase.iteration, t0)
+            self.opt.on_phase(index, phase.anchor_iteration, t0)
         for ch in self.chans.values():
             ch.send({"type": "start", "phase": index, "t0": t0})
         done = self._gather("phase_done", self.opt.phase_timeout_s)

@@ -21,6 +21,7 @@ transfer that does; any other TLS failure is an error of the run.
 
 from __future__ import annotations
 
+import errno
 import select
 import socket
 import ssl
@@ -171,7 +172,9 @@ def run_src(rank: int, node: str, op: dict[str, Any], eps: Any, shared: Shared,
     s.bind((eps.source(rank, src_ip), 0))
     apply_knobs(s, eps.knobs)
     s.settimeout(shared.transfer_timeout_s)
-    s.connect((ip, port))
+    if not _connect(s, (ip, port), op, shared):
+        reset(s)  # no route until the round's deadline: the root counts it dropped
+        return
     s.sendall(struct.pack("!III", rank, op["root"], GATHER_CONN)
               + GATHER_KEY.pack(op["it"], op["op"]))
     nodes = (root_node, node)
@@ -194,6 +197,37 @@ def run_src(rank: int, node: str, op: dict[str, Any], eps: Any, shared: Shared,
         reset(s)
     if shared.aborted.is_set():
         raise Abort
+
+
+_NO_ROUTE = (errno.ENETUNREACH, errno.EHOSTUNREACH)
+_RETRY_S = 0.01
+
+
+def _connect(s: socket.socket, addr: tuple[str, int], op: dict[str, Any],
+             shared: Shared) -> bool:
+    """Connect ``s`` to the root; while the source has no route to it (its link is down: an
+    events: link_down, flap or partition, whose kernel deletes the route with the link) try
+    again every 10 ms until the round's deadline (False: given up, the root drops the source
+    at the deadline) or, for a round without one, the transfer timeout (then OSError naming
+    the root's address). Raises Abort if the run is aborted meanwhile."""
+    t0 = shared.phase_t0.get(op["start_phase"], time.time())
+    give_up = t0 + (op["deadline_s"] if op["deadline_s"] is not None
+                    else shared.transfer_timeout_s)
+    while True:
+        try:
+            s.connect(addr)
+            return True
+        except OSError as exc:
+            if exc.errno not in _NO_ROUTE:
+                raise
+            if time.time() + _RETRY_S > give_up:
+                if op["deadline_s"] is not None:
+                    return False
+                raise OSError(exc.errno, f"no route to the root at {addr[0]} for "
+                              f"{shared.transfer_timeout_s:g} s: {exc.strerror}") from None
+        if shared.aborted.is_set():
+            raise Abort
+        time.sleep(_RETRY_S)
 
 
 def _train(s: socket.socket, seconds: float, shared: Shared) -> None:

@@ -40,13 +40,21 @@ class Phase:
     ``after_s``); ``timed``: its ops start at instants counted from the phase start (a burst,
     a gather round, timed messages), so every agent must hold the start before it comes (the
     controller's start margin); a phase that is not timed synchronises through data only and
-    starts as each agent receives it."""
+    starts as each agent receives it. ``round``: the FL round of a gather phase (None
+    otherwise; the round is what an experiment's ``events:`` anchor to as its iteration)."""
 
     index: int
     iteration: int
     burst_id: str | None = None
     after_s: float = 0.0
     timed: bool = False
+    round: int | None = None
+
+    @property
+    def anchor_iteration(self) -> int:
+        """The iteration this phase starts for ``events:`` anchors: its FL round, else its
+        iteration."""
+        return self.iteration if self.round is None else self.round
 
 
 @dataclass
@@ -105,7 +113,7 @@ class _Compiler:
             for i, op in enumerate(self.s.ops):
                 now = (op.round, op.level) if isinstance(op, Gather) else None
                 if now != gathering:  # a gather phase opens or closes
-                    self._new_phase(it, None)
+                    self._new_phase(it, None, None if now is None else now[0])
                     gathering = now
                 if isinstance(op, Burst):
                     self._burst(i, it, op)
@@ -121,8 +129,8 @@ class _Compiler:
         self._drop_empty_phases()
         return self.prog
 
-    def _new_phase(self, it: int, burst_id: str | None) -> None:
-        self.prog.phases.append(Phase(len(self.prog.phases), it, burst_id))
+    def _new_phase(self, it: int, burst_id: str | None, rnd: int | None = None) -> None:
+        self.prog.phases.append(Phase(len(self.prog.phases), it, burst_id, round=rnd))
         for r in self.used:
             self.prog.ranks.setdefault(r, []).append([])
 

@@ -26,6 +26,7 @@ from orchestration.run.events import line_problems
 from orchestration.run.runner import prepare
 from testbed.trace_player import TracePlayer, ramp_step
 
+ROOT = Path(__file__).resolve().parents[2]
 HEAD = """name: ev
 scale: 10
 topology:
@@ -345,3 +346,18 @@ def _write(tmp_path: Path) -> Path:
     path = tmp_path / "exp.yaml"
     path.write_text(HEAD + "  []\n")
     return path
+
+
+def test_fl_rounds_are_the_iterations_events_anchor_to():
+    # events at {workload: fl, iteration: k} wait for round k's start: a fedavg schedule has
+    # one iteration whose gather phases are the rounds (traffic_gen Phase.anchor_iteration)
+    from traffic_gen.program import compile_program
+
+    prep = prepare(ROOT / "examples" / "faults" / "fedavg_flapping_edge.yaml")
+    w = prep.workloads[0]
+    phases = compile_program(w.schedule, w.placement).phases
+    gathers = [ph for ph in phases if ph.round is not None]
+    assert [ph.anchor_iteration for ph in gathers] == [0, 1, 2, 3]
+    assert {ph.iteration for ph in phases} == {0}
+    assert [(a.anchor, a.iteration, a.t_s) for a in prep.events][:2] == [
+        ("fl", 1, 0.1), ("fl", 1, pytest.approx(0.3))]
