@@ -49,7 +49,8 @@ class ReplayOptions:
     kick.py; default 14480 = the initial window of 10 segments, RFC 6928) or "sleep" (every
     sender wakes itself at the instant); ``on_phase``: called as ``on_phase(phase index,
     iteration (a gather phase's: its FL round), start instant)`` (seconds since the epoch) as
-    each phase is started, before the agents hear of it (an experiment's events anchored to iterations, aitb.events);
+    each phase is started, before the agents hear of it (an experiment's events anchored to
+    iterations, aitb.events);
     ``on_controller``: called with the Controller once its agents are set up (its
     ``set_slowdown`` and ``signal_agent`` then reach them) and with None when it ends."""
 
