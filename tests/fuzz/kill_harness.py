@@ -34,7 +34,13 @@ mtime), the killed run's directory and namespaces gone, and every run ``ok``.
 Prints a table (kills tried per signal and phase, missed, leaks, wrong statuses, wrong exit
 codes, hangs) and one JSON line. Leaves nothing behind: whatever leaked is ended by pid
 afterwards (``aitb clean --force``, then SIGKILL of the leaked pids) and reported.
-tests/netns/test_kill_harness.py runs a seeded slice of three kills.
+With ``--events N`` (``run(events=N)``) every kill's experiment also carries a seeded random
+``events:`` timeline of N events (:func:`random_events`: links down and up, flaps, partitions
+with a duration, rate degrades and ramps, a straggler, a node down whose agent is frozen and
+continued), so the signal may land while links are down, qdiscs reshaped or an agent stopped;
+the checks then also cover the root namespace's links and qdiscs (none added by the run).
+
+tests/netns/test_kill_harness.py runs a seeded slice of three kills with random events.
 """
 
 from __future__ import annotations
@@ -94,6 +100,7 @@ class Kill:
     signal_after_s: float | None = None  # from the start of `aitb run` to the signal
     exit_after_s: float | None = None  # from the signal to the run's exit
     trial_s: float | None = None  # the whole kill with its checks
+    events: list[str] = field(default_factory=list)  # the random events: timeline, if any
 
 
 def _env(state: Path) -> dict[str, str]:
@@ -161,6 +168,68 @@ def _orphans(exclude: set[int]) -> list[int]:
             continue
         out.append(int(d))
     return out
+
+
+LINKS = ("h1-s1", "h2-s1", "h3-s1", "h4-s1")  # ring_allreduce_quick.yaml's (single_switch)
+HOSTS = ("h1", "h2", "h3", "h4")
+
+
+def random_events(rng: random.Random, n: int, span_s: float = 2.0) -> list[str]:
+    """``n`` events (YAML flow mappings, one a line) at seeded random times within
+    ``span_s`` s of the run's start, on EXPERIMENT's links and hosts; every down is followed
+    by its up within 0.5 s (the ring waits for it rather than timing out)."""
+    out = []
+    for _ in range(n):
+        at = round(rng.uniform(0.0, span_s), 3)
+        link = rng.choice(LINKS)
+        back = round(at + rng.uniform(0.05, 0.5), 3)
+        kind = rng.choice(("link", "flap", "partition", "degrade", "ramp", "straggler",
+                           "freeze"))
+        if kind == "link":
+            out += [f"{{at: {at}s, kind: link_down, link: {link}}}",
+                    f"{{at: {back}s, kind: link_up, link: {link}}}"]
+        elif kind == "flap":
+            out.append(f"{{at: {at}s, kind: flap, link: {link}, period: 300ms, down: 100ms, "
+                       f"count: 2}}")
+        elif kind == "partition":
+            two = rng.sample(LINKS, 2)
+            out.append(f"{{at: {at}s, kind: partition, link: [{two[0]}, {two[1]}], "
+                       f"duration: {round(back - at, 3)}s}}")
+        elif kind == "degrade":
+            out.append(f"{{at: {at}s, kind: degrade, link: {link}, rate: "
+                       f"{rng.choice((100, 300, 600))}Mbit, duration: 1s}}")
+        elif kind == "ramp":
+            out.append(f"{{at: {at}s, kind: degrade, link: {link}, direction: a_to_b, rate: "
+                       f"200Mbit, ramp_s: 0.4, ramp_steps: 4, duration: 1s}}")
+        elif kind == "straggler":
+            out.append(f"{{at: {at}s, kind: straggler, rank: {rng.randrange(4)}, factor: "
+                       f"{rng.choice((1.5, 3.0))}}}")
+        else:
+            host = rng.choice(HOSTS)
+            out += [f"{{at: {at}s, kind: node_down, node: {host}, agent: freeze}}",
+                    f"{{at: {back}s, kind: node_up, node: {host}}}"]
+    return out
+
+
+def with_events(experiment: Path, events: list[str], work: Path, tag: str) -> Path:
+    """A copy of ``experiment`` with ``events`` appended as its ``events:`` (it has none)."""
+    text = experiment.read_text().rstrip("\n") + "\nevents:\n" + "".join(
+        f"  - {e}\n" for e in events)
+    path = work / f"experiment-{tag}.yaml"
+    path.write_text(text)
+    return path
+
+
+def _root_net() -> set[str]:
+    """The root namespace's links and qdiscs (``link NAME``, ``qdisc IFINDEX HANDLE KIND``),
+    read over netlink."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ip:
+        links = {f"link {m.get_attr('IFLA_IFNAME')}" for m in ip.get_links()}
+        qdiscs = {f"qdisc {m['index']} {m['handle']:x} {m.get_attr('TCA_KIND')}"
+                  for m in ip.get_qdiscs()}
+    return links | qdiscs
 
 
 def _namespaces(lab_id: str) -> list[str]:
@@ -266,10 +335,14 @@ def _remove_leaks(watch: Watch, state: Path, exclude: set[int]) -> None:
 
 
 def kill_once(experiment: Path, sig_name: str, target: str, rng: random.Random,
-              work: Path) -> Kill:
-    """One run of ``experiment`` killed by ``sig_name`` in phase ``target``; see the module
-    doc for the checks."""
+              work: Path, events: int = 0) -> Kill:
+    """One run of ``experiment`` killed by ``sig_name`` in phase ``target`` (with ``events``
+    random events, :func:`random_events`); see the module doc for the checks."""
     k = Kill(sig_name, target)
+    if events:
+        k.events = random_events(rng, events)
+        experiment = with_events(experiment, k.events, work, f"{sig_name}-{target}")
+    root_before = _root_net()
     trial = Path(tempfile.mkdtemp(prefix="kill-", dir=work))
     results, state = trial / "results", work / "state"
     argv = [sys.executable, "-c", _DUMPING, "run", str(experiment), "--results",
@@ -323,6 +396,7 @@ def kill_once(experiment: Path, sig_name: str, target: str, rng: random.Random,
                        capture_output=True, timeout=120, check=False)
     if not k.missed:
         _check(k, watch, state, target, exclude={proc.pid}, late=late)
+        k.leaks += [f"root namespace {x} added" for x in sorted(_root_net() - root_before)]
     if k.leaks or k.missed:
         _remove_leaks(watch, state, {proc.pid})
     if not (k.leaks or k.wrong_status or k.wrong_exit or k.hang):
@@ -486,7 +560,8 @@ def plan_kills(n: int, rng: random.Random, phases: tuple[str, ...] = PHASES
 
 def run(seed: int = 1, kills: int = 24, budget_s: float = 600.0,
         experiment: Path = EXPERIMENT, resume: bool = True,
-        plan: list[tuple[str, str]] | None = None, keep: bool = False) -> dict[str, Any]:
+        plan: list[tuple[str, str]] | None = None, keep: bool = False,
+        events: int = 0) -> dict[str, Any]:
     """The measurement (see the module doc); returns the counts, every kill, the resume
     check. Stops starting kills once ``budget_s`` would be exceeded (a kill takes ~15 s, the
     resume check ~60 s here). Needs root."""
@@ -502,7 +577,7 @@ def run(seed: int = 1, kills: int = 24, budget_s: float = 600.0,
     for sig_name, target in todo:
         if time.monotonic() - t0 + 20.0 + reserve_s > budget_s:
             break
-        done.append(kill_once(experiment, sig_name, target, rng, work))
+        done.append(kill_once(experiment, sig_name, target, rng, work, events))
     res = resume_check(rng, work) if resume else None
     out = {"seed": seed, "experiment": str(experiment.relative_to(ROOT)
                                             if experiment.is_relative_to(ROOT) else experiment),
@@ -564,12 +639,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--experiment", type=Path, default=EXPERIMENT)
     ap.add_argument("--no-resume", action="store_true", help="skip the campaign check")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--events", type=int, default=0,
+                    help="random events: per kill's experiment (default 0: none)")
     ap.add_argument("--code", type=Path, default=ROOT,
                     help="checkout whose aitb is run and killed (default: this one)")
     args = ap.parse_args(argv)
     CODE[0] = args.code.resolve()
     out = run(args.seed, args.kills, args.budget_s, args.experiment.resolve(),
-              not args.no_resume, keep=args.keep)
+              not args.no_resume, keep=args.keep, events=args.events)
     _print(out)
     bad = out["leaks"] or out["wrong_status"] or out["wrong_exit"] or out["hangs"] or \
         (out["resume"] is not None and not out["resume"]["ok"])

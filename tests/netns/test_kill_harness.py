@@ -1,8 +1,11 @@
 """A seeded slice of the kill harness (tests/fuzz/kill_harness.py): `aitb run` of
-examples/ring_allreduce_quick.yaml killed by SIGTERM in its teardown, SIGINT in its analysis
-and SIGKILL (then `aitb clean`) in its traffic. Whatever instant each lands at: no namespace
-or process of the run is left (registered or orphaned), the manifest says `interrupted` or
-`killed`, and SIGINT/SIGTERM end with aitb's own exit 130/143."""
+examples/ring_allreduce_quick.yaml with a seeded random `events:` timeline (links down and up,
+flaps, partitions, degrades and ramps, stragglers, a node whose agent is frozen and
+continued) killed by SIGTERM in its teardown, SIGINT in its analysis and SIGKILL (then `aitb
+clean`) in its traffic. Whatever instant each lands at: no namespace, registry or process of
+the run is left (registered or orphaned), no link or qdisc added to the root namespace, the
+manifest says `interrupted` or `killed`, and SIGINT/SIGTERM end with aitb's own exit
+130/143."""
 
 from __future__ import annotations
 
@@ -25,8 +28,10 @@ def test_kills_at_any_instant_leave_nothing_and_tell_the_truth():
     sys.modules[spec.name] = mod  # its dataclass needs its module registered
     spec.loader.exec_module(mod)
     out = mod.run(seed=13, budget_s=1e9, resume=False,
-                  plan=[("SIGTERM", "teardown"), ("SIGINT", "analysis"), ("SIGKILL", "traffic")])
+                  plan=[("SIGTERM", "teardown"), ("SIGINT", "analysis"), ("SIGKILL", "traffic")],
+                  events=3)
     assert out["kills"] == 3
+    assert all(len(k["events"]) >= 3 for k in out["all"])  # each run had its timeline
     landed = [k for k in out["all"] if not k["missed"]]
     assert landed, "no signal reached a live run"  # the run ended before each: nothing tested
     assert out["leaks"] == 0, out["findings"]
