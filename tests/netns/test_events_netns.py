@@ -140,6 +140,10 @@ def test_a_node_failure_during_an_all_to_all_ends_the_run_with_precise_failure_r
         x = f["extra"]
         assert "h3" in (f["node"], x.get("src_node"), x.get("dst_node")), f
         assert x["iteration"] >= 3 and f["op"] and f["peer"] is not None, f
+        # and the link it was cut off by, with the event that set it down
+        assert (x["links_down"], x["events"], x["agents_stopped"]) == (["h3-s1"], [0], {}), f
+    assert [w["failures"] for w in manifest["workloads"]][0][0]["extra"]["links_down"] == [
+        "h3-s1"]
     colls = records(run_dir, "collectives.jsonl")
     assert [c["iteration"] for c in colls] == [0, 1, 2]  # the ones before the failure
     # the failed run's analysis: the node_down hit iteration 3 and the transfers that
