@@ -246,3 +246,38 @@ def test_ipv6_traffic_is_delayed_by_the_native_line(labs, tmp_path):
         out = lab.run("a", ["ping", "-6", "-U", "-c", "5", "-i", "0.05", dst]).stdout
     rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", out)]
     assert len(rtts) == 5 and 20.0 <= min(rtts) < 30.0  # ip6tables rules hold both ways
+
+
+def test_a_corrupt_event_changes_the_native_line_live_and_switching_it_on_is_refused(
+        labs, tmp_path):
+    # events: corrupt on a direction that corrupts from bring-up (the helper copies whole
+    # packets): its share goes up live and the helper flips bits in that many; switching
+    # corrupt off (or on) live is refused before playing, naming event, link and direction
+    from aitb.events import EventAction
+    from testbed.trace_player import TracePlayer
+
+    plan = _native(two_hosts_router(Shaping(delay_s=0.001, corrupt_pct=0.001),
+                                    Shaping(delay_s=0.001, corrupt_pct=0.001)))
+    up = [EventAction(0, "corrupt", "shape", 0.0, directions=(("h1-r1", "a_to_b"),),
+                      changes={"corrupt_pct": 50.0})]
+    off = [EventAction(1, "corrupt", "shape", 0.0, directions=(("h1-r1", "b_to_a"),),
+                       changes={"corrupt_pct": 0.0})]
+    with labs(plan) as lab:
+        with pytest.raises(LabError, match=r"events\[1\] \(corrupt h1-r1 b_to_a\).*cannot "
+                                           r"switch corrupt on or off live"):
+            TracePlayer(lab, tmp_path / "t.jsonl", traces=[], events=off,
+                        events_out=tmp_path / "off.jsonl").check()
+        player = TracePlayer(lab, tmp_path / "t.jsonl", traces=[], events=up,
+                             events_out=tmp_path / "events.jsonl")
+        player.check()
+        player.start()
+        assert player.wait(10)
+        player.stop(read_back=False)
+        assert player.errors == []
+        lab.run("h1", ["ping", "-c", "60", "-i", "0.01", "-W", "1", "-q", "198.18.2.1"])
+        q = native.stats(lab)["h1-r1/a_to_b"]["queue"]
+    rec = json.loads((tmp_path / "events.jsonl").read_text())
+    assert rec["done"]["shaping"]["h1-r1 a_to_b"]["corrupt_pct"] == 50.0
+    assert q["corrupt_pct"] == 50.0 and q["in_packets"] >= 60
+    # 60 echo requests at 50 %: fewer than 10 flipped has probability below 1e-8
+    assert q["corrupted"] >= 10
