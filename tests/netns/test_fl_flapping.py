@@ -28,10 +28,11 @@ def test_a_flapping_edge_site_is_dropped_by_the_deadline_only_where_an_outage_hi
     evs = records(run_dir, "events.jsonl")
     applied = [e for e in evs if "applied_t_s" in e]
     assert all("error" not in e and e["links"] == [LINK] for e in evs)
-    assert [e["op"] for e in applied] == ["down", "up"] * (len(applied) // 2)
-    assert len(applied) >= 4  # the outages that fell inside the run (6 planned)
-    outages = [(d["applied_t_s"], u["began_t_s"]) for d, u in zip(applied[::2], applied[1::2],
-                                                                  strict=True)]
+    # the actions that fell inside the run (6 planned; the run may end inside an outage)
+    assert [e["op"] for e in applied] == ["down", "up", "down", "up", "down", "up"][
+        :len(applied)] and len(applied) >= 4
+    ups = [u["began_t_s"] for u in applied[1::2]] + [float("inf")]
+    outages = [(d["applied_t_s"], ups[k]) for k, d in enumerate(applied[::2])]
     rounds = records(run_dir, "rounds.jsonl")
     assert [r["round"] for r in rounds] == [0, 1, 2, 3]
     hit_rounds = set()
