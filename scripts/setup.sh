@@ -49,6 +49,8 @@ apt_install python3 python3-venv python3-dev gcc make git \
                             # openssh-server: the sshd of the test cluster's machines
                             # (tests/netns/test_cluster_ssh.py starts its own, by pid)
 
+APT_UPDATED=$APT_UPDATED bash scripts/setup_frr.sh  # FRRouting for `routing: frr` labs, its system service off
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
