@@ -24,6 +24,7 @@ __all__ = [
     "OvsDatapath", "DelayLine", "DELAY_LINES",
     "MAX_IFNAME", "MAX_NODE_NAME",
     "Endpoint", "LinkPlan", "NextHop", "Route", "SourceRoutes", "NodePlan", "LabPlan",
+    "FrrRouting", "frr_problems", "FRR_PROTOCOLS",
     "plan_to_dict", "plan_from_dict", "PlanError", "plan_problems", "NAME_RE", "IFNAME_RE",
 ]
 
@@ -184,16 +185,78 @@ class NodePlan:
     ranks_per_host: int | None = None
 
 
+FRR_PROTOCOLS: tuple[str, ...] = ("bgp", "ospf")
+
+
+@dataclass(frozen=True, slots=True)
+class FrrRouting:
+    """``routing: frr``: FRRouting daemons in every router namespace (testbed/frr.py) compute
+    the routers' routes instead of the plan's static ones (hosts keep theirs).
+
+    protocol: ``bgp`` (eBGP, one private ASN per router, a session per router-to-router
+    link, numbered: the link's addresses) or ``ospf`` (area 0, point-to-point interfaces);
+    bfd: BFD on every session/adjacency with ``bfd_interval_s`` (transmit and receive
+    interval, seconds, whole milliseconds in [0.01, 60]) and ``bfd_multiplier`` (missed
+    packets until down); bgp_keepalive_s / bgp_hold_s: BGP timers (whole seconds, hold 0 or
+    >= 3 and >= keepalive, RFC 4271 4.2); ospf_hello_s / ospf_dead_s: OSPF timers (whole
+    seconds, dead > hello); converge_timeout_s: how long bring-up waits for every router's
+    forwarding table to hold a route to every link subnet; settle_s: how long a router's
+    table must stay unchanged after an event to count as converged again."""
+
+    protocol: str = "bgp"
+    bfd: bool = True
+    bfd_interval_s: float = 0.1
+    bfd_multiplier: int = 3
+    bgp_keepalive_s: int = 3
+    bgp_hold_s: int = 9
+    ospf_hello_s: int = 1
+    ospf_dead_s: int = 4
+    converge_timeout_s: float = 60.0
+    settle_s: float = 1.0
+
+
+def frr_problems(r: FrrRouting) -> list[str]:
+    """What is wrong with the values of ``r`` (the keys named as in a topology file's
+    ``routing:``); empty when sound. Pure."""
+    out = []
+    if r.protocol not in FRR_PROTOCOLS:
+        out.append(f"protocol {_short(r.protocol)} is not one of {', '.join(FRR_PROTOCOLS)}")
+    ms = r.bfd_interval_s * 1000
+    if not (10 <= ms <= 60000) or abs(ms - round(ms)) > 1e-6:
+        out.append(f"bfd_interval {r.bfd_interval_s:g}s must be whole milliseconds in "
+                   "[10ms, 60s] (FRR's transmit/receive-interval range)")
+    if not 2 <= r.bfd_multiplier <= 255:
+        out.append(f"bfd_multiplier {r.bfd_multiplier} must be in [2, 255]")
+    if not 1 <= r.bgp_keepalive_s <= 65535:
+        out.append(f"bgp_keepalive {r.bgp_keepalive_s}s must be whole seconds in [1s, 65535s]")
+    if r.bgp_hold_s != 0 and not (3 <= r.bgp_hold_s <= 65535 and r.bgp_hold_s >= r.bgp_keepalive_s):
+        out.append(f"bgp_hold {r.bgp_hold_s}s must be 0 or whole seconds >= 3s and >= "
+                   f"bgp_keepalive ({r.bgp_keepalive_s}s) (RFC 4271 section 4.2)")
+    if not 1 <= r.ospf_hello_s <= 65535:
+        out.append(f"ospf_hello {r.ospf_hello_s}s must be whole seconds in [1s, 65535s]")
+    if not r.ospf_hello_s < r.ospf_dead_s <= 65535:
+        out.append(f"ospf_dead {r.ospf_dead_s}s must be whole seconds > ospf_hello "
+                   f"({r.ospf_hello_s}s)")
+    if not r.converge_timeout_s > 0:
+        out.append(f"converge_timeout {r.converge_timeout_s:g}s must be > 0")
+    if not r.settle_s > 0:
+        out.append(f"settle {r.settle_s:g}s must be > 0")
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class LabPlan:
     """Everything the runtime needs to bring a lab up; ``source`` names where it came from;
-    ``traces``: the link directions whose shaping follows a trace (testbed/trace_player.py)."""
+    ``traces``: the link directions whose shaping follows a trace (testbed/trace_player.py);
+    ``routing``: None for the plan's static routes everywhere, else the FRRouting daemons that
+    route the routers (:class:`FrrRouting`)."""
 
     name: str
     nodes: tuple[NodePlan, ...]
     links: tuple[LinkPlan, ...]
     source: str = "<generated>"
     traces: tuple[LinkTrace, ...] = ()
+    routing: FrrRouting | None = None
 
     def __post_init__(self) -> None:
         problems = plan_problems(self)
@@ -336,6 +399,8 @@ def plan_problems(plan: LabPlan) -> list[str]:
         if tr.direction not in ("a_to_b", "b_to_a"):
             out.append(f"trace {_short(tr.file)}: direction {_short(tr.direction)} is not "
                        "a_to_b or b_to_a")
+    if plan.routing is not None:
+        out += [f"routing: {p}" for p in frr_problems(plan.routing)]
     return out
 
 
@@ -404,5 +469,6 @@ def plan_from_dict(d: Mapping[str, Any]) -> LabPlan:
         for lk in d["links"])
     traces = tuple(LinkTrace(**{**t, "steps": tuple(TraceStep(**s) for s in t["steps"])})
                    for t in d.get("traces", ()))
+    routing = FrrRouting(**d["routing"]) if d.get("routing") else None
     return LabPlan(name=d["name"], nodes=nodes, links=links, source=d.get("source", "<dict>"),
-                   traces=traces)
+                   traces=traces, routing=routing)

@@ -33,7 +33,7 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from aitb.errors import LabError
 from aitb.plan import LinkPlan, Route
-from testbed import load_balance, source_routing
+from testbed import frr, load_balance, source_routing
 from testbed.links import RTM_NEWLINK, updown_msg
 from testbed.nl import F_CREATE, F_REPLACE, Batch, dump
 from testbed.routes import (
@@ -130,7 +130,7 @@ def restore_routes(lab: Lab, links: Sequence[LinkPlan], times: dict[str, Any] | 
                                       f"node {node}: rto_min on connected route "
                                       f"{iface.network}")
         wanted = []
-        for route in n.routes:
+        for route in () if frr.routed_by_frr(lab.plan, n) else n.routes:  # FRR re-learns
             if not any(h.ifname in ifnames for h in route.nexthops):
                 continue
             live = _live(route, down)

@@ -10,6 +10,7 @@ routes and tc, hold it, and tear it down (also on errors and SIGINT/SIGTERM). Ne
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import subprocess
@@ -28,6 +29,7 @@ from testbed import (
     containers,
     delay_backends,
     faults,
+    frr,
     kernel,
     load_balance,
     netns,
@@ -121,6 +123,7 @@ class Lab:
         # changes shaping from its thread while the runner reads counters (inspect.describe)
         self.netlink_lock = threading.RLock()
         self.down_links: set[str] = set()  # links set down by testbed/faults.py, not yet up
+        self.frr: dict[str, Any] = {}  # router -> its FRR daemons (testbed/frr.py)
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Lab:
@@ -156,6 +159,7 @@ class Lab:
         tears down what was made and re-raises. Raises LabError naming what failed, and
         :class:`testbed.signals.LabInterrupted` for SIGINT/SIGTERM under
         :func:`testbed.signals.raising` even where a library wrapped or dropped it."""
+        self._check_frr()
         self._resolve_delay_lines()
         self._check_kernel()
         refused = load_balance.problems(self.plan)
@@ -217,7 +221,7 @@ class Lab:
         t = time.perf_counter()
         links_of = realise.links_by_node(self.plan)
         for n in self.plan.nodes:
-            realise.configure_node(n, self.layout, self.io[n.name], links_of)
+            realise.configure_node(self._static(n), self.layout, self.io[n.name], links_of)
         load_balance.apply(self)
         source_routing.apply(self)
         t = self._step("configure", t)
@@ -225,7 +229,35 @@ class Lab:
         self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
         self._apply_delay_lines()
         self.verify()
-        self._step("verify", t)
+        t = self._step("verify", t)
+        if self.plan.routing is not None:
+            frr.start(self)
+            frr.wait_converged(self)
+            self._step("frr", t)
+
+    def _static(self, n: Any) -> Any:
+        """``n`` with the routes the lab installs itself: none for a router FRR routes."""
+        return dataclasses.replace(n, routes=()) if frr.routed_by_frr(self.plan, n) else n
+
+    def _check_frr(self) -> None:
+        """A ``routing: frr`` plan on a machine without the FRR daemons it needs: refused
+        before anything exists, naming the plan's file and key."""
+        if self.plan.routing is None:
+            return
+        missing = frr.missing_daemons(self.plan.routing)
+        if missing:
+            raise LabError(f"{self.plan.source}: routing: frr ({self.plan.routing.protocol}) "
+                           f"needs FRRouting, but {', '.join(missing)} is missing: install "
+                           "Debian's frr package (scripts/setup.sh does, with its system "
+                           "service off)")
+
+    def watch_convergence(self, began: float, on_done: Any) -> Any:
+        """For a ``routing: frr`` lab, a :class:`testbed.frr.ConvergenceWatch` of the event
+        that began at ``began`` (``time.monotonic()``), calling ``on_done(result)`` when
+        every router's table is stable again; None for a statically routed lab."""
+        if self.plan.routing is None or not self.frr:
+            return None
+        return frr.ConvergenceWatch(self, began, on_done)
 
     def _start_ovs(self) -> None:
         """Daemons, bridge and rules of the OVS switches (none: nothing happens)."""
@@ -280,10 +312,11 @@ class Lab:
         links_of = realise.links_by_node(self.plan)
         for n in self.plan.nodes:
             if nodes is None or n.name in nodes:
-                problems += verify.check_node(links_of.get(n.name, []), self.layout, n,
-                                              self.node_io(n.name).sock)
+                problems += verify.check_node(links_of.get(n.name, []), self.layout,
+                                              self._static(n), self.node_io(n.name).sock)
         problems += load_balance.check(self, nodes)
         problems += source_routing.check(self, nodes)
+        problems += frr.check_alive(self)
         problems += ovs_lab.check_all(self, {s: d for s, d in self.ovs.items()
                                              if nodes is None or s in nodes}, self.ovs_rules)
         problems += [p for r in self._delay_lines() if nodes is None or r.rx_node in nodes

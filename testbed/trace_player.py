@@ -131,6 +131,7 @@ class TracePlayer:
         self._ramp_from: dict[tuple[int, str, str], Shaping] = {}
         self._controllers: dict[str, Any] = {}  # workload -> its running controller
         self._slowdowns: dict[str, dict[int, float]] = {}  # workload -> rank -> factor
+        self._watches: list[Any] = []  # convergence watches of a routing: frr lab
 
     def attach(self, workload: str, controller: Any) -> None:
         """Workload ``workload``'s agents are up under ``controller`` (None: it ended):
@@ -237,6 +238,8 @@ class TracePlayer:
         if self._thread.is_alive():
             self.errors.append(f"trace player still busy after {timeout_s:g} s")
             return
+        for w in self._watches:  # each records its result (converged or not) as it ends
+            w.stop(timeout_s)
         self._record_not_reached()
         if not read_back:
             return
@@ -419,10 +422,13 @@ class TracePlayer:
     def _apply_event(self, t_s: float, a: EventAction, g: IO[str]) -> None:
         assert self.t0 is not None
         began = self.clock()
+        began_mono = time.monotonic()
         rec: dict[str, Any] = {**a.describe(), "planned_t_s": round(t_s, 6)}
         try:
             rec["done"] = self._do_event(a)
             self.events_applied += 1
+            if a.op in ("down", "up"):
+                self._watch(a, t_s, began_mono)
         except AitbError as exc:
             rec["error"] = f"events[{a.event}] {a.kind} ({a.op}): {exc}"
             self.errors.append(rec["error"])
@@ -434,6 +440,31 @@ class TracePlayer:
             rec["acked_t_s"] = round(acked - self.t0, 6)
         g.write(json.dumps(rec) + "\n")
         g.flush()
+
+    def _watch(self, a: EventAction, t_s: float, began: float) -> None:
+        """For a lab whose routers run FRR: record, once known, how long after the event
+        each router's forwarding table took to be stable again (one ``events.jsonl`` line
+        with ``record: convergence``, the action's event/kind/op/step and
+        ``convergence_s``, see :class:`testbed.frr.ConvergenceWatch`)."""
+        watch = getattr(self.lab, "watch_convergence", None)
+        if watch is None:
+            return
+
+        def done(result: dict[str, Any]) -> None:
+            rec = {"record": "convergence", **a.describe(), "planned_t_s": round(t_s, 6),
+                   **result}
+            if "error" in result:
+                self.errors.append(f"events[{a.event}] {a.kind} ({a.op}): {result['error']}")
+            line = (json.dumps(rec) + "\n").encode()
+            fd = os.open(self.events_out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:  # one O_APPEND write: the player thread appends its lines meanwhile
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+
+        w = watch(began, done)
+        if w is not None:
+            self._watches.append(w)
 
     def _record_not_reached(self) -> None:
         """Event actions still queued or never anchored when playing stopped: one record

@@ -11,14 +11,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from aitb.errors import SpecError, SpecIssue
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan, PlanError
+from aitb.plan import Endpoint, FrrRouting, LabPlan, LinkPlan, NodePlan, PlanError, frr_problems
+from aitb.units import parse_duration_s
 from topologies.addressing import Segment, allocate, check_segments, find_segments
 from topologies.generators import expand
 from topologies.graph import Edge, Port, build_edges
 from topologies.nodes import node_plans
 from topologies.profiles import known_profiles
 from topologies.routing import RoutingResult, compute_routes
-from topologies.spec import TopologySpec
+from topologies.spec import FrrSpec, TopologySpec
 from topologies.traces import link_traces
 from topologies.validate import check_spec
 
@@ -119,6 +120,57 @@ def _link_plans(edges: list[Edge], addr: dict, spec: TopologySpec) -> tuple[Link
                           mtu=e.mtu, delay_line=line(e)) for e in edges)
 
 
+_FRR_SECONDS = ("bgp_keepalive", "bgp_hold", "ospf_hello", "ospf_dead")
+
+
+def _frr_routing(spec: TopologySpec, nodes: dict[str, NodePlan]
+                 ) -> tuple[FrrRouting | None, list[SpecIssue]]:
+    """The plan's :class:`FrrRouting` from ``routing:`` (None: static), with every problem
+    as an issue naming the key: timers that are not whole seconds or out of range, and
+    what FRR labs do not support (IPv6 addressing, forwarding hosts, load_balancing other
+    than flow, no router at all)."""
+    r: FrrSpec | None = spec.routing
+    if r is None:
+        return None, []
+    issues: list[SpecIssue] = []
+    values: dict[str, object] = {"protocol": r.protocol, "bfd": r.bfd}
+    for key in _FRR_SECONDS:
+        text = getattr(r, key)
+        if text is None:
+            continue
+        secs = parse_duration_s(text)
+        if abs(secs - round(secs)) > 1e-9:
+            issues.append(SpecIssue(f"{key} {text} must be whole seconds (FRR's timers "
+                                    "count seconds)", key_path=("routing", key)))
+        values[f"{key}_s"] = round(secs)
+    for key in ("bfd_interval", "converge_timeout", "settle"):
+        text = getattr(r, key)
+        if text is not None:
+            values[f"{key}_s"] = parse_duration_s(text)
+    if r.bfd_multiplier is not None:
+        values["bfd_multiplier"] = r.bfd_multiplier
+    frr = FrrRouting(**values)  # type: ignore[arg-type]
+    for p in frr_problems(frr):
+        key = p.split(" ", 1)[0]
+        issues.append(SpecIssue(p, key_path=("routing", key)))
+    if spec.addressing.ipv6:
+        issues.append(SpecIssue("routing: frr routes IPv4 only; set addressing.ipv6: false "
+                                "or routing: static", key_path=("routing",)))
+    if not any(p.kind == "router" for p in nodes.values()):
+        issues.append(SpecIssue("routing: frr needs at least one router (its daemons run in "
+                                "the routers' namespaces)", key_path=("routing",)))
+    for name, p in nodes.items():
+        if p.forward:
+            issues.append(SpecIssue("forwarding hosts route statically; routing: frr runs "
+                                    "daemons in routers only", key_path=("nodes", name,
+                                                                         "forward")))
+        if p.kind == "router" and p.load_balancing != "flow":
+            issues.append(SpecIssue(f"load_balancing {p.load_balancing} needs the plan's "
+                                    "static multipath routes; with routing: frr only flow",
+                                    key_path=("nodes", name, "load_balancing")))
+    return frr, issues
+
+
 def resolve(spec: TopologySpec, source: str = "<spec>", base_dir: Path | None = None
             ) -> LabPlan:
     """Resolve ``spec`` into a :class:`LabPlan` ready for the runtime (no root; reads only the
@@ -134,6 +186,8 @@ def resolve(spec: TopologySpec, source: str = "<spec>", base_dir: Path | None = 
     profiles = known_profiles(spec.profiles)
     stage.check(check_spec(spec, profiles))
     nodes = node_plans(spec)
+    routing, issues = _frr_routing(spec, nodes)
+    stage.check(issues)
     edges, issues = build_edges(spec, profiles)
     stage.check(issues)
     stage.check(_rank_nic_issues(nodes, edges))
@@ -165,6 +219,6 @@ def resolve(spec: TopologySpec, source: str = "<spec>", base_dir: Path | None = 
                        for name, p in nodes.items())
     try:
         return LabPlan(name=spec.name, nodes=plan_nodes, links=_link_plans(edges, addr, spec),
-                       source=source, traces=traces)
+                       source=source, traces=traces, routing=routing)
     except PlanError as exc:  # what the spec checks above let through (free-text values)
         raise SpecError([SpecIssue(p, file=source) for p in exc.problems]) from None

@@ -36,7 +36,7 @@ __all__ = [
     "DEFAULT_IPV4_POOL", "DEFAULT_IPV6_POOL", "NAME_PATTERN",
     "ShapingSpec", "TraceSpec", "GilbertElliottSpec", "ProfileSpec", "LinkSpec", "LinkDefaults",
     "NodeSettings", "NodeSpec", "GroupSpec", "Defaults", "AddressingSpec", "GeneratorRef",
-    "TopologySpec",
+    "FrrSpec", "TopologySpec",
 ]
 
 DEFAULT_IPV4_POOL = "198.18.0.0/15"  # RFC 2544 benchmarking range
@@ -268,6 +268,48 @@ class GeneratorRef(_Strict):
     params: dict[str, Any] = Field(default_factory=dict, description="Its keyword arguments.")
 
 
+class FrrSpec(_Strict):
+    """``routing: {kind: frr, ...}``: FRRouting daemons route the routers (``routing: frr``
+    is this with every default); hosts keep static routes to their routers."""
+
+    kind: Literal["frr"] = Field(description="The routing daemons: frr (FRRouting).")
+    protocol: Literal["bgp", "ospf"] = Field(
+        default="bgp", description="bgp: eBGP, one private ASN per router, a numbered session "
+        "per router-to-router link, multipath on; ospf: OSPFv2 area 0 over point-to-point "
+        "interfaces.")
+    bfd: bool = Field(default=True, description="BFD on every BGP session / OSPF adjacency.")
+    bfd_interval: Duration = Field(default=None, description="BFD transmit and receive "
+                                   "interval, whole ms in [10ms, 60s]; default 100ms.")
+    bfd_multiplier: int | None = Field(default=None, description="BFD detect multiplier "
+                                       "(packets missed until down), [2, 255]; default 3.")
+    bgp_keepalive: Duration = Field(default=None, description="BGP keepalive, whole seconds; "
+                                    "default 3s.")
+    bgp_hold: Duration = Field(default=None, description="BGP hold time, whole seconds, 0 or "
+                               ">= 3s and >= keepalive; default 9s.")
+    ospf_hello: Duration = Field(default=None, description="OSPF hello interval, whole "
+                                 "seconds; default 1s.")
+    ospf_dead: Duration = Field(default=None, description="OSPF dead interval, whole seconds "
+                                "> hello; default 4s.")
+    converge_timeout: Duration = Field(default=None, description="Longest wait at bring-up "
+                                       "for every router to have a route to every link "
+                                       "subnet; default 60s.")
+    settle: Duration = Field(default=None, description="After a link event, a router counts "
+                             "as converged once its forwarding table stayed unchanged this "
+                             "long; default 1s.")
+
+
+def _routing_word(value: object) -> object:
+    """``routing: frr`` is ``{kind: frr}``; ``routing: static`` is no routing daemon."""
+    if value == "frr":
+        return {"kind": "frr"}
+    if value == "static":
+        return None
+    return value
+
+
+RoutingValue = Annotated[FrrSpec | None, BeforeValidator(_routing_word)]
+
+
 class TopologySpec(_Strict):
     """A whole topology file."""
 
@@ -290,6 +332,11 @@ class TopologySpec(_Strict):
     flowlet_gap: Duration = Field(
         default=None, description="Default flowlet_gap of the nodes with load_balancing: "
         "flowlet.")
+    routing: RoutingValue = Field(
+        default=None, description="How routers get their routes: static (default: the plan's "
+        "shortest-path routes, installed once) or frr (FRRouting daemons in every router "
+        "namespace: `frr` or a mapping with kind: frr and protocol, bfd, timers).",
+        examples=["frr", {"kind": "frr", "protocol": "ospf", "bfd": False}])
     backend: Literal["native", "mininet"] | None = Field(
         default=None, description="Runtime that realises the lab: native (aitb's own "
         "namespaces) or mininet (Mininet's nodes, aitb's shaping); `--backend` overrides it.")
