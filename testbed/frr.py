@@ -51,7 +51,8 @@ Lab = Any  # testbed.lab.Lab, which calls this module (no import back: no cycle)
 
 __all__ = ["DAEMON_DIR", "ASN_BASE", "daemons_of", "missing_daemons", "routed_by_frr",
            "router_configs", "wanted_destinations", "start", "check_alive",
-           "wait_converged", "table", "expected_hops", "ConvergenceWatch", "RTPROT_BGP", "RTPROT_OSPF"]
+           "wait_converged", "table", "expected_hops", "ConvergenceWatch", "RTPROT_BGP",
+           "RTPROT_OSPF"]
 
 DAEMON_DIR = Path("/usr/lib/frr")  # Debian's frr package
 ASN_BASE = 4200000000  # RFC 6996 private 4-byte ASNs 4200000000-4294967294
@@ -108,14 +109,14 @@ def _asns(plan: LabPlan) -> dict[str, int]:
 
 def _interfaces(plan: LabPlan, node: str, asns: dict[str, int]) -> list[_Iface]:
     """``node``'s addressed interfaces with the routers on the same subnet (its peers)."""
-    ends = [(lk, ep) for lk in plan.links for ep in (lk.a, lk.b) if ep.ipv4 is not None]
+    ends = [ep for lk in plan.links for ep in (lk.a, lk.b) if ep.ipv4 is not None]
     out = []
-    for lk, ep in ends:
+    for ep in ends:
         if ep.node != node:
             continue
         assert ep.ipv4 is not None
         peers = tuple(_Peer(o.node, ep.ifname, str(o.ipv4.ip), asns[o.node])
-                      for _, o in ends if o.node != node and o.node in asns
+                      for o in ends if o.node != node and o.node in asns
                       and o.ipv4 is not None and o.ipv4.network == ep.ipv4.network)
         out.append(_Iface(ep.ifname, peers))
     return out

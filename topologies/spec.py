@@ -304,6 +304,8 @@ def _routing_word(value: object) -> object:
         return {"kind": "frr"}
     if value == "static":
         return None
+    if isinstance(value, str):
+        raise ValueError(f"routing {value!r} is not static, frr or a mapping with kind: frr")
     return value
 
 
