@@ -72,6 +72,9 @@ class MininetLab(Lab):
         if boxes:  # container hosts (NodePlan.image, testbed/containers.py): native only
             raise LabError(f"the mininet backend has no container hosts; node(s) "
                            f"{', '.join(boxes)} have an image: use the native backend")
+        if plan.routing is not None:  # its routers take the plan's static routes
+            raise LabError(f"{plan.source}: routing: frr runs on the native backend only "
+                           "(the mininet backend installs the plan's static routes)")
         if switch == "ovs":  # every switch of the plan becomes an OVS switch
             plan = dataclasses.replace(plan, nodes=tuple(
                 dataclasses.replace(n, datapath="ovs") if n.kind == "switch" else n
