@@ -8,6 +8,7 @@ the example: the ring completes and events.jsonl has a convergence record per li
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, records, run_ok
 
+from aitb.errors import LabError
 from orchestration.run.runner import prepare
 from testbed import frr
 from testbed.registry import pid_alive
@@ -161,3 +163,20 @@ def test_dci_failover_frr_example_records_convergence(tmp_path, state_env, frr_s
         assert conv[i]["converged"] is True and set(conv[i]["convergence"]) == routers
         assert conv[i]["convergence_s"] == max(conv[i]["convergence"].values()) >= 0
     assert [c["iteration"] for c in records(run_dir, "collectives.jsonl")] == list(range(9))
+
+
+def test_routes_not_converging_in_time_fail_bring_up_naming_routers_and_leave_nothing(
+        labs, frr_state):
+    plan = prepare(EXAMPLE).plan
+    plan = dataclasses.replace(plan, routing=dataclasses.replace(plan.routing,
+                                                                 converge_timeout_s=0.01))
+    labs.state_dir = frr_state
+    lab = labs(plan)
+    with pytest.raises(LabError) as err:
+        lab.up()  # BGP cannot open a session in 10 ms: the wait gives up
+    assert "did not converge within 0.01 s (routing.converge_timeout)" in str(err.value)
+    assert "router dc1-b1 has no route" in str(err.value)
+    pids = [p.pid for r in lab.frr.values() for p in r.procs.values()]
+    assert len(pids) == 3 * len(lab.frr) == 18  # they had started; the teardown ended them
+    assert not any(pid_alive(pid, None) for pid in pids)
+    assert not lab.registry.dir.exists()
