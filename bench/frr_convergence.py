@@ -37,7 +37,6 @@ import threading
 import time
 from pathlib import Path
 
-from aitb.plan import FrrRouting
 from orchestration.run.runner import prepare
 from testbed.lab import Lab
 
