@@ -33,7 +33,8 @@ __all__ = ["OVS_BRIDGE", "SCHEMA", "OvsDaemons", "start_daemons", "configure", "
 
 OVS_BRIDGE = "ovsbr"
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
-OF_VERSIONS = "OpenFlow10,OpenFlow13"
+OF_VERSIONS = "OpenFlow10,OpenFlow13,OpenFlow15"
+GROUPS_OF = "OpenFlow15"  # a select group's selection_method and fields (ovs-ofctl(8))
 START_TIMEOUT_S = 10.0
 Popen = Callable[..., "subprocess.Popen[Any]"]
 
@@ -129,7 +130,7 @@ def configure(d: OvsDaemons, plan: LabPlan, rules: OvsRules,
         args += ["--", "set-controller", OVS_BRIDGE, controller_target(controller)]
     d.vsctl(*args)
     if rules.groups:
-        ofctl(d, "add-groups", "-", stdin="\n".join(rules.groups) + "\n")
+        ofctl(d, "add-groups", "-", stdin="\n".join(rules.groups) + "\n", version=GROUPS_OF)
     ofctl(d, "add-flows", "-", stdin="\n".join(rules.flows) + "\n")
 
 
@@ -147,9 +148,10 @@ def appctl(d: OvsDaemons, *args: str) -> str:
     return _run(["ovs-appctl", "-t", str(d.rundir / "ovs-vswitchd.ctl"), *args], d)
 
 
-def ofctl(d: OvsDaemons, command: str, *args: str, stdin: str | None = None) -> str:
-    """``ovs-ofctl -O OpenFlow13 COMMAND <bridge> ARGS`` on this switch; its stdout."""
-    return _run(["ovs-ofctl", "-O", "OpenFlow13", command, d.mgmt(), *args], d, stdin=stdin)
+def ofctl(d: OvsDaemons, command: str, *args: str, stdin: str | None = None,
+          version: str = "OpenFlow13") -> str:
+    """``ovs-ofctl -O VERSION COMMAND <bridge> ARGS`` on this switch; its stdout."""
+    return _run(["ovs-ofctl", "-O", version, command, d.mgmt(), *args], d, stdin=stdin)
 
 
 def check(d: OvsDaemons, plan: LabPlan, rules: OvsRules, controller: str | None = None
@@ -167,8 +169,16 @@ def check(d: OvsDaemons, plan: LabPlan, rules: OvsRules, controller: str | None 
             problems.append(f"node {d.node}: OVS port {ifname} has OpenFlow number {got}, "
                             f"planned {number}")
     n_flows = sum(1 for line in ofctl(d, "dump-flows").splitlines() if "actions=" in line)
-    n_groups = sum(1 for line in ofctl(d, "dump-groups").splitlines() if "group_id=" in line)
-    if (n_flows, n_groups) != (len(rules.flows), len(rules.groups)):
-        problems.append(f"node {d.node}: OVS has {n_flows} flows and {n_groups} groups, "
+    groups = [line for line in ofctl(d, "dump-groups", version=GROUPS_OF).splitlines()
+              if "group_id=" in line]
+    if (n_flows, len(groups)) != (len(rules.flows), len(rules.groups)):
+        problems.append(f"node {d.node}: OVS has {n_flows} flows and {len(groups)} groups, "
                         f"planned {len(rules.flows)} and {len(rules.groups)}")
+    # each group's type and hash (what precedes its buckets): an OpenFlow before 1.5 would
+    # have dropped the selection method without a word
+    got = {g.strip().split(",bucket=")[0] for g in groups}
+    for r in rules.groups:
+        head = r.split(",bucket=")[0]
+        if head not in got:
+            problems.append(f"node {d.node}: OVS has no group {head}")
     return problems

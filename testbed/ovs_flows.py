@@ -7,8 +7,12 @@ switch gets, before any traffic:
 - unicast: ``dl_dst=<station MAC>`` -> the port(s) on a shortest path towards the switch the
   station hangs on (hop count over the switch graph). One such port: ``output``; several:
   an OpenFlow **select group** with one bucket per port, so flows are spread over equal-cost
-  paths by OVS's per-flow hash (dp_hash: the datapath's 5-tuple hash, the skb hash in the
-  kernel datapath) - the L2 alternative to the kernel's ECMP routes;
+  paths by a hash of each packet's fields (``selection_method=hash``, the switch's
+  ``ecmp_hash``: ``l3`` the IP addresses, ``l4`` also the protocol and ports; OVS computes it
+  for each new datapath flow, so a flow keeps one port) - the L2 alternative to the kernel's
+  ECMP routes and their ``fib_multipath_hash_policy``. OVS's select groups have no per-packet
+  or round-robin choice, hence no ``load_balancing: packet`` or ``flowlet`` on OVS switches
+  (topologies/validate.py refuses them);
 - floods (multicast/broadcast ``dl_dst``, i.e. ARP and IPv6 ND): along a spanning tree of the
   switch graph (BFS from the first switch by name), to every tree port and station port
   except the one it came in on; what arrives on a non-tree port is dropped, so loops (a
@@ -31,6 +35,13 @@ __all__ = ["OvsRules", "ovs_rules", "ovs_switches", "port_numbers", "MULTICAST",
 
 MULTICAST = "01:00:00:00:00:00/01:00:00:00:00:00"  # the I/G bit of the destination MAC
 PRIO_FLOOD, PRIO_UNICAST, PRIO_DEFAULT = 100, 50, 0
+# select-group hash per ecmp_hash (ovs-ofctl(8) "selection_method=hash", "fields"; names as
+# OVS prints them back, nw_proto for the IP protocol; a field whose prerequisites a packet
+# lacks, e.g. tcp_src of a UDP one, is left out of its hash)
+_L3 = "ip_src,ip_dst,ipv6_src,ipv6_dst"
+SELECTION = {"l3": f"selection_method=hash,fields({_L3})",
+             "l4": f"selection_method=hash,fields({_L3},nw_proto,tcp_src,tcp_dst,udp_src,"
+                   "udp_dst)"}
 
 
 @dataclass(frozen=True)
@@ -125,11 +136,11 @@ def ovs_rules(plan: LabPlan, macs: Mapping[str, str]) -> dict[str, OvsRules]:
                 action = f"group:{gid}"
             flows.append(f"priority={PRIO_UNICAST},dl_dst={macs[st]},actions={action}")
         flows.append(f"priority={PRIO_DEFAULT},actions=drop")
-        node = plan.node(s)
+        method = SELECTION[plan.node(s).ecmp_hash]
         out[s] = OvsRules(
-            tuple(f"group_id={g},type=select," + ",".join(f"bucket=output:{p}" for p in key)
-                  for key, g in groups.items()),
-            tuple(flows) + tuple(node.flows))
+            tuple(f"group_id={g},type=select,{method}," + ",".join(
+                f"bucket=output:{p}" for p in key) for key, g in groups.items()),
+            tuple(flows) + tuple(plan.node(s).flows))
     return out
 
 

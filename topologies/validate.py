@@ -73,8 +73,8 @@ def _check_nodes(spec: TopologySpec) -> Iterator[SpecIssue]:
 
 
 def _check_flows(layers: list[NodeSettings | None], path: tuple) -> Iterator[SpecIssue]:
-    """Flows and ovs_datapath (from any layer) need the datapath the switch ends up with to
-    be ovs."""
+    """Flows, ovs_datapath, ecmp_hash and load_balancing (from any layer) of a switch need the
+    datapath it ends up with to be ovs; load_balancing there is flow only."""
     def first(key: str) -> object:
         return next((getattr(x, key) for x in layers
                      if x is not None and getattr(x, key) is not None), None)
@@ -83,6 +83,23 @@ def _check_flows(layers: list[NodeSettings | None], path: tuple) -> Iterator[Spe
             verb = "need" if key == "flows" else "needs"
             yield SpecIssue(f"{key} {verb} datapath: ovs (here, in the group or in "
                             "defaults.switch)", key_path=(*path, key))
+    # equal-cost ports exist on OVS switches only (select groups, testbed/ovs_flows.py); a
+    # Linux bridge forwards by MAC learning over one spanning tree
+    if first("ecmp_hash") and first("datapath") != "ovs":
+        yield SpecIssue("ecmp_hash applies to routers, forwarding hosts and OVS switches "
+                        "(datapath: ovs), not to a Linux-bridge switch",
+                        key_path=(*path, "ecmp_hash"))
+    lb = first("load_balancing")
+    if lb and first("datapath") != "ovs":
+        yield SpecIssue("load_balancing applies to routers, forwarding hosts and OVS switches "
+                        "(datapath: ovs), not to a Linux-bridge switch",
+                        key_path=(*path, "load_balancing"))
+    elif lb and lb != "flow":
+        yield SpecIssue(f"load_balancing {lb} cannot be realised on an OVS switch: its select "
+                        "groups pick a port by a hash of each packet's fields (ecmp_hash), so a "
+                        "flow keeps one port; OVS has no per-packet or round-robin choice. Use "
+                        "flow here, or routers for packet and flowlet",
+                        key_path=(*path, "load_balancing"))
 
 
 def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[SpecIssue]:
@@ -95,12 +112,6 @@ def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[
         if getattr(settings, key) is not None and kind != "switch":
             yield SpecIssue(f"{key} applies to switches only, not to a {kind}",
                             key_path=(*path, key))
-    if settings.ecmp_hash is not None and kind == "switch":
-        yield SpecIssue(f"ecmp_hash applies to routers and forwarding hosts, not to a {kind}",
-                        key_path=(*path, "ecmp_hash"))
-    if settings.load_balancing is not None and kind == "switch":
-        yield SpecIssue(f"load_balancing applies to routers and forwarding hosts, not to a "
-                        f"{kind}", key_path=(*path, "load_balancing"))
     if settings.forward is not None and kind != "host":
         yield SpecIssue(f"forward applies to hosts only, not to a {kind} (a router always "
                         "forwards, a switch bridges)", key_path=(*path, "forward"))

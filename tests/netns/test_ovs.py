@@ -1,6 +1,7 @@
 """Open vSwitch switches (issue 7 item 2) on both backends: an L2 leaf-spine of OVS switches
-spreads TCP flows over both spines through aitb's select groups, and its daemons, shells and
-namespaces are gone after teardown."""
+spreads TCP flows over both spines through aitb's select groups (ecmp_hash l4), keeps every
+flow of one host pair on one spine with ecmp_hash l3, and its daemons, shells and namespaces
+are gone after teardown."""
 
 from __future__ import annotations
 
@@ -40,6 +41,18 @@ def _spine_bytes(lab, dst_leaf: str) -> dict[str, int]:
     return out
 
 
+def _flows_towards_leaf2(lab) -> dict[str, int]:
+    """Bytes per spine towards leaf2 while FLOWS TCP flows h1 -> h3 run for 2 s."""
+    before = _spine_bytes(lab, "leaf2")
+    server = lab.popen("h3", ["iperf3", "-s", "-1"])
+    time.sleep(0.3)
+    lab.run("h1", ["iperf3", "-c", str(lab.plan.address_of("h3")), "-P", str(FLOWS), "-t", "2"],
+            timeout_s=30)
+    server.wait(timeout=10)
+    after = _spine_bytes(lab, "leaf2")
+    return {s: after[s] - before[s] for s in after}
+
+
 @pytest.mark.parametrize("backend", ["native", "mininet"])
 def test_ovs_leaf_spine_spreads_flows_over_both_spines(backend, tmp_path):
     if backend == "mininet":
@@ -51,22 +64,29 @@ def test_ovs_leaf_spine_spreads_flows_over_both_spines(backend, tmp_path):
                  if r["kind"] == "process"]
         assert sum("ovs-vswitchd" in " ".join(r["argv"]) for r in lab.registry.records()
                    if r["kind"] == "process") == 4
-        before = _spine_bytes(lab, "leaf2")
-        server = lab.popen("h3", ["iperf3", "-s", "-1"])
-        time.sleep(0.3)
-        lab.run("h1", ["iperf3", "-c", str(plan.address_of("h3")), "-P", str(FLOWS), "-t", "2"],
-                timeout_s=30)
-        server.wait(timeout=10)
-        after = _spine_bytes(lab, "leaf2")
-    sent = {s: after[s] - before[s] for s in after}
+        sent = _flows_towards_leaf2(lab)
     print(f"{backend}: bytes towards leaf2 per spine {sent}")
-    # 16 TCP flows of one 100 Mbit/s host link for 2 s (~25 MB): every flow hashes to one of
-    # two buckets; all 16 on one spine has probability 2 * 2**-16 = 3e-5, and one flow alone
-    # gets well over 0.5 MB in 2 s. Kernel ECMP is not involved (one subnet, no routers).
+    # 16 TCP flows of one 100 Mbit/s host link for 2 s (~25 MB): every flow hashes (ports
+    # included: ecmp_hash l4) to one of two buckets; all 16 on one spine has probability
+    # 2 * 2**-16 = 3e-5, and one flow alone gets well over 0.5 MB in 2 s. Kernel ECMP is not
+    # involved (one subnet, no routers).
     assert all(b > 500_000 for b in sent.values()), sent
     assert run_namespaces(lab.run_id) == []
     assert not any(pid_alive(p, s) for p, s in procs)
     assert not (tmp_path / lab.run_id).exists()
+
+
+def test_ecmp_hash_l3_keeps_every_flow_of_a_host_pair_on_one_spine(tmp_path):
+    text = TOPO.read_text().replace("fabric: {kind: switch, ecmp_hash: l4}",
+                                    "fabric: {kind: switch, ecmp_hash: l3}")
+    assert text != TOPO.read_text()
+    (tmp_path / "l3.yaml").write_text(text)
+    with make_lab(load_topology(tmp_path / "l3.yaml"), "native", state_dir=tmp_path) as lab:
+        sent = _flows_towards_leaf2(lab)
+    print(f"l3: bytes towards leaf2 per spine {sent}")
+    # the same 16 flows hash by addresses only: one bucket for all (~25 MB); the other spine
+    # sees at most flooded frames (ARP), nothing of the flows
+    assert max(sent.values()) > 5_000_000 and min(sent.values()) < 50_000, sent
 
 
 def test_mininet_ovs_switches_take_a_controller_and_keep_aitbs_rules(tmp_path):

@@ -29,7 +29,13 @@ def topo(node: str, top: str = "") -> str:
     ("{kind: router, load_balancing: spray}", "", "nodes.x.load_balancing",
      "'flow', 'packet' or 'flowlet'"),
     ("{kind: switch, load_balancing: packet}", "", "nodes.x.load_balancing",
-     "routers and forwarding hosts"),
+     "not to a Linux-bridge switch"),
+    ("{kind: switch, ecmp_hash: l4}", "", "nodes.x.ecmp_hash", "not to a Linux-bridge switch"),
+    ("{kind: switch, datapath: ovs, load_balancing: packet}", "", "nodes.x.load_balancing",
+     "load_balancing packet cannot be realised on an OVS switch: its select groups pick a port "
+     "by a hash"),
+    ("{kind: switch, datapath: ovs, load_balancing: flowlet, flowlet_gap: 1s}", "",
+     "nodes.x.load_balancing", "OVS has no per-packet or round-robin choice"),
     ("{kind: router, load_balancing: flowlet}", "", "nodes.x.load_balancing",
      "needs flowlet_gap"),
     ("{kind: router, flowlet_gap: 1s}", "", "nodes.x.flowlet_gap",
@@ -49,6 +55,12 @@ def test_bad_values_name_file_key_and_line(tmp_path, node, top, key, needle):
     line = 2 if key == "load_balancing" else 3 + top.count("\n")
     assert found.line == line and found.file.endswith("lab.yaml"), str(found)
     assert f"lab.yaml:{line}" in str(found)
+
+
+def test_an_ovs_switch_takes_flow_and_its_ecmp_hash(tmp_path):
+    plan = load(tmp_path, topo("{kind: switch, datapath: ovs, load_balancing: flow, "
+                               "ecmp_hash: l4}"))
+    assert (plan.node("x").load_balancing, plan.node("x").ecmp_hash) == ("flow", "l4")
 
 
 def test_precedence_node_group_defaults_top_level(tmp_path):

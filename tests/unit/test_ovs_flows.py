@@ -20,12 +20,26 @@ def test_leaf_reaches_remote_hosts_through_one_select_group_over_both_uplinks():
     plan = load_topology(TOPO)
     rules = ovs_rules(plan, MACS)
     ports = port_numbers(plan, "leaf1")  # eth0 -> spine1, eth1 -> spine2, eth2/3 -> h1/h2
+    l4 = ("selection_method=hash,fields(ip_src,ip_dst,ipv6_src,ipv6_dst,nw_proto,tcp_src,"
+          "tcp_dst,udp_src,udp_dst)")  # the example's ecmp_hash: l4
     assert rules["leaf1"].groups == (
-        f"group_id=1,type=select,bucket=output:{ports['eth0']},bucket=output:{ports['eth1']}",)
+        f"group_id=1,type=select,{l4},bucket=output:{ports['eth0']},"
+        f"bucket=output:{ports['eth1']}",)
     assert _out(rules["leaf1"].flows, "dl_dst=02:00:00:00:00:03") == "group:1"
     assert _out(rules["leaf1"].flows, "dl_dst=02:00:00:00:00:01") == f"output:{ports['eth2']}"
     assert rules["spine1"].groups == ()  # one shortest path from a spine to any host
     assert _out(rules["spine2"].flows, "dl_dst=02:00:00:00:00:04") == "output:2"
+
+
+def test_ecmp_hash_l3_hashes_the_addresses_only_and_is_the_default(tmp_path):
+    text = TOPO.read_text().replace("fabric: {kind: switch, ecmp_hash: l4}",
+                                    "fabric: {kind: switch}")
+    assert text != TOPO.read_text()
+    (tmp_path / "t.yaml").write_text(text)
+    rules = ovs_rules(load_topology(tmp_path / "t.yaml"), MACS)
+    assert rules["leaf1"].groups[0].startswith(
+        "group_id=1,type=select,selection_method=hash,fields(ip_src,ip_dst,ipv6_src,ipv6_dst),"
+        "bucket=")
 
 
 def test_floods_follow_one_spanning_tree_so_the_fabric_loop_carries_no_storm():
