@@ -9,13 +9,15 @@
 ``ssh``: the address (or name) the driver reaches the machine at, ``port`` (22); ``underlay``:
 the address the machine's VXLAN tunnels use (default: ``ssh``); ``site``: the nodes of that
 site (label ``site``, else ``group``) go there (orchestration.cluster.tunnels.place).
+``deploy``: ``parallel`` (default: every machine brings its part up at once) or ``serial``
+(one after the other; bench/cluster_split.py compares the two).
 """
 
 from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
@@ -56,6 +58,7 @@ class ClusterSpec(SpecModel):
     place: dict[str, str] = Field(default_factory=dict)
     aitb: tuple[str, ...] = Field(("aitb",), min_length=1)
     python: str = "python3"
+    deploy: Literal["parallel", "serial"] = "parallel"
 
 
 def parse_cluster(data: Any, source: str) -> ClusterSpec:
