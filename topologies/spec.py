@@ -342,3 +342,8 @@ class TopologySpec(_Strict):
     backend: Literal["native", "mininet"] | None = Field(
         default=None, description="Runtime that realises the lab: native (aitb's own "
         "namespaces) or mininet (Mininet's nodes, aitb's shaping); `--backend` overrides it.")
+    cluster: dict[str, Any] | None = Field(
+        default=None, description="The machines the lab spans, over SSH and VXLAN "
+        "(machines: name, ssh, user, key, site, underlay; underlay_mtu; place; deploy). "
+        "Checked where the lab is brought up (orchestration/cluster/spec.py); an "
+        "experiment's own cluster: section replaces it.")

@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aitb.errors import LabError
+from aitb.fanout import fan_out
 from aitb.lifeline import spawn
 from aitb.plan import LabPlan
 from orchestration.cluster.control import Control, Offset, paramiko_errors
@@ -186,9 +187,18 @@ class RemoteAgent:
         self.poll()
 
     def _finish(self) -> None:
-        for t in self._threads:
+        """The agent has ended: forward what it still said, then end the join. The thread
+        towards the agent waits on the controller's socket, which the controller closes only
+        after every agent was reaped; the socket is shut down here, so that thread ends now
+        (joining it first cost its whole join timeout per agent)."""
+        to_agent, *from_agent = self._threads
+        for t in from_agent:  # the channel's end of file came before its exit status
             if t is not threading.current_thread():
                 t.join(timeout=5)
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        if to_agent is not threading.current_thread():
+            to_agent.join(timeout=5)
         with contextlib.suppress(OSError):
             self.sock.close()
         if self.log is not None:
@@ -224,13 +234,15 @@ class ClusterLab:
         t = time.monotonic()
         try:
             self.deployed = deploy(self.plan, self.where, self.cluster, self.run_id,
-                                   self.controls, list(self.cluster.aitb))
+                                   self.controls, list(self.cluster.aitb),
+                                   parallel=self.cluster.deploy == "parallel")
         except LabError:
             made = Deployed({m.name: f"{self.run_id}{k}"
                              for k, m in enumerate(self.cluster.machines)}, {}, {})
             destroy(made, self.controls, list(self.cluster.aitb))  # unknown run ids: refused
             raise
         self.timings["up_s"] = time.monotonic() - t
+        self.timings.update(self.deployed.timings_s)
         self._watch = threading.Thread(target=self._watchdog, daemon=True)
         self._watch.start()
 
@@ -272,11 +284,16 @@ class ClusterLab:
         Raises LabError naming a machine that fails."""
         assert self.deployed is not None
         nodes: dict[str, Any] = {}
-        for name, rid in self.deployed.run_ids.items():
-            if name in self.lost:
-                continue
-            out = json.loads(self.controls[name].check(
+        live = [(name, rid) for name, rid in self.deployed.run_ids.items()
+                if name not in self.lost]
+
+        def inspect(item: tuple[str, str]) -> dict[str, Any]:
+            name, rid = item
+            return json.loads(self.controls[name].check(
                 [*self.cluster.aitb, "topo", "inspect", rid, "--json"], timeout_s=120))
+
+        for (name, _), out in zip(live, fan_out(inspect, live, inline_single=True),
+                                  strict=True):  # every machine at once
             for node, info in out["nodes"].items():
                 if self.where.get(node) == name:
                     nodes[node] = {**info, "machine": name}
@@ -331,7 +348,12 @@ class ClusterLab:
                     "after": dataclasses.asdict(after) if after else None,
                     "uncertainty_s": uncertainty_s(before, after),
                     "corrected_with": "before"}}
+        for name, secs in (d.part_s.items() if d else ()):
+            machines[name]["deploy_s"] = secs
         return {"machines": machines, "lost": dict(self.lost), "timings_s": dict(self.timings),
+                "deploy": self.cluster.deploy,
+                "underlay": dict(d.underlay) if d else {},
+                "cut_links": list(d.cut_links) if d else [],
                 "teardown_errors": dict(self.teardown_errors)}
 
     def _watchdog(self) -> None:

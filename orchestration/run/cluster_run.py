@@ -6,35 +6,44 @@ its node's machine (orchestration.cluster.lab), records into the one run directo
 issues, its key files, the placement (by ``place``, else by site, else the planner's cut), the
 cut links' MTU, and what a cluster run cannot do yet (kind app, alto.serve, link traces,
 events, the mininet backend), each naming the file and key. :func:`cluster_lab_run`:
-bring-up, replay, counters, teardown of every machine's part (also after a failure, or when a
-machine is lost: the run then fails naming it). Captures and counter sampling are not
-collected from the machines (the manifest says so); per-workload end counters are
-(``counters_end.json``, every machine's ``aitb topo inspect``).
+bring-up (the underlay's delay measured and accounted, orchestration.cluster.underlay),
+observation (capture, counter sampling and the fidelity monitor on every machine, copied back
+and merged on the driver's clock: orchestration.cluster.observing), replay, teardown of every
+machine's part (also after a failure, or when a machine is lost: the run then fails naming
+it); per-workload end counters (``counters_end.json``, every machine's ``aitb topo
+inspect``). :func:`write_cluster_fidelity`: fidelity.json from the machines' parts and the
+cluster's own checks (orchestration.cluster.fidelity).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from aitb.errors import AitbError, LabError, SpecError, SpecIssue
 from aitb.plan import LabPlan
 from aitb.specfile import with_lines
 from orchestration.cluster.control import Control
+from orchestration.cluster.fidelity import cluster_fidelity
 from orchestration.cluster.lab import ClusterLab
+from orchestration.cluster.observing import Observed, observing_cluster
 from orchestration.cluster.spec import ClusterSpec, cluster_issues, key_problems
 from orchestration.cluster.tunnels import place, tunnels
 
-__all__ = ["check_cluster", "cluster_lab_run"]
+__all__ = ["check_cluster", "cluster_lab_run", "write_cluster_fidelity"]
 
 
-def check_cluster(spec: Any, plan: LabPlan, source: str, doc: Any, backend: str
-                  ) -> dict[str, str]:
+def check_cluster(spec: Any, plan: LabPlan, source: str, doc: Any, backend: str,
+                  cluster_source: str | None = None) -> dict[str, str]:
     """node -> machine for ``spec`` (an ExperimentSpec with ``cluster``) on ``plan``. Raises
-    SpecError naming ``source``, the key path and its line for every problem (module
+    SpecError naming ``source`` (``cluster_source`` for the cluster section's own keys, when
+    it came from the topology file), the key path and its line for every problem (module
     docstring). Creates nothing."""
     cluster: ClusterSpec = spec.cluster
-    issues = cluster_issues(cluster, source) + key_problems(cluster, source)
+    csource = cluster_source or source
+    issues = cluster_issues(cluster, csource) + key_problems(cluster, csource)
     if backend != "native":
         issues.append(SpecIssue(f"a cluster lab runs on the native backend, not {backend}",
                                 file=source, key_path=("backend",)))
@@ -58,12 +67,13 @@ def check_cluster(spec: Any, plan: LabPlan, source: str, doc: Any, backend: str
             where = place(plan, cluster)
             tunnels(plan, where, cluster)
         except SpecError as exc:
-            issues += [SpecIssue(i.message, file=source, key_path=i.key_path) for i in exc.issues]
+            issues += [SpecIssue(i.message, file=csource if i.key_path[:1] == ("cluster",)
+                                 else source, key_path=i.key_path) for i in exc.issues]
     if not issues:
         for i, m in enumerate(cluster.machines):
             if m.name not in where.values():
                 issues.append(SpecIssue(f"machine {m.name} gets no node of the lab",
-                                        file=source, key_path=("cluster", "machines", i)))
+                                        file=csource, key_path=("cluster", "machines", i)))
     if issues:
         raise with_lines(SpecError(issues), doc, source)
     return where
@@ -71,24 +81,30 @@ def check_cluster(spec: Any, plan: LabPlan, source: str, doc: Any, backend: str
 
 def cluster_lab_run(prep: Any, controls: dict[str, Control], lab_id: str,
                     manifest: dict[str, Any], progress: Callable[[str], None],
-                    replay_all: Callable[[ClusterLab], None]) -> None:
-    """Bring the lab up over the machines, ``replay_all(lab)`` (the runner's replay of every
-    workload), tear every part down; the manifest's ``cluster`` records machines, clock
-    offsets before and after with their uncertainty, bring-up time, lost machines. Raises
+                    replay_all: Callable[[ClusterLab], None], run_dir: Path,
+                    observed: Observed) -> None:
+    """Bring the lab up over the machines, observe it (``observed`` gets each machine's
+    fidelity data), ``replay_all(lab)`` (the runner's replay of every workload), tear every
+    part down; the manifest's ``cluster`` records machines, clock offsets before and after
+    with their uncertainty, the underlay's round trips and the cut links' delay accounting,
+    bring-up times, lost machines; ``capture`` and ``counters`` what was observed. Raises
     LabError naming a lost machine or a failed teardown, else what the replay raised."""
     lab = ClusterLab(prep.plan, prep.spec.cluster, dict(prep.machines), lab_id, controls)
     progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes) over "
              f"{len(controls)} machines: " + ", ".join(controls))
-    manifest["capture"] = {"enabled": False, "reason": "not collected from cluster machines"}
-    manifest["counters"] = {"enabled": False, "reason": "not sampled on cluster machines; "
-                            "counters_end.json per workload"}
     failure: AitbError | None = None
     try:
         lab.up()
         manifest["lab_timings_s"] = dict(lab.timings)
         manifest["cluster"] = lab.record()
+        progress(f"cluster up in {lab.timings['up_s']:.2f} s ({lab.cluster.deploy}); "
+                 "underlay RTT " + ", ".join(
+                     f"{k} {v['min_rtt_s'] * 1e3:.3f} ms"
+                     for k, v in manifest["cluster"]["underlay"].items()))
         try:
-            replay_all(lab)
+            with observing_cluster(lab, prep.observe, run_dir, manifest, progress) as got:
+                observed.fidelity = got.fidelity
+                replay_all(lab)
         except AitbError as exc:  # a lost machine, found by the watchdog or at teardown,
             failure = exc         # is the cause to name
     finally:
@@ -102,3 +118,24 @@ def cluster_lab_run(prep: Any, controls: dict[str, Control], lab_id: str,
         raise failure
     if errors:
         raise LabError("; ".join(f"machine {m}: teardown: {e}" for m, e in errors.items()))
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def write_cluster_fidelity(observed: Observed, manifest: dict[str, Any], run_dir: Path
+                           ) -> dict[str, Any]:
+    """Write ``run_dir/fidelity.json`` of a cluster run (orchestration.cluster.fidelity) from
+    the machines' parts, the manifest's ``cluster`` block and the merged flows and collectives
+    (run after the records are merged); returns it."""
+    from orchestration.run.rundir import write_json_atomic
+
+    doc = cluster_fidelity(observed.fidelity, manifest["cluster"],
+                           _jsonl(run_dir / "flows.jsonl"),
+                           _jsonl(run_dir / "collectives.jsonl"))
+    write_json_atomic(run_dir / "fidelity.json", doc)
+    return doc

@@ -140,14 +140,17 @@ class FidelityMonitor:
         self.lines_after = native.stats(self.lab)
         native.check_alive(self.lab)
 
-    def report(self, run_dir: Path) -> dict[str, Any]:
+    def report(self, run_dir: Path, windows: list[tuple[float, float]] | None = None
+               ) -> dict[str, Any]:
         """The fidelity.json document (shape: analysis/fidelity/report.py) of this run; CPU
-        samples count while the workloads' ops ran (``timeline.jsonl``), not while agents
+        samples count while the workloads' ops ran (``windows``, (start s, end s) on this
+        machine's clock; by default those of ``timeline.jsonl``), not while agents
         started."""
         counters = run_dir / "counters"
         qdisc = _frame(self.qdisc_rows, QDISC_COLUMNS, counters / "qdisc.parquet")
         links = _frame(self.link_rows, LINK_COLUMNS, counters / "links.parquet")
-        windows = traffic_windows(_records(run_dir / "timeline.jsonl"))
+        if windows is None:
+            windows = traffic_windows(_records(run_dir / "timeline.jsonl"))
         busy = samples_in_windows(self.cpu_samples, self.cpu.interval_s, windows)
         precise = in_vm() is None  # a host kernel, not software emulation
         refs = [dataclasses.replace(r, precise=precise, line=line_counts(
@@ -156,11 +159,13 @@ class FidelityMonitor:
         doc["delay_line_helpers"] = helper_cpu(self.lines_after)
         return doc
 
-    def write(self, run_dir: Path) -> dict[str, Any]:
-        """Write ``run_dir/fidelity.json`` atomically and return it; with native delay
-        lines also ``run_dir/counters/delayline.json`` (their counters when the workloads
-        ended: per ``"<link>/<direction>"``, see :func:`testbed.delay_backends.native.stats`)."""
-        doc = self.report(run_dir)
+    def write(self, run_dir: Path, windows: list[tuple[float, float]] | None = None
+              ) -> dict[str, Any]:
+        """Write ``run_dir/fidelity.json`` (:meth:`report`) atomically and return it; with
+        native delay lines also ``run_dir/counters/delayline.json`` (their counters when the
+        workloads ended: per ``"<link>/<direction>"``, see
+        :func:`testbed.delay_backends.native.stats`)."""
+        doc = self.report(run_dir, windows)
         write_json_atomic(run_dir / "fidelity.json", doc)
         if self.lines_after:  # counters/ exists only when the sampler ran
             (run_dir / "counters").mkdir(parents=True, exist_ok=True)

@@ -31,12 +31,14 @@ from aitb.specfile import Ref, line_of, resolve_ref, with_lines
 from aitb.units import UnitError, parse_duration_s, parse_size_bytes
 from orchestration.cluster.control import Control
 from orchestration.cluster.lab import ClusterLab, connect
+from orchestration.cluster.observing import Observed
+from orchestration.cluster.spec import parse_cluster
 from orchestration.run.alto_files import write_alto
 from orchestration.run.alto_live import live_alto
 from orchestration.run.alto_serve import server_node, serving_alto
 from orchestration.run.app_run import run_app
 from orchestration.run.build import BuiltWorkload, build_entry
-from orchestration.run.cluster_run import check_cluster, cluster_lab_run
+from orchestration.run.cluster_run import check_cluster, cluster_lab_run, write_cluster_fidelity
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
 from orchestration.run.event_hits import annotate_failures
 from orchestration.run.events import plan_events
@@ -95,6 +97,7 @@ class Prepared:
     observe: ObserveConfig = ObserveConfig()  # capture and counter sampling (observe.py)
     events: tuple[EventAction, ...] = ()  # the experiment's events: (events.py)
     machines: Mapping[str, str] = field(default_factory=dict)  # node -> machine (cluster:)
+    cluster_source: str = ""  # the file whose cluster: section it is (experiment/topology)
 
 
 @dataclass
@@ -146,6 +149,27 @@ def _backend(spec: ExperimentSpec, base: Path, source: str = "", doc: Any = None
         topo, _ = read_yaml(resolve_ref(ref.file, base, where), ref=where)
         return str(topo.get("backend") or "native")
     return "native"
+
+
+def _with_topology_cluster(spec: ExperimentSpec, base: Path, source: str, doc: Any
+                           ) -> tuple[ExperimentSpec, str]:
+    """``spec`` with its topology's ``cluster:`` section (a topology file's or the inline
+    topology's) when it has none of its own, and the file that section is in. Raises
+    SpecError naming that file and the key path for a bad section."""
+    ref = spec.topology
+    if spec.cluster is not None or ref.generator is not None:
+        return spec, source
+    if ref.inline is not None:
+        data, where = ref.inline.get("cluster"), f"{source} (topology.inline)"
+    else:
+        assert ref.file is not None
+        at = _topology_ref(source, doc)
+        path = resolve_ref(ref.file, base, at)
+        topo, _ = read_yaml(path, ref=at)
+        data, where = topo.get("cluster"), str(path)
+    if data is None:
+        return spec, source
+    return spec.model_copy(update={"cluster": parse_cluster(data, where)}), where
 
 
 def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> ReplayOptions:
@@ -239,12 +263,13 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
         raise with_lines(exc, doc, source) from None
     backend = _backend(spec, base, source, doc)
     machines: dict[str, str] = {}
+    spec, cluster_source = _with_topology_cluster(spec, base, source, doc)
     if spec.cluster is not None:  # the lab over machines (orchestration/run/cluster_run.py)
-        machines = check_cluster(spec, plan, source, doc, backend)
+        machines = check_cluster(spec, plan, source, doc, backend, cluster_source)
         # agents start by their own sleep: the starters' sockets (kick) cannot cross machines
         options = dataclasses.replace(options, start_mode="sleep", python=spec.cluster.python)
     return Prepared(spec, source, plan, tuple(built), options, backend,
-                    observe_config(spec, source, doc, plan), events, machines)
+                    observe_config(spec, source, doc, plan), events, machines, cluster_source)
 
 
 def _binding_check(w: BuiltWorkload, index: int, source: str, plan: LabPlan) -> None:
@@ -375,7 +400,12 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
 def _fidelity(monitor: FidelityMonitor, run_dir: Path, manifest: dict[str, Any],
               outcome: RunOutcome, progress: Progress) -> None:
     """fidelity.json, and its verdict in the manifest and the outcome."""
-    doc = monitor.write(run_dir)
+    _verdict(monitor.write(run_dir), manifest, outcome, progress)
+
+
+def _verdict(doc: dict[str, Any], manifest: dict[str, Any], outcome: RunOutcome,
+             progress: Progress) -> None:
+    """fidelity.json's verdict in the manifest and the outcome; its reasons logged."""
     outcome.trustworthy = doc["trustworthy"]
     manifest["fidelity"] = {"trustworthy": doc["trustworthy"], "reasons": doc["reasons"]}
     for reason in doc["reasons"]:
@@ -404,7 +434,8 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     lab_id = run_id.rsplit("-", 1)[-1]
     # a cluster's machines are reached first: an unreachable one is a LabError naming file,
     # key and machine, before anything exists here or there
-    controls = connect(prep.spec.cluster, prep.source) if prep.spec.cluster else None
+    controls = connect(prep.spec.cluster, prep.cluster_source or prep.source) \
+        if prep.spec.cluster else None
     manifest = _manifest(prep, run_id, lab_id)  # before the folder: host facts take a moment
     manifest["backend"] = backend = backend or prep.backend
     run_dir = results_dir / prep.spec.name / run_id
@@ -536,13 +567,14 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
     """Lab up, fidelity probes, capture and sampling, every workload, lab down; then records
     merged, fidelity.json and the manifest written, also after a failure (kept in error.json
     and ``outcome``). Only KeyboardInterrupt propagates. With ``controls`` (a cluster
-    experiment) the lab is the machines' (orchestration.run.cluster_run), without fidelity
-    probes, capture or sampling."""
+    experiment) the lab is the machines' (orchestration.run.cluster_run), each observed and
+    checked on its machine."""
     monitors: list[FidelityMonitor] = []  # the local lab's, once made (also after a failure)
+    observed = Observed()  # a cluster's: each machine's fidelity data
     try:
         if controls is not None:
             cluster_lab_run(prep, controls, lab_id, manifest, progress, lambda lab: _replay_all(
-                prep, lab, run_dir, lab_id, manifest, progress))
+                prep, lab, run_dir, lab_id, manifest, progress), run_dir, observed)
         else:
             _local_lab_run(prep, run_dir, lab_id, manifest, progress, backend, monitors)
         late = swallowed()  # an interrupt that some handler on the way caught and dropped
@@ -571,6 +603,9 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
         _merge_records(run_dir)
         if monitors:
             _fidelity(monitors[0], run_dir, manifest, outcome, progress)
+        elif controls is not None and "lab_timings_s" in manifest:  # the cluster came up
+            _verdict(write_cluster_fidelity(observed, manifest, run_dir), manifest, outcome,
+                     progress)
         manifest.update(status=run_status(outcome.ok, outcome.exit_code), ended_at=_now(),
                         error=outcome.error)
         write_json_atomic(run_dir / "manifest.json", manifest)

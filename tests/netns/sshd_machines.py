@@ -85,16 +85,25 @@ TOPO = {"name": "two-dc-small",
                      "host": {"rate": "100Mbit"}}}
 
 
+# the interfaces an observed run captures on: both ends of the DCI (the VXLAN devices of the
+# cut link, one per machine) and m2's leaf port toward its first host
+CAPTURED = ["dc1-b1:dci-dc2-1", "dc2-b1:dci-dc1-1", "dc2-l1:eth0"]
+
+
 def two_dc_experiment(m: Machines | None, path: Path, ssh2: str = "10.77.0.2",
-                      size: str = "2MiB", iterations: int = 1) -> Path:
+                      size: str = "2MiB", iterations: int = 1, observe: bool = False,
+                      deploy: str = "parallel") -> Path:
     """A small 2-DC experiment (a ring all-reduce over both DCs' hosts) split by DC over m1
-    and m2 of ``m``; ``m`` None: the same on this machine alone (JSON is YAML)."""
+    and m2 of ``m``; ``m`` None: the same on this machine alone (JSON is YAML). ``observe``:
+    capture on :data:`CAPTURED` and sample counters every 50 ms (else neither)."""
     doc = {"name": "split", "seed": 1, "topology": {"inline": TOPO},
            "workloads": [{"kind": "collective", "name": "ring", "op": "all_reduce",
                           "algorithm": "ring", "size": size, "iterations": iterations}],
-           "capture": {"enabled": False}, "counters": {"enabled": False}}
+           "capture": {"enabled": observe, "interfaces": CAPTURED},
+           "counters": {"enabled": observe, "interval": "50ms", "tcp": False}}
     if m is not None:
         doc["cluster"] = {"underlay_mtu": 1600, "aitb": m.aitb_argv(), "python": sys.executable,
+                          "deploy": deploy,
                           "machines": [
                               {"name": "m1", "ssh": "10.77.0.1", "key": str(m.key),
                                "site": "dc1"},

@@ -161,6 +161,23 @@ def exec_(run_id: str, node: str,
     raise typer.Exit(code)
 
 
+def observe(run_id: str,
+            config: Annotated[str, typer.Option("--config", help="JSON (orchestration/"
+                                                "cluster/observe_part.py).")]) -> None:
+    """Observe a deployed lab (capture, counter sampling, fidelity probes) until a line or
+    end of file on stdin: the machine's side of a cluster run (orchestration/cluster/
+    observe_part.py); JSON lines on stdout."""
+    import sys
+
+    from orchestration.cluster.observe_part import observe_part
+
+    try:
+        cfg = json.loads(config)
+    except ValueError as exc:
+        raise unknown_name(f"--config: not JSON: {exc}") from None
+    raise typer.Exit(observe_part(run_id, cfg, sys.stdin, sys.stdout))
+
+
 def clean(run_id: Annotated[str | None, typer.Argument(help="Only this run.")] = None,
           force: Annotated[bool, typer.Option("--force", help="Even if its owner is alive.")
                            ] = False,
@@ -197,6 +214,7 @@ def register(app: typer.Typer) -> None:
     topo_app.command("deploy")(deploy)
     topo_app.command("inspect")(inspect)
     topo_app.command("destroy")(destroy)
+    topo_app.command("observe", hidden=True)(observe)
     app.command("exec", context_settings={"ignore_unknown_options": True,
                                           "allow_interspersed_args": False})(exec_)
     app.command("clean")(clean)

@@ -1,0 +1,114 @@
+"""The machine's side of a cluster run's observation: ``aitb topo observe PART --config JSON``
+runs on each machine (over SSH) for the length of the run and observes that machine's part of
+the lab exactly as a local run observes its lab (orchestration.run.observe,
+orchestration.run.fidelity): tcpdump on the chosen interfaces of its nodes, the counter
+sampler over its namespaces, the fidelity monitor's RTT probes, counter snapshots, native
+delay-line counters and CPU samples. All times are the machine's own clock; the driver moves
+them onto its own when it copies the directory back (orchestration.cluster.collect).
+
+CONFIG JSON: ``{"dir": PATH, "points": [[node, ifname, link], ...], "capture": {"snaplen_bytes",
+"rotate_size_bytes", "files"}, "counters": {"interval_s", "tcp"} | null, "fidelity": bool}``.
+
+Protocol on stdin/stdout (one JSON object a line):
+
+1. once every tcpdump listens, the first counter sample is taken and the RTT probes are done:
+   ``{"ready": true}``; a failure to start: ``{"error": TEXT}`` and exit status 1 (what was
+   started is stopped first).
+2. it waits for one line on stdin, ``{"windows": [[t_start_s, t_end_s], ...]}`` (the
+   workloads' traffic windows on the machine's clock, for the fidelity monitor's CPU samples),
+   or end of file (no windows: every CPU sample counts);
+3. stops capture and sampling, takes the monitor's after-snapshot, writes
+   ``DIR/captures/`` (pcaps, index.json), ``DIR/counters/`` (Parquet tables, sampler.json) and
+   ``DIR/fidelity.json`` (the part's fidelity document), and prints ``{"capture": index or
+   null, "counters": sampler.json or null, "errors": [TEXT, ...]}``; exit status 0 when
+   ``errors`` is empty, else 1.
+
+This process and every process it starts (tcpdumps, the sampler) are registered in the
+machine's registry under the part's run id, so ``aitb topo destroy PART`` ends them should the
+driver be lost; the sampler also ends by itself when this process does (its parent watch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from aitb.errors import AitbError
+from orchestration.run.fidelity import FidelityMonitor
+from testbed.capture import Capture, CaptureConfig
+from testbed.capture_select import CapturePoint
+from testbed.counters import CounterSampler, SamplerConfig
+from testbed.lab import Lab
+from testbed.registry import pid_start_time, state_dir
+
+__all__ = ["observe_part"]
+
+
+def _say(out: IO[str], msg: dict[str, Any]) -> None:
+    out.write(json.dumps(msg) + "\n")
+    out.flush()
+
+
+def observe_part(run_id: str, config: dict[str, Any], stdin: IO[str], stdout: IO[str]) -> int:
+    """Observe the machine's part ``run_id`` as ``config`` says (module docstring); returns
+    the exit status. Raises LabError (before anything starts) for an unknown run id."""
+    lab = Lab.attach(run_id, state_dir())
+    # registered like the processes it starts: a driver lost mid-run leaves this process
+    # waiting on stdin, and the machine's ``aitb topo destroy`` then ends it by pid
+    lab.registry.append([{"kind": "process", "node": "(root namespace)",
+                          "argv": ["aitb", "topo", "observe", run_id], "pid": os.getpid(),
+                          "start": pid_start_time(os.getpid())}])
+    out = Path(config["dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    points = [CapturePoint(*p) for p in config.get("points", [])]
+    capture = sampler = monitor = None
+    try:
+        try:
+            if config.get("fidelity"):
+                monitor = FidelityMonitor(lab.plan, lab).before()
+            if config.get("counters") is not None:
+                c = config["counters"]
+                sampler = CounterSampler(lab, out / "counters",
+                                         SamplerConfig(interval_s=float(c["interval_s"]),
+                                                       tcp=bool(c["tcp"])))
+                sampler.start()
+            if points:
+                capture = Capture(lab, out / "captures", points,
+                                  CaptureConfig(**config["capture"]))
+                capture.start()
+        except AitbError as exc:
+            for stop in (capture, sampler):
+                if stop is not None:
+                    try:
+                        stop.stop()
+                    except AitbError:
+                        pass  # the start's own error is the one reported
+            if monitor is not None:
+                monitor.cpu.stop()
+            _say(stdout, {"error": str(exc)})
+            return 1
+        _say(stdout, {"ready": True})
+        line = stdin.readline()
+        windows = [tuple(w) for w in json.loads(line).get("windows", [])] if line.strip() \
+            else None
+        errors: list[str] = []
+        summary: dict[str, Any] = {"capture": None, "counters": None}
+        for key, what in (("capture", capture), ("counters", sampler)):
+            if what is None:
+                continue
+            try:
+                summary[key] = what.stop()
+            except AitbError as exc:
+                errors.append(f"{key}: {exc}")
+        if monitor is not None:
+            try:
+                monitor.after()
+            except AitbError as exc:
+                errors.append(f"fidelity: {exc}")
+            monitor.write(out, windows)
+        _say(stdout, {**summary, "errors": errors})
+        return 1 if errors else 0
+    finally:
+        lab.release()
