@@ -7,7 +7,10 @@ Prints per side the fastest and median CCT, the bytes through every shaped inter
 lab (root qdisc counters at the end of the workload, counters_end.json) and the bring-up
 time; then the ratios split / one machine (CCT fastest; bytes per interface, worst of all
 interfaces; target: within 10 %), and the clock-offset uncertainty of each machine (the
-largest over the split runs; its offsets before and after the run).
+largest over the split runs; its offsets before and after the run). The split also runs with
+``cluster.deploy: serial`` (one machine's part after the other): the ratio parallel / serial
+of the bring-up time (median) and of the parts' deploy step alone; and the underlay's RTT
+between the machines with the DCI's emulated delay after it was taken off.
 
 Usage (root): sudo PYTHONPATH=. .venv/bin/python bench/cluster_split.py [--pairs 3]
 
@@ -15,7 +18,7 @@ The one-machine runs start timed transfers with the starters (kick), the split r
 sender's own sleep (the starters' sockets cannot cross machines); a ring all-reduce
 synchronises through its data, so its CCT does not depend on that. Bring-up: the local lab's
 own steps (namespaces, links, shaping, verify) against the split's wall time from the driver
-(SSH, each machine's aitb deploying its part one after the other, tunnels, clock offsets).
+(SSH, the underlay RTT, each machine's aitb deploying its part, tunnels, clock offsets).
 """
 
 from __future__ import annotations
@@ -51,8 +54,11 @@ def collect(run_dir: Path) -> dict:
     manifest = json.loads((run_dir / "manifest.json").read_text())
     timings = manifest.get("lab_timings_s", {})
     up = timings.get("up_s", sum(v for k, v in timings.items() if k != "down"))
-    clock = {k: v["clock"] for k, v in manifest.get("cluster", {}).get("machines", {}).items()}
-    return {"ccts": ccts, "bytes": by_if, "up_s": up, "clock": clock}
+    cluster = manifest.get("cluster", {})
+    clock = {k: v["clock"] for k, v in cluster.get("machines", {}).items()}
+    return {"ccts": ccts, "bytes": by_if, "up_s": up, "clock": clock,
+            "parts_s": timings.get("parts_s"), "underlay": cluster.get("underlay", {}),
+            "cut_links": cluster.get("cut_links", [])}
 
 
 def run(argv: list[str], env: dict[str, str]) -> Path:
@@ -73,7 +79,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("cluster_split: needs root (network namespaces)", file=sys.stderr)
         return 2
-    got: dict[str, list[dict]] = {"one": [], "split": []}
+    got: dict[str, list[dict]] = {"one": [], "split": [], "serial": []}
     with tempfile.TemporaryDirectory(prefix="aitb-bench-split-") as tmp_s:
         tmp = Path(tmp_s)
         with sshd_machines(tmp) as m:
@@ -81,14 +87,17 @@ def main() -> int:
                                     iterations=args.iterations)
             split = two_dc_experiment(m, tmp / "split.yaml", size=args.size,
                                       iterations=args.iterations)
+            serial = two_dc_experiment(m, tmp / "serial.yaml", size=args.size,
+                                       iterations=args.iterations, deploy="serial")
             base = [sys.executable, "-m", "orchestration.cli", "run", "--json",
                     "--no-analysis", "--results", str(tmp / "results")]
             for _ in range(args.pairs):
                 got["one"].append(collect(run([*base, str(one)], {
                     "AITB_STATE_DIR": str(tmp / "one-state")})))
-                got["split"].append(collect(run(["ip", "netns", "exec", m.under, *base,
-                                                 str(split)], {
-                    "AITB_STATE_DIR": str(tmp / "driver-state")})))
+                for side, exp in (("split", split), ("serial", serial)):
+                    got[side].append(collect(run(["ip", "netns", "exec", m.under, *base,
+                                                  str(exp)], {
+                        "AITB_STATE_DIR": str(tmp / "driver-state")})))
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.pairs} runs per "
           f"side, {args.iterations} x {args.size} ring all-reduce over 4 hosts in 2 DCs")
@@ -127,6 +136,19 @@ def main() -> int:
           f"{len(ratios)} interfaces  "
           f"[{'within' if abs(ratios[worst] - 1) <= 0.10 else 'OUTSIDE'} 10 %]")
     print(f"ratio split/one bring-up (median): {summary['split']['up'] / summary['one']['up']:.2f}")
+    par = statistics.median(r["parts_s"] for r in got["split"])
+    ser = statistics.median(r["parts_s"] for r in got["serial"])
+    print(f"ratio parallel/serial bring-up (median): "
+          f"{summary['split']['up'] / summary['serial']['up']:.2f} "
+          f"({summary['split']['up']:.2f} s / {summary['serial']['up']:.2f} s); parts' deploy "
+          f"alone {par / ser:.2f} ({par:.2f} s / {ser:.2f} s)")
+    rtts = [v["min_rtt_s"] for r in got["split"] + got["serial"] for v in r["underlay"].values()]
+    print(f"underlay RTT m1~m2: min {min(rtts) * 1e6:.0f} us, max {max(rtts) * 1e6:.0f} us")
+    for rec in got["split"][-1]["cut_links"]:
+        d = rec["a_to_b"]
+        print(f"  cut link {rec['link']}: configured {d['configured_delay_s'] * 1e3:.3f} ms, "
+              f"emulated {d['emulated_delay_s'] * 1e3:.3f} ms + underlay one way "
+              f"{rec['underlay_one_way_s'] * 1e3:.3f} ms")
     return 0
 
 

@@ -160,7 +160,7 @@ def _with_topology_cluster(spec: ExperimentSpec, base: Path, source: str, doc: A
     if spec.cluster is not None or ref.generator is not None:
         return spec, source
     if ref.inline is not None:
-        data, where = ref.inline.get("cluster"), f"{source} (topology.inline)"
+        data, where, topo = ref.inline.get("cluster"), f"{source} (topology.inline)", None
     else:
         assert ref.file is not None
         at = _topology_ref(source, doc)
@@ -169,7 +169,11 @@ def _with_topology_cluster(spec: ExperimentSpec, base: Path, source: str, doc: A
         data, where = topo.get("cluster"), str(path)
     if data is None:
         return spec, source
-    return spec.model_copy(update={"cluster": parse_cluster(data, where)}), where
+    try:
+        cluster = parse_cluster(data, where)
+    except SpecError as exc:
+        raise (exc if topo is None else with_lines(exc, topo, where)) from None
+    return spec.model_copy(update={"cluster": cluster}), where
 
 
 def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> ReplayOptions:

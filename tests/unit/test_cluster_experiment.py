@@ -104,3 +104,37 @@ def test_uncertainty_is_half_the_round_trip_plus_the_drift():
     before, after = Offset(0.010, 0.002, 8), Offset(0.013, 0.004, 8)
     assert uncertainty_s(before, None) == pytest.approx(0.001)
     assert uncertainty_s(before, after) == pytest.approx(0.003 + 0.002)
+
+
+def test_a_topology_files_cluster_section_places_the_lab(tmp_path):
+    """An experiment without cluster: takes its topology file's; a bad key there is refused
+    naming the topology file, not the experiment."""
+    import yaml
+
+    key = tmp_path / "id"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    topo = yaml.safe_load(TOPO)["topology"]["inline"]
+    topo["cluster"] = {"underlay_mtu": 1600, "deploy": "serial", "machines": [
+        {"name": "m1", "ssh": "10.77.0.1", "key": str(key), "site": "dc1"},
+        {"name": "m2", "ssh": "10.77.0.2", "key": str(key), "site": "dc2"}]}
+    (tmp_path / "topo.yaml").write_text(yaml.safe_dump(topo))
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("name: split\ntopology: {file: topo.yaml}\nworkloads:\n"
+                   "  - {kind: collective, op: all_reduce, algorithm: ring, size: 1MiB}\n")
+    prep = prepare(exp)
+    assert prep.spec.cluster is not None and prep.spec.cluster.deploy == "serial"
+    assert prep.cluster_source == str(tmp_path / "topo.yaml")
+    assert prep.machines["dc2-l1-h1"] == "m2" and prep.machines["dc1-l1-h1"] == "m1"
+    assert prep.options.start_mode == "sleep"
+    topo["cluster"]["machines"][1]["colour"] = "red"
+    (tmp_path / "topo.yaml").write_text(yaml.safe_dump(topo))
+    with pytest.raises(SpecError) as exc:
+        prepare(exp)
+    text = str(exc.value)
+    # safe_dump sorts keys: cluster, deploy, machines, m1's four keys, then m2's colour
+    assert "topo.yaml:8: cluster.machines[1].colour" in text, text
+    # the experiment's own section replaces the topology's
+    exp.write_text(exp.read_text() + "cluster:\n  underlay_mtu: 1600\n" + MACHINES.replace(
+        "KEY", str(key)).replace("site: dc2", "site: dc2, port: 2222"))
+    prep = prepare(exp)
+    assert prep.spec.cluster.machines[1].port == 2222 and prep.cluster_source == str(exp)

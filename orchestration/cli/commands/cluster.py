@@ -1,4 +1,4 @@
-"""``aitb cluster up FILE --cluster CLUSTER.yaml`` and ``aitb cluster down RUN_ID``: a lab over
+"""``aitb cluster up FILE [--cluster CLUSTER.yaml]`` and ``aitb cluster down RUN_ID``: a lab over
 several machines, each part deployed by the machine's own aitb over SSH
 (orchestration/cluster/)."""
 
@@ -45,19 +45,23 @@ def _controls(cluster):
 
 @cluster_app.command("up")
 def up(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or plan.json.")],
-       cluster_file: Annotated[Path, typer.Option("--cluster", help="File with a cluster: "
-                                                  "section (orchestration/cluster/spec.py).")],
+       cluster_file: Annotated[Path | None, typer.Option(
+           "--cluster", help="File with a cluster: section (orchestration/cluster/spec.py); "
+           "default: FILE's own cluster: section.")] = None,
        run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (a-z0-9, at most "
                                                   "10 characters).")] = None,
        aitb: Annotated[str, typer.Option("--aitb", help="How the machines run aitb.")
                        ] = "aitb") -> None:
     """Place the lab's nodes on the machines (by site, else the planner's cut), deploy each
-    part there, join the cut links with VXLAN; prints a JSON summary (run ids, nodes per
-    machine, clock offsets) and keeps it as <state dir>/cluster-<run id>.json."""
+    part there (all at once unless the section says deploy: serial), join the cut links with
+    VXLAN, the underlay's RTT taken off their delay; prints a JSON summary (run ids, nodes per
+    machine, clock offsets, underlay RTTs, cut links, bring-up seconds) and keeps it as
+    <state dir>/cluster-<run id>.json."""
     from orchestration.cli.commands.topo import load_plan
     from orchestration.cluster.deploy import deploy
     from orchestration.cluster.tunnels import place
 
+    cluster_file = cluster_file or file  # a topology file may carry its own cluster:
     cluster = _load_cluster(cluster_file)
     plan = load_plan(file)
     where = place(plan, cluster)
@@ -72,7 +76,8 @@ def up(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or plan.j
             c.close()
     summary = {"run_id": rid, "cluster": str(cluster_file.resolve()), "aitb": aitb,
                "run_ids": d.run_ids, "nodes": d.nodes,
-               "clock_offsets": {k: dataclasses.asdict(v) for k, v in d.offsets.items()}}
+               "clock_offsets": {k: dataclasses.asdict(v) for k, v in d.offsets.items()},
+               "underlay": d.underlay, "cut_links": d.cut_links, "timings_s": d.timings_s}
     _state_dir().mkdir(parents=True, exist_ok=True)
     (_state_dir() / f"cluster-{rid}.json").write_text(json.dumps(summary, indent=2))
     typer.echo(json.dumps(summary))
