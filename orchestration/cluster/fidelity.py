@@ -18,7 +18,8 @@ effects the run's other checks already refuse.
 Underlay check (orchestration.cluster.underlay): a cut link direction whose configured delay
 is shorter than the underlay's one-way delay is too slow by ``excess_s``; the run is
 untrustworthy when that exceeds the RTT check's tolerance for that delay
-(analysis.fidelity.checks.precise_tolerance_s).
+(analysis.fidelity.checks.precise_tolerance_s), or when the underlay's RTT could not be
+measured (its delay then adds to every cut link's unaccounted).
 """
 
 from __future__ import annotations
@@ -79,6 +80,13 @@ def underlay_check(cut_links: Sequence[Mapping[str, Any]]) -> tuple[list[dict[st
     reasons)."""
     entries, reasons = [], []
     for rec in cut_links:
+        if rec["underlay_rtt_s"] is None:
+            entries += [{"link": rec["link"], "direction": d, **rec[d], "tolerance_s": None,
+                         "check": "off"} for d in ("a_to_b", "b_to_a")]
+            reasons.append(f"link {rec['link']} (cut between {' and '.join(rec['machines'])})"
+                           ": the underlay's RTT was not measured (no ICMP echo reply), so "
+                           "its delay is added to the configured one unaccounted")
+            continue
         for d in ("a_to_b", "b_to_a"):
             r = rec[d]
             tol = precise_tolerance_s(r["configured_delay_s"])

@@ -190,3 +190,15 @@ def test_cluster_fidelity_merges_the_parts_and_adds_the_cluster_verdict():
     doc = cluster_fidelity({"m1": part, "m2": part}, {**cluster, "machines": _machines(
         0.03, 1e-4)}, flows, [])
     assert doc["trustworthy"] is False and "clock offset uncertainty" in doc["reasons"][0]
+
+
+def test_an_unmeasured_underlay_leaves_the_delay_and_fails_the_check():
+    plan, ts = _dci_split()
+    (t,) = ts
+    new, (rec,) = account(plan, ts, {pair_key("m1", "m2"): {"min_rtt_s": None}})
+    assert next(x for x in new.links if x.name == t.link) == \
+        next(x for x in plan.links if x.name == t.link)
+    assert rec["underlay_rtt_s"] is None and rec["a_to_b"]["excess_s"] == 0.0
+    entries, reasons = underlay_check([rec])
+    assert [e["check"] for e in entries] == ["off", "off"]
+    assert "not measured" in reasons[0] and t.link in reasons[0]
