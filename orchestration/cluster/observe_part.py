@@ -25,13 +25,15 @@ Protocol on stdin/stdout (one JSON object a line):
 
 This process and every process it starts (tcpdumps, the sampler) are registered in the
 machine's registry under the part's run id, so ``aitb topo destroy PART`` ends them should the
-driver be lost; the sampler also ends by itself when this process does (its parent watch).
+driver be lost (ended while it waits, it removes DIR: nobody will copy it back); the sampler
+also ends by itself when this process does (its parent watch).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import IO, Any
 
@@ -90,7 +92,11 @@ def observe_part(run_id: str, config: dict[str, Any], stdin: IO[str], stdout: IO
             _say(stdout, {"error": str(exc)})
             return 1
         _say(stdout, {"ready": True})
-        line = stdin.readline()
+        try:
+            line = stdin.readline()
+        except BaseException:  # ended while observing (the machine's teardown, SIGTERM:
+            shutil.rmtree(out, ignore_errors=True)  # the driver was lost): nobody will
+            raise                                   # copy the directory back
         windows = [tuple(w) for w in json.loads(line).get("windows", [])] if line.strip() \
             else None
         errors: list[str] = []

@@ -198,11 +198,12 @@ from orchestration.cluster.lab import RemoteAgent
 from orchestration.cluster.spec import parse_cluster
 key, rid, tmp, python = sys.argv[1:5]
 m = parse_cluster({"machines": [{"name": "m2", "ssh": "10.77.0.2", "key": key}]}, "t").machines[0]
-# the machine's side: log what it got, answer with a record stamped at the start it was told
+# the machine's side: log what it got, answer with a record stamped at the start it was
+# told, and end (as an agent does after its last phase, while the controller's socket is open)
 echo = ("import json,sys\nfor line in sys.stdin:\n    msg = json.loads(line)\n"
         "    print(line.strip(), file=sys.stderr, flush=True)\n"
         "    print(json.dumps({'type': 'phase_done', 'records': [{'t_start': msg['t0'],"
-        " 'size_bytes': 5}]}), flush=True)\n")
+        " 'size_bytes': 5}]}), flush=True)\n    break\n")
 path = tmp + "/clock.sock"
 srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 srv.bind(path)
@@ -213,15 +214,19 @@ with Control(m) as c:
     conn, _ = srv.accept()
     conn.sendall(json.dumps({"type": "start", "phase": 0, "t0": 5.0}).encode() + b"\n")
     back = json.loads(conn.makefile("rb").readline())
-    conn.close()
     code = agent.wait(timeout=30)
-print(json.dumps({"back": back, "code": code, "log": open(tmp + "/clock.log").read()}))
+    # the join ended with the agent: its thread towards the agent, which waits on our
+    # socket, is done although the controller (here) has not closed its end yet
+    towards = [t.is_alive() for t in agent._threads]
+    conn.close()
+print(json.dumps({"back": back, "code": code, "log": open(tmp + "/clock.log").read(),
+                  "threads_alive": towards}))
 """
 
 
 def test_the_control_channel_moves_times_by_the_machine_offset(machines):
     got = machines.drive(CLOCK)
-    assert got["code"] == 0
+    assert got["code"] == 0 and got["threads_alive"] == [False, False, False]
     told = json.loads(got["log"].strip().splitlines()[0])
     assert told["t0"] == 105.0  # the start instant on the machine's clock (+100 s)
     assert got["back"]["records"] == [{"t_start": 5.0, "size_bytes": 5}]  # back on ours
@@ -284,3 +289,5 @@ def test_a_machine_lost_mid_run_fails_the_run_naming_it(machines, tmp_path):
                            f"{m.rid}1"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert leftovers(m) == {"registries": [], "namespaces": [], "processes": []}
+    # m2's observer, ended by that teardown, removed what nobody will copy back
+    assert not list(Path("/tmp").glob(f"aitb-observe-{m.rid}*"))
