@@ -5,8 +5,9 @@ on a live lab, idle and with one iperf3 TCP flow through it; the peer is the rat
 Usage (root, host kernel): .venv/bin/python bench/event_timing.py [--events 300] [--interval 50ms]
 The lab is tests/netns/plans.py's ecmp_diamond (h1 - r1 = r2 | r3 = r4 - h2). The actions
 cycle every interval through: r1-r2 down, r1-r2 up (both veth ends, then the routes of r1
-and r2 restored and read back), degrade h1-r1 a_to_b to 10 Mbit/s, back to 20 Mbit/s.
-Prints, per op, p50/p99/max in ms of: began_late (the action began minus planned: the
+and r2 restored and read back), degrade h1-r1 a_to_b to 10 Mbit/s, back to 20 Mbit/s, and
+(``--partitions``) a partition of r1-r2 and r1-r3 (both of r1's uplinks in one action) and
+its heal. Prints, per op (a partition's as partition_down / heal_up), p50/p99/max in ms of: began_late (the action began minus planned: the
 scheduler's own lateness), late (applied minus planned: the action done, for ``up`` the
 routes read back with the carrier seen), acked_late (``up`` only: the kernel had acked the
 routes, before the read-back), and each op's late p99 divided by the degrade's (the peer);
@@ -42,11 +43,16 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, int(q * len(ordered) + 0.5) - 1))]
 
 
-def actions(n: int, interval_s: float) -> list[EventAction]:
+def actions(n: int, interval_s: float, partitions: bool = False) -> list[EventAction]:
     out = []
+    both = ("r1-r2", "r1-r3")
     for k in range(n):
-        t, phase = round(k * interval_s, 6), k % 4
-        if phase == 0:
+        t, phase = round(k * interval_s, 6), k % (6 if partitions else 4)
+        if phase == 4:
+            out.append(EventAction(k, "partition", "down", t, links=both))
+        elif phase == 5:
+            out.append(EventAction(k, "heal", "up", t, links=both))
+        elif phase == 0:
             out.append(EventAction(k, "link_down", "down", t, links=("r1-r2",)))
         elif phase == 1:
             out.append(EventAction(k, "link_up", "up", t, links=("r1-r2",)))
@@ -70,12 +76,15 @@ def play(lab: Lab, acts: list[EventAction], out: Path, rt: int | None) -> list[d
 
 def summary(case: str, recs: list[dict]) -> list[dict]:
     rows = []
-    for op in ("down", "up", "shape"):
-        mine = [r for r in recs if r["op"] == op]
+    named = {"partition": "partition_down", "heal": "heal_up"}
+    for op in ("down", "up", "shape", "partition_down", "heal_up"):
+        mine = [r for r in recs if named.get(r["kind"], r["op"]) == op]
+        if not mine:
+            continue
         row: dict = {"case": case, "op": op, "n": len(mine)}
         cols = {"began_late_ms": [r["began_t_s"] - r["planned_t_s"] for r in mine],
                 "late_ms": [r["late_s"] for r in mine]}
-        if op == "up":
+        if op in ("up", "heal_up"):
             cols["acked_late_ms"] = [r["acked_t_s"] - r["planned_t_s"] for r in mine]
         for label, vals in cols.items():
             ms = [v * 1e3 for v in vals]
@@ -94,8 +103,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=300)
     ap.add_argument("--interval", default="50ms")
+    ap.add_argument("--partitions", action="store_true",
+                    help="also partition both of r1's uplinks at once and heal them")
     args = ap.parse_args()
-    acts = actions(args.events, parse_duration_s(args.interval))
+    acts = actions(args.events, parse_duration_s(args.interval), args.partitions)
     rows = []
     with tempfile.TemporaryDirectory() as tmp, \
             Lab(ecmp_diamond(), state_dir=Path(tmp)) as lab:
