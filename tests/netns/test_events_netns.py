@@ -1,9 +1,9 @@
 """``events:`` in a real run (examples/dci_failover.yaml, host kernel): one of two DCIs goes
 down at iteration 10 of a ring all-reduce across two DCs and comes back at iteration 30.
 events.jsonl holds every applied action; the collective completes, the iterations run while
-the DCI was down crossed the surviving one, and they show the lost capacity (more
-retransmissions, longer iterations than before the down); the link-up restored the border
-routers' routes; nothing of the lab remains. And a node that fails during an all-to-all
+the DCI was down crossed the surviving one (its counters carry at least their DCI payload,
+the dead one's nothing); the link-up restored the border routers' routes; nothing of the lab
+remains. And a node that fails during an all-to-all
 (examples/faults/): the run fails with records naming the transfers it hit."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -66,21 +65,45 @@ def test_dci_failover_example_keeps_the_collective_going_and_records_the_events(
     during = [i for i, (s, e) in span.items()
               if s >= down["applied_t_s"] and e <= up["began_t_s"]]
     assert before == list(range(10)) and len(during) >= 15  # all crossed the other DCI
-    cct = {c["iteration"]: c["cct_s"] for c in colls}
-    retrans: dict[int, int] = {}
-    for f in records(run_dir, "flows.jsonl"):
-        retrans[f["iteration"]] = retrans.get(f["iteration"], 0) + \
-            (f.get("tcp") or {}).get("total_retrans", 0)
-    # half the DCI capacity and one 20-packet buffer for all DCI-crossing connections
-    assert statistics.mean(retrans.get(i, 0) for i in during) > \
-        statistics.mean(retrans.get(i, 0) for i in before)
-    assert statistics.median(cct[i] for i in during) > statistics.median(cct[i] for i in before)
+    # while it was down, the DCI traffic of those iterations crossed the surviving DCI: the
+    # border routers' interface counters (counters/links.parquet, host-clock seconds) between
+    # the down and the up. Each iteration's ring crosses the DCs at least once each way, and
+    # a crossing rank sends 2(n-1)/n of the size (ring all-reduce), so the survivor carries
+    # at least that payload per iteration each way; the dead DCI carries nothing. (The
+    # iterations' CCT and retransmissions are figures, not asserted: on a loaded 2-core
+    # machine CPU, not the halved DCI, often bounds an iteration.)
+    size = {c["size_bytes"] for c in colls}.pop()
+    n = len(colls[0]["hosts"])
+    floor = len(during) * size * 2 * (n - 1) / n
+    carried = _dci_tx_bytes(run_dir, t0 + down["applied_t_s"], t0 + up["began_t_s"])
+    print("DCI tx bytes while one was down", carried, "floor per way", floor)
+    for border in ("dc1-b1", "dc2-b1"):
+        assert carried[(border, "dc1-b1-dc2-b1")] == 0, carried
+        assert carried[(border, "dc1-b1-dc2-b1-2")] >= floor, (carried, floor)
 
     # nothing of the lab is left: namespaces, root-namespace links, its registry
     lab_id = manifest["lab_run_id"]
     assert run_namespaces(lab_id) == []
     assert not (set(root_links()) - set(before_links))
     assert not (Path(state_env["AITB_STATE_DIR"]) / lab_id).exists()
+
+
+def _dci_tx_bytes(run_dir: Path, t_lo: float, t_hi: float) -> dict[tuple[str, str], int]:
+    """(border router, DCI link) -> bytes its end sent between the first counter sample at
+    or after ``t_lo`` and the last at or before ``t_hi`` (host-clock seconds)."""
+    plan = json.loads((run_dir / "plan.json").read_text())
+    links = pd.read_parquet(run_dir / "counters" / "links.parquet")
+    out = {}
+    for lk in plan["links"]:
+        if lk["name"] not in ("dc1-b1-dc2-b1", "dc1-b1-dc2-b1-2"):
+            continue
+        for ep in (lk["a"], lk["b"]):
+            rows = links[(links["node"] == ep["node"]) & (links["ifname"] == ep["ifname"])]
+            inside = rows[(rows["t_s"] >= t_lo) & (rows["t_s"] <= t_hi)].sort_values("t_s")
+            assert len(inside) >= 2, (ep, len(rows))  # sampled while the DCI was down
+            out[(ep["node"], lk["name"])] = int(inside["tx_bytes"].iloc[-1]
+                                                - inside["tx_bytes"].iloc[0])
+    return out
 
 
 @pytest.mark.timeout(900)
