@@ -3,16 +3,16 @@ on a live lab, idle and with one iperf3 TCP flow through it; the peer is the rat
 ``degrade`` (the same set_shaping call as a trace step of bench/trace_timing.py).
 
 Usage (root, host kernel): .venv/bin/python bench/event_timing.py [--events 300] [--interval 50ms]
-The lab is tests/netns/plans.py's ecmp_diamond (h1 - r1 = r2 | r3 = r4 - h2). The actions
-cycle every interval through: r1-r2 down, r1-r2 up (both veth ends, then the routes of r1
-and r2 restored and read back), degrade h1-r1 a_to_b to 10 Mbit/s, back to 20 Mbit/s, and
-(``--partitions``) a partition of r1-r2 and r1-r3 (both of r1's uplinks in one action) and
-its heal. Prints, per op (a partition's as partition_down / heal_up), p50/p99/max in ms of: began_late (the action began minus planned: the
-scheduler's own lateness), late (applied minus planned: the action done, for ``up`` the
-routes read back with the carrier seen), acked_late (``up`` only: the kernel had acked the
-routes, before the read-back), and each op's late p99 divided by the degrade's (the peer);
-and whether late p99 < 2 ms; each case at normal priority and at SCHED_FIFO 10 (the
-scheduler thread of ``aitb run``).
+The lab is tests/netns/plans.py's ecmp_diamond (h1 - r1 = r2 | r3 = r4 - h2). The actions cycle
+every interval through: r1-r2 down, r1-r2 up (both veth ends, then the routes of r1 and r2
+restored and read back), degrade h1-r1 a_to_b to 10 Mbit/s, back to 20 Mbit/s, and
+(``--partitions``) a partition of r1-r2 and r1-r3 (both of r1's uplinks in one action) and its
+heal. Prints, per op (a partition's as partition_down / heal_up), p50/p99/max in ms of:
+began_late (the action began minus planned: the scheduler's own lateness), late (applied minus
+planned: the action done, for ``up`` the routes read back with the carrier seen), acked_late
+(``up`` only: the kernel had acked the routes, before the read-back), and each op's late p99
+divided by the degrade's (the peer); and whether late p99 < 2 ms; each case at normal priority
+and at SCHED_FIFO 10 (the scheduler thread of ``aitb run``).
 """
 
 from __future__ import annotations
