@@ -361,3 +361,14 @@ def test_fl_rounds_are_the_iterations_events_anchor_to():
     assert {ph.iteration for ph in phases} == {0}
     assert [(a.anchor, a.iteration, a.t_s) for a in prep.events][:2] == [
         ("fl", 1, 0.1), ("fl", 1, pytest.approx(0.3))]
+
+
+def test_a_killed_agent_gets_sigkill_and_the_record_says_so(tmp_path):
+    lab, ctl = _Lab(), _Ctl()
+    events = [EventAction(0, "node_down", "down", 1.0, node="h2", links=("l1",), agent="kill"),
+              EventAction(1, "node_down", "down", 2.0, node="h1", links=(), agent="kill")]
+    player, recs = _play(tmp_path, lab, events, lambda p: p.attach("w", ctl))
+    assert ctl.calls == [("signal", "h2", signal.SIGKILL), ("signal", "h1", signal.SIGKILL)]
+    assert recs[0]["done"]["agents"] == {"signal": "SIGKILL", "pids": {"w": 4242}}
+    assert recs[1]["done"]["agents"] == {"signal": "SIGKILL", "pids": {}}  # none on h1
+    assert recs[0]["agent"] == "kill" and player.errors == []
