@@ -194,7 +194,11 @@ class FrrRouting:
     the routers' routes instead of the plan's static ones (hosts keep theirs).
 
     protocol: ``bgp`` (eBGP, one private ASN per router, a session per router-to-router
-    link, numbered: the link's addresses) or ``ospf`` (area 0, point-to-point interfaces);
+    link) or ``ospf`` (area 0, point-to-point interfaces); peering (bgp): ``numbered``
+    (each session configured with the link's IPv4 addresses and the peer's ASN) or
+    ``unnumbered`` (configured by interface only, ``neighbor IF interface remote-as
+    external``: FRR finds the peer itself, the other address of a /30 or /31, else the IPv6
+    link-local one);
     bfd: BFD on every session/adjacency with ``bfd_interval_s`` (transmit and receive
     interval, seconds, whole milliseconds in [0.01, 60]) and ``bfd_multiplier`` (missed
     packets until down); bgp_keepalive_s / bgp_hold_s: BGP timers (whole seconds, hold 0 or
@@ -204,6 +208,7 @@ class FrrRouting:
     table must stay unchanged after an event to count as converged again."""
 
     protocol: str = "bgp"
+    peering: str = "numbered"
     bfd: bool = True
     bfd_interval_s: float = 0.1
     bfd_multiplier: int = 3
@@ -221,6 +226,8 @@ def frr_problems(r: FrrRouting) -> list[str]:
     out = []
     if r.protocol not in FRR_PROTOCOLS:
         out.append(f"protocol {_short(r.protocol)} is not one of {', '.join(FRR_PROTOCOLS)}")
+    if r.peering not in ("numbered", "unnumbered"):
+        out.append(f"peering {_short(r.peering)} is not one of numbered, unnumbered")
     ms = r.bfd_interval_s * 1000
     if not (10 <= ms <= 60000) or abs(ms - round(ms)) > 1e-6:
         out.append(f"bfd_interval {r.bfd_interval_s:g}s must be whole milliseconds in "

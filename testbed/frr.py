@@ -159,6 +159,13 @@ class FrrRouter:
     dir: Path
     procs: dict[str, subprocess.Popen[Any]] = field(default_factory=dict)
 
+    def log_lines(self, daemon: str) -> list[str]:
+        """The lines of ``daemon``'s log so far (none if it has no log yet)."""
+        try:
+            return (self.dir / f"{daemon}.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+
     def log_tail(self, daemon: str, lines: int = 5) -> str:
         """The last ``lines`` lines of ``daemon``'s log (empty if none)."""
         try:
@@ -227,6 +234,13 @@ def start(lab: Lab) -> dict[str, FrrRouter]:
     for router in out.values():
         for daemon in router.procs:
             _wait_file(router.dir / f"{daemon}.pid", router, daemon)
+    # a daemon reads its file before it writes its pid file, and goes on past a line it
+    # does not know (logging it): such a line is an error of the rendered configuration
+    bad = [f"router {r.node}: FRR {d} refused its configuration: {line.split('] ', 2)[-1]}"
+           for r in out.values() for d in r.procs for line in r.log_lines(d)
+           if "No such command" in line or "Unknown command" in line]
+    if bad:
+        raise LabError("\n  ".join(["FRR configuration errors:", *bad[:10]]))
     return out
 
 

@@ -133,7 +133,7 @@ def _frr_routing(spec: TopologySpec, nodes: dict[str, NodePlan]
     if r is None:
         return None, []
     issues: list[SpecIssue] = []
-    values: dict[str, object] = {"protocol": r.protocol, "bfd": r.bfd}
+    values: dict[str, object] = {"protocol": r.protocol, "bfd": r.bfd, "peering": r.peering}
     for key in _FRR_SECONDS:
         text = getattr(r, key)
         if text is None:

@@ -277,6 +277,10 @@ class FrrSpec(_Strict):
         default="bgp", description="bgp: eBGP, one private ASN per router, a numbered session "
         "per router-to-router link, multipath on; ospf: OSPFv2 area 0 over point-to-point "
         "interfaces.")
+    peering: Literal["numbered", "unnumbered"] = Field(
+        default="numbered", description="bgp: each session configured with the link's IPv4 "
+        "addresses and the peer's ASN (numbered), or by interface only (unnumbered: FRR finds "
+        "the peer, the other end of a /31, else its IPv6 link-local address).")
     bfd: bool = Field(default=True, description="BFD on every BGP session / OSPF adjacency.")
     bfd_interval: Duration = Field(default=None, description="BFD transmit and receive "
                                    "interval, whole ms in [10ms, 60s]; default 100ms.")

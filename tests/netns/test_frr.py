@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, records, run_ok
 
+import topologies
 from aitb.errors import LabError
 from orchestration.run.runner import prepare
 from testbed import frr
@@ -180,3 +181,54 @@ def test_routes_not_converging_in_time_fail_bring_up_naming_routers_and_leave_no
     assert len(pids) == 3 * len(lab.frr) == 18  # they had started; the teardown ended them
     assert not any(pid_alive(pid, None) for pid in pids)
     assert not lab.registry.dir.exists()
+
+
+TWO_ROUTERS = """
+name: frr-two-routers
+routing: ROUTING
+nodes: {h1: {kind: host}, h2: {kind: host}, r1: {kind: router}, r2: {kind: router}}
+links: [{endpoints: [h1, r1]}, {endpoints: [r1, r2]}, {endpoints: [r2, h2]}]
+"""
+
+
+def _two_routers(tmp_path, labs, frr_state, routing: str):
+    path = tmp_path / "t.yaml"
+    path.write_text(TWO_ROUTERS.replace("ROUTING", routing))
+    labs.state_dir = frr_state
+    return labs(topologies.load_topology(path))
+
+
+def test_ospf_with_bfd_learns_the_far_subnet(labs, frr_state, tmp_path):
+    lab = _two_routers(tmp_path, labs, frr_state, "{kind: frr, protocol: ospf, bfd: true}")
+    plan = lab.plan
+    with lab:  # up() waited until r1 and r2 had the other's subnets
+        assert set(lab.frr["r1"].procs) == {"zebra", "bfdd", "ospfd"}
+        far = str(plan.links_of("h2")[0].a.ipv4.network)
+        with lab.netlink_lock:
+            assert frr.table(lab.node_io("r1").sock, "r1")[far][2] == frr.RTPROT_OSPF
+        lab.run("h1", ["ping", "-c1", "-W2", str(plan.address_of("h2"))])
+        peers = json.loads(lab.run("r1", ["vtysh", "--vty_socket", str(lab.frr["r1"].dir),
+                                          "-c", "show bfd peers json"]).stdout)
+        assert [p["status"] for p in peers] == ["up"]  # OSPF's adjacency registered BFD
+
+
+def test_unnumbered_bgp_sessions_by_interface_learn_the_far_subnet(labs, frr_state,
+                                                                   tmp_path):
+    lab = _two_routers(tmp_path, labs, frr_state,
+                       "{kind: frr, protocol: bgp, peering: unnumbered, bfd: false}")
+    plan = lab.plan
+    with lab:  # up() waited until r1 and r2 had the other's subnets
+        far = str(plan.links_of("h2")[0].a.ipv4.network)
+        with lab.netlink_lock:
+            assert frr.table(lab.node_io("r1").sock, "r1")[far][2] == frr.RTPROT_BGP
+        lab.run("h1", ["ping", "-c1", "-W2", str(plan.address_of("h2"))])
+        shown = json.loads(lab.run("r1", ["vtysh", "--vty_socket", str(lab.frr["r1"].dir),
+                                          "-c", "show bgp neighbors json"]).stdout)
+        towards_r2 = next(lk for lk in plan.links_of("r1") if "r2" in (lk.a.node, lk.b.node))
+        peer = shown[towards_r2.endpoint("r1").ifname]  # the session is named by interface
+        # configured without addresses; FRR found the peer on the /31 (the other address)
+        assert peer["bgpState"] == "Established"
+        assert peer["hostForeign"] == str(towards_r2.endpoint("r2").ipv4.ip)
+        assert "198.18." not in (lab.frr["r1"].dir / "bgpd.conf").read_text().split(
+            "router bgp")[1].split("address-family")[0].replace(
+            f"bgp router-id {plan.address_of('r1')}", "")

@@ -116,3 +116,16 @@ def test_a_machine_without_the_daemons_refuses_before_anything_exists(tmp_path, 
     assert source in str(err.value) and "routing: frr" in str(err.value)
     assert "no-frr/bgpd" in str(err.value) and "frr package" in str(err.value)
     assert not (tmp_path / "state").exists()
+
+
+def test_unnumbered_bgp_peers_by_interface(tmp_path):
+    plan, _ = _load(tmp_path, "routing: {kind: frr, peering: unnumbered}")
+    assert plan.routing.peering == "unnumbered"
+    c = frr.router_configs(plan, "r0")["dc1-b1"]["bgpd"]
+    ifs = [lk.endpoint("dc1-b1").ifname for lk in plan.links_of("dc1-b1")]
+    for i in ifs:
+        assert f"neighbor {i} interface remote-as external" in c
+        assert f"neighbor {i} bfd profile aitb" in c
+    assert "remote-as 42" not in c
+    with pytest.raises(SpecError, match="peering"):
+        _load(tmp_path, "routing: {kind: frr, peering: sideways}")
