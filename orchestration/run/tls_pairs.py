@@ -4,7 +4,9 @@
 Without ``encrypt_between`` every TCP connection runs TLS 1.3; with it, a connection between
 hosts a and b does exactly when the unordered pair {site(a), site(b)} is listed (aitb.paths.
 site_of: label ``site``, else the node's group). The agents get the host address pairs
-(:func:`tls_address_pairs`, traffic_gen/endpoints.py decides per connection from them).
+(:func:`tls_address_pairs`, traffic_gen/endpoints.py decides per connection from them): every
+address of a with every address of b (aitb.paths.host_addresses), so a multi-NIC host's
+connections from or to any of its NICs are covered, not only its first address's.
 
 Per workload (``transport: {encryption: tls | none}`` of a workload entry): the connections
 between every two hosts the workload is placed on (all pairs of its placed hosts, its own
@@ -27,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aitb.errors import SpecError, SpecIssue
-from aitb.paths import site_of
+from aitb.paths import host_addresses, site_of
 from aitb.plan import LabPlan
 from aitb.schedule import Burst
 
@@ -53,8 +55,13 @@ def tls_address_pairs(plan: LabPlan, between: Sequence[Sequence[str]] | None
     if between is None:
         return None
     hosts = [h.name for h in plan.hosts() if plan.address_of(h.name) is not None]
-    return [[str(plan.address_of(a)), str(plan.address_of(b))]
-            for i, a in enumerate(hosts) for b in hosts[i:] if encrypts(plan, between, a, b)]
+    return [p for i, a in enumerate(hosts) for b in hosts[i:] if encrypts(plan, between, a, b)
+            for p in _address_pairs(plan, a, b)]
+
+
+def _address_pairs(plan: LabPlan, a: str, b: str) -> list[list[str]]:
+    """Every (address of host a, address of host b) pair (both NIC lists in link order)."""
+    return [[x, y] for x in host_addresses(plan, a) for y in host_addresses(plan, b)]
 
 
 def _override(entry: Any) -> str | None:
@@ -104,9 +111,9 @@ def workload_tls_pairs(transport: Any, plan: LabPlan, entries: Sequence[Any],
                 break
     if issues:
         raise SpecError(issues)
-    return [[str(plan.address_of(a)), str(plan.address_of(b))]
-            for pair, (tls, _) in decided.items() if tls
-            for a, b in [tuple(sorted(pair) * (2 if len(pair) == 1 else 1))]]
+    return [p for pair, (tls, _) in decided.items() if tls
+            for a, b in [tuple(sorted(pair) * (2 if len(pair) == 1 else 1))]
+            for p in _address_pairs(plan, a, b)]
 
 
 def check_tls(transport: Any, plan: LabPlan, workloads: Sequence[Any], source: str,

@@ -153,6 +153,50 @@ def test_an_agent_decides_per_peer_address(tmp_path):
     assert not agent(None).tls_with("10.0.0.2")
 
 
+DUAL = """name: dual-tls
+groups:
+  a: {kind: host}
+  b: {kind: host}
+nodes:
+  h1: {group: a}
+  h2: {group: a}
+  h3: {group: b}
+  l1: {kind: router}
+  l2: {kind: router}
+links:
+  - {endpoints: [h1, l1]}
+  - {endpoints: [h1, l2]}
+  - {endpoints: [h2, l1]}
+  - {endpoints: [h3, l2]}
+  - {endpoints: [l1, l2]}
+"""
+
+
+def test_a_multi_nic_hosts_every_address_is_in_its_tls_pairs(tmp_path):
+    """Before: only each host's first address was paired, so a connection from h1's second
+    NIC (its route to h3 leaves there) ran in the clear where TLS was asked for."""
+    from aitb.paths import host_addresses
+    from orchestration.run.tls_pairs import tls_address_pairs
+    from topologies import load_topology
+    from traffic_gen.endpoints import Endpoints
+
+    (tmp_path / "t.yaml").write_text(DUAL)
+    plan = load_topology(tmp_path / "t.yaml")
+    h1 = host_addresses(plan, "h1")
+    (h3,) = host_addresses(plan, "h3")
+    assert len(h1) == 2
+    pairs = {frozenset(p) for p in tls_address_pairs(plan, [["a", "b"]])}
+    assert pairs == {frozenset((x, y)) for x in h1 + host_addresses(plan, "h2") for y in [h3]}
+    files = write_run_certificate(tmp_path, "aitb-test")
+    agent = Endpoints("h1", h1[0], set(), None,  # type: ignore[arg-type]
+                      {"tls": {**files, "pairs": [list(p) for p in pairs]}}, ips=h1)
+    assert agent.tls_with(h3)
+    assert not agent.tls_with(host_addresses(plan, "h2")[0])  # same site: in the clear
+    only_second = Endpoints("h1", h1[0], set(), None,  # type: ignore[arg-type]
+                            {"tls": {**files, "pairs": [[h1[1], h3]]}}, ips=h1)
+    assert only_second.tls_with(h3)  # the pair of hosts, whichever NIC it names
+
+
 UDP = """  - kind: all_pairs
     name: udp-probe
     hosts: [dc1-l1-h1, dc2-l1-h1]
