@@ -13,6 +13,9 @@ the end of every phase.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import select
 import socket
 import sys
 import threading
@@ -152,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--node", required=True, help="this emulated host's node name")
     args = ap.parse_args(argv)
     if args.control == "-":
-        return Agent(Channel(_stdio_socket()), args.node).serve()
+        bridge = _StdioBridge()
+        try:
+            return Agent(Channel(bridge.sock), args.node).serve()
+        finally:
+            bridge.close()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     deadline = time.time() + 10
     while True:
@@ -166,36 +173,73 @@ def main(argv: list[str] | None = None) -> int:
     return Agent(Channel(sock), args.node).serve()
 
 
-def _stdio_socket() -> socket.socket:
-    """One end of a socket pair whose other end two threads join to stdin and stdout (the
-    control channel then works as over a Unix socket); end of stdin shuts the pair's write
-    side, so the agent sees its controller go away."""
-    mine, theirs = socket.socketpair()
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+class _StdioBridge:
+    """Joins the agent's standard input and output to one end of a socket pair (the control
+    channel then works as over a Unix socket): :attr:`sock` is the agent's end.
 
-    def down() -> None:
+    Two threads copy bytes: ``down`` from fd 0 into the pair (end of stdin shuts the pair's
+    write side, so the agent sees its controller go away), ``up`` from the pair to stdout.
+    ``down`` reads the raw fd with :func:`os.read` after :func:`select.poll` on fd 0 and a
+    wake-up pipe, never through ``sys.stdin``'s buffered reader: a thread blocked inside that
+    reader holds its lock, and the interpreter's shutdown, flushing ``sys.stdin``, then aborted
+    the process ("Fatal Python error: _enter_buffered_busy: could not acquire lock for
+    <stdin> at interpreter shutdown", exit by SIGABRT) whenever the controller had not yet
+    closed the agent's stdin. :meth:`close` wakes ``down`` and joins both threads, so none is
+    left running when ``main`` returns.
+    """
+
+    _CHUNK_BYTES = 65536
+
+    def __init__(self, in_fd: int = 0) -> None:
+        self.sock, self._theirs = socket.socketpair()
+        self._in_fd = in_fd
+        self._wake_r, self._wake_w = os.pipe()
+        self._down = threading.Thread(target=self._copy_down, name="stdin-bridge", daemon=True)
+        self._up = threading.Thread(target=self._copy_up, name="stdout-bridge", daemon=True)
+        self._down.start()
+        self._up.start()
+
+    def _copy_down(self) -> None:
+        poller = select.poll()
+        poller.register(self._in_fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
         try:
-            while chunk := stdin.read1(65536):
-                theirs.sendall(chunk)
+            while True:
+                ready = {fd for fd, _ in poller.poll()}
+                if self._wake_r in ready:
+                    return
+                chunk = os.read(self._in_fd, self._CHUNK_BYTES)
+                if not chunk:
+                    return
+                self._theirs.sendall(chunk)
         except OSError:
             pass
         finally:
-            try:
-                theirs.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                self._theirs.shutdown(socket.SHUT_WR)
 
-    def up() -> None:
+    def _copy_up(self) -> None:
+        stdout = sys.stdout.buffer
         try:
-            while chunk := theirs.recv(65536):
+            while chunk := self._theirs.recv(self._CHUNK_BYTES):
                 stdout.write(chunk)
                 stdout.flush()
         except (OSError, ValueError):
             pass
 
-    threading.Thread(target=down, daemon=True).start()
-    threading.Thread(target=up, daemon=True).start()
-    return mine
+    def close(self) -> None:
+        """End both threads and wait for them: ``up`` ends once the agent's end is shut
+        (everything the agent sent is then written out), ``down`` is woken through the pipe.
+        Call after the agent's channel is closed."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self._up.join()
+        os.write(self._wake_w, b"x")
+        self._down.join()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+        self._theirs.close()
+        self.sock.close()
 
 
 if __name__ == "__main__":

@@ -120,6 +120,9 @@ def test_a_two_dc_experiment_split_by_dc_over_two_machines(machines, tmp_path):
                       .read_text())["nodes"]
     assert ends["dc1-b1"]["machine"] == "m1" and ends["dc2-b1"]["machine"] == "m2"
     assert (run_dir / "workloads" / "0-ring" / "agents" / "dc2-l1-h1.log").exists()
+    # agents on their stdio (both machines' stdio agents) end cleanly: no abort at exit
+    for log in (run_dir / "workloads" / "0-ring" / "agents").glob("*.log"):
+        assert "Fatal Python error" not in log.read_text(), log
 
     # the underlay: measured between the machines, taken out of the DCI's delay
     under = cluster["underlay"]["m1~m2"]
