@@ -6,12 +6,14 @@ and merged into the one run directory, every time stamp moved onto the driver's 
 - :func:`fetch_dir`: a directory of a machine copied here (``tar`` over an SSH exec channel:
   no SFTP subsystem needed; extracted with tarfile's ``data`` filter, so nothing lands outside
   the target).
-- :func:`shift_pcap`: a pcap file with every packet's time moved by a whole number of ns.
+- :func:`shift_pcap`: a pcap file with every packet's time moved by a whole number of ns and
+  a drift's share.
 - :func:`merge_parts`: the machines' ``captures/`` and ``counters/`` as one run's.
 
 Clock: a machine's times are its own clock; the driver's are machine time - offset, with the
-offset measured before the run (orchestration.cluster.control; the same correction as the
-agents' records, orchestration.cluster.lab), uncertain by the machine's ``uncertainty_s``.
+offset measured before the run and, once it has been measured again after the traffic,
+interpolated linearly between the two (constant drift: orchestration.cluster.control's
+``to_driver_s``), uncertain by the machine's ``uncertainty_s``.
 """
 
 from __future__ import annotations
@@ -118,10 +120,14 @@ def fetch_dir(control: Control, remote: str, local: Path, timeout_s: float = 300
     control.check(["rm", "-rf", "--", remote])
 
 
-def shift_pcap(src: Path, dst: Path, by_ns: int) -> int:
+def shift_pcap(src: Path, dst: Path, by_ns: int, rate: float = 0.0,
+               ref_ns: int = 0) -> int:
     """Write ``src`` (a pcap, micro- or nanosecond, either byte order) to ``dst`` with every
-    record's time stamp moved by ``by_ns`` nanoseconds (rounded to the file's unit); returns
-    the records. Raises ValueError for a file that is not a pcap or ends inside a record."""
+    record's time stamp T moved by ``by_ns`` nanoseconds and, for a clock drifting at ``rate``
+    (s per s) from the driver's time ``ref_ns`` (ns since the epoch) on, by
+    -rate (T + by_ns - ref_ns) / (1 + rate) (orchestration.cluster.control.to_driver_s with
+    by_ns = -offset before); rounded to the file's unit. Returns the records. Raises
+    ValueError for a file that is not a pcap or ends inside a record."""
     data = src.read_bytes()
     if len(data) < 24:
         raise ValueError(f"{src}: too short for a pcap header")
@@ -140,6 +146,8 @@ def shift_pcap(src: Path, dst: Path, by_ns: int) -> int:
             raise ValueError(f"{src}: cut record header at byte {pos}")
         sec, frac, incl, orig = rec.unpack_from(data, pos)
         t = sec * per_s + frac + round(by_ns / unit_ns)
+        if rate:
+            t -= round(rate * (t * unit_ns - ref_ns) / (1.0 + rate) / unit_ns)
         end = pos + 16 + incl
         if end > len(data):
             raise ValueError(f"{src}: cut record at byte {pos}")
@@ -160,6 +168,8 @@ class Part:
     offset_s: float
     uncertainty_s: float
     nodes: frozenset[str]
+    drift_rate: float = 0.0  # s per s, from ref_s on (control.drift_rate)
+    ref_s: float = 0.0  # the driver's time of the offset's measurement (s since the epoch)
 
 
 def _merge_captures(run_dir: Path, parts: Sequence[Part]) -> dict[str, Any] | None:
@@ -176,8 +186,10 @@ def _merge_captures(run_dir: Path, parts: Sequence[Part]) -> dict[str, Any] | No
         for entry in index["interfaces"]:
             for rel in entry["files"]:
                 name = Path(rel).name
-                shift_pcap(p.dir / "captures" / name, dst / name, by_ns)
+                shift_pcap(p.dir / "captures" / name, dst / name, by_ns, p.drift_rate,
+                           round(p.ref_s * 1e9))
             interfaces.append({**entry, "machine": p.machine, "clock_shift_s": by_ns / 1e9,
+                               "clock_drift_ppm": p.drift_rate * 1e6,
                                "clock_uncertainty_s": p.uncertainty_s})
     if snaplen is None:
         return None
@@ -200,7 +212,10 @@ def _merge_table(table: str, parts: Sequence[Part], out: Path) -> int:
             continue
         t = pq.read_table(path).cast(schema)
         t = t.filter(pc.is_in(t["node"], value_set=pa.array(sorted(p.nodes), pa.string())))
-        t = t.set_column(0, "t_s", pc.subtract(t["t_s"], p.offset_s))
+        shifted = pc.subtract(t["t_s"], p.offset_s)  # T - o_b, then the drift's part
+        drift = pc.divide(pc.multiply(pc.subtract(shifted, p.ref_s), p.drift_rate),
+                          1.0 + p.drift_rate)
+        t = t.set_column(0, "t_s", pc.subtract(shifted, drift))
         tables.append(t)
     merged = pa.concat_tables(tables) if tables else schema.empty_table()
     merged = merged.sort_by("t_s")

@@ -6,6 +6,14 @@ t3 give offset ((t1 - t0) + (t2 - t3)) / 2 and round-trip delay (t3 - t0) - (t2 
 sample with the smallest delay is kept (its error is at most delay / 2). Times are
 ``time.time_ns()`` (CLOCK_REALTIME) on both sides: the offset is what to add to the driver's
 wall clock to get the machine's.
+
+Drift (:func:`drift_rate`, :func:`to_driver_s`): the offset is measured before and after the
+run; between the two it is taken as linear in the driver's time, o(t) = o_b + r (t - t_b) with
+r = (o_a - o_b) / (t_a - t_b) (s per s; 1e6 r in ppm), t_b and t_a the driver's times of the
+two kept samples (the midpoints (t0 + t3) / 2). The assumption is a constant frequency error
+of the machine's clock relative to the driver's over the run (the clock model of RFC 5905: a
+time offset plus a frequency offset, here without its wander, i.e. constant drift). A machine
+time T is then the driver's t with T = t + o(t), so t = T - o_b - r (T - o_b - t_b) / (1 + r).
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ from typing import Any
 from aitb.errors import LabError
 from orchestration.cluster.spec import Machine
 
-__all__ = ["Offset", "offset_from", "Control", "ECHO_SCRIPT", "paramiko_errors"]
+__all__ = ["Offset", "offset_from", "drift_rate", "to_driver_s",
+           "drift_correction_s", "Control", "ECHO_SCRIPT", "paramiko_errors"]
 
 # The machine's side of the exchange: one wall-clock reading per line read.
 ECHO_SCRIPT = ("import sys,time\nfor _ in sys.stdin:\n"
@@ -37,11 +46,14 @@ def paramiko_errors() -> type[Exception]:
 @dataclass(frozen=True)
 class Offset:
     """The machine's clock minus the driver's (seconds), the round-trip delay of the sample
-    it came from (seconds; the error bound is half of it) and the samples taken."""
+    it came from (seconds; the error bound is half of it), the samples taken and the driver's
+    wall time of that sample (s since the epoch, the midpoint of its send and receive; None
+    for an offset recorded without it)."""
 
     offset_s: float
     delay_s: float
     samples: int
+    t_s: float | None = None
 
 
 def offset_from(samples: Sequence[tuple[int, int, int, int]]) -> Offset:
@@ -51,7 +63,32 @@ def offset_from(samples: Sequence[tuple[int, int, int, int]]) -> Offset:
         raise ValueError("no clock samples")
     best = min(samples, key=lambda s: (s[3] - s[0]) - (s[2] - s[1]))
     t0, t1, t2, t3 = best
-    return Offset(((t1 - t0) + (t2 - t3)) / 2e9, ((t3 - t0) - (t2 - t1)) / 1e9, len(samples))
+    return Offset(((t1 - t0) + (t2 - t3)) / 2e9, ((t3 - t0) - (t2 - t1)) / 1e9, len(samples),
+                  (t0 + t3) / 2e9)
+
+
+def drift_rate(before: Offset, after: Offset | None) -> float:
+    """The machine clock's drift against the driver's (s per s, module docstring): the
+    change of the offset over the driver's time between ``before`` and ``after``; 0.0 if
+    ``after`` is None (a lost machine), either lacks its time or they share one instant."""
+    if after is None or before.t_s is None or after.t_s is None or after.t_s == before.t_s:
+        return 0.0
+    return (after.offset_s - before.offset_s) / (after.t_s - before.t_s)
+
+
+def to_driver_s(t_machine_s: float, before: Offset, rate: float) -> float:
+    """A time of the machine's clock (s) on the driver's: the offset interpolated linearly
+    from ``before`` at drift ``rate`` (s per s, :func:`drift_rate`; module docstring's
+    formula). With ``rate`` 0 it is ``t_machine_s - before.offset_s``."""
+    return t_machine_s - before.offset_s - drift_correction_s(t_machine_s, before, rate)
+
+
+def drift_correction_s(t_machine_s: float, before: Offset, rate: float) -> float:
+    """The part of the correction due to drift (s): r (T - o_b - t_b) / (1 + r); small, so
+    it keeps its precision in floating point while a pcap's time stays in integer ns."""
+    if rate == 0.0 or before.t_s is None:
+        return 0.0
+    return rate * (t_machine_s - before.offset_s - before.t_s) / (1.0 + rate)
 
 
 class Control:

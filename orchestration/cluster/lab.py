@@ -16,7 +16,11 @@ local ``testbed.lab.Lab`` when the experiment has a ``cluster:`` section.
   is moved onto the machine's clock (+ offset) and every time the agent reports (records of
   ``phase_done``, an ``error``'s ``t``: the keys of :data:`TIME_KEYS`) back onto the driver's
   (- offset), with the offset measured before the run; the offset is measured again after it
-  and both, with the uncertainty (:func:`uncertainty_s`), are in :meth:`ClusterLab.record`.
+  (:meth:`ClusterLab.measure_after`) and both, with the uncertainty (:func:`uncertainty_s`)
+  and the drift between them (``drift_ppm``), are in :meth:`ClusterLab.record`. The
+  captures and counters, copied back after that second measurement, are corrected with the
+  offset interpolated between the two (orchestration.cluster.control.to_driver_s); the
+  agents' records, moved while the run goes on, only with the first.
 - A watchdog probes every machine (a command over a new SSH channel) every
   ``probe_interval_s``; a machine that does not answer within ``probe_timeout_s`` is lost:
   its SSH connection is closed, and with it its agents' channels (the controller then fails
@@ -43,7 +47,7 @@ from aitb.errors import LabError
 from aitb.fanout import fan_out
 from aitb.lifeline import spawn
 from aitb.plan import LabPlan
-from orchestration.cluster.control import Control, Offset, paramiko_errors
+from orchestration.cluster.control import Control, Offset, drift_rate, paramiko_errors
 from orchestration.cluster.deploy import Deployed, deploy, destroy
 from orchestration.cluster.spec import ClusterSpec
 
@@ -314,17 +318,32 @@ class ClusterLab:
             if name not in self.lost and (why := _probe(c, self.probe_timeout_s)) is not None:
                 self._lose(name, why)
         live = {k: c for k, c in self.controls.items() if k not in self.lost}
-        for name, c in live.items():
-            try:
-                self.after[name] = c.clock_offset()
-            except Exception as exc:  # noqa: BLE001 - reported below, teardown goes on
-                self.teardown_errors[name] = f"clock offset after the run: {exc}"
+        self.measure_after()
         part = Deployed({k: v for k, v in self.deployed.run_ids.items() if k in live},
                         self.deployed.nodes, self.deployed.offsets)
         for name, err in destroy(part, live, list(self.cluster.aitb)).items():
             if err:
                 self.teardown_errors[name] = err
         return dict(self.teardown_errors)
+
+    def measure_after(self) -> None:
+        """Measure the clock offset of every live machine not yet measured after the run
+        (the observers' data, merged before teardown, are then corrected for the drift); a
+        failure is a teardown error of that machine."""
+        for name, c in self.controls.items():
+            if name in self.lost or name in self.after:
+                continue
+            try:
+                self.after[name] = c.clock_offset()
+            except Exception as exc:  # noqa: BLE001 - reported at teardown, which goes on
+                self.teardown_errors[name] = f"clock offset after the run: {exc}"
+
+    def drift(self, name: str) -> tuple[float, float]:
+        """Machine ``name``'s drift rate (s per s, 0.0 until measured after) and the driver's
+        time (s) of its offset before the run (orchestration.cluster.control.drift_rate)."""
+        assert self.deployed is not None
+        before = self.deployed.offsets[name]
+        return drift_rate(before, self.after.get(name)), before.t_s or 0.0
 
     def lost_message(self) -> str:
         """One sentence naming the lost machines and why."""
@@ -347,7 +366,9 @@ class ClusterLab:
                     "before": dataclasses.asdict(before),
                     "after": dataclasses.asdict(after) if after else None,
                     "uncertainty_s": uncertainty_s(before, after),
-                    "corrected_with": "before"}}
+                    "drift_ppm": drift_rate(before, after) * 1e6,
+                    "corrected_with": "before",
+                    "observed_corrected_with": "before+drift"}}
         for name, secs in (d.part_s.items() if d else ()):
             machines[name]["deploy_s"] = secs
         return {"machines": machines, "lost": dict(self.lost), "timings_s": dict(self.timings),

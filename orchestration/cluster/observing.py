@@ -125,6 +125,7 @@ def _stop(lab: ClusterLab, started: dict[str, RemoteObserver], run_dir: Path,
 
     progress(f"stopping the observers on {len(live)} machine(s)")
     fan_out(stop, live, inline_single=True)
+    lab.measure_after()  # the traffic is over: the second offset, for the drift
     for name in started:
         if name not in live:
             started[name].close()
@@ -154,9 +155,11 @@ def _collect(lab: ClusterLab, run_dir: Path, names: list[str], observed: Observe
             if fid.exists():
                 observed.fidelity[name] = json.loads(fid.read_text())
             before = d.offsets[name]
+            rate, ref_s = lab.drift(name)
             parts.append(Part(name, staging / name, before.offset_s,
-                              uncertainty_s(before, None),
-                              frozenset(n for n, w in lab.where.items() if w == name)))
+                              uncertainty_s(before, lab.after.get(name)),
+                              frozenset(n for n, w in lab.where.items() if w == name),
+                              rate, ref_s))
         try:
             merged = merge_parts(run_dir, parts)
         except (OSError, ValueError) as exc:
@@ -179,7 +182,8 @@ def _summaries(manifest: dict[str, Any], merged: dict[str, Any], machines: list[
             interfaces=[f"{i['node']}:{i['ifname']}" for i in index["interfaces"]],
             packets_captured=total("packets_captured"),
             packets_dropped_by_kernel=total("packets_dropped_by_kernel"),
-            clock="moved onto the driver's clock by each machine's offset before the run")
+            clock="moved onto the driver's clock by each machine's offset, interpolated "
+                  "between its measurements before and after the run (constant drift)")
     if sampler is not None:
         manifest["counters"].update({k: v for k, v in sampler.items() if k != "machines"},
                                     dir="counters", machines=machines)

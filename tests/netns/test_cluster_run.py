@@ -109,6 +109,11 @@ def test_a_two_dc_experiment_split_by_dc_over_two_machines(machines, tmp_path):
             # one clock here: the estimate lies within its NTP error bound of 0
             assert abs(sample["offset_s"]) <= sample["delay_s"] / 2
         assert clock["uncertainty_s"] >= clock["before"]["delay_s"] / 2 > 0
+        # the drift between the two measurements, taken after the traffic
+        before, after = clock["before"], clock["after"]
+        assert after["t_s"] > before["t_s"] >= pd.Timestamp(manifest["started_at"]).timestamp()
+        assert clock["drift_ppm"] == pytest.approx(
+            (after["offset_s"] - before["offset_s"]) / (after["t_s"] - before["t_s"]) * 1e6)
         assert cluster["machines"][name]["deploy_s"] > 0
     assert cluster["deploy"] == "parallel" and cluster["timings_s"]["parts_s"] > 0
     # corrected times lie on the driver's time base: within the run's phases
@@ -139,6 +144,9 @@ def test_a_two_dc_experiment_split_by_dc_over_two_machines(machines, tmp_path):
     assert sorted(by_iface) == sorted(CAPTURED)
     assert by_iface["dc2-b1:dci-dc1-1"]["machine"] == "m2"
     assert by_iface["dc1-b1:dci-dc2-1"]["machine"] == "m1"
+    # captures corrected with the drift measured after the traffic (before they were merged)
+    assert all(i["clock_drift_ppm"] == cluster["machines"][i["machine"]]["clock"]["drift_ppm"]
+               for i in index["interfaces"])
     assert manifest["capture"]["packets_captured"] == sum(
         i["packets_captured"] for i in index["interfaces"])
     plan = topologies.resolve(topologies.parse_topology(TOPO, "t"), "t", None)

@@ -202,3 +202,29 @@ def test_an_unmeasured_underlay_leaves_the_delay_and_fails_the_check():
     entries, reasons = underlay_check([rec])
     assert [e["check"] for e in entries] == ["off", "off"]
     assert "not measured" in reasons[0] and t.link in reasons[0]
+
+
+def test_a_pcap_and_a_table_of_a_drifting_machine_come_back_by_the_interpolated_offset(
+        tmp_path):
+    """A machine 2 s ahead at driver time 100 s whose clock runs 1000 ppm fast: its times
+    T(t) = t + 2 + 1e-3 (t - 100) come back to t, pcap (integer ns) and counters alike."""
+    def machine_ns(t_ns: int) -> int:
+        return t_ns + 2 * 10**9 + (t_ns - 100 * 10**9) // 1000
+
+    driver_ns = [100 * 10**9, 150 * 10**9 + 123_456, 400 * 10**9]
+    write_pcap(tmp_path / "a.pcap", [machine_ns(t) for t in driver_ns])
+    shift_pcap(tmp_path / "a.pcap", tmp_path / "b.pcap", -2 * 10**9, 1e-3, 100 * 10**9)
+    got = [t for t, _ in read_stamps(tmp_path / "b.pcap")]
+    assert all(abs(g - t) <= 1 for g, t in zip(got, driver_ns, strict=True)), got
+    # the same machine's counters and capture through merge_parts
+    rows = [(machine_ns(t) / 1e9, "h1") for t in driver_ns]
+    p = _part(tmp_path / "in", "m1", 2.0, rows, {"h1"}, [machine_ns(driver_ns[1])])
+    p = Part(p.machine, p.dir, p.offset_s, p.uncertainty_s, p.nodes, 1e-3, 100.0)
+    run = tmp_path / "run"
+    run.mkdir()
+    index = merge_parts(run, [p])["capture"]
+    links = pq.read_table(run / "counters" / "links.parquet").to_pandas()
+    assert list(links["t_s"]) == pytest.approx([t / 1e9 for t in driver_ns], abs=1e-9)
+    assert index["interfaces"][0]["clock_drift_ppm"] == pytest.approx(1000.0)
+    (stamp,) = [t for t, _ in read_stamps(run / "captures" / "h1__eth0-0.pcap")]
+    assert abs(stamp - driver_ns[1]) <= 1

@@ -138,3 +138,30 @@ def test_a_topology_files_cluster_section_places_the_lab(tmp_path):
         "KEY", str(key)).replace("site: dc2", "site: dc2, port: 2222"))
     prep = prepare(exp)
     assert prep.spec.cluster.machines[1].port == 2222 and prep.cluster_source == str(exp)
+
+
+def test_the_drift_rate_is_the_offsets_change_over_the_drivers_time():
+    from orchestration.cluster.control import drift_rate, offset_from
+
+    # a machine 10 ms ahead at t=1000 s, 10.02 ms ahead 100 s later: 200 ppm (0.2 ms/1000 s)
+    before, after = Offset(0.010, 1e-4, 8, 1000.0), Offset(0.01002, 1e-4, 8, 1100.0)
+    assert drift_rate(before, after) * 1e6 == pytest.approx(0.2)
+    assert drift_rate(before, None) == 0.0  # a lost machine: no second measurement
+    assert drift_rate(before, Offset(0.02, 1e-4, 8)) == 0.0  # one without its time
+    # offset_from keeps the time of its kept sample: the midpoint of its send and receive
+    got = offset_from([(10, 20, 20, 40), (100, 111, 111, 104)])  # the 2nd: smaller delay
+    assert got.t_s == pytest.approx(102e-9) and got.offset_s == pytest.approx(9e-9)
+
+
+def test_a_machine_time_comes_back_by_the_interpolated_offset():
+    from orchestration.cluster.control import drift_rate, to_driver_s
+
+    # a clock running 100 ppm fast, 5 s ahead at driver time 1000 s: it reads
+    # T(t) = t + 5 + 1e-4 (t - 1000); any driver time t comes back from T(t) exactly
+    before, after = Offset(5.0, 1e-4, 8, 1000.0), Offset(5.0 + 1e-4 * 60, 1e-4, 8, 1060.0)
+    rate = drift_rate(before, after)
+    assert rate == pytest.approx(1e-4)
+    for t in (1000.0, 1030.0, 1060.0, 1200.0, 990.0):  # also outside the two measurements
+        machine_t = t + 5.0 + 1e-4 * (t - 1000.0)
+        assert to_driver_s(machine_t, before, rate) == pytest.approx(t, abs=1e-9)
+    assert to_driver_s(1035.0, before, 0.0) == 1030.0  # no drift: the offset before only
