@@ -20,6 +20,11 @@ is shorter than the underlay's one-way delay is too slow by ``excess_s``; the ru
 untrustworthy when that exceeds the RTT check's tolerance for that delay
 (analysis.fidelity.checks.precise_tolerance_s), or when the underlay's RTT could not be
 measured (its delay then adds to every cut link's unaccounted).
+
+End-to-end RTT of a cut link (orchestration.cluster.cut_rtt): probed from one end to the other
+across the tunnel and compared with the configured round trip (the underlay included); its
+entry is added to each of that link's ``links`` entries as ``end_to_end`` (and to their
+``checks`` as ``end_to_end_rtt``), the run is untrustworthy when it is ``off``.
 """
 
 from __future__ import annotations
@@ -103,7 +108,8 @@ def underlay_check(cut_links: Sequence[Mapping[str, Any]]) -> tuple[list[dict[st
 
 
 def cluster_fidelity(parts: Mapping[str, Mapping[str, Any]], cluster: Mapping[str, Any],
-                     flows: Sequence[Mapping[str, Any]], colls: Sequence[Mapping[str, Any]]
+                     flows: Sequence[Mapping[str, Any]], colls: Sequence[Mapping[str, Any]],
+                     cut_rtts: Mapping[str, Mapping[str, Any]] | None = None
                      ) -> dict[str, Any]:
     """The cluster run's fidelity.json: ``links`` (every part's entries, each with its
     ``machine``), ``cpu`` (the busiest machine's summary, ``saturated`` if any is; each
@@ -112,7 +118,7 @@ def cluster_fidelity(parts: Mapping[str, Mapping[str, Any]], cluster: Mapping[st
     checks') and ``trustworthy``: False when a part is untrustworthy or a cluster check is
     off; else None when a part was not assessed or a machine sent no part; else True.
     ``parts``: machine -> its fidelity.json; ``cluster``: the manifest's ``cluster``
-    block."""
+    block; ``cut_rtts``: cut link -> its end-to-end RTT entry (module docstring)."""
     links, reasons, verdicts = [], [], []
     cpus: dict[str, Any] = {}
     for m, doc in parts.items():
@@ -125,10 +131,12 @@ def cluster_fidelity(parts: Mapping[str, Mapping[str, Any]], cluster: Mapping[st
         verdicts.append(None)
         reasons.append(f"not assessed on machine(s) {', '.join(missing)}: no fidelity data "
                        "came back")
+    e2e, e2e_reasons = _end_to_end(links, cut_rtts or {})
+    reasons += e2e_reasons
     clock, clock_reasons = clock_check(cluster["machines"], flows, colls)
     under, under_reasons = underlay_check(cluster.get("cut_links", []))
     reasons += clock_reasons + under_reasons
-    if False in verdicts or clock_reasons or under_reasons:
+    if False in verdicts or clock_reasons or under_reasons or e2e_reasons:
         trustworthy: bool | None = False
     elif None in verdicts:
         trustworthy = None
@@ -139,4 +147,21 @@ def cluster_fidelity(parts: Mapping[str, Mapping[str, Any]], cluster: Mapping[st
            "machines": cpus}
     return {"links": links, "cpu": cpu, "trustworthy": trustworthy, "reasons": reasons,
             "cluster": {"clock": clock, "underlay": dict(cluster.get("underlay", {})),
-                        "cut_links": under}}
+                        "cut_links": under, "end_to_end": e2e}}
+
+
+def _end_to_end(links: list[dict[str, Any]], cut_rtts: Mapping[str, Mapping[str, Any]]
+                ) -> tuple[dict[str, Any], list[str]]:
+    """Add each cut link's end-to-end entry to its ``links`` entries (in place); (the
+    entries by link, reasons)."""
+    for e in links:
+        if e["link"] in cut_rtts:
+            e["end_to_end"] = dict(cut_rtts[e["link"]])
+            e["checks"] = {**e["checks"], "end_to_end_rtt": cut_rtts[e["link"]]["check"]}
+            e["ok"] = e["ok"] and cut_rtts[e["link"]]["check"] != "off"
+    reasons = [f"cut link {name}: end-to-end RTT {r['rtt_s'] * 1e3:.3f} ms measured across "
+               f"the tunnel, {r['expected_rtt_s'] * 1e3:.3f} ms configured (underlay "
+               f"included), outside {r['tolerance_s'][0] * 1e3:.3f}.."
+               f"{r['tolerance_s'][1] * 1e3:.3f} ms"
+               for name, r in cut_rtts.items() if r["check"] == "off"]
+    return {k: dict(v) for k, v in cut_rtts.items()}, reasons

@@ -30,6 +30,7 @@ from aitb.errors import AitbError, LabError
 from aitb.fanout import fan_out
 from analysis.fidelity import traffic_windows
 from orchestration.cluster.collect import Part, RemoteObserver, fetch_dir, merge_parts
+from orchestration.cluster.cut_rtt import cut_rtt_check, probe_cut_links
 from orchestration.cluster.lab import ClusterLab, uncertainty_s
 
 __all__ = ["observing_cluster", "Observed", "remote_dir"]
@@ -42,9 +43,11 @@ def remote_dir(part_run_id: str) -> str:
 
 @dataclass
 class Observed:
-    """What the machines' observers left: per machine its part's fidelity.json."""
+    """What the machines' observers left: per machine its part's fidelity.json; per cut
+    link its end-to-end RTT entry (orchestration.cluster.cut_rtt.cut_rtt_check)."""
 
     fidelity: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cut_rtts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _timeline(run_dir: Path) -> list[dict[str, Any]]:
@@ -85,8 +88,14 @@ def observing_cluster(lab: ClusterLab, cfg: Any, run_dir: Path, manifest: dict[s
 
     progress(f"observing on {len(names)} machines: capture on {len(cfg.points)} "
              f"interface(s), counters {'on' if cfg.counters else 'off'}, fidelity probes")
+    cut = [c["link"] for c in d.cut_links]
     try:
         fan_out(start, names, inline_single=True)
+        if cut:  # before the workloads, as a local run's RTT probes
+            progress(f"fidelity: probing the end-to-end RTT of {len(cut)} cut link(s)")
+            probed = probe_cut_links(lab.plan, cut, lab.where, d.run_ids, lab.controls,
+                                     lab.cluster.aitb, lab.cluster.python)
+            observed.cut_rtts = {c: cut_rtt_check(lab.plan, c, probed.get(c)) for c in cut}
     except BaseException:
         for obs in started.values():
             obs.close()

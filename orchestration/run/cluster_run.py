@@ -136,6 +136,6 @@ def write_cluster_fidelity(observed: Observed, manifest: dict[str, Any], run_dir
 
     doc = cluster_fidelity(observed.fidelity, manifest["cluster"],
                            _jsonl(run_dir / "flows.jsonl"),
-                           _jsonl(run_dir / "collectives.jsonl"))
+                           _jsonl(run_dir / "collectives.jsonl"), observed.cut_rtts)
     write_json_atomic(run_dir / "fidelity.json", doc)
     return doc

@@ -195,6 +195,15 @@ def test_a_two_dc_experiment_split_by_dc_over_two_machines(machines, tmp_path):
                               else "off")
     assert (clock["check"] == "off") == any("clock offset" in r for r in fid["reasons"])
     assert [e["check"] for e in fid["cluster"]["cut_links"]] == ["ok", "ok"]
+    # the DCI probed from end to end across the tunnel: echoes answered, the round trip at
+    # least the emulated delays plus the underlay's (2 x 2 ms configured, underlay included)
+    e2e = fid["cluster"]["end_to_end"]["dc1-b1-dc2-b1"]
+    assert e2e["from_node"] == "dc1-b1" and e2e["answered"] > 0
+    assert e2e["rtt_s"] >= dci["a_to_b"]["emulated_delay_s"] + dci["b_to_a"][
+        "emulated_delay_s"] + under["min_rtt_s"] * 0.5
+    assert e2e["expected_rtt_s"] >= 0.004 and e2e["check"] in ("ok", "off")
+    assert (e2e["check"] == "off") == any("end-to-end RTT" in r for r in fid["reasons"])
+    assert all(e["end_to_end"] == e2e for e in fid["links"] if e["link"] == "dc1-b1-dc2-b1")
     assert manifest["fidelity"]["trustworthy"] == fid["trustworthy"]
     assert leftovers(m) == {"registries": [], "namespaces": [], "processes": []}
     assert not list(Path("/tmp").glob(f"aitb-observe-{m.rid}*"))

@@ -228,3 +228,37 @@ def test_a_pcap_and_a_table_of_a_drifting_machine_come_back_by_the_interpolated_
     assert index["interfaces"][0]["clock_drift_ppm"] == pytest.approx(1000.0)
     (stamp,) = [t for t, _ in read_stamps(run / "captures" / "h1__eth0-0.pcap")]
     assert abs(stamp - driver_ns[1]) <= 1
+
+
+def test_a_cut_links_end_to_end_rtt_is_checked_against_its_configured_round_trip():
+    from analysis.fidelity import expected_rtt_s
+    from orchestration.cluster.cut_rtt import cut_rtt_check
+
+    plan, ts = _dci_split()
+    (t,) = ts
+    lk = next(lk for lk in plan.links if lk.name == t.link)
+    want = expected_rtt_s(lk.a_to_b, lk.b_to_a)  # both configured delays, underlay in them
+    assert want >= lk.a_to_b.delay_s + lk.b_to_a.delay_s > 0
+    probe = {"from_node": lk.a.node, "to_address": "10.0.0.2", "sent": 6, "answered": 6}
+    ok = cut_rtt_check(plan, t.link, {**probe, "min_rtt_s": want})
+    assert ok["check"] == "ok" and ok["expected_rtt_s"] == want and ok["answered"] == 6
+    # the tunnel or the underlay adding twice the round trip: off
+    off = cut_rtt_check(plan, t.link, {**probe, "min_rtt_s": 2 * want + 0.01})
+    assert off["check"] == "off"
+    assert cut_rtt_check(plan, t.link, {**probe, "min_rtt_s": None})["check"] == \
+        "not_exercised" == cut_rtt_check(plan, t.link, None)["check"]
+    # in fidelity.json: on each of the link's entries, and an off one fails the run
+    part = {"links": [{"link": t.link, "direction": d, "ok": True, "checks": {"rtt":
+            "not_exercised"}} for d in ("a->b", "b->a")] + [
+            {"link": "other", "direction": "a->b", "ok": True, "checks": {}}],
+            "cpu": {"busy_pct_p95": 40.0, "saturated": False}, "trustworthy": True,
+            "reasons": []}
+    cluster = {"machines": {"m1": {"clock": {"uncertainty_s": 1e-4}}}, "cut_links": []}
+    doc = cluster_fidelity({"m1": part}, cluster, [{"fct_s": 0.5}], [], {t.link: ok})
+    assert doc["trustworthy"] is True
+    assert [e.get("end_to_end", {}).get("check") for e in doc["links"]] == ["ok", "ok", None]
+    assert doc["links"][0]["checks"]["end_to_end_rtt"] == "ok"
+    doc = cluster_fidelity({"m1": part}, cluster, [{"fct_s": 0.5}], [], {t.link: off})
+    assert doc["trustworthy"] is False and doc["links"][0]["ok"] is False
+    assert any(f"cut link {t.link}: end-to-end RTT" in r for r in doc["reasons"])
+    assert doc["cluster"]["end_to_end"][t.link]["check"] == "off"
