@@ -223,8 +223,14 @@ def _merge_table(table: str, parts: Sequence[Part], out: Path) -> int:
     return merged.num_rows
 
 
+def _driver_s(p: Part, t_s: float) -> float:
+    """Machine time ``t_s`` of part ``p`` on the driver's clock (as its tables' rows)."""
+    shifted = t_s - p.offset_s
+    return shifted - p.drift_rate * (shifted - p.ref_s) / (1.0 + p.drift_rate)
+
+
 def _merge_sampler(summaries: Mapping[str, Mapping[str, Any]],
-                   offsets: Mapping[str, float]) -> dict[str, Any]:
+                   parts: Mapping[str, Part]) -> dict[str, Any]:
     """One sampler.json for all machines: the worst interval figures, the sums of samples'
     rows, the first and last sample on the driver's clock, each machine's own under
     ``machines``."""
@@ -234,9 +240,9 @@ def _merge_sampler(summaries: Mapping[str, Mapping[str, Any]],
         xs = [v[key] for v in vals if v.get(key) is not None]
         return max(xs) if xs else None
 
-    firsts = [v["t_first_s"] - offsets[m] for m, v in summaries.items()
+    firsts = [_driver_s(parts[m], v["t_first_s"]) for m, v in summaries.items()
               if v.get("t_first_s") is not None]
-    lasts = [v["t_last_s"] - offsets[m] for m, v in summaries.items()
+    lasts = [_driver_s(parts[m], v["t_last_s"]) for m, v in summaries.items()
              if v.get("t_last_s") is not None]
     rows: dict[str, int] = {}
     for v in vals:
@@ -276,6 +282,6 @@ def merge_parts(run_dir: Path, parts: Sequence[Part]) -> dict[str, Any]:
             _merge_table(table, sampled, out / f"{table}.parquet")
         sampler = _merge_sampler(
             {p.machine: json.loads((p.dir / "counters" / "sampler.json").read_text())
-             for p in sampled}, {p.machine: p.offset_s for p in sampled})
+             for p in sampled}, {p.machine: p for p in sampled})
         (out / "sampler.json").write_text(json.dumps(sampler, indent=1))
     return {"capture": index, "counters": sampler}

@@ -103,7 +103,7 @@ def cluster_lab_run(prep: Any, controls: dict[str, Control], lab_id: str,
                      for k, v in manifest["cluster"]["underlay"].items()))
         try:
             with observing_cluster(lab, prep.observe, run_dir, manifest, progress) as got:
-                observed.fidelity = got.fidelity
+                observed.fidelity, observed.cut_rtts = got.fidelity, got.cut_rtts
                 replay_all(lab)
         except AitbError as exc:  # a lost machine, found by the watchdog or at teardown,
             failure = exc         # is the cause to name
