@@ -15,8 +15,10 @@ Protocol on stdin/stdout (one JSON object a line):
    ``{"ready": true}``; a failure to start: ``{"error": TEXT}`` and exit status 1 (what was
    started is stopped first).
 2. it waits for one line on stdin, ``{"windows": [[t_start_s, t_end_s], ...]}`` (the
-   workloads' traffic windows on the machine's clock, for the fidelity monitor's CPU samples),
-   or end of file (no windows: every CPU sample counts);
+   workloads' traffic windows on the machine's clock, for the fidelity monitor's CPU samples);
+   end of file instead means the driver went away without stopping it (its channel closed:
+   a lost machine, whose connection's end may reach the machine only once its network is
+   back): it stops what it started, removes DIR (nobody will copy it back) and exits 1;
 3. stops capture and sampling, takes the monitor's after-snapshot, writes
    ``DIR/captures/`` (pcaps, index.json), ``DIR/counters/`` (Parquet tables, sampler.json) and
    ``DIR/fidelity.json`` (the part's fidelity document), and prints ``{"capture": index or
@@ -31,6 +33,7 @@ also ends by itself when this process does (its parent watch).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -97,8 +100,11 @@ def observe_part(run_id: str, config: dict[str, Any], stdin: IO[str], stdout: IO
         except BaseException:  # ended while observing (the machine's teardown, SIGTERM:
             shutil.rmtree(out, ignore_errors=True)  # the driver was lost): nobody will
             raise                                   # copy the directory back
-        windows = [tuple(w) for w in json.loads(line).get("windows", [])] if line.strip() \
-            else None
+        if not line.strip():  # the driver is gone (module docstring, step 2)
+            _abandon(capture, sampler, monitor)
+            shutil.rmtree(out, ignore_errors=True)
+            return 1
+        windows = [tuple(w) for w in json.loads(line).get("windows", [])]
         errors: list[str] = []
         summary: dict[str, Any] = {"capture": None, "counters": None}
         for key, what in (("capture", capture), ("counters", sampler)):
@@ -118,3 +124,15 @@ def observe_part(run_id: str, config: dict[str, Any], stdin: IO[str], stdout: IO
         return 1 if errors else 0
     finally:
         lab.release()
+
+
+def _abandon(capture: Any, sampler: Any, monitor: Any) -> None:
+    """Stop the capture, the sampler and the monitor's CPU sampler of an observation nobody
+    will collect (their errors go nowhere: no driver reads them)."""
+    for what in (capture, sampler):
+        if what is not None:
+            with contextlib.suppress(AitbError):
+                what.stop()
+    if monitor is not None:
+        monitor.cpu.stop()
+
