@@ -129,6 +129,26 @@ def run_ok(experiment: Path, results: Path, env: dict[str, str], *extra: str,
     return run_dir
 
 
+def run_example(experiment: Path, results: Path, env: dict[str, str]) -> Path:
+    """:func:`run_ok` of an example file unchanged, plus what tests/netns/test_run_examples.py
+    asks of every example: no error in the manifest, flows that all completed (FCT > 0), no
+    failed transfer. A test that runs an example this way stands for it there (its file is
+    in test_run_examples.EXAMPLES_RUN_ELSEWHERE). Returns the run directory."""
+    run_dir = run_ok(experiment, results, env)
+    check_example_run(run_dir)
+    return run_dir
+
+
+def check_example_run(run_dir: Path) -> None:
+    """The checks of every example run (see :func:`run_example`)."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["error"] is None, manifest
+    assert run_namespaces(manifest["lab_run_id"]) == []  # the lab is gone
+    flows = records(run_dir, "flows.jsonl")
+    assert flows and all(f["fct_s"] > 0 for f in flows)
+    assert records(run_dir, "failures.jsonl") == []
+
+
 def records(run_dir: Path, name: str) -> list[dict]:
     """The JSON lines of ``run_dir/name``."""
     return [json.loads(line) for line in (run_dir / name).read_text().splitlines() if line]

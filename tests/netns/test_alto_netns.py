@@ -11,14 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_ok
+from conftest import run_example
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(example: str, tmp_path: Path, env: dict[str, str]) -> Path:
-    return run_ok(ROOT / "examples" / example, tmp_path / "r", env)
+    return run_example(ROOT / "examples" / example, tmp_path / "r", env)
 
 
 @pytest.mark.timeout(900)
@@ -78,7 +78,7 @@ def placement_run(tmp_path_factory) -> Path:
         pytest.skip("needs root (network namespaces)")
     tmp = tmp_path_factory.mktemp("alto-placement")
     env = {**os.environ, "AITB_STATE_DIR": str(tmp / "state")}
-    return run_ok(ROOT / "examples/alto_placement.yaml", tmp / "r", env)
+    return run_example(ROOT / "examples/alto_placement.yaml", tmp / "r", env)
 
 
 def _flows_by_workload(run_dir: Path) -> dict[str, list[dict]]:

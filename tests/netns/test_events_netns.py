@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, aitb_cli, records, root_links, run_namespaces, run_ok
+from conftest import ROOT, aitb_cli, records, root_links, run_example, run_namespaces
 
 pytestmark = pytest.mark.netns
 
@@ -32,7 +32,7 @@ def dci_run(tmp_path_factory) -> tuple[Path, dict[str, str], dict[str, str | Non
     tmp = tmp_path_factory.mktemp("dci-failover")
     env = {**os.environ, "AITB_STATE_DIR": str(tmp / "state")}
     before_links = root_links()
-    return run_ok(ROOT / "examples" / "dci_failover.yaml", tmp / "results", env), env, \
+    return run_example(ROOT / "examples" / "dci_failover.yaml", tmp / "results", env), env, \
         before_links
 
 
