@@ -125,7 +125,7 @@ def test_missing_file_is_named(tmp_path):
 
 @pytest.mark.parametrize("node,key,needle", [
     ("{kind: host, stp: true}", "nodes.x.stp", "switches only"),
-    ("{kind: switch, ecmp_hash: l4}", "nodes.x.ecmp_hash", "routers and forwarding hosts"),
+    ("{kind: switch, ecmp_hash: l4}", "nodes.x.ecmp_hash", "not to a Linux-bridge switch"),
     ("{kind: host, sysctls: {net.ipv4.ip_forward: 1}}", "nodes.x.sysctls.net.ipv4.ip_forward",
      "set forward: true"),
     ("{kind: router, forward: true}", "nodes.x.forward", "hosts only"),
