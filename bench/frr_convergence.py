@@ -4,7 +4,8 @@ Usage (root): .venv/bin/python bench/frr_convergence.py [--flows 16] [--interval
               [--repeats 2] [--silent-s 12]
 Lab: the plan of examples/dci_failover_frr.yaml (2 DCs, border routers joined by two DCIs,
 L4 multipath hashing), with routing: frr (BFD 100 ms x 3, BGP keepalive 3 s / hold 9 s), the
-same without BFD, and routing: static (the plan's ECMP routes) as the peer. Probe: --flows
+same without BFD, OSPF with BFD (hello 1 s, dead 4 s), and routing: static (the plan's ECMP
+routes) as the peer. Probe: --flows
 UDP flows (distinct source ports, so the border router hashes them over both DCIs) from
 dc1-l1-h1 to dc2-l1-h1, one datagram per flow every --interval-ms; the receiver stamps
 arrivals on CLOCK_MONOTONIC (one clock for every namespace).
@@ -135,7 +136,8 @@ def main() -> None:
     base = prepare(EXAMPLE).plan
     bfd = dataclasses.replace(base.routing, bfd=True, settle_s=0.5)
     modes = {"static": None, "frr+bfd": bfd,
-             "frr": dataclasses.replace(bfd, bfd=False)}
+             "frr": dataclasses.replace(bfd, bfd=False),
+             "ospf+bfd": dataclasses.replace(bfd, protocol="ospf")}
     rows: dict[tuple[str, str], list[dict]] = {}
     state = Path(tempfile.mkdtemp(prefix="aitb-bench-frr-", dir="/run"))
     state.chmod(0o755)  # the FRR daemons (user frr) reach their directories through it
