@@ -17,10 +17,8 @@ Figures per mode and failure: outage_ms = the longest gap between arrivals of an
 around the failure (the data plane's recovery; a flow that never recovers within the probe
 shows as "none"), lost = datagrams not received, hit = flows with a gap over 50 ms, and for
 FRR the control plane's convergence (testbed/frr.py ConvergenceWatch, what events.jsonl
-records: until every router's table is stable again). That watch sees only what changes
-the tables: a silent failure without BFD changes nothing until BGP's hold timer expires,
-long after the settle window closed, so its convergence figure is not the recovery time
-(outage_ms is). The last column is outage / outage(static) of the same failure in the
+records: until every router's table is stable again), for the down failure only: the watch
+knows the links that events set down, not a silent failure. The last column is outage / outage(static) of the same failure in the
 same run (static never recovers from a silent failure: no ratio).
 """
 
@@ -103,7 +101,9 @@ def _probe(lab: Lab, args: argparse.Namespace, how: str, dur_s: float) -> dict:
         done.set()
 
     t_fail = time.monotonic()
-    watch = lab.watch_convergence(t_fail, on_done)
+    # the watch knows the links events set down; a silent failure is not one of them (it
+    # would wait for the plan's paths over the "up" DCI until the probe ends)
+    watch = lab.watch_convergence(t_fail, on_done) if how == "down" else None
     _fail(lab, how)
     sent = int(send.communicate(timeout=dur_s + 30)[0].strip() or 0)
     got = json.loads(recv.communicate(timeout=dur_s + 30)[0] or "[]")
