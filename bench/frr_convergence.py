@@ -18,8 +18,9 @@ around the failure (the data plane's recovery; a flow that never recovers within
 shows as "none"), lost = datagrams not received, hit = flows with a gap over 50 ms, and for
 FRR the control plane's convergence (testbed/frr.py ConvergenceWatch, what events.jsonl
 records: until every router's table is stable again), for the down failure only: the watch
-knows the links that events set down, not a silent failure. The last column is outage / outage(static) of the same failure in the
-same run (static never recovers from a silent failure: no ratio).
+knows the links that events set down, not a silent failure. The last column is
+outage / outage(static) of the same failure in the same run (static never recovers from a
+silent failure: no ratio).
 """
 
 from __future__ import annotations
