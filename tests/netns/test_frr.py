@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records, run_ok
+from conftest import ROOT, check_example_run, records, run_ok
 
 import topologies
 from aitb.errors import LabError
@@ -152,6 +152,7 @@ assert int.from_bytes(s.recv(4), "big") == 65536
 def test_dci_failover_frr_example_records_convergence(tmp_path, state_env, frr_state):
     run_dir = run_ok(EXAMPLE, tmp_path / "results",
                      {**state_env, "AITB_STATE_DIR": str(frr_state)}, "--no-analysis")
+    check_example_run(run_dir)  # what test_run_examples asks of every example
     evs = records(run_dir, "events.jsonl")
     actions = [e for e in evs if e.get("record") != "convergence"]
     conv = {e["event"]: e for e in evs if e.get("record") == "convergence"}
