@@ -61,6 +61,10 @@ def check_cluster(spec: Any, plan: LabPlan, source: str, doc: Any, backend: str,
     if getattr(spec, "events", None):
         issues.append(SpecIssue("events do not play on a cluster lab yet", file=source,
                                 key_path=("events",)))
+    if plan.routing is not None:  # the daemons' sessions would cross the machines' tunnels
+        issues.append(SpecIssue("routing: frr does not run on a cluster lab yet (its routers "
+                                "get static routes only there)", file=source,
+                                key_path=("topology", "routing")))
     where: dict[str, str] = {}
     if not issues:
         try:

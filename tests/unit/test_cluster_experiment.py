@@ -88,6 +88,14 @@ def test_what_a_cluster_run_cannot_do_yet_is_refused(tmp_path):
         prepare(path)
 
 
+def test_frr_routing_on_a_cluster_is_refused_before_anything_exists(tmp_path):
+    path = experiment(tmp_path, MACHINES)
+    path.write_text(path.read_text().replace("    name: two-dc-small\n",
+                                             "    name: two-dc-small\n    routing: frr\n"))
+    with pytest.raises(SpecError, match=r"routing: frr does not run on a cluster lab"):
+        prepare(path)
+
+
 def test_times_move_by_the_offset_and_only_times():
     msg = {"type": "phase_done", "node": "h1", "phase": 0, "records": [
         {"half": "send", "t_start": 10.0, "t_sent": 10.5, "size_bytes": 7, "sport": 5},
