@@ -8,6 +8,7 @@ all at the end.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 from dataclasses import dataclass, field
@@ -69,9 +70,31 @@ def teardown(reg: Registry, children: dict[int, subprocess.Popen[Any]] | None = 
         except Exception as exc:  # noqa: BLE001 - collected and reported
             report.failures.append(f"namespace {r['name']} (node {r['node']}): {exc}")
     _stop_dockerd(records, children, report)
+    _remove_paths(records, report)
     if not report.failures:
         reg.spend() if keep_owner else reg.remove()
     return report
+
+
+# directories a process of the run leaves outside the state directory when it is killed
+# (FRR's /var/tmp/frr/<daemon>.<pid>); a path record outside these is never removed
+REMOVABLE_UNDER = (Path("/var/tmp/frr"),)
+
+
+def _remove_paths(records: list[dict[str, Any]], report: TeardownReport) -> None:
+    """Remove the ``path`` records' files or directories (after their processes ended)."""
+    for r in [r for r in records if r["kind"] == "path"]:
+        path = Path(r["path"])
+        try:
+            if not any(path.parent == base for base in REMOVABLE_UNDER):
+                raise LabError(f"refusing to remove {path}: not under "
+                               f"{', '.join(map(str, REMOVABLE_UNDER))}")
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+        except Exception as exc:  # noqa: BLE001 - collected and reported
+            report.failures.append(f"path {path} (node {r.get('node')}): {exc}")
 
 
 def _stop_dockerd(records: list[dict[str, Any]],

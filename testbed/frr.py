@@ -198,6 +198,9 @@ def _wait_file(path: Path, router: FrrRouter, daemon: str) -> None:
         time.sleep(0.01)
 
 
+CRASH_DIR = Path("/var/tmp/frr")  # FRR's <daemon>.<pid> crash logs (not configurable)
+
+
 def start(lab: Lab) -> dict[str, FrrRouter]:
     """Write every router's configuration and start its daemons in its namespace (each
     registered with the lab before it execs, :meth:`testbed.lab.Lab.popen`); waits for
@@ -229,6 +232,10 @@ def start(lab: Lab) -> dict[str, FrrRouter]:
             with (d / f"{daemon}.out").open("wb") as log:
                 router.procs[daemon] = lab.popen(node, _argv(daemon, d), stdin=subprocess.DEVNULL,
                                                  stdout=log, stderr=subprocess.STDOUT)
+            # FRR's crash-log directory, which it removes only when it ends cleanly: the
+            # lab's teardown (and aitb clean) removes it after a SIGKILL too
+            lab.registry.append([{"kind": "path", "node": node, "path": str(
+                CRASH_DIR / f"{daemon}.{router.procs[daemon].pid}")}])
             _wait_file(d / (f"{daemon}.pid" if daemon != "zebra" else "zserv.api"), router,
                        daemon)
     for router in out.values():

@@ -211,6 +211,15 @@ def test_ospf_with_bfd_learns_the_far_subnet(labs, frr_state, tmp_path):
         peers = json.loads(lab.run("r1", ["vtysh", "--vty_socket", str(lab.frr["r1"].dir),
                                           "-c", "show bfd peers json"]).stdout)
         assert [p["status"] for p in peers] == ["up"]  # OSPF's adjacency registered BFD
+        # a daemon killed by SIGKILL leaves FRR's crash-log directory: teardown removes it
+        ospfd = lab.frr["r1"].procs["ospfd"]
+        crash = Path(f"/var/tmp/frr/ospfd.{ospfd.pid}")
+        assert crash.is_dir()
+        ospfd.kill()
+        ospfd.wait()
+        assert crash.is_dir()
+    assert not crash.exists()
+    assert not lab.registry.dir.exists()
 
 
 def test_unnumbered_bgp_sessions_by_interface_learn_the_far_subnet(labs, frr_state,
