@@ -24,7 +24,7 @@ __all__ = [
     "OvsDatapath", "DelayLine", "DELAY_LINES",
     "MAX_IFNAME", "MAX_NODE_NAME",
     "Endpoint", "LinkPlan", "NextHop", "Route", "SourceRoutes", "NodePlan", "LabPlan",
-    "FrrRouting", "frr_problems", "FRR_PROTOCOLS",
+    "FrrRouting", "frr_problems", "FRR_PROTOCOLS", "flowlet_gap_problem",
     "plan_to_dict", "plan_from_dict", "PlanError", "plan_problems", "NAME_RE", "IFNAME_RE",
 ]
 
@@ -36,6 +36,17 @@ EcmpHash = Literal["l3", "l4"]
 # testbed/load_balance.py realises them
 LoadBalancing = Literal["flow", "packet", "flowlet"]
 LOAD_BALANCINGS: tuple[str, ...] = ("flow", "packet", "flowlet")
+
+
+def flowlet_gap_problem(gap_s: float) -> str | None:
+    """Why a flowlet gap of ``gap_s`` seconds cannot be realised, or None. Flowlets time out
+    in nftables sets (testbed/load_balance.py), whose timeouts nft takes in whole
+    milliseconds; the kernel rounds them up to its tick (4 ms at CONFIG_HZ=250). Pure."""
+    if gap_s >= 0.001 and abs(gap_s * 1000 - round(gap_s * 1000)) <= 1e-6:
+        return None
+    return (f"flowlet_gap {gap_s:g}s cannot be realised: flowlets time out in nftables "
+            "sets, in whole milliseconds (the kernel rounds up to its tick, 4 ms at HZ=250); "
+            "use a whole number of ms >= 1ms, or load_balancing: packet or flow")
 Datapath = Literal["bridge", "ovs"]
 OvsDatapath = Literal["auto", "system", "netdev"]
 # which delay line holds a link's delay and impairments: netem (the kernel's qdisc), native

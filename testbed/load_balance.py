@@ -45,7 +45,7 @@ from pyroute2.netlink.rtnl.fibmsg import fibmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from aitb.errors import LabError
-from aitb.plan import LabPlan, NextHop, NodePlan, Route
+from aitb.plan import LabPlan, NextHop, NodePlan, Route, flowlet_gap_problem
 from testbed import netns
 from testbed.lab_handle import LabHandle
 from testbed.layout import NodeLayout
@@ -185,12 +185,9 @@ def problems(plan: LabPlan) -> list[str]:
     out = []
     for n in plan.nodes:
         gap = n.flowlet_gap_s
-        if n.load_balancing == "flowlet" and gap is not None and (
-                gap < 0.001 or abs(gap * 1000 - round(gap * 1000)) > 1e-6):
-            out.append(f"node {n.name}: flowlet_gap {gap:g}s cannot be realised: flowlets "
-                       "time out in nftables sets, in whole milliseconds (the kernel rounds "
-                       "up to its tick, 4 ms at HZ=250); use a whole number of ms >= 1ms, or "
-                       "load_balancing: packet or flow")
+        why = flowlet_gap_problem(gap) if n.load_balancing == "flowlet" and gap else None
+        if why:
+            out.append(f"node {n.name}: {why}")
         if n.load_balancing == "flowlet" and shutil.which("nft") is None:
             out.append(f"node {n.name}: load_balancing flowlet needs nftables' nft program, "
                        "which is not installed (sudo make setup installs it)")

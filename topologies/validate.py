@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 
 from aitb.errors import SpecIssue
-from aitb.plan import IFNAME_RE, MAX_IFNAME, MAX_NODE_NAME, NAME_RE
+from aitb.plan import IFNAME_RE, MAX_IFNAME, MAX_NODE_NAME, NAME_RE, flowlet_gap_problem
 from aitb.units import parse_duration_s
 from topologies.container_keys import check_container_keys
 from topologies.spec import NodeSettings, ProfileSpec, TopologySpec
@@ -134,7 +134,8 @@ def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[
 
 
 def _check_load_balancing(spec: TopologySpec) -> Iterator[SpecIssue]:
-    """flowlet needs a flowlet_gap > 0 (from any layer); a flowlet_gap needs flowlet."""
+    """flowlet needs a flowlet_gap > 0 that nftables can time (from any layer,
+    :func:`aitb.plan.flowlet_gap_problem`); a flowlet_gap needs flowlet."""
     if spec.flowlet_gap is not None:
         yield from _positive(spec.flowlet_gap, ("flowlet_gap",))
     for name, node in spec.nodes.items():
@@ -162,8 +163,11 @@ def _check_load_balancing(spec: TopologySpec) -> Iterator[SpecIssue]:
 
 
 def _positive(value: object, path: tuple) -> Iterator[SpecIssue]:
-    if parse_duration_s(value) <= 0:
+    gap_s = parse_duration_s(value)
+    if gap_s <= 0:
         yield SpecIssue(f"flowlet_gap {value!r} must be a duration > 0", key_path=path)
+    elif (why := flowlet_gap_problem(gap_s)) is not None:  # before the lab exists
+        yield SpecIssue(why, key_path=path)
 
 
 def _check_defaults(spec: TopologySpec) -> Iterator[SpecIssue]:

@@ -46,13 +46,19 @@ def topo(node: str, top: str = "") -> str:
      "must be a duration > 0"),
     ("{kind: router, load_balancing: flowlet, flowlet_gap: 5}", "", "nodes.x.flowlet_gap",
      "no unit"),
+    ("{kind: router, load_balancing: flowlet, flowlet_gap: 500us}", "", "nodes.x.flowlet_gap",
+     "flowlet_gap 0.0005s cannot be realised: flowlets time out in nftables sets"),
+    ("{kind: router, load_balancing: flowlet, flowlet_gap: 1500us}", "", "nodes.x.flowlet_gap",
+     "whole milliseconds"),
+    ("{kind: router, load_balancing: flowlet}", "flowlet_gap: 500us\n", "flowlet_gap",
+     "cannot be realised"),
     ("{kind: router, load_balancing: flowlet, flowlet_gap: 5 parsecs}", "",
      "nodes.x.flowlet_gap", ""),
     ("{kind: router}", "load_balancing: hash\n", "load_balancing", "'flow', 'packet'"),
 ])
 def test_bad_values_name_file_key_and_line(tmp_path, node, top, key, needle):
     found = find_issue(issues(tmp_path, topo(node, top)), key, needle)
-    line = 2 if key == "load_balancing" else 3 + top.count("\n")
+    line = 2 if key in ("load_balancing", "flowlet_gap") else 3 + top.count("\n")
     assert found.line == line and found.file.endswith("lab.yaml"), str(found)
     assert f"lab.yaml:{line}" in str(found)
 
