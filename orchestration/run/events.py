@@ -238,14 +238,17 @@ def _seconds(value: Any) -> float:
 
 def plan_events(events: Sequence[Any], plan: LabPlan, workloads: Sequence[str], source: str,
                 doc: Any, scale: float = 1.0,
-                placements: Mapping[str, Mapping[int, str]] | None = None
+                placements: Mapping[str, Mapping[int, str]] | None = None,
+                last_iteration: Mapping[str, int] | None = None
                 ) -> tuple[EventAction, ...]:
     """The actions of ``events`` (validated entries of ``events:``) for ``plan``, in file
     order; ``workloads`` are the experiment's workload names, ``placements`` (where known)
     each workload's rank -> host (a straggler's rank, an ``agent:`` node are checked against
-    them). Reads the files of ``trace`` events (relative to ``source``'s directory). Pure
-    otherwise. Raises one :class:`SpecError` with an issue per problem, each naming
-    ``source``, ``events[i].<key>`` and its line (``doc`` is the ruamel document)."""
+    them), ``last_iteration`` (where known) each workload's last iteration or FL round (an
+    event anchored after it would never happen: refused). Reads the files of ``trace``
+    events (relative to ``source``'s directory). Pure otherwise. Raises one
+    :class:`SpecError` with an issue per problem, each naming ``source``,
+    ``events[i].<key>`` and its line (``doc`` is the ruamel document)."""
     links = {lk.name: lk for lk in plan.links}
     nodes = [n.name for n in plan.nodes]
     issues: list[SpecIssue] = []
@@ -264,6 +267,11 @@ def plan_events(events: Sequence[Any], plan: LabPlan, workloads: Sequence[str], 
             if anchor not in workloads:
                 issue(i, ("at", "workload"), _unknown("workload", anchor, list(workloads),
                                                            "the experiment"))
+            elif iteration is not None and last_iteration and anchor in last_iteration and \
+                    iteration > last_iteration[anchor]:
+                issue(i, ("at", "iteration"), f"workload {anchor} has iterations (or rounds) "
+                      f"0..{last_iteration[anchor]}: an event at iteration {iteration} would "
+                      "never happen")
         else:
             anchor, at_s = None, _seconds(ev.at)
         if at_s < 0:

@@ -27,6 +27,7 @@ from aitb.errors import AitbError, LabError, SpecError, SpecIssue
 from aitb.events import EVENT_RECORDS, EventAction
 from aitb.paths import PathError, RankBindingError, peer_addresses, rank_addresses
 from aitb.plan import LabPlan, plan_to_dict
+from aitb.schedule import Gather
 from aitb.specfile import Ref, line_of, resolve_ref, with_lines
 from aitb.units import UnitError, parse_duration_s, parse_size_bytes
 from orchestration.cluster.control import Control
@@ -255,7 +256,9 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
     try:
         events = plan_events(spec.events, plan, [w.name for w in built], source, doc,
                              spec.scale, placements={w.name: w.placement for w in built
-                                                     if w.app is None})
+                                                     if w.app is None},
+                             last_iteration={w.name: _last_iteration(w) for w in built
+                                             if w.app is None})
     except SpecError as exc:
         issues += exc.issues
     if issues:
@@ -283,6 +286,13 @@ def _binding_check(w: BuiltWorkload, index: int, source: str, plan: LabPlan) -> 
     except RankBindingError as exc:
         raise SpecError(SpecIssue(f"{w.name}: {exc}", file=source,
                                   key_path=("workloads", index, "placement"))) from None
+
+
+def _last_iteration(w: BuiltWorkload) -> int:
+    """The last iteration number a workload's records carry (collectives.jsonl): its
+    schedule's iterations, or its last FL round (gathers number their rounds)."""
+    rounds = [op.round for op in w.schedule.ops if isinstance(op, Gather)]
+    return max([w.schedule.iterations - 1, *rounds])
 
 
 def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions) -> None:

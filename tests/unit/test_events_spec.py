@@ -106,6 +106,9 @@ def test_flap_node_and_absolute_times(tmp_path):
      ["events[0].at: duration '-1s' is negative"]),
     ("  - {at: {workload: ring, iteration: -1}, kind: link_down, link: dc1-b1-dc2-b1}\n",
      ["events[0].at.iteration"]),
+    ("  - {at: {workload: ring, iteration: 1}, kind: link_down, link: dc1-b1-dc2-b1}\n",
+     ["exp.yaml:15: events[0].at.iteration: workload ring has iterations (or rounds) 0..0: "
+      "an event at iteration 1 would never happen"]),
     ("  - {at: 1s, kind: flap, link: dc1-b1-dc2-b1, period: 1s, down: 1s}\n",
      ["events[0].down: down 1s must be above 0 and shorter than the period 1s"]),
     ("  - {at: 1s, kind: degrade, link: dc1-b1-dc2-b1}\n",
