@@ -227,7 +227,10 @@ class TcpSender(_Worker):
         wire = job.size_bytes - left  # bytes on the wire (TLS adds its records' overhead)
         while left:
             self.sock.settimeout(max(deadline - time.time(), 1e-3))
-            sent = self.sock.send(buf[:min(left, len(buf))])
+            try:
+                sent = self.sock.send(buf[:min(left, len(buf))])
+            except TimeoutError:
+                raise _overdue("send", job.size_bytes, left, self.shared) from None
             left -= sent
             wire += wire_bytes(sent) if self.tls else sent
             self.unboost()
@@ -240,6 +243,13 @@ class TcpSender(_Worker):
     def flush(self) -> None:
         """Wait until every transfer's record is closed (acknowledged or overdue)."""
         self.acks.drain(self.shared.transfer_timeout_s + 1.0)  # + 1 s: the watcher's naps
+
+
+def _overdue(verb: str, size_bytes: int, left: int, shared: Any) -> TimeoutError:
+    """The error of a transfer not done within the experiment's ``timeouts.transfer``."""
+    return TimeoutError(f"could not {verb} {size_bytes} bytes within timeouts.transfer "
+                        f"({shared.transfer_timeout_s:g} s): {size_bytes - left} moved; "
+                        "raise timeouts.transfer in the experiment or shrink the transfer")
 
 
 class TcpReceiver(_Worker):
@@ -262,7 +272,10 @@ class TcpReceiver(_Worker):
             self.shared.recv_buf
         while left:
             self.sock.settimeout(max(deadline - time.time(), 1e-3))
-            got = self.sock.recv_into(buf, min(left, len(buf)))
+            try:
+                got = self.sock.recv_into(buf, min(left, len(buf)))
+            except TimeoutError:
+                raise _overdue("receive", job.size_bytes, left, self.shared) from None
             self.unboost()
             if not got:
                 raise ConnectionError("peer closed the connection mid-transfer")

@@ -171,7 +171,8 @@ def test_transfer_timeout_names_node_rank_peer_op(launcher, addresses, tmp_path)
     assert not res.ok
     (fail,) = res.failures
     assert fail.node == "h2" and (fail.rank, fail.peer, fail.op) == (2, 3, "c0.2")
-    assert "timed out" in fail.detail and "rank 2 -> peer rank 3" in fail.detail
+    assert "within timeouts.transfer (1 s)" in fail.detail
+    assert "rank 2 -> peer rank 3" in fail.detail
     assert all(p.poll() is not None for p in launcher.procs.values())
 
 
@@ -252,5 +253,5 @@ def test_an_agent_frozen_by_the_controller_is_continued_before_the_abort(
     res = replay(sched, _place(4), launcher, tmp_path, addresses, opts)
     assert not res.ok and frozen == [launcher.procs["h3"].pid]
     (fail,) = res.failures
-    assert "timed out" in fail.detail and fail.peer == 3
+    assert "within timeouts.transfer (1 s)" in fail.detail and fail.peer == 3
     assert launcher.procs["h3"].returncode == 3 and ctls[0].frozen == set()
