@@ -25,7 +25,7 @@ __all__ = ["DirectionRef", "LineCounts", "expected_rtt_s", "rtt_tolerance_s", "r
            "loss_check", "rtt_check", "delay_check", "precise_tolerance_s",
            "PRECISE_ABS_TOLERANCE_S", "PRECISE_REL_TOLERANCE", "RATE_TOLERANCE",
            "MIN_BACKLOGGED_INTERVALS", "LOSS_Z",
-           "RTT_ABS_TOLERANCE_S", "RTT_REL_TOLERANCE", "PROBE_IP_BYTES"]
+           "RTT_ABS_TOLERANCE_S", "RTT_REL_TOLERANCE", "PROBE_IP_BYTES", "probe_wait_s"]
 
 # A backlogged HTB class dequeues at its rate on average (tokens pile up only while the queue
 # is empty). 10% covers the sampler's timing error (its t_s is read once per sample, while
@@ -186,26 +186,48 @@ def loss_check(qdisc: pd.DataFrame | None, links: pd.DataFrame | None,
     return measured, "ok" if low <= want / 100.0 <= high else "off"
 
 
-def expected_rtt_s(fwd: Shaping, rev: Shaping, probe_ip_bytes: int = PROBE_IP_BYTES) -> float:
-    """Round trip of one echo over the link (seconds): both one-way delays plus the probe's
-    serialization at each direction's rate (frame = IP packet + Ethernet header)."""
+def expected_rtt_s(fwd: Shaping, rev: Shaping) -> float:
+    """The earliest one echo can come back over the link (seconds): both one-way delays,
+    nothing for the rate limiters.
+
+    Serialization at the shaped rate is not a floor of a probe's RTT: an HTB class sends
+    whenever its token count is >= 0 and charges the packet's length after it is dequeued
+    (net/sched/sch_htb.c: htb_class_mode compares the tokens with htb_lowater(), 0 without
+    hysteresis, before htb_charge_class), and a veth has no line of its own, so a probe that
+    finds tokens crosses at memory speed. aitb's classes hold burst = cburst >= two full frames
+    (testbed/qdiscs/htb.py: htb_burst_bytes; tc-htb(8): "burst: amount of bytes that can be
+    burst at ceil speed, in excess of the configured rate"), and the probe crosses an idle
+    link, so it normally finds them. What the shaping guarantees is the configured delay (the
+    netem/native line holds every packet that long); see :func:`rtt_tolerance_s` for the
+    time a probe may wait for tokens."""
+    return fwd.delay_s + rev.delay_s
+
+
+def probe_wait_s(fwd: Shaping, rev: Shaping, probe_ip_bytes: int = PROBE_IP_BYTES) -> float:
+    """The most the two rate limiters can add to an echo on an otherwise idle link (seconds):
+    the probe's frame (IP packet + Ethernet header) at each direction's rate. A class whose
+    tokens a previous packet drove below 0 (by at most one frame: the charge comes after the
+    dequeue, see :func:`expected_rtt_s`) makes the probe wait until they are back at 0; with
+    tokens to spare (the usual case) it waits nothing. An upper margin, never a floor."""
     bits = 8 * (probe_ip_bytes + ETH_HLEN)
-    ser = sum(bits / s.rate_bps for s in (fwd, rev) if s.rate_bps)
-    return fwd.delay_s + rev.delay_s + ser
+    return sum(bits / s.rate_bps for s in (fwd, rev) if s.rate_bps)
 
 
 def rtt_tolerance_s(fwd: Shaping, rev: Shaping, precise: bool = False) -> tuple[float, float]:
-    """Accepted (low, high) of the measured minimum RTT in seconds: the expected RTT minus
-    both jitters and :data:`RTT_ABS_TOLERANCE_S`, up to the expected RTT plus
+    """Accepted (low, high) of the measured minimum RTT in seconds around the floor
+    :func:`expected_rtt_s` (both delays) and the ceiling floor + :func:`probe_wait_s`:
+    low = floor minus both jitters and :data:`RTT_ABS_TOLERANCE_S`; high = ceiling plus
     :data:`RTT_ABS_TOLERANCE_S` and :data:`RTT_REL_TOLERANCE` of it. ``precise`` (a host
-    kernel): the expected RTT minus both jitters and :func:`precise_tolerance_s`, up to plus
-    that tolerance."""
-    want = expected_rtt_s(fwd, rev)
+    kernel): :func:`precise_tolerance_s` of the floor instead, on both sides. A delay
+    configured but missing or wrong by more than the tolerance is outside (low side); so
+    is one longer than configured by more than the probe's wait plus the tolerance."""
+    floor = expected_rtt_s(fwd, rev)
+    ceiling = floor + probe_wait_s(fwd, rev)
     if precise:
-        tol = precise_tolerance_s(want)
-        return max(0.0, want - fwd.jitter_s - rev.jitter_s - tol), want + tol
-    low = want - fwd.jitter_s - rev.jitter_s - RTT_ABS_TOLERANCE_S
-    return max(0.0, low), want * (1 + RTT_REL_TOLERANCE) + RTT_ABS_TOLERANCE_S
+        tol = precise_tolerance_s(floor)
+        return max(0.0, floor - fwd.jitter_s - rev.jitter_s - tol), ceiling + tol
+    low = floor - fwd.jitter_s - rev.jitter_s - RTT_ABS_TOLERANCE_S
+    return max(0.0, low), ceiling * (1 + RTT_REL_TOLERANCE) + RTT_ABS_TOLERANCE_S
 
 
 def precise_tolerance_s(want_s: float) -> float:

@@ -17,6 +17,7 @@ from analysis.fidelity.checks import (
     loss_check,
     rate_check,
     rtt_check,
+    rtt_tolerance_s,
 )
 
 __all__ = ["CPU_SATURATED_PCT", "cpu_summary", "direction_entry", "fidelity_report",
@@ -103,8 +104,10 @@ def _reasons(entry: Mapping[str, Any], ref: DirectionRef) -> list[str]:
         out.append(f"{where}: rate {got['rate_bps'] / 1e6:.3f} Mbit/s measured while "
                    f"backlogged, {want['rate_bps'] / 1e6:.3f} Mbit/s configured")
     if checks["rtt"] == "off":
+        low, high = rtt_tolerance_s(ref.configured, ref.reverse, ref.precise)
         out.append(f"{where}: RTT {got['rtt_s'] * 1e3:.3f} ms measured, "
-                   f"{expected_rtt_s(ref.configured, ref.reverse) * 1e3:.3f} ms expected")
+                   f"{expected_rtt_s(ref.configured, ref.reverse) * 1e3:.3f} ms expected "
+                   f"(the configured delays; accepted {low * 1e3:.3f}..{high * 1e3:.3f} ms)")
     if checks.get("delay") == "off":
         out.append(f"{where}: the native delay line's median added delay "
                    f"{got['line_delay_p50_s'] * 1e3:.3f} ms, {ref.configured.delay_s * 1e3:.3f} ms "

@@ -12,10 +12,11 @@ delay line and back; the minimum round trip is kept (queueing only adds to it).
 Check (:func:`cut_rtt_check`): the experiment configured the link's delays with the underlay
 included (the emulated delay is configured - underlay_rtt / 2 per direction,
 orchestration.cluster.underlay), so the probed RTT is compared with the configured round
-trip, a_to_b.delay_s + b_to_a.delay_s plus the probe's serialization
-(analysis.fidelity.checks.expected_rtt_s), within the RTT check's tolerance for links off a
-host kernel (analysis.fidelity.checks.rtt_tolerance_s, not ``precise``: the underlay's own
-jitter is not emulated and not bounded by it). ``not_exercised`` when an end has no IPv4
+trip, a_to_b.delay_s + b_to_a.delay_s (analysis.fidelity.checks.expected_rtt_s: the
+probe's serialization at the shaped rate is no floor, HTB's burst lets it through),
+within the RTT check's tolerance for links off a host kernel
+(analysis.fidelity.checks.rtt_tolerance_s, not ``precise``: the underlay's own jitter is
+not emulated and not bounded by it). ``not_exercised`` when an end has no IPv4
 address (a switch port) or no echo came back.
 """
 

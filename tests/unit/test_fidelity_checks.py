@@ -16,7 +16,7 @@ from analysis.fidelity import (
     rate_check,
     rtt_check,
 )
-from analysis.fidelity.checks import wilson_interval
+from analysis.fidelity.checks import probe_wait_s, rtt_tolerance_s, wilson_interval
 
 QCOLS = ["t_s", "node", "ifname", "kind", "handle", "parent", "bytes", "packets", "drops",
          "overlimits", "requeues", "backlog_bytes", "backlog_packets"]
@@ -24,9 +24,9 @@ LCOLS = ["t_s", "node", "ifname", "rx_bytes", "tx_bytes", "rx_packets", "tx_pack
          "rx_dropped", "tx_dropped"]
 
 
-def ref(shaping, reverse=None, netem=None):
+def ref(shaping, reverse=None, netem=None, precise=False):
     return DirectionRef("a-b", "a->b", "a", "eth0", "b", "eth0", netem, shaping,
-                        reverse or Shaping())
+                        reverse or Shaping(), precise=precise)
 
 
 def htb_rows(rate_Bps, backlog, dt=0.01, node="a", t0=1000.0, burst_Bps=None):
@@ -118,13 +118,39 @@ def test_wilson_interval_matches_textbook():
 def test_rtt_expected_and_checked():
     fwd = Shaping(rate_bps=10**6, delay_s=0.010)
     rev = Shaping(rate_bps=10**6, delay_s=0.005)
-    want = 0.015 + 2 * 98 * 8 / 1e6  # both delays + an 84-byte echo + 14 Ethernet each way
-    assert expected_rtt_s(fwd, rev) == pytest.approx(want)
+    assert expected_rtt_s(fwd, rev) == pytest.approx(0.015)  # the delays: the floor
     r = ref(fwd, rev)
-    assert rtt_check(want + 0.001, r) == "ok"
-    assert rtt_check(want * 1.5, r) == "off"
+    assert rtt_check(0.015 + 0.001, r) == "ok"
+    assert rtt_check(0.015 * 1.5, r) == "off"
     assert rtt_check(0.005, r) == "off"  # faster than the configured delay
     assert rtt_check(None, r) == "not_exercised"
+
+
+def test_serialization_at_the_shaped_rate_is_no_floor_of_the_rtt():
+    """A 98-byte echo frame at 1 Mbit/s is 0.784 ms each way, but HTB lets it through at veth
+    speed while the class has tokens: 24 us measured on a link without delay is right (the
+    newcomer's fedavg_flapping_edge report said 'off', 1.568 ms expected)."""
+    slow = Shaping(rate_bps=10**6)
+    assert expected_rtt_s(slow, slow) == 0.0
+    assert probe_wait_s(slow, slow) == pytest.approx(2 * 98 * 8 / 1e6)
+    for precise in (False, True):
+        r = ref(slow, slow, precise=precise)
+        assert rtt_check(24e-6, r) == "ok"
+        # waiting for the tokens of one frame each way is also right
+        assert rtt_check(2 * 98 * 8 / 1e6, r) == "ok"
+        assert rtt_check(0.010, r) == "off"  # a 10 ms RTT nobody configured
+
+
+def test_a_wrong_delay_on_a_slow_link_is_still_caught():
+    """The probe's possible wait for tokens widens only the high side."""
+    want = Shaping(rate_bps=10**6, delay_s=0.002)  # 4 ms RTT, ceiling 5.568 ms
+    r = ref(want, want, precise=True)
+    low, high = rtt_tolerance_s(want, want, precise=True)
+    assert (low, high) == pytest.approx((0.0037, 0.004 + 2 * 98 * 8 / 1e6 + 0.0003))
+    assert rtt_check(0.0041, r) == "ok"
+    assert rtt_check(0.002, r) == "off"  # 1 ms each way: half the configured delay
+    assert rtt_check(0.0001, r) == "off"  # no delay line at all
+    assert rtt_check(0.008, r) == "off"  # 4 ms each way: twice the configured delay
 
 
 def test_cpu_summary_threshold():
