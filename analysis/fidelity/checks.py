@@ -24,7 +24,7 @@ from aitb.shaping import Shaping
 __all__ = ["DirectionRef", "LineCounts", "expected_rtt_s", "rtt_tolerance_s", "rate_check",
            "loss_check", "rtt_check", "delay_check", "precise_tolerance_s",
            "PRECISE_ABS_TOLERANCE_S", "PRECISE_REL_TOLERANCE", "RATE_TOLERANCE",
-           "MIN_BACKLOGGED_INTERVALS", "LOSS_Z",
+           "MIN_BACKLOGGED_INTERVALS", "LOSS_Z", "rate_tolerance", "RATE_GRANULARITY_FRAMES",
            "RTT_ABS_TOLERANCE_S", "RTT_REL_TOLERANCE", "PROBE_IP_BYTES", "probe_wait_s"]
 
 # A backlogged HTB class dequeues at its rate on average (tokens pile up only while the queue
@@ -34,6 +34,12 @@ __all__ = ["DirectionRef", "LineCounts", "expected_rtt_s", "rtt_tolerance_s", "r
 RATE_TOLERANCE = 0.10
 # fewer backlogged sampling intervals than this measure timing noise, not a rate
 MIN_BACKLOGGED_INTERVALS = 3
+# HTB dequeues whole skbs: over a backlogged run the byte count can be off rate x time by one
+# dequeue at each end (the phase of the first and the last packet against the samples). A
+# slow TCP sender's skb holds tcp_min_tso_segs = 2 segments (tcp_tso_autosize,
+# net/ipv4/tcp_output.c), so a dequeue is up to two frames: at 1 Mbit/s 24 ms, more than a
+# 10 ms sample. This many frames per backlogged run widen the rate tolerance.
+RATE_GRANULARITY_FRAMES = 2
 # z of a two-sided 99.9% Wilson score interval: with ~200 checked directions per campaign
 # point a 95% interval would flag about 10 correct directions by chance
 LOSS_Z = 3.29
@@ -74,6 +80,7 @@ class DirectionRef:
     reverse: Shaping
     line: LineCounts | None = None  # the native delay line's own counts (None: netem/none)
     precise: bool = False  # host kernel, no software emulation: the tighter tolerances
+    mtu: int = 1500  # the link's IP MTU: a frame is mtu + ETH_HLEN bytes (rate granularity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +113,8 @@ def rate_check(qdisc: pd.DataFrame | None, ref: DirectionRef) -> tuple[float | N
     Bytes are what HTB counts (IP packet plus the 14-byte Ethernet header on a veth), so the
     measured rate compares directly with the configured HTB rate. ``not_exercised`` without a
     configured rate or with fewer than :data:`MIN_BACKLOGGED_INTERVALS` backlogged intervals;
-    ``off`` when the rate differs by more than :data:`RATE_TOLERANCE` (relative).
+    ``off`` when the rate differs by more than :func:`rate_tolerance` (relative):
+    :data:`RATE_TOLERANCE` plus the packet granularity of the backlogged runs.
     """
     rate = ref.configured.rate_bps
     rows = _rows(qdisc, ref.tx_node, ref.tx_dev, kind="htb")
@@ -119,8 +127,20 @@ def rate_check(qdisc: pd.DataFrame | None, ref: DirectionRef) -> tuple[float | N
     dbytes = np.diff(rows["bytes"].to_numpy(dtype=np.int64))[busy]
     if busy.sum() < MIN_BACKLOGGED_INTERVALS or dt.sum() <= 0:
         return None, "not_exercised"
+    runs = int(np.count_nonzero(busy[1:] & ~busy[:-1]) + busy[0])  # contiguous busy stretches
     measured = 8.0 * float(dbytes.sum()) / float(dt.sum())
-    return measured, "ok" if abs(measured / rate - 1.0) <= RATE_TOLERANCE else "off"
+    tol = rate_tolerance(rate, float(dt.sum()), runs, ref.mtu)
+    return measured, "ok" if abs(measured / rate - 1.0) <= tol else "off"
+
+
+def rate_tolerance(rate_bps: float, busy_s: float, runs: int, mtu: int = 1500) -> float:
+    """Relative tolerance of the rate check: :data:`RATE_TOLERANCE` plus the packet
+    granularity, ``runs`` x :data:`RATE_GRANULARITY_FRAMES` frames of ``mtu`` + 14 bytes
+    against the bytes the rate sends in the ``busy_s`` seconds of backlogged sampling
+    intervals. At 1 Gbit/s over 1 s in 10 runs that is +0.02%; at 1 Mbit/s over three 30 ms
+    runs +81% (that little backlog cannot tell the rate better)."""
+    slack_bits = runs * RATE_GRANULARITY_FRAMES * (mtu + ETH_HLEN) * 8
+    return RATE_TOLERANCE + slack_bits / (rate_bps * busy_s)
 
 
 def _delta(rows: pd.DataFrame, col: str) -> int:

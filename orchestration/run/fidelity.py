@@ -66,7 +66,8 @@ def direction_refs(plan: LabPlan, layout: Layout) -> list[DirectionRef]:
                 shaping = dataclasses.replace(shaping, rate_bps=None)
             r = layout.recipes[(lk.name, d)]
             refs.append(DirectionRef(lk.name, _ARROW[d], r.tx_node, r.tx_dev, r.rx_node,
-                                     r.rx_dev, r.ifb, shaping, getattr(lk, other)))
+                                     r.rx_dev, r.ifb, shaping, getattr(lk, other),
+                                     mtu=lk.mtu))
     return refs
 
 

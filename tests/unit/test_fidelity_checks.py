@@ -54,6 +54,41 @@ def test_rate_off_when_short_of_configured():
     assert (status, round(measured / 1e6)) == ("off", 80)
 
 
+def packet_rows(rate_bps, runs, dt=0.01, frame=1514, phase_s=0.011):
+    """HTB root rows of a link dequeuing whole ``frame``-byte packets at ``rate_bps`` while
+    backlogged: ``runs`` lists the backlogged samples of each run (an idle sample after
+    each); the first dequeue of a run comes ``phase_s`` after its first sample."""
+    gap = frame * 8 / rate_bps
+    rows, sent, t0 = [], 0, 1000.0
+    for n in runs:
+        for i in range(n + 1):  # n backlogged samples, then the one that sees it empty
+            done = 0 if i * dt < phase_s else int((i * dt - phase_s) // gap) + 1
+            q = i < n
+            rows.append([t0 + i * dt, "a", "eth0", "htb", "1:", "root", sent + done * frame,
+                         0, 0, 0, 0, 3 * frame * q, 3 * q])
+        sent += done * frame
+        t0 += (n + 1) * dt
+    return pd.DataFrame(rows, columns=QCOLS)
+
+
+def test_rate_at_1_mbit_allows_for_whole_packets_per_short_run():
+    """At 1 Mbit/s a 1514-byte frame takes 12 ms, more than a 10 ms sample: three runs of
+    three backlogged intervals see 2 frames each (3028 B of the 3750 B the rate sends in
+    30 ms), 0.81 x the rate measured from a link that is right (the newcomer's 0.789)."""
+    df = packet_rows(1e6, [4, 4, 4])
+    measured, status = rate_check(df, ref(Shaping(rate_bps=10**6)))
+    assert measured == pytest.approx(1e6 * 3028 / 3750, rel=1e-3)
+    assert status == "ok"
+
+
+def test_a_wrong_rate_on_a_slow_link_is_still_caught():
+    """One long backlogged run: the granularity is 2 frames in 2 s, 1.2%; half the rate is
+    off, the right rate ok."""
+    assert rate_check(packet_rows(0.5e6, [201]), ref(Shaping(rate_bps=10**6)))[1] == "off"
+    measured, status = rate_check(packet_rows(1e6, [201]), ref(Shaping(rate_bps=10**6)))
+    assert (status, round(measured / 1e4)) == ("ok", 100)
+
+
 def test_rate_not_exercised_without_backlog_or_rate():
     df = htb_rows(12.5e6, [0, 1, 0, 1, 1, 0, 0])  # one backlogged interval only
     assert rate_check(df, ref(Shaping(rate_bps=100_000_000))) == (None, "not_exercised")
