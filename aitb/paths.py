@@ -19,11 +19,14 @@ node or address, a missing route or interface, or an unreachable next hop is a
 :class:`PathError` naming it.
 
 **DCI links** (:func:`dci_links`): a link is a data-centre interconnect if both its ends have a
-site and the sites differ (a node's site: its label ``site``, else its ``group``; the
-``multi_dc_leaf_spine`` generator labels every node of DC ``dcN`` with ``site: dcN``), or if
-either end's interface is named ``dci-*`` (that generator's names for DCI ports, so a DCI is
-found even when its ends carry no site). This is the union of the rules that analysis
-(``site`` labels or ``dci-*`` names) and capture selection (``site`` else ``group``) used.
+site, the sites differ (a node's site: its label ``site``, else its ``group``; the
+``multi_dc_leaf_spine`` generator labels every node of DC ``dcN`` with ``site: dcN``) and
+neither end is a host, or if either end's interface is named ``dci-*`` (that generator's
+names for DCI ports, so a DCI is found even when its ends carry no site). A link from a host
+to another site's router or switch is that host's access link (an edge site's uplink, e.g.
+the quickstart's edge1-dc1-b1), not an interconnect between two sites' networks. This is
+the union of the rules that analysis (``site`` labels or ``dci-*`` names) and capture
+selection (``site`` else ``group``) used.
 """
 
 from __future__ import annotations
@@ -318,13 +321,16 @@ def site_of(plan: LabPlan, node: str) -> str | None:
 
 
 def dci_links(plan: LabPlan) -> frozenset[str]:
-    """Names of the DCI links of ``plan``: both ends in different sites (:func:`site_of`),
-    or an end's interface named ``dci-*`` (the module docstring gives the why)."""
+    """Names of the DCI links of ``plan``: both ends in different sites (:func:`site_of`)
+    and neither a host (a host's link to another site is its access link), or an end's
+    interface named ``dci-*`` (the module docstring gives the why)."""
     site = {n.name: site_of(plan, n.name) for n in plan.nodes}
+    host = {n.name for n in plan.nodes if n.kind == "host"}
     out = set()
     for lk in plan.links:
         a, b = site.get(lk.a.node), site.get(lk.b.node)
         named = lk.a.ifname.startswith("dci-") or lk.b.ifname.startswith("dci-")
-        if named or (a is not None and b is not None and a != b):
+        access = lk.a.node in host or lk.b.node in host
+        if named or (a is not None and b is not None and a != b and not access):
             out.add(lk.name)
     return frozenset(out)

@@ -52,3 +52,13 @@ def test_step_progress_on_a_terminal_and_off():
     with StepProgress(Console(file=quiet, force_terminal=True), quiet=True) as step:
         step("nothing")
     assert quiet.getvalue() == ""
+
+
+def test_the_quickstart_has_one_dci_and_its_edge_uplinks_are_access_links():
+    """The edge hosts (site edge) hang off DC 1's border router: their links cross sites but
+    are access links, not DCIs (aitb.paths.dci_links); the one DCI joins the borders."""
+    from aitb.paths import dci_links
+
+    plan = prepare(default_experiment()).plan
+    edge = {lk.name for lk in plan.links if lk.a.node.startswith("edge")}
+    assert len(edge) == 3 and dci_links(plan) == {"dc1-b1-dc2-b1"}
