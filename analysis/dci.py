@@ -19,7 +19,10 @@ Definitions (seconds on the host clock, as the records):
   once); ``dci_collective_time_s`` of a run: the sum over its iterations;
 - share: DCI collective time / iteration time. This is the time during which the job was
   inside a DCI-crossing collective, an upper bound on what the DCI cost (the collective would
-  take some time even inside one DC).
+  take some time even inside one DC). Per workload (``per_workload``): its crossing time over
+  its own iterations (what the report's result for that workload says); of the run
+  (``totals``): summed over the workloads that ran collectives only, so an incast's bursts
+  or a federated round (timeline iterations without a collective) do not dilute it.
 """
 
 from __future__ import annotations
@@ -138,6 +141,21 @@ def _iterations(rows: list[dict[str, Any]], spans: dict[tuple[int, int], float]
     return out
 
 
+def _per_workload(colls: list[dict[str, Any]], iters: list[dict[str, Any]]
+                  ) -> list[dict[str, Any]]:
+    """Per workload that ran collectives: its iteration time, DCI collective time (s, summed
+    over its iterations) and their share (module docstring)."""
+    names = {c.get("workload_index", 0): c.get("workload") for c in colls}
+    out = []
+    for w in sorted(names):
+        mine = [i for i in iters if i["workload_index"] == w]
+        it = sum(i["iteration_time_s"] for i in mine)
+        t = sum(i["dci_collective_time_s"] for i in mine)
+        out.append({"workload_index": w, "workload": names[w], "iteration_time_s": it,
+                    "dci_collective_time_s": t, "share": t / it if it > 0 else None})
+    return out
+
+
 def _links_table(plan: LabPlan, dci: frozenset[str]) -> list[dict[str, Any]]:
     return [{"link": lk.name, "a": lk.a.node, "b": lk.b.node,
              "a_to_b": {"rate_bps": lk.a_to_b.rate_bps, "delay_s": lk.a_to_b.delay_s},
@@ -148,7 +166,8 @@ def _links_table(plan: LabPlan, dci: frozenset[str]) -> list[dict[str, Any]]:
 def dci_report(run_dir: Path) -> dict[str, Any]:
     """The DCI crossing report of ``run_dir`` (see the module docstring) as a JSON-ready
     dict: ``dci_links``, ``collectives`` (crossing instances), ``by_op_group`` (op, group
-    kind, size), ``iterations``, ``totals`` and ``unrouted_flows`` (the first 20 flows the
+    kind, size), ``iterations``, ``per_workload`` (workloads that ran collectives), ``totals``
+    (``iteration_time_s``: of those workloads) and ``unrouted_flows`` (the first 20 flows the
     plan has no path for, with the reason: the report shows them as a warning). Reads only;
     raises FileNotFoundError without plan.json."""
     plan = plan_from_dict(json.loads((run_dir / "plan.json").read_text(encoding="utf-8")))
@@ -161,10 +180,12 @@ def dci_report(run_dir: Path) -> dict[str, Any]:
             for c in colls if (k := (c.get("workload_index", 0), c["collective_id"])) in cross
             and cross[k]["flows_crossing"]]
     iters = _iterations(rows, spans)
-    total_iter = sum(spans.values())
-    total_dci = sum(i["dci_collective_time_s"] for i in iters)
+    per_workload = _per_workload(colls, iters)
+    total_iter = sum(w["iteration_time_s"] for w in per_workload)
+    total_dci = sum(w["dci_collective_time_s"] for w in per_workload)
     return {"schema_version": 1, "dci_links": _links_table(plan, dci), "collectives": rows,
             "by_op_group": _by_op_group(rows), "iterations": iters,
+            "per_workload": per_workload,
             "totals": {"collectives": len(colls), "collectives_crossing": len(rows),
                        "iteration_time_s": total_iter, "dci_collective_time_s": total_dci,
                        "share": total_dci / total_iter if total_iter > 0 else None,

@@ -87,3 +87,22 @@ def test_generated_multi_dc_plan_keeps_its_name():
 
     assert build_spec("multi_dc_leaf_spine", {"name": "two-sites"}, "<test>").name == "two-sites"
     assert topologies.generate("multi_dc_leaf_spine").name == "multi-dc"
+
+
+def test_the_runs_share_counts_only_the_iterations_of_workloads_that_ran_collectives(
+        tmp_path, plan):
+    """An incast after the training (timeline iterations, no collectives): before, the run's
+    share divided the training's DCI time by both workloads' iterations (0.6 / 3.0 = 0.2)
+    while the training's own result said 0.6; now both say 0.6 of its 1.0 s."""
+    run = write_run(tmp_path, plan)
+    with (run / "timeline.jsonl").open("a") as f:
+        for i in range(2):
+            f.write(json.dumps({"workload_index": 1, "iteration": i, "rank": 0,
+                                "t_start": 12.0 + i, "t_end": 13.0 + i}) + "\n")
+    r = dci_report(run)
+    assert r["per_workload"] == [{"workload_index": 0, "workload": "w",
+                                  "iteration_time_s": pytest.approx(1.0),
+                                  "dci_collective_time_s": pytest.approx(0.6),
+                                  "share": pytest.approx(0.6)}]
+    assert r["totals"]["iteration_time_s"] == pytest.approx(1.0)
+    assert r["totals"]["share"] == pytest.approx(0.6)
