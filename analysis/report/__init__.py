@@ -15,7 +15,7 @@ from aitb.atomic import write_text_atomic
 from analysis.metrics.collectives import iteration_times
 from analysis.metrics.events import DEFAULT_WINDOW_S, RECOVERY_FRACTION, goodput
 from analysis.report import plots, units
-from analysis.report.narrative import workload_sections
+from analysis.report.narrative import dci_time, workload_sections
 from analysis.tables import RunTables
 
 __all__ = ["render_report", "PLOTS"]
@@ -34,6 +34,19 @@ PLOTS: dict[str, tuple[str, str]] = {
     "event-impact": ("Events: iteration time and goodput",
                      "No events: timeline in this run (events.jsonl), or no traffic."),
 }
+
+
+def time_zero(t: RunTables) -> tuple[float, str]:
+    """The report's one time zero (host clock, s since the epoch) and what it is, in words:
+    the ``events:`` timeline's t0 (``manifest["events"]["t0_unix_s"]``, what the events'
+    ``at:`` times and the events table count from) when the run has one, else its first
+    record or counter sample (:func:`_t0`). Every time axis and the events table and text
+    use it (counter samples taken before it sit at negative times)."""
+    if t.events_t0_unix_s is not None:
+        return float(t.events_t0_unix_s), ("the start of the events: timeline (manifest "
+                                           "events.t0_unix_s, what the events' times count "
+                                           "from)")
+    return _t0(t), "the run's first record or counter sample"
 
 
 def _t0(t: RunTables) -> float:
@@ -157,7 +170,7 @@ def figures(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> dict[s
     """Figure id (keys of PLOTS) -> base64 PNG (plots.Png: with the event marks drawn) or
     None (no data, or too little for a plot: a CCT-per-iteration plot needs two iterations
     of one op; the event-impact plot needs an applied event that hit a workload)."""
-    t0 = _t0(t)
+    t0, _ = time_zero(t)
     ev = [(x - t0, label) for x, label in events(t)]
     marks = faults(t, m, t0)
     per = m["cct"]["per_collective"]
@@ -171,10 +184,13 @@ def figures(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> dict[s
 
 
 def _fmt(value: Any) -> str:
+    """A value without a unit in its name for the report: floats with three significant
+    digits (a ratio 1.04971 -> "1.05"; from 1000 on whole numbers, no exponent), None "—",
+    containers as JSON."""
     if value is None or isinstance(value, jinja2.Undefined):
         return "—"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return f"{value:.0f}" if abs(value) >= 1e3 else f"{value:.3g}"
     if isinstance(value, dict | list):
         return json.dumps(value)
     return str(value)
@@ -201,8 +217,10 @@ def render_report(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> 
     env.filters["Bps"] = units.bytes_rate
     env.filters["spans"] = units.spans
     env.globals["by_key"] = units.by_key
+    env.globals["dci_time"] = dci_time
     figs = figures(t, m, flow_table)
-    html = env.get_template("report.html.j2").render(
+    _, zero = time_zero(t)
+    html = env.get_template("report.html.j2").render(time_zero=zero,
         m=m, plots=[(k, title, figs[k], absent) for k, (title, absent) in PLOTS.items()],
         manifest=t.manifest, warnings=t.warnings,
         sections=workload_sections(t.manifest, m, t), locality=_locality(t.run_dir))

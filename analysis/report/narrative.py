@@ -19,7 +19,7 @@ import pandas as pd
 
 from analysis.report.units import bits, duration, share, spans
 
-__all__ = ["workload_sections"]
+__all__ = ["workload_sections", "dci_time"]
 
 
 def _of(frame: pd.DataFrame, w: int) -> pd.DataFrame:
@@ -31,6 +31,15 @@ def _of(frame: pd.DataFrame, w: int) -> pd.DataFrame:
 
 def _pct(values: pd.Series, q: float) -> float:
     return float(np.percentile(values.dropna().to_numpy(), q))
+
+
+def dci_time(row: dict[str, Any]) -> str:
+    """``row`` (analysis.dci's ``per_workload`` or ``totals``: ``dci_collective_time_s``,
+    ``iteration_time_s``, ``share``) in words: "172 ms of 212 ms (81.2% of the iteration
+    time)". One wording for the results and the DCI section."""
+    return (f"{duration(row.get('dci_collective_time_s'))} of "
+            f"{duration(row.get('iteration_time_s'))} ({share(row.get('share'))} of the "
+            "iteration time)")
 
 
 def _training(w: int, m: dict[str, Any], dci: dict[str, Any] | None) -> list[str]:
@@ -48,8 +57,9 @@ def _training(w: int, m: dict[str, Any], dci: dict[str, Any] | None) -> list[str
     if rows and any(r["collectives_crossing"] for r in rows):
         dt = sum(r["dci_collective_time_s"] for r in rows)
         it = sum(r["iteration_time_s"] for r in rows)
-        out.append(f"DCI-crossing collectives were in progress {duration(dt)} of "
-                   f"{duration(it)} ({share(dt / it if it else None)} of the iteration time).")
+        out.append("DCI-crossing collectives were in progress " + dci_time(
+            {"dci_collective_time_s": dt, "iteration_time_s": it,
+             "share": dt / it if it else None}) + ".")
     out += _attribution(w, m)
     return out
 

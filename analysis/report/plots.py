@@ -1,11 +1,13 @@
 """The report's figures: matplotlib (Agg backend, no display) rendered to base64 PNG.
 
 Each function returns the PNG as a base64 string, or None when the run has no data for it
-(the report then says so). Times on the x axes are seconds since the run's first event.
+(the report then says so). Times on the x axes are seconds since the report's time zero
+(the ``t0`` the callers pass; analysis.report.time_zero: the same zero as the events table).
 Events of the experiment's ``events:`` timeline (:class:`Fault`) are marked on every time
 axis: a shaded span over the event's window, a dashed line where it has no length, each
 labelled with its kind; the PNG (a :class:`Png`) lists the marks drawn inside the axes'
-range in ``marks``, and so does its ``Description`` text chunk.
+range in ``marks`` as ``"<label> at <x> s"`` (x: where the mark's left edge is drawn, in
+seconds on the axis), and so does its ``Description`` text chunk.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = ["fct_cdf", "cct_per_iteration", "queue_over_time", "throughput_over_t
            "rank_timeline", "event_impact", "MAX_SERIES", "Fault", "Png"]
 
 MAX_SERIES = 8  # lines per plot; the busiest are kept
+XLABEL, XLABEL_MS = "time since t0 (s)", "time since t0 (ms)"  # t0: the report names it
 KIND_COLOURS = {"compute": "#9ecae1", "collective": "#e6550d", "send_recv": "#31a354",
                 "burst": "#756bb1"}
 
@@ -54,8 +57,9 @@ class Png(str):
 
 
 def _marks_drawn(fig: Any) -> tuple[str, ...]:
-    """Labels of the event artists (gid ``event:LABEL``) lying within their axes' x range."""
-    out: dict[str, None] = {}
+    """``"LABEL at X s"`` of the event artists (gid ``event:SCALE:LABEL``) lying within their
+    axes' x range; X: the artist's left edge on the axis divided by its SCALE (seconds)."""
+    out: dict[str, float] = {}
     for ax in fig.axes:
         lo, hi = sorted(ax.get_xlim())
         for art in [*ax.lines, *ax.patches]:
@@ -69,8 +73,9 @@ def _marks_drawn(fig: Any) -> tuple[str, ...]:
             else:  # axvspan's Polygon (older matplotlib)
                 xs = np.asarray(art.get_xy(), dtype=float)[:, 0]
             if xs.size and xs.max() >= lo and xs.min() <= hi:
-                out[gid.removeprefix("event:")] = None
-    return tuple(out)
+                scale, label = gid.removeprefix("event:").split(":", 1)
+                out.setdefault(label, float(xs.min()) / float(scale))
+    return tuple(f"{label} at {x:.3f} s" for label, x in out.items())
 
 
 def _png(fig: Any) -> Png:
@@ -98,12 +103,13 @@ def mark_faults(ax: Any, faults: list[Fault] | None, scale: float = 1.0,
         x0 = f.start_s * scale
         x1 = right if f.end_s is None else f.end_s * scale
         label = f.label if legend else None
+        gid = f"event:{scale:g}:{f.label}"
         if x1 - x0 > 0.004 * max(abs(right), 1e-9):
             ax.axvspan(x0, max(x1, x0), color=colour, alpha=0.15, lw=0, label=label,
-                       gid=f"event:{f.label}")
-            ax.axvline(x0, color=colour, lw=0.9, gid=f"event:{f.label}")
+                       gid=gid)
+            ax.axvline(x0, color=colour, lw=0.9, gid=gid)
         else:
-            ax.axvline(x0, color=colour, lw=0.9, ls="--", label=label, gid=f"event:{f.label}")
+            ax.axvline(x0, color=colour, lw=0.9, ls="--", label=label, gid=gid)
         ax.text(x0, 0.98, " " + f.label.split(" ", 1)[-1], transform=ax.get_xaxis_transform(),
                 rotation=90, va="top", ha="left", fontsize=7, color=colour)
 
@@ -169,7 +175,7 @@ def queue_over_time(qdisc: pd.DataFrame, t0: float,
         ax.plot(t, g["backlog_bytes"] / 1e3, label=f"{node}:{ifname}")
         ax2.plot(t, g["drops"] - g["drops"].iloc[0], label=f"{node}:{ifname}")
     ax.set(ylabel="backlog (KB)", title="queue occupancy and drops")
-    ax2.set(xlabel="time since start (s)", ylabel="drops (cumulative)")
+    ax2.set(xlabel=XLABEL, ylabel="drops (cumulative)")
     for a in (ax, ax2):
         a.grid(alpha=0.3)
         _mark(a, events)
@@ -190,7 +196,7 @@ def throughput_over_time(links: pd.DataFrame, t0: float,
     for node, ifname in _busiest(rates, "rate_bps"):
         g = rates[(rates["node"] == node) & (rates["ifname"] == ifname)]
         ax.plot(g["t_s"] - t0, g["rate_bps"] / 1e6, label=f"{node}:{ifname}")
-    ax.set(xlabel="time since start (s)", ylabel="tx rate (Mbit/s)",
+    ax.set(xlabel=XLABEL, ylabel="tx rate (Mbit/s)",
            title="throughput per link")
     ax.grid(alpha=0.3)
     _mark(ax, events)
@@ -219,7 +225,7 @@ def rank_timeline(timeline: pd.DataFrame, stragglers: set[tuple[int, int]], t0: 
     labels = [f"w{w} rank {r}" + (" (straggler)" if (w, r) in stragglers else "")
               for w, r in rows]
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
-    ax.set(xlabel="time since start (ms)", title="per-rank timeline")
+    ax.set(xlabel=XLABEL_MS, title="per-rank timeline")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in KIND_COLOURS.values()]
     ax.legend(handles, list(KIND_COLOURS), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.invert_yaxis()
@@ -246,7 +252,7 @@ def event_impact(series: list[tuple[str, np.ndarray, np.ndarray]],
         ax2.plot(t, bps / 1e6, lw=0.9, label=name)
     for x0, x1, bps in thresholds:
         ax2.plot([x0, x1], [bps / 1e6] * 2, ":", color="#333", lw=1.2)
-    ax2.set(xlabel="time since start (s)", ylabel="goodput (Mbit/s)")
+    ax2.set(xlabel=XLABEL, ylabel="goodput (Mbit/s)")
     for a in (ax, ax2):
         a.grid(alpha=0.3)
         mark_faults(a, faults, legend=a is ax)

@@ -280,3 +280,46 @@ def test_runner_marks_its_analysis_unfinished_on_disk_while_it_runs(tmp_path, mo
     _analyze(tmp_path, manifest, RunOutcome(tmp_path, ok=True), lambda _m: None)
     assert seen["analysis"]["ok"] is None and seen["analysis"]["running"]["pid"] == os.getpid()
     assert json.loads((tmp_path / "manifest.json").read_text())["analysis"]["ok"] is True
+
+
+def test_the_reports_dci_result_and_dci_section_say_the_same_numbers_in_units(tmp_path):
+    """The training's result and the DCI section give one DCI time over one iteration time
+    (1.5 s of 1.75 s): an incast's iterations (workload 1, no collectives) used to be in the
+    section's denominator (1.5 s / 3.75 s = 40% beside the result's 85.7%), printed as bare
+    numbers (1.5 s, 0.4)."""
+    plan = topologies.load_topology(ROOT / "topologies/examples/two_dc.yaml")
+    (tmp_path / "plan.json").write_text(json.dumps(plan_to_dict(plan)))
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"run_id": "x", "experiment": "e", "status": "ok",
+         "workloads": [{"index": 0, "name": "train", "ok": True},
+                       {"index": 1, "name": "incast", "ok": True}]}))
+    hosts = {"across": ["dc1-l1-h1", "dc2-l1-h1"], "inside": ["dc1-l1-h1", "dc1-l2-h1"]}
+    runs = [("across", 0.5), ("inside", 0.25), ("across", 1.0)]
+    _jsonl(tmp_path / "collectives.jsonl", [
+        {"collective_id": f"c{i}", "op": "all_reduce", "group": "world", "group_kind": "dp",
+         "ranks": [0, 1], "hosts": hosts[kind], "size_bytes": 4096, "iteration": i,
+         "rank_t_start": [10.0 * i, 10.0 * i], "rank_t_end": [10.0 * i + cct, 10.0 * i + cct],
+         "cct_s": cct, "algbw_Bps": 10 / cct, "busbw_Bps": 10 / cct, "workload_index": 0}
+        for i, (kind, cct) in enumerate(runs)])
+    _jsonl(tmp_path / "flows.jsonl", [
+        {"collective_id": f"c{i}", "src_node": hosts[kind][0], "dst_node": hosts[kind][1],
+         "src_ip": str(plan.address_of(hosts[kind][0])), "workload_index": 0,
+         "dst_ip": str(plan.address_of(hosts[kind][1])), "size_bytes": 4096, "iteration": i,
+         "t_start": 10.0 * i, "t_end": 10.0 * i + cct, "fct_s": cct, "kind": "tcp"}
+        for i, (kind, cct) in enumerate(runs)])
+    _jsonl(tmp_path / "timeline.jsonl", [
+        {"workload_index": 0, "iteration": i, "rank": r, "op_index": 0, "kind": "collective",
+         "t_start": 10.0 * i, "t_end": 10.0 * i + cct} for i, (_, cct) in enumerate(runs)
+        for r in (0, 1)] + [
+        {"workload_index": 1, "iteration": 0, "rank": 0, "op_index": 0, "kind": "burst",
+         "t_start": 40.0, "t_end": 42.0}])
+    m = analyze_run(tmp_path)
+    assert m["dci"]["share"] == pytest.approx(1.5 / 1.75)
+    html = (tmp_path / "report.html").read_text()
+    said = "1.5 s of 1.75 s (85.7% of the iteration time)"
+    result = html[html.index('id="workload-0"'):html.index('id="workload-1"')]
+    section = html[html.index('id="dci"'):]
+    section = section[:section.index("</table>")]
+    assert said in result and said in section, section
+    assert "1 DCI link(s)" in section
+    assert "4 KiB" in section and "750 ms" in section  # size and CCT mean in units

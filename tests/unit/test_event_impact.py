@@ -230,11 +230,36 @@ def test_analysed_run_writes_the_table_the_summary_and_marks_events_in_the_repor
             assert f'id="plot-{key}-absent"' in html
             continue
         tag = re.search(rf'<img id="plot-{key}"[^>]*>', html).group(0)
-        assert ("events marked: events[0] link_down, events[1] link_up, events[2] degrade"
-                in tag), tag
+        marks = ("events[0] link_down at 0.950 s, events[1] link_up at 3.000 s, "
+                 "events[2] degrade at 4.000 s")  # the table's start_s, on the same zero
+        assert f"events marked: {marks}" in tag, tag
         png = base64.b64decode(re.search(r'base64,([^"]+)"', tag).group(1))
-        assert b"events[0] link_down; events[1] link_up; events[2] degrade" in png  # tEXt
+        assert marks.replace(", ", "; ").encode() in png  # tEXt
     _check_in_browser(d / "report.html")
+
+
+def test_figures_and_the_events_table_share_one_time_zero(tmp_path):
+    """Counter samples from 0.485 s before the events' t0 (the sampler starts first): the
+    figures used to count from the first sample, so the link down the table puts at
+    0.950 s was drawn at 1.435 s. Now every axis counts from the events' t0, as the table."""
+    from analysis.run import analyze_run
+
+    d = _run_with_events(tmp_path)
+    (d / "counters").mkdir()
+    ts = [T0 - 0.485 + 0.1 * i for i in range(60)]
+    pd.DataFrame({"t_s": ts, "t_err_s": 0.0, "node": "tx1", "ifname": "eth0",
+                  "rx_bytes": 0, "tx_bytes": [125_000 * i for i in range(60)],
+                  "rx_packets": 0, "tx_packets": 0, "rx_dropped": 0, "tx_dropped": 0}
+                 ).to_parquet(d / "counters" / "links.parquet")
+    analyze_run(d)
+    html = (d / "report.html").read_text()
+    row = html[html.index('id="events-impact"'):].split("</tr>")[1]
+    start = re.search(r'<td class="num">([\d.]+) – ', row).group(1)
+    assert start == "0.950" and "link_down (tx1-s1) at 0.950 s" in html
+    for key in ("link-throughput", "event-impact", "rank-timeline"):
+        tag = re.search(rf'<img id="plot-{key}"[^>]*>', html).group(0)
+        assert f"events[0] link_down at {start} s" in tag, (key, tag)
+    assert "seconds\nsince t0: the start of the events: timeline" in html
 
 
 def _check_in_browser(report: Path) -> None:

@@ -25,6 +25,14 @@ def test_human_units():
     assert by_key("flows", 139) == "139" and by_key("ttft_s_p50", None) == "—"
 
 
+def test_numbers_without_a_unit_get_three_significant_digits():
+    """The report's plain-number filter (ratios, counts): 1.04971 was printed as is."""
+    from analysis.report import _fmt
+
+    assert _fmt(1.04971) == "1.05" and _fmt(0.0220519) == "0.0221" and _fmt(3) == "3"
+    assert _fmt(None) == "—" and _fmt(1234567.0) == "1234567"
+
+
 class _Tables:
     def __init__(self, **frames):
         self.frames, self.dci = frames, {"iterations": [
