@@ -53,9 +53,11 @@ def run_namespaces(run_id: str) -> list[str]:
 
 def _topology(tmp_path: Path) -> Path:
     text = (ROOT / "topologies/examples/ovs_leaf_spine.yaml").read_text()
-    text = text.replace("switch: {datapath: ovs}", "switch: {datapath: ovs, ovs_datapath: system}")
-    text = text.replace("host: {rate: 100Mbit, buffer: 100p}",
-                        f"host: {{rate: 100Mbit, buffer: 100p, delay: {DELAY_S * 1000:g}ms}}")
+    for old, new in (("switch: {datapath: ovs}", "switch: {datapath: ovs, ovs_datapath: system}"),
+                     ("host: {rate: 100Mbit, buffer: 100p}",
+                      f"host: {{rate: 100Mbit, buffer: 100p, delay: {DELAY_S * 1000:g}ms}}")):
+        assert old in text, old  # the example changed: this test must follow it
+        text = text.replace(old, new)
     path = tmp_path / "ovs_kernel.yaml"
     path.write_text(text)
     return path
@@ -127,9 +129,9 @@ def test_forced_netdev_next_to_auto_switches_in_one_lab(tmp_path):
     each switch's recorded datapath is the one it has."""
     if not kernel_datapath().present:
         pytest.skip(f"this kernel has no openvswitch datapath ({kernel_datapath().detail})")
-    text = _topology(tmp_path).read_text().replace(
-        "ovs_datapath: system", "ovs_datapath: auto").replace(
-        "leaf1: {kind: switch}", "leaf1: {kind: switch, ovs_datapath: netdev}")
+    base = _topology(tmp_path).read_text().replace("ovs_datapath: system", "ovs_datapath: auto")
+    text = base.replace("leaf1: {group: fabric}", "leaf1: {group: fabric, ovs_datapath: netdev}")
+    assert text != base  # the example's leaf1 line (a silent miss here forced nothing)
     refused = make_lab(load_topology(_write(tmp_path, "refused.yaml", text)), "native",
                        state_dir=tmp_path / "refused")
     with pytest.raises(LabError, match=r"node leaf1: link\(s\) h1-leaf1, h2-leaf1 need a"):
