@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_events_spec import HEAD  # the same two-DC experiment head
 
 from aitb.errors import SpecError
 from aitb.events import EventAction
@@ -27,21 +28,6 @@ from orchestration.run.runner import prepare
 from testbed.trace_player import TracePlayer, ramp_step
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAD = """name: ev
-scale: 10
-topology:
-  inline:
-    name: two-dc
-    generator:
-      name: multi_dc_leaf_spine
-      params: {n_dcs: 2, spines: 1, leaves: 1, hosts_per_leaf: 2, dci_links_per_pair: 2,
-               dci: dci}
-    profiles:
-      dci: {rate: 1Gbit, buffer: 200p}
-workloads:
-  - {kind: collective, name: ring, op: all_reduce, algorithm: ring, size: 1MiB}
-events:
-"""
 DCI, DCI2 = "dc1-b1-dc2-b1", "dc1-b1-dc2-b1-2"
 
 
