@@ -21,8 +21,11 @@ lint:             ## style, import contracts between layers
 	@dups=$$(find tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d); \
 	  test -z "$$dups" || { echo "lint: test modules share a basename (pytest cannot collect both): $$dups"; exit 1; }
 
+# On (at most) 2 workers (pytest-xdist); a test marked `serial` waits until no other test runs
+# (tests/serial_lock.py). The netns and vm tiers stay serial: real namespaces, fixed resources.
 test-unit:        ## no root, no network
-	$(PYTEST) -m "not netns and not vm" tests
+	@$(PY) -c "import xdist" 2>/dev/null || { echo "test-unit: pytest-xdist is missing from .venv: run 'sudo make setup' (it installs .[dev])"; exit 1; }
+	$(PYTEST) -n auto --maxprocesses 2 -m "not netns and not vm" tests
 
 test-netns:       ## root: real namespaces on the host kernel
 	$(PYTEST) -m "netns and not vm" tests

@@ -2,8 +2,9 @@
 (orchestration/run/events.py reads and checks the file form), played on the live lab by the
 one scheduler thread of testbed/trace_player.py, which records each in ``events.jsonl``.
 
-An action is one change at one instant: ``down`` or ``up`` of some links (both veth ends;
-``up`` restores the plan's routes, testbed/faults.py), ``shape`` of some link directions
+An action is one change at one instant: ``down`` or ``up`` of some links (down: one veth
+end each, its peer then without carrier; up: both ends, and the plan's routes restored;
+testbed/faults.py), ``shape`` of some link directions
 (Shaping field changes, or back to the plan's shaping with ``restore``), or ``slowdown`` of
 one rank's compute (the agents' control channel, traffic_gen/agent.py). A ``flap`` expands to
 ``count`` down/up pairs, a ``node_down`` to the down of every link of the node (and, with
@@ -16,16 +17,23 @@ interpolated by the player from the values the direction had when the ramp began
 seconds after the anchor: the run's start (the moment the first workload is started, the
 run's t0) or, with ``anchor``, the start instant of that workload's first phase or of its
 iteration ``iteration`` (the controller's phase start, traffic_gen ReplayOptions.on_phase).
-Pure data, no root.
+:func:`action_to_dict` and :func:`action_from_dict` carry an action as JSON (a cluster's
+machines play their share of the actions, orchestration/cluster/eventing.py). Pure data, no
+root.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["EventAction", "EventOp", "AgentAction", "EVENT_RECORDS", "EVENT_KINDS"]
+from aitb.shaping import GilbertElliott
+from aitb.units import BufferSize
+
+__all__ = ["EventAction", "EventOp", "AgentAction", "EVENT_RECORDS", "EVENT_KINDS",
+           "action_to_dict", "action_from_dict"]
 
 EVENT_RECORDS = "events.jsonl"
 EventOp = Literal["down", "up", "shape", "slowdown"]
@@ -49,6 +57,9 @@ class EventAction:
     ``thaw`` SIGCONT to the ones an earlier event froze; None: nothing); ramp: (k, n), this
     ``shape`` is step k of n of a ramp towards ``changes``; workload, rank, factor: the
     ``slowdown`` of ``rank`` of ``workload`` (compute durations times ``factor`` from now on).
+    index: the action's number in the run's whole list, set on the share a cluster machine
+    plays (its records carry it back as ``action``, so the driver merges them); None: not
+    split.
     """
 
     event: int
@@ -68,6 +79,7 @@ class EventAction:
     workload: str | None = None
     rank: int | None = None
     factor: float | None = None
+    index: int | None = None
 
     def describe(self) -> dict[str, Any]:
         """The action's fields for a record (JSON types)."""
@@ -90,7 +102,40 @@ class EventAction:
             out["restore"] = self.restore
             if self.changes:
                 out["changes"] = {k: _jsonable(v) for k, v in self.changes.items()}
+        if self.index is not None:
+            out["action"] = self.index
         return out
+
+
+def action_to_dict(a: EventAction) -> dict[str, Any]:
+    """``a`` as JSON types, every field (a buffer or Gilbert-Elliott change as its fields);
+    :func:`action_from_dict` reads it back equal. Pure."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(a):
+        v = getattr(a, f.name)
+        if f.name == "changes":
+            v = {k: dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x
+                 for k, x in v.items()}
+        elif isinstance(v, tuple):
+            v = [list(x) if isinstance(x, tuple) else x for x in v]
+        out[f.name] = v
+    return out
+
+
+def action_from_dict(d: Mapping[str, Any]) -> EventAction:
+    """The :class:`EventAction` of :func:`action_to_dict`'s ``d``. Raises TypeError or
+    KeyError for a mapping that is not one."""
+    kw = dict(d)
+    kw["links"] = tuple(kw.get("links") or ())
+    kw["directions"] = tuple(tuple(x) for x in kw.get("directions") or ())
+    if kw.get("ramp") is not None:
+        kw["ramp"] = tuple(kw["ramp"])
+    changes = dict(kw.get("changes") or {})
+    for key, cls in (("buffer", BufferSize), ("loss_gemodel", GilbertElliott)):
+        if isinstance(changes.get(key), Mapping):
+            changes[key] = cls(**changes[key])
+    kw["changes"] = changes
+    return EventAction(**kw)
 
 
 def _jsonable(v: Any) -> Any:

@@ -3,8 +3,25 @@
 Two namespaces joined by a veth.  For each configured one-way delay (1, 10, 50, 200 ms) the
 A->B direction is delayed by a helper in B while iperf3 carries
   udp1g:  ~1 Gbit/s of MTU-sized datagrams (iperf3 -u -b 1G -l 1472), and
-  tcpgso: one unshaped iperf3 TCP flow (GSO/GRO super-packets, queued whole);
-the release error (release - intended release) comes from the helper's own per-packet log.
+  tcpgso: one unshaped iperf3 TCP flow (GSO/GRO super-packets, queued whole), and with
+  ``--modes`` also
+  tcpwire: one unshaped TCP flow of wire-sized packets (TSO/GSO off on A's veth: iperf3 sends
+          only ~0.3 Gbit/s of UDP datagrams here, TCP's own segments go faster), and
+  tcpwire1g: the same flow through HTB 1 Gbit/s on A's egress (1 Gbit/s of MTU packets);
+the release error (release - intended release) comes from the helper's own per-packet log,
+and the time the helper spent inside each verdict sendto (the kernel re-injects the accepted
+packets there: for TCP the receiver's stack, its ACK and often the sender's next segments).
+Both veths spread their receive processing over every CPU (RPS), as lab interfaces do; with
+``--isolate`` each row runs again with the last usable CPU given to the helper as a lab's
+``delay_line_cpu`` gives it (pinned, spinning before every release, RPS on the other CPUs),
+and the ratio of the two is printed:  --modes tcpwire1g --rt-prio 10 --isolate
+(--skip-goodput --seconds 4, 2-core VM, load 0.7-2.5, the build before and after the dedicated
+CPU's helper spun through release gaps and wrote stats off its loop, alternated twice: release
+error p50 / p99 dedicated, before -> now: 1 ms 3.5-4.1 / 24-51 us -> 3.8-5.3 / 23-27 us;
+10 ms 4.8-6.3 / 38-44 -> 3.7-4.8 / 20-32; 50 ms 7.9-8.8 / 55-61 -> 4.7-6.7 / 39-42; 200 ms
+9.4-9.6 / 96-124 -> 8.7-9.4 / 90-134; helper CPU-s per Gbit carried 0.41-0.60 -> 0.93-1.50;
+shared now p50 11-34 us, p99 56-297 us; under a background load of process starts and dd
+copies, dedicated p99 41-123 us before, 28-112 us now; README "native delay line" has the table)
 Then one TCP flow through HTB 1 Gbit/s with 50 ms each way (RTT 100 ms) and a BDP-sized
 window, against the bound 1 Gbit/s x 1448/1514 (payload per wire byte HTB counts).
 
@@ -16,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -29,9 +47,12 @@ from pyroute2 import netns as pr_netns
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from testbed.delayline import Helper, QueueParams, maxlen_for_bdp, read_pktlog  # noqa: E402
 from testbed.delayline.rules import nfqueue_rule_argv  # noqa: E402
+from testbed.linecpu import check_line_cpu, keep_off, restore  # noqa: E402
+from testbed.sysctl import all_cpus_mask  # noqa: E402
 
 A_IP, B_IP = "10.232.0.1", "10.232.0.2"
 RT_PRIO = 0  # --rt-prio
+LINE_CPU: int | None = None  # --isolate: 0
 
 
 def sh(ns: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -91,20 +112,52 @@ def pct(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
 
 
+def carry(p: Pair, mode: str, delay_s: float, seconds: float) -> dict:
+    """The traffic of ``mode`` from A to B (iperf3's -J result); the sender's veth set up for
+    it and back."""
+    if mode.startswith("tcpwire"):  # TCP builds every 1448-byte segment: wire-sized packets
+        sh(p.a, "ethtool", "-K", p.ia, "tso", "off", "gso", "off")
+    # --isolate: the lab's dedicated line CPU (testbed.lab.Lab line_cpu): the helper pinned
+    # to it, spinning before every release; both veths' receive processing on the others
+    mask = all_cpus_mask(without=LINE_CPU) if LINE_CPU is not None else all_cpus_mask()
+    for ns, ifn in ((p.a, p.ia), (p.b, p.ib)):
+        sh(ns, "sh", "-c", f"echo {mask} > /sys/class/net/{ifn}/queues/rx-0/rps_cpus")
+    if mode == "tcpwire1g":  # ... carried at 1 Gbit/s: HTB on A's egress, a BDP of buffer
+        sh(p.a, "tc", "qdisc", "add", "dev", p.ia, "root", "handle", "1:", "htb", "default",
+           "1")
+        sh(p.a, "tc", "class", "add", "dev", p.ia, "parent", "1:", "classid", "1:1", "htb",
+           "rate", "1gbit", "ceil", "1gbit", "burst", "125000b", "cburst", "125000b")
+        sh(p.a, "tc", "qdisc", "add", "dev", p.ia, "parent", "1:1", "handle", "10:", "bfifo",
+           "limit", str(max(125_000, int(1e9 / 8 * 2 * delay_s))))
+    try:
+        args = ["-u", "-b", "1G", "-l", "1472"] if mode == "udp1g" else []
+        return iperf(p, args, seconds)
+    finally:
+        if mode.startswith("tcpwire"):
+            sh(p.a, "ethtool", "-K", p.ia, "tso", "on", "gso", "on", check=False)
+        if mode == "tcpwire1g":
+            sh(p.a, "tc", "qdisc", "del", "dev", p.ia, "root", check=False)
+
+
+def received_gbps(out: dict) -> float:
+    end = out.get("end", {})
+    return (end.get("sum_received") or end.get("sum") or {}).get("bits_per_second", 0.0) / 1e9
+
+
 def run_case(p: Pair, tmp: Path, delay_s: float, mode: str, seconds: float, qnum: int) -> dict:
     log = tmp / f"pkt-{mode}-{delay_s}"
     q = QueueParams(qnum, delay_s=delay_s, maxlen_packets=maxlen_for_bdp(10e9, delay_s),
                     pktlog_path=str(log))
     sh(p.b, *nfqueue_rule_argv(p.ib, qnum, "bench"))
-    h = Helper(p.b, [q], tmp / f"h{qnum}", rt_prio=RT_PRIO)
+    h = Helper(p.b, [q], tmp / f"h{qnum}", rt_prio=RT_PRIO, cpu=LINE_CPU,
+               spin_dense=LINE_CPU is not None)
     h.start()
     while not h.stats_path.exists():
         if not h.alive():
             raise RuntimeError(h.stderr())
         time.sleep(0.02)
     try:
-        args = ["-u", "-b", "1G", "-l", "1472"] if mode == "udp1g" else []
-        out = iperf(p, args, seconds)
+        out = carry(p, mode, delay_s, seconds)
     finally:
         h.stop()
         sh(p.b, *nfqueue_rule_argv(p.ib, qnum, "bench", delete=True))
@@ -112,16 +165,16 @@ def run_case(p: Pair, tmp: Path, delay_s: float, mode: str, seconds: float, qnum
     recs = [r for r in read_pktlog(log) if r[2]]
     err = sorted((r[2] - r[1]) / 1e3 for r in recs)  # us
     added = sorted((r[2] - r[0]) / 1e3 - delay_s * 1e6 for r in recs)
-    end = out.get("end", {})
-    bps = (end.get("sum_received") or end.get("sum") or {}).get("bits_per_second", 0.0)
     gbit = st.in_bytes * 8 / 1e9
-    return {"delay_ms": delay_s * 1e3, "mode": mode, "gbps": bps / 1e9, "pkts": st.in_packets,
+    return {"delay_ms": delay_s * 1e3, "mode": mode, "gbps": received_gbps(out),
+            "pkts": st.in_packets,
             "mean_pkt_B": st.in_bytes / max(1, st.in_packets),
             "err_p50_us": pct(err, .5), "err_p99_us": pct(err, .99),
             "err_max_us": err[-1] if err else 0,
             "added_minus_cfg_p99_us": pct(added, .99),
             "kdrop": st.kernel_queue_dropped + st.kernel_user_dropped,
-            "cpu_s": h.stats().cpu_s, "cpu_s_per_gbit": h.stats().cpu_s / gbit if gbit else 0}
+            "cpu_s": h.stats().cpu_s, "cpu_s_per_gbit": h.stats().cpu_s / gbit if gbit else 0,
+            "send": h.stats().verdict_send, "uptime_s": h.stats().uptime_s}
 
 
 def goodput_case(p: Pair, tmp: Path, seconds: float) -> dict:
@@ -159,6 +212,21 @@ def goodput_case(p: Pair, tmp: Path, seconds: float) -> dict:
                        for s in [s.get("sender", {})]]}
 
 
+def print_row(r: dict, cpu: str) -> None:
+    print(f"{r['delay_ms']:>6.0f} ms {r['mode']:>9} {cpu:>6}  {r['gbps']:6.2f} Gbit/s  "
+          f"{r['pkts']:>8} pkts avg {r['mean_pkt_B']:>6.0f} B  release error "
+          f"p50 {r['err_p50_us']:7.1f} us p99 {r['err_p99_us']:8.1f} us "
+          f"max {r['err_max_us']:8.1f} us  kernel drops {r['kdrop']:>6}  "
+          f"helper CPU {r['cpu_s']:5.2f} s = {r['cpu_s_per_gbit']:.3f} "
+          f"CPU-s per Gbit carried", flush=True)
+    sd = r["send"]
+    if sd is not None and sd.n:
+        print(f"{'':>10} verdict sendto: {sd.n} calls, p50 {sd.p50_us:.1f} us "
+              f"p99 {sd.p99_us:.1f} us max {sd.max_us:.1f} us, in all "
+              f"{sd.n * sd.mean_us / 1e6:.2f} s of {r['uptime_s']:.1f} s "
+              f"(the kernel re-injecting the accepted packets)", flush=True)
+
+
 def _use_helper(binary: Path | None) -> None:
     if binary is not None:
         import testbed.delayline.build as build
@@ -170,31 +238,60 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--delays-ms", default="1,10,50,200")
     ap.add_argument("--rt-prio", type=int, default=0, help="run the helpers SCHED_FIFO")
+    ap.add_argument("--modes", default="udp1g,tcpgso",
+                    help="comma-separated: udp1g, tcpgso, tcpwire (one TCP flow of wire-sized "
+                         "packets: TSO and GSO off on the sender's veth), tcpwire1g (the same "
+                         "through HTB 1 Gbit/s)")
     ap.add_argument("--skip-goodput", action="store_true")
+    ap.add_argument("--baseline", action="store_true",
+                    help="first carry each mode once without the line (the machine's ceiling)")
+    ap.add_argument("--isolate", action="store_true",
+                    help="run each row twice: shared CPUs, then the last usable CPU given to "
+                         "the helper alone as a lab's delay_line_cpu does (pinned, spinning "
+                         "before every release, the veths' receive processing on the other "
+                         "CPUs); prints their ratio")
     ap.add_argument("--helper", type=Path, help="helper binary to use instead of the built one "
                     "(to compare two builds under the same load)")
     a = ap.parse_args()
     _use_helper(a.helper)
     global RT_PRIO
     RT_PRIO = a.rt_prio
+    global LINE_CPU
     p = Pair()
     rows = []
     with tempfile.TemporaryDirectory(prefix="dlbench") as td:
         tmp = Path(td)
         try:
             p.up()
+            for mode in a.modes.split(",") if a.baseline else ():
+                print(f"  no line {mode:>9}  {received_gbps(carry(p, mode, 0.0, a.seconds)):6.2f}"
+                      " Gbit/s (what this machine carries without the line)", flush=True)
             qn = 1
+            # --isolate: each row shared, then with the dedicated CPU, and their ratio
+            cpus = [None, check_line_cpu(max(os.sched_getaffinity(0)), "--isolate: CPU")] \
+                if a.isolate else [None]
             for d in (float(x) / 1e3 for x in a.delays_ms.split(",")):
-                for mode in ("udp1g", "tcpgso"):
-                    rows.append(run_case(p, tmp, d, mode, a.seconds, qn))
-                    qn += 1
-                    r = rows[-1]
-                    print(f"{r['delay_ms']:>6.0f} ms {r['mode']:>7}  {r['gbps']:6.2f} Gbit/s  "
-                          f"{r['pkts']:>8} pkts avg {r['mean_pkt_B']:>6.0f} B  release error "
-                          f"p50 {r['err_p50_us']:7.1f} us p99 {r['err_p99_us']:8.1f} us "
-                          f"max {r['err_max_us']:8.1f} us  kernel drops {r['kdrop']:>6}  "
-                          f"helper CPU {r['cpu_s']:5.2f} s = {r['cpu_s_per_gbit']:.3f} "
-                          f"CPU-s per Gbit carried", flush=True)
+                for mode in a.modes.split(","):
+                    pair = []
+                    for cpu in cpus:
+                        LINE_CPU = cpu
+                        # as a lab does: iperf3 and this process's threads off that CPU
+                        saved = keep_off(cpu) if cpu is not None else None
+                        try:
+                            r = run_case(p, tmp, d, mode, a.seconds, qn)
+                        finally:
+                            if saved is not None:
+                                restore(saved)
+                        qn += 1
+                        rows.append(r)
+                        pair.append(r)
+                        print_row(r, "shared" if cpu is None else f"CPU {cpu}")
+                    if len(pair) == 2:
+                        sh_, iso = pair
+                        print(f"{'':>10} dedicated / shared: release error p50 "
+                              f"{iso['err_p50_us'] / sh_['err_p50_us']:.2f}, p99 "
+                              f"{iso['err_p99_us'] / sh_['err_p99_us']:.2f}, carried "
+                              f"{iso['gbps'] / sh_['gbps']:.2f}", flush=True)
             if a.skip_goodput:
                 return 0
             g = goodput_case(p, tmp, max(8.0, 2 * a.seconds))

@@ -10,7 +10,8 @@ UDP flows (distinct source ports, so the border router hashes them over both DCI
 dc1-l1-h1 to dc2-l1-h1, one datagram per flow every --interval-ms; the receiver stamps
 arrivals on CLOCK_MONOTONIC (one clock for every namespace).
 Two failures of DCI 1 (dc1-b1-dc2-b1), one second into the probe:
-  down:   both veth ends set down (testbed/faults.py: what link_down events do);
+  down:   the link set down (testbed/faults.py: what link_down events do; dc1-b1's end
+          down, dc2-b1's without carrier);
   silent: every packet through dc1-b1's DCI-1 interface dropped (iptables in dc1-b1's
           namespace; the interfaces stay up, as with a dead optic behind a live port).
 Figures per mode and failure: outage_ms = the longest gap between arrivals of any flow

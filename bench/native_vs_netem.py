@@ -5,9 +5,14 @@ Two figures, each on one routed lab h1 - r1 - h2 (tests/netns/plans.py's shape):
 1. goodput: one TCP flow (cubic, iperf3, 10 s, first 2 s omitted) through HTB 1 Gbit/s with
    50 ms each way (RTT 100 ms), windows free to grow (tcp_rmem/wmem max 64 MiB per
    namespace); bound = 1 Gbit/s x 1448/1514 (payload per wire byte HTB counts: 0.956 Gbit/s);
-2. buffer: the same link with a 100-packet bottleneck buffer at r1 (wire-sized packets), one
-   flow for 8 s: drops in the buffer (HTB leaf pfifo) and in the delay line (netem's drops, or
-   the native helper's loss-model plus kernel queue drops) - the line should drop none.
+2. buffer: the same link with a 100-packet bottleneck buffer at r1, one flow for 8 s: drops
+   in the buffer (pfifo 10: below the segmenter, which cuts GSO packets into wire-sized ones,
+   testbed/qdiscs/tbf.py) and in the delay line (netem's drops, or the native helper's
+   loss-model plus kernel queue drops) - the line should drop none. The native line of the
+   direction into h2 sits before r1's queue (testbed/delayline/labline.py), where packets are
+   still GSO-sized: the figure shows where it sits and how many packets (mean size) it handled.
+   ``--wire-packets`` instead forces wire-sized packets on every interface (the design before
+   the segmenter: the line then handles every frame, ~83 000 packets/s at 1 Gbit/s).
 
 ``--line native`` (default on a kernel without netem) or ``--line netem``; ``--vm`` also runs
 ``--line netem`` inside aitb's stock-kernel VM (testbed/vm.py; under TCG its figures measure
@@ -61,6 +66,16 @@ def _iperf(lab: Lab, seconds: int, omit: int) -> float:
     return json.loads(out)["end"]["sum_received"]["bits_per_second"]
 
 
+def _line_packets(lab: Lab, line: str) -> dict:
+    """Where the data direction's native line sits and what it handled."""
+    if line == "netem":
+        return {}
+    st = native.stats(lab)["h2-r1/b_to_a"]
+    q = st["queue"]
+    return {"node": st["node"], "hook": st["hook"], "packets": q["in_packets"],
+            "mean_packet_bytes": round(q["in_bytes"] / max(1, q["in_packets"]))}
+
+
 def _qdisc_drops(lab: Lab, node: str, dev: str, kind: str) -> int:
     from pyroute2 import IPRoute
     with IPRoute(netns=lab.netns_name(node)) as ipr:
@@ -94,9 +109,10 @@ def _load() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def measure(line: str, only: str | None = None) -> dict:
+def measure(line: str, only: str | None = None, wire_packets: bool | None = None) -> dict:
     """Both figures (``only``: one of them) for delay line ``line`` on this kernel, with the
-    1-minute load average before each."""
+    1-minute load average before each; ``wire_packets`` as :class:`testbed.lab.Lab`'s for the
+    buffer figure (None: the plan decides, GSO kept)."""
     out: dict = {"line": line}
     if only in (None, "goodput"):
         load = _load()
@@ -109,15 +125,18 @@ def measure(line: str, only: str | None = None) -> dict:
                    goodput_helper_cpu=cpu)
     if only in (None, "buffer"):
         load = _load()
-        with Lab(_plan(line, 100), wire_packets=True) as lab:
+        with Lab(_plan(line, 100), wire_packets=wire_packets) as lab:
             lab.run("h1", ["ping", "-c", "1", "-W", "3", "198.18.2.1"])
             buffered = _iperf(lab, 8, 0)
             buf_drops = _qdisc_drops(lab, "r1", "e2", "pfifo")
             line_drops = _line_drops(lab, line)
             cpu = _helper_cpu(lab, line)
+            handled = _line_packets(lab, line)
+            wire = lab.layout.wire_packets
         out["buffer100"] = {"goodput_bps": round(buffered),
                             "goodput_of_bound": round(buffered / BOUND_BPS, 4),
                             "buffer_drops": buf_drops, "line_drops": line_drops,
+                            "wire_packets": wire, "line": handled,
                             "helper_cpu": cpu, "load": load}
     return out
 
@@ -134,16 +153,19 @@ def main() -> int:
     ap.add_argument("--line", choices=("native", "netem"))
     ap.add_argument("--only", choices=("goodput", "buffer"), help="run one of the figures")
     ap.add_argument("--vm", action="store_true", help="also run --line netem in the VM")
+    ap.add_argument("--wire-packets", action="store_true",
+                    help="buffer figure with wire-sized packets on every interface")
     ap.add_argument("--helper", type=Path, help="helper binary to use instead of the built one "
                     "(to compare two builds under the same load)")
     args = ap.parse_args()
     _use_helper(args.helper)
     line = args.line or ("netem" if not missing_features({"netem", "ifb"}) else "native")
-    print(json.dumps(measure(line, args.only)), flush=True)
+    print(json.dumps(measure(line, args.only, True if args.wire_packets else None)), flush=True)
     if args.vm:
         from testbed.vm import run_in_vm
         res = run_in_vm([sys.executable, str(Path(__file__).resolve()), "--line", "netem",
-                         *(["--only", args.only] if args.only else [])],
+                         *(["--only", args.only] if args.only else []),
+                         *(["--wire-packets"] if args.wire_packets else [])],
                         cwd=ROOT, timeout_s=1200)
         print(res.stdout.strip().splitlines()[-1] if res.returncode == 0 else
               json.dumps({"line": "netem (vm)", "error": res.stderr[-2000:]}))

@@ -35,8 +35,9 @@ from aitb.plan import LabPlan
 from analysis.run import analyze_run
 from analysis.tables import RECORD_FILES, RunTables
 from analysis.tables import load_run as _load_tables
-from orchestration.run.experiment import load_experiment, parse_experiment
-from orchestration.run.runner import Prepared, _plan, execute, prepare_spec
+from orchestration.run.experiment import parse_experiment
+from orchestration.run.runner import Prepared, _plan, execute, prepare_doc
+from orchestration.run.runner import prepare as prepare_file
 
 __all__ = ["Run", "topology", "prepare", "run", "load_run", "with_value"]
 
@@ -59,11 +60,9 @@ def prepare(experiment: str | Path | Mapping[str, Any],
     without creating anything. Relative paths in a mapping are relative to ``base_dir``
     (default: the current directory), in a file to the file's folder. Raises SpecError."""
     if isinstance(experiment, str | Path):
-        spec, doc = load_experiment(experiment)
-        return prepare_spec(spec, doc, str(experiment), Path(experiment).parent)
+        return prepare_file(Path(experiment))
     doc = copy.deepcopy(dict(experiment))
-    spec = parse_experiment(doc, "<api>")
-    return prepare_spec(spec, doc, "<api>", Path(base_dir or Path.cwd()))
+    return prepare_doc(doc, "<api>", Path(base_dir or Path.cwd()))
 
 
 def with_value(experiment: Mapping[str, Any], key_path: str, value: Any) -> dict[str, Any]:

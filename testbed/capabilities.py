@@ -1,6 +1,6 @@
 """What this host can emulate, found by trying it, not by reading kernel config files.
 
-Link kinds are probed in ONE throwaway network namespace (``aitb-probe-<pid>-<hex>``),
+Link kinds are probed in ONE throwaway network namespace (``aitb-probe-<pid>.<start>-<hex>``),
 removed afterwards also on error: veth, bridge and IFB links are created there; ENOENT or
 EOPNOTSUPP from the kernel means absent, any other error means the probe itself is wrong and
 is raised. qdisc kinds come from :func:`testbed.kernel.missing_features`, the probe that also
@@ -27,6 +27,7 @@ from pyroute2 import NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from aitb.errors import LabError
+from aitb.owned import owned_name
 from testbed import kernel, ovs_datapath, qdiscs
 from testbed.probe_result import Capability
 from testbed.vm_kernel import SETUP_REMEDY, vm_problems
@@ -136,7 +137,7 @@ def _probe_ovs(kernel_caps: dict[str, Capability]) -> list[Capability]:
 
 
 def _in_throwaway_netns(body: Callable[[NetNS], list[Capability]]) -> list[Capability]:
-    name = f"aitb-probe-{os.getpid()}-{secrets.token_hex(3)}"
+    name = owned_name("probe", secrets.token_hex(3))  # a SIGKILL here: `aitb clean` removes it
     try:
         ns = NetNS(name, flags=os.O_CREAT | os.O_EXCL)
     except (OSError, NetlinkError) as exc:
@@ -163,7 +164,8 @@ def probe_kernel() -> tuple[Capability, ...]:
     process.
 
     Needs root; without it every kernel capability is reported absent with remedy "run as root".
-    Side effects: creates and removes one namespace ``aitb-probe-<pid>-<hex>``.
+    Side effects: creates and removes one namespace ``aitb-probe-<pid>.<start>-<hex>``
+    (aitb.owned: left by a SIGKILL, ``aitb clean`` removes it).
 
     Raises:
         LabError: when the kernel answers a probe with an unexpected errno.

@@ -8,6 +8,11 @@
 Each tcpdump runs as ``tcpdump -i IF -s SNAPLEN -U -w captures/<node>__<ifname>.pcap -C MB
 -W FILES -Z root --immediate-mode --time-stamp-precision=nano -B KIB``:
 
+- ``-B``: the kernel ring that holds packets until tcpdump reads them (:func:`kernel_buffer_kib`):
+  a share of a 256 MiB budget over the run's captured interfaces, 2 to 32 MiB each, so that a
+  few interfaces' rings hold a whole small run's headers even when tcpdump is not scheduled for
+  a while (a loaded 2-core machine), and hundreds of interfaces stay at libpcap's 2 MiB.
+
 - ``-s``: headers only (default 128 bytes: Ethernet + IPv4/IPv6 + TCP with options).
 - ``-C``/``-W``: size-bounded ring of ``FILES`` files of about ``rotate_size`` each (tcpdump's
   unit for ``-C`` is 10^6 bytes, so the size is rounded up to whole MB); tcpdump names them
@@ -42,14 +47,15 @@ from typing import Any
 from aitb.errors import LabError
 from testbed.capture_select import CapturePoint
 
-__all__ = ["CaptureConfig", "Capture", "tcpdump_argv", "pcap_base"]
+__all__ = ["CaptureConfig", "Capture", "tcpdump_argv", "pcap_base", "kernel_buffer_kib"]
 
 LISTEN_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 10.0
 SETTLE_S = 0.1  # after the traffic, before the stop: packets still on a delay line or a queue
-# kernel ring per tcpdump (KiB): libpcap's default, about 10000 headers-only packets; a lab
-# with hundreds of captured interfaces holds one ring each
-KERNEL_BUFFER_KIB = 2048
+# kernel ring per tcpdump (KiB): a share of the budget, at least libpcap's default (2 MiB, about
+# 8000 headers-only packets in immediate mode's 256-byte slots), at most 32 MiB
+KERNEL_BUFFER_BUDGET_KIB = 256 * 1024
+KERNEL_BUFFER_MIN_KIB, KERNEL_BUFFER_MAX_KIB = 2048, 32 * 1024
 _STATS = re.compile(r"^(\d+) packets? (captured|received by filter|dropped by kernel)$")
 
 
@@ -68,12 +74,21 @@ def pcap_base(point: CapturePoint) -> str:
     return f"{point.node}__{point.ifname}.pcap"
 
 
-def tcpdump_argv(point: CapturePoint, path: Path, cfg: CaptureConfig) -> list[str]:
-    """The tcpdump command for ``point`` writing to ``path`` (see the module docstring)."""
+def kernel_buffer_kib(interfaces: int) -> int:
+    """Kernel ring of each tcpdump (KiB, tcpdump's ``-B``) when ``interfaces`` are captured at
+    once: the 256 MiB budget shared out, clamped to 2..32 MiB."""
+    share = KERNEL_BUFFER_BUDGET_KIB // max(1, interfaces)
+    return max(KERNEL_BUFFER_MIN_KIB, min(KERNEL_BUFFER_MAX_KIB, share))
+
+
+def tcpdump_argv(point: CapturePoint, path: Path, cfg: CaptureConfig,
+                 buffer_kib: int = KERNEL_BUFFER_MIN_KIB) -> list[str]:
+    """The tcpdump command for ``point`` writing to ``path`` with a kernel ring of
+    ``buffer_kib`` KiB (see the module docstring)."""
     mb = max(1, math.ceil(cfg.rotate_size_bytes / 10**6))
     return ["tcpdump", "-i", point.ifname, "-s", str(cfg.snaplen_bytes), "-U", "-w", str(path),
             "-C", str(mb), "-W", str(cfg.files), "-Z", "root", "--immediate-mode",
-            "--time-stamp-precision=nano", "-B", str(KERNEL_BUFFER_KIB)]
+            "--time-stamp-precision=nano", "-B", str(buffer_kib)]
 
 
 @dataclass
@@ -132,7 +147,8 @@ class Capture:
             raise
 
     def _start_one(self, point: CapturePoint) -> None:
-        argv = tcpdump_argv(point, self.out_dir / pcap_base(point), self.config)
+        argv = tcpdump_argv(point, self.out_dir / pcap_base(point), self.config,
+                            kernel_buffer_kib(len(self.points)))
         proc = self.lab.popen(point.node, argv, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         r = _Running(point, argv, proc)
@@ -212,11 +228,12 @@ class Capture:
     def index(self) -> dict[str, Any]:
         """index.json (contract section 1): snaplen and, per interface, node, ifname, link,
         files (paths relative to the run directory, oldest first) and tcpdump's counters
-        (packets captured counts every packet written, also to files the ring overwrote)."""
+        (packets captured counts every packet written, also to files the ring overwrote) with
+        its kernel ring (``kernel_buffer_kib``)."""
         out = []
         for r in self.running:
             files = self._ring(r.point)
             out.append({"node": r.point.node, "ifname": r.point.ifname, "link": r.point.link,
                         "files": [f"{self.out_dir.name}/{f.name}" for f in files],
-                        **r.stats()})
+                        **r.stats(), "kernel_buffer_kib": kernel_buffer_kib(len(self.points))})
         return {"snaplen": self.config.snaplen_bytes, "interfaces": out}

@@ -4,10 +4,17 @@ Only what a run's registry lists is touched: processes by pid *and* start time (
 is left alone), namespaces by their exact name (deleting one deletes its veths, bridge and
 IFBs). Teardown goes in reverse order of creation, continues past failures and reports them
 all at the end.
+
+Scratch a process makes for itself outside any registry (a controller's socket directory, a
+campaign worker's task folder, a probe namespace) carries its owner's pid and start time in its
+name (aitb.owned): the clean of a dead owner's lab removes that owner's, and
+:func:`sweep_orphans` (``aitb clean``) every one whose owner is dead.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aitb import owned
 from aitb.errors import LabError
 from testbed import netns
 from testbed.procs import end_process
 from testbed.registry import Registry, unknown_name
 
-__all__ = ["TeardownReport", "teardown", "clean", "raise_failures"]
+__all__ = ["TeardownReport", "teardown", "clean", "raise_failures", "sweep_orphans"]
 
 
 @dataclass
@@ -32,12 +40,13 @@ class TeardownReport:
     namespaces: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     containers: list[str] = field(default_factory=list)
+    scratch: list[str] = field(default_factory=list)  # the dead owner's (aitb.owned)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for ``--json``."""
         return {"run_id": self.run_id, "processes": self.processes,
                 "namespaces": self.namespaces, "containers": self.containers,
-                "failures": self.failures}
+                "scratch": self.scratch, "failures": self.failures}
 
 
 def teardown(reg: Registry, children: dict[int, subprocess.Popen[Any]] | None = None,
@@ -77,18 +86,29 @@ def teardown(reg: Registry, children: dict[int, subprocess.Popen[Any]] | None = 
 
 
 # directories a process of the run leaves outside the state directory when it is killed
-# (FRR's /var/tmp/frr/<daemon>.<pid>); a path record outside these is never removed
+# (FRR's /var/tmp/frr/<daemon>.<pid>); and, in the temporary directory, only names marked
+# with the run id, aitb-<word>-<run id> (a cluster part's observation, /tmp/aitb-observe-<id>);
+# a path record elsewhere is never removed
 REMOVABLE_UNDER = (Path("/var/tmp/frr"),)
+
+
+def _removable(path: Path, run_id: str | None) -> bool:
+    if any(path.parent == base for base in REMOVABLE_UNDER):
+        return True
+    return run_id is not None and path.parent in owned.scratch_roots() and \
+        re.fullmatch(rf"aitb-[a-z]{{1,16}}-{re.escape(run_id)}", path.name) is not None
 
 
 def _remove_paths(records: list[dict[str, Any]], report: TeardownReport) -> None:
     """Remove the ``path`` records' files or directories (after their processes ended)."""
+    run = next((r["run_id"] for r in records if r["kind"] == "run"), None)
     for r in [r for r in records if r["kind"] == "path"]:
         path = Path(r["path"])
         try:
-            if not any(path.parent == base for base in REMOVABLE_UNDER):
+            if not _removable(path, run):
                 raise LabError(f"refusing to remove {path}: not under "
-                               f"{', '.join(map(str, REMOVABLE_UNDER))}")
+                               f"{', '.join(map(str, REMOVABLE_UNDER))} nor a temporary "
+                               f"directory's aitb-<word>-<run id>")
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             elif path.exists() or path.is_symlink():
@@ -122,8 +142,10 @@ def raise_failures(report: TeardownReport) -> None:
 def clean(state_dir: Path, run_id: str | None = None, force: bool = False
           ) -> tuple[list[TeardownReport], list[dict[str, Any]]]:
     """Tear down runs whose owner is dead: all of them, or only ``run_id`` (which may also be
-    a detached/deployed run; ``force`` even if its owner lives). Returns (reports, skipped)
-    where skipped lists {run_id, reason}. Raises LabError for an unknown ``run_id``."""
+    a detached/deployed run; ``force`` even if its owner lives). A dead owner's own scratch
+    (aitb.owned, in the temporary directory, /tmp and ``state_dir``) goes with its lab, in
+    the report's ``scratch``. Returns (reports, skipped) where skipped lists {run_id,
+    reason}. Raises LabError for an unknown ``run_id``."""
     known = Registry.runs(state_dir)
     if run_id is not None and run_id not in known:
         raise unknown_name(f"unknown run id {run_id!r}; known runs: "
@@ -131,13 +153,42 @@ def clean(state_dir: Path, run_id: str | None = None, force: bool = False
     reports, skipped = [], []
     for rid in [run_id] if run_id else known:
         reg = Registry(state_dir, rid)
-        pid, _, detached = reg.owner()
-        if reg.owner_alive() and not force:
+        pid, start, detached = reg.owner()
+        alive = reg.owner_alive()
+        if alive and not force:
             skipped.append({"run_id": rid, "reason": f"owner pid {pid} is alive"})
         elif detached and run_id is None:
             skipped.append({"run_id": rid, "reason": "deployed with `aitb topo deploy`; "
                             f"remove with `aitb topo destroy {rid}`"})
         else:
-            reports.append(teardown(reg))
+            report = teardown(reg)
+            if not alive and pid is not None:  # its owner's scratch, now that nothing runs
+                where = list(dict.fromkeys([*owned.scratch_roots(), Path(state_dir)]))
+                report.scratch = [str(p) for p in owned.sweep(where, owner=(pid, start))]
+            reports.append(report)
     return reports, skipped
+
+
+def sweep_orphans(state_dir: Path, roots: list[Path] | None = None) -> dict[str, list[str]]:
+    """Remove every owned scratch entry (aitb.owned) whose owner is dead: directories and files
+    in ``roots`` (default: the temporary directory and /tmp) and ``state_dir`` (a registry
+    its owner was still writing, Registry.create), and namespaces under /var/run/netns
+    (``aitb-probe-<pid>.<start>-<hex>``). Returns {"paths": [...], "namespaces": [...]}
+    removed. Never touches a live owner's entry or any other name; an entry that cannot be
+    removed is left for the next sweep."""
+    where = [*(owned.scratch_roots() if roots is None else roots), Path(state_dir)]
+    paths = [str(p) for p in owned.sweep(list(dict.fromkeys(where)))]
+    gone = []
+    try:
+        names = sorted(os.listdir(netns.NETNS_DIR))
+    except OSError:
+        names = []
+    for name in names:
+        if owned.owner_dead(name):
+            try:
+                if netns.remove(name):
+                    gone.append(name)
+            except Exception:  # noqa: BLE001 - left for the next sweep
+                continue
+    return {"paths": paths, "namespaces": gone}
 

@@ -10,6 +10,7 @@ hosts use ``network_mode=none``; aitb wires them itself). Needs root.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from aitb.errors import LabError
+from aitb.lifeline import spawn
 from testbed.procs import end_process
 from testbed.registry import Registry, pid_start_time
 
@@ -85,13 +87,17 @@ def _wait_ready(proc: subprocess.Popen[Any], log: Path) -> Any:
                    f"{DOCKERD_START_TIMEOUT_S:.0f} s: {_tail(log)} (log: {log})")
 
 
-def _spawn(log: Path) -> tuple[subprocess.Popen[bytes], int | None]:
+def _spawn(log: Path, pdeathsig: int | None = None) -> tuple[subprocess.Popen[bytes], int | None]:
     """Start :data:`DOCKERD_ARGV` in its own session, output appended to ``log``; returns the
-    process and its start time (for ending it by pid). Raises LabError naming the argv."""
+    process and its start time (for ending it by pid). With ``pdeathsig``, the engine gets
+    that signal when the calling thread ends (aitb.lifeline: also after a SIGKILL of this
+    process). Raises LabError naming the argv."""
     try:
         with open(log, "ab") as out:
-            proc = subprocess.Popen(list(DOCKERD_ARGV), stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            kw: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": out,
+                                  "stderr": subprocess.STDOUT, "start_new_session": True}
+            proc = spawn(list(DOCKERD_ARGV), pdeathsig=pdeathsig, **kw) if pdeathsig \
+                else subprocess.Popen(list(DOCKERD_ARGV), **kw)
     except OSError as exc:
         raise LabError(f"cannot start {' '.join(DOCKERD_ARGV)}: {exc} (install Debian's "
                        "docker.io: scripts/setup.sh)") from exc
@@ -121,12 +127,14 @@ def ensure_engine(registry: Registry, children: dict[int, subprocess.Popen[Any]]
 def temporary_engine(log: Path) -> Iterator[Any]:
     """A client of the running docker engine; if none answers, of a ``dockerd`` started here
     (output to ``log``) and stopped by its pid when the block ends, also after an error (for
-    one-off jobs such as ``aitb image build``). Raises LabError like :func:`ensure_engine`."""
+    one-off jobs such as ``aitb image build``), and sent SIGTERM by the kernel should this
+    thread end first (a SIGKILL of this process: it stops its containerd then, as on any
+    SIGTERM). Raises LabError like :func:`ensure_engine`."""
     cli = client()
     if cli is not None:
         yield cli
         return
-    proc, start = _spawn(log)
+    proc, start = _spawn(log, pdeathsig=signal.SIGTERM)
     try:
         yield _wait_ready(proc, log)
     finally:

@@ -1,14 +1,28 @@
-"""Links that fail and come back on a live lab: both veth ends set down or up through rtnetlink
-(pyroute2 messages), and the plan's static routes restored and read back when a link returns.
+"""Links that fail and come back on a live lab through rtnetlink (pyroute2 messages): a link
+goes down by setting one veth end down, whose peer then loses its carrier; it comes back by
+setting both ends up; the plan's static routes are restored and read back when it returns.
+
+Why one end: a veth end set down takes the carrier of its peer with it (``veth_close``), so
+the link carries nothing either way from the kernel's ack on, and the peer's node stops using
+it by the lab's sysctls (:func:`testbed.sysctl.skips_carrierless_routes`: its next hops
+without carrier are skipped, ``ignore_routes_with_linkdown``; a switch's bridge disables the
+port). Setting the peer down as well cost a second request that waited, in the kernel, for
+an RCU grace period which the peer's carrier change had just begun (traced here with the
+scheduler's tracepoints: 0.03-4 ms asleep in that request, none in the first;
+bench/event_timing.py). Both ends are set down where the peer's node would keep using a link
+without carrier (its own sysctls turn ``ignore_routes_with_linkdown`` off). The end set down
+is the one on the action's node (a ``node_down``), else the one on the node with the most of
+the change's links (a partition of a node's uplinks: one request), else end a. Up sets both
+ends up (the one that stayed up: no change, 0.03-0.06 ms), whatever set them down.
 
 Why the routes need restoring: when an interface goes down, the kernel deletes every IPv4
 route with a single next hop through it (``fib_sync_down_dev``, net/ipv4/fib_semantics.c) and
 IPv6 does likewise (``rt6_sync_down_dev``); they do not come back with the link, so a host's
 default route is gone for good after ``ip link set eth0 down; ... up``. Multipath routes keep
-the next hop, flagged dead, and skip it meanwhile (the kernel revives it on up). The lab's
-sysctls (:func:`testbed.sysctl.node_sysctls`) also make the kernel skip next hops whose link
-lost its carrier without an admin down (``ignore_routes_with_linkdown``) or whose neighbour
-failed (``fib_multipath_use_neigh``).
+the next hop, flagged dead, and skip it meanwhile (the kernel revives it on up). On the side
+that only lost the carrier, the routes stay, their next hops flagged linkdown and skipped
+(the lab's sysctls, :func:`testbed.sysctl.node_sysctls`, also make the kernel skip next hops
+whose neighbour failed, ``fib_multipath_use_neigh``), until the carrier returns.
 
 On up, every planned route of the two end nodes that has a next hop on a returning link is
 replaced by the plan's route restricted to the next hops whose links are up (the full route
@@ -19,6 +33,13 @@ fib_nexthop_info).
 A node with ``rto_min`` also gets its connected routes on those links back with the metric
 (the kernel re-adds them without it). Needs root; every request goes under the lab's
 netlink lock (the counter reader and the trace player share the sockets).
+
+A change can be made ready ahead of its instant (:func:`prepare_links`: the trace player
+does it before waiting for an event): the interface and route messages are encoded then
+(once per distinct message, :meth:`testbed.nl.Batch.add_cached`; pyroute2 took ~0.1 ms per
+message), so that :meth:`LinkChange.apply` only sends one buffer per node and collects the
+acks. What remains at the instant is the kernel's own work (~0.15-0.25 ms per veth end set
+down or up here: bench/event_timing.py).
 """
 
 from __future__ import annotations
@@ -26,13 +47,14 @@ from __future__ import annotations
 import dataclasses
 import socket
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from aitb.errors import LabError
-from aitb.plan import LinkPlan, Route
+from aitb.plan import Endpoint, LinkPlan, Route
 from testbed import frr, load_balance, source_routing
 from testbed.links import RTM_NEWLINK, updown_msg
 from testbed.nl import F_CREATE, F_REPLACE, Batch, dump
@@ -44,10 +66,12 @@ from testbed.routes import (
     route_key,
     route_msg,
 )
+from testbed.sysctl import skips_carrierless_routes
 
 Lab = Any  # testbed.lab.Lab, which calls this module (no import back: no cycle)
 
-__all__ = ["set_links", "restore_routes", "RTNH_F_DEAD", "RTNH_F_LINKDOWN"]
+__all__ = ["set_links", "prepare_links", "down_ends", "LinkChange", "restore_routes",
+           "RTNH_F_DEAD", "RTNH_F_LINKDOWN"]
 
 RTNH_F_DEAD, RTNH_F_LINKDOWN = 1, 16  # include/uapi/linux/rtnetlink.h
 RT_TABLE_MAIN = 254
@@ -64,37 +88,161 @@ def _links(lab: Lab, names: Iterable[str]) -> list[LinkPlan]:
     return out
 
 
-def set_links(lab: Lab, names: Sequence[str], up: bool) -> dict[str, Any]:
-    """Set both ends of every link in ``names`` down or ``up``; on up, restore and read back
-    the routes (:func:`restore_routes`). Updates ``lab.down_links``. Returns what was done:
-    ``{"links": [...], "routes": {node: [dst, ...]}}`` (routes: on up only). Raises LabError
-    naming link or node when the kernel refuses, or when the read-back differs."""
-    links = _links(lab, names)
-    by_node: dict[str, list[int]] = {}
-    for lk in links:
-        for ep in (lk.a, lk.b):
+class LinkChange:
+    """Links set down or up, made ready by :func:`prepare_links` before the instant they are
+    due: names checked, the ends to set chosen (down: :func:`down_ends`; up: both) and their
+    ifindexes looked up, the interface messages encoded into one :class:`testbed.nl.Batch`
+    per node and, for an up, the route messages that restore the plan's routes (for the down
+    links the lab will have then; re-made at :meth:`apply` if another change came in
+    between). :meth:`apply` then only sends and collects acks; one apply per change."""
+
+    def __init__(self, lab: Lab, links: list[LinkPlan], up: bool, node: str | None = None
+                 ) -> None:
+        self.lab, self.links, self.up = lab, links, up
+        ends = [ep for lk in links for ep in (lk.a, lk.b)] if up else down_ends(lab, links,
+                                                                                node)
+        by_node: dict[str, list[int]] = {}
+        for ep in ends:
             by_node.setdefault(ep.node, []).append(lab.layout.node(ep.node).ifindex(ep.ifname))
-    word = "up" if up else "down"
-    with lab.netlink_lock:
-        for node, indexes in by_node.items():
-            batch = Batch(lab.node_io(node).sock, f"node {node}")
+        word = "up" if up else "down"
+        self.batches = []
+        for name, indexes in by_node.items():
+            batch = Batch(lab.node_io(name).sock, f"node {name}")
             for index in indexes:
-                batch.add(updown_msg(index, up), RTM_NEWLINK, 0,
-                          f"node {node}: set interface {index} {word}")
-            batch.commit()
-        if up:
-            lab.down_links.difference_update(lk.name for lk in links)
+                batch.add_cached(("updown", up), lambda: (updown_msg(0, up), RTM_NEWLINK),
+                                 index, 0, f"node {name}: set interface {index} {word}")
+            self.batches.append(batch)
+        self.routes: list[_NodeRoutes] | None = None
+        if up:  # the routes as they will be restored, unless the down links change
+            self.down_after = frozenset(lab.down_links) - {lk.name for lk in links}
+            self.routes = _route_batches(lab, links, self.down_after)
+        self.applied = False
+
+    def apply(self) -> dict[str, Any]:
+        """Send the change; on up, restore and read back the routes (:func:`restore_routes`;
+        ``acked_unix_s`` in the result: when the kernel had acked the links and routes).
+        Updates ``lab.down_links``. Returns ``{"links": [...], "routes": {node: [dst, ...]},
+        "acked_unix_s": seconds since the epoch}`` (routes and acked: on up only). Raises
+        LabError naming node when the kernel refuses, or when the read-back differs."""
+        assert not self.applied, "a LinkChange is applied once"
+        self.applied = True
+        lab, links = self.lab, self.links
+        with lab.netlink_lock:
+            for batch in self.batches:
+                batch.commit()
+            if self.up:
+                lab.down_links.difference_update(lk.name for lk in links)
+            else:
+                lab.down_links.update(lk.name for lk in links)
+            done: dict[str, Any] = {"links": [lk.name for lk in links]}
+            if self.up:
+                routes = self.routes if frozenset(lab.down_links) == self.down_after else None
+                done["routes"] = _restore(lab, links, done, routes)
+        return done
+
+
+def down_ends(lab: Lab, links: Sequence[LinkPlan], node: str | None = None
+              ) -> list[Endpoint]:
+    """The ends to set down to take ``links`` down, in link order: per link the end on
+    ``node`` (a ``node_down``'s node) if it has one, else the end on the node with the most
+    of ``links`` (end a on a tie), its peer losing the carrier; the other end where the
+    chosen one's peer node would keep using a link without carrier
+    (:func:`testbed.sysctl.skips_carrierless_routes`); both where neither end's would. Pure
+    (reads ``lab.plan``)."""
+    count = Counter(ep.node for lk in links for ep in (lk.a, lk.b))
+    skips = {n.name: skips_carrierless_routes(n) for n in lab.plan.nodes}
+    out = []
+    for lk in links:
+        if node in (lk.a.node, lk.b.node):
+            first = lk.endpoint(node)
         else:
-            lab.down_links.update(lk.name for lk in links)
-        done: dict[str, Any] = {"links": [lk.name for lk in links]}
-        if up:
-            done["routes"] = restore_routes(lab, links, done)
-    return done
+            first = lk.b if count[lk.b.node] > count[lk.a.node] else lk.a
+        other = lk.b if first is lk.a else lk.a
+        if skips[other.node]:  # the peer of the end set down stops using the link
+            out.append(first)
+        elif skips[first.node]:
+            out.append(other)
+        else:
+            out += [lk.a, lk.b]
+    return out
+
+
+def prepare_links(lab: Lab, names: Sequence[str], up: bool, node: str | None = None
+                  ) -> LinkChange:
+    """The change that takes every link in ``names`` down (one end each, :func:`down_ends`;
+    ``node``: the node whose links these are, a ``node_down``'s) or ``up`` (both ends), ready
+    to :meth:`LinkChange.apply` (nothing is sent yet). Raises LabError naming an unknown
+    link."""
+    return LinkChange(lab, _links(lab, names), up, node)
+
+
+def set_links(lab: Lab, names: Sequence[str], up: bool, node: str | None = None
+              ) -> dict[str, Any]:
+    """Take every link in ``names`` down (one end each, :func:`down_ends`) or ``up`` (both
+    ends); on up, restore and read back the routes (:func:`restore_routes`). Updates
+    ``lab.down_links``. Returns what was done: ``{"links": [...], "routes": {node: [dst,
+    ...]}, "acked_unix_s": ...}`` (routes and acked: on up only, see
+    :meth:`LinkChange.apply`). Raises LabError naming link or node when the kernel refuses,
+    or when the read-back differs."""
+    return prepare_links(lab, names, up, node).apply()
 
 
 def _live(route: Route, ifnames_down: set[str]) -> Route | None:
     hops = tuple(h for h in route.nexthops if h.ifname not in ifnames_down)
     return dataclasses.replace(route, nexthops=hops) if hops else None
+
+
+_NodeRoutes = tuple[str, Any, socket.socket, Batch, list[Route], set[str]]
+"""node, its layout, its socket, the batch of its route messages, the routes wanted, its
+interfaces on the links that come up (and are up)."""
+
+
+def _route_batches(lab: Lab, links: Sequence[LinkPlan], down_links: Iterable[str]
+                   ) -> list[_NodeRoutes]:
+    """The route messages that restore the routes of the end nodes of ``links`` with the
+    links ``down_links`` down (encoded once per distinct route, :meth:`Batch.add_cached`)."""
+    touched = {ep.node: set() for lk in links for ep in (lk.a, lk.b)}
+    for lk in links:
+        for ep in (lk.a, lk.b):
+            touched[ep.node].add(ep.ifname)
+    down_names = set(down_links)
+    out = []
+    for node, ifnames in touched.items():
+        n = lab.plan.node(node)
+        down = {lk.endpoint(node).ifname for lk in lab.plan.links_of(node)
+                if lk.name in down_names}
+        layout = lab.layout.node(node)
+        sock = lab.node_io(node).sock
+        batch = Batch(sock, f"node {node}")
+        flags = F_CREATE | F_REPLACE
+        rto = n.rto_min_s
+        if rto is not None:
+            for lk in lab.plan.links_of(node):
+                ep = lk.endpoint(node)
+                if ep.ifname in ifnames:
+                    index = layout.ifindex(ep.ifname)
+                    for iface in (ep.ipv4, ep.ipv6):
+                        if iface is not None:
+                            batch.add_cached(
+                                ("connected", index, iface, rto),
+                                lambda i=index, f=iface, r=rto: (connected_route_msg(i, f, r),
+                                                          RTM_NEWROUTE),
+                                None, flags,
+                                f"node {node}: rto_min on connected route {iface.network}")
+        wanted = []
+        for route in () if frr.routed_by_frr(lab.plan, n) else n.routes:  # FRR re-learns
+            if not any(h.ifname in ifnames for h in route.nexthops):
+                continue
+            live = _live(route, down)
+            if live is None:
+                continue
+            wanted.append(live)
+            key = ("route", live, tuple(layout.ifindex(h.ifname) for h in live.nexthops), rto)
+            batch.add_cached(key, lambda r=live, lo=layout, m=rto: (route_msg(r, lo, m),
+                                                             RTM_NEWROUTE),
+                             None, flags, f"node {node}: restore route {route.dst}")
+        out.append((node, layout, sock, batch, wanted, ifnames - down))
+    return out
 
 
 def restore_routes(lab: Lab, links: Sequence[LinkPlan], times: dict[str, Any] | None = None
@@ -104,48 +252,23 @@ def restore_routes(lab: Lab, links: Sequence[LinkPlan], times: dict[str, Any] | 
     node -> the destinations restored; ``times`` (if given) gets ``acked_unix_s``, when the
     kernel had acked every route (seconds since the epoch; the read-back waits for the
     carrier after it). Raises LabError listing every difference."""
-    touched = {ep.node: set() for lk in links for ep in (lk.a, lk.b)}
-    for lk in links:
-        for ep in (lk.a, lk.b):
-            touched[ep.node].add(ep.ifname)
-    out: dict[str, list[str]] = {}
-    problems: list[str] = []
-    batches = []
-    for node, ifnames in touched.items():
-        n = lab.plan.node(node)
-        down = {lk.endpoint(node).ifname for lk in lab.plan.links_of(node)
-                if lk.name in lab.down_links}
-        layout = lab.layout.node(node)
-        sock = lab.node_io(node).sock
-        batch = Batch(sock, f"node {node}")
-        if n.rto_min_s is not None:
-            for lk in lab.plan.links_of(node):
-                ep = lk.endpoint(node)
-                if ep.ifname in ifnames:
-                    for iface in (ep.ipv4, ep.ipv6):
-                        if iface is not None:
-                            batch.add(connected_route_msg(layout.ifindex(ep.ifname), iface,
-                                                          n.rto_min_s), RTM_NEWROUTE,
-                                      F_CREATE | F_REPLACE,
-                                      f"node {node}: rto_min on connected route "
-                                      f"{iface.network}")
-        wanted = []
-        for route in () if frr.routed_by_frr(lab.plan, n) else n.routes:  # FRR re-learns
-            if not any(h.ifname in ifnames for h in route.nexthops):
-                continue
-            live = _live(route, down)
-            if live is None:
-                continue
-            wanted.append(live)
-            batch.add(route_msg(live, layout, n.rto_min_s), RTM_NEWROUTE,
-                      F_CREATE | F_REPLACE, f"node {node}: restore route {route.dst}")
+    return _restore(lab, links, times, None)
+
+
+def _restore(lab: Lab, links: Sequence[LinkPlan], times: dict[str, Any] | None,
+             batches: list[_NodeRoutes] | None) -> dict[str, list[str]]:
+    """:func:`restore_routes` with the route batches made already (None: make them now)."""
+    if batches is None:
+        batches = _route_batches(lab, links, lab.down_links)
+    for node, _, _, batch, _, ifnames_up in batches:
         batch.commit()
-        load_balance.restore(lab, node, ifnames - down)  # its per-next-hop tables
-        source_routing.restore(lab, node, ifnames - down)  # its per-source tables
-        batches.append((node, layout, sock, wanted))
+        load_balance.restore(lab, node, ifnames_up)  # its per-next-hop tables
+        source_routing.restore(lab, node, ifnames_up)  # its per-source tables
     if times is not None:
         times["acked_unix_s"] = time.time()
-    for node, layout, sock, wanted in batches:
+    out: dict[str, list[str]] = {}
+    problems: list[str] = []
+    for node, layout, sock, _, wanted, _ in batches:
         # the carrier of a veth end that came up is announced by the kernel's linkwatch
         # work, a moment later: until then its next hops are flagged linkdown (skipped)
         deadline = time.monotonic() + CARRIER_WAIT_S

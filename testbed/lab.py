@@ -31,6 +31,7 @@ from testbed import (
     faults,
     frr,
     kernel,
+    linecpu,
     load_balance,
     netns,
     ovs_datapath,
@@ -86,6 +87,19 @@ class Lab:
     (:func:`testbed.layout.needs_wire_packets`). A later :meth:`set_shaping` does not change
     it: pass True when packet buffers may be added later.
 
+    line_cpu: a CPU given to the native delay line alone (None: shared): its helpers run
+    pinned there, spinning before every release, and every lab interface's receive
+    processing (RPS, ``net.core.rps_default_mask``) goes to the other CPUs. Each verdict runs
+    the rest of its packet's path inside the helper's call, so on a shared CPU a helper
+    carrying 1 Gbit/s of MTU packets released them 40-260 us late (p50) and 0.3-8 ms (p99);
+    dedicated, 11-24 us and 0.19-0.63 ms on a quiet 2-core VM (bench/delayline_accuracy.py
+    --isolate; README.md "the native delay line" has the table). It costs the
+    lab that CPU: while the lab is up this process's threads, and what it starts, run on the
+    others (:mod:`testbed.linecpu` lists what that covers). LabError (exit code 2) if this
+    process may not run on it, no other CPU remains or the kernel cannot steer receive
+    processing (:func:`testbed.linecpu.check_line_cpu`), or (at up) if no direction of the lab
+    uses the native line.
+
     Side effects (up): namespaces ``aitb-<run_id>-<node>``, veths, bridges, IFBs, qdiscs,
     routes, sysctls inside them; ``state_dir/<run_id>/{registry.jsonl,plan.json}``; for hosts
     with an image, a container of that name labelled with the run id (and a dockerd if none
@@ -93,8 +107,11 @@ class Lab:
     """
 
     def __init__(self, plan: LabPlan, run_id: str | None = None,
-                 state_dir: Path = DEFAULT_STATE_DIR, wire_packets: bool | None = None) -> None:
+                 state_dir: Path = DEFAULT_STATE_DIR, wire_packets: bool | None = None,
+                 line_cpu: int | None = None) -> None:
         self.plan = plan
+        self.line_cpu = None if line_cpu is None else linecpu.check_line_cpu(line_cpu)
+        self._line_cpu_saved: dict[int, set[int]] | None = None  # threads' affinity before
         self.run_id = run_id or new_run_id()
         self.registry = Registry(state_dir, self.run_id)
         self.layout: Layout = make_layout(plan, self.run_id, wire_packets)
@@ -161,6 +178,7 @@ class Lab:
         :func:`testbed.signals.raising` even where a library wrapped or dropped it."""
         self._check_frr()
         self._resolve_delay_lines()
+        self._check_line_cpu()
         self._check_kernel()
         refused = load_balance.problems(self.plan)
         if refused:
@@ -171,6 +189,9 @@ class Lab:
         else:
             self.registry.create(self.plan, self.owner_records)
         try:
+            if self.line_cpu is not None:
+                self.registry.append([{"kind": "line_cpu", "cpu": self.line_cpu}])
+                self._line_cpu_saved = linecpu.keep_off(self.line_cpu)
             self._build()
             late = signals.swallowed()  # an interrupt some library caught and dropped
             if late is not None:
@@ -210,7 +231,8 @@ class Lab:
             self.io.update({by_ns[nm]: NodeIO(fd, s) for nm, (fd, s) in made.items()})
         t = self._step("namespaces", t)
         ipv6 = any(ep.ipv6 for lk in self.plan.links for ep in (lk.a, lk.b))
-        sysctl.apply_all([(self.io[n.name].fd, n.name, *sysctl.node_sysctls(n, ipv6))
+        sysctl.apply_all([(self.io[n.name].fd, n.name,
+                           *sysctl.node_sysctls(n, ipv6, self.line_cpu))
                           for n in self.plan.nodes])
         t = self._step("sysctls", t)
         self.registry.append({"kind": "ifb", "node": r.rx_node, "ifname": r.ifb}
@@ -292,6 +314,15 @@ class Lab:
         died (by pid and exit status): that direction has dropped every packet since."""
         native.check_alive(self)
 
+    def _check_line_cpu(self) -> None:
+        if self.line_cpu is not None and not any(
+                r.delay_line == native.NAME for r in self.layout.recipes.values()):
+            err = LabError(f"delay_line_cpu {self.line_cpu}: no link direction of lab "
+                           f"{self.plan.name} uses the native delay line here (each delay "
+                           "is netem's, or there is none): nothing would use that CPU")
+            err.exit_code = 2
+            raise err
+
     def _check_kernel(self) -> None:
         missing = missing_kernel_features(self.layout)
         if missing:
@@ -370,6 +401,9 @@ class Lab:
         report = teardown(self.registry, self.children, self.keep_owner)
         report.failures[:0] = failures
         self.children = {}
+        if self._line_cpu_saved is not None:
+            linecpu.restore(self._line_cpu_saved)
+            self._line_cpu_saved = None
         self._step("down", t)
         return report
 
@@ -382,7 +416,11 @@ class Lab:
         if run_id not in known:
             raise unknown_name(f"unknown run id {run_id!r}; known runs: "
                                f"{', '.join(known) or 'none'}")
-        lab = cls(Registry(state_dir, run_id).plan(), run_id, state_dir)
+        reg = Registry(state_dir, run_id)
+        lab = cls(reg.plan(), run_id, state_dir)
+        # as deployed (not checked again: destroy must work from any process)
+        lab.line_cpu = next((r["cpu"] for r in reg.records() if r.get("kind") == "line_cpu"),
+                            None)
         lab.attached = True
         return lab
 
@@ -501,11 +539,21 @@ class Lab:
         together as possible, like :meth:`exec_app`; see :func:`testbed.apps.start_apps`."""
         return apps.start_apps(self, requests)
 
-    def set_links(self, names: Sequence[str], up: bool) -> dict[str, Any]:
-        """Set both ends of links ``names`` down or ``up``; on up, restore the plan's routes
-        through them and read them back. Returns what was done; raises LabError naming the
-        link or node. See :func:`testbed.faults.set_links`."""
-        return faults.set_links(self, names, up)
+    def set_links(self, names: Sequence[str], up: bool, node: str | None = None
+                  ) -> dict[str, Any]:
+        """Take links ``names`` down (one veth end each, its peer losing the carrier;
+        ``node``: prefer that node's ends, a node_down's) or ``up`` (both ends); on up,
+        restore the plan's routes through them and read them back. Returns what was done;
+        raises LabError naming the link or node. See :func:`testbed.faults.set_links`."""
+        return faults.set_links(self, names, up, node)
+
+    def prepare_links(self, names: Sequence[str], up: bool, node: str | None = None
+                      ) -> faults.LinkChange:
+        """:meth:`set_links` made ready ahead of its instant (names checked, messages
+        encoded); its ``apply()`` sends it (testbed/trace_player.py prepares each event's
+        links before waiting for its time). Raises LabError naming an unknown link. See
+        :func:`testbed.faults.prepare_links`."""
+        return faults.prepare_links(self, names, up, node)
 
     def set_shaping(self, link_name: str, direction: str, shaping: Shaping,
                     read_back: bool = True) -> None:

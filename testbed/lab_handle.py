@@ -30,6 +30,7 @@ class LabHandle(Protocol):
     ovs: dict[str, Any]
     ovs_controller: str | None
     ovs_datapaths: dict[str, str]
+    line_cpu: int | None  # a CPU for the native delay line alone (testbed.lab.Lab)
 
     def node_io(self, node: str) -> Any:
         """The open namespace fd and netlink socket of ``node`` (testbed.realise.NodeIO)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from aitb.errors import LabError
 from aitb.plan import LabPlan, LinkPlan
 from aitb.shaping import Shaping
+from testbed.qdiscs.tbf import counts_packets
 from testbed.registry import unknown_name
 from testbed.tc import direction_recipe
 from testbed.tcobjects import DirectionRecipe, TcObject
@@ -115,20 +116,33 @@ def recipe_for(layout: Layout, link: LinkPlan, direction: str, shaping: Shaping
 
 def needs_wire_packets(plan: LabPlan) -> bool:
     """True when some direction's behaviour is defined per packet, so packets must be
-    wire-sized (no GSO super-packets, see :mod:`testbed.links`): a buffer given in packets,
-    an AQM, or netem loss, duplication, corruption or reordering. A rate alone, a byte buffer
-    or a pure delay behave the same with GSO (HTB and bfifo count every segment's bytes).
-    A loss step of a link trace (testbed/trace_player.py) counts too: GSO cannot be turned off
-    while the lab runs."""
+    wire-sized (no GSO super-packets, see :mod:`testbed.links`): an AQM, or netem loss,
+    duplication, corruption or reordering. A rate alone, a byte buffer or a pure delay behave
+    the same with GSO (HTB and bfifo count every segment's bytes), and so does a buffer given
+    in packets: its segmenter cuts GSO packets into wire-sized ones before the pfifo counts
+    them (:mod:`testbed.qdiscs.tbf`). A loss step of a link trace (testbed/trace_player.py)
+    counts too: GSO cannot be turned off while the lab runs.
+
+    Two cases keep packet buffers on wire-sized packets. The segmenter cuts only GSO packets
+    longer than one frame of its link, so on a link whose MTU is above another link's of the
+    plan (TCP's segments then follow the smaller MTU) a GSO packet of a few segments would
+    fit one frame and count once. And a spraying router (``load_balancing: packet``) turns
+    per-packet choices into per-aggregate ones under GSO, which would change the reordering
+    a packet-buffered spraying experiment measures."""
     if any(st.loss_pct for tr in plan.traces for st in tr.steps):
         return True
+    packet_buffers = False
+    smallest_mtu = min((lk.mtu for lk in plan.links), default=0)
     for lk in plan.links:
         for s in (lk.a_to_b, lk.b_to_a):
-            if (s.buffer is not None and s.buffer.packets is not None) or s.aqm != "fifo" \
-                    or s.loss_pct or s.loss_gemodel or s.duplicate_pct or s.corrupt_pct \
-                    or s.reorder_pct:
+            if s.aqm != "fifo" or s.loss_pct or s.loss_gemodel or s.duplicate_pct \
+                    or s.corrupt_pct or s.reorder_pct:
                 return True
-    return False
+            if counts_packets(s):
+                packet_buffers = True
+                if lk.mtu > smallest_mtu:
+                    return True
+    return packet_buffers and any(n.load_balancing == "packet" for n in plan.nodes)
 
 
 def make_layout(plan: LabPlan, run_id: str, wire_packets: bool | None = None) -> Layout:

@@ -6,10 +6,12 @@ namespace. Every interface is marked with the run's owner alias (``IFLA_IFALIAS`
 
 Wire-sized packets (``Layout.wire_packets``): ``IFLA_GSO_MAX_SEGS`` = 1 on every veth of the
 lab, so that TCP hands the network MSS-sized packets. Otherwise it sends 64 KB GSO
-super-packets (veths keep them whole across namespaces): a pfifo of "100 packets" then holds
-up to 6.4 MB and netem loses 45 segments at once. The price is per-packet CPU: on the 2-core
-project VM one TCP flow tops out near 350 Mbit/s with wire-sized packets, against 17 Gbit/s
-with GSO (see :func:`testbed.layout.needs_wire_packets` for when it is switched on).
+super-packets (veths keep them whole across namespaces): netem (or the native line) would
+lose 45 segments at once. A buffer in packets needs no such thing: its segmenter cuts GSO
+packets into frames before the pfifo counts them (:mod:`testbed.qdiscs.tbf`). The price is
+per-packet CPU: on the 2-core project VM one TCP flow tops out near 350 Mbit/s with
+wire-sized packets, against 17 Gbit/s with GSO (see :func:`testbed.layout.needs_wire_packets`
+for when it is switched on).
 """
 
 from __future__ import annotations

@@ -65,7 +65,8 @@ class MininetLab(Lab):
 
     def __init__(self, plan: LabPlan, run_id: str | None = None,
                  state_dir: Path = DEFAULT_STATE_DIR, wire_packets: bool | None = None,
-                 switch: str = "bridge", controller: str | None = None) -> None:
+                 switch: str = "bridge", controller: str | None = None,
+                 line_cpu: int | None = None) -> None:
         if switch not in ("bridge", "ovs"):
             raise LabError(f"unknown switch kind {switch!r}; known: bridge, ovs")
         boxes = [n.name for n in plan.nodes if getattr(n, "image", None)]
@@ -79,7 +80,7 @@ class MininetLab(Lab):
             plan = dataclasses.replace(plan, nodes=tuple(
                 dataclasses.replace(n, datapath="ovs") if n.kind == "switch" else n
                 for n in plan.nodes))
-        super().__init__(plan, run_id, state_dir, wire_packets)
+        super().__init__(plan, run_id, state_dir, wire_packets, line_cpu)
         self.ovs_controller = controller
         self.net: Any = None
         mininet_api()  # refuse early, before anything exists, if Mininet is missing
@@ -91,7 +92,8 @@ class MininetLab(Lab):
             self._add_node(n.name, n.kind)
         t = self._step("namespaces", t)
         ipv6 = any(ep.ipv6 for lk in self.plan.links for ep in (lk.a, lk.b))
-        sysctl.apply_all([(self.io[n.name].fd, n.name, *sysctl.node_sysctls(n, ipv6))
+        sysctl.apply_all([(self.io[n.name].fd, n.name,
+                           *sysctl.node_sysctls(n, ipv6, self.line_cpu))
                           for n in self.plan.nodes])
         t = self._step("sysctls", t)
         self._bridges()

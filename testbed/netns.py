@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -20,6 +21,7 @@ from typing import TypeVar
 from pyroute2 import netns as pr_netns
 
 from aitb.errors import LabError
+from testbed import signals
 
 __all__ = ["NETNS_DIR", "netns_path", "exists", "create_many", "remove", "run_in", "open_fd",
            "NETLINK_ROUTE", "enter", "socket_in", "attach_pid"]
@@ -138,13 +140,22 @@ def run_in(fd: int | None, fn: Callable[..., T], *args: object,
             finished.set()
 
     thread = threading.Thread(target=target, name="aitb-netns", daemon=True)
-    thread.start()
+    started = False
     try:
+        # Thread.start() waits for the new thread to begin: a handler raising there left the
+        # thread running unwaited (it made a lab's namespaces after its teardown). Signals are
+        # held while it starts and delivered again once it has (into this try)
+        with signals.held() as got:
+            thread.start()
+            started = True
+        if got:  # its handler now (raising: LabInterrupted), inside this try
+            signal.raise_signal(got[0])
         finished.wait()
     except BaseException:
         if stop is not None:
             stop.set()
-        while not finished.is_set():  # not Thread.is_alive(): unreliable after an interrupt
+        # not Thread.is_alive(): unreliable after an interrupt
+        while started and not finished.is_set():
             try:
                 finished.wait()
             except BaseException:  # noqa: BLE001, S112 - a second signal: keep waiting

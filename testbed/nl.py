@@ -14,6 +14,7 @@ import errno
 import os
 import socket
 import struct
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,6 +35,7 @@ NLM_F_ACK_TLVS = 0x200
 SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK, NETLINK_GET_STRICT_CHK = 270, 10, 11, 12
 _HDR = struct.Struct("=IHHII")
 _CACHE: dict[object, bytes] = {}
+_PREPARED: weakref.WeakSet[socket.socket] = weakref.WeakSet()  # sockets _prepare has set up
 _CHUNK_BYTES = 128 * 1024
 _DECODERS: dict[int, type[nlmsg]] = {16: ifinfmsg, 20: ifaddrmsg, 24: rtmsg,
                                      36: TcMsg, 40: TcMsg, 44: TcMsg}
@@ -53,9 +55,12 @@ class NlFailure:
 
 
 def _prepare(sock: socket.socket) -> None:
+    if sock in _PREPARED:  # once per socket: three system calls off every batch
+        return
     sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
     sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
     sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)  # dumps honour header filters
+    _PREPARED.add(sock)
 
 
 class Batch:
@@ -74,18 +79,21 @@ class Batch:
         ``flags`` are added to NLM_F_REQUEST|NLM_F_ACK; ``what`` names it in errors."""
         self.items.append((_encode(msg, msg_type, flags, len(self.items) + 1), what))
 
-    def add_cached(self, key: object, build: Callable[[], tuple[nlmsg, int]], index: int,
-                   flags: int, what: str) -> None:
+    def add_cached(self, key: object, build: Callable[[], tuple[nlmsg, int]],
+                   index: int | None, flags: int, what: str) -> None:
         """Like :meth:`add` for messages that differ only in their ifindex (tc objects of
         identical links, interface settings): ``build()`` -> (message with index 0, type) is
         encoded once per ``key``; later copies patch the index (ifinfmsg and tcmsg both keep it
-        at byte 20) and the sequence number. Cuts pyroute2's encoding time per object."""
+        at byte 20) and the sequence number. ``index`` None: no index to patch (any message
+        type; ``key`` must then determine the whole message, e.g. a route with its next
+        hops' ifindexes). Cuts pyroute2's encoding time per object (~0.1 ms here)."""
         data = _CACHE.get(key)
         if data is None:
             data = _CACHE[key] = _encode(*build(), flags, 0)
         buf = bytearray(data)
         struct.pack_into("=I", buf, 8, len(self.items) + 1)
-        struct.pack_into("=i", buf, 20, index)
+        if index is not None:
+            struct.pack_into("=i", buf, 20, index)
         self.items.append((bytes(buf), what))
 
     def commit(self, tolerate: frozenset[int] = frozenset()) -> list[NlFailure]:

@@ -12,10 +12,16 @@ so that after a SIGKILL of the owner ``aitb clean`` can remove exactly those obj
     {"kind": "detached"}                                    (deploy left it up on purpose)
     {"kind": "ovs", "node": ..., "datapath": "system"|"netdev"}   (a fact, nothing to remove)
     {"kind": "run_dir", "path": ...}      (an `aitb run`'s folder: clean marks it killed)
+    {"kind": "path", "node": ..., "path": ...}   (removed: under /var/tmp/frr, or a temporary
+                                          directory's aitb-<word>-<run id>; testbed.clean)
+
+The registry directory itself appears complete (written as owned scratch, aitb.owned, and
+renamed into place: :meth:`Registry.create`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -26,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from aitb.errors import LabError
+from aitb.owned import make_owned_dir, pid_alive, pid_start_time
 from aitb.plan import LabPlan, plan_from_dict, plan_to_dict
 
 __all__ = ["unknown_name", "Registry", "state_dir", "pid_start_time", "pid_alive", "RUN_ID_RE",
@@ -48,24 +55,17 @@ def unknown_name(message: str) -> LabError:
     return err
 
 
-def pid_start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (/proc/<pid>/stat field 22, proc(5)),
-    or None if there is no such process. Together with the pid it names a process uniquely."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return int(stat.rpartition(")")[2].split()[19])
-
-
-def pid_alive(pid: int, start: int | None) -> bool:
-    """True if process ``pid`` exists, is not a zombie, and (if given) started at ``start``."""
-    now = pid_start_time(pid)
-    if now is None or (start is not None and now != start):
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rpartition(")")[2].split()[0] != "Z"
+def _append(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """Append ``records`` to the registry file ``path`` durably (one write, flush, fsync)."""
+    data = "".join(json.dumps(r) + "\n" for r in records).encode()
+    with open(path, "ab+") as f:
+        if f.seek(0, os.SEEK_END) > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":  # a torn line from a crash: start a fresh one
+                data = b"\n" + data
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 class Registry:
@@ -81,15 +81,30 @@ class Registry:
     def create(self, plan: LabPlan, records: Iterable[dict[str, Any]] = ()) -> None:
         """Start the run: directory, plan.json and the owner record (this process), with
         ``records`` (e.g. the run directory ``aitb clean`` marks killed) in the same write.
-        Raises LabError if the run id is already in use."""
+        The directory appears complete or not at all: it is written as owned scratch
+        (``<state_dir>/aitb-reg-<pid>.<start>-*``, aitb.owned) and renamed to its run id,
+        so a SIGKILL at any instant leaves a run ``aitb clean`` finds by its registry or
+        scratch it sweeps, never a bare directory. Raises LabError if the run id is already
+        in use."""
+        in_use = LabError(f"run id {self.run_id} is already in use ({self.dir} exists)")
+        if self.dir.exists():
+            raise in_use
+        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = make_owned_dir("reg", self.dir.parent)
         try:
-            self.dir.mkdir(parents=True, exist_ok=False)
-        except FileExistsError:
-            raise LabError(f"run id {self.run_id} is already in use ({self.dir} exists)") from None
-        self.write_plan(plan)
-        pid = os.getpid()
-        self.append([{"kind": "run", "run_id": self.run_id, "owner_pid": pid,
+            os.chmod(staging, 0o755)  # as a plain mkdir by root: readable, as before
+            (staging / "plan.json").write_text(json.dumps(plan_to_dict(plan)))
+            pid = os.getpid()
+            _append(staging / self.path.name,
+                    [{"kind": "run", "run_id": self.run_id, "owner_pid": pid,
                       "owner_start": pid_start_time(pid), "time": time.time()}, *records])
+            os.rename(staging, self.dir)  # fails on a directory with anything in it
+        except BaseException as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOTEMPTY, errno.EEXIST,
+                                                          errno.ENOTDIR):
+                raise in_use from None
+            raise
 
     def write_plan(self, plan: LabPlan) -> None:
         """(Re)write the run's plan.json (what attach, inspect and exec read)."""
@@ -97,15 +112,7 @@ class Registry:
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Append ``records`` durably (one write, flush, fsync)."""
-        data = "".join(json.dumps(r) + "\n" for r in records).encode()
-        with open(self.path, "ab+") as f:
-            if f.seek(0, os.SEEK_END) > 0:
-                f.seek(-1, os.SEEK_END)
-                if f.read(1) != b"\n":  # a torn line from a crash: start a fresh one
-                    data = b"\n" + data
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        _append(self.path, records)
 
     def records(self) -> list[dict[str, Any]]:
         """All records in order; a torn last line (crash mid-write) is ignored."""
@@ -170,9 +177,10 @@ class Registry:
 
     @staticmethod
     def runs(state_dir: Path) -> list[str]:
-        """Run ids with a registry under ``state_dir``, sorted."""
+        """Run ids with a registry under ``state_dir``, sorted (not a registry still being
+        created: :meth:`create`)."""
         try:
             return sorted(p.name for p in Path(state_dir).iterdir()
-                          if (p / "registry.jsonl").exists())
+                          if RUN_ID_RE.match(p.name) and (p / "registry.jsonl").exists())
         except FileNotFoundError:
             return []

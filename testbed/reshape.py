@@ -55,8 +55,10 @@ def _egress(lab: LabHandle, old: DirectionRecipe, new: DirectionRecipe) -> Batch
     node = lab.layout.nodes[new.tx_node]
     batch = Batch(lab.io[new.tx_node].sock, f"node {new.tx_node}")
     if _shape(old.egress) == _shape(new.egress):
-        # HTB's root has nothing to change (default class 1) and refuses "change"
-        add_tc(batch, node, tuple(o for o in new.egress if o.verb != "qdisc" or o.kind != "htb"),
+        # HTB's root has nothing to change (default class 1) and refuses "change"; the
+        # segmenter never changes, and a "change" of it would reset its child's limit
+        add_tc(batch, node, tuple(o for o in new.egress
+                                  if o.verb != "qdisc" or o.kind not in ("htb", "tbf")),
                0, "change")
         return batch
     if old.egress:
@@ -103,8 +105,9 @@ def set_shaping(lab: LabHandle, link_name: str, direction: str, shaping: Shaping
     probe = dataclasses.replace(lab.plan, links=(dataclasses.replace(link, **{direction:
                                                                             shaping}),))
     if needs_wire_packets(probe) and not lab.layout.wire_packets:
-        raise LabError(f"link {link_name} {direction}: this shaping counts packets (buffer in "
-                       "packets, AQM or netem loss), but the lab runs with GSO super-packets; "
+        raise LabError(f"link {link_name} {direction}: this shaping counts packets (an AQM or "
+                       "netem loss, duplication, corruption or reordering), but the lab runs "
+                       "with GSO super-packets; "
                        "create the Lab with wire_packets=True to change to it later")
     old = lab.layout.recipes[(link_name, direction)]
     new = recipe_for(lab.layout, link, direction, shaping)

@@ -112,8 +112,12 @@ def _echo(sock: socket.socket, probe: EchoProbe, ident: int, seq: int,
             ready, _, _ = select.select([sock], [], [], wake - now)
             if not ready:
                 continue
-        read_at = time.perf_counter()  # the reply was there by then (within one poll)
         pkt = _recv(sock)
+        # after the read, never before it: a reply released between a clock read and the
+        # recv (the delay line's helper runs at a real-time priority and preempts this
+        # process right there) would count as arrived before it was released, up to 0.6 ms
+        # early under load; so the RTT is an upper bound, by one recv (a few us)
+        read_at = time.perf_counter()
         if pkt is not None and parse_echo_reply(pkt) == want:
             return read_at - sent
     return None

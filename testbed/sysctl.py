@@ -15,7 +15,8 @@ from aitb.errors import LabError
 from aitb.plan import NodePlan
 from testbed import netns
 
-__all__ = ["node_sysctls", "apply_all", "sysctl_path", "read", "all_cpus_mask", "RPS_DEFAULT_MASK"]
+__all__ = ["node_sysctls", "apply_all", "sysctl_path", "read", "all_cpus_mask", "RPS_DEFAULT_MASK",
+           "skips_carrierless_routes"]
 
 _BRIDGE_NF = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables",
               "net.bridge.bridge-nf-call-arptables")
@@ -29,11 +30,15 @@ def sysctl_path(key: str) -> str:
 RPS_DEFAULT_MASK = "net.core.rps_default_mask"
 
 
-def all_cpus_mask(n_cpus: int | None = None) -> str:
-    """The cpumask of CPUs 0..n-1 (default: ``os.cpu_count()``) as /proc/sys cpumask text:
-    hex in comma-separated 32-bit groups, most significant first (bitmap_parse format)."""
+def all_cpus_mask(n_cpus: int | None = None, without: int | None = None) -> str:
+    """The cpumask of CPUs 0..n-1 (default: ``os.cpu_count()``), less CPU ``without`` if
+    given, as /proc/sys cpumask text: hex in comma-separated 32-bit groups, most significant
+    first (bitmap_parse format)."""
     n = n_cpus or os.cpu_count() or 1
-    digits = f"{(1 << n) - 1:x}"
+    bits = (1 << n) - 1
+    if without is not None:
+        bits &= ~(1 << without)
+    digits = f"{bits:x}"
     groups = []
     while digits:
         groups.insert(0, digits[-8:])
@@ -41,7 +46,8 @@ def all_cpus_mask(n_cpus: int | None = None) -> str:
     return ",".join(groups)
 
 
-def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, str]]:
+def node_sysctls(node: NodePlan, ipv6: bool, line_cpu: int | None = None
+                 ) -> tuple[dict[str, str], dict[str, str]]:
     """(required, optional) sysctls for ``node``: forwarding by kind (and ``forward``), ECMP
     hash policy, congestion control and the plan's own sysctls (these last, so they win).
     Optional ones are skipped where the kernel lacks them (bridge netfilter hooks on switches:
@@ -60,7 +66,9 @@ def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, 
     to the backlog of the CPU that transmits it, and an HTB dequeues from the sender's CPU or
     from its watchdog timer on another one, so one flow's packets were processed by two CPUs
     at once and arrived reordered (spurious retransmissions, D-SACKs, with no drop anywhere).
-    RPS steers each flow by its hash to one CPU, which keeps it in order.
+    RPS steers each flow by its hash to one CPU, which keeps it in order. With ``line_cpu``
+    (a CPU dedicated to the native delay line, :mod:`testbed.linecpu`) the mask leaves that
+    CPU out and is required: the line's helpers run there alone.
 
     Links that fail (testbed/faults.py), on hosts and routers: a multipath next hop whose
     link lost its carrier is skipped (``ignore_routes_with_linkdown``, all and default: the
@@ -69,7 +77,11 @@ def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, 
     stay on an interface that goes down (``keep_addr_on_down``; else a link that comes back
     has none)."""
     req: dict[str, str] = {}
-    opt: dict[str, str] = {RPS_DEFAULT_MASK: all_cpus_mask()}
+    opt: dict[str, str] = {}
+    if line_cpu is None:
+        opt[RPS_DEFAULT_MASK] = all_cpus_mask()
+    else:
+        req[RPS_DEFAULT_MASK] = all_cpus_mask(without=line_cpu)
     if node.kind == "switch":
         opt.update({k: "0" for k in _BRIDGE_NF})
     else:
@@ -87,6 +99,18 @@ def node_sysctls(node: NodePlan, ipv6: bool) -> tuple[dict[str, str], dict[str, 
         req["net.ipv4.tcp_congestion_control"] = node.tcp_congestion_control
     req.update(node.sysctls)
     return req, opt
+
+
+def skips_carrierless_routes(node: NodePlan) -> bool:
+    """Whether ``node`` stops using a link that only lost its carrier (its far end went
+    down), as testbed/faults.py relies on when it sets one end of a link down: a switch's
+    bridge disables a port without carrier; a host or router skips next hops without
+    carrier (``ignore_routes_with_linkdown``, :func:`node_sysctls`) unless the node's own
+    sysctls set one of those keys to 0. Pure."""
+    if node.kind == "switch":
+        return True
+    return not any(key.endswith(".ignore_routes_with_linkdown") and str(value).strip() == "0"
+                   for key, value in node.sysctls.items())
 
 
 _LINK_FAULTS_V4 = {"net.ipv4.conf.all.ignore_routes_with_linkdown": "1",

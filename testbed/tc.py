@@ -11,7 +11,9 @@ is the business of its module in :mod:`testbed.qdiscs`; the delay line's of its 
 Layout (the bottleneck buffer is independent of the delay line, see aitb/shaping.py)::
 
     tx egress:  htb 1: (default 1) -> class 1:1 rate=ceil=R -> leaf 10: = the bottleneck buffer
-                (the AQM's leaf: pfifo / bfifo / fq_codel / red)
+                (the AQM's leaf: pfifo / bfifo / fq_codel / red); a buffer given in packets
+                (pfifo) hangs below the segmenter tbf 9: (parent 9:1), which cuts GSO
+                packets into wire-sized ones first (testbed/qdiscs/tbf.py)
     rx ingress: the delay line's backend; for netem: ingress ffff: -> u32 match-all -> mirred
                 redirect -> IFB (in rx's namespace), whose netem 1: is the delay line (delay,
                 jitter, loss, reorder, duplicate, corrupt), its limit sized so that it never
@@ -24,16 +26,22 @@ from __future__ import annotations
 
 from aitb.shaping import Shaping
 from testbed import delay_backends, qdiscs
-from testbed.qdiscs import htb
+from testbed.qdiscs import htb, tbf
 from testbed.qdiscs.common import UNSHAPED_RATE_BPS
 from testbed.tcobjects import DirectionRecipe, TcObject
 
-__all__ = ["direction_recipe"]
+__all__ = ["direction_recipe", "SEGMENTER_HANDLE"]
 
 
-def _leaf(shaping: Shaping, mtu: int, node: str, dev: str) -> TcObject:
+SEGMENTER_HANDLE = "9:"
+
+
+def _leaf(shaping: Shaping, mtu: int, node: str, dev: str) -> tuple[TcObject, ...]:
     kind, params = qdiscs.aqm(shaping.aqm).leaf(shaping, mtu)
-    return TcObject("qdisc", node, dev, "1:1", "10:", kind, params)
+    if not tbf.counts_packets(shaping):
+        return (TcObject("qdisc", node, dev, "1:1", "10:", kind, params),)
+    return (TcObject("qdisc", node, dev, "1:1", SEGMENTER_HANDLE, "tbf", tbf.segmenter(mtu)),
+            TcObject("qdisc", node, dev, SEGMENTER_HANDLE + "1", "10:", kind, params))
 
 
 def _egress(shaping: Shaping, mtu: int, node: str, dev: str) -> tuple[TcObject, ...]:
@@ -44,7 +52,7 @@ def _egress(shaping: Shaping, mtu: int, node: str, dev: str) -> tuple[TcObject, 
     return (
         TcObject("qdisc", node, dev, "root", "1:", "htb", root),
         TcObject("class", node, dev, "1:", "1:1", "htb", cls),
-        _leaf(shaping, mtu, node, dev),
+        *_leaf(shaping, mtu, node, dev),
     )
 
 

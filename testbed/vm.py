@@ -12,12 +12,12 @@ import fcntl
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from aitb.errors import CommandError, LabError
+from aitb.owned import make_owned_dir
 from testbed.vm_boot import boot, guest_script, vng_argv
 from testbed.vm_image import IMAGE, ImageTree, ensure_image, guest_mount_lines
 from testbed.vm_kernel import require_vm, scripts_dir
@@ -156,7 +156,7 @@ def run_in_vm(argv: Sequence[str], *, rwdirs: Sequence[str | os.PathLike[str]] =
     vng, kernel = require_vm()
     dirs = _check_rwdirs(rwdirs)
     accel = accel or detect_accel()
-    result_dir = Path(tempfile.mkdtemp(prefix="aitb-vm-"))
+    result_dir = make_owned_dir("vm")
     try:
         trees = _python_image()
         setup = guest_mount_lines(trees, str(result_dir / "image.log")) if trees else []

@@ -8,6 +8,7 @@ errors with the reason, so that a missing VM can never look like a pass.
 import os
 
 import pytest
+from serial_lock import pytest_runtest_protocol  # noqa: F401  (the hook: `serial` under xdist)
 
 VM_TIER_MESSAGE = ("this test needs sch_netem, which this host kernel lacks: it must run inside "
                    "the stock-kernel VM (`make test-vm`, or `aitb --vm` for commands)")

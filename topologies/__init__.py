@@ -19,8 +19,9 @@ from typing import Any
 from aitb.errors import SpecError
 from aitb.plan import LabPlan
 from aitb.specfile import Ref, with_lines
-from topologies.generators import GENERATORS, build_spec
+from topologies.generators import GENERATORS, build_spec, profile_param_issues
 from topologies.loader import parse_topology, read_yaml
+from topologies.profiles import known_profiles
 from topologies.resolve import resolve
 from topologies.spec import TopologySpec
 
@@ -55,4 +56,8 @@ def generate(name: str, **params: Any) -> LabPlan:
     parameters, or a topology that does not resolve.
     """
     source = f"<generator {name}>"
-    return resolve(build_spec(name, params, source), source)
+    spec = build_spec(name, params, source)
+    bad = profile_param_issues(name, params, spec, known_profiles(spec.profiles), source)
+    if bad:
+        raise SpecError(bad)
+    return resolve(spec, source)

@@ -18,7 +18,6 @@ import queue
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from aitb.lifeline import spawn
+from aitb.owned import make_owned_dir, tag_or
 from aitb.records import FailureRecord
 from traffic_gen.jsonl import RecordWriter
 from traffic_gen.launch import Launcher
@@ -146,9 +146,10 @@ class Controller:
             self.frozen.clear()
 
     def _private_sock_dir(self) -> None:
-        """A short private directory for the socket, named by the run id, removed at the end
-        of the run."""
-        self.sock_dir = Path(tempfile.mkdtemp(prefix=f"aitb-{self.run_id}-"))
+        """A short private directory for the sockets, ``aitb-<run id>-<pid>.<start>-XXXXXXXX``
+        in the temporary directory, removed at the end of the run; its name marks this
+        process as the owner, so that ``aitb clean`` removes it after a SIGKILL (aitb.owned)."""
+        self.sock_dir = make_owned_dir(tag_or(self.run_id, "ctl"))
         self.sock_path = self.sock_dir / "ctl.sock"
 
     def _listen(self) -> socket.socket:

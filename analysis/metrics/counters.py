@@ -8,23 +8,41 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["ROOT_PARENTS", "root_qdiscs", "window_delta", "snapshot_qdiscs", "snapshot_delta"]
+__all__ = ["ROOT_PARENTS", "SEGMENTER", "root_qdiscs", "window_delta", "snapshot_qdiscs",
+           "snapshot_delta"]
 
 # how a root qdisc's parent is spelt: pyroute2's TC_H_ROOT (0xffffffff) or tc's word
 ROOT_PARENTS = ("root", "ffff:ffff", "ffffffff", "4294967295")
 # a netem delay line's drops are its configured random loss, not queue overflow
 NOT_QUEUES = ("netem", "noqueue", "ingress", "clsact")
+# the segmenter above a buffer given in packets (testbed/qdiscs/tbf.py): it cuts a GSO packet
+# into segments and hands them to the buffer one by one, counting each segment the buffer
+# drops (net/sched/sch_tbf.c tbf_segment); the root HTB sees one packet go in and counts no
+# drop unless every segment was dropped, and then one. So where a segmenter sits, its drops
+# are the interface's.
+SEGMENTER = "tbf"
 
 
 def root_qdiscs(qdisc: pd.DataFrame) -> pd.DataFrame:
     """The samples of each interface's root qdisc, without delay lines (netem) and
     queue-less qdiscs. A classful root (htb) counts its children's drops and packets
-    (net/sched/sch_htb.c htb_enqueue/htb_dequeue), so roots alone count each packet once."""
+    (net/sched/sch_htb.c htb_enqueue/htb_dequeue), so roots alone count each packet once;
+    where a segmenter sits below the root, the root's ``drops`` are the segmenter's (see
+    :data:`SEGMENTER`)."""
     if qdisc.empty:
         return qdisc
     keep = qdisc["parent"].astype(str).str.lower().isin(ROOT_PARENTS) & \
         ~qdisc["kind"].isin(NOT_QUEUES)
-    return qdisc[keep]
+    roots = qdisc[keep]
+    seg = qdisc[qdisc["kind"] == SEGMENTER]
+    if seg.empty:
+        return roots
+    key = ["t_s", "node", "ifname"]
+    seg_drops = seg.drop_duplicates(key).set_index(key)["drops"]
+    found = seg_drops.reindex(pd.MultiIndex.from_frame(roots[key])).to_numpy()
+    roots = roots.copy()
+    roots["drops"] = roots["drops"].where(pd.isna(found), found).astype(roots["drops"].dtype)
+    return roots
 
 
 def _at(series: pd.DataFrame, t: float, before: bool) -> pd.Series | None:
@@ -60,13 +78,17 @@ def window_delta(series: pd.DataFrame, t0: float, t1: float,
 
 def snapshot_qdiscs(snap: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(node, ifname, qdisc) for the root queue of each interface in a ``counters_end.json``
-    snapshot (testbed.lab_state.describe), same selection as :func:`root_qdiscs`."""
+    snapshot (testbed.lab_state.describe), same selection (and segmenter drops) as
+    :func:`root_qdiscs`."""
     for node, info in (snap.get("nodes") or {}).items():
         for iface in info.get("interfaces") or []:
-            for q in iface.get("qdiscs") or []:
+            qs = iface.get("qdiscs") or []
+            seg = next((q for q in qs if q.get("kind") == SEGMENTER), None)
+            for q in qs:
                 if str(q.get("parent")).lower() in ROOT_PARENTS and q.get("kind") not in \
                         NOT_QUEUES:
-                    yield node, iface["ifname"], q
+                    yield node, iface["ifname"], q if seg is None else {
+                        **q, "drops": seg.get("drops", q.get("drops"))}
 
 
 def snapshot_delta(snaps: list[dict[str, Any]], index: int) -> dict[tuple[str, str], dict]:

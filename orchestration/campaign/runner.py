@@ -23,6 +23,7 @@ from orchestration.campaign.plots import write_plots
 from orchestration.campaign.point import interrupted, run_point
 from orchestration.campaign.state import CampaignState, fingerprint
 from orchestration.campaign.sweep import Run, plain
+from testbed.signals import LabInterrupted
 
 __all__ = ["Campaign", "CampaignInterrupted", "CampaignResult", "load", "run_campaign"]
 
@@ -116,7 +117,7 @@ def run_campaign(c: Campaign, results: Path, progress: Progress = lambda _m: Non
                     _one_run(c, run, state, result, progress)
             else:
                 executor.run(c, todo, state, result, progress)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, LabInterrupted):  # the latter: before a run's manifest
             raise CampaignInterrupted("interrupted; run the same command again to "
                                       "resume") from None
         finish(c, state, result)

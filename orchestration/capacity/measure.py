@@ -23,11 +23,11 @@ import json
 import os
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from aitb.owned import owned_tempdir
 from orchestration.capacity.model import Calibration
 
 __all__ = ["calibrate", "busy_cores"]
@@ -117,7 +117,10 @@ def _htb(seconds: float, cores: int, state_dir: Path, delay: str | None = None
     from testbed.lab import Lab
 
     plan = _plan(2, "10Gbit", delay)
-    with Lab(plan, state_dir=state_dir) as lab:
+    # wire-sized packets on every hop, as when this was first calibrated: a 1000-packet
+    # buffer alone now keeps GSO (testbed/layout.py needs_wire_packets), and the figures are
+    # per-packet costs of wire-sized packets
+    with Lab(plan, state_dir=state_dir, wire_packets=True) as lab:
         dst = _address(plan, "h2")
         srv = lab.popen("h2", ["iperf3", "-s", "-1", "-B", dst], stdout=subprocess.DEVNULL)
         base = baseline()
@@ -143,7 +146,7 @@ def _agents(cores: int, state_dir: Path) -> float:
     sched = Schedule("calibrate", 2, {"p": Group("p", "pp", (0, 1))}, (SendRecv(0, 1, size),),
                      iterations=2)
     with Lab(plan, state_dir=state_dir) as lab, \
-            tempfile.TemporaryDirectory(prefix="aitb-cal-") as tmp:
+            owned_tempdir("cal") as tmp:
         hosts = {h: lab.netns_name(h) for h in ("h1", "h2")}
         addrs = {h: _address(plan, h) for h in hosts}
         base = baseline()

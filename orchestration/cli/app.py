@@ -25,7 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-err_console = Console(stderr=True)
+err_console = Console(emoji=False, stderr=True)
 _argv: list[str] | None = None  # the command line main() was given, for --vm to re-execute
 
 

@@ -15,7 +15,7 @@ def report_error(exc: AitbError) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    console = Console(stderr=True)
+    console = Console(emoji=False, stderr=True)
     lines = [str(i) for i in exc.issues] if isinstance(exc, SpecError) else [str(exc)]
     for line in lines:
         console.print(f"[bold red]error:[/] {escape(line)}", markup=True, highlight=False,

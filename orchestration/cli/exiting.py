@@ -7,6 +7,9 @@ handlers in place, the ones ``testbed.signals.raising``/``held`` restore when th
 - while the command runs, SIGINT raises KeyboardInterrupt (Python's own behaviour) and
   SIGTERM raises ``SystemExit(143)`` (it used to kill the process outright: default
   action), so ``finally`` blocks run and the exit status says what happened;
+- a handler's exception that Python can only drop (raised inside a finalizer the garbage
+  collector ran: "Exception ignored in ..." and a traceback, the Ctrl-C lost) is not
+  printed; the signal is sent again once the main thread is out of the hook (``_unraisable``);
 - once the command has its status (:func:`supervise` got it; or the signal lands inside the
   supervisor's own frames), a signal is only recorded, never raised into the exit path.
 
@@ -23,19 +26,23 @@ alone: the handlers give them the default action and the atexit callback does no
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
-from types import FrameType
+from types import FrameType, TracebackType
+from typing import Any
 
 __all__ = ["install", "supervise"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 INTERRUPTED = {128 + s for s in SIGNALS}
 
-_state: dict[str, object] = {"owner": None, "final": False, "code": 1}
+_state: dict[str, object] = {"owner": None, "final": False, "code": 1, "unraisable": None}
 _late: list[int] = []  # signals recorded once the command had its status
 
 
@@ -49,6 +56,53 @@ def install() -> None:
     for s in SIGNALS:
         signal.signal(s, _handler)
     atexit.register(_last)
+    _state["unraisable"] = sys.unraisablehook
+    sys.unraisablehook = _unraisable
+
+
+def _unraisable(info: Any) -> None:
+    """A signal handler's exception raised where Python can only drop it (a ``__del__`` or
+    weakref callback run by the garbage collector, at any instant): it printed a
+    KeyboardInterrupt traceback and the Ctrl-C was lost. The signal is sent again from a
+    short thread, so that the main thread's handler runs outside the finalizer; anything
+    else goes to the previous hook."""
+    signum = _signal_of(info.exc_value, info.exc_traceback)
+    if signum is None or os.getpid() != _state["owner"]:
+        _state["unraisable"](info)  # type: ignore[operator]
+        return
+    # not threading.Thread.start(): it waits for the thread, and the signal would land there
+    _thread.start_new_thread(_resend, (threading.main_thread().ident, signum))
+
+
+def _resend(main: int, signum: int) -> None:
+    """Send ``signum`` to this process once the main thread has left :func:`_unraisable`."""
+    while _in_hook(sys._current_frames().get(main)):  # noqa: SLF001 - the only way to look
+        time.sleep(0.001)
+    os.kill(os.getpid(), signum)
+
+
+def _in_hook(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code is _unraisable.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _signal_of(exc: BaseException | None, tb: TracebackType | None) -> int | None:
+    """The signal whose handler (this module's, or testbed.signals' ``raising``) raised
+    ``exc`` (its innermost frame is that handler), else None."""
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or exc is None:
+        return None
+    code = tb.tb_frame.f_code
+    if code is _handler.__code__:
+        return signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
+    ours = code.co_name == "handler" and code.co_filename.endswith(
+        os.path.join("testbed", "signals.py"))
+    signum = getattr(exc, "signum", None)
+    return signum if ours and isinstance(signum, int) else None
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:

@@ -4,4 +4,6 @@ the underlay's delay measured and accounted (:mod:`.underlay`), the parts deploy
 (:mod:`.deploy`), the SSH control channel and the clock offset over it (:mod:`.control`), the
 lab the runner drives and its remote agents (:mod:`.lab`), each machine observed and its
 captures, counters and fidelity data merged on the driver's clock (:mod:`.observe_part`,
-:mod:`.observing`, :mod:`.collect`, :mod:`.fidelity`)."""
+:mod:`.observing`, :mod:`.collect`, :mod:`.fidelity`), the ``events:`` split by machine,
+played by each on its part and merged into one events.jsonl (:mod:`.events_part`,
+:mod:`.eventing`)."""

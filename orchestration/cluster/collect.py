@@ -29,7 +29,7 @@ from typing import Any
 
 from aitb.counter_columns import SCHEMAS
 from aitb.errors import LabError
-from orchestration.cluster.control import Control, paramiko_errors
+from orchestration.cluster.control import Control, paramiko_errors, read_json_line
 
 __all__ = ["RemoteObserver", "fetch_dir", "shift_pcap", "merge_parts", "Part",
            "READY_TIMEOUT_S"]
@@ -67,14 +67,7 @@ class RemoteObserver:
             raise LabError(f"{self.where}: {first.get('error') or first}")
 
     def _line(self) -> dict[str, Any]:
-        raw = self.out.readline()
-        if not raw:
-            err = self.chan.makefile_stderr("rb").read().decode(errors="replace")
-            raise LabError(f"{self.where}: it ended without an answer: {err.strip()[-1500:]}")
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return {"error": raw.decode(errors="replace").strip()}
+        return read_json_line(self.out, self.chan, self.where)
 
     def stop(self, windows: Sequence[tuple[float, float]]) -> dict[str, Any]:
         """Tell it to stop (``windows``: traffic windows on the machine's clock); return its

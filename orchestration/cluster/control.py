@@ -18,6 +18,7 @@ time T is then the driver's t with T = t + o(t), so t = T - o_b - r (T - o_b - t
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -28,12 +29,26 @@ from typing import Any
 from aitb.errors import LabError
 from orchestration.cluster.spec import Machine
 
-__all__ = ["Offset", "offset_from", "drift_rate", "to_driver_s",
+__all__ = ["read_json_line", "Offset", "offset_from", "drift_rate", "to_driver_s",
            "drift_correction_s", "Control", "ECHO_SCRIPT", "paramiko_errors"]
 
 # The machine's side of the exchange: one wall-clock reading per line read.
 ECHO_SCRIPT = ("import sys,time\nfor _ in sys.stdin:\n"
                "    print(time.time_ns(), flush=True)\n")
+
+
+def read_json_line(out: Any, chan: Any, where: str) -> dict[str, Any]:
+    """One JSON line from a remote aitb process's stdout ``out`` (a file of ``chan``, a paramiko
+    channel); a line that is not JSON comes back as ``{"error": line}``. Raises LabError
+    naming ``where`` with the end of its stderr when the process ended without a line."""
+    raw = out.readline()
+    if not raw:
+        err = chan.makefile_stderr("rb").read().decode(errors="replace")
+        raise LabError(f"{where}: it ended without an answer: {err.strip()[-1500:]}")
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {"error": raw.decode(errors="replace").strip()}
 
 
 def paramiko_errors() -> type[Exception]:

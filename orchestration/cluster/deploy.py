@@ -82,8 +82,11 @@ def deploy(plan: LabPlan, where: dict[str, str], cluster: ClusterSpec, run_id: s
         part = partition(plan, where, name)
         path = f"/tmp/aitb-part-{run_ids[name]}.json"
         controls[name].put_text(path, json.dumps(plan_to_dict(part)))
-        controls[name].check([*aitb, "topo", "deploy", path, "--run-id", run_ids[name]],
-                             timeout_s=300)
+        try:  # the deployed part keeps its plan in its registry: the file was for deploy only
+            controls[name].check([*aitb, "topo", "deploy", path, "--run-id", run_ids[name]],
+                                 timeout_s=300)
+        finally:
+            controls[name].check(["rm", "-f", "--", path])
         part_s[name] = time.monotonic() - t0
 
     t = time.monotonic()

@@ -28,7 +28,9 @@ Protocol on stdin/stdout (one JSON object a line):
 This process and every process it starts (tcpdumps, the sampler) are registered in the
 machine's registry under the part's run id, so ``aitb topo destroy PART`` ends them should the
 driver be lost (ended while it waits, it removes DIR: nobody will copy it back); the sampler
-also ends by itself when this process does (its parent watch).
+also ends by itself when this process does (its parent watch). DIR, which must be
+``/tmp/aitb-observe-PART`` (:func:`remote_dir`), is registered too, before it exists: that
+teardown removes it whenever the driver did not copy it back.
 """
 
 from __future__ import annotations
@@ -46,9 +48,15 @@ from testbed.capture import Capture, CaptureConfig
 from testbed.capture_select import CapturePoint
 from testbed.counters import CounterSampler, SamplerConfig
 from testbed.lab import Lab
-from testbed.registry import pid_start_time, state_dir
+from testbed.registry import pid_start_time, state_dir, unknown_name
 
-__all__ = ["observe_part"]
+__all__ = ["observe_part", "remote_dir"]
+
+
+def remote_dir(part_run_id: str) -> str:
+    """Where machine's observer writes (removed once copied back; its name carries the part's
+    run id, so the part's teardown may remove it: testbed.clean)."""
+    return f"/tmp/aitb-observe-{part_run_id}"
 
 
 def _say(out: IO[str], msg: dict[str, Any]) -> None:
@@ -60,12 +68,18 @@ def observe_part(run_id: str, config: dict[str, Any], stdin: IO[str], stdout: IO
     """Observe the machine's part ``run_id`` as ``config`` says (module docstring); returns
     the exit status. Raises LabError (before anything starts) for an unknown run id."""
     lab = Lab.attach(run_id, state_dir())
+    out = Path(config["dir"])
+    if out != Path(remote_dir(run_id)):
+        raise unknown_name(f"--config: dir {str(out)!r}: the observation of part {run_id} "
+                           f"goes to {remote_dir(run_id)}")
     # registered like the processes it starts: a driver lost mid-run leaves this process
-    # waiting on stdin, and the machine's ``aitb topo destroy`` then ends it by pid
+    # waiting on stdin, and the machine's ``aitb topo destroy`` then ends it by pid; DIR
+    # too, before it exists: a driver lost after the observation, before its copy-back (or
+    # this process SIGKILLed), leaves it to that teardown (testbed.clean, run-marked paths)
     lab.registry.append([{"kind": "process", "node": "(root namespace)",
                           "argv": ["aitb", "topo", "observe", run_id], "pid": os.getpid(),
-                          "start": pid_start_time(os.getpid())}])
-    out = Path(config["dir"])
+                          "start": pid_start_time(os.getpid())},
+                         {"kind": "path", "node": "(root namespace)", "path": str(out)}])
     out.mkdir(parents=True, exist_ok=True)
     points = [CapturePoint(*p) for p in config.get("points", [])]
     capture = sampler = monitor = None

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -28,17 +27,15 @@ from typing import Any
 
 from aitb.errors import AitbError, LabError
 from aitb.fanout import fan_out
+from aitb.owned import make_owned_dir
 from analysis.fidelity import traffic_windows
 from orchestration.cluster.collect import Part, RemoteObserver, fetch_dir, merge_parts
 from orchestration.cluster.cut_rtt import cut_rtt_check, probe_cut_links
 from orchestration.cluster.lab import ClusterLab, uncertainty_s
+from orchestration.cluster.observe_part import remote_dir
+from orchestration.run.observe import warn_incomplete
 
 __all__ = ["observing_cluster", "Observed", "remote_dir"]
-
-
-def remote_dir(part_run_id: str) -> str:
-    """Where machine's observer writes (removed once copied back)."""
-    return f"/tmp/aitb-observe-{part_run_id}"
 
 
 @dataclass
@@ -151,7 +148,7 @@ def _collect(lab: ClusterLab, run_dir: Path, names: list[str], observed: Observe
     d = lab.deployed
     assert d is not None
     problems: list[str] = []
-    staging = Path(tempfile.mkdtemp(prefix="aitb-observed-"))
+    staging = make_owned_dir("observed")
     try:
         parts = []
         for name in names:
@@ -186,6 +183,7 @@ def _summaries(manifest: dict[str, Any], merged: dict[str, Any], machines: list[
         def total(key: str) -> int | None:
             values = [i[key] for i in index["interfaces"]]
             return None if None in values else sum(values)
+        warn_incomplete(index)
         manifest["capture"].update(
             index="captures/index.json", snaplen=index["snaplen"], machines=machines,
             interfaces=[f"{i['node']}:{i['ifname']}" for i in index["interfaces"]],

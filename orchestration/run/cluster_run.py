@@ -4,11 +4,14 @@ its node's machine (orchestration.cluster.lab), records into the one run directo
 
 :func:`check_cluster` (at prepare time, pure but for reading the key files): the cluster's
 issues, its key files, the placement (by ``place``, else by site, else the planner's cut), the
-cut links' MTU, and what a cluster run cannot do yet (kind app, alto.serve, link traces,
-events, the mininet backend), each naming the file and key. :func:`cluster_lab_run`:
+cut links' MTU, and what a cluster run cannot do yet (kind app, alto.serve, link traces, a
+node_down's ``agent:``, the mininet backend), each naming the file and key.
+:func:`cluster_lab_run`:
 bring-up (the underlay's delay measured and accounted, orchestration.cluster.underlay),
 observation (capture, counter sampling and the fidelity monitor on every machine, copied back
-and merged on the driver's clock: orchestration.cluster.observing), replay, teardown of every
+and merged on the driver's clock: orchestration.cluster.observing), the ``events:`` played
+by each machine on its part and merged into one events.jsonl
+(orchestration.cluster.eventing), replay, teardown of every
 machine's part (also after a failure, or when a machine is lost: the run then fails naming
 it); per-workload end counters (``counters_end.json``, every machine's ``aitb topo
 inspect``). :func:`write_cluster_fidelity`: fidelity.json from the machines' parts and the
@@ -26,6 +29,7 @@ from aitb.errors import AitbError, LabError, SpecError, SpecIssue
 from aitb.plan import LabPlan
 from aitb.specfile import with_lines
 from orchestration.cluster.control import Control
+from orchestration.cluster.eventing import ClusterPlayer, playing_cluster_events
 from orchestration.cluster.fidelity import cluster_fidelity
 from orchestration.cluster.lab import ClusterLab
 from orchestration.cluster.observing import Observed, observing_cluster
@@ -58,9 +62,13 @@ def check_cluster(spec: Any, plan: LabPlan, source: str, doc: Any, backend: str,
     if plan.traces:
         issues.append(SpecIssue("link traces do not play on a cluster lab yet", file=source,
                                 key_path=("topology",)))
-    if getattr(spec, "events", None):
-        issues.append(SpecIssue("events do not play on a cluster lab yet", file=source,
-                                key_path=("events",)))
+    for i, ev in enumerate(getattr(spec, "events", None) or ()):
+        if ev.kind == "node_down" and ev.agent is not None:  # the controller's pid signal
+            issues.append(SpecIssue(
+                f"events[{i}] (node_down of {ev.node}, agent: {ev.agent}) cannot play on a "
+                "cluster lab yet: the node's agents run on their machine, started over SSH, "
+                "and their pids are that machine's (links only: leave out agent)",
+                file=source, key_path=("events", i, "agent")))
     if plan.routing is not None:  # the daemons' sessions would cross the machines' tunnels
         issues.append(SpecIssue("routing: frr does not run on a cluster lab yet (its routers "
                                 "get static routes only there)", file=source,
@@ -85,10 +93,13 @@ def check_cluster(spec: Any, plan: LabPlan, source: str, doc: Any, backend: str,
 
 def cluster_lab_run(prep: Any, controls: dict[str, Control], lab_id: str,
                     manifest: dict[str, Any], progress: Callable[[str], None],
-                    replay_all: Callable[[ClusterLab], None], run_dir: Path,
+                    replay_all: Callable[[ClusterLab, ClusterPlayer | None], None],
+                    run_dir: Path,
                     observed: Observed) -> None:
     """Bring the lab up over the machines, observe it (``observed`` gets each machine's
-    fidelity data), ``replay_all(lab)`` (the runner's replay of every workload), tear every
+    fidelity data), play ``prep.events`` on the machines (``manifest["events"]``,
+    events.jsonl), ``replay_all(lab, player)`` (the runner's replay of every workload, the
+    player None without events), tear every
     part down; the manifest's ``cluster`` records machines, clock offsets before and after
     with their uncertainty, the underlay's round trips and the cut links' delay accounting,
     bring-up times, lost machines; ``capture`` and ``counters`` what was observed. Raises
@@ -108,7 +119,9 @@ def cluster_lab_run(prep: Any, controls: dict[str, Control], lab_id: str,
         try:
             with observing_cluster(lab, prep.observe, run_dir, manifest, progress) as got:
                 observed.fidelity, observed.cut_rtts = got.fidelity, got.cut_rtts
-                replay_all(lab)
+                with playing_cluster_events(lab, prep.events, run_dir, manifest,
+                                            progress) as player:
+                    replay_all(lab, player)
         except AitbError as exc:  # a lost machine, found by the watchdog or at teardown,
             failure = exc         # is the cause to name
     finally:

@@ -1,6 +1,7 @@
 """``events:`` of an experiment file: faults and dynamics on a timeline, checked before the lab
 exists and expanded to :class:`aitb.events.EventAction` (played by the scheduler thread of
-testbed/trace_player.py, recorded in ``events.jsonl``)::
+testbed/trace_player.py, recorded in ``events.jsonl``; on a lab over several machines each
+machine plays its share, orchestration/cluster/eventing.py)::
 
     events:
       - {at: 2s, kind: link_down, link: dci-a}           # at: seconds after the run's start
@@ -42,9 +43,12 @@ only then): that, a delay on a direction without a line and the line's memory ca
 before the lab exists as for trace files (:func:`line_problems`, called by ``aitb run`` once
 the host's delay lines are known). Errors (unknown link, node, workload, rank or partition
 names with suggestions, a flap whose down time is not shorter than its period, shaping the
-kernel model refuses, a trace file that cannot be read) name the file, ``events[i].<key>`` and
-its line. A straggler's slowdown reaches a workload's agents once they run (sent then if set
-before).
+kernel model refuses, a trace file that cannot be read, a ``link_up`` or ``heal`` of a link
+that is up at that moment and a ``link_down`` of one already down, where the order of the
+events is known before the run: absolute times, or offsets of one workload; not across
+workloads or between absolute and anchored times, see :func:`_check_link_states`) name the
+file, ``events[i].<key>`` and its line. A straggler's slowdown reaches a workload's agents
+once they run (sent then if set before).
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ class _Event(SpecModel):
 
 
 class LinkDown(_Event):
-    """Both ends of ``link`` (one or a list) go down."""
+    """``link`` (one or a list) goes down: one veth end set down, its peer without carrier,
+    neither node routing over it (testbed/faults.py)."""
 
     kind: Literal["link_down"]
     link: Links
@@ -203,7 +208,8 @@ class Straggler(_Event):
 
 
 class NodeDown(_Event):
-    """Every link of ``node`` goes down (both ends); ``agent: freeze`` also stops its agents
+    """Every link of ``node`` goes down (the node's own ends set down, its neighbours' ends
+    without carrier); ``agent: freeze`` also stops its agents
     (SIGSTOP by pid, SIGCONT at its ``node_up``), ``kill`` kills them (the run then fails with
     the controller's record of the lost agent)."""
 
@@ -331,9 +337,124 @@ def plan_events(events: Sequence[Any], plan: LabPlan, workloads: Sequence[str], 
             out += _trace(ev, i, at_s, base, links, scale, issue, traced, source)
         else:  # degrade, corrupt
             out += _degrade(ev, i, at_s, base, links, scale, issue, traced)
+    _check_link_states(out, events, set(links), issue)
     if issues:
         raise with_lines(SpecError(issues), doc, source)
     return tuple(out)
+
+
+def _precedes(x: tuple[int, EventAction], y: tuple[int, EventAction]) -> bool:
+    """Whether action ``x`` certainly plays before ``y`` (each with its index in the expanded
+    list, which is the player's order for ties: testbed/trace_player.py pushes equal times in
+    file order, and a workload's first-phase anchor before its iteration anchor). Known only
+    within one anchor: two absolute times compare directly; two offsets of one workload
+    compare as (iteration, offset) pairs, the first-phase anchor as iteration -1, since the
+    workload's iterations start one after another (phases run in sequence) at instants not
+    known before the run: iteration a + x precedes iteration b + y when a <= b and x <= y.
+    Absolute times against a workload's, and offsets of different workloads: unknown
+    (False both ways)."""
+    (ix, a), (iy, b) = x, y
+    if a.anchor != b.anchor:
+        return False
+    ka = (-1 if a.iteration is None else a.iteration, a.t_s)
+    kb = (-1 if b.iteration is None else b.iteration, b.t_s)
+    if ka == kb:
+        return ix < iy
+    return ka[0] <= kb[0] and ka[1] <= kb[1]
+
+
+def _when(a: EventAction) -> str:
+    if a.anchor is None:
+        return f"at {a.t_s:g} s"
+    start = f"{a.anchor}'s start" if a.iteration is None else \
+        f"{a.anchor}'s iteration {a.iteration}"
+    return f"{a.t_s:g} s after {start}"
+
+
+def _check_link_states(out: Sequence[EventAction], events: Sequence[Any], known: set[str],
+                       issue: Any) -> None:
+    """Refuse a ``link_up`` or ``heal`` of a link that is up at that moment (no event before
+    it takes the link down, or one that does is followed by an event that brings it back up
+    before this one) and a ``link_down`` of a link that is down at that moment (an event
+    before it took it down, and every up that might come between is followed by another
+    down before this one). Every down/up action counts (link_down/up, flap, partition and its
+    duration, heal, node_down/up on the node's links); links start up. Refused only where
+    that holds in every order the run can play the actions in: "before" is
+    :func:`_precedes`, so actions whose order is not known before the run (absolute times
+    against a workload's offsets, offsets of different workloads, a later iteration at a
+    smaller offset) never make a refusal. One issue per event and link, at ``link`` (``link[k]``
+    of a list) or a heal's ``partition``, naming the link and the earlier event; links not
+    in ``known`` (refused already) are skipped."""
+    acts = list(enumerate(out))
+    for x in acts:
+        a = x[1]
+        if (a.kind, a.op) not in (("link_up", "up"), ("heal", "up"), ("link_down", "down")):
+            continue
+        ev = events[a.event]
+        for k, name in enumerate(a.links):
+            if name not in known:  # refused already
+                continue
+            if a.kind == "heal":
+                key: tuple[str | int, ...] = ("partition",)
+            else:
+                key = ("link",) if isinstance(ev.link, str) else ("link", k)
+            mine = [y for y in acts if y[0] != x[0] and name in y[1].links]
+            downs = [y for y in mine if y[1].op == "down"]
+            ups = [y for y in mine if y[1].op == "up"]
+            why = _already_up(x, downs, ups) if a.op == "up" else _already_down(x, downs, ups)
+            if why is not None:
+                issue(a.event, key, f"link {name} is already {'up' if a.op == 'up' else 'down'} "
+                                    f"at this {a.kind} ({_when(a)}): {why}")
+
+
+def _name(y: tuple[int, EventAction]) -> str:
+    return f"events[{y[1].event}] ({y[1].kind} {_when(y[1])})"
+
+
+def _maxima(items: list[tuple[int, EventAction]]) -> list[tuple[int, EventAction]]:
+    """The elements of ``items`` no other one certainly follows (:func:`_precedes` is a
+    partial order: an element below one of them is below a maximum too)."""
+    top: list[tuple[int, EventAction]] = []
+    for y in items:
+        if not any(_precedes(y, m) for m in top):
+            top = [m for m in top if not _precedes(m, y)] + [y]
+    return top
+
+
+def _already_up(x: tuple[int, EventAction], downs: list[tuple[int, EventAction]],
+                ups: list[tuple[int, EventAction]]) -> str | None:
+    """Why ``x`` (an up) certainly finds its link up, or None when it may not: every down
+    certainly comes before or after it, and each before it is followed, certainly before
+    ``x``, by an up."""
+    if any(not _precedes(x, d) and not _precedes(d, x) for d in downs):
+        return None
+    before = [d for d in downs if _precedes(d, x)]
+    if not before:
+        later = f"; {_name(downs[0])} takes it down only after this one" if downs else ""
+        return "no event before it takes the link down" + later
+    top_ups = _maxima([u for u in ups if _precedes(u, x)])
+    found = None
+    for d in _maxima(before):
+        cover = next((u for u in top_ups if _precedes(d, u)), None)
+        if cover is None:
+            return None
+        found = (d, cover)
+    assert found is not None
+    return f"{_name(found[1])} brought it back up after {_name(found[0])} took it down"
+
+
+def _already_down(x: tuple[int, EventAction], downs: list[tuple[int, EventAction]],
+                  ups: list[tuple[int, EventAction]]) -> str | None:
+    """Why ``x`` (a down) certainly finds its link down, or None when it may not: a down
+    certainly comes before it, every up certainly before or after it, and each up before it
+    is followed, certainly before ``x``, by a down."""
+    top_downs = _maxima([d for d in downs if _precedes(d, x)])
+    if not top_downs or any(not _precedes(x, u) and not _precedes(u, x) for u in ups):
+        return None
+    for u in _maxima([u for u in ups if _precedes(u, x)]):
+        if not any(_precedes(u, d) for d in top_downs):
+            return None
+    return f"{_name(top_downs[-1])} took it down and no event brings it back up before this one"
 
 
 def _check_agent_node(ev: NodeDown, i: int, node: str, nodes: Sequence[str],

@@ -28,6 +28,8 @@ An experiment file (YAML)::
       - {at: 2s, kind: link_down, link: dci-a}
         start: after_previous          # or with_previous: run concurrently with the workload
                                        # before it (every kind; see runner.py)
+    delay_line_cpu: 1                  # optional: a CPU for the native delay line alone
+                                       #   (accurate at ~1 Gbit/s of MTU packets; costs it)
     cluster:                           # optional: the lab over these machines, over SSH
       machines:                        #   (orchestration/cluster/spec.py; placed by site)
         - {name: m1, ssh: 10.0.0.1, user: root, key: ~/.ssh/aitb, site: dc1}
@@ -68,9 +70,11 @@ from orchestration.run.events import EventEntry
 from orchestration.run.kinds import KIND_NAMES, WorkloadEntry
 from topologies.loader import read_yaml
 
-__all__ = ["ExperimentSpec", "load_experiment", "parse_experiment", "NAME_PATTERN"]
+__all__ = ["ExperimentSpec", "load_experiment", "parse_experiment", "NAME_PATTERN",
+           "EXPERIMENT_TOP"]
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+EXPERIMENT_TOP = "an experiment: a mapping with name, topology and workloads"
 _KINDS = KIND_NAMES  # the workload kinds, each a module of orchestration.run.kinds
 _Forbid = ConfigDict(extra="forbid")
 _AT_TAGS = ("time", "workload")  # orchestration/run/events.py: At
@@ -144,7 +148,9 @@ class TimeoutSpec(SpecModel):
     inside the TCG VM, need more) (duration strings). ``start_margin``: how far ahead the
     controller hands out the start instant of a timed phase (a burst, an FL round, timed
     requests); unset: measured from control round trips (phases.json records it); the margin
-    is idle time, not counted in iteration times nor between bursts' gaps."""
+    is idle time, not counted in iteration times nor between bursts' gaps. A transfer larger
+    than its path's narrowest rate carries within ``transfer`` is refused before the lab
+    exists (orchestration/run/size_check.py)."""
 
     model_config = _Forbid
     transfer: Duration = "60s"
@@ -233,6 +239,8 @@ class ExperimentSpec(SpecModel):
     alto: AltoSpecModel = Field(default_factory=AltoSpecModel)
     events: list[EventEntry] = Field(default_factory=list)  # orchestration/run/events.py
     cluster: ClusterSpec | None = None  # the lab over these machines (orchestration/cluster/)
+    # a CPU for the native delay line alone (testbed.lab.Lab line_cpu); None: shared
+    delay_line_cpu: Annotated[int, Field(ge=0)] | None = None
 
 
 def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:
@@ -260,7 +268,7 @@ def _drop_tag(issue: SpecIssue) -> SpecIssue:
 def load_experiment(path: str | Path) -> tuple[ExperimentSpec, Any]:
     """Read and validate the experiment file ``path``; returns the spec and the ruamel
     document (for line numbers in later errors). Raises :class:`SpecError` naming the file."""
-    doc, dups = read_yaml(path, "an experiment: a mapping with name, topology and workloads")
+    doc, dups = read_yaml(path, EXPERIMENT_TOP)
     if dups:
         raise SpecError(dups)
     return parse_experiment(doc, str(path)), doc

@@ -109,7 +109,7 @@ class FidelityMonitor:
         self.rtts: dict[str, float | None] = {}
         self.qdisc_rows: list[dict[str, Any]] = []
         self.link_rows: list[dict[str, Any]] = []
-        self.cpu = CpuSampler()
+        self.cpu = CpuSampler(without=getattr(lab, "line_cpu", None))
         self.cpu_samples: list[tuple[float, float]] = []
         self.lines_before: dict[str, dict[str, Any]] = {}
         self.lines_after: dict[str, dict[str, Any]] = {}
@@ -156,7 +156,9 @@ class FidelityMonitor:
         precise = in_vm() is None  # a host kernel, not software emulation
         refs = [dataclasses.replace(r, precise=precise, line=line_counts(
             self.lines_before, self.lines_after, r)) for r in self.refs]
-        doc = fidelity_report(refs, qdisc, links, self.rtts, cpu_summary(busy))
+        cpu = cpu_summary(busy)
+        cpu["without_cpu"] = self.cpu.without  # the delay line's own CPU, busy by design
+        doc = fidelity_report(refs, qdisc, links, self.rtts, cpu)
         doc["delay_line_helpers"] = helper_cpu(self.lines_after)
         return doc
 

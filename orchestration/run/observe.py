@@ -12,6 +12,7 @@ what ran (``capture``, ``counters``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from testbed.capture import Capture, CaptureConfig
 from testbed.capture_select import CapturePoint, select_interfaces
 from testbed.counters import CounterSampler, SamplerConfig
 
-__all__ = ["ObserveConfig", "observe_config", "observing"]
+__all__ = ["ObserveConfig", "observe_config", "observing", "warn_incomplete"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ def _stop(capture: Capture | None, sampler: CounterSampler | None,
         try:
             index = capture.stop()
             manifest["capture"].update(_capture_summary(index))
+            warn_incomplete(index)
         except LabError as exc:
             problems.append(str(exc))
             manifest["capture"].update(_capture_summary(capture.index()), error=str(exc))
@@ -110,6 +112,19 @@ def _stop(capture: Capture | None, sampler: CounterSampler | None,
             problems.append(str(exc))
             manifest["counters"].update(error=str(exc))
     return problems
+
+
+def warn_incomplete(index: dict[str, Any]) -> None:
+    """Log (run.log, stderr) the interfaces whose tcpdump's kernel ring overflowed: their
+    pcaps lack those packets, and what is computed from the pcaps undercounts."""
+    lost = [f"{i['node']}:{i['ifname']} {i['packets_dropped_by_kernel']} "
+            f"(ring {i['kernel_buffer_kib']} KiB)"
+            for i in index["interfaces"] if i["packets_dropped_by_kernel"]]
+    if lost:
+        logging.getLogger("aitb.run").warning(
+            "capture incomplete: the kernel dropped packets before tcpdump read them: %s; the "
+            "pcaps miss them, and retransmissions or flows counted from the captures undercount",
+            ", ".join(lost))
 
 
 def _capture_summary(index: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,9 @@ import json
 import math
 import os
 import platform
+import re
 import secrets
+import stat
 import subprocess
 import time
 from collections.abc import Mapping
@@ -19,8 +21,8 @@ from typing import Any
 from aitb import __version__
 from aitb.atomic import write_text_atomic
 
-__all__ = ["mark_killed", "finite", "new_run_id", "create_run_dir", "write_json_atomic",
-           "host_facts", "git_revision"]
+__all__ = ["mark_killed", "remove_dead_files", "finite", "new_run_id", "create_run_dir",
+           "write_json_atomic", "host_facts", "git_revision"]
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
@@ -94,7 +96,31 @@ def mark_killed(run_dir: Path, by: str) -> bool:
     manifest.update(status="killed", error="the run's process ended without a status "
                     f"(killed); its lab was removed by {by}", ended_at=time.time())
     write_json_atomic(path, manifest)
+    remove_dead_files(run_dir)
     return True
+
+
+_ATOMIC_TMP_RE = re.compile(r"\..+\.[a-z0-9_]{8}")  # aitb.atomic's mkstemp(prefix=".<name>.")
+
+
+def remove_dead_files(run_dir: Path) -> list[Path]:
+    """Remove, anywhere under the directory of a run whose process is dead, what only a live
+    run uses: Unix sockets (the controller's ``ctl.sock``, its starters' ``kick<k>.sock``:
+    nothing listens on them any more) and the temporary files of unfinished atomic writes
+    (``.<name>.XXXXXXXX``, aitb.atomic). Returns the paths removed; one that cannot be
+    removed is skipped. Never follows a symbolic link."""
+    removed = []
+    for top, _dirs, files in os.walk(run_dir):
+        for name in files:
+            path = Path(top) / name
+            try:
+                mode = path.lstat().st_mode
+                if stat.S_ISSOCK(mode) or (stat.S_ISREG(mode) and _ATOMIC_TMP_RE.fullmatch(name)):
+                    path.unlink()
+                    removed.append(path)
+            except OSError:
+                continue
+    return removed
 
 
 def git_revision() -> str | None:

@@ -16,14 +16,17 @@ import functools
 import json
 import logging
 import os
+import signal
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 import topologies
-from aitb.errors import AitbError, LabError, SpecError, SpecIssue
+from aitb.errors import AitbError, LabError, SpecError, SpecIssue, format_key_path
 from aitb.events import EVENT_RECORDS, EventAction
 from aitb.paths import PathError, RankBindingError, peer_addresses, rank_addresses
 from aitb.plan import LabPlan, plan_to_dict
@@ -43,7 +46,13 @@ from orchestration.run.cluster_run import check_cluster, cluster_lab_run, write_
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
 from orchestration.run.event_hits import annotate_failures
 from orchestration.run.events import plan_events
-from orchestration.run.experiment import ExperimentSpec, load_experiment, spec_issue
+from orchestration.run.experiment import (
+    EXPERIMENT_TOP,
+    ExperimentSpec,
+    TopologyRef,
+    parse_experiment,
+    spec_issue,
+)
 from orchestration.run.fidelity import FidelityMonitor
 from orchestration.run.locality_check import check_placement
 from orchestration.run.observe import ObserveConfig, observe_config, observing
@@ -55,6 +64,8 @@ from orchestration.run.rundir import (
     write_json_atomic,
 )
 from orchestration.run.runlog import RunLog
+from orchestration.run.salvage import salvage
+from orchestration.run.size_check import size_issues
 from orchestration.run.tls_cert import write_run_certificate
 from orchestration.run.tls_pairs import check_tls, uses_tls, workload_tls_pairs
 from orchestration.run.traces import playing_traces
@@ -68,17 +79,18 @@ from testbed.backends import make_lab
 from testbed.capabilities import in_vm
 from testbed.lab import Lab
 from testbed.lab_state import describe
+from testbed.linecpu import check_line_cpu
 from testbed.registry import Registry, state_dir
 from testbed.signals import interruption, swallowed
 from topologies.loader import read_yaml
 from topologies.scaling import scale_plan
-from traffic_gen.program import compile_program
+from traffic_gen.program import Program, compile_program
 from traffic_gen.replay import ReplayOptions, ReplayResult, replay
 from traffic_gen.tcpinfo import TcpKnobs
 from workloads.placement import sites_of_plan
 
-__all__ = ["Prepared", "RunOutcome", "prepare", "prepare_spec", "execute", "analyze_finished",
-           "RECORD_FILES"]
+__all__ = ["Prepared", "RunOutcome", "prepare", "prepare_doc", "prepare_spec", "execute",
+           "analyze_finished", "RECORD_FILES"]
 
 RECORD_FILES = ("flows.jsonl", "collectives.jsonl", "bursts.jsonl", "timeline.jsonl",
                 "failures.jsonl", "rounds.jsonl", "requests.jsonl", "apps.jsonl")
@@ -120,12 +132,19 @@ def _topology_ref(source: str, doc: Any) -> Ref:
 
 
 def _plan(spec: ExperimentSpec, source: str, base: Path, doc: Any = None) -> LabPlan:
-    ref = spec.topology
+    return _plan_of(spec.topology, source, base, doc)
+
+
+def _plan_of(ref: TopologyRef, source: str, base: Path, doc: Any = None) -> LabPlan:
     if ref.file is not None:
         where = _topology_ref(source, doc)
         return topologies.load_topology(resolve_ref(ref.file, base, where), ref=where)
     if ref.generator is not None:
-        return topologies.generate(ref.generator, **ref.params)
+        try:
+            return topologies.generate(ref.generator, **ref.params)
+        except SpecError as exc:  # named "<generator NAME>": at topology.params.<key>
+            raise with_lines(SpecError([_at_topology_key(i, source) for i in exc.issues]),
+                             doc, source) from None
     where = f"{source}: topology.inline"  # the plan's source
     try:
         return topologies.resolve(topologies.parse_topology(ref.inline or {}, where), where,
@@ -135,6 +154,24 @@ def _plan(spec: ExperimentSpec, source: str, base: Path, doc: Any = None) -> Lab
             SpecIssue(i.message, file=source, key_path=("topology", "inline", *i.key_path),
                       line=i.line) if i.file == where else i for i in exc.issues]),
             doc, source) from None
+
+
+def _at_topology_key(issue: SpecIssue, source: str) -> SpecIssue:
+    """An issue of ``topologies.generate`` (file ``<generator NAME>``, key path
+    ``generator.params.<key>`` or ``generator``) at the experiment's own keys:
+    ``topology.params.<key>``, else ``topology.generator``."""
+    if not (issue.file or "").startswith("<generator "):
+        return issue
+    path, message = issue.key_path, issue.message
+    if path[:2] == ("generator", "params") and len(path) > 2:
+        path = ("topology", "params", *path[2:])
+    elif path[:1] == ("generator",):
+        path = ("topology", "generator")
+    else:  # a stage of the generated topology (e.g. its address pool): said as such
+        message = f"the generated topology: {format_key_path(path)}: {message}" if path \
+            else f"the generated topology: {message}"
+        path = ("topology", "generator")
+    return SpecIssue(message, file=source, key_path=path)
 
 
 def _backend(spec: ExperimentSpec, base: Path, source: str = "", doc: Any = None) -> str:
@@ -219,19 +256,75 @@ def prepare(path: Path) -> Prepared:
     """Load, validate and build everything of the experiment file ``path``; create nothing.
 
     Raises :class:`SpecError` naming the file (the experiment's, or the topology/workload file
-    it references), the key path and the line for every problem found.
+    it references), the key path and the line for every problem found: those of the
+    experiment file and those of the files it names together (:func:`prepare_doc`).
     """
-    spec, doc = load_experiment(path)
-    return prepare_spec(spec, doc, str(path), path.parent)
+    doc, dups = read_yaml(path, EXPERIMENT_TOP)
+    return prepare_doc(doc, str(path), path.parent, dups)
 
 
-def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Prepared:
+def prepare_doc(doc: Any, source: str, base: Path, dups: Sequence[SpecIssue] = ()
+                ) -> Prepared:
+    """:func:`prepare_spec` of the experiment mapping ``doc`` (read from ``source``; ``dups``
+    its duplicate keys). When the experiment itself is invalid, what its valid keys name is
+    checked all the same (orchestration.run.salvage: the topology file, generator or inline
+    mapping; the valid workload entries on it, with the files they name), and every issue
+    of both is raised in one :class:`SpecError`, with a note at ``topology`` (or
+    ``events``) where that part cannot be checked until the experiment's own errors are
+    fixed. Creates nothing."""
+    try:
+        spec = parse_experiment(doc, source)
+    except SpecError as exc:
+        raise SpecError([*dups, *exc.issues, *_beyond(doc, source, base, exc.issues)]
+                        ) from None
+    try:
+        prep = prepare_spec(spec, doc, source, base)
+    except SpecError as exc:
+        raise SpecError([*dups, *exc.issues]) from None
+    if dups:
+        raise SpecError(list(dups))
+    return prep
+
+
+def _beyond(doc: Any, source: str, base: Path, issues: Sequence[SpecIssue]
+            ) -> list[SpecIssue]:
+    """The issues of what an invalid experiment's valid keys name (see :func:`prepare_doc`),
+    the notes on what could not be checked last."""
+    part = salvage(doc, issues, source)
+    found: list[SpecIssue] = []
+    try:
+        if part.doc is None:
+            pass
+        elif part.keep:  # defaults stand in for bad keys: no size bound from them
+            prepare_spec(parse_experiment(part.doc, source), part.doc, source, base,
+                         check_sizes=False)
+        else:  # no valid workload entry: the topology alone
+            _plan_of(TopologyRef.model_validate(doc["topology"]), source, base, doc)
+    except SpecError as exc:
+        found = part.restore(exc.issues, source, doc)
+    except ValidationError:  # the topology key was valid in the experiment: not reached
+        pass
+    seen = {(i.file, i.key_path, i.message) for i in issues}
+    return [*(i for i in found if (i.file, i.key_path, i.message) not in seen), *part.notes]
+
+
+def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path,
+                 check_sizes: bool = True) -> Prepared:
     """:func:`prepare` for an already validated ``spec`` (e.g. a campaign point): ``doc`` is
     the mapping it came from (for line numbers), ``source`` names it in errors, ``base`` is the
-    folder relative paths are relative to. Creates nothing; raises :class:`SpecError`."""
+    folder relative paths are relative to; ``check_sizes``: refuse transfers no rate can carry
+    in time (orchestration.run.size_check). Creates nothing; raises :class:`SpecError`."""
     if spec.workloads[0].start == "with_previous":
         raise spec_issue(source, doc, ("workloads", 0, "start"),
                          "with_previous needs a workload before it")
+    if spec.delay_line_cpu is not None:
+        if spec.cluster is not None:
+            raise spec_issue(source, doc, ("delay_line_cpu",), "a CPU of this machine: a lab "
+                             "over a cluster's machines has none to give")
+        try:
+            check_line_cpu(spec.delay_line_cpu, "CPU")
+        except LabError as exc:
+            raise spec_issue(source, doc, ("delay_line_cpu",), str(exc)) from None
     plan = apply_host_transport(scale_plan(_plan(spec, source, base, doc), spec.scale),
                                 spec.transport)
     options = _options(spec, source, doc, plan)
@@ -246,9 +339,27 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path) -> Pre
             w = build_entry(entry, i, plan=plan, source=source, base_dir=base,
                             seed=spec.seed, scale=spec.scale, pid_by=spec.alto.pids,
                             metric=spec.alto.metric)
-            _compile_check(w, i, source, options)
-            _binding_check(w, i, source, plan)
-            check_placement(entry, w, plan, i, source)  # data: {enforce: refuse}
+            program = _compile_check(w, i, source, options)
+            bad: list[SpecIssue] = []
+            if program is not None and check_sizes:  # sizes no transfer can carry in time
+                bad = size_issues(
+                    w.name, program, w.placement, plan, source=source,
+                    key_path=("workloads", i, *(("size",) if hasattr(entry, "size") else ())),
+                    size_key=hasattr(entry, "size"),
+                    transfer_timeout_s=options.transfer_timeout_s,
+                    udp_payload_bytes=options.udp_payload_bytes,
+                    rates_change=bool(plan.traces or spec.events),
+                    conns_per_peer=options.conns_per_peer)
+            try:  # the entry's other issues come in the same message as its sizes'
+                _binding_check(w, i, source, plan)
+            except SpecError as exc:
+                bad += exc.issues
+            try:
+                check_placement(entry, w, plan, i, source)  # data: {enforce: refuse}
+            except SpecError as exc:
+                bad += exc.issues
+            if bad:
+                raise SpecError(bad)
             built.append(w)
         except SpecError as exc:
             issues += exc.issues
@@ -295,13 +406,16 @@ def _last_iteration(w: BuiltWorkload) -> int:
     return max([w.schedule.iterations - 1, *rounds])
 
 
-def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions) -> None:
+def _compile_check(w: BuiltWorkload, index: int, source: str, options: ReplayOptions
+                   ) -> Program | None:
     """Compile the per-rank programs now (pure), so an unknown algorithm or a bad schedule is
-    refused before the lab exists, naming the experiment file and workload."""
+    refused before the lab exists, naming the experiment file and workload. Returns the
+    program (None for an application workload, which has none)."""
     if w.app is not None:
-        return
+        return None
     try:
-        compile_program(w.schedule, w.placement, w.sites or options.sites, w.stragglers)
+        return compile_program(w.schedule, w.placement, w.sites or options.sites,
+                               w.stragglers)
     except SpecError as exc:
         raise SpecError([SpecIssue(f"{w.name}: {i.where() + ': ' if i.where() else ''}"
                                    f"{i.message}", file=source,
@@ -453,25 +567,74 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
     manifest = _manifest(prep, run_id, lab_id)  # before the folder: host facts take a moment
     manifest["backend"] = backend = backend or prep.backend
     run_dir = results_dir / prep.spec.name / run_id
-    # the registry first, naming the run directory: a SIGKILL at any instant from here on
-    # leaves a run `aitb clean` finds (it marks the manifest killed, or removes a directory
-    # killed before its manifest existed); the lab adopts this registry (Lab.registry_created)
-    registry = Registry(state_dir(), lab_id)
-    registry.create(prep.plan, [{"kind": "run_dir", "path": str(run_dir.resolve())}])
-    try:
-        run_dir = create_run_dir(results_dir, prep.spec.name, run_id)
-        write_json_atomic(run_dir / "manifest.json", manifest)  # first: a run dir has one
-    except BaseException:
-        remove_if_empty(run_dir)
-        registry.remove()
-        raise
-    write_json_atomic(run_dir / "experiment.json", prep.spec.model_dump(mode="json"))
-    write_json_atomic(run_dir / "plan.json", plan_to_dict(prep.plan))
-    outcome = RunOutcome(run_dir, ok=False)
-    runlog = RunLog(run_dir)
-    progress = runlog.wrap(progress)
-    runlog.log.info("run %s of %s (%s), scale %g, seed %d", run_id, prep.spec.name,
-                    prep.source, prep.spec.scale, prep.spec.seed)
+    # SIGINT/SIGTERM from the registry's creation to the run's end raise LabInterrupted (the
+    # interpreter's KeyboardInterrupt used to pass the steps between the manifest's first
+    # write and the lab, leaving it `running`): before the run directory has its manifest
+    # nothing is left, after it the manifest says `interrupted`; the lab's teardown holds them
+    with signals.raising():
+        # the registry first, naming the run directory: a SIGKILL at any instant from here on
+        # leaves a run `aitb clean` finds (it marks the manifest killed, or removes a directory
+        # killed before its manifest existed); the lab adopts this registry
+        # (Lab.registry_created)
+        registry, mine, written = Registry(state_dir(), lab_id), False, False
+        try:
+            # held: a signal inside these writes (after the manifest's rename, say) would
+            # leave what they made half-known; it is delivered again in the run's try below
+            with signals.held() as got:
+                registry.create(prep.plan, [{"kind": "run_dir",
+                                             "path": str(run_dir.resolve())}])
+                mine = True
+                run_dir = create_run_dir(results_dir, prep.spec.name, run_id)
+                write_json_atomic(run_dir / "manifest.json", manifest)  # first: a run dir has one
+                written = True
+        except BaseException as exc:
+            # the hold's own end can raise (the raising handler back, a signal pending)
+            if not (written and isinstance(exc, signals.LabInterrupted)):
+                with signals.held():  # a second signal must not cut the removal short
+                    remove_if_empty(run_dir)
+                    if mine:  # not another run's registry (the run id in use)
+                        registry.remove()
+                    if isinstance(exc, signals.LabInterrupted):
+                        signals.interruption(exc)  # taken: a campaign's next run
+                raise
+            signals.interruption(exc)
+            got = [exc.signum]
+        outcome = RunOutcome(run_dir, ok=False)
+        runlog: RunLog | None = None
+        try:
+            if got:  # its handler now: LabInterrupted, handled as for any step below
+                signal.raise_signal(got[0])
+            write_json_atomic(run_dir / "experiment.json", prep.spec.model_dump(mode="json"))
+            write_json_atomic(run_dir / "plan.json", plan_to_dict(prep.plan))
+            runlog = RunLog(run_dir)
+            progress = runlog.wrap(progress)
+            runlog.log.info("run %s of %s (%s), scale %g, seed %d", run_id, prep.spec.name,
+                            prep.source, prep.spec.scale, prep.spec.seed)
+            prep = _with_alto_and_tls(prep, run_dir, lab_id, runlog)
+            _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog,
+                     controls)
+            _release_owner(lab_id)
+            outcome.workloads = manifest["workloads"]
+            if analyze and outcome.exit_code < 128:  # interrupted: stop (aitb analyze)
+                _analyze(run_dir, manifest, outcome, progress)
+        except signals.LabInterrupted as exc:
+            _interrupted_after_lab(exc, run_dir, manifest, outcome, runlog, analyze)
+            _release_owner(lab_id)
+        except Exception:  # an internal error: the manifest has its final status
+            _release_owner(lab_id)
+            raise
+        finally:
+            if runlog is not None:
+                runlog.close()
+            for c in (controls or {}).values():
+                c.close()
+    return outcome
+
+
+def _with_alto_and_tls(prep: Prepared, run_dir: Path, lab_id: str, runlog: RunLog
+                       ) -> Prepared:
+    """Write the run's ALTO maps and, when the experiment or some workload uses TLS, its
+    certificate; returns ``prep`` with the agents' TLS options."""
     try:
         write_alto(run_dir, prep.plan, prep.spec.alto.pids)
     except PathError as exc:  # a plan with a routing hole still runs; its maps cannot exist
@@ -483,29 +646,7 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
                                "pairs": workload_tls_pairs(
                                    prep.spec.transport, prep.plan, prep.spec.workloads,
                                    prep.workloads, prep.source)}))
-    try:
-        # SIGINT/SIGTERM outside the lab's own hold (alto maps, records merge, fidelity,
-        # manifest, analysis) end the run as `interrupted` with 130/143 too, never `running`
-        # or an `ok` without metrics; the lab's teardown holds them (testbed.signals)
-        with signals.raising():
-            try:
-                _lab_run(prep, run_dir, lab_id, manifest, outcome, progress, backend, runlog,
-                         controls)
-                _release_owner(lab_id)
-                outcome.workloads = manifest["workloads"]
-                if analyze and outcome.exit_code < 128:  # interrupted: stop (aitb analyze)
-                    _analyze(run_dir, manifest, outcome, progress)
-            except signals.LabInterrupted as exc:
-                _interrupted_after_lab(exc, run_dir, manifest, outcome, runlog, analyze)
-                _release_owner(lab_id)
-            except Exception:  # an internal error: the manifest has its final status
-                _release_owner(lab_id)
-                raise
-    finally:
-        runlog.close()
-        for c in (controls or {}).values():
-            c.close()
-    return outcome
+    return prep
 
 
 def _release_owner(lab_id: str) -> None:
@@ -519,7 +660,7 @@ def _release_owner(lab_id: str) -> None:
 
 def _interrupted_after_lab(exc: signals.LabInterrupted, run_dir: Path,
                            manifest: dict[str, Any], outcome: RunOutcome,
-                           runlog: RunLog, analyze: bool) -> None:
+                           runlog: RunLog | None, analyze: bool) -> None:
     """A signal that arrived outside the lab (its teardown is done, or it never came up):
     the manifest says ``interrupted`` with the signal, error.json holds it, and the outcome
     carries 128+signal. Further signals are held while this is written."""
@@ -536,8 +677,9 @@ def _interrupted_after_lab(exc: signals.LabInterrupted, run_dir: Path,
         write_json_atomic(run_dir / "error.json", {"error": outcome.error,
                                                    "type": type(exc).__name__})
         write_json_atomic(run_dir / "manifest.json", manifest)
-        runlog.log.error("run interrupted: %s", exc)
-        runlog.log.info("status %s", manifest["status"])
+        if runlog is not None:  # None: the signal came before the run log was opened
+            runlog.log.error("run interrupted: %s", exc)
+            runlog.log.info("status %s", manifest["status"])
 
 
 def _local_lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any],
@@ -545,7 +687,8 @@ def _local_lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[st
     """The lab on this machine: up, fidelity probes (its monitor appended to ``monitors`` as
     soon as it exists), capture and sampling, every workload, down. Raises what they raise."""
     progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes)")
-    lab = make_lab(prep.plan, backend, run_id=lab_id, state_dir=state_dir())
+    lab = make_lab(prep.plan, backend, run_id=lab_id, state_dir=state_dir(),
+                   line_cpu=prep.spec.delay_line_cpu)
     # aitb clean marks this run killed if its process dies without a status: execute
     # wrote the registry (naming the run directory) before the run directory existed
     lab.registry_created = True
@@ -554,6 +697,7 @@ def _local_lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[st
         manifest["lab_timings_s"] = dict(lab.timings)
         # which delay line each direction got (auto resolved at bring-up), also in plan.json
         manifest["delay_lines"] = lab.delay_lines()
+        manifest["delay_line_cpu"] = lab.line_cpu
         # each host's congestion control as the kernel applies it (default: its sysctl)
         manifest.update(congestion_control_record(prep.plan, prep.spec.transport,
                                                   lab.read_sysctl))
@@ -587,8 +731,10 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
     observed = Observed()  # a cluster's: each machine's fidelity data
     try:
         if controls is not None:
-            cluster_lab_run(prep, controls, lab_id, manifest, progress, lambda lab: _replay_all(
-                prep, lab, run_dir, lab_id, manifest, progress), run_dir, observed)
+            cluster_lab_run(prep, controls, lab_id, manifest, progress,
+                            lambda lab, player: _replay_all(prep, lab, run_dir, lab_id,
+                                                            manifest, progress, player),
+                            run_dir, observed)
         else:
             _local_lab_run(prep, run_dir, lab_id, manifest, progress, backend, monitors)
         late = swallowed()  # an interrupt that some handler on the way caught and dropped

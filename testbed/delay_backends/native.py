@@ -12,10 +12,17 @@ when their controller ends. The helper is started from the thread that brings th
 
 Without ``--queue-bypass`` the kernel drops what no helper takes: a dead helper is a dead
 link, never an undelayed one; :func:`check_alive` names link and direction.
+
+A live change (:func:`check_change`, :func:`update`) from a process that attached to the lab
+(``Lab.attach``: a cluster machine's event player, orchestration/cluster/events_part.py)
+first adopts the helpers the lab's registry lists (pid and start time, their parameter and
+stderr files in the registry directory, the queue parameters of the lab's plan), so the
+SIGHUP and its acknowledgement work as from the process that brought the lab up.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -124,7 +131,8 @@ def check_plan(lab: LabHandle) -> None:
 
 def _params(lab: LabHandle, p: LinePlace) -> QueueParams:
     shaping, mtu = _shaping(lab, p.link, p.direction)
-    return queue_params(shaping, mtu, p.queue_num, seed=1 + p.queue_num)
+    return queue_params(shaping, mtu, p.queue_num, seed=1 + p.queue_num,
+                        before_queue=p.hook == "out")
 
 
 def _run_in(lab: LabHandle, node: str, argv: list[str], text: str) -> None:
@@ -145,7 +153,8 @@ def _start_helper(lab: LabHandle, h: _Helper) -> None:
     h.params_path.write_text(params_file_text(h.queues))
     argv = helper_argv(str(helper_path()), os.getpid(), h.queues, str(h.stats_path),
                        f"/proc/self/fd/{fd}", STATS_INTERVAL_MS, str(h.params_path),
-                       spin_us=SPIN_US, rt_prio=RT_PRIO, nice=NICE)
+                       spin_us=SPIN_US, rt_prio=RT_PRIO, nice=NICE, cpu=lab.line_cpu,
+                       spin_dense=lab.line_cpu is not None)
     with open(h.stderr_path, "wb") as err:  # from this (the lab's) thread: see module doc
         # registered before it execs (held by its wrapper: no unregistered instant)
         h.proc = lab.popen_host(argv, node=h.node, record={"role": "delay-line"},
@@ -242,7 +251,59 @@ def check_alive(lab: LabHandle) -> None:
         raise LabError("; ".join(out))
 
 
+class _Adopted:
+    """A helper another process started (the lab's bring-up), as its registry record names
+    it (pid, start time): the part of a Popen that a live change uses (:func:`_sighup`,
+    :func:`_reply`, :func:`_dead`), by pid and start time."""
+
+    def __init__(self, pid: int, start: int | None) -> None:
+        self.pid, self.start, self.returncode = pid, start, None
+
+    def poll(self) -> int | None:
+        # no start time (the helper had already exited when it was registered): the pid
+        # alone may be another process's by now, so it counts as gone and is never signalled
+        if self.returncode is None and (self.start is None
+                                        or not pid_alive(self.pid, self.start)):
+            self.returncode = -1  # not its child: its real status is its parent's
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is not None:
+            raise LabError(f"the delay-line helper (pid {self.pid}) is gone")
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:  # it exited since poll: an error of the change, as above
+            self.returncode = -1
+            raise LabError(f"the delay-line helper (pid {self.pid}) is gone") from None
+
+
+def _adopt(lab: LabHandle) -> None:
+    """A lab attached from another process than the one that brought it up (``lab.attached``:
+    a cluster machine's event player, testbed/trace_process.py) knows no helper yet: take
+    every one its registry lists (role ``delay-line``, by node) with the lines and queue
+    parameters of its plan, so that a live change reaches it by SIGHUP as from the lab's own
+    process. Once per lab; nothing for a lab this process brought up."""
+    st = _state(lab)
+    if st.started or st.stopped or not getattr(lab, "attached", False):
+        return
+    st.started = True
+    recs = {r["node"]: r for r in lab.registry.records()
+            if r.get("kind") == "process" and r.get("role") == "delay-line" and r.get("pid")}
+    for node, ls in by_node(places(lab.plan, _native_keys(lab))).items():
+        rec = recs.get(node)
+        if rec is None:
+            continue
+        tag = f"delayline-{node}"
+        h = _Helper(node, ls, [_params(lab, p) for p in ls],
+                    lab.registry.dir / f"{tag}.json", lab.registry.dir / f"{tag}.params",
+                    lab.registry.dir / f"{tag}.stderr")
+        h.proc = _Adopted(int(rec["pid"]), rec.get("start"))  # type: ignore[assignment]
+        h.start = rec.get("start")
+        st.helpers[node] = h
+
+
 def _find(lab: LabHandle, link: str, direction: str) -> tuple[_Helper, int, LinePlace] | None:
+    _adopt(lab)
     for h in _state(lab).helpers.values():
         for i, p in enumerate(h.lines):
             if (p.link, p.direction) == (link, direction):
@@ -280,7 +341,7 @@ def update(lab: LabHandle, link: str, direction: str) -> None:
 
 def _sighup(lab: LabHandle, h: _Helper, i: int, p: LinePlace) -> None:
     shaping, mtu = _shaping(lab, p.link, p.direction)
-    new = queue_params(shaping, mtu, p.queue_num, h.queues[i].seed)
+    new = queue_params(shaping, mtu, p.queue_num, h.queues[i].seed, before_queue=p.hook == "out")
     queues = h.queues[:i] + [new] + h.queues[i + 1:]
     mark = len(_stderr_bytes(h))
     tmp = h.params_path.with_suffix(".tmp")
@@ -352,6 +413,9 @@ def stats(lab: LabHandle, fresh: bool = True) -> dict[str, dict[str, Any]]:
                 "pid": h.proc.pid if h.proc else None, "exit_code": h.exit_code,
                 "helper_cpu_s": snap.cpu_s if snap else None,
                 "helper_uptime_s": snap.uptime_s if snap else None,
+                # microseconds inside each verdict sendto (the kernel re-injecting)
+                "helper_verdict_send": dataclasses.asdict(snap.verdict_send)
+                if snap and snap.verdict_send else None,
                 "queue": q.raw if q else None}
     return out
 

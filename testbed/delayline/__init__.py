@@ -37,8 +37,10 @@ class Helper:
 
     def __init__(self, netns: str | None, queues: Sequence[QueueParams], state_dir: Path,
                  stats_interval_ms: int = 500, spin_us: float | None = None,
-                 rt_prio: int = 0, nice: int = 0) -> None:
+                 rt_prio: int = 0, nice: int = 0, cpu: int | None = None,
+                 spin_dense: bool = False) -> None:
         self.netns = netns
+        self.cpu, self.spin_dense = cpu, spin_dense
         self.queues = list(queues)
         self.state_dir = Path(state_dir)
         tag = netns or "root"
@@ -56,7 +58,7 @@ class Helper:
         return helper_argv(str(helper_path()), os.getpid(), self.queues, str(self.stats_path),
                            f"{NETNS_DIR}/{self.netns}" if self.netns else None,
                            self.stats_interval_ms, str(self.params_path), self.spin_us,
-                           self.rt_prio, self.nice)
+                           self.rt_prio, self.nice, self.cpu, self.spin_dense)
 
     def start(self) -> int:
         """Start the helper; returns its pid."""

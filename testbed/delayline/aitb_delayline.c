@@ -17,6 +17,27 @@
  * have ended (an average over the last ~8, the wake_lead_ns of the stats) and spin only that
  * stretch, at most --wake-lead-max-us (default 25; 0: off).  --coalesce-us C (default 0)
  * releases at most once per C.
+ * A dedicated CPU (--cpu N --spin-dense, with --rt-prio): the helper pins itself to CPU N and
+ * spins before every release, dense or not (yielding to helpers of its priority on that CPU),
+ * while the lab steers every interface's receive processing (RPS) to the other CPUs.  Why:
+ * each verdict sendto runs the rest of the packet's path inside the call (nf_reinject) -- for
+ * TCP the receiver's stack, its ACK and, when the ACK is received on this CPU too, the
+ * sender's next segments and their arrival here; RPS elsewhere takes most of the latter.
+ * It spins through every gap of up to --spin-dense-us (default 2000) before a release instead
+ * of the last --spin-us only: at 1 Gbit/s of MTU packets through HTB the releases come in
+ * bursts ~0.45 ms apart, and in each such sleep other tasks ran on CPU N; this kernel
+ * (preempt=none) switches to the woken helper only when the task there leaves the kernel, so
+ * 1-3 % of those sleeps ended 0.1-3.6 ms late (the main source of the p99, measured with a
+ * per-iteration log of the loop).  Spinning all the time would be worse: an RT task that never
+ * sleeps has 50 ms taken at once for the CPU's other tasks (RT throttling / the fair server keep
+ * 5 % of each second for them: 49 ms errors), so it keeps sleeping a tenth of its time
+ * (dense_credit_ns), in the gaps it would have slept in anyway.  README "native delay line"
+ * has the before/after of bench/delayline_accuracy.py --isolate.  It costs that CPU (0.9-1.5
+ * CPU-s per Gbit carried at 1 Gbit/s of MTU packets, against 0.4-0.6).
+ * Stats files and the --pktlog are written by a second thread (SCHED_OTHER, on the CPUs other
+ * than --cpu): writing them in the loop took 0.3-5 ms twice a second, late releases for every
+ * packet due meanwhile.  The loop copies the counters (take_snapshot) and hands pktlog records
+ * over a ring (LOGRING records per queue; a full ring waits, counted as pktlog_waits).
  * The stats count syscalls and wake-ups (recv_calls, recv_msgs, send_calls, verdict_msgs,
  * epoll_wakeups, timer_wakeups).
  *
@@ -51,8 +72,10 @@
 #include <inttypes.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -162,6 +185,12 @@ enum { F_LOSS = 1, F_GE = 2, F_CORRUPT = 4, F_REORDER = 8 };
 
 typedef struct { uint64_t off_ns, delay_ns; double loss_pct; int64_t jitter_ns; } step_t;
 
+/* one --pktlog record (testbed/delayline/stats.py PKTLOG_RECORD) and the ring that carries it
+   from the loop to the writer thread: the loop only stores; the thread does the write(2) */
+typedef struct { uint64_t a, t, r; uint32_t len, flags; } logrec_t;
+#define LOGRING (1u << 17) /* records (4 MiB): 1.6 s of 80 000 packets/s */
+typedef struct { logrec_t *buf; _Atomic uint64_t head, tail; } ring_t;
+
 typedef struct {
     uint16_t num;
     params_t p;
@@ -174,6 +203,7 @@ typedef struct {
     uint64_t verdict_errors;
     hist_t hdelay, herr;
     FILE *pktlog;
+    ring_t log;
     /* trace */
     step_t *steps; size_t nsteps, next_step; int trace_loop; uint64_t trace_period_ns;
     int64_t trace_start_rt; uint64_t trace_cycle;
@@ -188,8 +218,20 @@ static uint64_t stats_interval_ns = 1000000000ULL, spin_ns = 150000, start_mono;
 /* how late timed sleeps end (ns, EWMA 1/8) and the most a dense release wakes early by it */
 static int64_t wake_late_ns;
 static uint64_t wake_lead_max_ns = 25000;
+/* --spin-dense: no sleep at all while the next release is within this (--spin-dense-us), as
+   long as the helper has slept a tenth of its time: credit = 9 x time asleep - time awake,
+   in [-100 ms, 100 ms]; at or below 0 it sleeps again before releases as without it */
+static uint64_t spin_dense_ns = 2000000;
+static int64_t dense_credit_ns;
+#define DENSE_CREDIT_MAX 100000000LL
+static void dense_credit(int64_t d) {
+    dense_credit_ns += d;
+    if (dense_credit_ns > DENSE_CREDIT_MAX) dense_credit_ns = DENSE_CREDIT_MAX;
+    if (dense_credit_ns < -DENSE_CREDIT_MAX) dense_credit_ns = -DENSE_CREDIT_MAX;
+}
 static pid_t parent_pid;
-static int rt_prio, nice_val;
+static int rt_prio, nice_val, cpu = -1;
+static bool spin_dense;
 static char sendbuf[SEND_BUF + 70000];
 static size_t sendlen;
 static uint64_t send_errors, recv_enobufs;
@@ -281,6 +323,9 @@ static void parse_spec(queue_t *q, char *spec, bool live) {
             q->pktlog = fopen(v, "w");
             if (!q->pktlog) die(q->num, "fopen", "pktlog %s", v);
             setvbuf(q->pktlog, NULL, _IOFBF, 1 << 20);
+            q->log.buf = malloc(LOGRING * sizeof(logrec_t));
+            if (!q->log.buf) die(q->num, "malloc(pktlog ring)", NULL);
+            memset(q->log.buf, 0, LOGRING * sizeof(logrec_t));  /* fault its pages in now */
         }
         else if (!strcmp(k, "trace")) load_trace(q, v);
         else if (!strcmp(k, "trace_start_ns")) q->trace_start_rt = (int64_t)strtoll(v, NULL, 10);
@@ -315,13 +360,19 @@ static void load_trace(queue_t *q, const char *path) {
 }
 
 /* ---------- netlink ---------- */
+/* time inside each sendto of verdicts: the kernel re-injects every accepted packet in this
+   call (nf_reinject runs the rest of the receive path, and whatever it sends, before it
+   returns), so a long call delays every release due meanwhile */
+static hist_t hsend;
 static void flush_send(void) {
     if (!sendlen) return;
     send_calls++;
+    uint64_t t0 = mono();
     if (mnl_socket_sendto(nl, sendbuf, sendlen) < 0) {
         if (errno == ENOBUFS || errno == EAGAIN) send_errors++;
         else die(-1, "sendto(verdicts)", NULL);
     }
+    hadd(&hsend, mono() - t0);
     sendlen = 0;
 }
 static struct nlmsghdr *msg_put(int type, uint16_t qnum) {
@@ -409,10 +460,17 @@ static pkt_t hpop(queue_t *q) {
     return top;
 }
 
+static uint64_t pktlog_waits;
 static void log_pkt(queue_t *q, const pkt_t *p, uint64_t release) {
     if (!q->pktlog) return;
-    struct { uint64_t a, t, r; uint32_t len, flags; } rec = {p->arrival, p->target, release, p->len, p->flags};
-    fwrite(&rec, sizeof rec, 1, q->pktlog);
+    uint64_t h = atomic_load_explicit(&q->log.head, memory_order_relaxed);
+    if (h - atomic_load_explicit(&q->log.tail, memory_order_acquire) >= LOGRING) {
+        pktlog_waits++;   /* the writer is behind by a whole ring: wait, never lose a record */
+        while (h - atomic_load_explicit(&q->log.tail, memory_order_acquire) >= LOGRING)
+            sched_yield();
+    }
+    q->log.buf[h % LOGRING] = (logrec_t){p->arrival, p->target, release, p->len, p->flags};
+    atomic_store_explicit(&q->log.head, h + 1, memory_order_release);
 }
 
 static void verdict_one(queue_t *q, const pkt_t *p, int verdict) {
@@ -683,28 +741,52 @@ static void write_hist(FILE *f, const char *name, const hist_t *h) {
             hpct(h, .5) / 1e3, hpct(h, .9) / 1e3, hpct(h, .99) / 1e3, hpct(h, .999) / 1e3,
             (double)h->max / 1e3);
 }
-static void write_stats(bool final) {
+/* what a stats file reports, copied by the loop (a memcpy: tens of us per queue) so that the
+   writer thread formats and writes it -- fopen, /proc reads, rename and the pktlog writes took
+   0.3-5 ms in the loop, late releases for every packet due meanwhile */
+typedef struct {
+    uint64_t now, send_errors, recv_enobufs, recv_calls, recv_msgs, send_calls, verdict_msgs,
+        epoll_wakeups, timer_wakeups, arrivals_stamped, arrivals_read, pktlog_waits;
+    int64_t wake_lead_ns;
+    bool final;
+    hist_t hsend;
+} snap_t;
+static snap_t SNAP;
+static queue_t SQ[MAXQ];
+static void take_snapshot(bool final) {
+    SNAP = (snap_t){mono(), send_errors, recv_enobufs, recv_calls, recv_msgs, send_calls,
+                    verdict_msgs, epoll_wakeups, timer_wakeups, arrivals_stamped, arrivals_read,
+                    pktlog_waits,
+                    wake_lead_max_ns && wake_late_ns > 0 ? (wake_late_ns < (int64_t)wake_lead_max_ns ? wake_late_ns : (int64_t)wake_lead_max_ns) : 0,
+                    final, hsend};
+    memcpy(SQ, Q, (size_t)nq * sizeof(queue_t));
+}
+static void write_snapshot(void) {
     if (!stats_path) return;
+    const snap_t *S = &SNAP;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", stats_path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) die(-1, "fopen(stats tmp)", "%s", tmp);
     struct rusage ru; getrusage(RUSAGE_SELF, &ru);
-    double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+    double cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
                  (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
     fprintf(f, "{\"pid\":%d,\"final\":%s,\"clock\":\"CLOCK_MONOTONIC\",\"uptime_s\":%.6f,"
                "\"cpu_s\":%.6f,\"cpu_user_s\":%.6f,\"cpu_sys_s\":%.6f,\"send_errors\":%" PRIu64
                ",\"recv_enobufs\":%" PRIu64 ",\"recv_calls\":%" PRIu64 ",\"recv_msgs\":%" PRIu64
                ",\"send_calls\":%" PRIu64 ",\"verdict_msgs\":%" PRIu64 ",\"epoll_wakeups\":%" PRIu64
                ",\"timer_wakeups\":%" PRIu64 ",\"arrivals_stamped\":%" PRIu64
-               ",\"arrivals_read\":%" PRIu64 ",\"wake_lead_ns\":%" PRId64 ",\"queues\":[",
-            (int)getpid(), final ? "true" : "false", (double)(mono() - start_mono) / 1e9, cpu,
+               ",\"arrivals_read\":%" PRIu64 ",\"wake_lead_ns\":%" PRId64
+               ",\"pktlog_waits\":%" PRIu64 ",",
+            (int)getpid(), S->final ? "true" : "false", (double)(S->now - start_mono) / 1e9, cpu_s,
             ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6, ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6,
-            send_errors, recv_enobufs, recv_calls, recv_msgs, send_calls, verdict_msgs,
-            epoll_wakeups, timer_wakeups, arrivals_stamped, arrivals_read,
-            wake_lead_max_ns && wake_late_ns > 0 ? (wake_late_ns < (int64_t)wake_lead_max_ns ? wake_late_ns : (int64_t)wake_lead_max_ns) : 0);
+            S->send_errors, S->recv_enobufs, S->recv_calls, S->recv_msgs, S->send_calls,
+            S->verdict_msgs, S->epoll_wakeups, S->timer_wakeups, S->arrivals_stamped,
+            S->arrivals_read, S->wake_lead_ns, S->pktlog_waits);
+    write_hist(f, "verdict_send", &S->hsend);
+    fputs(",\"queues\":[", f);
     for (int i = 0; i < nq; i++) {
-        queue_t *q = &Q[i];
+        const queue_t *q = &SQ[i];
         long long k[3]; read_kernel_stats(q->num, k);
         fprintf(f, "%s{\"num\":%u,\"delay_us\":%.3f,\"jitter_us\":%.3f,\"dist\":\"%s\",\"reorder_ok\":%d,"
                    "\"loss_pct\":%g,\"ge\":[%g,%g,%g,%g],\"reorder_pct\":%g,\"reorder_gap\":%u,"
@@ -725,7 +807,80 @@ static void write_stats(bool final) {
     fputs("]}\n", f);
     if (fflush(f) || fclose(f)) die(-1, "write(stats tmp)", "%s", tmp);
     if (rename(tmp, stats_path) < 0) die(-1, "rename(stats)", "%s", stats_path);
-    for (int i = 0; i < nq; i++) if (Q[i].pktlog) fflush(Q[i].pktlog);
+}
+
+/* ---------- the writer thread: stats files and the pktlog, off the loop's CPU ---------- */
+static pthread_t writer;
+static bool writer_on;
+static _Atomic int stats_pending, writer_stop;
+static cpu_set_t writer_cpus;   /* the CPUs this process could use, less --cpu */
+static int writer_ncpus;
+static void drain_logs(void) {
+    for (int i = 0; i < nq; i++) {
+        queue_t *q = &Q[i];
+        if (!q->pktlog) continue;
+        uint64_t t = atomic_load_explicit(&q->log.tail, memory_order_relaxed);
+        uint64_t h = atomic_load_explicit(&q->log.head, memory_order_acquire);
+        if (t == h) continue;
+        while (t < h) {
+            uint64_t off = t % LOGRING, n = h - t;
+            if (n > LOGRING - off) n = LOGRING - off;
+            if (fwrite(q->log.buf + off, sizeof(logrec_t), n, q->pktlog) != n) die(q->num, "fwrite(pktlog)", NULL);
+            t += n;
+            atomic_store_explicit(&q->log.tail, t, memory_order_release);
+        }
+        if (fflush(q->pktlog)) die(q->num, "fflush(pktlog)", NULL);
+    }
+}
+static void *writer_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        int stop = atomic_load(&writer_stop);   /* before the drain: records until now go out */
+        drain_logs();
+        if (atomic_load_explicit(&stats_pending, memory_order_acquire)) {
+            write_snapshot();
+            atomic_store_explicit(&stats_pending, 0, memory_order_release);
+        }
+        if (stop) return NULL;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+}
+/* SCHED_OTHER (not the loop's SCHED_FIFO), on the CPUs other than --cpu */
+static void start_writer(void) {
+    bool logs = false;
+    for (int i = 0; i < nq; i++) if (Q[i].pktlog) logs = true;
+    if (!stats_path && !logs) return;
+    pthread_attr_t at;
+    struct sched_param sp = {.sched_priority = 0};
+    pthread_attr_init(&at);
+    pthread_attr_setinheritsched(&at, PTHREAD_EXPLICIT_SCHED);
+    pthread_attr_setschedpolicy(&at, SCHED_OTHER);
+    pthread_attr_setschedparam(&at, &sp);
+    if (writer_ncpus) pthread_attr_setaffinity_np(&at, sizeof writer_cpus, &writer_cpus);
+    int e = pthread_create(&writer, &at, writer_main, NULL);
+    pthread_attr_destroy(&at);
+    if (e) { errno = e; die(-1, "pthread_create(stats/pktlog writer)", NULL); }
+    writer_on = true;
+}
+/* a stats file soon (the writer's next round, <= 5 ms); skipped while the last is unwritten */
+static void request_stats(void) {
+    if (!stats_path) return;
+    if (!writer_on) { take_snapshot(false); write_snapshot(); return; }
+    if (atomic_load_explicit(&stats_pending, memory_order_acquire)) return;
+    take_snapshot(false);
+    atomic_store_explicit(&stats_pending, 1, memory_order_release);
+}
+/* at exit: the writer finishes (every pktlog record written), then the final stats */
+static void finish(void) {
+    if (writer_on) {
+        atomic_store(&writer_stop, 1);
+        pthread_join(writer, NULL);
+        writer_on = false;
+    } else drain_logs();
+    take_snapshot(true);
+    write_snapshot();
+    for (int i = 0; i < nq; i++) if (Q[i].pktlog && fclose(Q[i].pktlog)) die(Q[i].num, "fclose(pktlog)", NULL);
 }
 
 static void reload_params(void) {
@@ -760,12 +915,35 @@ static void reload_params(void) {
     fprintf(stderr, "aitb-delayline: params: ok\n"); fflush(stderr);
 }
 
+/* the signals waiting on the (non-blocking) signalfd: SIGHUP reloads the parameters, SIGUSR1
+   writes the stats, SIGUSR2 detaches, any other ends the helper (1: exit now, stats written) */
+static int take_signals(int sfd) {
+    struct signalfd_siginfo si;
+    while (read(sfd, &si, sizeof si) == sizeof si) {
+        if (si.ssi_signo == SIGHUP) reload_params();
+        else if (si.ssi_signo == SIGUSR1) request_stats();
+        else if (si.ssi_signo == SIGUSR2) {
+            /* detach (aitb topo deploy leaves the lab up): outlive the parent;
+               the lab's registry (pid + start time) still ends this process */
+            if (prctl(PR_SET_PDEATHSIG, 0) < 0) die(-1, "prctl(PR_SET_PDEATHSIG, 0)", NULL);
+            parent_pid = -1;
+            fprintf(stderr, "aitb-delayline: detached\n"); fflush(stderr);
+        }
+        else {
+            finish();
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die(-1, "prctl(PR_SET_PDEATHSIG)", NULL);
     const char *netns = NULL;
     char *specs[MAXQ]; int nspecs = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--spin-dense")) { spin_dense = true; continue; }   /* takes no value */
         if (i + 1 >= argc) usage_die("option %s needs a value", a);
         if (!strcmp(a, "--parent-pid")) parent_pid = (pid_t)atoi(argv[++i]);
         else if (!strcmp(a, "--stats")) stats_path = argv[++i];
@@ -774,7 +952,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--netns")) netns = argv[++i];
         else if (!strcmp(a, "--rt-prio")) rt_prio = (int)num_arg(a, argv[++i], 0, 99);
         else if (!strcmp(a, "--nice")) nice_val = (int)num_arg(a, argv[++i], -20, 19);
+        else if (!strcmp(a, "--cpu")) cpu = (int)num_arg(a, argv[++i], 0, CPU_SETSIZE - 1);
         else if (!strcmp(a, "--coalesce-us")) coalesce_ns = (uint64_t)(num_arg(a, argv[++i], 0, 1e5) * 1000);
+        else if (!strcmp(a, "--spin-dense-us")) spin_dense_ns = (uint64_t)(num_arg(a, argv[++i], 0, 1e6) * 1000);
         else if (!strcmp(a, "--spin-us")) spin_ns = (uint64_t)(num_arg(a, argv[++i], 0, 1e5) * 1000);
         else if (!strcmp(a, "--wake-lead-max-us")) wake_lead_max_ns = (uint64_t)(num_arg(a, argv[++i], 0, 1e3) * 1000);
         else if (!strcmp(a, "--queue")) { if (nspecs == MAXQ) usage_die("at most %d queues", MAXQ); specs[nspecs++] = argv[++i]; }
@@ -788,6 +968,13 @@ int main(int argc, char **argv) {
     if (!nspecs) usage_die("no --queue given");
     prctl(PR_SET_TIMERSLACK, 1UL);
     if (nice_val && setpriority(PRIO_PROCESS, 0, nice_val) < 0) die(-1, "setpriority", "--nice %d", nice_val);
+    if (sched_getaffinity(0, sizeof writer_cpus, &writer_cpus) < 0) CPU_ZERO(&writer_cpus);
+    if (cpu >= 0) CPU_CLR(cpu, &writer_cpus);
+    writer_ncpus = CPU_COUNT(&writer_cpus);
+    if (cpu >= 0) {  /* a dedicated CPU: the lab's receive processing (RPS) runs on the others */
+        cpu_set_t set; CPU_ZERO(&set); CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof set, &set) < 0) die(-1, "sched_setaffinity", "--cpu %d", cpu);
+    }
     if (rt_prio) {   /* SCHED_FIFO: releases on time even when iperf3 and softirqs fill the cores */
         struct sched_param sp = {.sched_priority = rt_prio};
         if (sched_setscheduler(0, SCHED_FIFO, &sp) < 0) die(-1, "sched_setscheduler(SCHED_FIFO)", "--rt-prio %d", rt_prio);
@@ -848,17 +1035,21 @@ int main(int argc, char **argv) {
     if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) die(-1, "epoll_ctl(nfq)", NULL);
     ev.data.u32 = 1;
     if (epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev) < 0) die(-1, "epoll_ctl(signalfd)", NULL);
+    start_writer();
     fprintf(stderr, "aitb-delayline: pid %d serving %d queue(s)\n", (int)getpid(), nq);
 
     uint64_t next_stats = mono() + stats_interval_ns, next_parent = mono() + 200000000ULL;
+    uint64_t last_signal_check = 0, last_top = mono();
     for (;;) {
         uint64_t now = mono();
+        dense_credit(-(int64_t)(now - last_top));   /* every ns awake or asleep; asleep: +10 x */
+        last_top = now;
         int64_t rt = realt();
         for (int i = 0; i < nq; i++) { trace_tick(&Q[i], rt); release_due(&Q[i], now); }
         flush_send();
-        if (now >= next_stats) { write_stats(false); next_stats = now + stats_interval_ns; }
+        if (now >= next_stats) { request_stats(); next_stats = now + stats_interval_ns; }
         if (now >= next_parent) {
-            if (parent_pid > 0 && getppid() != parent_pid) { fprintf(stderr, "aitb-delayline: parent gone: exiting\n"); write_stats(true); return 3; }
+            if (parent_pid > 0 && getppid() != parent_pid) { fprintf(stderr, "aitb-delayline: parent gone: exiting\n"); finish(); return 3; }
             next_parent = now + 200000000ULL;
         }
         uint64_t wake = next_stats < next_parent ? next_stats : next_parent;
@@ -876,13 +1067,27 @@ int main(int argc, char **argv) {
         /* spin the final stretch only while releases are sparse (gap >= SPIN_GAP x spin: at
            most 1/SPIN_GAP of the time spinning); dense releases (one every ~12 us at 1 Gbit/s
            of MTU packets) would otherwise keep a SCHED_FIFO helper spinning all the time */
-        bool spin = spin_ns && (!release_wake || wake >= last_release + SPIN_GAP * spin_ns);
+        bool spin = spin_ns && (spin_dense || !release_wake ||
+                                wake >= last_release + SPIN_GAP * spin_ns);
         /* dense releases: wake early by the usual lateness of a timed sleep, spin the rest */
         uint64_t lead = spin ? spin_ns : 0;
+        /* a dedicated CPU: a release within spin_dense_ns is waited for spinning, not asleep --
+           while it sleeps, other tasks run on that CPU, and this kernel (preempt=none) wakes
+           it only when the task running there leaves the kernel: up to ms later */
+        if (spin_dense && release_wake && dense_credit_ns > 0 && spin_dense_ns > lead)
+            lead = spin_dense_ns;
         if (!spin && release_wake && wake_lead_max_ns && wake_late_ns > 0)
             lead = (uint64_t)wake_late_ns < wake_lead_max_ns ? (uint64_t)wake_late_ns : wake_lead_max_ns;
         if (lead && wake <= now + lead) {   /* final stretch: spin, still taking packets */
             recv_some(fd, 64);
+            /* dense traffic may keep it here for good: signals at least every 100 us */
+            if (now - last_signal_check > 100000ULL) {
+                last_signal_check = now;
+                if (take_signals(sfd)) return 0;
+            }
+            /* a SCHED_FIFO spinner never lets another of its priority onto its CPU: the
+               lab's other helpers, pinned to the same dedicated CPU, take turns */
+            if (spin_dense && rt_prio) sched_yield();
             continue;
         }
         if (wake <= now) continue;
@@ -896,41 +1101,28 @@ int main(int argc, char **argv) {
             (!last_unstamped || now - last_unstamped > 1000000000ULL)) {
             struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ULL),
                                   .tv_nsec = (long)(until % 1000000000ULL)};
+            uint64_t t0 = mono();
             int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+            dense_credit(10 * (int64_t)(mono() - t0));
             if (r && r != EINTR) { errno = r; die(-1, "clock_nanosleep", NULL); }
             if (!r) note_lateness(until);
             timer_wakeups++;
             recv_some(fd, 1024);
+            if (take_signals(sfd)) return 0;
             continue;
         }
         uint64_t sleep = until - now;
         struct timespec ts = {.tv_sec = (time_t)(sleep / 1000000000ULL), .tv_nsec = (long)(sleep % 1000000000ULL)};
         struct epoll_event evs[2];
+        uint64_t t0 = mono();
         int n = epoll_pwait2(ep, evs, 2, &ts, NULL);
+        dense_credit(10 * (int64_t)(mono() - t0));
         if (n < 0) { if (errno == EINTR) continue; die(-1, "epoll_pwait2", NULL); }
         if (n == 0 && release_wake) note_lateness(until);
         epoll_wakeups++;
         for (int e = 0; e < n; e++) {
             if (evs[e].data.u32 == 0) recv_some(fd, 256);
-            else {
-                struct signalfd_siginfo si;
-                while (read(sfd, &si, sizeof si) == sizeof si) {
-                    if (si.ssi_signo == SIGHUP) reload_params();
-                    else if (si.ssi_signo == SIGUSR1) write_stats(false);
-                    else if (si.ssi_signo == SIGUSR2) {
-                        /* detach (aitb topo deploy leaves the lab up): outlive the parent;
-                           the lab's registry (pid + start time) still ends this process */
-                        if (prctl(PR_SET_PDEATHSIG, 0) < 0) die(-1, "prctl(PR_SET_PDEATHSIG, 0)", NULL);
-                        parent_pid = -1;
-                        fprintf(stderr, "aitb-delayline: detached\n"); fflush(stderr);
-                    }
-                    else {
-                        write_stats(true);
-                        for (int i = 0; i < nq; i++) if (Q[i].pktlog && fclose(Q[i].pktlog)) die(Q[i].num, "fclose(pktlog)", NULL);
-                        return 0;
-                    }
-                }
-            }
+            else if (take_signals(sfd)) return 0;
         }
     }
 }

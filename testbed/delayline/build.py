@@ -16,7 +16,7 @@ from pathlib import Path
 SOURCE = Path(__file__).with_name("aitb_delayline.c")
 REPO = Path(__file__).resolve().parents[2]
 BINARY = REPO / "build" / "aitb-delayline"
-CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra"]
+CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-pthread"]
 LIBS = ["-lnetfilter_queue", "-lmnl", "-lm"]
 HEADERS = {  # header the source includes -> Debian package that ships it
     "libnetfilter_queue/libnetfilter_queue.h": "libnetfilter-queue-dev",

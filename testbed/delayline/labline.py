@@ -8,7 +8,27 @@ One link direction with a delay line = one NFQUEUE queue in one namespace:
 - when the receiver is an OVS switch (its datapath, kernel or user-space, takes frames before
   netfilter sees them) the *sending* node's: ``mangle POSTROUTING -o IF`` (a bridge switch
   sender: ``--physdev-out``). A link whose two ends are OVS switches has no place for it
-  and is refused.
+  and is refused;
+- also the sending node's when the direction's buffer is given in packets and the sender is a
+  router or a Linux-bridge switch (:data:`FORWARDERS`). Its segmenter (testbed/qdiscs/tbf.py)
+  cuts GSO packets into wire-sized ones; after it the line would handle every 1448-byte
+  segment (about 1 CPU-second per Gbit/s here), before it one 64 KB GSO packet per ~45. The
+  line then sits before the bottleneck queue instead of after it, which changes nothing for a
+  constant delay: a FIFO queue is time-invariant, so delaying every arrival by d delays every
+  departure and keeps every drop (with jitter, arrivals to the queue are jittered instead of
+  departures from it). A host sender keeps the line at the receiver: packets its sockets send
+  count against TCP small queues (``tcp_limit_output_bytes``) until they leave the host, so a
+  line on the host's own egress would throttle its TCP flows to a few packets per delay. (A
+  router's own TCP, BGP, is throttled the same way on such a link: at BGP's volumes that
+  costs nothing; BFD, OSPF, ARP and ND are not TCP.) A capture on the sending interface
+  of such a direction sees its packets after the delay (elsewhere both ends see them before
+  it), so an RTT measured from that capture point includes this direction's delay.
+
+A line before the sender's queue (``hook`` ``out``) holds what the sender offers, not what
+the link's rate lets through, so its queue length is sized from :data:`UNSHAPED_LINE_RATE_BPS`
+(up to :data:`MAX_HELD_BYTES` of MTU-sized packets), not from the link's rate. Queue lengths
+count packets, GSO ones included, so what a line pins in memory is bounded by the traffic
+(TCP's windows), and :func:`problems` checks the link's rate x delay against the cap.
 
 Queue numbers are unique per namespace (0, 1, ... in plan order); one helper per namespace
 serves them all. Every rule carries ``-m comment --comment aitb:<run_id>``.
@@ -25,8 +45,10 @@ from aitb.shaping import Shaping
 from aitb.trace import planned_changes
 from aitb.units import format_duration
 from testbed.delayline.rules import QueueParams, maxlen_for_bdp
+from testbed.qdiscs.tbf import counts_packets
 
 __all__ = ["LinePlace", "place", "places", "queue_params", "problems", "plan_problems",
+           "FORWARDERS",
            "trace_problems", "restore_text",
            "MAX_HELD_BYTES", "UNSHAPED_LINE_RATE_BPS", "REFUSED_KEYS"]
 
@@ -41,6 +63,10 @@ MAX_HELD_BYTES = 256 * 2**20
 # queue, never limits traffic
 UNSHAPED_LINE_RATE_BPS = 20 * 10**9
 BDP_FACTOR = 2.0  # margin over the bytes in flight (GSO packets, the HTB burst, timer slack)
+# node kinds whose packet-counted directions get the line before their queue: nodes that
+# forward (no socket of theirs sends the traffic, see the module docstring); of the switches,
+# Linux bridges only (an OVS datapath bypasses netfilter)
+FORWARDERS = ("router", "switch")
 # keys the NFQUEUE line cannot do: a verdict accepts or drops a packet but cannot emit a
 # copy (duplicate); the helper draws every packet's delay independently (no correlation)
 REFUSED_KEYS = {
@@ -75,6 +101,9 @@ def place(plan: LabPlan, link: LinkPlan, direction: str) -> LinePlace:
     when both ends are OVS switches."""
     (tx, tx_dev), (rx, rx_dev) = _ends(link, direction)
     kind = {n.name: (n.kind, n.datapath) for n in plan.nodes}
+    if counts_packets(getattr(link, direction)) and kind[tx][0] in FORWARDERS \
+            and kind[tx] != ("switch", "ovs"):
+        return LinePlace(link.name, direction, tx, "out", tx_dev, kind[tx][0] == "switch")
     if kind[rx] != ("switch", "ovs"):
         return LinePlace(link.name, direction, rx, "in", rx_dev, kind[rx][0] == "switch")
     if kind[tx] != ("switch", "ovs"):
@@ -178,10 +207,13 @@ def trace_problems(plan: LabPlan) -> list[str]:
     return out
 
 
-def queue_params(shaping: Shaping, mtu: int, queue_num: int, seed: int = 1) -> QueueParams:
+def queue_params(shaping: Shaping, mtu: int, queue_num: int, seed: int = 1,
+                 before_queue: bool = False) -> QueueParams:
     """The helper's parameters for ``shaping`` (netem semantics: jitter as netem's, packets
     may pass each other with jitter as in netem's time-sorted queue; reorder gap 1 as tc's
-    default), queue length from the BDP (:func:`testbed.delayline.rules.maxlen_for_bdp`).
+    default), queue length from the BDP (:func:`testbed.delayline.rules.maxlen_for_bdp`) at
+    the link's rate, or for a line before the sender's queue (``before_queue``: its place's
+    hook is ``out``) at :data:`UNSHAPED_LINE_RATE_BPS` up to :data:`MAX_HELD_BYTES`.
     Call :func:`problems` first: a refused key raises ValueError here."""
     ge = shaping.loss_gemodel
     dist = shaping.jitter_distribution if shaping.jitter_s else "uniform"
@@ -193,8 +225,16 @@ def queue_params(shaping: Shaping, mtu: int, queue_num: int, seed: int = 1) -> Q
         ge_1h_pct=ge.bad_loss_pct if ge else 0.0, ge_1k_pct=ge.good_loss_pct if ge else 0.0,
         reorder_pct=shaping.reorder_pct, reorder_gap=1 if shaping.reorder_pct else 0,
         corrupt_pct=shaping.corrupt_pct, duplicate_pct=shaping.duplicate_pct, seed=seed,
-        maxlen_packets=maxlen_for_bdp(shaping.rate_bps or UNSHAPED_LINE_RATE_BPS,
-                                      shaping.delay_s + shaping.jitter_s, mtu, BDP_FACTOR))
+        maxlen_packets=_maxlen(shaping, mtu, before_queue))
+
+
+def _maxlen(shaping: Shaping, mtu: int, before_queue: bool) -> int:
+    held_s = shaping.delay_s + shaping.jitter_s
+    shaped = maxlen_for_bdp(shaping.rate_bps or UNSHAPED_LINE_RATE_BPS, held_s, mtu, BDP_FACTOR)
+    if not before_queue:
+        return shaped
+    offered = maxlen_for_bdp(UNSHAPED_LINE_RATE_BPS, held_s, mtu, BDP_FACTOR)
+    return max(shaped, min(offered, MAX_HELD_BYTES // mtu))
 
 
 def _rule(p: LinePlace, run_id: str) -> str:

@@ -149,11 +149,14 @@ def nfqueue_rules_argvs(ifname: str, queue_num: int, run_id: str, netns: str | N
 def helper_argv(binary: str, parent_pid: int, queues: Sequence[QueueParams], stats_path: str,
                 netns_path: str | None = None, stats_interval_ms: int = 1000,
                 params_path: str | None = None, spin_us: float | None = None,
-                rt_prio: int = 0, nice: int = 0) -> list[str]:
+                rt_prio: int = 0, nice: int = 0, cpu: int | None = None,
+                spin_dense: bool = False) -> list[str]:
     """The helper's argv: one process serving ``queues`` (all in one namespace).
 
     rt_prio > 0 runs it SCHED_FIFO at that priority, nice != 0 renices it: both keep releases
-    on time when traffic generators fill the cores.
+    on time when traffic generators fill the cores. cpu pins it to that CPU; spin_dense spins
+    the last ``spin_us`` before every release, also when releases are dense (on a CPU of its
+    own: see the helper's header comment).
     """
     if not queues:
         raise ValueError("at least one queue")
@@ -172,6 +175,10 @@ def helper_argv(binary: str, parent_pid: int, queues: Sequence[QueueParams], sta
         argv += ["--rt-prio", str(rt_prio)]
     if nice:
         argv += ["--nice", str(nice)]
+    if cpu is not None:
+        argv += ["--cpu", str(cpu)]
+    if spin_dense:
+        argv += ["--spin-dense"]
     for q in queues:
         argv += ["--queue", q.spec()]
     return argv

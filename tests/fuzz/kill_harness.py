@@ -18,6 +18,9 @@ random delay inside the chosen phase and signals the run's pid. After the run en
   /proc stat flags just before or after the signal: the kernel drops the signal; counted as
   missed in phase "exit");
 - no namespace marked with the run id (``/run/netns/aitb-<id>-*``), no registry left;
+- no owned scratch of the run's process left in the temporary directory (aitb.owned:
+  ``aitb-<tag>-<pid>.<start>-*``, the controller's socket directory) and no Unix socket in
+  its run directory;
 - no process left: none of the registry's (pid, start time) pairs alive, and no orphan at
   all (the harness is the child subreaper, prctl(2) PR_SET_CHILD_SUBREAPER, so whatever the
   run started and left reparents to it, registered or not);
@@ -52,6 +55,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -311,6 +315,23 @@ def _left_processes(watch: Watch, exclude: set[int]) -> list[str]:
             + [f"unregistered process {p} alive ({_cmdline(p)})" for p in orphans])
 
 
+def _scratch_left(pid: int, run_dir: Path | None, lab_id: str | None) -> list[Path]:
+    """What the run's process ``pid`` made outside its lab and left: its owned scratch in the
+    temporary directory (aitb.owned names, ``aitb-<tag>-<pid>.<start>-*``: the controller's
+    socket directory, a probe namespace's is checked with the namespaces), anything there
+    named by its lab id (``aitb-<lab id>-*``), and Unix sockets in its run directory
+    (``ctl.sock``, ``kick<k>.sock``)."""
+    mark = re.compile(rf"aitb-[a-z0-9]{{1,16}}-{pid}\.[0-9]+-[a-z0-9_]+"
+                      + (rf"|aitb-{re.escape(lab_id)}-.+" if lab_id else ""))
+    left = []
+    for root in {Path(tempfile.gettempdir()), Path("/tmp")}:
+        with contextlib.suppress(OSError):
+            left += [root / n for n in os.listdir(root) if mark.fullmatch(n)]
+    if run_dir is not None and run_dir.exists():
+        left += [p for p in run_dir.rglob("*") if p.is_socket()]
+    return sorted(left)
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
@@ -323,6 +344,12 @@ def _remove_leaks(watch: Watch, state: Path, exclude: set[int]) -> None:
     if watch.lab_id and (state / watch.lab_id).exists():
         subprocess.run(_cli("clean", watch.lab_id, "--force"), env=_env(state), cwd=CODE[0],
                        capture_output=True, timeout=120, check=False)
+    for pid in exclude:
+        for path in _scratch_left(pid, watch.run_dir, watch.lab_id):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
     for p, st in list(watch.pids.items()):
         if _alive(p, st):
             with contextlib.suppress(ProcessLookupError):
@@ -424,6 +451,8 @@ def _check(k: Kill, watch: Watch, state: Path, target: str, exclude: set[int],
         if (state / watch.lab_id).exists():
             k.leaks.append(f"registry {state / watch.lab_id}")
     k.leaks += _left_processes(watch, exclude)
+    k.leaks += [f"scratch {p}" for pid in exclude
+                for p in _scratch_left(pid, watch.run_dir, watch.lab_id)]
     manifest = watch.manifest()
     k.status = manifest.get("status") if manifest else None
     want = "ok" if late else "killed" if k.signal == "SIGKILL" else "interrupted"

@@ -28,6 +28,7 @@ def _run(schedule, launcher, addresses, tmp_path):
         list(read_records(res.paths["flows"], FlowRecord))
 
 
+@pytest.mark.serial  # timing margins: no other xdist worker runs a test meanwhile
 def test_late_client_is_dropped_at_the_deadline_every_round(launcher, addresses, tmp_path):
     # client 4 trains 3 s, the others 0.05 s; deadline 0.6 s after the round start
     ops = []
@@ -53,6 +54,7 @@ def test_late_client_is_dropped_at_the_deadline_every_round(launcher, addresses,
     assert len(late) == 2 and all(t["t_end"] - t["t_start"] < 1.0 for t in late)
 
 
+@pytest.mark.serial  # timing margins: no other xdist worker runs a test meanwhile
 def test_overcommit_stops_after_the_first_k(launcher, addresses, tmp_path):
     trace = [0.1, 0.1, 0.1, 1.5, 1.5]  # the two slowest are over-committed extras
     p = FedAvg(clients=5, model_parameters=50_000, fraction=0.6, overcommit=1.6,

@@ -50,6 +50,7 @@ def test_incast_bursts_start_gap_after_previous_end(launcher, addresses, tmp_pat
         assert min(nxt.actual_start) - end >= gap
 
 
+@pytest.mark.serial  # timing margins: no other xdist worker runs a test meanwhile
 def test_margin_not_in_iteration_or_exposed_comm(launcher, addresses, tmp_path):
     """compute, a burst (a timed phase: it waits for the 300 ms margin), an all-reduce: the
     margin is idle time of the controller, not part of the iteration nor exposed comm."""

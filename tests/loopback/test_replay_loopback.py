@@ -97,6 +97,7 @@ def test_every_algorithm_completes_with_plan_bytes(launcher, addresses, tmp_path
     assert len(list(read_records(res.paths["collectives"], CollectiveRecord))) == len(ops)
 
 
+@pytest.mark.serial  # timing margins: no other xdist worker runs a test meanwhile
 def test_straggler_delays_collective(launcher, addresses, tmp_path):
     sched = _sched([Compute(0.1), Collective("all_reduce", "g", 1 << 20)], iterations=2)
     opts = ReplayOptions(stragglers=StragglerSpec(fixed={2: 4.0}))
@@ -113,6 +114,7 @@ def test_straggler_delays_collective(launcher, addresses, tmp_path):
     assert {o.slowdown for o in ranks if o.rank == 2} == {4.0}
 
 
+@pytest.mark.serial  # timing margins: no other xdist worker runs a test meanwhile
 def test_burst_records_start_skew_and_udp_counts(launcher, addresses, tmp_path):
     flows = tuple(Flow(s, 0, 200_000) for s in range(1, 4)) + \
         (Flow(1, 2, 140_000, "udp", 50_000_000),)

@@ -19,6 +19,7 @@ def _jsonl(path):
     return [json.loads(x) for x in path.read_text().splitlines() if x]
 
 
+@pytest.mark.serial  # timing margins: no other xdist worker runs a test meanwhile
 def test_requests_start_on_time_and_stream_tokens_at_their_rate(launcher, addresses, tmp_path):
     p = InferenceParams(prompt_bytes=2000, tokens=10, token_bytes=16, token_rate_per_s=50.0,
                         policy="nearest", session_requests=2, bootstrap_bytes=400_000,
@@ -50,6 +51,7 @@ def test_requests_start_on_time_and_stream_tokens_at_their_rate(launcher, addres
     assert not any(f["background"] for f in flows)
 
 
+@pytest.mark.serial  # timing margins: no other xdist worker runs a test meanwhile
 def test_background_flows_are_marked_and_start_at_their_arrivals(launcher, addresses,
                                                                  tmp_path):
     p = BackgroundParams("websearch", 0.3, 100e6, 1.0, size_scale=100, seed=5)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -95,6 +96,7 @@ def cluster(env):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    shutil.rmtree(temp, ignore_errors=True)  # Ray's session files and sockets
 
 
 def argv(spec: Path, results: Path, *extra: str) -> list[str]:

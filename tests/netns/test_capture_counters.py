@@ -96,6 +96,8 @@ def test_run_captures_and_samples_on_one_clock(tmp_path, state_env):
         ours = sum(pcap_frames(f) for f in files)
         assert ours == entry["packets_captured"] > 100
         assert sum(tshark_frames(f) for f in files) == ours
+        # 32 MiB rings (3 interfaces share the budget) hold the whole run's headers
+        assert entry["kernel_buffer_kib"] == 32768
         assert entry["packets_dropped_by_kernel"] == 0
         cap = open_capture(files[0])
         next(iter(cap.frames()))
@@ -182,6 +184,8 @@ def test_incast_queue_drops_agree_with_retransmissions(tmp_path, state_env):
     index = json.loads((run_dir / "captures" / "index.json").read_text())
     resent = 0
     for entry in index["interfaces"]:
+        # 32 MiB rings (3 interfaces share the budget) hold the whole run's headers
+        assert entry["kernel_buffer_kib"] == 32768
         assert entry["packets_dropped_by_kernel"] == 0
         if entry["node"] == "s1":
             continue
@@ -211,7 +215,8 @@ def test_failed_run_stops_capture_and_sampler_and_keeps_their_files(tmp_path, st
         "name: capslow\n"
         "topology:\n  inline:\n    name: capslow\n"
         "    generator: {name: single_switch, params: {hosts: 2, link: slow}}\n"
-        "    profiles: {slow: {rate: 10Mbit}}\n"
+        # cannot finish in 1 s at a 1 s RTT (slow start), though the rate would allow it
+        "    profiles: {slow: {rate: 1Gbit, delay: 250ms}}\n"
         "timeouts: {transfer: 1s}\n"
         "workloads:\n  - kind: collective\n    op: all_reduce\n    size: 64MiB\n")
     out = run(exp, tmp_path / "results", state_env)

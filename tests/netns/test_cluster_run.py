@@ -207,6 +207,7 @@ def test_a_two_dc_experiment_split_by_dc_over_two_machines(machines, tmp_path):
     assert manifest["fidelity"]["trustworthy"] == fid["trustworthy"]
     assert leftovers(m) == {"registries": [], "namespaces": [], "processes": []}
     assert not list(Path("/tmp").glob(f"aitb-observe-{m.rid}*"))
+    assert not list(Path("/tmp").glob(f"aitb-part-{m.rid}*"))  # each machine's part plan
     assert not (m.tmp / "driver-state").exists() or not any(
         p.is_dir() for p in (m.tmp / "driver-state").iterdir())
 

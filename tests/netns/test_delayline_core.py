@@ -52,6 +52,9 @@ def test_helper_argv_units_and_refusals():
         QueueParams(1, duplicate_pct=1)
     with pytest.raises(ValueError):
         helper_argv("/bin/h", 1, [QueueParams(1), QueueParams(1)], "/tmp/s")
+    assert "--cpu" not in argv and "--spin-dense" not in argv  # shared CPUs by default
+    pinned = helper_argv("/bin/h", 42, [q], "/tmp/s.json", cpu=1, spin_dense=True)
+    assert pinned[pinned.index("--cpu") + 1] == "1" and "--spin-dense" in pinned
 
 
 # ---------------------------------------------------------------- namespaces
@@ -118,10 +121,11 @@ def helpers():
         h.stop()
 
 
-def delay_in(p: Pair, ns: str, q: QueueParams, tmp: Path, helpers: list) -> Helper:
-    """Queue what arrives on ns's veth to queue q.queue_num; start a helper serving it."""
+def delay_in(p: Pair, ns: str, q: QueueParams, tmp: Path, helpers: list, **kw) -> Helper:
+    """Queue what arrives on ns's veth to queue q.queue_num; start a helper serving it (kw:
+    Helper's options)."""
     sh(ns, *nfqueue_rule_argv(p.ifname(ns), q.queue_num, p.rid))
-    h = Helper(ns, [q], tmp)
+    h = Helper(ns, [q], tmp, **kw)
     h.start()
     helpers.append(h)
     deadline = time.monotonic() + 10  # bound: stats file written once the queue is bound
@@ -184,7 +188,44 @@ def test_every_arrival_timed_once_and_verdicts_batched_per_call(pair, helpers, t
     assert loop["recv_msgs"] >= q.in_packets  # + the config acks
     assert 1 <= loop["verdict_msgs"] <= q.in_packets
     assert 1 <= loop["send_calls"] <= loop["verdict_msgs"]
+    assert st.verdict_send.n == loop["send_calls"]  # every verdict sendto timed
     assert loop["recv_calls"] >= 1 and loop["epoll_wakeups"] + loop["timer_wakeups"] >= 1
+
+
+@pytest.mark.netns
+@needs_root
+def test_a_dedicated_cpu_helper_writes_stats_and_pktlog_from_a_thread_off_that_cpu(
+        pair, helpers, tmp_path):
+    """--cpu N --spin-dense: the loop stays on N at SCHED_FIFO, stats files and the pktlog are
+    written by a second thread, SCHED_OTHER on the other CPUs; every packet reaches the pktlog
+    in release order, none waited for room in the ring."""
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) < 2:
+        pytest.skip("needs two CPUs")
+    cpu = usable[-1]
+    q = QueueParams(1, delay_s=0.002, pktlog_path=str(tmp_path / "log"))
+    h = delay_in(pair, pair.b, q, tmp_path, helpers, rt_prio=10, cpu=cpu, spin_dense=True)
+    tids = {int(t) for t in os.listdir(f"/proc/{h.pid}/task")}
+    assert len(tids) == 2 and h.pid in tids
+    loop_tid, (writer_tid,) = h.pid, tids - {h.pid}
+    assert os.sched_getaffinity(loop_tid) == {cpu}
+    assert os.sched_getscheduler(loop_tid) == os.SCHED_FIFO
+    assert cpu not in os.sched_getaffinity(writer_tid)
+    assert os.sched_getscheduler(writer_tid) == os.SCHED_OTHER
+    seqs, _ = ping(pair, 40, interval=0.01)
+    assert len(seqs) == 40
+    h.snapshot()  # SIGUSR1: the writer thread writes a stats file while the helper runs
+    deadline = time.monotonic() + 5
+    while h.stats().queues[1].out_packets < 40:
+        assert time.monotonic() < deadline, "no stats file with the released packets"
+        time.sleep(0.02)
+    assert h.stop() == 0
+    st = h.stats()
+    assert st.final and st.loop["pktlog_waits"] == 0
+    log = read_pktlog(tmp_path / "log")
+    assert len(log) == st.queues[1].out_packets == 40
+    releases = [r[2] for r in log]
+    assert releases == sorted(releases) and all(r[2] >= r[1] for r in log)
 
 
 @pytest.mark.netns

@@ -51,7 +51,7 @@ def test_readback_detects_a_tampered_qdisc(labs):
     with labs(plan) as lab:
         lab.verify()  # untouched: no difference
         subprocess.run(["ip", "netns", "exec", lab.netns_name("h1"), "tc", "qdisc", "change",
-                        "dev", "eth0", "parent", "1:1", "handle", "10:", "pfifo", "limit", "7"],
+                        "dev", "eth0", "parent", "9:1", "handle", "10:", "pfifo", "limit", "7"],
                        check=True)
         with pytest.raises(LabError, match=r"node h1: eth0 qdisc 10: pfifo: limit 7, planned 100"):
             lab.verify()

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.netns
 AITB = [sys.executable, "-m", "orchestration.cli"]
 
 
-def _aitb(state: Path, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "AITB_STATE_DIR": str(state)}
+def _aitb(state: Path, *args: str, check: bool = True, env_base: dict[str, str] | None = None,
+          **kw) -> subprocess.CompletedProcess:
+    env = {**(os.environ if env_base is None else env_base), "AITB_STATE_DIR": str(state)}
     out = subprocess.run([*AITB, *args], env=env, capture_output=True, text=True, timeout=120,
                          **kw)
     if check and out.returncode != 0:
@@ -65,6 +66,29 @@ def test_deploy_exec_inspect_destroy_repeatedly(labs, tmp_path):
         assert run_namespaces(rid) == []
     gone = _aitb(labs.state_dir, "topo", "destroy", rid, check=False)
     assert gone.returncode == 2 and "unknown run id" in gone.stderr
+
+
+def test_inspect_into_a_pipe_prints_whole_names(labs, tmp_path):
+    """`aitb topo inspect` with stdout a pipe (rich's fallback width is 80 columns, which cut
+    a 32-character node name and its netns name short with an ellipsis): every cell whole,
+    each row on one line."""
+    from plans import IF, Endpoint, LabPlan, LinkPlan, NodePlan
+
+    long = "rack07-gpu-host-with-long-name-9"  # MAX_NODE_NAME = 32 characters
+    plan = LabPlan("wide", nodes=(NodePlan(long, "host"), NodePlan("h2", "host")),
+                   links=(LinkPlan("l1", Endpoint(long, "eth0", IF("198.18.0.1/24")),
+                                   Endpoint("h2", "eth0", IF("198.18.0.2/24"))),))
+    rid = labs.new_id()
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    _aitb(labs.state_dir, "topo", "deploy", str(_plan_file(tmp_path, plan)), "--run-id", rid)
+    try:
+        out = _aitb(labs.state_dir, "topo", "inspect", rid, env_base=env).stdout
+    finally:
+        _aitb(labs.state_dir, "topo", "destroy", rid)
+    row = next((line for line in out.splitlines() if f" {long} " in line and " eth0 " in line),
+               None)
+    assert row is not None and f"aitb-{rid}-{long}" in row and "198.18.0.1/24" in row, out
+    assert "\N{HORIZONTAL ELLIPSIS}" not in out, out
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -224,3 +248,57 @@ def test_signal_right_after_up_inside_with_lab_tears_it_down(labs, monkeypatch):
     with pytest.raises(signals.LabInterrupted), lab:
         pytest.fail("the with body must not run")
     assert run_namespaces(lab.run_id) == [] and not lab.registry.dir.exists()
+
+
+def test_signal_while_the_namespace_thread_starts_leaves_no_namespace(labs, monkeypatch):
+    """A SIGINT landing inside ``Thread.start()`` of the thread that creates the namespaces
+    (start waits for the new thread to begin; under load a while) used to raise out of
+    netns.run_in before it waited for that thread: the teardown found nothing yet, and the
+    thread then made every namespace, left behind with only ``lo`` (seen in `aitb campaign`).
+    Here the thread makes its first namespace only after the teardown (or, when run_in
+    waits for it as it must and it has not yet seen the stop, after a 2 s bound)."""
+    import threading
+
+    from testbed import clean, netns, signals
+    from testbed import lab as lab_mod
+
+    real_start, real_create, real_teardown = threading.Thread.start, netns._create_one, \
+        lab_mod.teardown
+    real_many = netns.create_many
+    torn, creating = threading.Event(), []
+
+    def create_many(*args, **kw):
+        creating.append(1)
+        return real_many(*args, **kw)
+
+    def start_then_signal(self):
+        real_start(self)
+        if self.name == "aitb-netns" and creating == [1] and not torn.is_set():
+            os.kill(os.getpid(), signal.SIGINT)  # its handler runs before start() returns
+            for _ in range(1000):
+                pass
+
+    def create_after_teardown(name):
+        torn.wait(2)
+        return real_create(name)
+
+    def teardown(*args, **kw):
+        try:
+            return real_teardown(*args, **kw)
+        finally:
+            torn.set()
+
+    assert lab_mod.teardown is clean.teardown
+    monkeypatch.setattr(threading.Thread, "start", start_then_signal)
+    monkeypatch.setattr(netns, "_create_one", create_after_teardown)
+    monkeypatch.setattr(netns, "create_many", create_many)
+    monkeypatch.setattr(lab_mod, "teardown", teardown)
+    lab = labs(two_hosts_router())
+    with pytest.raises(signals.LabInterrupted):
+        with lab:
+            pytest.fail("the lab came up despite the signal")
+    for t in threading.enumerate():  # the namespace thread, if it outlived run_in
+        if t.name == "aitb-netns":
+            t.join(10)
+    assert torn.is_set() and run_namespaces(lab.run_id) == []
+    assert not (labs.state_dir / lab.run_id).exists()

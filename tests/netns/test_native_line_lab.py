@@ -22,6 +22,7 @@ from pyroute2 import IPRoute
 from aitb.errors import LabError
 from aitb.shaping import Shaping
 from testbed.delay_backends import native
+from testbed.registry import Registry
 
 pytestmark = pytest.mark.netns
 
@@ -94,6 +95,62 @@ def test_a_dead_helper_is_reported_naming_link_and_direction(labs):
             native.check_alive(lab)
 
 
+def test_a_dedicated_line_cpu_pins_the_helpers_and_steers_receive_work_away(labs):
+    import subprocess
+
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) < 2:
+        pytest.skip("needs two usable CPUs")
+    cpu = usable[-1]
+    plan = _native(two_hosts_router(Shaping(delay_s=0.005), Shaping(delay_s=0.005)))
+    with labs(plan, line_cpu=cpu) as lab:
+        mine = os.sched_getaffinity(0)  # this thread, and what the lab starts, stay off it
+        started = lab.run("h1", ["grep", "Cpus_allowed_list", "/proc/self/status"]).stdout
+        lab.run("h1", ["ping", "-c", "1", "-W", "3", "198.18.2.1"])  # ARP
+        rtt = _min_rtt_ms(lab, "h1", "198.18.2.1")
+        pids = [h.proc.pid for h in native._state(lab).helpers.values()]
+        pinned = {pid: os.sched_getaffinity(pid) for pid in pids}
+        policies = {os.sched_getscheduler(pid) for pid in pids}
+        argvs = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in pids]
+        masks = {}
+        for node, ifname in (("h1", "eth0"), ("r1", "e1"), ("r1", "e2"), ("h2", "eth0")):
+            # a fresh sysfs of the node's namespace (ip netns exec mounts one)
+            masks[node, ifname] = int(subprocess.run(
+                ["ip", "netns", "exec", lab.netns_name(node), "cat",
+                 f"/sys/class/net/{ifname}/queues/rx-0/rps_cpus"], capture_output=True,
+                text=True, check=True).stdout.strip().replace(",", ""), 16)
+    assert len(pids) == 2 and all(aff == {cpu} for aff in pinned.values()), pinned
+    assert policies == {os.SCHED_FIFO}
+    assert all(b"--spin-dense" in a and a[a.index(b"--cpu") + 1] == str(cpu).encode()
+               for a in argvs)
+    # every interface hands its receive processing to the other CPUs, never the line's
+    others = sum(1 << c for c in usable if c != cpu)
+    assert all(m & (1 << cpu) == 0 and m & others for m in masks.values()), masks
+    assert rtt >= 10.0  # still delayed: 5 ms each way
+    assert cpu not in mine and os.sched_getaffinity(0) == set(usable)  # given back at down
+    allowed = set()  # Cpus_allowed_list: "0", "0-2,4"
+    for part in started.split(":")[1].strip().split(","):
+        lo, _, hi = part.partition("-")
+        allowed |= set(range(int(lo), int(hi or lo) + 1))
+    assert allowed and cpu not in allowed, started
+
+
+def test_a_line_cpu_for_a_lab_without_a_native_line_is_refused(labs):
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) < 2:
+        pytest.skip("needs two usable CPUs")
+    lab = labs(two_hosts_router(Shaping(rate_bps=10**8)), line_cpu=usable[-1])  # no delay
+    with pytest.raises(LabError, match="no link direction of lab .* uses the native delay"):
+        lab.up()
+    assert not lab.registry.dir.exists()
+
+
+def test_a_line_cpu_this_process_may_not_use_is_refused_before_anything_exists(labs):
+    bad = max(os.sched_getaffinity(0)) + 1
+    with pytest.raises(LabError, match=f"delay_line_cpu {bad}: this process may run on CPUs"):
+        labs(_native(two_hosts_router(Shaping(delay_s=0.005))), line_cpu=bad)
+
+
 def _switch_plan(datapath: str):
     plan = _native(two_hosts_switch())
     s1 = dataclasses.replace(plan.node("s1"), datapath=datapath)
@@ -150,10 +207,18 @@ def test_deploy_leaves_the_native_line_running_and_destroy_ends_it(tmp_path):
                               capture_output=True, text=True, timeout=120)
     from topologies import load_topology
     dst = str(load_topology(topo).address_of("b"))
-    out = aitb("topo", "deploy", str(topo))
+    usable = sorted(os.sched_getaffinity(0))
+    cpu = ["--delay-line-cpu", str(usable[-1])] if len(usable) > 1 else []
+    out = aitb("topo", "deploy", str(topo), "--json", *cpu)
     assert out.returncode == 0, out.stderr
-    rid = out.stdout.strip().splitlines()[-1]
+    deployed = json.loads(out.stdout)
+    rid = deployed["run_id"]
     try:
+        if cpu:  # the deployed lab keeps its helpers on that CPU
+            helpers = [r["pid"] for r in Registry(tmp_path / "state", rid).records()
+                       if r.get("role") == "delay-line"]
+            assert deployed["delay_line_cpu"] == usable[-1] and len(helpers) == 2  # a, b
+            assert all(os.sched_getaffinity(pid) == {usable[-1]} for pid in helpers)
         ping = subprocess.run(["ip", "netns", "exec", f"aitb-{rid}-a", "ping", "-U", "-c", "3",
                                "-i", "0.1", "-W", "2", dst], capture_output=True,
                               text=True, timeout=60)
@@ -165,22 +230,37 @@ def test_deploy_leaves_the_native_line_running_and_destroy_ends_it(tmp_path):
 
 
 def test_run_check_refuses_what_the_native_line_cannot_do(tmp_path):
-    import subprocess
-    import sys
-
     from testbed.kernel import missing_features
     if not missing_features({"netem"}):
         pytest.skip("auto takes netem here, which can duplicate")
-    exp = tmp_path / "dup.yaml"
-    exp.write_text("name: dup\ntopology:\n  inline:\n    name: dup\n    nodes:\n"
-                   "      a: {kind: host}\n      b: {kind: host}\n    links:\n"
-                   "      - {endpoints: [a, b], delay: 5ms, duplicate: 1%}\n"
-                   "workloads:\n  - {kind: incast, name: i, hosts: [a, b], receiver: b, "
-                   "size: 1MiB, repeats: 1, gap: 10ms}\n")
-    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(exp),
-                          "--check"], capture_output=True, text=True, timeout=120)
+    out = _run_check(tmp_path, "dup", "", "delay: 5ms, duplicate: 1%")
     assert out.returncode == 2
     assert "link a-b a_to_b: duplicate_pct = 1% is not possible on the native" in out.stderr
+
+
+def _run_check(tmp_path, name: str, head: str, link: str):
+    """``aitb run --check`` of a two-host experiment: ``head`` lines before its topology,
+    ``link`` the keys of its one link."""
+    import subprocess
+    import sys
+
+    exp = tmp_path / f"{name}.yaml"
+    exp.write_text(f"name: {name}\n{head}topology:\n  inline:\n    name: {name}\n    nodes:\n"
+                   "      a: {kind: host}\n      b: {kind: host}\n    links:\n"
+                   f"      - {{endpoints: [a, b], {link}}}\n"
+                   "workloads:\n  - {kind: incast, name: i, hosts: [a, b], receiver: b, "
+                   "size: 1MiB, repeats: 1, gap: 10ms}\n")
+    return subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(exp),
+                           "--check"], capture_output=True, text=True, timeout=120)
+
+
+def test_run_check_refuses_a_line_cpu_nothing_would_use(tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two usable CPUs")
+    out = _run_check(tmp_path, "nodelay", "delay_line_cpu: 0\n", "rate: 100Mbit")
+    assert out.returncode == 2, out.stderr
+    assert "nodelay.yaml" in out.stderr and "delay_line_cpu 0: no link direction uses the " \
+        "native delay line" in out.stderr, out.stderr
 
 
 def test_a_killed_controller_takes_its_helpers_and_aitb_clean_removes_the_rest(tmp_path):

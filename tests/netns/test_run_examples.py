@@ -121,13 +121,15 @@ def test_zero_byte_incast_runs_and_is_analysed(tmp_path, state_env):
 
 
 def test_a_failed_run_keeps_manifest_error_and_partial_records(tmp_path, state_env):
-    # a transfer that cannot finish in time: 64 MiB through 10 Mbit/s with a 2 s timeout
+    # a transfer that cannot finish in time, however fast the CPU: 32 MiB per ring step,
+    # 2 s to do it in, 1 s RTT (250 ms each way on each of the two links); TCP's slow start
+    # reaches ~100 KB in 2 RTTs. The rate alone would allow it, so the size check passes
     exp = tmp_path / "slow.yaml"
     exp.write_text(
         "name: slow\n"
         "topology:\n  inline:\n    name: slow2\n"
         "    generator: {name: single_switch, params: {hosts: 2, link: slow}}\n"
-        "    profiles: {slow: {rate: 10Mbit}}\n"
+        "    profiles: {slow: {rate: 1Gbit, delay: 250ms}}\n"
         "timeouts: {transfer: 2s}\n"
         "workloads:\n  - kind: collective\n    op: all_reduce\n    size: 64MiB\n")
     out = aitb("run", str(exp), "--results", str(tmp_path / "results"), env=state_env)

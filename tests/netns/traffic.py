@@ -60,6 +60,46 @@ def iperf3(lab, client: str, server: str, server_ip: str, seconds: int = 2, omit
     return result
 
 
+def _rx_bytes_at(lab, node: str, ifname: str) -> tuple[float, int]:
+    """(monotonic time, rx_bytes) of ``ifname`` in ``node``, read in one netlink call; read
+    again if the call itself took over 5 ms (this process was descheduled within it)."""
+    from pyroute2 import IPRoute
+
+    with IPRoute(netns=lab.netns_name(node)) as ipr:
+        index = lab.layout.nodes[node].ifindex(ifname)
+        while True:
+            t0 = time.monotonic()
+            (link,) = ipr.get_links(index)
+            t1 = time.monotonic()
+            if t1 - t0 < 0.005:
+                return (t0 + t1) / 2, link.get_attr("IFLA_STATS64")["rx_bytes"]
+
+
+def wire_bps(lab, client: str, server: str, server_ip: str, node: str, ifname: str,
+             seconds: float = 3.0, settle_s: float = 1.0) -> float:
+    """Rate (bit/s, frames with their Ethernet header, as HTB counts them) at which one
+    iperf3 TCP flow ``client`` -> ``server`` arrives on ``ifname`` of ``node``, from the
+    interface's rx_bytes counter read ``settle_s`` after the flow starts and again before
+    it ends. Kernel counters and timestamps taken next to them: unlike iperf3's own report,
+    a descheduled iperf3 process (CI shares its cores) does not move bytes from one interval
+    into the next."""
+    srv = start_server(lab, server)
+    cli = lab.popen(client, ["iperf3", "-c", server_ip, "-t", str(seconds)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(settle_s)  # past slow start (Lab.down() ends both if anything here raises)
+    t0, b0 = _rx_bytes_at(lab, node, ifname)
+    time.sleep(seconds - settle_s - 0.5)
+    t1, b1 = _rx_bytes_at(lab, node, ifname)
+    _, err = cli.communicate(timeout=seconds + 30)
+    if cli.returncode != 0:
+        raise AssertionError(f"iperf3 -c {server_ip}: exit {cli.returncode}: {err!r}")
+    try:
+        srv.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass  # Lab.down() ends it
+    return (b1 - b0) * 8 / (t1 - t0)
+
+
 def received_bps(result: dict) -> float:
     """Goodput the receiver saw (TCP) in bit/s."""
     return result["end"]["sum_received"]["bits_per_second"]

@@ -3,14 +3,16 @@ validation errors name file, key and line; interface selection; the tcpdump comm
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
 import topologies
 from aitb.errors import SpecError
+from orchestration.run.observe import warn_incomplete
 from orchestration.run.runner import prepare
-from testbed.capture import CaptureConfig, pcap_base, tcpdump_argv
+from testbed.capture import CaptureConfig, kernel_buffer_kib, pcap_base, tcpdump_argv
 from testbed.capture_select import CapturePoint, select_interfaces
 from testbed.counters.loop import _quantile
 
@@ -100,6 +102,14 @@ def test_tcpdump_command_is_headers_only_packet_buffered_and_rotating():
     assert "-U" in argv and argv[argv.index("-w") + 1] == "/r/captures/s1__rx.pcap"
     assert argv[argv.index("-C") + 1] == "3" and argv[argv.index("-W") + 1] == "3"
     assert argv[argv.index("-Z") + 1] == "root"  # rotated files are opened after -Z
+    assert argv[argv.index("-B") + 1] == "2048"  # libpcap's default ring unless told
+
+
+def test_kernel_ring_shares_a_budget_between_2_and_32_mib():
+    # a few interfaces get 32 MiB each (a small run's headers fit even if tcpdump stalls),
+    # many share 256 MiB, never below libpcap's 2 MiB
+    assert [kernel_buffer_kib(n) for n in (0, 1, 3, 8, 16, 128, 1000)] == [
+        32768, 32768, 32768, 32768, 16384, 2048, 2048]
 
 
 def test_interval_quantiles_are_nearest_rank():
@@ -127,3 +137,21 @@ def test_sampler_store_spills_chunks_and_reports_when_full(tmp_path, monkeypatch
     assert len(pd.read_parquet(tmp_path / "tcp.parquet")) == 0  # empty, with its columns
     assert list(pd.read_parquet(tmp_path / "qdisc.parquet").columns)[:4] == [
         "t_s", "t_err_s", "node", "ifname"]
+
+
+def test_a_capture_with_kernel_drops_is_reported_as_incomplete(caplog):
+    index = {"snaplen": 96, "interfaces": [
+        {"node": "s1", "ifname": "eth0", "link": "h1-s1", "files": [], "packets_captured": 900,
+         "packets_dropped_by_kernel": 1891, "kernel_buffer_kib": 2048},
+        {"node": "s1", "ifname": "eth1", "link": "h2-s1", "files": [], "packets_captured": 900,
+         "packets_dropped_by_kernel": 0, "kernel_buffer_kib": 2048}]}
+    with caplog.at_level(logging.WARNING, logger="aitb.run"):
+        warn_incomplete(index)
+    assert len(caplog.records) == 1
+    msg = caplog.records[0].getMessage()
+    assert "capture incomplete" in msg and "s1:eth0 1891 (ring 2048 KiB)" in msg
+    assert "eth1" not in msg
+    caplog.clear()
+    index["interfaces"][0]["packets_dropped_by_kernel"] = 0
+    warn_incomplete(index)
+    assert caplog.records == []

@@ -105,7 +105,9 @@ def test_script_is_valid_shell_and_carries_every_recipe(tmp_path):
     for cmd in shaping_commands(cplan):
         assert f"in_node {cmd.node} {' '.join(cmd.argv)}\n" in text
     # the bottleneck s1 -> rx: 1 Gbit/s HTB with a 100-packet buffer, as in the topology
-    assert "in_node s1 tc qdisc add dev rx parent 1:1 handle 10: pfifo limit 100\n" in text
+    assert "in_node s1 tc qdisc add dev rx parent 1:1 handle 9: tbf rate 1tbit burst 1514b " \
+        "limit 1514b\n" in text
+    assert "in_node s1 tc qdisc add dev rx parent 9:1 handle 10: pfifo limit 100\n" in text
     assert "in_node s1 ip link add br0 type bridge stp_state 0\n" in text
     assert script.stat().st_mode & 0o111
 

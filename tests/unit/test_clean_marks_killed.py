@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,12 @@ def test_clean_marks_a_dead_owners_run_killed(tmp_path):
     ok_dir = tmp_path / "results" / "e" / "r2"
     ok_dir.mkdir()
     (ok_dir / "manifest.json").write_text(json.dumps({"status": "ok"}))
+    # what only the live run used: its controller's socket, an unfinished atomic write
+    wl = run_dir / "workloads" / "0-w"
+    wl.mkdir(parents=True)
+    os.mknod(wl / "ctl.sock", 0o600 | stat.S_IFSOCK)  # (a bind: sun_path too short here)
+    (wl / ".flows.jsonl.a1b2c3d4").write_text("{")
+    (wl / "flows.jsonl").write_text("{}\n")
     # an owner that registers a lab with no objects and its run directories, then dies
     _owner_that_dies(state, "hostile1", "reg.create(load_topology(sys.argv[2]))\n"
                      "reg.append([{'kind': 'run_dir', 'path': sys.argv[3]},"
@@ -47,6 +54,7 @@ def test_clean_marks_a_dead_owners_run_killed(tmp_path):
     assert [r["run_id"] for r in json.loads(out.stdout)["removed"]] == ["hostile1"]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "killed" and "aitb clean" in manifest["error"]
+    assert sorted(p.name for p in wl.iterdir()) == ["flows.jsonl"]
     assert json.loads((ok_dir / "manifest.json").read_text())["status"] == "ok"
 
 

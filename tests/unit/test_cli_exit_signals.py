@@ -57,3 +57,33 @@ def test_without_a_signal_the_status_is_the_commands():
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert ok.returncode == 0 and ok.stdout.startswith("aitb ")
     assert bad.returncode == 2 and "no-such-experiment.yaml" in bad.stderr
+
+
+# The SIGINT lands while the garbage collector runs a finalizer (a ``__del__`` here; any
+# object's, at any instant): Python can only print the handler's KeyboardInterrupt there
+# ("Exception ignored in ... Traceback ... exiting.py in _handler") and drop it, and the
+# command went on as if no Ctrl-C had come (seen in `aitb run` and `aitb campaign` under load).
+IN_FINALIZER = """
+import os, signal, sys, threading
+from orchestration.cli import exiting
+exiting.install()
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs here, inside the finalizer
+            pass
+def body():
+    Finalized()  # dropped at once: its __del__ runs
+    threading.Event().wait(20)  # the command's work: the re-sent signal must end it
+    print("not interrupted")
+exiting.supervise(body)
+"""
+
+
+def test_a_signal_inside_a_finalizer_still_interrupts_with_no_traceback():
+    out = subprocess.run([sys.executable, "-c", IN_FINALIZER], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 130, (out.returncode, out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr and "not interrupted" not in out.stdout, out.stderr
+    assert out.stderr.strip() == "interrupted"

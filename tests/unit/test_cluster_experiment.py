@@ -4,6 +4,7 @@ times moved by a machine's clock offset on the agents' control channel."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -117,15 +118,16 @@ def test_uncertainty_is_half_the_round_trip_plus_the_drift():
 def test_a_topology_files_cluster_section_places_the_lab(tmp_path):
     """An experiment without cluster: takes its topology file's; a bad key there is refused
     naming the topology file, not the experiment."""
-    import yaml
+    from ruamel.yaml import YAML  # the project's YAML library (PyYAML only comes with ray)
 
     key = tmp_path / "id"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    topo = yaml.safe_load(TOPO)["topology"]["inline"]
+    topo = YAML(typ="safe").load(TOPO)["topology"]["inline"]
     topo["cluster"] = {"underlay_mtu": 1600, "deploy": "serial", "machines": [
         {"name": "m1", "ssh": "10.77.0.1", "key": str(key), "site": "dc1"},
         {"name": "m2", "ssh": "10.77.0.2", "key": str(key), "site": "dc2"}]}
-    (tmp_path / "topo.yaml").write_text(yaml.safe_dump(topo))
+    # JSON is YAML: one key per line, sorted, so the line of a key is known
+    (tmp_path / "topo.yaml").write_text(json.dumps(topo, indent=1, sort_keys=True))
     exp = tmp_path / "exp.yaml"
     exp.write_text("name: split\ntopology: {file: topo.yaml}\nworkloads:\n"
                    "  - {kind: collective, op: all_reduce, algorithm: ring, size: 1MiB}\n")
@@ -135,12 +137,13 @@ def test_a_topology_files_cluster_section_places_the_lab(tmp_path):
     assert prep.machines["dc2-l1-h1"] == "m2" and prep.machines["dc1-l1-h1"] == "m1"
     assert prep.options.start_mode == "sleep"
     topo["cluster"]["machines"][1]["colour"] = "red"
-    (tmp_path / "topo.yaml").write_text(yaml.safe_dump(topo))
+    dumped = json.dumps(topo, indent=1, sort_keys=True)
+    (tmp_path / "topo.yaml").write_text(dumped)
+    line = 1 + next(i for i, t in enumerate(dumped.splitlines()) if '"colour"' in t)
     with pytest.raises(SpecError) as exc:
         prepare(exp)
     text = str(exc.value)
-    # safe_dump sorts keys: cluster, deploy, machines, m1's four keys, then m2's colour
-    assert "topo.yaml:8: cluster.machines[1].colour" in text, text
+    assert f"topo.yaml:{line}: cluster.machines[1].colour" in text, text
     # the experiment's own section replaces the topology's
     exp.write_text(exp.read_text() + "cluster:\n  underlay_mtu: 1600\n" + MACHINES.replace(
         "KEY", str(key)).replace("site: dc2", "site: dc2, port: 2222"))

@@ -9,6 +9,7 @@ failure records annotated with the links down and agents stopped on their way
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_events_spec import HEAD  # the same two-DC experiment head
 
-from aitb.errors import SpecError
+from aitb.errors import LabError, SpecError
 from aitb.events import EventAction
 from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
 from aitb.shaping import Shaping
@@ -194,7 +195,7 @@ class _Lab:
         self.plan = _native_plan(Shaping(rate_bps=10**8, delay_s=0.01), Shaping())
         self.calls: list[tuple] = []
 
-    def set_links(self, names, up):
+    def set_links(self, names, up, node=None):
         self.calls.append(("up" if up else "down", tuple(names)))
         return {"links": list(names)}
 
@@ -358,3 +359,54 @@ def test_a_killed_agent_gets_sigkill_and_the_record_says_so(tmp_path):
     assert recs[0]["done"]["agents"] == {"signal": "SIGKILL", "pids": {"w": 4242}}
     assert recs[1]["done"]["agents"] == {"signal": "SIGKILL", "pids": {}}  # none on h1
     assert recs[0]["agent"] == "kill" and player.errors == []
+
+
+class _PreparingLab(_Lab):
+    """A lab that makes link changes ready ahead (like testbed.lab.Lab.prepare_links):
+    records when it prepares and applies, and whether the garbage collector was on."""
+
+    def prepare_links(self, names, up, node=None):
+        if "bad" in names:
+            raise LabError("no link 'bad' in lab t")
+        self.calls.append(("prepare", tuple(names), up, self.clock()))
+        lab = self
+
+        class Change:
+            def apply(self):
+                lab.calls.append(("apply", tuple(names), up, lab.clock(), gc.isenabled()))
+                return {"links": list(names)}
+        return Change()
+
+    def set_links(self, names, up, node=None):
+        if "bad" in names:
+            raise LabError("no link 'bad' in lab t")
+        return super().set_links(names, up, node)
+
+
+def test_link_actions_are_prepared_before_their_instant_and_applied_without_gc(tmp_path):
+    lab = _PreparingLab()
+    events = [EventAction(0, "link_down", "down", 1.0, links=("l1",)),
+              EventAction(1, "link_up", "up", 2.0, links=("bad",)),
+              EventAction(2, "link_up", "up", 3.0, links=("l1",))]
+    assert gc.isenabled()
+    now = [0.0]
+    lab.clock = lambda: now[0]
+
+    def sleep(s):
+        now[0] += s
+
+    out = tmp_path / "events.jsonl"
+    player = TracePlayer(lab, tmp_path / "t.jsonl", traces=[], clock=lab.clock, sleep=sleep,
+                         events=events, events_out=out)
+    player.start(t0=0.0)
+    assert player.wait(10)
+    player.stop(read_back=False)
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    # made ready while waiting (event 2 after event 1 at 2.0 s), sent at the planned time
+    # with the collector off
+    assert lab.calls == [("prepare", ("l1",), False, 0.0), ("apply", ("l1",), False, 1.0, False),
+                         ("prepare", ("l1",), True, 2.0), ("apply", ("l1",), True, 3.0, False)]
+    # the refused one is tried at its instant (set_links) and its record says why
+    assert "no link 'bad'" in recs[1]["error"] and "error" not in recs[2]
+    assert [r["done"] for r in (recs[0], recs[2])] == [{"links": ["l1"]}] * 2
+    assert gc.isenabled()  # back on after each action

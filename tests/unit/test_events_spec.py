@@ -146,6 +146,101 @@ def test_aitb_run_refuses_a_bad_event_without_traceback_and_creates_nothing(tmp_
     assert not (tmp_path / "results").exists()
 
 
+DCI, DCI2 = "dc1-b1-dc2-b1", "dc1-b1-dc2-b1-2"
+_ONE_RING = "  - {kind: collective, name: ring, op: all_reduce, algorithm: ring, size: 1MiB}\n"
+assert _ONE_RING in HEAD
+# ring with iterations 0..4, and a second workload (its start not ordered against ring's)
+HEAD_TWO = HEAD.replace(_ONE_RING, _ONE_RING.replace("1MiB}", "1MiB, iterations: 5}")
+                        + _ONE_RING.replace("name: ring", "name: other"))
+
+
+@pytest.mark.parametrize("events, needle", [
+    (f"  - {{at: 1s, kind: link_up, link: {DCI}}}\n",
+     f"exp.yaml:16: events[0].link: link {DCI} is already up at this link_up (at 1 s): no "
+     "event before it takes the link down"),
+    (f"  - {{at: 3s, kind: link_down, link: {DCI}}}\n"  # earlier in the file, later in time
+     f"  - {{at: 500ms, kind: link_down, link: {DCI2}}}\n"
+     f"  - {{at: 1s, kind: link_up, link: [{DCI2}, {DCI}]}}\n",
+     f"exp.yaml:18: events[2].link[1]: link {DCI} is already up at this link_up (at 1 s): no "
+     "event before it takes the link down; events[0] (link_down at 3 s) takes it down only "
+     "after this one"),
+    (f"  - {{at: 1s, kind: link_down, link: {DCI}}}\n"
+     f"  - {{at: 2s, kind: link_up, link: {DCI}}}\n"
+     f"  - {{at: 3s, kind: link_up, link: {DCI}}}\n",
+     f"exp.yaml:18: events[2].link: link {DCI} is already up at this link_up (at 3 s): "
+     "events[1] (link_up at 2 s) brought it back up after events[0] (link_down at 1 s) took "
+     "it down"),
+    (f"  - {{at: 1s, kind: partition, name: split, link: [{DCI}], duration: 500ms}}\n"
+     "  - {at: 3s, kind: heal, partition: split}\n",
+     f"exp.yaml:17: events[1].partition: link {DCI} is already up at this heal (at 3 s): "
+     "events[0] (partition at 1.5 s) brought it back up after events[0] (partition at 1 s) "
+     "took it down"),
+    (f"  - {{at: 5s, kind: partition, name: split, link: [{DCI}]}}\n"
+     "  - {at: 3s, kind: heal, partition: split}\n",
+     f"exp.yaml:17: events[1].partition: link {DCI} is already up at this heal (at 3 s): no "
+     "event before it takes the link down; events[0] (partition at 5 s) takes it down only "
+     "after this one"),
+    (f"  - {{at: 1s, kind: link_down, link: {DCI}}}\n"
+     f"  - {{at: 2s, kind: link_down, link: {DCI}}}\n",
+     f"exp.yaml:17: events[1].link: link {DCI} is already down at this link_down (at 2 s): "
+     "events[0] (link_down at 1 s) took it down and no event brings it back up before this "
+     "one"),
+    (f"  - {{at: 1s, kind: flap, link: {DCI}, period: 1s, down: 200ms, count: 2}}\n"
+     f"  - {{at: 2.1s, kind: link_down, link: {DCI}}}\n",  # inside the second flap's down
+     f"events[1].link: link {DCI} is already down at this link_down (at 2.1 s): events[0] "
+     "(flap at 2 s) took it down"),
+    (f"  - {{at: {{workload: ring, iteration: 1}}, kind: link_down, link: {DCI}}}\n"
+     f"  - {{at: {{workload: ring, iteration: 3, offset: 10ms}}, kind: link_down, "
+     f"link: {DCI}}}\n",
+     f"events[1].link: link {DCI} is already down at this link_down (0.01 s after ring's "
+     "iteration 3): events[0] (link_down 0 s after ring's iteration 1) took it down"),
+], ids=["up-never-down", "up-before-its-down", "up-twice", "heal-after-duration",
+        "heal-before-its-partition", "down-twice", "down-in-a-flap", "down-twice-iterations"])
+def test_an_up_of_a_link_up_or_a_down_of_a_link_down_is_refused(tmp_path, events, needle):
+    path = tmp_path / "exp.yaml"
+    path.write_text(HEAD_TWO + events)
+    with pytest.raises(SpecError) as exc:
+        prepare(path)
+    text = "\n".join(str(i) for i in exc.value.issues)
+    assert needle in text, text
+    assert len(exc.value.issues) == 1, text
+
+
+@pytest.mark.parametrize("events", [
+    f"  - {{at: 1s, kind: link_down, link: {DCI}}}\n  - {{at: 2s, kind: link_up, link: {DCI}}}\n"
+    f"  - {{at: 3s, kind: link_down, link: {DCI}}}\n  - {{at: 4s, kind: link_up, link: {DCI}}}\n",
+    # the up first in the file, later in time
+    f"  - {{at: 2s, kind: link_up, link: {DCI}}}\n  - {{at: 1s, kind: link_down, link: {DCI}}}\n",
+    f"  - {{at: 1s, kind: partition, name: split, link: [{DCI}, {DCI2}]}}\n"
+    "  - {at: 2s, kind: heal, partition: split}\n",
+    f"  - {{at: 1s, kind: node_down, node: dc1-b1}}\n  - {{at: 2s, kind: link_up, link: {DCI}}}\n",
+    f"  - {{at: 1s, kind: flap, link: {DCI}, period: 1s, down: 200ms}}\n"
+    f"  - {{at: 1.5s, kind: link_down, link: {DCI}}}\n  - {{at: 2s, kind: link_up, link: {DCI}}}\n",
+    # one workload: iteration 1 + 0 s comes before iteration 3 + 0 s
+    f"  - {{at: {{workload: ring, iteration: 1}}, kind: link_down, link: {DCI}}}\n"
+    f"  - {{at: {{workload: ring, iteration: 3}}, kind: link_up, link: {DCI}}}\n",
+    # orders not known before the run: left to it
+    f"  - {{at: 1s, kind: link_down, link: {DCI}}}\n"
+    f"  - {{at: {{workload: ring, offset: 500ms}}, kind: link_up, link: {DCI}}}\n",
+    f"  - {{at: {{workload: ring}}, kind: link_down, link: {DCI}}}\n"
+    f"  - {{at: {{workload: other}}, kind: link_down, link: {DCI}}}\n",
+    # ring's up may come between the two absolute downs
+    f"  - {{at: 1s, kind: link_down, link: {DCI}}}\n"
+    f"  - {{at: {{workload: ring, offset: 500ms}}, kind: link_up, link: {DCI}}}\n"
+    f"  - {{at: 3s, kind: link_down, link: {DCI}}}\n",
+    f"  - {{at: {{workload: ring, iteration: 1, offset: 5s}}, kind: link_down, link: {DCI}}}\n"
+    f"  - {{at: {{workload: ring, iteration: 3}}, kind: link_up, link: {DCI}}}\n",
+], ids=["down-up-down-up", "file-order-is-not-time", "partition-heal", "node-down-link-up",
+        "flap-then-down-up", "iterations", "absolute-vs-workload", "two-workloads",
+        "an-up-of-unknown-order-between-downs",
+        "later-iteration-smaller-offset"])
+def test_down_up_pairs_and_orders_unknown_before_the_run_are_accepted(tmp_path, events):
+    path = tmp_path / "exp.yaml"
+    path.write_text(HEAD_TWO + events)
+    acts = prepare(path).events
+    assert {a.op for a in acts} <= {"down", "up"} and acts
+
+
 class _FakeLab:
     """Records set_links and set_shaping calls (and the time on the fake clock)."""
 
@@ -157,7 +252,7 @@ class _FakeLab:
                                             a_to_b=Shaping(rate_bps=10**8)),))
         self.calls: list[tuple] = []
 
-    def set_links(self, names, up):
+    def set_links(self, names, up, node=None):
         self.calls.append(("up" if up else "down", tuple(names), self.now[0]))
         if up and names == ("bad",):
             raise AitbError("kernel said no")

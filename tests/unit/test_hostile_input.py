@@ -215,3 +215,18 @@ def test_workload_file_build_error_names_key_and_line(tmp_path):
         load_schedule(p)
     issue = info.value.issues[0]
     assert (issue.file, issue.key_path, issue.line) == (str(p), ("model", "num_experts"), 2)
+
+
+def test_rich_markup_and_emoji_codes_in_user_text_are_printed_as_typed(tmp_path):
+    # a file name and a value with [markup] and :emoji: codes: rich would print "hello❌"
+    name = tmp_path / "[bold red]hello:x:.yaml"
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(name)],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 2
+    assert f"{name}: file not found" in out.stderr and "\u274c" not in out.stderr
+    exp = tmp_path / "e.yaml"
+    exp.write_text('name: t\ntopology: {file: "root:x:0:0 :smile:.yaml"}\n'
+                   "workloads: [{kind: incast, receiver: h1, size: 1KiB}]\n")
+    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(exp), "--check"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 2 and "root:x:0:0 :smile:.yaml" in out.stderr

@@ -1,5 +1,6 @@
 """Where native delay lines sit, what they refuse, their rules and queue sizes (pure)."""
 
+import dataclasses
 import ipaddress as ip
 
 import pytest
@@ -31,6 +32,33 @@ def test_lines_sit_at_the_receiver_bridge_ports_by_physdev_ovs_on_the_sender_sid
         ("r", "out", "too", False, 0),  # into OVS: the sender's POSTROUTING -o
         ("r", "in", "too", False, 1),   # second queue in r's namespace
     ]
+
+
+def test_a_packet_buffer_puts_the_line_before_a_forwarders_queue_never_a_hosts():
+    from aitb.units import BufferSize
+
+    pkt = Shaping(rate_bps=10**9, delay_s=0.05, buffer=BufferSize(packets=100))
+    plan = _plan({"h": ("host", "bridge"), "s": ("switch", "bridge"), "o": ("switch", "ovs"),
+                  "r": ("router", "bridge")}, [("h", "s"), ("s", "r"), ("r", "o")])
+    plan = dataclasses.replace(plan, links=tuple(dataclasses.replace(lk, a_to_b=pkt, b_to_a=pkt)
+                                                 for lk in plan.links))
+    got = labline.places(plan, [(lk.name, d) for lk in plan.links for d in ("a_to_b", "b_to_a")])
+    assert [(p.link, p.node, p.hook, p.physdev) for p in got] == [
+        ("h-s", "s", "in", True),    # a host sends: the line stays at the receiver
+        ("h-s", "s", "out", True),   # the bridge forwards: before its port's queue
+        ("s-r", "s", "out", True),
+        ("s-r", "r", "out", False),  # the router forwards: POSTROUTING -o
+        ("r-o", "r", "out", False),
+        ("r-o", "r", "in", False),   # OVS bypasses netfilter: the line at its peer's input
+    ]
+    # before the queue the line holds what the sender offers: sized at the unshaped rate
+    after = labline.queue_params(pkt, 1500, 0)
+    before = labline.queue_params(pkt, 1500, 0, before_queue=True)
+    assert after.maxlen_packets == 8334  # 1 Gbit/s x 50 ms x 2 / 1500 B
+    assert before.maxlen_packets == 166667  # 20 Gbit/s x 50 ms x 2 / 1500 B
+    long = dataclasses.replace(pkt, delay_s=0.5)  # 20 Gbit/s x 1 s = 2.5 GB: the memory cap
+    assert labline.queue_params(long, 1500, 0, before_queue=True).maxlen_packets == \
+        labline.MAX_HELD_BYTES // 1500
 
 
 def test_a_link_between_two_ovs_switches_is_refused_naming_it():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress as ip
 import os
 import sys
@@ -88,6 +89,14 @@ def test_all_cpus_mask_in_32_bit_groups():
     assert all_cpus_mask(32) == "ffffffff"
     assert all_cpus_mask(33) == "1,ffffffff"
     assert all_cpus_mask(72) == "ff,ffffffff,ffffffff"
+    assert all_cpus_mask(2, without=0) == "2" and all_cpus_mask(33, without=32) == "ffffffff"
+
+
+def test_a_line_cpu_takes_its_cpu_out_of_every_nodes_rps_mask_and_requires_it():
+    for node in (NodePlan("s", "switch"), NodePlan("h", "host")):
+        req, opt = node_sysctls(node, ipv6=False, line_cpu=1)
+        # required: on a kernel without it the line's CPU would get receive work after all
+        assert req[RPS_DEFAULT_MASK] == all_cpus_mask(without=1) and RPS_DEFAULT_MASK not in opt
 
 
 def _roundtrip(obj, idx=7):
@@ -134,7 +143,16 @@ def test_wire_sized_packets_only_where_counts_matter():
     assert not needs_wire_packets(_plan(Shaping(rate_bps=10**9)))
     assert not needs_wire_packets(_plan(Shaping(rate_bps=10**9, delay_s=0.01,
                                                 buffer=BufferSize(size_bytes=10**6))))
-    assert needs_wire_packets(_plan(Shaping(rate_bps=10**9, buffer=BufferSize(packets=100))))
+    # a packet buffer counts wire-sized packets behind its segmenter, with GSO kept
+    assert not needs_wire_packets(_plan(Shaping(rate_bps=10**9,
+                                                buffer=BufferSize(packets=100))))
+    assert needs_wire_packets(_plan(Shaping(rate_bps=10**9, aqm="fq_codel")))
+    # ... except next to a smaller MTU (a few segments could fit one big frame) or spraying
+    pkt = _plan(Shaping(rate_bps=10**9, buffer=BufferSize(packets=100)))
+    bigger = dataclasses.replace(pkt.links[0], name="big", mtu=9000)
+    assert needs_wire_packets(dataclasses.replace(pkt, links=(*pkt.links, bigger)))
+    spray = (*pkt.nodes, NodePlan("r9", "router", load_balancing="packet"))
+    assert needs_wire_packets(dataclasses.replace(pkt, nodes=spray))
     assert needs_wire_packets(_plan(Shaping(loss_pct=1)))
     assert make_layout(_plan(), "abc", wire_packets=True).wire_packets
 

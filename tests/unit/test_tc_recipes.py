@@ -39,6 +39,23 @@ def test_400gbit_is_exact_and_burst_is_one_ms():
     assert "400gbit" in r.commands()[1]
 
 
+def test_packet_buffer_sits_below_the_segmenter():
+    # a pfifo counts skbs: the tbf before it cuts GSO packets longer than one frame into
+    # wire-sized segments (sch_tbf's tbf_segment), so "100 packets" are 100 frames
+    r = _recipe(Shaping(rate_bps=10**9, buffer=BufferSize(packets=100)), mtu=9000)
+    assert r.commands()[2:] == [
+        ["tc", "qdisc", "add", "dev", "eth0", "parent", "1:1", "handle", "9:", "tbf",
+         "rate", "1tbit", "burst", "9014b", "limit", "9014b"],
+        ["tc", "qdisc", "add", "dev", "eth0", "parent", "9:1", "handle", "10:", "pfifo",
+         "limit", "100"],
+    ]
+    # byte buffers and the default count bytes or skbs as before: no segmenter
+    byte_buffer = BufferSize(size_bytes=10**6)
+    assert [o.kind for o in _recipe(Shaping(rate_bps=10**9)).egress] == ["htb", "htb", "pfifo"]
+    assert [o.kind for o in _recipe(Shaping(rate_bps=10**9, buffer=byte_buffer)).egress] == \
+        ["htb", "htb", "bfifo"]
+
+
 def test_burst_never_below_two_frames():
     assert htb_burst_bytes(1000, 1500) == 2 * 1514
 
@@ -49,7 +66,7 @@ def test_delay_line_goes_to_ifb_on_receiver_with_bdp_limit():
     # 1 Gbit/s * 50 ms / (8 * 64 B) = 97657 packets in flight at minimum frame size, + 1000
     assert netem_limit_packets(s, 1500) == 97657 + 1000
     assert r.ifb == "ifb3"
-    assert r.commands()[3:] == [
+    assert r.commands()[4:] == [
         ["ip", "link", "add", "ifb3", "type", "ifb"],
         ["ip", "link", "set", "ifb3", "up"],
         ["tc", "qdisc", "add", "dev", "ifb3", "root", "handle", "1:", "netem",
@@ -59,7 +76,7 @@ def test_delay_line_goes_to_ifb_on_receiver_with_bdp_limit():
          "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev",
          "ifb3"],
     ]
-    assert r.egress[2].params == {"limit_packets": 100}
+    assert r.egress[3].params == {"limit_packets": 100}
     assert r.ingress[1].node == "s1" and r.egress[0].node == "h1"
 
 

@@ -1,4 +1,5 @@
-"""The real ``aitb topo validate`` command: exit codes, messages, JSON, no tracebacks."""
+"""The real ``aitb topo validate`` command: exit codes, messages, JSON, no tracebacks; the
+width of ``aitb topo inspect``'s table on a terminal and on a pipe."""
 
 import json
 import subprocess
@@ -60,9 +61,10 @@ def test_missing_file(tmp_path):
 def test_valid_file_summary_and_json():
     res = run(EXAMPLE)
     assert res.returncode == 0, res.stderr
-    assert "8 hosts, 10 routers" in res.stdout and "netem:   needed" in res.stdout
+    assert "8 hosts, 10 routers" in res.stdout and "delay:   2 directions" in res.stdout
     out = json.loads(run(EXAMPLE, "--json").stdout)
     assert out["ok"] is True and out["name"] == "two-dc" and out["needs_netem"] is True
+    assert out["delay_lines"] == {"auto": 2}
     assert out["nodes"] == {"host": 8, "router": 10} and out["links"] == 21
 
 
@@ -72,3 +74,51 @@ def test_schema_command_prints_the_committed_schema():
     from topologies.schema_gen import SCHEMA_PATH
 
     assert res.stdout == SCHEMA_PATH.read_text()
+
+
+def _probe_console(stdout, env) -> subprocess.Popen:
+    """A process that prints whether inspect's console sees a terminal, and its width."""
+    probe = ("from orchestration.cli.commands.lab import _stdout_console\n"
+             "c = _stdout_console()\nprint(c.is_terminal, c.width)\n")
+    proc = subprocess.Popen([sys.executable, "-c", probe], stdout=stdout,
+                            stderr=subprocess.PIPE, env=env, text=True)
+    return proc
+
+
+def test_topo_inspect_keeps_the_terminal_width_and_widens_only_a_pipe():
+    """The console of `aitb topo inspect`: on a terminal rich's own width (here a pty of 100
+    columns), on a pipe wider than rich's 80-column fallback (the netns test
+    test_inspect_into_a_pipe_prints_whole_names runs the command on a live lab)."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    master, slave = pty.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        proc = _probe_console(slave, env)
+        os.close(slave)
+        slave = -1
+        _, err = proc.communicate(timeout=60)
+        tty_out = b""
+        while True:
+            try:
+                chunk = os.read(master, 1024)
+            except OSError:  # EIO: the child closed the pty
+                break
+            if not chunk:
+                break
+            tty_out += chunk
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    assert proc.returncode == 0, err
+    assert tty_out.decode().split() == ["True", "100"]
+    piped = _probe_console(subprocess.PIPE, env)
+    out, err = piped.communicate(timeout=60)
+    is_terminal, width = out.split()
+    assert piped.returncode == 0 and is_terminal == "False" and int(width) > 1000, err

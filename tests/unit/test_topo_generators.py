@@ -110,7 +110,8 @@ def test_file_generator_errors_point_at_the_generator(tmp_path):
     issue = find_issue(found, "generator.params.hostz", "unknown parameter")
     assert issue.line == 2
     found = issues(tmp_path, "name: t\ngenerator: {name: single_switch, params: {link: nope}}\n")
-    find_issue(found, "generator", "unknown profile 'nope'")
+    issue = find_issue(found, "generator.params.link", "unknown profile 'nope'")
+    assert issue.line == 2 and len(found) == 1  # once, at the parameter that names it
 
 
 def test_multi_dc_labels_every_node_with_its_site():

@@ -29,9 +29,10 @@ from topologies.generators.random_graph import random_graph
 from topologies.generators.ring import ring
 from topologies.generators.single_switch import single_switch
 from topologies.generators.torus import torus
+from topologies.profiles import known_profiles
 from topologies.spec import TopologySpec
 
-__all__ = ["GENERATORS", "build_spec", "expand"]
+__all__ = ["GENERATORS", "build_spec", "expand", "profile_param_issues"]
 
 GENERATORS: Mapping[str, Callable[..., TopologySpec]] = MappingProxyType({
     "multi_dc_leaf_spine": multi_dc_leaf_spine,
@@ -92,6 +93,28 @@ def build_spec(name: str, params: Mapping[str, Any], source: str = "<generator>"
                         ) from None
 
 
+def profile_param_issues(name: str, params: Mapping[str, Any], gen: TopologySpec,
+                         profiles: Mapping[str, Any], source: str) -> list[SpecIssue]:
+    """One issue per parameter of generator ``name`` that names a profile its generated
+    links use (``fabric: fabric-10g``; in a list, e.g. edge_star's ``access``, per item)
+    that is not in ``profiles`` (built-in and the file's): at ``generator.params.<key>``
+    (the line of that key), where resolving would report it at every generated link."""
+    used = {link.profile for link in gen.links if link.profile}
+    if gen.defaults.link is not None and gen.defaults.link.profile:
+        used.add(gen.defaults.link.profile)
+    known = ", ".join(sorted(profiles))
+    out = []
+    for key, value in params.items():
+        items = list(enumerate(value)) if isinstance(value, list | tuple) else [(None, value)]
+        for j, v in items:
+            if isinstance(v, str) and v in used and v not in profiles:
+                out.append(SpecIssue(
+                    f"generator {name!r}, parameter {key!r}: unknown profile {v!r}; known "
+                    f"profiles: {known}", file=source,
+                    key_path=("generator", "params", key, *(() if j is None else (j,)))))
+    return out
+
+
 def _merge_model(base: Any, over: Any) -> Any:
     """``over``'s set keys on top of ``base`` (both pydantic models of one type; nested models
     merged key by key)."""
@@ -116,6 +139,10 @@ def expand(spec: TopologySpec, source: str) -> TopologySpec:
     if spec.generator is None:
         return spec
     gen = build_spec(spec.generator.name, spec.generator.params, source)
+    bad = profile_param_issues(spec.generator.name, spec.generator.params, gen,
+                               known_profiles({**gen.profiles, **spec.profiles}), source)
+    if bad:
+        raise SpecError(bad)
     clash = sorted(set(gen.nodes) & set(spec.nodes))
     if clash:
         raise SpecError([SpecIssue(f"node {n!r} is also made by generator "

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -31,12 +32,12 @@ def analyze(
 
     metrics = analyze_run(run_dir)
     report = run_dir / "report.html"
-    _warn_unfinished(run_dir, Console(stderr=True))
+    _warn_unfinished(run_dir, Console(emoji=False, stderr=True))
     if as_json:
         typer.echo(json.dumps(metrics, indent=1))
         return
     if not quiet:
-        show_summary(metrics, Console())
+        show_summary(metrics, Console(emoji=False))
     typer.echo(str(report))
 
 
@@ -64,7 +65,7 @@ def show_summary(metrics: dict[str, Any], console: Console) -> None:
     console.print(table)
     if metrics["trustworthy"] is False:
         console.print("[bold red]untrustworthy run:[/] "
-                      + "; ".join(metrics["fidelity"].get("reasons") or []))
+                      + escape("; ".join(metrics["fidelity"].get("reasons") or [])))
 
 
 def register(app: typer.Typer) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from aitb.errors import LabError, SpecError, SpecIssue
@@ -21,7 +22,7 @@ from testbed.lab import missing_kernel_features
 if TYPE_CHECKING:
     from orchestration.campaign.runner import Campaign, CampaignResult, Executor
 
-console = Console(stderr=True)
+console = Console(emoji=False, stderr=True)
 
 
 def _dry_run(c: Campaign, results: Path, as_json: bool) -> None:
@@ -45,7 +46,7 @@ def _dry_run(c: Campaign, results: Path, as_json: bool) -> None:
     for r in rows:
         table.add_row(r["run"], str(r["seed"]), *(str(r["values"][k]) for k in c.spec.swept()),
                       "yes" if r["done"] else "")
-    Console().print(table)
+    Console(emoji=False).print(table)
 
 
 def _needs_vm(c: Campaign) -> list[str]:
@@ -92,7 +93,8 @@ def campaign(
         _dry_run(c, results, as_json)
         return
     output_dir(results, "--results")
-    say = (lambda m: None) if quiet or as_json else (lambda m: console.print(f"[dim]{m}[/]"))
+    say = ((lambda m: None) if quiet or as_json
+           else (lambda m: console.print(f"[dim]{escape(m)}[/]")))
     missing = _needs_vm(c)
     if missing:
         if not use_vm:
@@ -138,8 +140,8 @@ def _report(result: CampaignResult, as_json: bool, quiet: bool) -> None:
         console.print(f"{len(result.ran)} runs now, {len(result.skipped)} done before, "
                       f"{len(result.failed)} failed")
         for key, err in result.failed.items():
-            console.print(f"[bold red]run {key} failed:[/] {err}", markup=True,
-                          highlight=False)
+            console.print(f"[bold red]run {escape(str(key))} failed:[/] {escape(str(err))}",
+                          markup=True, highlight=False)
         for p in [*result.tables, *result.plots]:
             console.print(str(p), highlight=False)
     typer.echo(str(result.root))

@@ -10,12 +10,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.plan import LabPlan
 from orchestration.capacity.model import CALIBRATION_FILE
 
-console = Console(stderr=True)
+console = Console(emoji=False, stderr=True)
 
 
 def _state_dir() -> Path:
@@ -36,7 +37,8 @@ def calibrate(
     from orchestration.capacity.model import save_calibration
 
     path = out or _state_dir() / CALIBRATION_FILE
-    cal = measure(_state_dir(), hosts, seconds, progress=lambda m: console.print(f"[dim]{m}[/]"))
+    cal = measure(_state_dir(), hosts, seconds,
+                  progress=lambda m: console.print(f"[dim]{escape(m)}[/]"))
     save_calibration(cal, path)
     typer.echo(json.dumps(dataclasses.asdict(cal), indent=2))
     typer.echo(str(path))

@@ -23,7 +23,7 @@ from orchestration.cli.commands.topo import topo_app
 
 FORMATS = ("clab",)
 KIND_CHOICES = ("host", "router", "switch")
-err = Console(stderr=True)
+err = Console(emoji=False, stderr=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,6 +6,7 @@ import json
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from testbed.capabilities import CapabilityReport, delay_lines_offered, probe
@@ -18,8 +19,9 @@ def _table(report: CapabilityReport) -> Table:
     for col in ("capability", "present", "seen", "remedy"):
         table.add_column(col, overflow="fold")
     for cap in report.capabilities.values():
-        table.add_row(cap.name, "[green]yes[/]" if cap.present else "[red]no[/]",
-                      cap.detail, cap.remedy if not cap.present else "")
+        # detail and remedy are text from the host and the probes ("pip install '.[vm]'")
+        table.add_row(escape(cap.name), "[green]yes[/]" if cap.present else "[red]no[/]",
+                      escape(cap.detail), escape(cap.remedy) if not cap.present else "")
     return table
 
 
@@ -47,12 +49,13 @@ def doctor(
         typer.echo(json.dumps({**report.to_dict(), "vm_accel": accel,
                                "delay_lines": delay_lines_offered(report)}, indent=2))
         return
-    console = Console()
+    console = Console(emoji=False)
     console.print(_table(report))
     lines = delay_lines_offered(report)
     console.print(f"delay lines here: {', '.join(lines) or 'none (aitb --vm has netem)'}"
-                  + (f" (delay_line: auto takes {lines[0]})" if lines else ""))
-    console.print(f"VM accelerator: {accel or 'not tested yet (aitb doctor --boot-vm)'}")
+                  + (f" (delay_line: auto takes {lines[0]})" if lines else ""), markup=False)
+    console.print(f"VM accelerator: {accel or 'not tested yet (aitb doctor --boot-vm)'}",
+                  markup=False)
 
 
 def register(app: typer.Typer) -> None:

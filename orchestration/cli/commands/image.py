@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
-import tempfile
 import time
 from pathlib import Path, PurePosixPath
 from typing import Annotated
@@ -24,6 +23,7 @@ from typing import Annotated
 import typer
 
 from aitb.errors import SpecError
+from aitb.owned import owned_tempdir
 
 # docker's reference grammar (distribution/reference): path components of lowercase letters
 # and digits joined by '.', '_', '__' or dashes, separated by '/', an optional registry host
@@ -84,7 +84,7 @@ def build(
     tag = _tag(tag)
     extra, packages = _files(file or []), _packages(package or [])
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="aitb-image-") as tmp, \
+    with owned_tempdir("image") as tmp, \
             temporary_engine(Path(tmp) / "dockerd.log") as cli:
         built = build_python_image(cli, tag, extra, packages, rebuild)
         size = cli.images.get(tag).attrs.get("Size")

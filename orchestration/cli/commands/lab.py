@@ -9,6 +9,7 @@ All need root. Run state lives under ``$AITB_STATE_DIR`` (default /run/aitb).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,7 +26,6 @@ from testbed.lab import Lab
 from testbed.lab_state import describe
 from testbed.registry import Registry, state_dir, unknown_name
 
-console = Console()
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
@@ -59,6 +59,10 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
                "--controller", help="mininet backend, OVS switches: an OpenFlow controller "
                "target, unix:PATH (any namespace) or tcp:HOST:PORT (inside the lab); default "
                "none: aitb's own rules only.")] = None,
+           line_cpu: Annotated[int | None, typer.Option(
+               "--delay-line-cpu", help="give this CPU to the native delay line alone: its "
+               "helpers run pinned there and the lab's receive processing moves to the other "
+               "CPUs (accurate releases at ~1 Gbit/s of MTU packets; costs that CPU).")] = None,
            as_json: JsonOpt = False) -> None:
     """Bring a lab up and leave it up; prints its run id. Link traces play until destroy
     (records: link_trace.jsonl in the lab's state directory). On failure or SIGINT/SIGTERM
@@ -72,8 +76,12 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
                            "--backend" if backend else f"{file}: backend")
     if chosen != "mininet" and (cli or switch != "bridge" or controller):
         raise unknown_name("--cli, --switch and --controller need --backend mininet")
-    opts = {"switch": switch, "controller": controller} if chosen == "mininet" else {}
-    lab = make_lab(plan, chosen, run_id, state_dir(), **opts)
+    if line_cpu is not None:
+        from testbed.linecpu import check_line_cpu
+        check_line_cpu(line_cpu, "--delay-line-cpu")
+    opts: dict[str, Any] = {"switch": switch, "controller": controller} \
+        if chosen == "mininet" else {}
+    lab = make_lab(plan, chosen, run_id, state_dir(), line_cpu=line_cpu, **opts)
     with signals.raising():
         try:
             lab.up()
@@ -97,6 +105,7 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
     if as_json:
         typer.echo(json.dumps({"run_id": lab.run_id, "lab": lab.plan.name, "backend": chosen,
                                "timings_s": lab.timings, "ovs_datapaths": lab.ovs_datapaths,
+                               "delay_line_cpu": lab.line_cpu,
                                "namespaces": {
                                    n: lab.netns_name(n) for n in lab.layout.nodes}}))
     else:
@@ -121,7 +130,23 @@ def inspect(run_id: str, as_json: JsonOpt = False) -> None:
                   for q in i.get("qdiscs", []) + i.get("classes", [])]
             table.add_row(node, n["netns"], i["ifname"], " ".join(i.get("addresses", [])),
                           "\n".join(tc))
-    console.print(table)
+    _stdout_console().print(table)
+
+
+# a width no table row of inspect reaches (rows are a few hundred characters); a Table that
+# does not expand renders at its natural width inside it, unpadded
+_PIPE_WIDTH = 100_000
+
+
+def _stdout_console() -> Console:
+    """rich's Console for stdout: its own width on a terminal (or from ``COLUMNS``, as rich
+    reads it); on a pipe or file, where rich falls back to 80 columns and folds or truncates
+    table cells with an ellipsis (rich.console.Console ``width``), one wide enough for whole
+    names: each row on one line, as long as its cells."""
+    console = Console(emoji=False)
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console
+    return Console(emoji=False, width=_PIPE_WIDTH)
 
 
 def destroy(run_id: str, as_json: JsonOpt = False) -> None:
@@ -178,12 +203,25 @@ def observe(run_id: str,
     raise typer.Exit(observe_part(run_id, cfg, sys.stdin, sys.stdout))
 
 
+def events(run_id: str) -> None:
+    """Play event actions on a deployed lab as told on stdin until a stop or end of file:
+    the machine's side of a cluster run's events (orchestration/cluster/events_part.py);
+    JSON lines on stdout."""
+    import sys
+
+    from orchestration.cluster.events_part import events_part
+
+    raise typer.Exit(events_part(run_id, sys.stdin, sys.stdout))
+
+
 def clean(run_id: Annotated[str | None, typer.Argument(help="Only this run.")] = None,
           force: Annotated[bool, typer.Option("--force", help="Even if its owner is alive.")
                            ] = False,
           as_json: JsonOpt = False) -> None:
     """Remove what crashed runs left (their owner pid is dead), exactly as their registries
-    list it; with RUN_ID also a deployed run."""
+    list it, and the scratch dead aitb processes left outside any registry (temporary
+    directories and probe namespaces whose name marks a dead owner, aitb.owned); with RUN_ID
+    only that run (also a deployed one) and its dead owner's scratch."""
     if force and run_id is None:
         raise unknown_name("--force needs a RUN_ID: it removes a run whose owner is alive")
     run_dirs = {rid: [r["path"] for r in Registry(state_dir(), rid).records()
@@ -193,7 +231,11 @@ def clean(run_id: Annotated[str | None, typer.Argument(help="Only this run.")] =
     for r in reports:  # the owner is dead: a run it left 'running' was killed
         for path in run_dirs.get(r.run_id, []):
             mark_killed(Path(path), "aitb clean")
-    out: dict[str, Any] = {"removed": [r.to_dict() for r in reports], "skipped": skipped}
+    orphans: dict[str, list[str]] = {"paths": [], "namespaces": []}
+    if run_id is None:  # every dead owner's scratch, not only the labs' owners'
+        orphans = clean_mod.sweep_orphans(state_dir())
+    out: dict[str, Any] = {"removed": [r.to_dict() for r in reports], "skipped": skipped,
+                           "orphans": orphans}
     failures = [f for r in reports for f in r.failures]
     if as_json:
         typer.echo(json.dumps(out))
@@ -203,7 +245,11 @@ def clean(run_id: Annotated[str | None, typer.Argument(help="Only this run.")] =
                        f"{len(r.processes)} process(es)")
         for s in skipped:
             typer.echo(f"run {s['run_id']}: kept ({s['reason']})")
-        if not reports and not skipped:
+        scratch = [p for r in reports for p in r.scratch] + orphans["paths"]
+        if scratch or orphans["namespaces"]:
+            typer.echo(f"dead processes' scratch: removed {len(scratch)} temporary "
+                       f"path(s), {len(orphans['namespaces'])} probe namespace(s)")
+        if not reports and not skipped and not scratch and not orphans["namespaces"]:
             typer.echo("nothing to clean: no aitb run is registered under " + str(state_dir()))
     if failures:
         raise LabError("clean left objects behind:\n  " + "\n  ".join(failures))
@@ -215,6 +261,7 @@ def register(app: typer.Typer) -> None:
     topo_app.command("inspect")(inspect)
     topo_app.command("destroy")(destroy)
     topo_app.command("observe", hidden=True)(observe)
+    topo_app.command("events", hidden=True)(events)
     app.command("exec", context_settings={"ignore_unknown_options": True,
                                           "allow_interspersed_args": False})(exec_)
     app.command("clean")(clean)

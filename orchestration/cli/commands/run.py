@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from aitb.errors import SpecError, SpecIssue
 from orchestration.cli.commands.run_progress import StepProgress
@@ -29,8 +30,9 @@ from orchestration.vm_rerun import cli_in_vm
 from testbed import signals
 from testbed.capabilities import in_vm
 from testbed.lab import missing_kernel_features
+from testbed.vm_kernel import SETUP_REMEDY, vm_problems
 
-console = Console(stderr=True)
+console = Console(emoji=False, stderr=True)
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 _VM_RUN_TIMEOUT_S = 24 * 3600.0
 
@@ -97,6 +99,10 @@ def _run(experiment: Path | None, results: Path, as_json: bool, quiet: bool, che
     if missing and not use_vm:
         raise SpecError(f"this lab needs {', '.join(missing)}, which the host kernel lacks; "
                         "drop --no-vm to run it in the stock-kernel VM", file=str(path))
+    if missing and (vm_missing := vm_problems()):  # refused before a run directory exists
+        raise SpecError(f"this lab needs {', '.join(missing)}, which the host kernel lacks, "
+                        "and the stock-kernel VM that has them is not set up: "
+                        f"{'; '.join(vm_missing)}; {SETUP_REMEDY}", file=str(path))
     if not missing:  # the VM's kernel has its own list; checked there
         _check_congestion_control(prep, path)
         _check_delay_lines(prep, path)
@@ -112,8 +118,8 @@ def _run(experiment: Path | None, results: Path, as_json: bool, quiet: bool, che
     output_dir(results, "--results")
     if missing:
         if not (quiet or as_json):
-            console.print(f"this lab needs {', '.join(missing)}, which the host kernel lacks: "
-                          "running it inside the stock-kernel VM (--no-vm refuses)")
+            console.print(f"this lab needs {escape(', '.join(missing))}, which the host kernel "
+                          "lacks: running it inside the stock-kernel VM (--no-vm refuses)")
         raise typer.Exit(_rerun_in_vm(path, results / prep.spec.name, results,
                                       as_json=as_json, quiet=quiet, analysis=analysis,
                                       backend=backend))
@@ -159,11 +165,15 @@ def _check_delay_lines(prep: Any, path: Path) -> None:
     beyond its memory cap; the events: it could not play live), naming link, direction and
     key (and the event)."""
     from orchestration.run.events import line_problems
-    from testbed.delayline.choose import resolve_here
+    from testbed.delayline.choose import lines_of, resolve_here
     from testbed.delayline.labline import plan_problems
 
     plan = resolve_here(prep.plan)
     problems = plan_problems(plan) + line_problems(plan, prep.events)
+    if prep.spec.delay_line_cpu is not None and "native" not in lines_of(plan).values():
+        problems.append(f"delay_line_cpu {prep.spec.delay_line_cpu}: no link direction uses "
+                        "the native delay line on this host (each delay is netem's, or there "
+                        "is none): nothing would use that CPU")
     if problems:
         raise SpecError([SpecIssue(p, file=str(path)) for p in problems])
 
@@ -202,7 +212,7 @@ def _summary(outcome: Any, quiet: bool) -> None:
     """The verdict on stderr: failure always, fidelity unless quiet."""
     if not outcome.ok:
         verdict = "run interrupted" if outcome.exit_code >= 128 else "run failed"
-        console.print(f"[bold red]{verdict}:[/] {outcome.error}", markup=True,
+        console.print(f"[bold red]{verdict}:[/] {escape(str(outcome.error))}", markup=True,
                       highlight=False)
     if outcome.exit_code >= 128:  # no verdict on a run that was cut short
         return
@@ -222,9 +232,9 @@ def _summary(outcome: Any, quiet: bool) -> None:
 def _say_analysis(outcome, *, quiet: bool) -> None:
     """The report's path (stderr, unless quiet), or why the analysis failed (always)."""
     if outcome.analysis_error:
-        console.print(f"[bold red]analysis failed:[/] {outcome.analysis_error}; the run is "
-                      f"kept, retry with `aitb analyze {outcome.run_dir}`", markup=True,
-                      highlight=False)
+        console.print(f"[bold red]analysis failed:[/] {escape(str(outcome.analysis_error))}; "
+                      f"the run is kept, retry with `aitb analyze "
+                      f"{escape(str(outcome.run_dir))}`", markup=True, highlight=False)
     elif outcome.report and not quiet:
         typer.echo(f"report: {outcome.report}", err=True)  # unwrapped: a path to copy
 
@@ -259,7 +269,8 @@ def _rerun_in_vm(path: Path, experiment_dir: Path, results: Path, *, as_json: bo
                        "exit_code": exc.exit_code})
             return exc.exit_code
         _mark_interrupted(run_dir, exc)
-        console.print(f"[bold red]run interrupted:[/] {exc}", markup=True, highlight=False)
+        console.print(f"[bold red]run interrupted:[/] {escape(str(exc))}", markup=True,
+                      highlight=False)
         if as_json:
             _emit({"ok": False, "run_dir": str(run_dir), "error": str(exc),
                    "exit_code": exc.exit_code})

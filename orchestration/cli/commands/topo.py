@@ -46,7 +46,8 @@ def load_plan(path: Path) -> LabPlan:
 
 def plan_summary(plan: LabPlan) -> dict[str, Any]:
     """Counts that describe ``plan``: nodes by kind, links, shaped links, whether any direction
-    needs netem (delay or impairments), subnets and routes."""
+    has delay or impairments (``needs_netem``, named before aitb had its native line) and how
+    many per delay line asked for (``delay_lines``), subnets and routes."""
     directions = [s for lk in plan.links for s in (lk.a_to_b, lk.b_to_a)]
     subnets = {ep.ipv4.network for lk in plan.links for ep in (lk.a, lk.b) if ep.ipv4}
     return {
@@ -55,6 +56,10 @@ def plan_summary(plan: LabPlan) -> dict[str, Any]:
         "links": len(plan.links),
         "shaped_links": sum(lk.a_to_b.is_shaped or lk.b_to_a.is_shaped for lk in plan.links),
         "needs_netem": any(s.needs_netem for s in directions),
+        # directions with delay or impairments, by the delay line asked for (auto|netem|native)
+        "delay_lines": dict(sorted(Counter(lk.delay_line for lk in plan.links
+                                           for s in (lk.a_to_b, lk.b_to_a)
+                                           if s.needs_netem).items())),
         "subnets": len(subnets),
         "routes": sum(len(n.routes) for n in plan.nodes),
     }
@@ -66,8 +71,11 @@ def _print_summary(s: dict[str, Any]) -> None:
     typer.echo(f"{s['source']}: ok: lab {s['name']!r}")
     typer.echo(f"  nodes:   {kinds}")
     typer.echo(f"  links:   {s['links']} ({s['shaped_links']} shaped)")
-    netem = "needed (delay or impairments)" if s["needs_netem"] else "not needed"
-    typer.echo(f"  netem:   {netem}")
+    lines = s["delay_lines"]
+    asked = ", ".join(f"{n} {line}" for line, n in lines.items())
+    typer.echo(f"  delay:   {sum(lines.values())} directions with delay or impairments"
+               + (f" (delay_line: {asked}; auto is netem where the kernel has it, else aitb's "
+                  "native line)" if lines else ""))
     typer.echo(f"  subnets: {s['subnets']}, static routes: {s['routes']}")
 
 

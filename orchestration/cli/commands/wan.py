@@ -18,7 +18,7 @@ from aitb.errors import SpecError, SpecIssue
 from topologies.wan import FIBRE_US_PER_KM, Attachment, WanOptions
 
 MAP_SUFFIXES = (".graphml", ".gml")
-err = Console(stderr=True)
+err = Console(emoji=False, stderr=True)
 
 
 def parse_attach(text: str) -> Attachment:

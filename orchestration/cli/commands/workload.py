@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from aitb.errors import SpecError, SpecIssue
@@ -56,8 +57,9 @@ def inspect(
 
 
 def _print(summary: dict) -> None:
-    console = Console()
-    console.print(f"[bold]{summary['name']}[/]  world {summary['world_size']}  iterations "
+    console = Console(emoji=False)
+    console.print(f"[bold]{escape(str(summary['name']))}[/]  world {summary['world_size']}  "
+                  "iterations "
                   f"{summary['iterations']}  compute/iteration "
                   f"{format_duration(summary['compute_s_per_iteration'])}  scale "
                   f"{summary['meta'].get('scale', 1.0)}", highlight=False)
