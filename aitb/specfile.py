@@ -43,17 +43,45 @@ from aitb.errors import SpecError, SpecIssue, short_repr
 from aitb.unit_fields import BOOLEAN_NUMBER
 
 __all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_VALUES", "MAX_ALIASES", "MAX_ITERATIONS",
-           "MAX_POINTS", "MAX_RUNS", "Ref", "read_text", "check_file",
-           "resolve_ref", "load_yaml", "load_json", "issues_from_validation", "line_of",
-           "with_lines"]
+           "MAX_REPEATS", "MAX_RANKS", "MAX_LAYERS", "MAX_TOKENS", "MAX_CONNS_PER_PEER",
+           "MAX_FLOWS", "MAX_TRANSFERS", "MAX_EVENT_ACTIONS", "MAX_REQUESTS", "MAX_POINTS",
+           "MAX_RUNS", "Ref", "read_text", "check_file", "resolve_ref", "load_yaml", "load_json",
+           "issues_from_validation", "line_of", "with_lines"]
 
 MAX_FILE_BYTES = 8 * 2**20  # the largest example topology is 30 KB; plan.json of 1024 hosts ~3 MB
 MAX_DEPTH = 64             # nesting of lists and mappings (the deepest schema needs 8)
 MAX_VALUES = 200_000       # scalars and collections after alias expansion
 MAX_ALIASES = 1_000
-# counts a file may ask for, refused before anything is expanded: --check of 100000 training
-# iterations took 47 s and 1.9 GB on the 2-core reference machine, 10000 about a tenth
-MAX_ITERATIONS = 10_000
+# ---- counts a file may ask for, refused at validation before anything is expanded --------
+# Every count below is turned into lists (ops, flows, per-rank steps, event actions, requests)
+# by ``aitb run --check`` already; unbounded, a typo like ``repeats: 100000000000`` made it
+# allocate until the OOM killer came. The per-key bounds are far above what a lab of
+# namespaces on one machine replays; the totals bound the product of several keys (repeats x
+# hosts, rounds x clients, ...), computed arithmetically from the spec before any list is
+# built. --check of 100000 training iterations took 47 s and 1.9 GB on the 2-core reference
+# machine, 10000 about a tenth: the totals keep a file at its bounds within a few hundred MB.
+MAX_ITERATIONS = 10_000      # iterations, FL rounds, AICB/Chakra iterations
+MAX_REPEATS = 10_000         # pattern repeats, flap count, session_requests and session length:
+                             #   the same scale as iterations (each is one more round of ops)
+MAX_RANKS = 100_000          # ranks, world_size, tp/pp/dp/ep, placement slots and block, FL
+                             #   clients (their bound since FL came): per-rank lists are built
+MAX_LAYERS = 10_000          # training num_layers, num_microbatches (GPT-3 has 96 layers)
+MAX_TOKENS = 100_000         # response tokens per inference request: one message each
+MAX_CONNS_PER_PEER = 64      # connections per pair of hosts (traffic_gen stripes a step over
+                             #   them): a socket each per peer at both ends, so an agent with
+                             #   15 peers holds ~1000 at the bound (a default RLIMIT_NOFILE)
+MAX_FLOWS = 200_000          # flows one workload's ops hold (each a FlowRecord of the run):
+                             #   a pattern's flows over all its bursts, FL uploads of all
+                             #   rounds, background flows (expected: rate x duration)
+MAX_TRANSFERS = 1_000_000    # transfers (a send and its receive) of the per-rank programs
+                             #   compiled from one workload (traffic_gen.program, every
+                             #   iteration unrolled): 0.49 million took 10 s and 0.2 GB here,
+                             #   so ~0.4 GB at the bound; the largest example (gpt13b_two_dc)
+                             #   compiles to 37536
+MAX_EVENT_ACTIONS = 100_000  # actions the events: timeline expands to (flaps, ramps, traces)
+MAX_REQUESTS = 200_000       # inference requests of one workload (poisson: clients x rate x
+                             #   duration expected; trace: the listed ones); their messages
+                             #   (a prompt and every token) count against MAX_TRANSFERS
 MAX_POINTS = 10_000          # campaign points (grid product x zip rows)
 MAX_RUNS = 100_000           # campaign points x repetitions
 

@@ -16,12 +16,14 @@ absolute instant (cluster gathers run together; the global gather after them).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv, Timed
+from aitb.specfile import MAX_TRANSFERS
 from aitb.stragglers import SlowdownDraw, StragglerSpec
 from traffic_gen.algorithms import AlgorithmError, PlanRequest, build_plan, resolve
 from traffic_gen.algorithms.rooted import send_recv
@@ -30,7 +32,7 @@ from traffic_gen.gather_ops import gather_ops, renumber_phases
 from traffic_gen.timed_plan import compile_timed
 from traffic_gen.wire import Step
 
-__all__ = ["Program", "Phase", "compile_program"]
+__all__ = ["Program", "Phase", "compile_program", "transfers_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +221,54 @@ class _Compiler:
         renumber_phases(self.prog.ranks, keep)
 
 
+# sends per rank of one collective over g ranks, before chunking (upper bounds: the ring
+# all-reduce's 2(g-1) is exact, trees' and halving-doubling's logarithmic counts rounded up)
+_SENDS_PER_RANK = {
+    ("all_reduce", "ring"): lambda g: 2 * (g - 1),
+    ("all_reduce", "double_binary_tree"): lambda g: 6,
+    ("all_reduce", "halving_doubling"): lambda g: 2 * (math.ceil(math.log2(g)) + 2),
+    ("broadcast", "ring"): lambda g: 1, ("reduce", "ring"): lambda g: 1,
+    ("broadcast", "binomial_tree"): lambda g: 1, ("reduce", "binomial_tree"): lambda g: 1,
+    ("gather", "linear"): lambda g: 1, ("scatter", "linear"): lambda g: 1,
+}
+
+
+def _collective_sends(op: Collective, g: int) -> int:
+    if g < 2:
+        return 0
+    try:
+        name = resolve(op.op, op.algorithm)
+    except AlgorithmError:
+        return 0  # refused by the compiler, naming the op
+    # the others (rings, all-to-all, hierarchical, torus): at most the ring all-reduce's
+    per = _SENDS_PER_RANK.get((op.op, name), lambda g: 2 * (g - 1))
+    sends = g * per(g)
+    if op.chunk_bytes:  # pieces of at most chunk_bytes: no rank sends more than about 2 x size
+        sends += math.ceil(2 * g * op.size_bytes / op.chunk_bytes)
+    return sends
+
+
+def transfers_of(schedule: Schedule) -> int:
+    """About how many transfers (a send and its receive) :func:`compile_program` makes of
+    ``schedule``, from the ops' sizes alone (nothing is compiled): every iteration of every
+    collective (per-algorithm counts, an upper bound; pieces of ``chunk_bytes``), flow of a
+    burst, send_recv, gather source (download and upload) and timed message. Pure."""
+    per_iteration = 0
+    for op in schedule.ops:
+        if isinstance(op, Collective):
+            group = schedule.groups.get(op.group)
+            per_iteration += _collective_sends(op, len(group.ranks) if group else 0)
+        elif isinstance(op, Burst):
+            per_iteration += len(op.flows)
+        elif isinstance(op, SendRecv):
+            per_iteration += 1
+        elif isinstance(op, Gather):
+            per_iteration += 2 * len(op.srcs)
+        elif isinstance(op, Timed):
+            per_iteration += len(op.messages)
+    return per_iteration * schedule.iterations
+
+
 def compile_program(schedule: Schedule, placement: Mapping[int, str],
                     sites: Mapping[str, str] | None = None,
                     stragglers: StragglerSpec | None = None) -> Program:
@@ -226,7 +276,15 @@ def compile_program(schedule: Schedule, placement: Mapping[int, str],
     maps host -> sub-group label for hierarchical algorithms (default: the host itself).
 
     Raises SpecError (naming the schedule source and op index) for an unplaced rank, an
-    unknown algorithm (listing the known ones), a self-transfer or a UDP flow without a rate.
-    Pure: nothing is started.
+    unknown algorithm (listing the known ones), a self-transfer or a UDP flow without a rate,
+    and, before anything is compiled, for more than :data:`~aitb.specfile.MAX_TRANSFERS`
+    transfers (:func:`transfers_of`). Pure: nothing is started.
     """
+    total = transfers_of(schedule)
+    if total > MAX_TRANSFERS:
+        it = schedule.iterations
+        raise _fail(schedule, f"compiles to about {total} transfers"
+                              f"{f' ({it} iterations)' if it > 1 else ''}; at most "
+                              f"{MAX_TRANSFERS} (MAX_TRANSFERS): fewer iterations, ranks or "
+                              "repeats, or a larger chunk", [])
     return _Compiler(schedule, placement, sites or {}, stragglers or StragglerSpec()).run()

@@ -32,7 +32,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from aitb.schedule import Burst, Compute, Flow, Gather, Op, Schedule
-from aitb.specfile import MAX_ITERATIONS
+from aitb.specfile import MAX_FLOWS, MAX_ITERATIONS, MAX_RANKS
 from aitb.unit_fields import SpecModel
 
 __all__ = ["TrainTime", "FlBase", "FedAvg", "fedavg_schedule"]
@@ -69,7 +69,7 @@ class FlBase(SpecModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    clients: int = Field(ge=1, le=100_000, strict=True)
+    clients: int = Field(ge=1, le=MAX_RANKS, strict=True)
     rounds: int = Field(1, ge=1, le=MAX_ITERATIONS, strict=True)
     model_parameters: int = Field(ge=1, le=10**13, strict=True)
     bits_per_parameter: int = Field(32, ge=4, le=32, strict=True)
@@ -107,12 +107,18 @@ class FedAvg(FlBase):
     overcommit: float = Field(1.0, ge=1.0, le=1e6, strict=True, allow_inf_nan=False)
     aggregate_s: float = Field(0.0, ge=0)
     cluster_aggregate_s: float = Field(0.0, ge=0)
-    clusters: int = Field(0, ge=0)
+    clusters: int = Field(0, ge=0, le=MAX_RANKS)
 
     @model_validator(mode="after")
     def _clusters_fit(self) -> FedAvg:
         if self.clusters > self.clients:
             raise ValueError(f"clusters ({self.clusters}) exceed clients ({self.clients})")
+        uploads = self.rounds * (self.selected_per_round + self.clusters)
+        if uploads > MAX_FLOWS:
+            raise ValueError(f"rounds x selected clients = {self.rounds} x "
+                             f"{self.selected_per_round + self.clusters} = {uploads} uploads; "
+                             f"at most {MAX_FLOWS} (MAX_FLOWS): fewer rounds, clients or a "
+                             "smaller fraction")
         return self
 
     @property

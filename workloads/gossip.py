@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from aitb.schedule import Gather, Op, Schedule
+from aitb.specfile import MAX_FLOWS
 from workloads.federated import FlBase
 
 __all__ = ["Gossip", "gossip_schedule", "neighbours"]
@@ -43,6 +44,13 @@ class Gossip(FlBase):
         if self.overlay == "ring" and self.peers % 2:
             raise ValueError(f"peers ({self.peers}) must be even on a ring overlay (half on "
                              "each side)")
+        # a random overlay's exchanges go both ways: up to 2 x peers neighbours per node
+        per_node = self.peers if self.overlay == "ring" else 2 * self.peers
+        uploads = self.rounds * self.clients * per_node
+        if uploads > MAX_FLOWS:
+            raise ValueError(f"rounds x nodes x neighbours = {self.rounds} x {self.clients} x "
+                             f"{per_node} = {uploads} uploads; at most {MAX_FLOWS} (MAX_FLOWS): "
+                             "fewer rounds, nodes or peers")
         return self
 
 

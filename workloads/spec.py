@@ -32,6 +32,7 @@ from aitb.errors import SpecError, SpecIssue
 from aitb.schedule import Schedule
 from aitb.specfile import (
     MAX_ITERATIONS,
+    MAX_RANKS,
     Ref,
     check_file,
     issues_from_validation,
@@ -99,7 +100,7 @@ class HierarchicalWorkload(FedAvg):
 
     kind: Literal["hierarchical"]
     name: str = "hierarchical"
-    clusters: int = Field(1, ge=1)
+    clusters: int = Field(1, ge=1, le=MAX_RANKS)
 
 
 class GossipWorkload(Gossip):

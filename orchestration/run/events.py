@@ -60,13 +60,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, PositiveInt, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.events import EventAction
 from aitb.plan import LabPlan
 from aitb.shaping import Shaping
-from aitb.specfile import with_lines
+from aitb.specfile import MAX_EVENT_ACTIONS, MAX_REPEATS, with_lines
 from aitb.trace import LinkTrace, planned_changes, read_trace
 from aitb.unit_fields import Duration, SpecModel
 from aitb.units import UnitError, parse_duration_s
@@ -76,7 +76,7 @@ from topologies.shaping import to_changes
 from topologies.spec import Buffer, Pct, Rate
 from topologies.spec import Duration as DurationText
 
-__all__ = ["EventEntry", "plan_events", "line_problems"]
+__all__ = ["EventEntry", "plan_events", "planned_actions", "line_problems"]
 
 _Forbid = ConfigDict(extra="forbid")
 Links = str | Annotated[list[str], Field(min_length=1)]
@@ -130,7 +130,7 @@ class Flap(_Event):
     link: Links
     period: Duration
     down: Duration
-    count: PositiveInt = 1
+    count: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 1
 
 
 class Degrade(_Event):
@@ -255,6 +255,7 @@ def plan_events(events: Sequence[Any], plan: LabPlan, workloads: Sequence[str], 
     events (relative to ``source``'s directory). Pure otherwise. Raises one
     :class:`SpecError` with an issue per problem, each naming ``source``,
     ``events[i].<key>`` and its line (``doc`` is the ruamel document)."""
+    _check_total(events, source, doc)
     links = {lk.name: lk for lk in plan.links}
     nodes = [n.name for n in plan.nodes]
     issues: list[SpecIssue] = []
@@ -337,10 +338,45 @@ def plan_events(events: Sequence[Any], plan: LabPlan, workloads: Sequence[str], 
             out += _trace(ev, i, at_s, base, links, scale, issue, traced, source)
         else:  # degrade, corrupt
             out += _degrade(ev, i, at_s, base, links, scale, issue, traced)
+    if len(out) > MAX_EVENT_ACTIONS:  # the trace files' steps on top of the planned ones
+        raise with_lines(SpecError(SpecIssue(
+            f"the events expand to {len(out)} actions with their trace files' steps; at most "
+            f"{MAX_EVENT_ACTIONS} (MAX_EVENT_ACTIONS)", file=source, key_path=("events",))),
+            doc, source)
     _check_link_states(out, events, set(links), issue)
     if issues:
         raise with_lines(SpecError(issues), doc, source)
     return tuple(out)
+
+
+def planned_actions(ev: Any) -> int:
+    """The actions event entry ``ev`` expands to, counted from its keys (nothing is built):
+    a flap 2 x ``count``, a degrade or corrupt its ramp's steps (or 1) and 1 more with a
+    ``duration``, a partition 2 with a ``duration``, a trace 0 (its steps are counted once its
+    file is read, :func:`_trace`), every other kind 1."""
+    if ev.kind == "flap":
+        return 2 * ev.count
+    if ev.kind in ("degrade", "corrupt"):
+        ramp = ev.ramp_steps if getattr(ev, "ramp_s", None) is not None else 1
+        return ramp + (ev.duration is not None)
+    if ev.kind == "partition":
+        return 1 + (ev.duration is not None)
+    return 0 if ev.kind == "trace" else 1
+
+
+def _check_total(events: Sequence[Any], source: str, doc: Any) -> None:
+    """Refuse a timeline of more than MAX_EVENT_ACTIONS actions before any is built, at the
+    event that crosses the bound, naming the total."""
+    counts = [planned_actions(ev) for ev in events]
+    total = sum(counts)
+    if total <= MAX_EVENT_ACTIONS:
+        return
+    i = max(range(len(counts)), key=counts.__getitem__)
+    key = ("count",) if events[i].kind == "flap" else ()
+    raise with_lines(SpecError(SpecIssue(
+        f"the events expand to {total} actions ({events[i].kind} events[{i}] alone to "
+        f"{counts[i]}); at most {MAX_EVENT_ACTIONS} (MAX_EVENT_ACTIONS)", file=source,
+        key_path=("events", i, *key))), doc, source)
 
 
 def _precedes(x: tuple[int, EventAction], y: tuple[int, EventAction]) -> bool:
@@ -518,6 +554,12 @@ def _trace(ev: TraceEvent, i: int, at_s: float, base: dict[str, Any], links: dic
     if ev.loop and (until is None or period <= 0):
         issue(i, ("loop",), "a looped trace needs a duration (when the event ends) and a "
                             "trace whose last time is above 0 s")
+        return []
+    loops = math.floor(until / period) + 1 if ev.loop and until is not None else 1
+    if len(steps) * loops > MAX_EVENT_ACTIONS:  # counted before the changes are listed
+        issue(i, ("duration",) if ev.loop else ("file",),
+              f"the trace's {len(steps)} steps x {loops} loops = {len(steps) * loops} "
+              f"actions; at most {MAX_EVENT_ACTIONS} (MAX_EVENT_ACTIONS)")
         return []
     steps = tuple(dataclasses.replace(s, rate_bps=max(1, round(s.rate_bps / scale)))
                   if s.rate_bps is not None else s for s in steps)

@@ -53,7 +53,6 @@ from pydantic import (
     AfterValidator,
     ConfigDict,
     Field,
-    PositiveInt,
     StrictBool,
     StrictInt,
     ValidationError,
@@ -62,7 +61,7 @@ from pydantic import (
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.events import EVENT_KINDS
-from aitb.specfile import issues_from_validation, with_lines
+from aitb.specfile import MAX_CONNS_PER_PEER, issues_from_validation, with_lines
 from aitb.unit_fields import Duration, Quantity, Size, SpecModel
 from aitb.units import parse_duration_s
 from orchestration.cluster.spec import ClusterSpec
@@ -128,7 +127,7 @@ class TransportSpec(SpecModel):
     sndbuf: Size | None = None
     rcvbuf: Size | None = None
     nodelay: bool = True
-    conns_per_peer: PositiveInt = 1
+    conns_per_peer: Annotated[int, Field(ge=1, le=MAX_CONNS_PER_PEER)] = 1
     rto_min: Annotated[Duration, AfterValidator(_rto_min_ok)] | None = None
     ecn: StrictBool | Literal["server"] | None = None
     encryption: Literal["none", "tls"] = "none"

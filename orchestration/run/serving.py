@@ -9,9 +9,15 @@ from aitb.errors import SpecError, SpecIssue
 from aitb.paths import PathError
 from aitb.plan import LabPlan
 from aitb.schedule import Schedule, ScheduleError
+from aitb.specfile import MAX_FLOWS, MAX_REQUESTS, MAX_TRANSFERS
 from aitb.units import parse_duration_s, parse_rate_bps, parse_size_bytes
 from orchestration.run.serving_entries import BackgroundEntry, InferenceEntry
-from workloads.background import BackgroundParams, background_schedule
+from workloads.background import (
+    BackgroundParams,
+    arrival_rate_per_s,
+    background_schedule,
+    load_cdf,
+)
 from workloads.inference import Arrival, InferenceParams, inference_schedule, poisson_arrivals
 from workloads.paths import path_hops, rtt_delay_s
 from workloads.sessions import SessionLength
@@ -36,7 +42,28 @@ def _known_hosts(w: _Where, plan: LabPlan, key: str, hosts: Sequence[str]) -> No
                                    f"are {', '.join(sorted(known))}")
 
 
+def _check_requests(w: _Where, e: InferenceEntry) -> None:
+    """Refuse more than MAX_REQUESTS requests (poisson: their expected number, clients x
+    rate x duration) or more than MAX_TRANSFERS messages (a prompt and ``tokens`` tokens
+    each) before any arrival is drawn."""
+    a = e.arrivals
+    if a.process == "poisson":
+        n = len(e.clients) * float(a.rate_per_s or 0) * parse_duration_s(a.duration)
+        what = (f"{len(e.clients)} clients x {a.rate_per_s:g}/s x {a.duration} = about "
+                f"{n:.0f} requests")
+    else:
+        n = len(a.requests or [])
+        what = f"{n} listed requests"
+    if n > MAX_REQUESTS:
+        raise w.error("arrivals", message=f"{what}; at most {MAX_REQUESTS} (MAX_REQUESTS)")
+    if n * (1 + e.tokens) > MAX_TRANSFERS:
+        raise w.error("tokens", message=f"{what} x (1 prompt + {e.tokens} tokens) = about "
+                      f"{n * (1 + e.tokens):.0f} messages; at most {MAX_TRANSFERS} "
+                      "(MAX_TRANSFERS): fewer requests or tokens")
+
+
 def _arrivals(w: _Where, plan: LabPlan, e: InferenceEntry, seed: int) -> list[Arrival]:
+    _check_requests(w, e)
     a = e.arrivals
     if a.process == "poisson":
         return poisson_arrivals(e.clients, float(a.rate_per_s or 0),
@@ -151,6 +178,12 @@ def _background(w: _Where, plan: LabPlan, e: BackgroundEntry, seed: int,
     hosts = list(dict.fromkeys([*e.senders, *e.receivers]))
     p = BackgroundParams(e.distribution, e.load, rate, parse_duration_s(e.duration),
                          e.size_scale * scale, seed)
+    flows = arrival_rate_per_s(p.load, rate, load_cdf(p.distribution, p.size_scale).mean_bytes
+                               ) * p.duration_s  # expected: checked before any is drawn
+    if flows > MAX_FLOWS:
+        raise w.error("duration", message=f"{e.load:g} of {rate:.6g} bit/s for {e.duration} "
+                      f"is about {flows:.0f} {e.distribution} flows; at most {MAX_FLOWS} "
+                      "(MAX_FLOWS): a shorter duration, lower load or larger size_scale")
     try:
         s = background_schedule(p, [hosts.index(h) for h in e.senders],
                                 [hosts.index(h) for h in e.receivers], len(hosts),

@@ -40,8 +40,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from aitb.specfile import MAX_REPEATS, MAX_TOKENS
 from aitb.unit_fields import Duration, Rate, Size, SpecModel
 
 __all__ = ["StartMode", "WorkloadTransport", "InferenceEntry", "BackgroundEntry",
@@ -124,7 +125,7 @@ class SessionLengthSpec(SpecModel):
 
     model_config = _Forbid
     dist: Literal["fixed", "exponential", "lognormal"] = "fixed"
-    mean: Annotated[float, Field(ge=1)]
+    mean: Annotated[float, Field(ge=1, le=MAX_REPEATS)]
     sigma: Annotated[float, Field(gt=0, le=4)] = 1.0
 
     @model_validator(mode="after")
@@ -159,10 +160,10 @@ class InferenceEntry(SpecModel):
     policy: Literal["nearest", "least_loaded", "affinity", "cats", "oracle"] = "nearest"
     cats_weights: CatsWeights | None = None
     arrivals: ArrivalsSpec
-    session_requests: PositiveInt = 4
+    session_requests: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 4
     session: SessionSpec | None = None
     prompt: Size = "2KiB"
-    tokens: PositiveInt = 16
+    tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 16
     token_size: Size = "16B"
     token_rate_per_s: Annotated[float, Field(gt=0)] = 50.0
     prefill: Duration = "0s"

@@ -18,6 +18,7 @@ from pydantic import ConfigDict, Field
 
 from aitb.errors import SpecError, SpecIssue
 from aitb.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
+from aitb.specfile import MAX_ITERATIONS, MAX_RANKS
 from aitb.unit_fields import SpecModel
 from workloads.aicb.pipeline import merge_stages
 from workloads.aicb.rows import AicbFile, AicbRow, AicbStage
@@ -42,13 +43,13 @@ class AicbOptions(SpecModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    world_size: int | None = Field(None, ge=1)
-    tp: int | None = Field(None, ge=1)
-    pp: int | None = Field(None, ge=1)
-    ep: int | None = Field(None, ge=1)
-    dp_replicas: int | None = Field(None, ge=1)
+    world_size: int | None = Field(None, ge=1, le=MAX_RANKS)
+    tp: int | None = Field(None, ge=1, le=MAX_RANKS)
+    pp: int | None = Field(None, ge=1, le=MAX_RANKS)
+    ep: int | None = Field(None, ge=1, le=MAX_RANKS)
+    dp_replicas: int | None = Field(None, ge=1, le=MAX_RANKS)
     scale: float = Field(1.0, ge=1.0)
-    iterations: int | None = Field(None, ge=1)
+    iterations: int | None = Field(None, ge=1, le=MAX_ITERATIONS)
     setup: bool = False
     exclude_stages: list[str] = Field(default_factory=list)
 

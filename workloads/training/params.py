@@ -8,14 +8,18 @@ returns every problem with its key path.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, PositiveInt
 
 from aitb.errors import SpecIssue
+from aitb.specfile import MAX_LAYERS, MAX_RANKS, MAX_TRANSFERS
 from aitb.unit_fields import SpecModel
 
 __all__ = ["TransformerModel", "Parallelism", "Accelerator", "check_training"]
+
+Ranks = Annotated[int, Field(ge=1, le=MAX_RANKS)]
+Layers = Annotated[int, Field(ge=1, le=MAX_LAYERS)]  # also micro-batches: one step each
 
 
 class TransformerModel(SpecModel):
@@ -28,7 +32,7 @@ class TransformerModel(SpecModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "transformer"
-    num_layers: PositiveInt
+    num_layers: Layers
     hidden_size: PositiveInt
     num_attention_heads: PositiveInt
     seq_length: PositiveInt
@@ -36,7 +40,7 @@ class TransformerModel(SpecModel):
     vocab_size: PositiveInt = 50257
     make_vocab_size_divisible_by: PositiveInt = 128
     parameters: PositiveInt | None = None
-    num_experts: int = Field(0, ge=0)
+    num_experts: int = Field(0, ge=0, le=MAX_RANKS)
     moe_topk: PositiveInt = 1
     activation_bytes: PositiveInt = 2
     param_bytes: PositiveInt = 2
@@ -58,15 +62,15 @@ class Parallelism(SpecModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    dp: PositiveInt | None = None
-    world_size: PositiveInt | None = None
-    ep: PositiveInt = 1
+    tp: Ranks = 1
+    pp: Ranks = 1
+    dp: Ranks | None = None
+    world_size: Ranks | None = None
+    ep: Ranks = 1
     zero_stage: Literal[0, 1, 2, 3] = 0
     sequence_parallel: bool = False
     micro_batch_size: PositiveInt = 1
-    num_microbatches: PositiveInt | None = None
+    num_microbatches: Layers | None = None
     global_batch_size: PositiveInt | None = None
 
     @property
@@ -109,7 +113,10 @@ def check_training(m: TransformerModel, p: Parallelism, *, file: str | None = No
 
     Checks: tp divides heads, hidden and ffn sizes; pp divides layers; dp*tp*pp equals
     world_size; ep divides dp and num_experts; the global batch is a multiple of
-    micro_batch_size * dp; exactly one of num_microbatches/global_batch_size.
+    micro_batch_size * dp; exactly one of num_microbatches/global_batch_size; at most
+    :data:`~aitb.specfile.MAX_RANKS` ranks, :data:`~aitb.specfile.MAX_LAYERS` micro-batches
+    and :data:`~aitb.specfile.MAX_TRANSFERS` layer x micro-batch x rank steps (the schedule
+    holds about that many ops; refused before it is built).
     """
     issues: list[SpecIssue] = []
     lay, mod = (*prefix, "parallelism"), (*prefix, "model")
@@ -137,4 +144,28 @@ def check_training(m: TransformerModel, p: Parallelism, *, file: str | None = No
     elif p.global_batch_size is not None:
         _divides(issues, (*lay, "global_batch_size"), p.micro_batch_size * p.data_parallel,
                  "micro_batch_size*dp", p.global_batch_size, "global_batch_size", file)
+    _check_totals(issues, m, p, lay, file)
     return issues
+
+
+def _check_totals(issues: list[SpecIssue], m: TransformerModel, p: Parallelism, lay: tuple,
+                  file: str | None) -> None:
+    """The products of the bounded keys, before the schedule is built (aitb.specfile)."""
+    world = p.data_parallel * p.tp * p.pp
+    if world > MAX_RANKS:
+        issues.append(SpecIssue(f"dp*tp*pp = {p.data_parallel}*{p.tp}*{p.pp} = {world} ranks; "
+                                f"at most {MAX_RANKS} (MAX_RANKS)", file=file,
+                                key_path=(*lay, "world_size" if p.world_size else "dp")))
+        return
+    if p.microbatches > MAX_LAYERS:
+        issues.append(SpecIssue(f"global_batch_size {p.global_batch_size} makes "
+                                f"{p.microbatches} micro-batches per iteration; at most "
+                                f"{MAX_LAYERS} (MAX_LAYERS)", file=file,
+                                key_path=(*lay, "global_batch_size")))
+        return
+    steps = m.num_layers * p.microbatches * world
+    if steps > MAX_TRANSFERS:
+        issues.append(SpecIssue(f"num_layers x micro-batches x ranks = {m.num_layers} x "
+                                f"{p.microbatches} x {world} = {steps} steps per iteration; at "
+                                f"most {MAX_TRANSFERS} (MAX_TRANSFERS): fewer layers, "
+                                "micro-batches or ranks", file=file, key_path=lay))

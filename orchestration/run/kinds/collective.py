@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
 from aitb.plan import LabPlan
 from aitb.schedule import COLLECTIVES, Collective, Compute, Group, Op, Schedule
-from aitb.specfile import MAX_ITERATIONS
+from aitb.specfile import MAX_ITERATIONS, MAX_RANKS
 from aitb.unit_fields import Duration, Size
 from aitb.units import parse_duration_s, parse_size_bytes
 from orchestration.run.kinds.common import (
@@ -37,7 +37,7 @@ class CollectiveEntry(Common):
     algorithm: str | None = None
     size: Size
     chunk: Size | None = None
-    ranks: PositiveInt | None = None
+    ranks: Annotated[int, Field(ge=1, le=MAX_RANKS)] | None = None
     iterations: int = Field(1, ge=1, le=MAX_ITERATIONS, strict=True)
     compute: Duration | None = None
 

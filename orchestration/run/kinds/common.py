@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from aitb.alto import AltoMaps, alto_maps, costs_of
 from aitb.errors import SpecError, SpecIssue
 from aitb.plan import LabPlan
 from aitb.schedule import Schedule, ScheduleError
-from aitb.specfile import issues_from_validation
+from aitb.specfile import MAX_RANKS, issues_from_validation
 from aitb.stragglers import StragglerSpec
 from aitb.unit_fields import SpecModel
 from aitb.units import UnitError
@@ -38,8 +38,8 @@ class PlacementSpec(SpecModel):
     model_config = _Forbid
     hosts: list[str] | None = None
     policy: Literal["packed", "spread", "cost_map"] = "packed"
-    slots: PositiveInt = 1
-    block: PositiveInt = 1
+    slots: Annotated[int, Field(ge=1, le=MAX_RANKS)] = 1
+    block: Annotated[int, Field(ge=1, le=MAX_RANKS)] = 1
 
 
 class StragglerSpecModel(SpecModel):

@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import PositiveInt
+from pydantic import Field
 
 from aitb.plan import LabPlan
 from aitb.schedule import Schedule
+from aitb.specfile import MAX_FLOWS, MAX_REPEATS
 from aitb.unit_fields import Duration, Rate, Size
 from aitb.units import parse_duration_s, parse_rate_bps, parse_size_bytes
 from orchestration.run.kinds.common import (
@@ -37,7 +38,7 @@ class PatternEntry(Common):
     size: Size
     receiver: str | None = None
     sender: str | None = None
-    repeats: PositiveInt = 1
+    repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 1
     gap: Duration | None = None
     protocol: Literal["tcp", "udp"] = "tcp"
     rate: Rate | None = None
@@ -62,6 +63,7 @@ def _schedule(ctx: Ctx, plan: LabPlan, e: PatternEntry) -> tuple[Schedule, list[
     if e.protocol == "udp" and rate is None:
         raise ctx.error("rate", "UDP flows need a pacing rate, like '100mbit'")
     ranks = list(range(len(hosts)))
+    _check_flows(ctx, e, len(hosts))
     common: dict[str, Any] = {"protocol": e.protocol, "rate_bps": rate}
     if e.kind == "incast":
         recv = _rank_of(ctx, hosts, "receiver", e.receiver)
@@ -77,6 +79,23 @@ def _schedule(ctx: Ctx, plan: LabPlan, e: PatternEntry) -> tuple[Schedule, list[
     else:
         ops = patterns.all_pairs(ranks, size, **common) * e.repeats
     return patterns.pattern_schedule(e.name or e.kind, len(hosts), ops), hosts
+
+
+def flows_of(kind: str, hosts: int, repeats: int) -> int:
+    """The flows a pattern over ``hosts`` ranks makes in all ``repeats`` bursts (arithmetic,
+    nothing is built): incast and one_to_many hosts - 1 per burst, permutation hosts,
+    all_pairs hosts x (hosts - 1)."""
+    per = {"incast": hosts - 1, "one_to_many": hosts - 1, "permutation": hosts,
+           "all_pairs": hosts * (hosts - 1)}[kind]
+    return per * repeats
+
+
+def _check_flows(ctx: Ctx, e: PatternEntry, hosts: int) -> None:
+    total = flows_of(e.kind, hosts, e.repeats)
+    if total > MAX_FLOWS:
+        raise ctx.error("repeats", f"{e.kind} over {hosts} hosts x repeats {e.repeats} makes "
+                                   f"{total} flows; at most {MAX_FLOWS} (MAX_FLOWS): fewer "
+                                   "repeats or hosts")
 
 
 def build(e: PatternEntry, ctx: Ctx, plan: LabPlan) -> BuiltWorkload:
