@@ -35,11 +35,17 @@ def calibrate(
     """Measure this machine's limits for plan-capacity (needs root; two small labs)."""
     from orchestration.capacity.measure import calibrate as measure
     from orchestration.capacity.model import save_calibration
+    from orchestration.cli.commands.outputs import output_file
 
     path = out or _state_dir() / CALIBRATION_FILE
+    output_file(path, "--out")  # before the minutes of measuring, not after them
     cal = measure(_state_dir(), hosts, seconds,
                   progress=lambda m: console.print(f"[dim]{escape(m)}[/]"))
-    save_calibration(cal, path)
+    try:
+        save_calibration(cal, path)
+    except OSError as exc:  # it changed during the measuring
+        raise SpecError(f"--out: cannot write this file: {exc.strerror}",
+                        file=str(path)) from None
     typer.echo(json.dumps(dataclasses.asdict(cal), indent=2))
     typer.echo(str(path))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aitb.errors import SpecError
 
-__all__ = ["output_dir", "write_output_file"]
+__all__ = ["output_dir", "output_file", "write_output_file"]
 
 
 def output_dir(path: Path, option: str) -> Path:
@@ -27,6 +27,32 @@ def output_dir(path: Path, option: str) -> Path:
                         file=str(path)) from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise SpecError(f"{option}: this folder is not writable", file=str(path))
+    return path
+
+
+def output_file(path: Path, option: str) -> Path:
+    """``path`` checked, before a long piece of work, as a file that can be written later
+    (:func:`write_output_file`): not a folder, writable if it exists, else its nearest
+    existing folder writable (missing folders are made only when the file is written).
+    Creates nothing; returns ``path``.
+
+    Raises:
+        SpecError: it is a folder, an ancestor is a file, or it cannot be written (names
+            ``option``).
+    """
+    if path.is_dir():
+        raise SpecError(f"{option}: is a folder, not a file", file=str(path))
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise SpecError(f"{option}: this file is not writable", file=str(path))
+        return path
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise SpecError(f"{option}: {folder} is not a folder", file=str(path))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SpecError(f"{option}: folder {folder} is not writable", file=str(path))
     return path
 
 
