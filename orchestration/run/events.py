@@ -130,7 +130,7 @@ class Flap(_Event):
     link: Links
     period: Duration
     down: Duration
-    count: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 1
+    count: Annotated[int, Field(gt=0, le=MAX_REPEATS)] = 1
 
 
 class Degrade(_Event):

@@ -127,7 +127,7 @@ class TransportSpec(SpecModel):
     sndbuf: Size | None = None
     rcvbuf: Size | None = None
     nodelay: bool = True
-    conns_per_peer: Annotated[int, Field(ge=1, le=MAX_CONNS_PER_PEER)] = 1
+    conns_per_peer: Annotated[int, Field(gt=0, le=MAX_CONNS_PER_PEER)] = 1
     rto_min: Annotated[Duration, AfterValidator(_rto_min_ok)] | None = None
     ecn: StrictBool | Literal["server"] | None = None
     encryption: Literal["none", "tls"] = "none"

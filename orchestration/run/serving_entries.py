@@ -160,10 +160,10 @@ class InferenceEntry(SpecModel):
     policy: Literal["nearest", "least_loaded", "affinity", "cats", "oracle"] = "nearest"
     cats_weights: CatsWeights | None = None
     arrivals: ArrivalsSpec
-    session_requests: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 4
+    session_requests: Annotated[int, Field(gt=0, le=MAX_REPEATS)] = 4
     session: SessionSpec | None = None
     prompt: Size = "2KiB"
-    tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 16
+    tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS)] = 16
     token_size: Size = "16B"
     token_rate_per_s: Annotated[float, Field(gt=0)] = 50.0
     prefill: Duration = "0s"

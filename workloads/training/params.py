@@ -18,8 +18,8 @@ from aitb.unit_fields import SpecModel
 
 __all__ = ["TransformerModel", "Parallelism", "Accelerator", "check_training"]
 
-Ranks = Annotated[int, Field(ge=1, le=MAX_RANKS)]
-Layers = Annotated[int, Field(ge=1, le=MAX_LAYERS)]  # also micro-batches: one step each
+Ranks = Annotated[int, Field(gt=0, le=MAX_RANKS)]
+Layers = Annotated[int, Field(gt=0, le=MAX_LAYERS)]  # also micro-batches: one step each
 
 
 class TransformerModel(SpecModel):

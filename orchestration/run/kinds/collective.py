@@ -37,7 +37,7 @@ class CollectiveEntry(Common):
     algorithm: str | None = None
     size: Size
     chunk: Size | None = None
-    ranks: Annotated[int, Field(ge=1, le=MAX_RANKS)] | None = None
+    ranks: Annotated[int, Field(gt=0, le=MAX_RANKS)] | None = None
     iterations: int = Field(1, ge=1, le=MAX_ITERATIONS, strict=True)
     compute: Duration | None = None
 

@@ -38,8 +38,8 @@ class PlacementSpec(SpecModel):
     model_config = _Forbid
     hosts: list[str] | None = None
     policy: Literal["packed", "spread", "cost_map"] = "packed"
-    slots: Annotated[int, Field(ge=1, le=MAX_RANKS)] = 1
-    block: Annotated[int, Field(ge=1, le=MAX_RANKS)] = 1
+    slots: Annotated[int, Field(gt=0, le=MAX_RANKS)] = 1
+    block: Annotated[int, Field(gt=0, le=MAX_RANKS)] = 1
 
 
 class StragglerSpecModel(SpecModel):

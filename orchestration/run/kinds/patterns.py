@@ -24,7 +24,7 @@ from orchestration.run.kinds.common import (
 )
 from workloads import patterns
 
-__all__ = ["KINDS", "Entry", "PatternEntry", "build"]
+__all__ = ["KINDS", "Entry", "PatternEntry", "build", "flows_of"]
 
 KINDS = ("incast", "one_to_many", "permutation", "all_pairs")
 
@@ -32,13 +32,14 @@ KINDS = ("incast", "one_to_many", "permutation", "all_pairs")
 class PatternEntry(Common):
     """Point-to-point patterns: ``incast`` (every other placed host sends ``size`` to
     ``receiver``), ``one_to_many`` (``sender`` to every other), ``permutation``, ``all_pairs``;
-    ``repeats`` bursts separated by ``gap``."""
+    ``repeats`` bursts separated by ``gap`` (at most MAX_REPEATS; the flows of all bursts at
+    most MAX_FLOWS, aitb.specfile: refused before any is built)."""
 
     kind: Literal["incast", "one_to_many", "permutation", "all_pairs"]
     size: Size
     receiver: str | None = None
     sender: str | None = None
-    repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 1
+    repeats: Annotated[int, Field(gt=0, le=MAX_REPEATS)] = 1
     gap: Duration | None = None
     protocol: Literal["tcp", "udp"] = "tcp"
     rate: Rate | None = None
