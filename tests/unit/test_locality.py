@@ -157,3 +157,16 @@ def test_verify_names_a_deleted_evidence_file(tmp_path, prep):
     res = _verify(d)
     assert res.exit_code == 1 and "plan.json: cannot be read" in res.output, res.output
     assert "cannot be recomputed" in res.output
+
+
+def test_verify_tells_a_directory_that_is_no_run_from_a_run_without_a_verdict(tmp_path):
+    res = _verify(tmp_path / "nowhere")
+    assert res.exit_code == 2 and "no such run directory" in res.output, res.output
+    res = _verify(tmp_path)
+    assert res.exit_code == 2 and "not a run directory (no manifest.json" in res.output
+    (tmp_path / "manifest.json").write_text("{}")
+    res = _verify(tmp_path)
+    assert res.exit_code == 2 and "aitb analyze" in res.output and "Errno" not in res.output
+    (tmp_path / "locality.json").write_text("[1]")
+    res = _verify(tmp_path)
+    assert res.exit_code == 2 and "not a JSON object" in res.output

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -23,11 +23,20 @@ def verify(
     """Check the hash chain over the records and captures of the run's locality verdict, and
     the verdict itself."""
     path = run_dir / "locality.json"
+    if not run_dir.is_dir():
+        _refuse(f"{run_dir}: no such run directory")
+    if not path.is_file() and not (run_dir / "manifest.json").is_file():
+        _refuse(f"{run_dir}: not a run directory (no manifest.json; runs are under "
+                "results/<experiment>/<run-id>/)")
+    if not path.is_file():
+        _refuse(f"{run_dir}: no locality.json: no workload of the run marked its data, or the "
+                f"run was not analysed (`aitb analyze {run_dir}` writes it)")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:
-        typer.echo(f"error: {path}: no readable locality verdict ({exc})", err=True)
-        raise typer.Exit(2) from None
+        _refuse(f"{path}: no readable locality verdict ({getattr(exc, 'strerror', None) or exc})")
     problems = check_locality(run_dir, doc)
     if problems:
         for p in problems:
@@ -37,6 +46,11 @@ def verify(
     n = len(doc["evidence"]["links"])
     typer.echo(f"{run_dir}: verified, {n} file(s), head {doc['evidence']['head']}; "
                f"locality verdict {doc.get('verdict')}")
+
+
+def _refuse(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:
