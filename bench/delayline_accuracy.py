@@ -52,6 +52,8 @@ from testbed.sysctl import all_cpus_mask  # noqa: E402
 
 A_IP, B_IP = "10.232.0.1", "10.232.0.2"
 RT_PRIO = 0  # --rt-prio
+TCP_BUF_MAX_BYTES = 1 << 30  # each namespace's tcp_rmem/tcp_wmem max
+OMIT_S = 1  # --omit-s: TCP rows leave out their first seconds (slow start) from the rate
 LINE_CPU: int | None = None  # --isolate: 0
 
 
@@ -79,9 +81,12 @@ class Pair:
                 n.addr("add", index=idx, address=ip, prefixlen=24)
                 n.link("set", index=idx, state="up")
                 n.link("set", index=n.link_lookup(ifname="lo")[0], state="up")
-            # room for a BDP-sized window (1 Gbit/s x 100 ms = 12.5 MB) and more
-            sh(ns, "sysctl", "-qw", "net.ipv4.tcp_rmem=4096 131072 67108864",
-               "net.ipv4.tcp_wmem=4096 131072 67108864")
+            # room for the window of 10 Gbit/s through the line: 10 Gbit/s x 50 ms is 62.5 MB in
+            # flight, 250 MB at 200 ms, and autotuning sizes each buffer to about twice what it
+            # carries (64 MB capped one GSO flow at ~5 Gbit/s at 50 ms); tcp_mem still bounds
+            # the machine's total
+            sh(ns, "sysctl", "-qw", f"net.ipv4.tcp_rmem=4096 131072 {TCP_BUF_MAX_BYTES}",
+               f"net.ipv4.tcp_wmem=4096 131072 {TCP_BUF_MAX_BYTES}")
 
     def down(self) -> None:
         for ns in (self.a, self.b):
@@ -130,7 +135,8 @@ def carry(p: Pair, mode: str, delay_s: float, seconds: float) -> dict:
         sh(p.a, "tc", "qdisc", "add", "dev", p.ia, "parent", "1:1", "handle", "10:", "bfifo",
            "limit", str(max(125_000, int(1e9 / 8 * 2 * delay_s))))
     try:
-        args = ["-u", "-b", "1G", "-l", "1472"] if mode == "udp1g" else []
+        args = ["-u", "-b", "1G", "-l", "1472"] if mode == "udp1g" else \
+            (["-O", str(OMIT_S)] if OMIT_S else [])
         return iperf(p, args, seconds)
     finally:
         if mode.startswith("tcpwire"):
@@ -242,6 +248,9 @@ def main() -> int:
                     help="comma-separated: udp1g, tcpgso, tcpwire (one TCP flow of wire-sized "
                          "packets: TSO and GSO off on the sender's veth), tcpwire1g (the same "
                          "through HTB 1 Gbit/s)")
+    ap.add_argument("--omit-s", type=int, default=1,
+                    help="TCP rows: leave the first N seconds (slow start) out of the carried "
+                         "rate (iperf3 -O; the release errors count every packet)")
     ap.add_argument("--skip-goodput", action="store_true")
     ap.add_argument("--baseline", action="store_true",
                     help="first carry each mode once without the line (the machine's ceiling)")
@@ -254,8 +263,9 @@ def main() -> int:
                     "(to compare two builds under the same load)")
     a = ap.parse_args()
     _use_helper(a.helper)
-    global RT_PRIO
+    global RT_PRIO, OMIT_S
     RT_PRIO = a.rt_prio
+    OMIT_S = a.omit_s
     global LINE_CPU
     p = Pair()
     rows = []
