@@ -245,11 +245,16 @@ class TcpSender(_Worker):
         self.acks.drain(self.shared.transfer_timeout_s + 1.0)  # + 1 s: the watcher's naps
 
 
+OVERDUE_ADVICE = "raise timeouts.transfer in the experiment or shrink the transfer"
+"""The advice ending an overdue transfer's error; the run replaces it by the cause when an
+event (a link down, an agent stopped) explains the failure (orchestration.run.runner)."""
+
+
 def _overdue(verb: str, size_bytes: int, left: int, shared: Any) -> TimeoutError:
     """The error of a transfer not done within the experiment's ``timeouts.transfer``."""
     return TimeoutError(f"could not {verb} {size_bytes} bytes within timeouts.transfer "
                         f"({shared.transfer_timeout_s:g} s): {size_bytes - left} moved; "
-                        "raise timeouts.transfer in the experiment or shrink the transfer")
+                        + OVERDUE_ADVICE)
 
 
 class TcpReceiver(_Worker):

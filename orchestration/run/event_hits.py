@@ -87,3 +87,30 @@ def annotate_failures(plan: LabPlan, failures: Path, events: Path, t0: float) ->
         out.append(json.dumps(rec))
     write_text_atomic(failures, "".join(x + "\n" for x in out))
     return hit
+
+
+def failure_cause(rec: Mapping[str, Any]) -> str:
+    """One failure record's ``detail`` (a dict from failures.jsonl), told with its cause when
+    :func:`annotate_failures` found one: the links down on its path and the agents stopped,
+    with their events' indices in events.jsonl; an overdue transfer's advice to raise the
+    timeout (traffic_gen.transfers.OVERDUE_ADVICE) is then dropped, as a longer timeout
+    would not have saved it."""
+    from traffic_gen.transfers import OVERDUE_ADVICE
+
+    detail = str(rec.get("detail") or "")
+    extra = rec.get("extra") or {}
+    links, stopped = extra.get("links_down") or [], extra.get("agents_stopped") or {}
+    if not links and not stopped:
+        return detail
+    why = []
+    if links:
+        why.append(f"link{'s' if len(links) > 1 else ''} {', '.join(links)} down on its path")
+    if stopped:
+        told = {"freeze": "frozen", "kill": "killed"}
+        why.append("agent " + ", ".join(f"{n} {told.get(how, how)}"
+                                        for n, how in stopped.items()))
+    evs = ", ".join(str(e) for e in extra.get("events") or [])
+    cause = "; ".join(why) + (f" (events.jsonl event {evs})" if evs else "")
+    if detail.endswith(OVERDUE_ADVICE):
+        return detail[: -len(OVERDUE_ADVICE)] + cause
+    return f"{detail}; {cause}"

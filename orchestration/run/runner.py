@@ -44,7 +44,7 @@ from orchestration.run.app_run import run_app
 from orchestration.run.build import BuiltWorkload, build_entry
 from orchestration.run.cluster_run import check_cluster, cluster_lab_run, write_cluster_fidelity
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
-from orchestration.run.event_hits import annotate_failures
+from orchestration.run.event_hits import annotate_failures, failure_cause
 from orchestration.run.events import plan_events
 from orchestration.run.experiment import (
     EXPERIMENT_TOP,
@@ -491,6 +491,7 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
         return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts,
                       pairs, rank_addresses(prep.plan, w.placement))
 
+    annotated: dict[int, list[dict[str, Any]]] = {}
     for group in start_groups(prep.spec.workloads):  # start: with_previous -> concurrent
         for i in group:
             progress(f"workload {i} ({prep.workloads[i].name}): "
@@ -512,6 +513,7 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
                                   run_dir / EVENT_RECORDS, player.t0)
                 fails = [json.loads(x) for x in (part / "failures.jsonl").read_text(
                     encoding="utf-8").splitlines() if x.strip()]
+            annotated[i] = fails
             manifest["workloads"].append({"index": i, "name": w.name, "dir": str(
                 part.relative_to(run_dir)), "ok": res.ok, "skew": dict(res.skew),
                 "failures": fails, "group": group})
@@ -521,7 +523,7 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
         if failed:
             raise AitbError("; ".join(
                 f"workload {i} ({prep.workloads[i].name}) failed: "
-                + "; ".join(f"{f.node}: {f.detail}" for f in results[i].failures)
+                + "; ".join(f"{f.get('node')}: {failure_cause(f)}" for f in annotated[i])
                 for i in failed))
 
 

@@ -410,3 +410,20 @@ def test_link_actions_are_prepared_before_their_instant_and_applied_without_gc(t
     assert "no link 'bad'" in recs[1]["error"] and "error" not in recs[2]
     assert [r["done"] for r in (recs[0], recs[2])] == [{"links": ["l1"]}] * 2
     assert gc.isenabled()  # back on after each action
+
+
+def test_a_failure_explained_by_an_event_says_so_instead_of_advising_a_longer_timeout():
+    from orchestration.run.event_hits import failure_cause
+    from traffic_gen.transfers import OVERDUE_ADVICE
+
+    detail = f"TimeoutError: could not send 10 bytes within timeouts.transfer (2 s): 4 moved; " \
+             f"{OVERDUE_ADVICE}"
+    rec = {"node": "h2", "detail": detail,
+           "extra": {"links_down": ["h3-s1"], "agents_stopped": {"h3": "freeze"}, "events": [0]}}
+    told = failure_cause(rec)
+    assert "raise timeouts.transfer" not in told
+    assert "4 moved; link h3-s1 down on its path; agent h3 frozen (events.jsonl event 0)" in told
+    # no event on its way: the advice stands
+    assert failure_cause({"detail": detail, "extra": {"links_down": []}}) == detail
+    assert failure_cause({"detail": "ConnectionResetError", "extra": {"links_down": ["a-b"]}}) \
+        == "ConnectionResetError; link a-b down on its path"
