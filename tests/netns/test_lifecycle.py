@@ -62,6 +62,11 @@ def test_deploy_exec_inspect_destroy_repeatedly(labs, tmp_path):
         assert bad.returncode == 2 and "known: h1, h2, r1" in bad.stderr
         assert _aitb(labs.state_dir, "exec", rid, "h1", "--", "sh", "-c", "exit 3",
                      check=False).returncode == 3
+        # a command that cannot start exits as a shell's would, told apart from its failing
+        missing = _aitb(labs.state_dir, "exec", rid, "h1", "--", "/nonexistent", check=False)
+        assert missing.returncode == 127 and "No such file" in missing.stderr
+        assert _aitb(labs.state_dir, "exec", rid, "h1", "--", str(plan_file),
+                     check=False).returncode == 126  # exists, not executable
         _aitb(labs.state_dir, "topo", "destroy", rid)
         assert run_namespaces(rid) == []
     gone = _aitb(labs.state_dir, "topo", "destroy", rid, check=False)

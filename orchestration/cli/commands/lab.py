@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from aitb.errors import LabError
+from aitb.errors import CommandError, LabError
 from orchestration.cli.commands.topo import load_plan, topo_app
 from orchestration.run.rundir import mark_killed
 from testbed import clean as clean_mod
@@ -169,12 +170,21 @@ def destroy(run_id: str, as_json: JsonOpt = False) -> None:
 def exec_(run_id: str, node: str,
           cmd: Annotated[list[str], typer.Argument(help="Command and arguments (after --).")]
           ) -> None:
-    """Run CMD inside NODE's namespace (like `ip netns exec`); exits with CMD's status."""
+    """Run CMD inside NODE's namespace (like `ip netns exec`); exits with CMD's status, or as
+    a shell does when CMD cannot start: 127 if it is not found, 126 if it cannot be run."""
     lab = Lab.attach(run_id, state_dir())
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
+    if not cmd:
+        lab.release()
+        raise unknown_name("no command given (aitb exec RUN NODE -- CMD ...)")
     try:
         proc = lab.popen(node, cmd)
+    except CommandError as exc:
+        found = "/" in cmd[0] and os.path.exists(cmd[0]) or \
+            "/" not in cmd[0] and shutil.which(cmd[0]) is not None
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(126 if found else 127) from None
     finally:
         lab.release()
     while True:
