@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aitb.shaping import GilbertElliott, Shaping
+from aitb.sysctl_keys import key_problem, value_problem
 from aitb.trace import LinkTrace, TraceStep
 from aitb.units import BufferSize
 
@@ -143,7 +144,9 @@ class NodePlan:
     ``switch``: an L2 Linux bridge over its ports.
 
     sysctls: applied inside the node's namespace (keys as in ``sysctl -a``, for example
-    ``net.ipv4.tcp_rmem``); tcp_congestion_control: ``net.ipv4.tcp_congestion_control``;
+    ``net.ipv4.tcp_rmem``; ``net.*`` only, the per-namespace tree, and triples such as
+    tcp_rmem in order, :mod:`aitb.sysctl_keys`);
+    tcp_congestion_control: ``net.ipv4.tcp_congestion_control``;
     ecmp_hash: ``net.ipv4.fib_multipath_hash_policy`` 0 (l3) or 1 (l4); stp: switches only;
     rto_min_s: TCP's minimum retransmission timeout as a locked RTAX_RTO_MIN route metric on
     every route of the node (planned and connected; the kernel keeps whole milliseconds), None
@@ -349,8 +352,10 @@ def _node_problems(n: NodePlan) -> list[str]:
         out += _name_problem(n.tcp_congestion_control, f"{where}: tcp_congestion_control",
                              _CC_RE, 32)
     for key, value in n.sysctls.items():
-        out += _name_problem(key, f"{where}: sysctl", _SYSCTL_RE, 128)
-        out += _text_problem(value, f"{where}: sysctl {_short(key)} value")
+        named = _name_problem(key, f"{where}: sysctl", _SYSCTL_RE, 128)
+        out += named + _text_problem(value, f"{where}: sysctl {_short(key)} value")
+        if not named and (why := key_problem(key) or value_problem(key, value)) is not None:
+            out.append(f"{where}: {why}")
     if (n.forward or n.lo_ipv4 is not None or n.lo_ipv6 is not None) and n.kind != "host":
         out.append(f"{where}: forward and a loopback node address are for hosts only "
                    f"(a {n.kind} {'forwards anyway' if n.kind == 'router' else 'is L2'})")
@@ -394,7 +399,8 @@ def _endpoint_problems(ep: Endpoint, link: str) -> list[str]:
 def plan_problems(plan: LabPlan) -> list[str]:
     """Every name or value of ``plan`` that must not reach an argv, a shell or iproute2: lab,
     node, group and interface names (:data:`NAME_RE`, :data:`IFNAME_RE`, IFNAMSIZ), link
-    names and free text (no control characters), sysctl keys, MAC addresses, endpoints that
+    names and free text (no control characters), sysctl keys (``net.*`` only) and triple
+    values, MAC addresses, endpoints that
     name no node. Empty for a valid plan. Pure."""
     out = _name_problem(plan.name, "lab name", NAME_RE, MAX_NODE_NAME)
     names = set()

@@ -167,7 +167,9 @@ class NodeSettings(_Strict):
         default=None, pattern=r"^[a-z0-9_]+$", examples=["cubic", "bbr"],
         description="net.ipv4.tcp_congestion_control inside the node (hosts and routers).")
     sysctls: dict[str, SysctlValue] | None = Field(
-        default=None, description="sysctl key -> value inside the node; merged key by key.")
+        default=None, description="sysctl key -> value inside the node; merged key by key. "
+        "net.* keys only (the tree that is per network namespace), and only those a fresh "
+        "namespace on this kernel has and may write (checked before the lab exists).")
     ecmp_hash: Literal["l3", "l4"] | None = Field(
         default=None, description="Routers: multipath hash over addresses (l3) or ports (l4).")
     stp: bool | None = Field(default=None, description="Switches: run STP on the bridge.")

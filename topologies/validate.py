@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 
 from aitb.errors import SpecIssue
 from aitb.plan import IFNAME_RE, MAX_IFNAME, MAX_NODE_NAME, NAME_RE, flowlet_gap_problem
+from aitb.sysctl_keys import key_problem, value_problem
 from aitb.units import parse_duration_s
 from topologies.container_keys import check_container_keys
 from topologies.spec import NodeSettings, ProfileSpec, TopologySpec
@@ -127,6 +128,8 @@ def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[
         if not SYSCTL_RE.fullmatch(key):
             yield SpecIssue(f"{key!r} is not a sysctl key like 'net.ipv4.tcp_rmem'",
                             key_path=where)
+        elif (why := key_problem(key) or value_problem(key, value)) is not None:
+            yield SpecIssue(why, key_path=where)
         elif kind == "host" and _FORWARDING.fullmatch(key) and str(value) != "0":
             yield SpecIssue("set forward: true on a host that forwards (it then gets the "
                             "routes and node address it needs), not the sysctl",
