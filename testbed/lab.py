@@ -43,6 +43,7 @@ from testbed import (
     signals,
     source_routing,
     sysctl,
+    sysctl_probe,
     verify,
 )
 from testbed.clean import TeardownReport, raise_failures, teardown
@@ -180,6 +181,7 @@ class Lab:
         self._resolve_delay_lines()
         self._check_line_cpu()
         self._check_kernel()
+        sysctl_probe.check_plan(self.plan)  # node sysctls a namespace here cannot take
         refused = load_balance.problems(self.plan)
         if refused:
             raise LabError("; ".join(refused))

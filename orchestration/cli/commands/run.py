@@ -105,6 +105,7 @@ def _run(experiment: Path | None, results: Path, as_json: bool, quiet: bool, che
                         f"{'; '.join(vm_missing)}; {SETUP_REMEDY}", file=str(path))
     if not missing:  # the VM's kernel has its own list; checked there
         _check_congestion_control(prep, path)
+        _check_node_sysctls(prep, path)
         _check_delay_lines(prep, path)
     _check_images(prep, path)
     if check:
@@ -157,6 +158,18 @@ def _check_congestion_control(prep: Any, path: Path) -> None:
             f"congestion control {want!r} is not available in this kernel; available: "
             f"{', '.join(have)}", file=str(path),
             key_path=("transport", "tcp_congestion_control"))])
+
+
+def _check_node_sysctls(prep: Any, path: Path) -> None:
+    """Refuse, before anything exists, node sysctls (and tcp_congestion_control) that a
+    network namespace on this kernel lacks, keeps read-only (global keys) or refuses
+    (:func:`testbed.sysctl_probe.namespace_problems`; probed in a throwaway namespace, needs
+    root). Raises SpecError naming file, nodes, key and why."""
+    from testbed.sysctl_probe import namespace_problems
+
+    problems = namespace_problems(prep.plan)
+    if problems:
+        raise SpecError([SpecIssue(p, file=str(prep.plan.source or path)) for p in problems])
 
 
 def _check_delay_lines(prep: Any, path: Path) -> None:
