@@ -105,6 +105,34 @@ def test_bad_graphml_names_file_item_and_key(tmp_path, node, edge, needle):
     assert needle in str(exc.value) and str(p) in str(exc.value)
 
 
+@pytest.mark.parametrize("edge,end,pop", [
+    (_edge(0, 7), "target", "7"),
+    (_edge("ghost", 1), "source", "ghost"),
+])
+def test_an_edge_to_an_undefined_node_is_refused_naming_file_and_node(tmp_path, edge, end,
+                                                                      pop):
+    # networkx adds a bare node for it: the import used to make a PoP router of it, with no
+    # name or coordinates, as if the map had one more PoP
+    p = graphml(tmp_path, [_node(0, "Alpha", 0, 0), _node(1, "Beta", 0, 1)],
+                [_edge(0, 1), edge])
+    with pytest.raises(SpecError) as exc:
+        import_wan(p)
+    assert f"{end} node {pop!r} is not defined in the map" in str(exc.value)
+    assert str(p) in str(exc.value)
+    out = tmp_path / "never.yaml"
+    res = CliRunner().invoke(app, ["topo", "import", str(p), "-o", str(out)])
+    assert isinstance(res.exception, SpecError) and f"node {pop!r}" in str(res.exception)
+    assert not out.exists()
+
+
+def test_gml_edge_to_an_undefined_node_is_refused(tmp_path):
+    p = tmp_path / "m.gml"
+    p.write_text('graph [\n node [ id 0 label "Oslo" ]\n edge [ source 0 target 9 ]\n]\n')
+    with pytest.raises(SpecError) as exc:
+        import_wan(p)
+    assert str(p) in str(exc.value) and "9" in str(exc.value)
+
+
 def test_gml_map(tmp_path):
     p = tmp_path / "m.gml"
     p.write_text('graph [\n label "G"\n node [ id 0 label "Oslo" Latitude 59.91 Longitude 10.75 ]\n'

@@ -60,9 +60,10 @@ class WanGraph:
 def read_wan(path: str | Path) -> WanGraph:
     """Read the GraphML (``.graphml``) or GML (``.gml``) map at ``path``.
 
-    Raises :class:`SpecError` naming the file, the node or edge and the key for an undeclared
-    data key, a non-numeric value of a numeric key (coordinates, LinkSpeedRaw), a coordinate
-    outside its range, or a file networkx cannot parse; nothing else happens.
+    Raises :class:`SpecError` naming the file, the node or edge and the key for an edge
+    whose end is not a node of the file, an undeclared data key, a non-numeric value of a
+    numeric key (coordinates, LinkSpeedRaw), a coordinate outside its range, or a file
+    networkx cannot parse; nothing else happens.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -87,9 +88,12 @@ def _check_graphml(path: Path) -> None:
     keys = {k.get("id"): (k.get("attr.name"), k.get("attr.type"), k.get("for"))
             for k in root.iter(f"{_NS}key")}
     issues = []
+    ids = {el.get("id") for el in root.iter(f"{_NS}node")}
     for tag in ("node", "edge"):
         for el in root.iter(f"{_NS}{tag}"):
             where = _where(tag, el)
+            if tag == "edge":
+                issues += _check_ends(path, where, el, ids)
             for d in el.findall(f"{_NS}data"):
                 issues += _check_data(path, where, d, keys)
     if issues:
@@ -100,6 +104,15 @@ def _where(tag: str, el: ET.Element) -> str:
     if tag == "node":
         return f"node {el.get('id')!r}"
     return f"edge {el.get('source')!r} -- {el.get('target')!r}"
+
+
+def _check_ends(path: Path, where: str, el: ET.Element, ids: set[str | None]
+                ) -> list[SpecIssue]:
+    """An edge whose source or target is no ``<node id=...>`` of the file: networkx would
+    add a bare node for it (a PoP without name or coordinates) instead of refusing."""
+    return [SpecIssue(f"{where}: {end} node {el.get(end)!r} is not defined in the map "
+                      f"(no <node id={el.get(end)!r}>)", file=str(path))
+            for end in ("source", "target") if el.get(end) not in ids]
 
 
 def _check_data(path: Path, where: str, d: ET.Element,
