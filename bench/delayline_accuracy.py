@@ -54,6 +54,7 @@ A_IP, B_IP = "10.232.0.1", "10.232.0.2"
 RT_PRIO = 0  # --rt-prio
 TCP_BUF_MAX_BYTES = 1 << 30  # each namespace's tcp_rmem/tcp_wmem max
 OMIT_S = 1  # --omit-s: TCP rows leave out their first seconds (slow start) from the rate
+ZEROCOPY = False  # --zerocopy: iperf3 -Z (the sender's sendfile: no copy from user space)
 LINE_CPU: int | None = None  # --isolate: 0
 
 
@@ -136,7 +137,7 @@ def carry(p: Pair, mode: str, delay_s: float, seconds: float) -> dict:
            "limit", str(max(125_000, int(1e9 / 8 * 2 * delay_s))))
     try:
         args = ["-u", "-b", "1G", "-l", "1472"] if mode == "udp1g" else \
-            (["-O", str(OMIT_S)] if OMIT_S else [])
+            (["-O", str(OMIT_S)] if OMIT_S else []) + (["-Z"] if ZEROCOPY else [])
         return iperf(p, args, seconds)
     finally:
         if mode.startswith("tcpwire"):
@@ -251,6 +252,9 @@ def main() -> int:
     ap.add_argument("--omit-s", type=int, default=1,
                     help="TCP rows: leave the first N seconds (slow start) out of the carried "
                          "rate (iperf3 -O; the release errors count every packet)")
+    ap.add_argument("--zerocopy", action="store_true",
+                    help="TCP rows: the sender sends with sendfile (iperf3 -Z), so that with a "
+                         "dedicated line CPU the one CPU left for both ends copies less")
     ap.add_argument("--skip-goodput", action="store_true")
     ap.add_argument("--baseline", action="store_true",
                     help="first carry each mode once without the line (the machine's ceiling)")
@@ -263,9 +267,10 @@ def main() -> int:
                     "(to compare two builds under the same load)")
     a = ap.parse_args()
     _use_helper(a.helper)
-    global RT_PRIO, OMIT_S
+    global RT_PRIO, OMIT_S, ZEROCOPY
     RT_PRIO = a.rt_prio
     OMIT_S = a.omit_s
+    ZEROCOPY = a.zerocopy
     global LINE_CPU
     p = Pair()
     rows = []
@@ -273,13 +278,23 @@ def main() -> int:
         tmp = Path(td)
         try:
             p.up()
-            for mode in a.modes.split(",") if a.baseline else ():
-                print(f"  no line {mode:>9}  {received_gbps(carry(p, mode, 0.0, a.seconds)):6.2f}"
-                      " Gbit/s (what this machine carries without the line)", flush=True)
             qn = 1
             # --isolate: each row shared, then with the dedicated CPU, and their ratio
             cpus = [None, check_line_cpu(max(os.sched_getaffinity(0)), "--isolate: CPU")] \
                 if a.isolate else [None]
+            for mode in a.modes.split(",") if a.baseline else ():
+                for cpu in cpus:  # with --isolate also on the CPUs a dedicated line leaves
+                    LINE_CPU = cpu
+                    saved = keep_off(cpu) if cpu is not None else None
+                    try:
+                        gbps = received_gbps(carry(p, mode, 0.0, a.seconds))
+                    finally:
+                        if saved is not None:
+                            restore(saved)
+                    where = "all CPUs" if cpu is None else f"all CPUs but {cpu}"
+                    print(f"  no line {mode:>9}  {gbps:6.2f} Gbit/s (what this machine "
+                          f"carries without the line, ends on {where})", flush=True)
+                LINE_CPU = None
             for d in (float(x) / 1e3 for x in a.delays_ms.split(",")):
                 for mode in a.modes.split(","):
                     pair = []
