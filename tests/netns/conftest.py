@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,27 @@ class Labs:
         self.run_ids.append(lab.run_id)
         self.made.append(lab)
         return lab
+
+
+@pytest.fixture
+def own_sigint():
+    """For a test that sends SIGINT to its own process (pytest's) for aitb's handler to catch:
+    while it runs, a SIGINT that finds no aitb handler (sent before aitb installed its own, or
+    handled after aitb restored this one) fails the test by name. Without this it would be
+    pytest's KeyboardInterrupt, which ends the whole session (exit 2, every later test unrun,
+    and no line saying which test sent it)."""
+    strays: list[int] = []
+
+    def stray(signum, frame):
+        strays.append(signum)
+        raise AssertionError("a SIGINT this test sent reached no aitb signal handler")
+
+    previous = signal.signal(signal.SIGINT, stray)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert not strays, "a SIGINT this test sent reached no aitb signal handler"
 
 
 @pytest.fixture

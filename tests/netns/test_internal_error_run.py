@@ -66,7 +66,8 @@ def test_an_internal_error_is_in_the_manifest_and_leaves_no_state(tmp_path, monk
 @pytest.mark.parametrize("step", ["write_json_atomic", "write_alto"])
 def test_a_signal_between_the_manifest_and_the_lab_ends_the_run_interrupted(tmp_path,
                                                                               monkeypatch,
-                                                                              step):
+                                                                              step,
+                                                                              own_sigint):
     """SIGINT right after the manifest's first write (its rename done, the write not yet
     returned) or in the steps after it and before the lab (ALTO maps, run log,
     certificates) went past execute's signal handling: `aitb run` exited 130 and left a

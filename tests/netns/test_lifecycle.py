@@ -255,7 +255,8 @@ def test_signal_right_after_up_inside_with_lab_tears_it_down(labs, monkeypatch):
     assert run_namespaces(lab.run_id) == [] and not lab.registry.dir.exists()
 
 
-def test_signal_while_the_namespace_thread_starts_leaves_no_namespace(labs, monkeypatch):
+def test_signal_while_the_namespace_thread_starts_leaves_no_namespace(labs, monkeypatch,
+                                                                      own_sigint):
     """A SIGINT landing inside ``Thread.start()`` of the thread that creates the namespaces
     (start waits for the new thread to begin; under load a while) used to raise out of
     netns.run_in before it waited for that thread: the teardown found nothing yet, and the
