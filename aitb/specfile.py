@@ -44,8 +44,9 @@ from aitb.unit_fields import BOOLEAN_NUMBER
 
 __all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_VALUES", "MAX_ALIASES", "MAX_ITERATIONS",
            "MAX_REPEATS", "MAX_RANKS", "MAX_LAYERS", "MAX_TOKENS", "MAX_CONNS_PER_PEER",
-           "MAX_FLOWS", "MAX_TRANSFERS", "MAX_EVENT_ACTIONS", "MAX_REQUESTS", "MAX_POINTS",
-           "MAX_RUNS", "Ref", "read_text", "check_file", "resolve_ref", "load_yaml", "load_json",
+           "MAX_FLOWS", "MAX_TRANSFERS", "MAX_EVENT_ACTIONS", "MAX_REQUESTS",
+           "MAX_REQUEST_MESSAGES", "MAX_POINTS", "MAX_RUNS", "Ref", "read_bounded", "read_text",
+           "check_file", "resolve_ref", "load_yaml", "load_json",
            "issues_from_validation", "line_of", "with_lines"]
 
 MAX_FILE_BYTES = 8 * 2**20  # the largest example topology is 30 KB; plan.json of 1024 hosts ~3 MB
@@ -79,9 +80,12 @@ MAX_TRANSFERS = 1_000_000    # transfers (a send and its receive) of the per-ran
                              #   so ~0.4 GB at the bound; the largest example (gpt13b_two_dc)
                              #   compiles to 37536
 MAX_EVENT_ACTIONS = 100_000  # actions the events: timeline expands to (flaps, ramps, traces)
-MAX_REQUESTS = 200_000       # inference requests of one workload (poisson: clients x rate x
-                             #   duration expected; trace: the listed ones); their messages
-                             #   (a prompt and every token) count against MAX_TRANSFERS
+MAX_REQUESTS = 20_000        # inference requests of one workload (poisson: clients x rate x
+                             #   duration expected; trace: the listed ones)
+MAX_REQUEST_MESSAGES = 100_000  # their messages (a prompt and every token): each is built
+                             #   as a record of its own, ~0.28 ms and ~1.4 KB apiece in
+                             #   --check (199 000 requests x 5 messages took 281 s and 1.4 GB;
+                             #   20 000 x 5, 22 s and 0.3 GB)
 MAX_POINTS = 10_000          # campaign points (grid product x zip rows)
 MAX_RUNS = 100_000           # campaign points x repetitions
 
@@ -146,6 +150,26 @@ def _open_regular(p: Path, ref: Ref | None, limit: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def read_bounded(path: str, limit: int, what: str) -> bytes:
+    """The bytes of the file ``path``, decompressed when it ends in ``.gz`` (any case), read
+    in 1 MiB chunks; raises SpecError naming the file and ``limit`` as soon as more than
+    ``limit`` come (a gzip bomb: a few KB that expand to gigabytes), ``what`` saying whose
+    limit it is (e.g. "of CSV text (the limit for an AICB file, MAX_AICB_BYTES)"). Errors of
+    reading or decompressing are the caller's (OSError, EOFError, gzip.BadGzipFile)."""
+    import gzip
+
+    gz = path.lower().endswith(".gz")
+    chunks, n = [], 0
+    with gzip.open(path, "rb") if gz else open(path, "rb") as f:
+        while chunk := f.read(min(1 << 20, limit + 1 - n)):
+            chunks.append(chunk)
+            n += len(chunk)
+            if n > limit:
+                raise SpecError(SpecIssue(f"{'decompresses to' if gz else 'is'} more than "
+                                          f"{limit} bytes {what}; refused", file=path))
+    return b"".join(chunks)
 
 
 def read_text(path: str | Path, *, ref: Ref | None = None,

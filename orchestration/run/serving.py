@@ -9,7 +9,7 @@ from aitb.errors import SpecError, SpecIssue
 from aitb.paths import PathError
 from aitb.plan import LabPlan
 from aitb.schedule import Schedule, ScheduleError
-from aitb.specfile import MAX_FLOWS, MAX_REQUESTS, MAX_TRANSFERS
+from aitb.specfile import MAX_FLOWS, MAX_REQUEST_MESSAGES, MAX_REQUESTS
 from aitb.units import parse_duration_s, parse_rate_bps, parse_size_bytes
 from orchestration.run.serving_entries import BackgroundEntry, InferenceEntry
 from workloads.background import (
@@ -44,7 +44,7 @@ def _known_hosts(w: _Where, plan: LabPlan, key: str, hosts: Sequence[str]) -> No
 
 def _check_requests(w: _Where, e: InferenceEntry) -> None:
     """Refuse more than MAX_REQUESTS requests (poisson: their expected number, clients x
-    rate x duration) or more than MAX_TRANSFERS messages (a prompt and ``tokens`` tokens
+    rate x duration) or more than MAX_REQUEST_MESSAGES messages (a prompt and ``tokens`` tokens
     each) before any arrival is drawn."""
     a = e.arrivals
     if a.process == "poisson":
@@ -54,12 +54,12 @@ def _check_requests(w: _Where, e: InferenceEntry) -> None:
     else:
         n = len(a.requests or [])
         what = f"{n} listed requests"
-    if n > MAX_REQUESTS:
+    if not n <= MAX_REQUESTS:  # also inf and nan from extreme rates and durations
         raise w.error("arrivals", message=f"{what}; at most {MAX_REQUESTS} (MAX_REQUESTS)")
-    if n * (1 + e.tokens) > MAX_TRANSFERS:
+    if n * (1 + e.tokens) > MAX_REQUEST_MESSAGES:
         raise w.error("tokens", message=f"{what} x (1 prompt + {e.tokens} tokens) = about "
-                      f"{n * (1 + e.tokens):.0f} messages; at most {MAX_TRANSFERS} "
-                      "(MAX_TRANSFERS): fewer requests or tokens")
+                      f"{n * (1 + e.tokens):.0f} messages; at most {MAX_REQUEST_MESSAGES} "
+                      "(MAX_REQUEST_MESSAGES): fewer requests or tokens")
 
 
 def _arrivals(w: _Where, plan: LabPlan, e: InferenceEntry, seed: int) -> list[Arrival]:
@@ -183,7 +183,8 @@ def _background(w: _Where, plan: LabPlan, e: BackgroundEntry, seed: int,
     if flows > MAX_FLOWS:
         raise w.error("duration", message=f"{e.load:g} of {rate:.6g} bit/s for {e.duration} "
                       f"is about {flows:.0f} {e.distribution} flows; at most {MAX_FLOWS} "
-                      "(MAX_FLOWS): a shorter duration, lower load or larger size_scale")
+                      "(MAX_FLOWS): a shorter duration, lower load or smaller size_scale "
+                      "(sizes are divided by it: smaller means fewer, larger flows)")
     try:
         s = background_schedule(p, [hosts.index(h) for h in e.senders],
                                 [hosts.index(h) for h in e.receivers], len(hosts),

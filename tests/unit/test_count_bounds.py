@@ -199,3 +199,35 @@ def test_calibrate_checks_out_before_measuring(tmp_path, monkeypatch):
             capacity.calibrate(out=out, hosts=2, seconds=0.1)
     assert measured == [] and afile.read_text() == "keep me"
     assert not (tmp_path / "state").exists()
+
+
+def test_the_training_step_total_counts_a_stage_s_layers_not_the_model_s():
+    """Each pipeline stage holds num_layers / pp layers: 96 layers over pp 8 with 1500
+    micro-batches on 8 ranks is 12 x 1500 x 8 = 144000 steps (it builds in ~10 s), not the
+    1152000 counted over every layer."""
+    from workloads.training.params import Parallelism, TransformerModel, check_training
+
+    m = TransformerModel(num_layers=96, hidden_size=1024, num_attention_heads=16,
+                         seq_length=1024)
+    ok = Parallelism(tp=1, pp=8, world_size=8, num_microbatches=1500)
+    assert check_training(m, ok) == []
+    big = Parallelism(tp=1, pp=8, world_size=8, num_microbatches=10000)  # 12 x 10000 x 8 ok
+    assert check_training(m, big) == []
+    dense = Parallelism(tp=1, pp=1, world_size=8, num_microbatches=1500)
+    (issue,) = check_training(m, dense)
+    assert "96 x 1500 x 8 = 1152000 steps" in issue.message
+
+
+def test_inference_messages_and_extreme_rates_are_refused_before_arrivals(tmp_path):
+    from aitb.specfile import MAX_REQUEST_MESSAGES
+
+    # 1 client x 1000/s x 19 s = 19000 requests (within MAX_REQUESTS) x 6 messages
+    text = INFERENCE.replace("rate_per_s: 2, duration: 1s", "rate_per_s: 1000, duration: 19s")
+    text += "    tokens: 5\n"
+    issue = _issue(prepare, _experiment(tmp_path, text))
+    assert issue.key_path == ("workloads", 0, "tokens"), issue
+    assert f"114000 messages; at most {MAX_REQUEST_MESSAGES}" in issue.message
+    huge = INFERENCE.replace("rate_per_s: 2, duration: 1s",
+                             "rate_per_s: 1e300, duration: 1000000000s")
+    issue = _issue(prepare, _experiment(tmp_path, huge))
+    assert issue.key_path == ("workloads", 0, "arrivals") and "at most" in issue.message

@@ -163,9 +163,11 @@ def _check_totals(issues: list[SpecIssue], m: TransformerModel, p: Parallelism, 
                                 f"{MAX_LAYERS} (MAX_LAYERS)", file=file,
                                 key_path=(*lay, "global_batch_size")))
         return
-    steps = m.num_layers * p.microbatches * world
+    # each pipeline stage holds num_layers / pp of the layers (ceil: a stage with the rest)
+    stage_layers = -(-m.num_layers // p.pp)
+    steps = stage_layers * p.microbatches * world
     if steps > MAX_TRANSFERS:
-        issues.append(SpecIssue(f"num_layers x micro-batches x ranks = {m.num_layers} x "
+        issues.append(SpecIssue(f"layers per stage x micro-batches x ranks = {stage_layers} x "
                                 f"{p.microbatches} x {world} = {steps} steps per iteration; at "
                                 f"most {MAX_TRANSFERS} (MAX_TRANSFERS): fewer layers, "
                                 "micro-batches or ranks", file=file, key_path=lay))
