@@ -43,6 +43,7 @@ from pydantic import ConfigDict, Field
 
 from aitb.errors import SpecError
 from aitb.schedule import Collective, CollectiveKind, Compute, Group, Op, Schedule
+from aitb.specfile import read_bounded
 from aitb.unit_fields import SpecModel
 
 __all__ = ["ChakraOptions", "ChakraNode", "ChakraTrace", "read_chakra", "build_schedule",
@@ -53,6 +54,9 @@ COMM_TYPES: dict[int, CollectiveKind] = {
     0: "all_reduce", 1: "reduce", 2: "all_gather", 3: "gather", 4: "scatter", 5: "broadcast",
     6: "all_to_all", 7: "reduce_scatter", 8: "reduce_scatter", 9: "barrier"}
 MAX_MESSAGE_BYTES = 64 << 20  # one node; a larger length prefix is no Chakra file
+# a whole ET file after decompression: a gzip bomb (3 MB of zeros expanding to 3 GB) is refused
+# before it is held; a rank's ET of a training step is MBs to tens of MBs
+MAX_CHAKRA_BYTES = 256 << 20
 _SCALARS = (("int32_val", 7, "INT32"), ("int64_val", 9, "INT64"), ("uint32_val", 11, "UINT32"),
             ("uint64_val", 13, "UINT64"), ("bool_val", 27, "BOOL"),
             ("string_val", 29, "STRING"))
@@ -163,11 +167,12 @@ def read_chakra(path: str | Path) -> ChakraTrace:
     """Decode the ET file at ``path`` (``.et``, or gzip-compressed ``.et.gz``).
 
     Raises :class:`SpecError` naming the file for an unreadable, empty, truncated or
-    undecodable file (with the byte offset or node position)."""
+    undecodable file (with the byte offset or node position), and for one of more than
+    :data:`MAX_CHAKRA_BYTES` (after decompression)."""
     p = str(path)
     try:
-        raw = Path(path).read_bytes()
-        data = gzip.decompress(raw) if p.lower().endswith(".gz") else raw
+        data = read_bounded(p, MAX_CHAKRA_BYTES, "(the limit for a Chakra ET file, "
+                            "MAX_CHAKRA_BYTES)")
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise SpecError(f"cannot read the Chakra trace: {exc}", file=p) from None
     msgs = _messages(data, p)

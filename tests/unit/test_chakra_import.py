@@ -123,3 +123,16 @@ def test_point_to_point_and_other_groups_are_refused_naming_the_node(tmp_path):
         setattr(a, field, value)
     with pytest.raises(SpecError, match="node 9002 .*process group 'tp'"):
         load_chakra(_with_node(tmp_path, pg), ChakraOptions(world_size=2))
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_held(tmp_path, monkeypatch):
+    import workloads.chakra as chakra
+
+    monkeypatch.setattr(chakra, "MAX_CHAKRA_BYTES", 4 << 20)  # the real one is 256 MiB
+    bomb = tmp_path / "bomb.et.gz"
+    with gzip.open(bomb, "wb") as f:  # 8 KB on disk, 64 MiB of zeros inside
+        for _ in range(64):
+            f.write(bytes(1 << 20))
+    with pytest.raises(SpecError, match=r"bomb.et.gz: decompresses to more than 4194304 bytes"):
+        read_chakra(bomb)
+    assert read_chakra(TRACE).nodes  # a real trace is well within it

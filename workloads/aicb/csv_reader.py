@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from aitb.errors import SpecError, SpecIssue
+from aitb.specfile import read_bounded
 from workloads.aicb.rows import AicbFile, AicbRow, AicbStage
 
 __all__ = ["read_csv", "COMM_TYPES", "COMM_GROUPS", "MAX_AICB_BYTES"]
@@ -30,7 +31,6 @@ __all__ = ["read_csv", "COMM_TYPES", "COMM_GROUPS", "MAX_AICB_BYTES"]
 # bomb (a few KB that expand to gigabytes). The AICB files of the AICB repository are tens of
 # KB (tests/data/aicb), a 1024-layer model a few MB; 256 MiB is far above any real one.
 MAX_AICB_BYTES = 256 * 2**20
-_CHUNK = 2**20
 
 COMM_TYPES: dict[str, str] = {
     "all_reduce": "all_reduce", "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
@@ -64,7 +64,8 @@ def read_csv(path: str | Path, *, limit: int = MAX_AICB_BYTES) -> AicbFile:
     """
     path = str(path)
     try:
-        lines = _read_bounded(path, limit).decode("utf-8").splitlines()
+        lines = read_bounded(path, limit, "of CSV text (the limit for an AICB file, "
+                             "MAX_AICB_BYTES)").decode("utf-8").splitlines()
     except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
         raise SpecError(f"cannot read AICB CSV: {exc}", file=path) from exc
     if lines and _STAGE_LINE.match(lines[0].strip()):
@@ -129,22 +130,6 @@ def _section(path: str, lines: list[str], start: int,
             segments[-1].extend([row] * _count(dict(zip(header, cells, strict=True)), path,
                                                lineno))
     return _split(path, segments, start + 1)
-
-
-def _read_bounded(path: str, limit: int) -> bytes:
-    """The bytes of ``path`` (decompressed when it ends in ``.gz``), read chunk by chunk;
-    raises SpecError naming the file and ``limit`` as soon as more than ``limit`` come."""
-    chunks, n = [], 0
-    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
-        while chunk := f.read(min(_CHUNK, limit + 1 - n)):
-            chunks.append(chunk)
-            n += len(chunk)
-            if n > limit:
-                what = "decompresses to" if path.endswith(".gz") else "is"
-                raise SpecError(SpecIssue(f"{what} more than {limit} bytes of CSV text (the "
-                                          "limit for an AICB file, MAX_AICB_BYTES); refused",
-                                          file=path))
-    return b"".join(chunks)
 
 
 def _world_line(lines: list[str]) -> tuple[int | None, int]:
