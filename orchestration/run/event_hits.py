@@ -24,7 +24,7 @@ from aitb.atomic import write_text_atomic
 from aitb.paths import PathError, paths
 from aitb.plan import LabPlan
 
-__all__ = ["state_at", "annotate_failures"]
+__all__ = ["state_at", "annotate_failures", "failure_cause"]
 
 
 def state_at(events: Iterable[Mapping[str, Any]], t_s: float

@@ -176,3 +176,25 @@ def test_a_machine_time_comes_back_by_the_interpolated_offset():
         machine_t = t + 5.0 + 1e-4 * (t - 1000.0)
         assert to_driver_s(machine_t, before, rate) == pytest.approx(t, abs=1e-9)
     assert to_driver_s(1035.0, before, 0.0) == 1030.0  # no drift: the offset before only
+
+
+def test_run_check_leaves_a_cluster_labs_node_sysctls_to_its_machines(tmp_path, monkeypatch):
+    """The machines' kernels apply a cluster lab's node sysctls (each part's Lab.up probes
+    them there); the controller's kernel, which may allow other congestion controls, must
+    not refuse them. A lab on this machine is still probed."""
+    from typer.testing import CliRunner
+
+    import testbed.sysctl_probe as probe
+    from orchestration.cli.app import app
+
+    probed = []
+    monkeypatch.setattr(probe, "namespace_problems",
+                        lambda plan: probed.append(plan.name) or ["node h1: refused here"])
+    res = CliRunner().invoke(app, ["run", str(experiment(tmp_path, MACHINES)), "--check"])
+    assert res.exit_code == 0 and probed == [], res.output
+    local = tmp_path / "local.yaml"
+    local.write_text("name: local\ntopology: {generator: single_switch, params: {hosts: 2}}\n"
+                     "workloads:\n  - {kind: collective, op: all_reduce, size: 1MiB}\n")
+    res = CliRunner().invoke(app, ["run", str(local), "--check"])
+    assert probed, res.output  # run through `app`, not the entry point that prints it:
+    assert "refused here" in res.output + str(res.exception)  # the SpecError is raised

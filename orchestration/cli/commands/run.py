@@ -105,7 +105,8 @@ def _run(experiment: Path | None, results: Path, as_json: bool, quiet: bool, che
                         f"{'; '.join(vm_missing)}; {SETUP_REMEDY}", file=str(path))
     if not missing:  # the VM's kernel has its own list; checked there
         _check_congestion_control(prep, path)
-        _check_node_sysctls(prep, path)
+        if prep.spec.cluster is None:  # a cluster's machines probe their own kernels
+            _check_node_sysctls(prep, path)  # (Lab.up of each part, before it exists)
         _check_delay_lines(prep, path)
     _check_images(prep, path)
     if check:
