@@ -162,6 +162,9 @@ def test_verify_names_a_deleted_evidence_file(tmp_path, prep):
 def test_verify_tells_a_directory_that_is_no_run_from_a_run_without_a_verdict(tmp_path):
     res = _verify(tmp_path / "nowhere")
     assert res.exit_code == 2 and "no such run directory" in res.output, res.output
+    (tmp_path / "plain").write_text("")
+    res = _verify(tmp_path / "plain")
+    assert res.exit_code == 2 and "plain: not a directory" in res.output, res.output
     res = _verify(tmp_path)
     assert res.exit_code == 2 and "not a run directory (no manifest.json" in res.output
     (tmp_path / "manifest.json").write_text("{}")

@@ -24,7 +24,8 @@ def verify(
     the verdict itself."""
     path = run_dir / "locality.json"
     if not run_dir.is_dir():
-        _refuse(f"{run_dir}: no such run directory")
+        _refuse(f"{run_dir}: " + ("not a directory (a run directory is results/<experiment>/"
+                                  "<run-id>/)" if run_dir.exists() else "no such run directory"))
     if not path.is_file() and not (run_dir / "manifest.json").is_file():
         _refuse(f"{run_dir}: not a run directory (no manifest.json; runs are under "
                 "results/<experiment>/<run-id>/)")
