@@ -118,3 +118,10 @@ def test_fedavg_spec_inspect_counts_downloads_and_uploads():
     assert rows[("gather", "global")]["group_size"] == 6  # aggregator + 5 selected clients
     # per round 5 clients x (40 MB model down at 32 bit + 10 MB update up, ratio 4)
     assert rows[("gather", "global")]["total_bytes"] == 5 * 5 * (40_000_000 + 10_000_000)
+
+
+def test_inspect_of_a_missing_file_or_a_directory_names_it_once(tmp_path):
+    for path, why in ((tmp_path / "gone.yaml", "no such file"), (tmp_path, "not a regular file")):
+        r = _inspect(path)
+        text = r.output + str(r.exception)
+        assert why in text and text.count(str(path)) == 1, text

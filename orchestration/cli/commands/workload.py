@@ -46,7 +46,8 @@ def inspect(
     if scale is not None and scale < 1:
         raise SpecError(SpecIssue(f"--scale {scale}: must be at least 1", key_path=("--scale",)))
     if not spec_or_file.is_file():
-        raise SpecError(f"no such file: {spec_or_file}", file=str(spec_or_file))
+        raise SpecError("no such file" if not spec_or_file.exists() else "not a regular file",
+                        file=str(spec_or_file))
     s = load_schedule(spec_or_file, scale=scale, dp_replicas=_subset(subset),
                       world_size=world_size)
     summary = summarise(s)
