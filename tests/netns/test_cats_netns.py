@@ -6,12 +6,11 @@ five policies."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_namespaces
+from conftest import run_example
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,14 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.timeout(1200)
 def test_each_policy_picks_instances_and_says_why(tmp_path, state_env):
-    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run",
-                          str(ROOT / "examples/cats_selection.yaml"), "--results",
-                          str(tmp_path / "r")], capture_output=True, text=True, timeout=1100,
-                         env=state_env, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = Path(out.stdout.strip().splitlines()[-1])
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "ok" and run_namespaces(manifest["lab_run_id"]) == []
+    run_dir = run_example(ROOT / "examples/cats_selection.yaml", tmp_path / "r", state_env)
     reqs = [json.loads(x) for x in (run_dir / "requests.jsonl").read_text().splitlines() if x]
     by = {}
     for r in reqs:

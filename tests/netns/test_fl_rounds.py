@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_namespaces
+from conftest import run_example, run_namespaces
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,9 +140,10 @@ def test_a_dropped_clients_transfer_does_not_bleed_into_the_next_round(slow_run)
     assert max(slow_down) - min(slow_down) < 0.25 * max(slow_down)
 
 
-@pytest.mark.parametrize("name", ["fedavg", "hierarchical_fl", "gossip_fl"])
-def test_fl_example_writes_its_round_records(name, tmp_path):
-    run_dir = run_experiment(ROOT / "examples" / f"{name}.yaml", tmp_path)
+@pytest.mark.parametrize("example", ["fedavg.yaml", "hierarchical_fl.yaml", "gossip_fl.yaml"])
+def test_fl_example_writes_its_round_records(example, tmp_path, state_env):
+    name = example.removesuffix(".yaml")
+    run_dir = run_example(ROOT / "examples" / example, tmp_path, state_env)
     rounds = records(run_dir, "rounds.jsonl")
     assert records(run_dir, "failures.jsonl") == []
     if name == "fedavg":  # 5 selected, stop after the first 3: 2 over-committed extras cut

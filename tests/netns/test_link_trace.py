@@ -63,20 +63,13 @@ def test_rate_follows_a_two_step_trace(labs, tmp_path):
     assert abs(mean_low - tcp_goodput_bound_bps(LOW)) < 0.2 * LOW, ivals
 
 
-def test_aitb_run_plays_the_cellular_example_and_records_it(tmp_path):
-    import os
-    import sys
+def test_aitb_run_plays_the_cellular_example_and_records_it(tmp_path, state_env):
     from pathlib import Path
 
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
+    from conftest import run_example
+
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-m", "orchestration.cli", "run",
-                          "examples/cellular_fedavg.yaml", "--results", str(tmp_path / "r")],
-                         capture_output=True, text=True, timeout=600, env=env, cwd=root)
-    assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = Path(out.stdout.strip().splitlines()[-1])
+    run_dir = run_example(root / "examples/cellular_fedavg.yaml", tmp_path / "r", state_env)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     info = manifest["link_traces"]
     assert len(info["traces"]) == 8 and info["errors"] == []  # 4 phones, both directions

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import aitb_cli, run_ok
+from conftest import aitb_cli, run_example, run_ok
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ EXAMPLE = ROOT / "examples/data_locality.yaml"
 @pytest.mark.timeout(900)
 def test_cross_region_flows_are_found_and_confirmed_and_verify_checks_the_chain(
         tmp_path, state_env):
-    run_dir = run_ok(EXAMPLE, tmp_path / "r", state_env)
+    run_dir = run_example(EXAMPLE, tmp_path / "r", state_env)
     loc = json.loads((run_dir / "locality.json").read_text())
     assert loc["verdict"] == "violation"
     flows = [json.loads(x) for x in (run_dir / "flows.jsonl").read_text().splitlines() if x]

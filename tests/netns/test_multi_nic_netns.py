@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import records, run_ok
+from conftest import records, run_example
 from pyroute2 import IPRoute
 
 from aitb.paths import peer_addresses
@@ -73,7 +73,7 @@ def test_aitb_run_of_the_rail_example_uses_nvlink_for_tp_and_the_rail_for_dp(tmp
                                                                               state_env):
     example = Path(__file__).resolve().parents[2] / "examples" / "rail_tp_dp.yaml"
     plan = prepare(example).plan
-    run_dir = run_ok(example, tmp_path / "results", state_env)
+    run_dir = run_example(example, tmp_path / "results", state_env)
     flows = records(run_dir, "flows.jsonl")
     nv = {str(ep.ipv4.ip) for lk in plan.links if lk.b.node.endswith("nv") for ep in (lk.a, lk.b)}
     rail1 = {str(ep.ipv4.ip) for lk in plan.links if lk.b.node == "rail1"

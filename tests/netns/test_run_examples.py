@@ -24,6 +24,14 @@ EXAMPLES_RUN_ELSEWHERE = {
     "alto_placement.yaml": "tests/netns/test_alto_netns.py",
     "alto_ring_order.yaml": "tests/netns/test_alto_netns.py",
     "alto_serve.yaml": "tests/netns/test_alto_netns.py",
+    "cats_selection.yaml": "tests/netns/test_cats_netns.py",
+    "cellular_fedavg.yaml": "tests/netns/test_link_trace.py",
+    "data_locality.yaml": "tests/netns/test_locality_netns.py",
+    "fedavg.yaml": "tests/netns/test_fl_rounds.py",
+    "gossip_fl.yaml": "tests/netns/test_fl_rounds.py",
+    "hierarchical_fl.yaml": "tests/netns/test_fl_rounds.py",
+    "rail_tp_dp.yaml": "tests/netns/test_multi_nic_netns.py",
+    "tls_allreduce.yaml": "tests/netns/test_tls_netns.py",
 }
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.yaml")
                   if p.name not in EXAMPLES_RUN_ELSEWHERE)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_ok
+from conftest import run_example, run_ok
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ def test_tls_allreduce_against_plain(tmp_path, state_env):
     example = ROOT / "examples/tls_allreduce.yaml"
     plain_file = tmp_path / "plain.yaml"
     plain_file.write_text(example.read_text().replace("encryption: tls", "encryption: none"))
-    tls_dir = run_ok(example, tmp_path / "r", state_env)
+    tls_dir = run_example(example, tmp_path / "r", state_env)
     plain_dir = run_ok(plain_file, tmp_path / "r", state_env)
     assert (tls_dir / "tls/cert.pem").exists() and not (plain_dir / "tls").exists()
     c = compare(plain_dir, tls_dir)
