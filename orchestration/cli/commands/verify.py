@@ -14,7 +14,6 @@ from typing import Annotated, NoReturn
 import typer
 
 
-
 def verify(
     run_dir: Annotated[Path, typer.Argument(help="Run directory, results/<experiment>/<run-id>/",
                                             show_default=False)],
