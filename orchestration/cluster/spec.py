@@ -11,6 +11,10 @@ the address the machine's VXLAN tunnels use (default: ``ssh``); ``site``: the no
 site (label ``site``, else ``group``) go there (orchestration.cluster.tunnels.place).
 ``deploy``: ``parallel`` (default: every machine brings its part up at once) or ``serial``
 (one after the other; bench/cluster_split.py compares the two).
+``probe_interval`` (5s) and ``probe_timeout`` (30s): while a run goes on, the driver runs
+``true`` on every machine over SSH each ``probe_interval``; a machine that does not answer
+within ``probe_timeout`` is lost and fails the run naming it (a shorter timeout finds a lost
+machine sooner, a longer one rides out a slow or congested control network).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationError
 
 from aitb.errors import SpecError, SpecIssue
-from aitb.unit_fields import SpecModel
+from aitb.unit_fields import Duration, SpecModel
+from aitb.units import parse_duration_s
 
 __all__ = ["Machine", "ClusterSpec", "parse_cluster", "cluster_issues",
            "key_problems"]
@@ -59,6 +64,18 @@ class ClusterSpec(SpecModel):
     aitb: tuple[str, ...] = Field(("aitb",), min_length=1)
     python: str = "python3"
     deploy: Literal["parallel", "serial"] = "parallel"
+    probe_interval: Duration = "5s"
+    probe_timeout: Duration = "30s"
+
+    @property
+    def probe_interval_s(self) -> float:
+        """``probe_interval`` in seconds."""
+        return parse_duration_s(self.probe_interval)
+
+    @property
+    def probe_timeout_s(self) -> float:
+        """``probe_timeout`` in seconds."""
+        return parse_duration_s(self.probe_timeout)
 
 
 def parse_cluster(data: Any, source: str) -> ClusterSpec:
@@ -79,8 +96,8 @@ def parse_cluster(data: Any, source: str) -> ClusterSpec:
 
 def cluster_issues(spec: ClusterSpec, source: str) -> list[SpecIssue]:
     """What the model alone does not check: machine names used twice, a machine without an
-    underlay address, ``place`` naming an unknown machine; each naming ``source`` and the
-    key path. Pure."""
+    underlay address, a zero probe interval or timeout, ``place`` naming an unknown machine;
+    each naming ``source`` and the key path. Pure."""
     issues = []
     seen: set[str] = set()
     for i, m in enumerate(spec.machines):
@@ -94,6 +111,10 @@ def cluster_issues(spec: ClusterSpec, source: str) -> list[SpecIssue]:
             issues.append(SpecIssue(f"machine {m.name}: ssh {m.ssh!r} is not an IPv4 address; "
                                     "give underlay: ADDRESS", file=source,
                                     key_path=("cluster", "machines", i)))
+    for key in ("probe_interval", "probe_timeout"):
+        if getattr(spec, f"{key}_s") <= 0:
+            issues.append(SpecIssue(f"{key} must be longer than 0 s", file=source,
+                                    key_path=("cluster", key)))
     for node, machine in spec.place.items():
         if machine not in seen:
             issues.append(SpecIssue(f"node {node}: unknown machine {machine!r}; machines: "

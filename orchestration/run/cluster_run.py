@@ -104,7 +104,10 @@ def cluster_lab_run(prep: Any, controls: dict[str, Control], lab_id: str,
     with their uncertainty, the underlay's round trips and the cut links' delay accounting,
     bring-up times, lost machines; ``capture`` and ``counters`` what was observed. Raises
     LabError naming a lost machine or a failed teardown, else what the replay raised."""
-    lab = ClusterLab(prep.plan, prep.spec.cluster, dict(prep.machines), lab_id, controls)
+    cluster = prep.spec.cluster
+    lab = ClusterLab(prep.plan, cluster, dict(prep.machines), lab_id, controls,
+                     probe_interval_s=cluster.probe_interval_s,
+                     probe_timeout_s=cluster.probe_timeout_s)
     progress(f"bringing up lab {prep.plan.name} ({len(prep.plan.nodes)} nodes) over "
              f"{len(controls)} machines: " + ", ".join(controls))
     failure: AitbError | None = None

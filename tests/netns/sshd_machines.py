@@ -92,10 +92,11 @@ CAPTURED = ["dc1-b1:dci-dc2-1", "dc2-b1:dci-dc1-1", "dc2-l1:eth0"]
 
 def two_dc_experiment(m: Machines | None, path: Path, ssh2: str = "10.77.0.2",
                       size: str = "2MiB", iterations: int = 1, observe: bool = False,
-                      deploy: str = "parallel") -> Path:
+                      deploy: str = "parallel", probe_timeout: str | None = None) -> Path:
     """A small 2-DC experiment (a ring all-reduce over both DCs' hosts) split by DC over m1
     and m2 of ``m``; ``m`` None: the same on this machine alone (JSON is YAML). ``observe``:
-    capture on :data:`CAPTURED` and sample counters every 50 ms (else neither)."""
+    capture on :data:`CAPTURED` and sample counters every 50 ms (else neither).
+    ``probe_timeout``: the cluster's (probed every 1 s then), else its default."""
     doc = {"name": "split", "seed": 1, "topology": {"inline": TOPO},
            "workloads": [{"kind": "collective", "name": "ring", "op": "all_reduce",
                           "algorithm": "ring", "size": size, "iterations": iterations}],
@@ -109,6 +110,8 @@ def two_dc_experiment(m: Machines | None, path: Path, ssh2: str = "10.77.0.2",
                                "site": "dc1"},
                               {"name": "m2", "ssh": ssh2, "underlay": "10.77.0.2",
                                "key": str(m.key), "site": "dc2"}]}
+        if probe_timeout is not None:
+            doc["cluster"] |= {"probe_interval": "1s", "probe_timeout": probe_timeout}
     path.write_text(json.dumps(doc, indent=1))
     return path
 

@@ -274,7 +274,9 @@ def test_a_machine_lost_mid_run_fails_the_run_naming_it(machines, tmp_path):
 
     m = machines
     results = tmp_path / "results"
-    exp = two_dc_experiment(m, tmp_path / "exp.yaml", size="16MiB", iterations=4)
+    # found lost within 10 s, not the default 30 s: the test's 30 s were mostly that wait
+    exp = two_dc_experiment(m, tmp_path / "exp.yaml", size="16MiB", iterations=4,
+                            probe_timeout="10s")
     argv = ["ip", "netns", "exec", m.under, sys.executable, "-m", "orchestration.cli",
             "run", str(exp), "--results", str(results), "--json", "--no-analysis",
             "--run-id", f"t-{m.rid}"]

@@ -37,6 +37,21 @@ def test_cluster_errors_name_the_key():
                                     {"name": "m1", "ssh": "10.0.0.2"}]}, "c.yaml")
 
 
+def test_probe_interval_and_timeout_are_durations_above_zero():
+    one = [{"name": "m1", "ssh": "10.0.0.1"}]
+    spec = parse_cluster({"machines": one}, "c.yaml")
+    assert (spec.probe_interval_s, spec.probe_timeout_s) == (5.0, 30.0)
+    spec = parse_cluster({"machines": one, "probe_interval": "500ms", "probe_timeout": "4s"},
+                         "c.yaml")
+    assert (spec.probe_interval_s, spec.probe_timeout_s) == (0.5, 4.0)
+    for key, value, says in (("probe_timeout", "0s", "longer than 0 s"),
+                             ("probe_interval", "3", "no unit"),
+                             ("probe_timeout", "-2s", "negative")):
+        with pytest.raises(SpecError) as exc:
+            parse_cluster({"machines": one, key: value}, "c.yaml")
+        assert f"c.yaml: cluster.{key}" in str(exc.value) and says in str(exc.value)
+
+
 def test_two_dcs_go_to_their_machines_and_the_dci_becomes_a_tunnel():
     plan = topologies.load_topology(EXAMPLES / "two_dc.yaml")
     cluster = two()
