@@ -11,7 +11,8 @@ capture points, so one method measures either:
   netem   netem delay D as the root qdisc of M's veth towards R (limit sized by
           testbed.qdiscs.netem.netem_limit_packets, as a lab's netem);
   native  NFQUEUE in M's mangle PREROUTING on the veth from S, served by aitb-delayline
-          (testbed.delayline Helper/QueueParams, as bench/delayline_accuracy.py), delay D;
+          (testbed.delayline Helper/QueueParams, as bench/delayline_accuracy.py), delay D,
+          with a lab's settings (testbed.delay_backends.native: SCHED_FIFO 10, 50 us spin);
   none    neither: the floor of the method (M's forwarding, the second veth), once.
 
 tcpdump (testbed.capture.Capture, nanosecond pcap) runs on M's veth from S and on R's veth.
@@ -47,12 +48,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from aitb.errors import AitbError  # noqa: E402
 from aitb.records import percentile  # noqa: E402
@@ -188,20 +190,11 @@ class Chain:
 # ---- one case: a line, a delay ---------------------------------------------------------------
 
 def _iperf(chain: Chain, rate_bps: float, seconds: float) -> dict:
-    """iperf3 -u from S to R (its -J result; {} if none); the server is ended by pid."""
-    srv = chain.popen("r", ["iperf3", "-s", "-1", "-B", R_IP], stdout=subprocess.DEVNULL,
-                      stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.5)
-        res = sh(chain.ns["s"], ["iperf3", "-c", R_IP, "-u", "-b", str(int(rate_bps)), "-l",
-                                 str(DATAGRAM_BYTES), "-t", str(seconds), "-J"], check=False)
-        return json.loads(res.stdout) if res.stdout.strip() else {}
-    finally:
-        try:
-            srv.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
+    """iperf3 -u from S to R (its -J result; {} if none), by bench/delayline_accuracy.py's."""
+    from delayline_accuracy import iperf
+    ends = types.SimpleNamespace(a=chain.ns["s"], b=chain.ns["r"])
+    return iperf(ends, ["-u", "-b", str(int(rate_bps)), "-l", str(DATAGRAM_BYTES)], seconds,
+                 server_ip=R_IP)
 
 
 def _netem_argv(chain: Chain, delay_s: float, delete: bool = False) -> list[str]:
@@ -227,6 +220,7 @@ def run_case(chain: Chain, tmp: Path, line: str, delay_s: float, rate_bps: float
     line and the captures are removed before returning (also on errors)."""
     from testbed.capture import Capture, CaptureConfig
     from testbed.capture_select import CapturePoint
+    from testbed.delay_backends import native
     from testbed.delayline import Helper, QueueParams, maxlen_for_bdp
     from testbed.delayline.rules import nfqueue_rule_argv
 
@@ -240,7 +234,9 @@ def run_case(chain: Chain, tmp: Path, line: str, delay_s: float, rate_bps: float
         sh(m, nfqueue_rule_argv(chain.if_ms, qnum, "dlvm"))
         q = QueueParams(qnum, delay_s=delay_s, maxlen_packets=maxlen_for_bdp(
             max(rate_bps, 1e9), delay_s), pktlog_path=str(log))
-        helper = Helper(m, [q], tmp / f"helper-{name}")
+        # as a lab runs it (testbed.delay_backends.native): SCHED_FIFO, spinning before a release
+        helper = Helper(m, [q], tmp / f"helper-{name}", native.STATS_INTERVAL_MS,
+                        spin_us=native.SPIN_US, rt_prio=native.RT_PRIO, nice=native.NICE)
     try:
         if helper is not None:
             helper.start()
