@@ -21,7 +21,11 @@ previous hop's qdisc, so each line is wholly between them. iperf3 -u -l 1472 fro
 sends MTU-sized datagrams (1500 bytes of IP) paced at --rate-mbps, each with iperf3's
 sequence number (UDP payload bytes 8..11): per datagram, matched by that number,
 error = (t_R - t_M) - D. The native rows also give the helper's own per-packet log
-(release - intended release, and release - arrival - D) for comparison.
+(release - intended release) for comparison. The helper takes a packet's arrival from the
+kernel's receive stamp in M (NFQA_TIMESTAMP, microseconds), the instant tcpdump stamps there;
+netem counts its delay from the packet's enqueue on M's egress, after M's forwarding. So
+either row includes the path from M's receive to R's receive (the floor row) and the line's
+own lateness.
 
 Honest limits: under TCG (software emulation, this project's VM on hosts where nested KVM
 hangs) every figure includes the emulator's timers and vCPU scheduling: netem's hrtimer, the
@@ -38,18 +42,20 @@ Lab traffic only: 10.233.1.0/24 and 10.233.2.0/24 inside the three namespaces.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import secrets
 import shlex
+import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +74,7 @@ DATAGRAM_BYTES = 1472  # UDP payload: 1500 bytes of IP, 1514 on the wire
 MIN_PAYLOAD_BYTES = 1000  # smaller UDP datagrams (iperf3's connect handshake) are not counted
 LINES = ("netem", "native")
 VM_TIMEOUT_S = 3600.0
+SO_TIMESTAMPNS = 35  # asm-generic/socket.h (Python's socket module lacks it)
 _SEQ = struct.Struct("!I")  # iperf3's 32-bit packet count after tv_sec, tv_usec
 
 
@@ -281,13 +288,14 @@ def _fmt(s: Mapping[str, Any]) -> str:
 def print_row(r: dict) -> None:
     """One line of the table (and the helper's own figures for native rows)."""
     e = r["error"]
+    drops = sum(v or 0 for v in r["capture_kernel_drops"].values())
     print(f"{r['delay_ms']:6g} ms {r['line']:>6}  {e['n']:6d} matched "
-          f"({r['only_at_m']} lost, {r['dups']} dup)  error {_fmt(e)}", flush=True)
-    if "helper_log" in r:
-        h = r["helper_log"]
-        print(f"{'':>17} helper's own log: release error {_fmt(h['release_error'])}; "
-              f"added - configured p50 {h['added_minus_configured']['p50_us']:.1f} "
-              f"p99 {h['added_minus_configured']['p99_us']:.1f} us", flush=True)
+          f"({r['only_at_m']} lost, {r['dups']} dup{f', {drops} capture drops' if drops else ''})"
+          f"  error {_fmt(e)}", flush=True)
+    if "helper_log" in r:  # its arrival is the kernel's receive stamp at M, as tcpdump's there:
+        # so its added - configured equals its release error (both in the JSON)
+        print(f"{'':>17} helper's own log: release error {_fmt(r['helper_log']['release_error'])}",
+              flush=True)
 
 
 def print_ratio(rows: Sequence[dict]) -> None:
@@ -298,6 +306,20 @@ def print_ratio(rows: Sequence[dict]) -> None:
                  for k in ("p50_us", "p99_us", "max_us")}
         print(f"{'':>17} native / netem: p50 {ratio['p50_us']:.2f}  p99 {ratio['p99_us']:.2f}"
               f"  max {ratio['max_us']:.2f}", flush=True)
+
+
+@contextlib.contextmanager
+def _receive_stamps() -> Iterator[None]:
+    """Keep the kernel's receive timestamping on (a socket with SO_TIMESTAMPNS: every packet
+    is stamped as a veth hands it to the stack), as the native helper's own such socket does
+    while it runs: without it, tcpdump's stamps would be taken when the packet reaches the tap
+    in the netem and floor rows, and at the hand-over in the native rows."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        yield
+    finally:
+        sock.close()
 
 
 def measure(rates_bps: Sequence[float], delays_s: Sequence[float], lines: Sequence[str],
@@ -316,7 +338,7 @@ def measure(rates_bps: Sequence[float], delays_s: Sequence[float], lines: Sequen
     rows: list[dict] = []
     chain = Chain()
     qnum = 1
-    with tempfile.TemporaryDirectory(prefix="aitb-dlvm-") as td:
+    with tempfile.TemporaryDirectory(prefix="aitb-dlvm-") as td, _receive_stamps():
         try:
             chain.up()
             for rate in rates_bps:
