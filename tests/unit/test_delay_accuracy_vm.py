@@ -67,7 +67,8 @@ def test_errors_are_per_matched_datagram_minus_the_configured_delay():
 
 def test_summary_percentiles_and_empty():
     s = bench.summary_us([float(x) for x in range(1, 101)])
-    assert (s["n"], s["min_us"], s["p50_us"], s["p99_us"], s["max_us"]) == \
-        (100, 1.0, 50.5, 99.0, 100.0)
+    assert (s["n"], s["early"], s["min_us"], s["p50_us"], s["p99_us"], s["max_us"]) == \
+        (100, 0, 1.0, 50.5, 99.0, 100.0)
+    assert bench.summary_us([-2.0, -0.5, 0.0, 3.0])["early"] == 2  # released before the delay
     empty = bench.summary_us([])
-    assert empty["n"] == 0 and math.isnan(empty["p99_us"])
+    assert empty["n"] == 0 and empty["early"] == 0 and math.isnan(empty["p99_us"])
