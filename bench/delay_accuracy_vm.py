@@ -42,10 +42,12 @@ Measured 2026-12-03 on the 2-core host without netem, VM under TCG (kernel 6.1.0
   50 ms   netem    236 / 2629   208 / 1999    native  527 / 3384   555 / 3250
   200 ms  netem    208 / 1853   217 / 1686    native  397 / 2338   435 / 2564
   native / netem: p50 1.7-2.7, p99 0.75-1.8; the helper's own log (release error) p50
-  243-368, p99 1936-3464 us. One native datagram per run at 50 ms arrived early by the
-  external measure (-277 us, -55 us; the helper's log shows none early). Neither line meets
-  issue #12's p50 < 20 us / p99 < 200 us here: under TCG both measure the emulator (the floor
-  alone has max 3-8 ms); a 5/10/20/50 Mbit/s sweep at 10 ms gave the same picture (netem p50
+  243-368, p99 1936-3464 us. A third run: netem p50 164-241, p99 1415-2975; native p50
+  334-432, p99 1764-3338; ratio p50 1.73-2.04, p99 0.72-1.93. In 3 of the 12 native rows 1-5
+  datagrams arrived early by the external measure (min -277 us); the helper's log shows none
+  early (its arrival, a microsecond kernel stamp moved to CLOCK_MONOTONIC, may be off there).
+  Neither line meets issue #12's p50 < 20 us / p99 < 200 us here: under TCG both measure the
+  emulator (the floor alone has max 3-8 ms); a 5/10/20/50 Mbit/s sweep at 10 ms gave the same picture (netem p50
   194-348 us, native 303-425 us) with no loss up to 50 Mbit/s.
 
 Run as root (host without netem: one VM boot; --here on a kernel with netem, e.g. in the VM):
