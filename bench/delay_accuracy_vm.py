@@ -47,8 +47,8 @@ Measured 2026-12-03 on the 2-core host without netem, VM under TCG (kernel 6.1.0
   datagrams arrived early by the external measure (min -277 us); the helper's log shows none
   early (its arrival, a microsecond kernel stamp moved to CLOCK_MONOTONIC, may be off there).
   Neither line meets issue #12's p50 < 20 us / p99 < 200 us here: under TCG both measure the
-  emulator (the floor alone has max 3-8 ms); a 5/10/20/50 Mbit/s sweep at 10 ms gave the same picture (netem p50
-  194-348 us, native 303-425 us) with no loss up to 50 Mbit/s.
+  emulator (the floor alone has max 3-8 ms); a 5/10/20/50 Mbit/s sweep at 10 ms gave the
+  same picture (netem p50 194-348 us, native 303-425 us) with no loss up to 50 Mbit/s.
 
 Run as root (host without netem: one VM boot; --here on a kernel with netem, e.g. in the VM):
   flock /tmp/aitb-heavy.lock env PYTHONPATH=. .venv/bin/python bench/delay_accuracy_vm.py \
