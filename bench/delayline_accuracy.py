@@ -97,12 +97,14 @@ class Pair:
                 pass
 
 
-def iperf(p: Pair, args: list[str], seconds: float) -> dict:
-    srv = subprocess.Popen(["ip", "netns", "exec", p.b, "iperf3", "-s", "-1", "-B", B_IP],
+def iperf(p: Pair, args: list[str], seconds: float, server_ip: str = B_IP) -> dict:
+    """iperf3 from namespace ``p.a`` to a one-shot server in ``p.b`` at ``server_ip`` (also
+    used by bench/delay_accuracy_vm.py): the client's -J result, {} if it printed none."""
+    srv = subprocess.Popen(["ip", "netns", "exec", p.b, "iperf3", "-s", "-1", "-B", server_ip],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
-        res = sh(p.a, "iperf3", "-c", B_IP, "-J", "-t", str(seconds), *args, check=False)
+        res = sh(p.a, "iperf3", "-c", server_ip, "-J", "-t", str(seconds), *args, check=False)
         return json.loads(res.stdout) if res.stdout.strip() else {}
     finally:
         try:
