@@ -154,7 +154,7 @@ def summary_us(errors_us: Sequence[float]) -> dict[str, float | int]:
 # ---- the three namespaces --------------------------------------------------------------------
 
 def sh(ns: str, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
-    """``argv`` in namespace ``ns``; raises CalledProcessError naming its stderr if ``check``."""
+    """``argv`` in namespace ``ns``; raises RuntimeError naming its stderr if ``check``."""
     res = subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True)
     if check and res.returncode:
         raise RuntimeError(f"in {ns}: {shlex.join(argv)} exited {res.returncode}: "

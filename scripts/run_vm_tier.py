@@ -64,18 +64,20 @@ def main(args: list[str]) -> int:
     """Run ``pytest -m vm ARGS`` where netem exists; return pytest's exit status."""
     junit = CHECKOUT / "results" / "junit-vm.xml"
     junit.parent.mkdir(exist_ok=True)
-    argv = [sys.executable, "-m", "pytest", "-m", "vm", f"--junitxml={junit}", *(args or ["tests"])]
+    pytest = [sys.executable, "-m", "pytest", f"--junitxml={junit}"]
+    paths = args or ["tests"]
     if not needs_vm({"netem"}):
         print("test-vm: host kernel has netem: running the vm tier on the host", flush=True)
-        os.execv(sys.executable, argv)
+        os.execv(sys.executable, [*pytest, "-m", "vm", *paths])
     print("test-vm: host kernel lacks netem: running the vm tier in the stock-kernel VM; "
           "tests marked native_twin run in the netns tier on the native delay line instead",
           flush=True)
-    argv[argv.index("vm")] = "vm and not native_twin"
-    if not args or args == ["tests"]:
+    marks = "vm and not native_twin"
+    if paths == ["tests"]:
         # the whole tree collected under TCG (2500 tests, imports of every module) took about
         # 2 of the tier's 6 minutes; the host collects it in seconds and names the few files
-        argv[-len(args or ["tests"]):] = vm_test_files("vm and not native_twin", "tests")
+        paths = vm_test_files(marks, "tests")
+    argv = [*pytest, "-m", marks, *paths]
     start = time.monotonic()
     try:
         result = run_in_vm(argv, rwdirs=[CHECKOUT], cwd=CHECKOUT, echo=True,
