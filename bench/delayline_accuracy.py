@@ -5,6 +5,9 @@ A->B direction is delayed by a helper in B while iperf3 carries
   udp1g:  ~1 Gbit/s of MTU-sized datagrams (iperf3 -u -b 1G -l 1472), and
   tcpgso: one unshaped iperf3 TCP flow (GSO/GRO super-packets, queued whole), and with
   ``--modes`` also
+  udpgso10g: 10 Gbit/s of UDP GSO sends (64 KB GSO packets queued whole) to a UDP GRO
+          socket (bench/udp_gso_load.py): GSO traffic whose ends cost little CPU, so that on
+          2 cores the row measures the line and not one TCP flow's ends, and
   tcpwire: one unshaped TCP flow of wire-sized packets (TSO/GSO off on A's veth: iperf3 sends
           only ~0.3 Gbit/s of UDP datagrams here, TCP's own segments go faster), and
   tcpwire1g: the same flow through HTB 1 Gbit/s on A's egress (1 Gbit/s of MTU packets);
@@ -138,6 +141,8 @@ def carry(p: Pair, mode: str, delay_s: float, seconds: float) -> dict:
         sh(p.a, "tc", "qdisc", "add", "dev", p.ia, "parent", "1:1", "handle", "10:", "bfifo",
            "limit", str(max(125_000, int(1e9 / 8 * 2 * delay_s))))
     try:
+        if mode == "udpgso10g":
+            return udp_gso(p, 10e9, seconds)
         args = ["-u", "-b", "1G", "-l", "1472"] if mode == "udp1g" else \
             (["-O", str(OMIT_S)] if OMIT_S else []) + (["-Z"] if ZEROCOPY else [])
         return iperf(p, args, seconds)
@@ -146,6 +151,29 @@ def carry(p: Pair, mode: str, delay_s: float, seconds: float) -> dict:
             sh(p.a, "ethtool", "-K", p.ia, "tso", "on", "gso", "on", check=False)
         if mode == "tcpwire1g":
             sh(p.a, "tc", "qdisc", "del", "dev", p.ia, "root", check=False)
+
+
+def udp_gso(p: Pair, rate_bps: float, seconds: float) -> dict:
+    """``rate_bps`` of UDP GSO sends (64 KB each, one GSO packet through the veth and the
+    line) from A to a UDP GRO socket in B (bench/udp_gso_load.py); an iperf3-shaped result."""
+    load = [sys.executable, str(Path(__file__).with_name("udp_gso_load.py"))]
+    rx = subprocess.Popen(["ip", "netns", "exec", p.b, *load, "rx", "5300", "1.0"],
+                          stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.3)
+        sent = json.loads(sh(p.a, *load, "tx", str(rate_bps), str(seconds), B_IP,
+                             "5300").stdout)
+        out, _ = rx.communicate(timeout=seconds + 40)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.wait()
+    got = json.loads(out)
+    if got["received_bytes"] != sent["sent_bytes"]:  # the line never drops: say who did
+        print(f"{'':>10} udpgso: sent {sent['sent_bytes']} B, received "
+              f"{got['received_bytes']} B (the rest lost at the sender or receiver socket, or "
+              f"in the kernel queue: see kernel drops)", flush=True)
+    return {"end": {"sum_received": {"bits_per_second": got["bits_per_second"]}}}
 
 
 def received_gbps(out: dict) -> float:
@@ -248,7 +276,9 @@ def main() -> int:
     ap.add_argument("--delays-ms", default="1,10,50,200")
     ap.add_argument("--rt-prio", type=int, default=0, help="run the helpers SCHED_FIFO")
     ap.add_argument("--modes", default="udp1g,tcpgso",
-                    help="comma-separated: udp1g, tcpgso, tcpwire (one TCP flow of wire-sized "
+                    help="comma-separated: udp1g, tcpgso, udpgso10g (10 Gbit/s of UDP GSO "
+                         "sends, 64 KB GSO packets, to a UDP GRO socket: GSO traffic whose ends "
+                         "leave the CPU to the line), tcpwire (one TCP flow of wire-sized "
                          "packets: TSO and GSO off on the sender's veth), tcpwire1g (the same "
                          "through HTB 1 Gbit/s)")
     ap.add_argument("--omit-s", type=int, default=1,
