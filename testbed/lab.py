@@ -316,6 +316,11 @@ class Lab:
         died (by pid and exit status): that direction has dropped every packet since."""
         native.check_alive(self)
 
+    def dead_delay_lines(self) -> list[tuple[str, str]]:
+        """(node, message naming link and direction) of every native delay line whose helper
+        died; [] while all run (reads /proc, no netlink: cheap enough to poll each second)."""
+        return [(d.node, d.why) for d in native.dead_lines(self)]
+
     def _check_line_cpu(self) -> None:
         if self.line_cpu is not None and not any(
                 r.delay_line == native.NAME for r in self.layout.recipes.values()):

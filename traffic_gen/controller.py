@@ -38,6 +38,7 @@ __all__ = ["Controller", "RunFailed"]
 
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with the NUL, unix(7)
 _PINGS = 5  # control round trips measured before the first phase
+HEALTH_INTERVAL_S = 1.0  # options.health polls while waiting (reads /proc: ~0.1 ms a poll)
 # margin = 4 round trips: the start message out, the agent's phase thread and rank threads
 # starting, a starter (kick.py) arming; at least 5 ms (a scheduler tick of 4 ms at HZ=250
 # plus one), at most the 250 ms the margin was fixed at before it was measured
@@ -87,6 +88,7 @@ class Controller:
         self.sock_dir: Path | None = None
         self.kick_procs: list[subprocess.Popen[bytes]] = []
         self.kick_paths: list[Path] = []
+        self.next_health = 0.0  # monotonic instant of the next options.health poll
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, program: Program, placement: Mapping[int, str], writer: RecordWriter) -> None:
@@ -277,6 +279,11 @@ class Controller:
         return f"(agent exited with code {code})" if code is not None else ""
 
     def _check_alive(self, kind: str, deadline: float, got: Mapping[str, Any]) -> None:
+        health = getattr(self.opt, "health", None)
+        if health is not None and time.monotonic() >= self.next_health:
+            self.next_health = time.monotonic() + HEALTH_INTERVAL_S
+            for node, why in health():
+                raise RunFailed(self._failure(node, why))
         for node, p in self.procs.items():
             if p.poll() is not None and node not in got and node not in self.chans:
                 raise RunFailed(self._failure(node, f"agent on {node} exited with code "

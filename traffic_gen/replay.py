@@ -52,7 +52,11 @@ class ReplayOptions:
     each phase is started, before the agents hear of it (an experiment's events anchored to
     iterations, aitb.events);
     ``on_controller``: called with the Controller once its agents are set up (its
-    ``set_slowdown`` and ``signal_agent`` then reach them) and with None when it ends."""
+    ``set_slowdown`` and ``signal_agent`` then reach them) and with None when it ends;
+    ``health``: polled about once a second while the controller waits for its agents,
+    returns (node, why) for every part of the lab that broke (a dead delay-line helper:
+    testbed.delay_backends.native.dead_lines); any fails the replay at once, as an agent's
+    error does, instead of after a transfer timeout."""
 
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
     knobs: TcpKnobs = field(default_factory=TcpKnobs)
@@ -75,6 +79,7 @@ class ReplayOptions:
     tls: Mapping[str, Any] | None = None
     on_phase: Callable[[int, int, float], None] | None = None
     on_controller: Callable[[Any], None] | None = None
+    health: Callable[[], list[tuple[str, str]]] | None = None
 
     def agent_options(self) -> dict[str, Any]:
         """What agents need to know (JSON-ready)."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from aitb.errors import LabError
 from aitb.plan import LabPlan
 from analysis.fidelity import (
     DirectionRef,
@@ -113,6 +114,7 @@ class FidelityMonitor:
         self.cpu_samples: list[tuple[float, float]] = []
         self.lines_before: dict[str, dict[str, Any]] = {}
         self.lines_after: dict[str, dict[str, Any]] = {}
+        self.dead_lines: list[native.DeadLine] = []  # after(): lines whose helper had died
 
     def _snap(self) -> None:
         q, ln = snapshot(self.lab)
@@ -139,7 +141,9 @@ class FidelityMonitor:
         self.cpu_samples = self.cpu.stop()
         self._snap()
         self.lines_after = native.stats(self.lab)
-        native.check_alive(self.lab)
+        self.dead_lines = native.dead_lines(self.lab)
+        if self.dead_lines:
+            raise LabError("; ".join(d.why for d in self.dead_lines))
 
     def report(self, run_dir: Path, windows: list[tuple[float, float]] | None = None
                ) -> dict[str, Any]:
@@ -160,6 +164,13 @@ class FidelityMonitor:
         cpu["without_cpu"] = self.cpu.without  # the delay line's own CPU, busy by design
         doc = fidelity_report(refs, qdisc, links, self.rtts, cpu)
         doc["delay_line_helpers"] = helper_cpu(self.lines_after)
+        if self.dead_lines:  # its direction dropped everything since: no check can pass
+            dead = {(d.link, _ARROW[d.direction]) for d in self.dead_lines}
+            for entry in doc["links"]:
+                if (entry["link"], entry["direction"]) in dead:
+                    entry["checks"]["delay"], entry["ok"] = "off", False
+            doc["trustworthy"] = False
+            doc["reasons"] = [*doc["reasons"], *(d.why for d in self.dead_lines)]
         return doc
 
     def write(self, run_dir: Path, windows: list[tuple[float, float]] | None = None

@@ -487,7 +487,10 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
                                    sites=w.sites or prep.options.sites,
                                    on_phase=_anchoring(player, w.name),
                                    on_controller=None if player is None else
-                                   functools.partial(player.attach, w.name))
+                                   functools.partial(player.attach, w.name),
+                                   # a dead delay line fails the replay within a second
+                                   health=lab.dead_delay_lines if isinstance(lab, Lab)
+                                   else None)
         return replay(w.schedule, w.placement, SerialLauncher(lab), part, addresses, opts,
                       pairs, rank_addresses(prep.plan, w.placement))
 

@@ -30,7 +30,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aitb.errors import LabError
 from testbed import netns, sysctl
@@ -55,8 +55,8 @@ if TYPE_CHECKING:
     from testbed.tcobjects import DirectionRecipe, TcObject
 
 __all__ = ["NAME", "CAPABILITIES", "ingress", "apply", "verify", "teardown", "stats",
-           "check_alive", "check_plan", "check_change", "update", "detach", "NICE", "RT_PRIO",
-           "SPIN_US", "STATS_INTERVAL_MS"]
+           "check_alive", "dead_lines", "DeadLine", "check_plan", "check_change", "update",
+           "detach", "NICE", "RT_PRIO", "SPIN_US", "STATS_INTERVAL_MS"]
 
 NAME = "native"
 CAPABILITIES: tuple[str, ...] = ()  # iptables NFQUEUE + the helper: testbed.delayline.choose
@@ -226,29 +226,48 @@ def verify(lab: LabHandle, recipe: DirectionRecipe) -> list[str]:
     found = _line_of(lab, recipe)
     if found is None:
         return []
-    return _dead([found])
+    return [d.why for d in _dead([found])]
 
 
-def _dead(lines: list[tuple[_Helper, LinePlace]]) -> list[str]:
+class DeadLine(NamedTuple):
+    """A native line whose helper died: the helper's ``node``, the line's ``link`` and
+    ``direction`` (a_to_b, b_to_a), and ``why`` (one sentence naming all of them, the pid
+    and the exit status)."""
+
+    node: str
+    link: str
+    direction: str
+    why: str
+
+
+def _dead(lines: list[tuple[_Helper, LinePlace]]) -> list[DeadLine]:
     out = []
     for h, p in lines:
         if h.proc is None or pid_alive(h.proc.pid, h.start) and h.proc.poll() is None:
             continue
-        code = h.proc.poll()
-        out.append(f"link {p.link} {p.direction}: the delay-line helper (pid {h.proc.pid}, "
-                   f"node {h.node}) died (exit status {code}); NFQUEUE drops every packet no "
-                   f"helper takes, so this direction carried nothing since: {_stderr(h)}")
+        why = (f"link {p.link} {p.direction}: the delay-line helper (pid {h.proc.pid}, node "
+               f"{h.node}) died (exit status {h.proc.poll()}); NFQUEUE drops every packet no "
+               f"helper takes, so this direction carried nothing since (the helper's stderr: "
+               f"{_stderr(h)})")
+        out.append(DeadLine(h.node, p.link, p.direction, why))
     return out
+
+
+def dead_lines(lab: LabHandle) -> list[DeadLine]:
+    """Every native line of ``lab`` whose helper died while the lab ran; [] once the lab
+    stopped its helpers. Reads /proc only (by pid and start time): cheap enough to poll
+    about once a second."""
+    st = _state(lab)
+    if st.stopped:
+        return []
+    return _dead([(h, p) for h in st.helpers.values() for p in h.lines])
 
 
 def check_alive(lab: LabHandle) -> None:
     """Raise LabError naming link and direction of every line whose helper died."""
-    st = _state(lab)
-    if st.stopped:
-        return
-    out = _dead([(h, p) for h in st.helpers.values() for p in h.lines])
+    out = dead_lines(lab)
     if out:
-        raise LabError("; ".join(out))
+        raise LabError("; ".join(d.why for d in out))
 
 
 class _Adopted:

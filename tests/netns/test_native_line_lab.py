@@ -361,3 +361,64 @@ def test_a_corrupt_event_changes_the_native_line_live_and_switching_it_on_is_ref
     assert q["corrupt_pct"] == 50.0 and q["in_packets"] >= 60
     # 60 echo requests at 50 %: fewer than 10 flipped has probability below 1e-8
     assert q["corrupted"] >= 10
+
+
+DEAD_LINE_EXPERIMENT = """name: dead-line
+topology:
+  inline:
+    name: dl
+    delay_line: native
+    nodes:
+      s1: {kind: switch}
+      h1: {kind: host}
+      h2: {kind: host}
+    links:
+      - {endpoints: [h1, s1], rate: 1Gbit, delay: 5ms}
+      - {endpoints: [h2, s1], rate: 1Gbit}
+workloads:
+  - {kind: collective, op: all_reduce, algorithm: ring, size: 64KiB}
+timeouts: {transfer: 300s}
+"""
+
+
+def test_a_helper_dying_in_a_run_fails_it_at_once_and_makes_it_untrustworthy(
+        tmp_path, monkeypatch):
+    """A helper killed as the workloads start (before: the run noticed only through a
+    transfer timeout, 30-60 s later, and fidelity.json still said trustworthy): the replay
+    fails through the controller's health poll with the helper's link and direction, not
+    with a timeout (300 s here: a missing poll would show as a timeout, not as a pass), and
+    fidelity.json is untrustworthy with that reason."""
+    from conftest import root_links, run_namespaces
+
+    import orchestration.run.runner as runner
+    from orchestration.run.rundir import new_run_id
+
+    monkeypatch.setenv("AITB_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "exp.yaml").write_text(DEAD_LINE_EXPERIMENT)
+    real = runner._replay_all
+    killed: list[int] = []
+
+    def kill_then_replay(prep, lab, *args, **kw):
+        for helper in native._state(lab).helpers.values():  # the lab's own child, by pid
+            helper.proc.kill()
+            helper.proc.wait()
+            killed.append(helper.proc.pid)
+        return real(prep, lab, *args, **kw)
+
+    monkeypatch.setattr(runner, "_replay_all", kill_then_replay)
+    run_id = new_run_id()
+    before = root_links()
+    outcome = runner.execute(runner.prepare(tmp_path / "exp.yaml"), tmp_path / "results",
+                             run_id=run_id, analyze=False)
+    assert killed and not outcome.ok
+    assert re.search(r"link h1-s1 \w+: the delay-line helper .* died", outcome.error or "")
+    (part,) = (outcome.run_dir / "workloads").glob("0-*")
+    fails = [json.loads(x) for x in (part / "failures.jsonl").read_text().splitlines() if x]
+    assert fails and all("the delay-line helper" in f["detail"] for f in fails), fails
+    fidelity = json.loads((outcome.run_dir / "fidelity.json").read_text())
+    assert fidelity["trustworthy"] is False
+    assert any("the delay-line helper" in r for r in fidelity["reasons"]), fidelity["reasons"]
+    dead = [e for e in fidelity["links"] if e["link"] == "h1-s1"]
+    assert dead and all(not e["ok"] and e["checks"]["delay"] == "off" for e in dead), dead
+    assert run_namespaces(run_id.rsplit("-", 1)[-1]) == []
+    assert set(root_links()) <= set(before)
