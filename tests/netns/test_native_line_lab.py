@@ -238,6 +238,30 @@ def test_run_check_refuses_what_the_native_line_cannot_do(tmp_path):
     assert "link a-b a_to_b: duplicate_pct = 1% is not possible on the native" in out.stderr
 
 
+@pytest.mark.parametrize("link", ["delay: 5ms, duplicate: 1%", "rate: 10Gbit, delay: 100s"])
+def test_topo_validate_and_deploy_refuse_what_the_native_line_cannot_do(tmp_path, link):
+    """`topo validate` said ok and `topo deploy` exited 1 without naming the file for what
+    `run --check` refuses (a newcomer's finding): both now exit 2 naming file, link and
+    direction, and deploy creates nothing."""
+    import subprocess
+    import sys
+
+    from testbed.kernel import missing_features
+    if not missing_features({"netem"}):
+        pytest.skip("auto takes netem here, which can duplicate and hold more")
+    topo = tmp_path / "t.yaml"
+    topo.write_text("name: t\nnodes:\n  a: {kind: host}\n  b: {kind: host}\n"
+                    f"links:\n  - {{endpoints: [a, b], {link}}}\n")
+    state = tmp_path / "state"
+    env = {**os.environ, "AITB_STATE_DIR": str(state)}
+    for cmd in ("validate", "deploy"):
+        out = subprocess.run([sys.executable, "-m", "orchestration.cli", "topo", cmd,
+                              str(topo)], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2, (cmd, out.stdout, out.stderr)
+        assert f"{topo}: link a-b a_to_b: " in out.stderr and "Traceback" not in out.stderr
+    assert not state.exists() or not any(state.iterdir())
+
+
 def _run_check(tmp_path, name: str, head: str, link: str):
     """``aitb run --check`` of a two-host experiment: ``head`` lines before its topology,
     ``link`` the keys of its one link."""

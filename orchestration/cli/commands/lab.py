@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from aitb.errors import CommandError, LabError
-from orchestration.cli.commands.topo import load_plan, topo_app
+from aitb.errors import CommandError, LabError, SpecError
+from orchestration.cli.commands.topo import line_issues_here, load_plan, topo_app
 from orchestration.run.rundir import mark_killed
 from testbed import clean as clean_mod
 from testbed import signals
@@ -73,6 +73,9 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
     from testbed.backends import check_backend, make_lab
 
     plan = load_plan(file)
+    issues = line_issues_here(plan, file)  # refused before anything exists, exit 2
+    if issues:
+        raise SpecError(issues)
     chosen = check_backend(backend or file_backend(file) or "native",
                            "--backend" if backend else f"{file}: backend")
     if chosen != "mininet" and (cli or switch != "bridge" or controller):

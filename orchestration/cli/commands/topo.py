@@ -7,6 +7,7 @@ destroy live in orchestration/cli/commands/lab.py and add themselves to :data:`t
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,6 +25,17 @@ topo_app = typer.Typer(help="Topologies: validate, deploy, inspect, destroy.",
 def register(app: typer.Typer) -> None:
     """Add the ``topo`` group to ``app``."""
     app.add_typer(topo_app, name="topo")
+
+
+def line_issues_here(plan: LabPlan, file: Path) -> list[SpecIssue]:
+    """What the delay line each direction of ``plan`` gets on this host cannot do (duplicate,
+    delay correlation, a line between two OVS switches, one beyond the memory cap:
+    testbed.delayline.labline.plan_problems), one issue each naming ``file``, link, direction
+    and key. Needs root: probes this kernel's netem and the native line (once per process)."""
+    from testbed.delayline.choose import resolve_here
+    from testbed.delayline.labline import plan_problems
+
+    return [SpecIssue(p, file=str(file)) for p in plan_problems(resolve_here(plan))]
 
 
 def load_plan(path: Path) -> LabPlan:
@@ -87,7 +99,8 @@ def validate(
                                        "(addresses, routes, shaping); implies --json.")]
     = False,
 ) -> None:
-    """Check FILE and resolve it (addresses, routes, shaping); create nothing.
+    """Check FILE and resolve it (addresses, routes, shaping); create nothing. As root, also
+    what the delay line this host gives each direction cannot do (as `topo deploy` refuses).
 
     Exit status 0 when valid, 2 with every problem listed (file:line: key.path: message).
     """
@@ -95,6 +108,9 @@ def validate(
 
     try:
         lab = load_plan(file)
+        issues = line_issues_here(lab, file) if os.geteuid() == 0 else []
+        if issues:
+            raise SpecError(issues)
     except SpecError as exc:
         if not as_json:
             raise
