@@ -235,7 +235,9 @@ def test_run_check_refuses_what_the_native_line_cannot_do(tmp_path):
         pytest.skip("auto takes netem here, which can duplicate")
     out = _run_check(tmp_path, "dup", "", "delay: 5ms, duplicate: 1%")
     assert out.returncode == 2
-    assert "link a-b a_to_b: duplicate_pct = 1% is not possible on the native" in out.stderr
+    # named where the link is: the experiment's inline topology (a topology file: that file)
+    assert "dup.yaml: topology.inline: link a-b a_to_b: duplicate_pct = 1% is not possible " \
+        "on the native" in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("link", ["delay: 5ms, duplicate: 1%", "rate: 10Gbit, delay: 100s"])

@@ -183,13 +183,16 @@ def _check_delay_lines(prep: Any, path: Path) -> None:
     from testbed.delayline.labline import plan_problems
 
     plan = resolve_here(prep.plan)
-    problems = plan_problems(plan) + line_problems(plan, prep.events)
+    topo = str(prep.plan.source or path)  # the topology's own file where it has one
+    issues = [SpecIssue(p, file=topo) for p in plan_problems(plan)]
+    problems = line_problems(plan, prep.events)  # the experiment's events and keys
     if prep.spec.delay_line_cpu is not None and "native" not in lines_of(plan).values():
         problems.append(f"delay_line_cpu {prep.spec.delay_line_cpu}: no link direction uses "
                         "the native delay line on this host (each delay is netem's, or there "
                         "is none): nothing would use that CPU")
-    if problems:
-        raise SpecError([SpecIssue(p, file=str(path)) for p in problems])
+    issues += [SpecIssue(p, file=str(path)) for p in problems]
+    if issues:
+        raise SpecError(issues)
 
 
 def _check_images(prep: Any, path: Path) -> None:
