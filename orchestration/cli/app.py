@@ -17,6 +17,7 @@ from aitb.errors import AitbError, SpecError
 from orchestration.cli.commands import register_all
 from orchestration.cli.errors_out import print_json_error, report_error
 from orchestration.vm_rerun import rerun_in_vm, wants_vm
+from testbed import signals
 
 app = typer.Typer(
     name="aitb",
@@ -61,11 +62,17 @@ def main(argv: list[str] | None = None) -> None:
     _argv = argv
     try:
         app(args=argv, prog_name="aitb")
-    except AitbError as exc:
-        report_error(exc)
+    except Exception as exc:  # noqa: BLE001 - an AitbError, or re-raised below
+        # a library that wraps every exception (pydantic's schema build: SchemaError) can
+        # carry off the LabInterrupted of a Ctrl-C that landed inside it: a traceback and
+        # exit 1 instead of 130 (seen for a SIGINT 0.4 s into `aitb run`)
+        real = exc if isinstance(exc, AitbError) else signals.interruption(exc)
+        if not isinstance(real, AitbError):
+            raise
+        report_error(real)
         if "--json" in (sys.argv[1:] if argv is None else argv):
-            print_json_error(exc)
-        sys.exit(exc.exit_code)
+            print_json_error(real)
+        sys.exit(real.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)

@@ -87,3 +87,29 @@ def test_a_signal_inside_a_finalizer_still_interrupts_with_no_traceback():
     assert out.returncode == 130, (out.returncode, out.stdout, out.stderr)
     assert "Traceback" not in out.stderr and "not interrupted" not in out.stdout, out.stderr
     assert out.stderr.strip() == "interrupted"
+
+
+# A command whose library wraps the LabInterrupted of aitb's handler in its own exception, as
+# pydantic's schema build did (SchemaError) for a SIGINT 0.4 s into `aitb run`.
+WRAPPED = """
+import signal, sys
+import orchestration.cli.app as app
+from testbed import signals
+def command(args, prog_name):
+    with signals.raising():
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except signals.LabInterrupted as exc:
+            raise RuntimeError("a library's own error") from exc
+app.app = command
+sys.argv = ["aitb", "run"]
+from orchestration.cli.entry import main
+main()
+"""
+
+
+def test_an_interrupt_a_library_wrapped_still_exits_130_without_a_traceback():
+    out = subprocess.run([sys.executable, "-c", WRAPPED], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 130, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr and "interrupted by SIGINT" in out.stderr, out.stderr
