@@ -362,9 +362,10 @@ def _remove_leaks(watch: Watch, state: Path, exclude: set[int]) -> None:
 
 
 def kill_once(experiment: Path, sig_name: str, target: str, rng: random.Random,
-              work: Path, events: int = 0) -> Kill:
+              work: Path, events: int = 0, window_s: float | None = None) -> Kill:
     """One run of ``experiment`` killed by ``sig_name`` in phase ``target`` (with ``events``
-    random events, :func:`random_events`); see the module doc for the checks."""
+    random events, :func:`random_events`), at a random instant up to ``window_s`` (default
+    WINDOW_S[target]) after the phase's first log line; see the module doc for the checks."""
     k = Kill(sig_name, target)
     if events:
         k.events = random_events(rng, events)
@@ -379,7 +380,7 @@ def kill_once(experiment: Path, sig_name: str, target: str, rng: random.Random,
                                 stdin=subprocess.DEVNULL)
     watch = Watch(results, state)
     t_start = time.monotonic()
-    delay_s = rng.uniform(0.0, WINDOW_S[target])
+    delay_s = rng.uniform(0.0, WINDOW_S[target] if window_s is None else window_s)
     order = PHASES.index(target)
     seen_at: float | None = None
     sent = False
@@ -590,10 +591,11 @@ def plan_kills(n: int, rng: random.Random, phases: tuple[str, ...] = PHASES
 def run(seed: int = 1, kills: int = 24, budget_s: float = 600.0,
         experiment: Path = EXPERIMENT, resume: bool = True,
         plan: list[tuple[str, str]] | None = None, keep: bool = False,
-        events: int = 0) -> dict[str, Any]:
+        events: int = 0, windows: dict[str, float] | None = None) -> dict[str, Any]:
     """The measurement (see the module doc); returns the counts, every kill, the resume
     check. Stops starting kills once ``budget_s`` would be exceeded (a kill takes ~15 s, the
-    resume check ~60 s here). Needs root."""
+    resume check ~60 s here). ``windows``: phase -> latest kill instant (s), instead of
+    WINDOW_S's for those phases. Needs root."""
     if os.geteuid() != 0:
         raise SystemExit("kill_harness needs root (network namespaces)")
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -606,7 +608,8 @@ def run(seed: int = 1, kills: int = 24, budget_s: float = 600.0,
     for sig_name, target in todo:
         if time.monotonic() - t0 + 20.0 + reserve_s > budget_s:
             break
-        done.append(kill_once(experiment, sig_name, target, rng, work, events))
+        done.append(kill_once(experiment, sig_name, target, rng, work, events,
+                              (windows or {}).get(target)))
     res = resume_check(rng, work) if resume else None
     out = {"seed": seed, "experiment": str(experiment.relative_to(ROOT)
                                             if experiment.is_relative_to(ROOT) else experiment),
