@@ -178,13 +178,13 @@ def _check_delay_lines(prep: Any, path: Path) -> None:
     cannot do (native: duplicate, delay correlation, links between two OVS switches, lines
     beyond its memory cap; the events: it could not play live), naming link, direction and
     key (and the event)."""
+    from orchestration.cli.commands.topo import line_issues_here
     from orchestration.run.events import line_problems
     from testbed.delayline.choose import lines_of, resolve_here
-    from testbed.delayline.labline import plan_problems
 
-    plan = resolve_here(prep.plan)
-    topo = str(prep.plan.source or path)  # the topology's own file where it has one
-    issues = [SpecIssue(p, file=topo) for p in plan_problems(plan)]
+    # the topology's own file where it has one (else the experiment's topology.inline)
+    issues = line_issues_here(prep.plan, Path(prep.plan.source or path))
+    plan = resolve_here(prep.plan)  # its probes are cached: line_issues_here made them
     problems = line_problems(plan, prep.events)  # the experiment's events and keys
     if prep.spec.delay_line_cpu is not None and "native" not in lines_of(plan).values():
         problems.append(f"delay_line_cpu {prep.spec.delay_line_cpu}: no link direction uses "
