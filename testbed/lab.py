@@ -232,7 +232,7 @@ class Lab:
             by_ns = {self.layout.nodes[n.name].netns: n.name for n in self.plan.nodes}
             self.io.update({by_ns[nm]: NodeIO(fd, s) for nm, (fd, s) in made.items()})
         t = self._step("namespaces", t)
-        ipv6 = any(ep.ipv6 for lk in self.plan.links for ep in (lk.a, lk.b))
+        ipv6 = sysctl.lab_uses_ipv6(self.plan)
         sysctl.apply_all([(self.io[n.name].fd, n.name,
                            *sysctl.node_sysctls(n, ipv6, self.line_cpu))
                           for n in self.plan.nodes])

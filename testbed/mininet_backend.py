@@ -91,7 +91,7 @@ class MininetLab(Lab):
         for n in self.plan.nodes:
             self._add_node(n.name, n.kind)
         t = self._step("namespaces", t)
-        ipv6 = any(ep.ipv6 for lk in self.plan.links for ep in (lk.a, lk.b))
+        ipv6 = sysctl.lab_uses_ipv6(self.plan)
         sysctl.apply_all([(self.io[n.name].fd, n.name,
                            *sysctl.node_sysctls(n, ipv6, self.line_cpu))
                           for n in self.plan.nodes])

@@ -12,11 +12,11 @@ import os
 from collections.abc import Mapping, Sequence
 
 from aitb.errors import LabError
-from aitb.plan import NodePlan
+from aitb.plan import LabPlan, NodePlan
 from testbed import netns
 
-__all__ = ["node_sysctls", "apply_all", "sysctl_path", "read", "all_cpus_mask", "RPS_DEFAULT_MASK",
-           "skips_carrierless_routes"]
+__all__ = ["node_sysctls", "lab_uses_ipv6", "apply_all", "sysctl_path", "read", "all_cpus_mask",
+           "RPS_DEFAULT_MASK", "skips_carrierless_routes"]
 
 _BRIDGE_NF = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables",
               "net.bridge.bridge-nf-call-arptables")
@@ -46,6 +46,15 @@ def all_cpus_mask(n_cpus: int | None = None, without: int | None = None) -> str:
     return ",".join(groups)
 
 
+def lab_uses_ipv6(plan: LabPlan) -> bool:
+    """Whether ``plan`` needs IPv6 in its namespaces: an IPv6 address on a link end or a
+    node's loopback, or FRR sessions by interface (``peering: unnumbered`` may find its peer by
+    the IPv6 link-local address). Pure."""
+    return (any(ep.ipv6 for lk in plan.links for ep in (lk.a, lk.b))
+            or any(n.lo_ipv6 for n in plan.nodes)
+            or (plan.routing is not None and plan.routing.peering == "unnumbered"))
+
+
 def node_sysctls(node: NodePlan, ipv6: bool, line_cpu: int | None = None
                  ) -> tuple[dict[str, str], dict[str, str]]:
     """(required, optional) sysctls for ``node``: forwarding by kind (and ``forward``), ECMP
@@ -60,6 +69,16 @@ def node_sysctls(node: NodePlan, ipv6: bool, line_cpu: int | None = None
     interface's link-local address is still tentative (about 1-2 s after it comes up) a
     router does not send the neighbour solicitation for a packet it forwards (it has no usable
     source address: Linux ``ndisc_send_ns``), so the first packets across it were lost.
+
+    IPv4-only labs (``ipv6`` False, :func:`lab_uses_ipv6`) turn IPv6 off in every namespace
+    (``net.ipv6.conf.{all,default}.disable_ipv6=1``, applied before the links are made;
+    optional: skipped on a kernel without IPv6). Otherwise every interface sends IPv6
+    link-local start-up traffic at random instants of its first seconds (duplicate address
+    detection's neighbour solicitation, MLDv2 reports; hosts' router solicitations, repeated
+    every few seconds) through the same shaped queues as the experiment: in a full 50-packet
+    head-drop queue one such packet pushed out a measured datagram, at an incast bottleneck
+    such drops count as incast loss, and every capture holds them. A node's own sysctls can
+    turn it back on (they are applied last).
 
     RPS over all CPUs on every interface created afterwards (``net.core.rps_default_mask``,
     per namespace, Linux >= 6.2; applied before the links are made): a veth hands each packet
@@ -95,6 +114,8 @@ def node_sysctls(node: NodePlan, ipv6: bool, line_cpu: int | None = None
             req.update(_LINK_FAULTS_V6)
     if ipv6:
         req["net.ipv6.conf.default.accept_dad"] = "0"
+    else:
+        opt.update({f"net.ipv6.conf.{which}.disable_ipv6": "1" for which in ("all", "default")})
     if node.tcp_congestion_control:
         req["net.ipv4.tcp_congestion_control"] = node.tcp_congestion_control
     req.update(node.sysctls)

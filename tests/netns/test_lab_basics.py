@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import subprocess
+import time
 
 import pytest
 from plans import ecmp_diamond, two_hosts_router, two_hosts_switch
@@ -103,6 +104,43 @@ def _tentative_ipv6() -> list[str]:
     with IPRoute() as ipr:
         return [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET6)
                 if (a.get_attr("IFA_FLAGS") or a["flags"]) & IFA_F_TENTATIVE]
+
+
+def _ipv6_addresses() -> list[str]:
+    with IPRoute() as ipr:
+        return [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET6)]
+
+
+def test_an_ipv4_lab_has_ipv6_off_and_sends_none_unless_a_node_asks(labs, tmp_path):
+    """An IPv4-only lab's namespaces have IPv6 off (testbed.sysctl.node_sysctls), so no
+    link-local start-up packet (DAD, MLD, router solicitation) shares the shaped queues with
+    the experiment; a node's own sysctls turn it back on."""
+    import dataclasses
+
+    from scapy.all import IPv6, rdpcap
+
+    on = {"net.ipv6.conf.all.disable_ipv6": "0", "net.ipv6.conf.default.disable_ipv6": "0"}
+    plan = two_hosts_router()
+    plan = dataclasses.replace(plan, nodes=tuple(
+        dataclasses.replace(n, sysctls=on) if n.name == "h2" else n for n in plan.nodes))
+    pcap = tmp_path / "r1-e1.pcap"
+    with labs(plan) as lab:
+        cap = lab.popen("r1", ["tcpdump", "-i", "e1", "-n", "-U", "-w", str(pcap)],
+                        stderr=subprocess.PIPE, text=True)
+        assert "listening" in cap.stderr.readline()
+        for node in ("h1", "r1"):
+            assert netns.run_in(lab.node_io(node).fd, _ipv6_addresses) == [], node
+        assert any(a.startswith("fe80:") for a in
+                   netns.run_in(lab.node_io("h2").fd, _ipv6_addresses))  # h2 asked for it
+        # the link-local start-up packets come in a link's first seconds (a host's router
+        # solicitations every 4 s after): 5 s of h1-r1 with both ends' IPv6 off carry none
+        lab.run("h1", ["ping", "-c", "3", "-i", "0.2", "-W", "2", "198.18.2.1"])
+        time.sleep(5)
+        cap.terminate()
+        cap.wait(timeout=10)
+    packets = rdpcap(str(pcap))
+    assert len(packets) >= 6  # the pings and their replies were captured
+    assert [p.summary() for p in packets if IPv6 in p] == []
 
 
 def test_dual_stack_router_forwards_ipv6(labs):

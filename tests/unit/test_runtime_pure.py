@@ -17,7 +17,7 @@ from aitb.units import BufferSize
 from testbed.layout import FIRST_IFINDEX, make_layout
 from testbed.qdiscs.common import pct_u32
 from testbed.registry import Registry, pid_alive, pid_start_time
-from testbed.sysctl import RPS_DEFAULT_MASK, all_cpus_mask, node_sysctls
+from testbed.sysctl import RPS_DEFAULT_MASK, all_cpus_mask, lab_uses_ipv6, node_sysctls
 from testbed.tc import direction_recipe
 from testbed.tcmsgs import TcMsg, handle, tc_message
 
@@ -82,6 +82,36 @@ def test_node_sysctls():
     req, opt = node_sysctls(NodePlan("s", "switch"), ipv6=False)
     assert not req and opt["net.bridge.bridge-nf-call-iptables"] == "0"
     assert opt[RPS_DEFAULT_MASK] == all_cpus_mask()  # every node, hosts and switches
+
+
+def test_ipv4_only_labs_turn_ipv6_off_unless_a_node_turns_it_back_on():
+    off = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+    for node in (NodePlan("h", "host"), NodePlan("r", "router"), NodePlan("s", "switch")):
+        req, opt = node_sysctls(node, ipv6=False)
+        assert off.items() <= opt.items() and not off.keys() & req.keys()  # optional
+        req, opt = node_sysctls(node, ipv6=True)
+        assert not off.keys() & (req.keys() | opt.keys())
+    # optional ones are written first, required ones (the node's own last) win
+    req, opt = node_sysctls(NodePlan("h", "host", sysctls={
+        "net.ipv6.conf.all.disable_ipv6": "0"}), ipv6=False)
+    assert req["net.ipv6.conf.all.disable_ipv6"] == "0"
+
+
+def test_a_lab_uses_ipv6_for_an_address_a_loopback_or_unnumbered_bgp():
+    from aitb.plan import Endpoint, FrrRouting, LinkPlan
+
+    def plan(a=None, lo=None, routing=None):
+        nodes = (NodePlan("r1", "host", forward=lo is not None, lo_ipv6=lo),
+                 NodePlan("r2", "router"))
+        link = LinkPlan("r1-r2", Endpoint("r1", "e1", ip.IPv4Interface("198.18.0.1/30"), a),
+                        Endpoint("r2", "e1", ip.IPv4Interface("198.18.0.2/30")))
+        return LabPlan("l", nodes=nodes, links=(link,), routing=routing)
+
+    assert not lab_uses_ipv6(plan())
+    assert not lab_uses_ipv6(plan(routing=FrrRouting(peering="numbered")))
+    assert lab_uses_ipv6(plan(a=ip.IPv6Interface("2001:db8::1/64")))
+    assert lab_uses_ipv6(plan(lo=ip.IPv6Interface("2001:db8:ff::1/128")))
+    assert lab_uses_ipv6(plan(routing=FrrRouting(peering="unnumbered")))
 
 
 def test_all_cpus_mask_in_32_bit_groups():
