@@ -54,15 +54,20 @@ def test_ttft_grows_with_the_bootstrap_on_the_first_request_of_a_session_only(
         assert all(r["tokens"] == 8 and r["server"] == "s1" for r in rs)
     first = {n: min(by[n], key=lambda r: r["t_sent"])["ttft_s"] for n in sizes}
     later = {n: [r["ttft_s"] for r in by[n] if not r["bootstrap"]] for n in sizes}
-    # the extra bootstrap bytes cross s1's 100 Mbit/s port (the two holders' 50 Mbit/s links
-    # add up to it): at least their serialization time at the line rate (2 % for HTB's
-    # burst allowance), at most 30 % more (TCP/IP headers ~5 %, slow start of the holders'
-    # connections, two shared cores)
+    # the bootstrap bytes cross s1's 100 Mbit/s port (the two holders' 50 Mbit/s links add
+    # up to it): each first request takes at least their serialization time at the line rate
+    # (2 % for HTB's burst allowance), which lateness cannot break; the growth from the small
+    # bootstrap to the big one is that of the extra bytes, at most 30 % more (TCP/IP headers
+    # ~5 %, slow start of the holders' connections, two shared cores) and at least 90 % (a
+    # stall of the small run's agents lowers the difference: 10 % is 31 ms, twice what the
+    # headers alone leave above the line rate)
+    for name, size in sizes.items():
+        assert first[name] >= 0.98 * size * 8 / 100e6, (name, first[name])
     line_s = (sizes["big"] - sizes["small"]) * 8 / 100e6
     grew = first["big"] - first["small"]
     print(f"TTFT first request: {first}; later: {later}; growth {grew:.3f} s vs "
           f"line rate {line_s:.3f} s")
-    assert 0.98 * line_s <= grew <= 1.3 * line_s
+    assert 0.9 * line_s <= grew <= 1.3 * line_s
     # later requests of the session fetch nothing: prompt (4 KiB, 0.3 ms at 100 Mbit/s) plus
     # 5 ms prefill; 40 ms bounds scheduling noise of two shared cores, and the bootstrap size
     # makes no difference beyond that noise
@@ -137,14 +142,18 @@ def test_nearest_policy_serves_from_the_lower_delay_server(tmp_path, state_env):
 
 def test_concurrent_workloads_on_the_same_hosts_do_not_clash(tmp_path, state_env):
     """Two replays at once with agents on the same hosts: own control sockets, ports, agent
-    processes and record directories; both complete, records merged with their workload."""
+    processes and record directories; both complete, records merged with their workload.
+    Each replay starts once its own agents have said hello, so their starts differ by agent
+    start-up jitter; each lasts about 2 s (REPEATS bursts 100 ms apart) so that they overlap
+    whatever that jitter on a loaded machine (4 bursts 50 ms apart lasted 0.2 s)."""
+    REPEATS = 20
     doc = {"name": "concurrent", "seed": 1,
            "topology": {"generator": "single_switch", "params": {"hosts": 3}},
            "workloads": [
                {"kind": "incast", "name": "first", "receiver": "h1", "size": "256KiB",
-                "repeats": 4, "gap": "50ms"},
+                "repeats": REPEATS, "gap": "100ms"},
                {"kind": "incast", "name": "second", "receiver": "h1", "size": "256KiB",
-                "repeats": 4, "gap": "50ms", "start": "with_previous"}]}
+                "repeats": REPEATS, "gap": "100ms", "start": "with_previous"}]}
     run_dir = _run(doc, tmp_path, state_env)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [(w["name"], w["ok"], w["group"]) for w in manifest["workloads"]] == [
@@ -153,7 +162,7 @@ def test_concurrent_workloads_on_the_same_hosts_do_not_clash(tmp_path, state_env
     spans = {}
     for name in ("first", "second"):
         mine = [f for f in flows if f["workload"] == name]
-        assert len(mine) == 4 * 2 and all(f["t_end"] for f in mine)  # 2 senders x 4 bursts
+        assert len(mine) == REPEATS * 2 and all(f["t_end"] for f in mine)  # 2 senders each
         spans[name] = (min(f["t_start"] for f in mine), max(f["t_end"] for f in mine))
         logs = sorted(p.name for p in run_dir.glob(f"workloads/*-{name}/agents/*.log"))
         assert logs == ["h1.log", "h2.log", "h3.log"]  # its own agent on every host
