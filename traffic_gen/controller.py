@@ -400,12 +400,19 @@ class Controller:
                 pass
 
     def _abort(self) -> None:
+        """End the agents: each connected one hears ``abort`` and ends by itself within
+        ``stop_timeout_s`` (else it is killed); one whose hello was not read yet cannot hear
+        it and is killed at once (a run interrupted while its agents started waited the
+        whole stop timeout for them); then the starters and the control socket."""
         self._thaw_all()  # a frozen agent hears the abort and ends by itself
         for ch in list(self.chans.values()):
             try:
                 ch.send({"type": "abort"})
             except OSError:
                 pass
+        for node, p in self.procs.items():
+            if node not in self.chans and p.poll() is None:
+                p.kill()
         self._reap(self.opt.stop_timeout_s if any(p.poll() is None for p in
                                                   self.procs.values()) else 0)
         for p in self.procs.values():
