@@ -16,7 +16,7 @@ campaign:         ## run (or resume) a campaign: CAMPAIGN=file (default: the inc
 	$(AITB) campaign $(CAMPAIGN)
 
 lint:             ## style, import contracts between layers
-	.venv/bin/ruff check --no-cache aitb orchestration testbed topologies workloads traffic_gen analysis tests bench scripts
+	.venv/bin/ruff check --no-cache aitb models orchestration testbed topologies workloads traffic_gen analysis tests bench scripts
 	.venv/bin/lint-imports
 	@dups=$$(find tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d); \
 	  test -z "$$dups" || { echo "lint: test modules share a basename (pytest cannot collect both): $$dups"; exit 1; }

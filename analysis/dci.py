@@ -1,13 +1,13 @@
 """DCI crossing report (pure, no root): which collective instances had flows over a DCI link,
 and how much of the iteration time they cost. Writes ``dci.json`` into the run directory.
 
-Inputs: ``plan.json`` (routes, sites; aitb.paths), ``flows.jsonl`` (each flow's source
+Inputs: ``plan.json`` (routes, sites; models.paths), ``flows.jsonl`` (each flow's source
 node, destination address and ``collective_id``), ``collectives.jsonl`` (each instance's per-
 rank start and end), ``timeline.jsonl`` (per-rank ops: the iteration's span).
 
 Definitions (seconds on the host clock, as the records):
 - a collective instance *crosses the DCI* when at least one of its flows may cross a DCI link
-  (any of its equal-cost paths does; aitb.paths; a flow the plan has no path for, e.g.
+  (any of its equal-cost paths does; models.paths; a flow the plan has no path for, e.g.
   to an address outside the plan, crosses nothing);
 - its interval is [min rank start, max rank end], its CCT the interval's length (records.py);
 - iteration time: the busy time of that (workload, iteration): the length of the union of its
@@ -33,8 +33,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from aitb.paths import PathError, PathWalker, dci_links
-from aitb.plan import LabPlan, plan_from_dict
+from models.paths import PathError, PathWalker, dci_links
+from models.plan import LabPlan, plan_from_dict
 
 __all__ = ["dci_report", "write_dci", "dci_collective_time_s", "union_length"]
 

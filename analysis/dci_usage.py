@@ -4,12 +4,12 @@ rank id with one by the ALTO cost map (examples/alto_ring_order.yaml).
 
 Definitions:
 - bytes per DCI link direction: the sum of ``size_bytes`` of the workload's flows
-  (flows.jsonl) whose first routed path (aitb.paths; the one through every route's first
-  next hop) sends over that DCI link (aitb.paths.dci_links) in that direction, keyed
+  (flows.jsonl) whose first routed path (models.paths; the one through every route's first
+  next hop) sends over that DCI link (models.paths.dci_links) in that direction, keyed
   ``"<link> <sender>-><receiver>"``; a flow the plan has no path for counts nowhere;
 - ring crossings of a collective: ring edges of its communicator order (collectives.jsonl
   ``hosts``, group order; the last back to the first) joining hosts of different PIDs
-  (alto/index.json's ``pids``; without it, sites by aitb.paths.site_of), counted for
+  (alto/index.json's ``pids``; without it, sites by models.paths.site_of), counted for
   algorithm ``ring`` only; a workload's crossings are the sum over its distinct groups in
   its first iteration (the order is the same in every iteration);
 - iteration time: per (workload, iteration) the last rank op end minus the first start in
@@ -23,8 +23,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from aitb.paths import PathError, PathWalker, dci_links, site_of
-from aitb.plan import LabPlan, plan_from_dict
+from models.paths import PathError, PathWalker, dci_links, site_of
+from models.plan import LabPlan, plan_from_dict
 
 __all__ = ["dci_usage"]
 

@@ -1,5 +1,5 @@
 """Encryption cost of a run (pure, reads a run directory): flow and collective completion
-times and CPU seconds per GB, with the TLS facts the flows carry (aitb.records.FlowRecord:
+times and CPU seconds per GB, with the TLS facts the flows carry (models.records.FlowRecord:
 ``send_cpu_s``, ``recv_cpu_s``, ``tls_cipher``, ``tls_handshake_s``).
 
 Definitions (TCP flows of the workloads, background flows excluded):

@@ -1,4 +1,4 @@
-"""JSON and Parquet outputs of the analysis, written atomically (:mod:`aitb.atomic`: a reader
+"""JSON and Parquet outputs of the analysis, written atomically (:mod:`models.atomic`: a reader
 never sees half a file)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from aitb.atomic import write_atomic, write_text_atomic
+from models.atomic import write_atomic, write_text_atomic
 
 __all__ = ["write_json_atomic", "write_parquet_atomic"]
 

@@ -1,19 +1,19 @@
 """Data-locality verdict of a run (``locality.json``; pure, reads the run directory).
 
 Inputs: ``experiment.json`` (each workload's ``data`` policy: class, allowed regions and
-countries; aitb.locality.DataPolicy), ``plan.json`` (routes and the nodes' ``region`` and
+countries; models.locality.DataPolicy), ``plan.json`` (routes and the nodes' ``region`` and
 ``country`` labels), ``flows.jsonl`` (each flow's source node, addresses, ports and workload)
 and, where they exist, ``captures/`` (index.json and the pcaps).
 
 Every flow of a marked workload is checked on every path the plan gives it
-(aitb.locality.flow_violations: every node on the path, both ends of every link, must be in an
+(models.locality.flow_violations: every node on the path, both ends of every link, must be in an
 allowed region). A violating flow is **confirmed** when a capture of a link on a violating
 path holds a packet of its connection (its 4-tuple in either direction); ``captured_on`` names
 those pcaps (a link without a capture leaves it unconfirmed: the plan alone says so).
 
 ``verdict``: ``compliant`` (marked flows exist and none violates), ``violation`` or
 ``not_applicable`` (no workload is marked, or none of its flows was recorded). ``evidence``
-is a hash chain (aitb.evidence) over the files the verdict rests on: experiment.json,
+is a hash chain (models.evidence) over the files the verdict rests on: experiment.json,
 plan.json, flows.jsonl and every pcap listed in captures/index.json; ``aitb verify RUN_DIR``
 recomputes it and the verdict (:func:`check_locality`), so neither the files nor the verdict
 stated from them can change unnoticed.
@@ -26,12 +26,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aitb.evidence import build_chain, verify_chain
-from aitb.locality import DataPolicy, flow_violations
-from aitb.paths import PathError, PathWalker
-from aitb.plan import plan_from_dict
 from analysis.io import write_json_atomic
 from analysis.pcap import PROTO_TCP, DecodeStats, decode_frame, open_capture
+from models.evidence import build_chain, verify_chain
+from models.locality import DataPolicy, flow_violations
+from models.paths import PathError, PathWalker
+from models.plan import plan_from_dict
 
 __all__ = ["policies_of", "locality_report", "write_locality", "evidence_files",
            "check_locality"]
@@ -149,7 +149,7 @@ _STATED = ("verdict", "policies", "checked_flows", "violating_flows", "confirmed
 
 def check_locality(run_dir: Path, doc: dict[str, Any]) -> list[str]:
     """What no longer holds of ``doc`` (a ``locality.json`` mapping) against ``run_dir``: the
-    hash chain's changed or missing files (aitb.evidence.verify_chain), evidence files the
+    hash chain's changed or missing files (models.evidence.verify_chain), evidence files the
     chain leaves out or names beyond :func:`evidence_files`, and each stated key
     (``verdict``, ``violations``, counts) that differs from :func:`locality_report` recomputed
     from the files (or that it cannot be: an unreadable experiment.json, plan.json,

@@ -1,11 +1,11 @@
 """Ideal-FCT parameters of a flow from the plan's routes (analysis-specific, on top of the one
-route walk in aitb.paths: every ECMP path, L2 segments crossed, each hop's egress
+route walk in models.paths: every ECMP path, L2 segments crossed, each hop's egress
 shaping)."""
 
 from __future__ import annotations
 
-from aitb.paths import Hop, paths
-from aitb.plan import LabPlan
+from models.paths import Hop, paths
+from models.plan import LabPlan
 
 __all__ = ["ideal_params"]
 
@@ -17,7 +17,7 @@ def ideal_params(plan: LabPlan, src_node: str, src_ip: str, dst_node: str,
     a reverse path (the ACKs' way back). With ECMP the highest bottleneck rate is taken, so an
     ideal built from it is a lower bound whatever path a flow was hashed to.
 
-    Raises :class:`aitb.paths.PathError` as :func:`aitb.paths.paths` does."""
+    Raises :class:`models.paths.PathError` as :func:`models.paths.paths` does."""
     fwd, rev = paths(plan, src_node, dst_ip), paths(plan, dst_node, src_ip)
     rates = [_bottleneck(p) for p in fwd]
     shaped = [r for r in rates if r is not None]

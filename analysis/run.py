@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aitb.paths import dci_links
-from aitb.plan import plan_from_dict
 from analysis.dci import write_dci
 from analysis.io import write_json_atomic
 from analysis.locality import policies_of, write_locality
@@ -15,6 +13,8 @@ from analysis.metrics import compute_metrics
 from analysis.metrics.events import impact_table
 from analysis.report import render_report
 from analysis.tables import load_run, write_tables
+from models.paths import dci_links
+from models.plan import plan_from_dict
 
 __all__ = ["analyze_run"]
 
@@ -29,7 +29,7 @@ def analyze_run(run_dir: Path) -> dict[str, Any]:
     ``locality.json`` when a workload marks its data (analysis.locality) and
     ``report.html``.
     Needs no root; re-runnable (the outputs are replaced, the inputs never touched). Returns
-    the metrics dict (as written to metrics.json). Raises :class:`aitb.errors.SpecError`
+    the metrics dict (as written to metrics.json). Raises :class:`models.errors.SpecError`
     naming the directory if it is missing or not a run directory (no manifest.json), or
     naming a malformed JSON file; nothing is written then.
     """

@@ -1,11 +1,11 @@
 """A run directory's records and counter samples as pandas tables, and their Parquet copies.
 
-Inputs (aitb/records.py, aitb/counter_columns.py; every file optional except
+Inputs (models/records.py, models/counter_columns.py; every file optional except
 ``manifest.json``): the merged record files
 ``flows.jsonl``, ``collectives.jsonl``, ``bursts.jsonl``, ``timeline.jsonl``,
 ``failures.jsonl``, ``rounds.jsonl``, ``requests.jsonl``; the counter samples
 ``counters/{qdisc,links,tcp}.parquet`` and ``counters/sampler.json``; ``plan.json``,
-``fidelity.json``, ``dci.json``, ``events.jsonl`` (the ``events:`` actions, aitb/events.py,
+``fidelity.json``, ``dci.json``, ``events.jsonl`` (the ``events:`` actions, models/events.py,
 with the manifest's ``events.t0_unix_s``) and each workload's ``counters_end.json``
 snapshot. A missing
 file is an empty table (or None), never an error: a run without counters, captures, rounds or
@@ -21,11 +21,11 @@ from typing import Any
 
 import pandas as pd
 
-from aitb.counter_columns import QDISC_COLUMNS
-from aitb.errors import SpecError
-from aitb.events import EVENT_RECORDS
-from aitb.plan import LabPlan, plan_from_dict
 from analysis.io import write_parquet_atomic
+from models.counter_columns import QDISC_COLUMNS
+from models.errors import SpecError
+from models.events import EVENT_RECORDS
+from models.plan import LabPlan, plan_from_dict
 
 __all__ = ["RECORD_FILES", "COUNTER_FILES", "QDISC_COLUMNS", "RunTables", "load_run",
            "read_jsonl", "write_tables"]
@@ -37,8 +37,8 @@ RECORD_FILES: dict[str, str] = {
 COUNTER_FILES: dict[str, str] = {
     "qdisc": "counters/qdisc.parquet", "links": "counters/links.parquet",
     "tcp": "counters/tcp.parquet"}
-# counters/qdisc.parquet, one row per qdisc per sample: QDISC_COLUMNS of aitb.counter_columns
-# tables/<name>.parquet written by :func:`write_tables` (the record files' rows, see aitb.records)
+# counters/qdisc.parquet, one row per qdisc per sample: QDISC_COLUMNS of models.counter_columns
+# tables/<name>.parquet written by :func:`write_tables` (the record files' rows, see models.records)
 TABLE_NAMES = ("flows", "collectives", "bursts", "timeline", "rounds", "requests")
 
 

@@ -5,7 +5,7 @@
 
 Three systems on the same leaf-spine in one run: aitb's native backend (``aitb``), aitb's
 Mininet backend (``aitb_mn``: Mininet's nodes and links, aitb's netlink configuration,
-shaping and teardown; testbed/mininet_backend.py) and plain Mininet (``mininet``).
+shaping and teardown; testbed/mininet/backend.py) and plain Mininet (``mininet``).
 
 The topology (issue 2): 16 leaves x 16 hosts and 4 spines = 256 hosts, every link shaped to
 1 Gbit/s. aitb: routed leaves and spines (ECMP), each node a network namespace, built through
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import topologies
-from testbed.backends import make_lab
+from testbed.lab.backends import make_lab
 
 HERE = Path(__file__).resolve().parent
 

@@ -27,7 +27,7 @@ from container_image import TAG, Engine, build_image  # noqa: E402
 
 import topologies  # noqa: E402
 from testbed import signals  # noqa: E402
-from testbed.lab import Lab  # noqa: E402
+from testbed.lab.lab import Lab  # noqa: E402
 
 RECEIVER = textwrap.dedent("""\
     import socket, time

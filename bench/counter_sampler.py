@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 import topologies
-from aitb.units import parse_duration_s
+from models.units import parse_duration_s
 from testbed.counters import CounterSampler, SamplerConfig
-from testbed.lab import Lab
+from testbed.lab.lab import Lab
 
 SIZES = {"small": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2},
          "large": {"spines": 4, "leaves": 4, "hosts_per_leaf": 4}}

@@ -9,13 +9,13 @@ Three namespaces joined by two veths, S - M - R; M routes. Both lines sit in M, 
 capture points, so one method measures either:
 
   netem   netem delay D as the root qdisc of M's veth towards R (limit sized by
-          testbed.qdiscs.netem.netem_limit_packets, as a lab's netem);
+          testbed.tc.qdiscs.netem.netem_limit_packets, as a lab's netem);
   native  NFQUEUE in M's mangle PREROUTING on the veth from S, served by aitb-delayline
-          (testbed.delayline Helper/QueueParams, as bench/delayline_accuracy.py), delay D,
-          with a lab's settings (testbed.delay_backends.native: SCHED_FIFO 10, 50 us spin);
+          (testbed.delay.nfqueue Helper/QueueParams, as bench/delayline_accuracy.py), delay D,
+          with a lab's settings (testbed.delay.native: SCHED_FIFO 10, 50 us spin);
   none    neither: the floor of the method (M's forwarding, the second veth), once.
 
-tcpdump (testbed.capture.Capture, nanosecond pcap) runs on M's veth from S and on R's veth.
+tcpdump (testbed.capture.tcpdump.Capture, nanosecond pcap) runs on M's veth from S and on R's veth.
 Both stamp a packet as it is received on that veth, before M's netfilter hooks and after the
 previous hop's qdisc, so each line is wholly between them. iperf3 -u -l 1472 from S to R
 sends MTU-sized datagrams (1500 bytes of IP) paced at --rate-mbps, each with iperf3's
@@ -79,11 +79,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from aitb.errors import AitbError  # noqa: E402
-from aitb.records import percentile  # noqa: E402
-from aitb.shaping import Shaping  # noqa: E402
 from analysis.pcap.decode import PROTO_UDP, DecodeStats, decode_frame  # noqa: E402
 from analysis.pcap.detect import open_capture  # noqa: E402
+from models.errors import AitbError  # noqa: E402
+from models.records import percentile  # noqa: E402
+from models.shaping import Shaping  # noqa: E402
 
 S_IP, M_S_IP, M_R_IP, R_IP = "10.233.1.1", "10.233.1.2", "10.233.2.1", "10.233.2.2"
 PORT = 5201
@@ -173,7 +173,7 @@ class Chain:
         self.made: list[str] = []
 
     def popen(self, node: str, argv: Sequence[str], **kw: Any) -> subprocess.Popen:
-        """``argv`` in node ``node`` ("s", "m", "r"); the interface testbed.capture needs."""
+        """``argv`` in node ``node`` ("s", "m", "r"); what testbed.capture.tcpdump needs."""
         return subprocess.Popen(["ip", "netns", "exec", self.ns[node], *argv], **kw)
 
     def up(self) -> None:
@@ -224,8 +224,8 @@ def _iperf(chain: Chain, rate_bps: float, seconds: float) -> dict:
 
 
 def _netem_argv(chain: Chain, delay_s: float, delete: bool = False) -> list[str]:
-    from testbed.qdiscs import netem
-    from testbed.tcobjects import TcObject
+    from testbed.tc.objects import TcObject
+    from testbed.tc.qdiscs import netem
     obj = TcObject("qdisc", "m", chain.if_mr, "root", "1:", "netem",
                    netem.params(Shaping(delay_s=delay_s), 1500))
     return ["tc", "qdisc", "del", "dev", chain.if_mr, "root"] if delete else obj.tc_argv()
@@ -233,7 +233,7 @@ def _netem_argv(chain: Chain, delay_s: float, delete: bool = False) -> list[str]
 
 def _helper_log(log: Path, delay_s: float) -> dict:
     """The helper's own per-packet figures: release error and added delay - configured (us)."""
-    from testbed.delayline import read_pktlog
+    from testbed.delay.nfqueue import read_pktlog
     recs = [r for r in read_pktlog(log) if r[2]]
     rel = summary_us([(r[2] - r[1]) / 1e3 for r in recs])
     add = summary_us([(r[2] - r[0]) / 1e3 - delay_s * 1e6 for r in recs])
@@ -244,11 +244,11 @@ def run_case(chain: Chain, tmp: Path, line: str, delay_s: float, rate_bps: float
              seconds: float, qnum: int) -> dict:
     """Carry the stream through ``line`` ("none", "netem", "native") at ``delay_s``; the
     line and the captures are removed before returning (also on errors)."""
-    from testbed.capture import Capture, CaptureConfig
-    from testbed.capture_select import CapturePoint
-    from testbed.delay_backends import native
-    from testbed.delayline import Helper, QueueParams, maxlen_for_bdp
-    from testbed.delayline.rules import nfqueue_rule_argv
+    from testbed.capture.points import CapturePoint
+    from testbed.capture.tcpdump import Capture, CaptureConfig
+    from testbed.delay import native
+    from testbed.delay.nfqueue import Helper, QueueParams, maxlen_for_bdp
+    from testbed.delay.nfqueue.rules import nfqueue_rule_argv
 
     name = f"{line}-{delay_s * 1e3:g}ms-{qnum}"
     m = chain.ns["m"]
@@ -260,7 +260,7 @@ def run_case(chain: Chain, tmp: Path, line: str, delay_s: float, rate_bps: float
         sh(m, nfqueue_rule_argv(chain.if_ms, qnum, "dlvm"))
         q = QueueParams(qnum, delay_s=delay_s, maxlen_packets=maxlen_for_bdp(
             max(rate_bps, 1e9), delay_s), pktlog_path=str(log))
-        # as a lab runs it (testbed.delay_backends.native): SCHED_FIFO, spinning before a release
+        # as a lab runs it (testbed.delay.native): SCHED_FIFO, spinning before a release
         helper = Helper(m, [q], tmp / f"helper-{name}", native.STATS_INTERVAL_MS,
                         spin_us=native.SPIN_US, rt_prio=native.RT_PRIO, nice=native.NICE)
     try:
@@ -413,14 +413,14 @@ def main() -> int:
         raise SystemExit(f"--lines: expected some of {', '.join(LINES)}, got {a.lines!r}")
     if os.geteuid() != 0:
         raise SystemExit("run as root (namespaces, tc, iptables, tcpdump)")
-    from testbed.delayline.build import helper_path
-    from testbed.kernel import missing_features
+    from testbed.delay.nfqueue.build import helper_path
+    from testbed.host.kernel import missing_features
     try:
         if "native" in lines:
             helper_path()  # built here: in the VM the checkout's writes are discarded
         if not a.here and missing_features({"netem"}) and "netem" in lines:
             return _in_vm(sys.argv[1:])
-        from testbed import signals
+        from testbed.lab import signals
         with signals.raising():
             rows = measure(rates, delays, lines, a.seconds)
     except AitbError as exc:
@@ -434,7 +434,7 @@ def main() -> int:
 
 def _in_vm(args: list[str]) -> int:
     """This script with ``--here`` in one boot of the stock-kernel VM (output streamed)."""
-    from testbed.vm import run_in_vm
+    from testbed.vm.run import run_in_vm
     print("host kernel lacks netem: running both lines in one boot of the stock-kernel VM",
           flush=True)
     start = time.monotonic()

@@ -48,10 +48,10 @@ from pyroute2 import IPRoute, NetNS
 from pyroute2 import netns as pr_netns
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from testbed.delayline import Helper, QueueParams, maxlen_for_bdp, read_pktlog  # noqa: E402
-from testbed.delayline.rules import nfqueue_rule_argv  # noqa: E402
-from testbed.linecpu import check_line_cpu, keep_off, restore  # noqa: E402
-from testbed.sysctl import all_cpus_mask  # noqa: E402
+from testbed.delay.linecpu import check_line_cpu, keep_off, restore  # noqa: E402
+from testbed.delay.nfqueue import Helper, QueueParams, maxlen_for_bdp, read_pktlog  # noqa: E402
+from testbed.delay.nfqueue.rules import nfqueue_rule_argv  # noqa: E402
+from testbed.ns.sysctl import all_cpus_mask  # noqa: E402
 
 A_IP, B_IP = "10.232.0.1", "10.232.0.2"
 RT_PRIO = 0  # --rt-prio
@@ -128,7 +128,7 @@ def carry(p: Pair, mode: str, delay_s: float, seconds: float) -> dict:
     it and back."""
     if mode.startswith("tcpwire"):  # TCP builds every 1448-byte segment: wire-sized packets
         sh(p.a, "ethtool", "-K", p.ia, "tso", "off", "gso", "off")
-    # --isolate: the lab's dedicated line CPU (testbed.lab.Lab line_cpu): the helper pinned
+    # --isolate: the lab's dedicated line CPU (testbed.lab.lab.Lab line_cpu): the helper pinned
     # to it, spinning before every release; both veths' receive processing on the others
     mask = all_cpus_mask(without=LINE_CPU) if LINE_CPU is not None else all_cpus_mask()
     for ns, ifn in ((p.a, p.ia), (p.b, p.ib)):
@@ -266,7 +266,7 @@ def print_row(r: dict, cpu: str) -> None:
 
 def _use_helper(binary: Path | None) -> None:
     if binary is not None:
-        import testbed.delayline.build as build
+        import testbed.delay.nfqueue.build as build
         build.helper_path = lambda build_if_needed=True: binary.resolve()
 
 

@@ -21,7 +21,7 @@ of applying it); each case at normal priority and at SCHED_FIFO 10 (the schedule
 Figures of 2026-12-02 (``--events 300 --partitions``, SCHED_FIFO 10, target figure p50 / p99
 in ms, 50 actions per op and case, so p99 = the maximum; the 2-core machine under the heavy
 lock, other sessions' light work beside it, load average 0.7-2.2; before = both veth ends set
-down, after = one end, its peer losing the carrier, testbed/faults.py ``down_ends``), two runs
+down, after = one end, its peer losing the carrier, testbed/live/faults.py ``down_ends``), two runs
 each, interleaved (before, after, before, after):
 
     op        case    before run 1 / run 2    after run 1 / run 2
@@ -69,10 +69,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "netns"))
 
 from plans import ecmp_diamond  # noqa: E402
 
-from aitb.events import EventAction  # noqa: E402
-from aitb.units import parse_duration_s  # noqa: E402
-from testbed.lab import Lab  # noqa: E402
-from testbed.trace_player import TracePlayer  # noqa: E402
+from models.events import EventAction  # noqa: E402
+from models.units import parse_duration_s  # noqa: E402
+from testbed.lab.lab import Lab  # noqa: E402
+from testbed.live.trace_player import TracePlayer  # noqa: E402
 
 TARGET_MS = 2.0
 

@@ -1,5 +1,5 @@
 """The fidelity rate check against the kernel: one iperf3 TCP flow through an HTB rate
-limiter, counters sampled every 10 ms (testbed.countersnap, the contract-2 columns), then
+limiter, counters sampled every 10 ms (testbed.counters.snapshot, the contract-2 columns), then
 analysis.fidelity.rate_check over the samples. Prints measured/configured per rate.
 
 Usage (root, host kernel): .venv/bin/python bench/fidelity_rate.py [--seconds 3]
@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "netns"))
 
 from plans import two_hosts_router  # noqa: E402
 
-from aitb.shaping import Shaping  # noqa: E402
 from analysis.fidelity import rate_check  # noqa: E402
+from models.shaping import Shaping  # noqa: E402
 from orchestration.run.fidelity import direction_refs  # noqa: E402
-from testbed.countersnap import QDISC_COLUMNS, snapshot  # noqa: E402
-from testbed.lab import Lab  # noqa: E402
+from testbed.counters.snapshot import QDISC_COLUMNS, snapshot  # noqa: E402
+from testbed.lab.lab import Lab  # noqa: E402
 
 
 def sample(lab: Lab, stop: threading.Event, rows: list, interval_s: float) -> None:

@@ -10,14 +10,14 @@ UDP flows (distinct source ports, so the border router hashes them over both DCI
 dc1-l1-h1 to dc2-l1-h1, one datagram per flow every --interval-ms; the receiver stamps
 arrivals on CLOCK_MONOTONIC (one clock for every namespace).
 Two failures of DCI 1 (dc1-b1-dc2-b1), one second into the probe:
-  down:   the link set down (testbed/faults.py: what link_down events do; dc1-b1's end
+  down:   the link set down (testbed/live/faults.py: what link_down events do; dc1-b1's end
           down, dc2-b1's without carrier);
   silent: every packet through dc1-b1's DCI-1 interface dropped (iptables in dc1-b1's
           namespace; the interfaces stay up, as with a dead optic behind a live port).
 Figures per mode and failure: outage_ms = the longest gap between arrivals of any flow
 around the failure (the data plane's recovery; a flow that never recovers within the probe
 shows as "none"), lost = datagrams not received, hit = flows with a gap over 50 ms, and for
-FRR the control plane's convergence (testbed/frr.py ConvergenceWatch, what events.jsonl
+FRR the control plane's convergence (testbed/routing/frr.py ConvergenceWatch, what events.jsonl
 records: until every router's table is stable again), for the down failure only: the watch
 knows the links that events set down, not a silent failure. The last column is
 outage / outage(static) of the same failure in the same run (static never recovers from a
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from orchestration.run.runner import prepare
-from testbed.lab import Lab
+from testbed.lab.lab import Lab
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "dci_failover_frr.yaml"

@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from aitb.units import parse_rate_bps, parse_size_bytes  # noqa: E402
-from orchestration import api  # noqa: E402
+import aitb as api  # noqa: E402
+from models.units import parse_rate_bps, parse_size_bytes  # noqa: E402
 from topologies.wan import Attachment, WanOptions, import_wan  # noqa: E402
 from workloads.paths import path_delay_s  # noqa: E402
 

@@ -8,7 +8,7 @@ Needs torch (``pip install -e '.[yardstick]'``); without it prints "torch not av
 skipped" and exits 0.
 
 Steps: a docker engine (the running one, else a dockerd started here and stopped by pid); the
-image ``aitb-gloo:1`` built locally (testbed.images, as ``aitb image build``: this host's
+image ``aitb-gloo:1`` built locally (testbed.containers.images, as ``aitb image build``: this host's
 Python, its stdlib, the installed torch with its requirements, the ELF closure of their
 libraries, and examples/containers/gloo_worker.py at /opt/aitb/gloo_worker.py); then ``aitb
 run`` of the example (runner.prepare + execute, without analysis). gloo's CCT per all-reduce is
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "tests" / "netns"))
 from container_image import Engine  # noqa: E402
 
 from orchestration.run.runner import execute, prepare  # noqa: E402
-from testbed.images import build_python_image  # noqa: E402
+from testbed.containers.images import build_python_image  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "containers" / "gloo_allreduce.yaml"
 WORKER = ROOT / "examples" / "containers" / "gloo_worker.py"

@@ -6,7 +6,7 @@ Needs torch (``pip install -e '.[yardstick]'``); without it prints "torch not in
 skipped" and exits 0.
 
 Lab: ``topologies.generate("single_switch", hosts=n)`` with both directions of every host link
-shaped by HTB at B (default 200 Mbit/s), brought up by ``testbed.lab.Lab``. On it:
+shaped by HTB at B (default 200 Mbit/s), brought up by ``testbed.lab.lab.Lab``. On it:
 1. gloo: one process per host, started inside the host's namespace by ``lab.popen`` (so the
    lab owns and ends it), rendezvous ``tcp://<h1's lab address>:<port>``, GLOO_SOCKET_IFNAME =
    the host's lab interface, LOCAL_WORLD_SIZE unset (newer gloo releases take a shared-memory
@@ -19,11 +19,11 @@ shaped by HTB at B (default 200 Mbit/s), brought up by ``testbed.lab.Lab``. On i
    per round, CCT from collectives.jsonl. Rounds alternate gloo, aitb, gloo, aitb ... so that
    load from other processes on the shared cores falls on both alike.
 For both, each host link's interface counters (tx/rx bytes, read through netlink by
-``testbed.countersnap.snapshot``) before and after the timed part, divided by the number of
+``testbed.counters.snapshot.snapshot``) before and after the timed part, divided by the number of
 all-reduces, against the closed form 2(n-1)/n x S per rank and direction (Patarasuk and Yuan,
 "Bandwidth optimal all-reduce algorithms for clusters of workstations", JPDC 2009). Interface
 counters add headers and the ACKs a host returns for what it receives. With a rate-only plan
-the lab keeps GSO/GRO on (testbed.layout.needs_wire_packets), so a veth counts one header set
+the lab keeps GSO/GRO on (testbed.lab.layout.needs_wire_packets), so a veth counts one header set
 per super-packet of up to 64 KB and both tools read well under 1 % above the payload closed
 form; ``--wire-packets`` makes every packet MTU-sized, and then headers alone add 66 of every
 1514 bytes (4.4 %).
@@ -51,13 +51,13 @@ import time
 from pathlib import Path
 
 import topologies
-from aitb.plan import LabPlan
-from aitb.records import CollectiveRecord
-from aitb.schedule import Collective, Group, Schedule
-from aitb.shaping import Shaping
+from models.plan import LabPlan
+from models.records import CollectiveRecord
+from models.schedule import Collective, Group, Schedule
+from models.shaping import Shaping
 from testbed.counters.readers import TCP_FIELDS, NamespaceReader
-from testbed.countersnap import snapshot
-from testbed.lab import Lab
+from testbed.counters.snapshot import snapshot
+from testbed.lab.lab import Lab
 from traffic_gen import ReplayOptions, replay
 from traffic_gen.jsonl import read_records
 from traffic_gen.launch import LabLauncher

@@ -4,7 +4,7 @@ Usage (root): .venv/bin/python bench/load_balancing.py [--host-mbit 100] [--size
               [--repeats 3] [--flowlet-gap 1s]
 Lab: the leaf_spine generator, 4 spines, 2 leaves x 8 hosts, oversubscription 2:1 (host links
 at --host-mbit, each of the 8 fabric links at 8 x host / (4 x 2)); every router with the one
-``load_balancing`` policy under test (testbed/load_balance.py). Workload: 8 concurrent TCP
+``load_balancing`` policy under test (testbed/routing/load_balance.py). Workload: 8 concurrent TCP
 flows l1-hk -> l2-hk (k = 1..8) of --size-mb each, all started at one instant; so 8 flows
 share 4 uplinks of l1: at best 2 per spine. Per policy and repeat: CCT (the last flow's end
 minus the common start), each flow's FCT, the senders' retransmissions, TCP_INFO
@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from testbed import countersnap
-from testbed.lab import Lab
+from testbed.counters import snapshot as countersnap
+from testbed.lab.lab import Lab
 from topologies import load_topology
 
 PORT = 7200
@@ -72,7 +72,7 @@ def _uplinks(lab: Lab) -> dict[str, int]:
 
 def one_run(lab: Lab, size: int, fail_after_s: float | None = None) -> dict:
     """One round of the 8 flows; with ``fail_after_s``, spine s1's links go down that long
-    after the common start (testbed/faults.py, as an ``events:`` link_down does) and come
+    after the common start (testbed/live/faults.py, as an ``events:`` link_down does) and come
     back once every flow ended."""
     before = _uplinks(lab)
     procs = [lab.popen(f"l1-h{k}", [sys.executable, "-c", SEND,

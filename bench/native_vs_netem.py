@@ -7,15 +7,15 @@ Two figures, each on one routed lab h1 - r1 - h2 (tests/netns/plans.py's shape):
    namespace); bound = 1 Gbit/s x 1448/1514 (payload per wire byte HTB counts: 0.956 Gbit/s);
 2. buffer: the same link with a 100-packet bottleneck buffer at r1, one flow for 8 s: drops
    in the buffer (pfifo 10: below the segmenter, which cuts GSO packets into wire-sized ones,
-   testbed/qdiscs/tbf.py) and in the delay line (netem's drops, or the native helper's
+   testbed/tc/qdiscs/tbf.py) and in the delay line (netem's drops, or the native helper's
    loss-model plus kernel queue drops) - the line should drop none. The native line of the
-   direction into h2 sits before r1's queue (testbed/delayline/labline.py), where packets are
+   direction into h2 sits before r1's queue (testbed/delay/nfqueue/labline.py), where packets are
    still GSO-sized: the figure shows where it sits and how many packets (mean size) it handled.
    ``--wire-packets`` instead forces wire-sized packets on every interface (the design before
    the segmenter: the line then handles every frame, ~83 000 packets/s at 1 Gbit/s).
 
 ``--line native`` (default on a kernel without netem) or ``--line netem``; ``--vm`` also runs
-``--line netem`` inside aitb's stock-kernel VM (testbed/vm.py; under TCG its figures measure
+``--line netem`` inside aitb's stock-kernel VM (testbed/vm/run.py; under TCG its figures measure
 software emulation as much as netem) and prints both. One JSON line per line kind.
 
 Run as root:  PYTHONPATH=. .venv/bin/python bench/native_vs_netem.py [--only buffer] [--vm]
@@ -37,10 +37,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "netns")]
 
 from plans import two_hosts_router  # noqa: E402
 
-from aitb.shaping import Shaping  # noqa: E402
-from aitb.units import BufferSize  # noqa: E402
-from testbed.delay_backends import native  # noqa: E402
-from testbed.lab import Lab  # noqa: E402
+from models.shaping import Shaping  # noqa: E402
+from models.units import BufferSize  # noqa: E402
+from testbed.delay import native  # noqa: E402
+from testbed.lab.lab import Lab  # noqa: E402
 
 RATE_BPS, DELAY_S = 10**9, 0.050
 BOUND_BPS = RATE_BPS * 1448 / 1514
@@ -111,7 +111,7 @@ def _load() -> float:
 
 def measure(line: str, only: str | None = None, wire_packets: bool | None = None) -> dict:
     """Both figures (``only``: one of them) for delay line ``line`` on this kernel, with the
-    1-minute load average before each; ``wire_packets`` as :class:`testbed.lab.Lab`'s for the
+    1-minute load average before each; ``wire_packets`` as :class:`testbed.lab.lab.Lab`'s for the
     buffer figure (None: the plan decides, GSO kept)."""
     out: dict = {"line": line}
     if only in (None, "goodput"):
@@ -143,12 +143,12 @@ def measure(line: str, only: str | None = None, wire_packets: bool | None = None
 
 def _use_helper(binary: Path | None) -> None:
     if binary is not None:
-        import testbed.delayline.build as build
+        import testbed.delay.nfqueue.build as build
         build.helper_path = lambda build_if_needed=True: binary.resolve()
 
 
 def main() -> int:
-    from testbed.kernel import missing_features
+    from testbed.host.kernel import missing_features
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--line", choices=("native", "netem"))
     ap.add_argument("--only", choices=("goodput", "buffer"), help="run one of the figures")
@@ -162,7 +162,7 @@ def main() -> int:
     line = args.line or ("netem" if not missing_features({"netem", "ifb"}) else "native")
     print(json.dumps(measure(line, args.only, True if args.wire_packets else None)), flush=True)
     if args.vm:
-        from testbed.vm import run_in_vm
+        from testbed.vm.run import run_in_vm
         res = run_in_vm([sys.executable, str(Path(__file__).resolve()), "--line", "netem",
                          *(["--only", args.only] if args.only else []),
                          *(["--wire-packets"] if args.wire_packets else [])],

@@ -1,5 +1,5 @@
 """Namespace creation: pyroute2's netns.create (a forked child per namespace) against
-testbed.netns.create_many (one helper thread: unshare + bind mount + socket). Needs root.
+testbed.ns.netns.create_many (one helper thread: unshare + bind mount + socket). Needs root.
 
     .venv/bin/python bench/netns_create.py --count 100
 """
@@ -13,7 +13,7 @@ import time
 
 from pyroute2 import netns as pr_netns
 
-from testbed import netns
+from testbed.ns import netns
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "netns"))
 
 from star import Star  # noqa: E402
 
-from aitb.records import CollectiveRecord  # noqa: E402
-from aitb.schedule import Collective, Group, Schedule  # noqa: E402
+from models.records import CollectiveRecord  # noqa: E402
+from models.schedule import Collective, Group, Schedule  # noqa: E402
 from traffic_gen import ReplayOptions, replay  # noqa: E402
 from traffic_gen.jsonl import read_records  # noqa: E402
 from traffic_gen.launch import NetnsExecLauncher  # noqa: E402

@@ -11,10 +11,10 @@ import ipaddress as ip
 import time
 from pathlib import Path
 
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
-from aitb.shaping import Shaping
-from aitb.units import BufferSize
-from testbed.lab import Lab
+from models.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
+from models.shaping import Shaping
+from models.units import BufferSize
+from testbed.lab.lab import Lab
 
 IF = ip.IPv4Interface
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "netns"))
 
 from star import Star  # noqa: E402
 
-from aitb.records import BurstRecord, percentile  # noqa: E402
+from models.records import BurstRecord, percentile  # noqa: E402
 from traffic_gen import ReplayOptions, replay  # noqa: E402
 from traffic_gen.jsonl import read_records  # noqa: E402
 from traffic_gen.launch import NetnsExecLauncher  # noqa: E402

@@ -34,7 +34,7 @@ import subprocess
 import time
 
 import topologies
-from testbed.backends import make_lab
+from testbed.lab.backends import make_lab
 
 # generator -> params giving about 256 hosts
 ZOO: dict[str, dict] = {

@@ -24,11 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "netns"))
 
 from plans import two_hosts_router  # noqa: E402
 
-from aitb.shaping import Shaping  # noqa: E402
-from aitb.trace import LinkTrace, TraceStep  # noqa: E402
-from aitb.units import parse_duration_s  # noqa: E402
-from testbed.lab import Lab  # noqa: E402
-from testbed.trace_player import TracePlayer  # noqa: E402
+from models.shaping import Shaping  # noqa: E402
+from models.trace import LinkTrace, TraceStep  # noqa: E402
+from models.units import parse_duration_s  # noqa: E402
+from testbed.lab.lab import Lab  # noqa: E402
+from testbed.live.trace_player import TracePlayer  # noqa: E402
 
 
 def _quantile(values: list[float], q: float) -> float:

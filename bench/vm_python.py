@@ -99,8 +99,8 @@ def host() -> None:
     """On the host: boot for `true`, then boot for the guest measurements; print both, with
     the host CPU seconds each boot took (vng and qemu): the machine is shared, and wall times
     in the guest stretch with the host's load, CPU seconds much less."""
-    from testbed.vm import run_in_vm
-    from testbed.vm_kernel import CHECKOUT
+    from testbed.vm.kernel import CHECKOUT
+    from testbed.vm.run import run_in_vm
 
     start, cpu = time.monotonic(), _children_cpu_s()
     result = run_in_vm(["true"])

@@ -1,5 +1,5 @@
 """A small ALTO client (standard library only): what an application on a lab host asks the
-lab's ALTO server (experiment key ``alto: {serve: true}``, testbed/alto_server.py).
+lab's ALTO server (experiment key ``alto: {serve: true}``, testbed/apps/alto_server.py).
 
     python3 examples/alto_client.py http://ADDR:8181/ [METRIC]
 

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from testbed.capabilities import in_vm
-from testbed.vm import VmResult, run_in_vm
+from testbed.host.capabilities import in_vm
+from testbed.vm.run import VmResult, run_in_vm
 
 __all__ = ["strip_vm_flag", "rerun_in_vm", "vm_rwdirs", "cli_in_vm"]
 
@@ -52,7 +52,7 @@ def cli_in_vm(args: Sequence[str], rwdirs: Sequence[Path], *, echo: bool,
               timeout_s: float | None = None) -> VmResult:
     """``aitb <args>`` (this interpreter, ``-m orchestration.cli``) in the stock-kernel VM
     with ``rwdirs`` (created if missing) shared read-write; ``echo`` streams its output.
-    Returns the completed process of :func:`testbed.vm.run_in_vm` (``returncode``,
+    Returns the completed process of :func:`testbed.vm.run.run_in_vm` (``returncode``,
     ``stdout``, ``stderr``); raises as :func:`rerun_in_vm`. ``timeout_s`` None: run_in_vm's."""
     for d in rwdirs:
         Path(d).mkdir(parents=True, exist_ok=True)

@@ -18,11 +18,11 @@ import os
 import sys
 import time
 
-from aitb.errors import AitbError
+from models.errors import AitbError
 from orchestration.cli.app import report_error
-from testbed.capabilities import needs_vm
-from testbed.vm import run_in_vm
-from testbed.vm_kernel import CHECKOUT
+from testbed.host.capabilities import needs_vm
+from testbed.vm.kernel import CHECKOUT
+from testbed.vm.run import run_in_vm
 
 VM_TIER_TIMEOUT_S = 1800.0  # boot plus the whole tier under TCG (software emulation)
 

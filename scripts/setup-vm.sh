@@ -58,7 +58,7 @@ fi
 echo "setup-vm: stock kernel $release in $KDIR, modules in /lib/modules/$release"
 # The guest reads the host's files over 9p without caching, slow for Python's many small
 # imports: a read-only ext4 image of the interpreter's stdlib and .venv (precompiled) is mounted
-# over the same paths in the guest (testbed/vm_image.py). Rebuilt lazily before a boot when its
+# over the same paths in the guest (testbed/vm/image.py). Rebuilt lazily before a boot when its
 # inputs change; built here so that the first VM run does not pay for it. A failure is not
 # fatal: the VM then reads Python over 9p (slower) and says so.
-.venv/bin/python -m testbed.vm_image || echo "setup-vm: no Python image; the VM will be slower" >&2
+.venv/bin/python -m testbed.vm.image || echo "setup-vm: no Python image; the VM will be slower" >&2

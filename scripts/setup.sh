@@ -58,8 +58,8 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev,vm,ray]'
 .venv/bin/python -m analysis.tcpflows.warm_cache   # compile the pcap kernel once (numba cache)
-apt_install libnetfilter-queue-dev libmnl-dev && .venv/bin/python -m testbed.delayline.build  # native delay line (no sch_netem)
-.venv/bin/python -c 'from aitb.lifeline import hold_binary; print(hold_binary())'  # the exec wrapper every lab process starts through
+apt_install libnetfilter-queue-dev libmnl-dev && .venv/bin/python -m testbed.delay.nfqueue.build  # native delay line (no sch_netem)
+.venv/bin/python -c 'from models.lifeline import hold_binary; print(hold_binary())'  # the exec wrapper every lab process starts through
 # The mininet backend imports Debian's Mininet (pure Python + /usr/bin/mnexec) from the venv:
 # a symlink of the mininet package directory only, so the venv keeps its own versions of
 # everything else in dist-packages and follows Debian's updates of Mininet.
@@ -71,10 +71,10 @@ ln -sfn "$MN_DIR" "$SITE/mininet"
 echo "setup: done (.venv/bin/aitb)"
 
 if [ "$VM_MODE" = auto ]; then
-  # The probe tries to add a netem qdisc in a throwaway namespace (testbed/capabilities.py):
+  # The probe tries to add a netem qdisc in a throwaway namespace (testbed/host/capabilities.py):
   # exit 0 = present, 3 = absent, anything else = the probe failed (stop here, loudly).
   status=0
-  .venv/bin/python -m testbed.capabilities --has netem || status=$?
+  .venv/bin/python -m testbed.host.capabilities --has netem || status=$?
   case $status in
     0) echo "setup: host kernel has sch_netem; the VM path is not needed (make vm installs it anyway)"
        exit 0 ;;

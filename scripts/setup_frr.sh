@@ -2,7 +2,7 @@
 # Install FRRouting (Debian's frr package) for `routing: frr` labs WITHOUT its system-wide
 # service: aitb starts zebra/bgpd/ospfd/bfdd itself inside each router's namespace, with
 # their config, pid files and vty sockets under the run's state directory
-# (testbed/frr.py), never /etc/frr or /var/run/frr. Debian's postinst enables and starts
+# (testbed/routing/frr.py), never /etc/frr or /var/run/frr. Debian's postinst enables and starts
 # frr.service; here a policy-rc.d (invoke-rc.d(8), deb-systemd-invoke honour it) refuses
 # every start during the install, and frr.service is then stopped and disabled wherever
 # systemd runs. Idempotent: run again, it installs nothing and leaves the service off.

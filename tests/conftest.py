@@ -17,7 +17,7 @@ VM_TIER_MESSAGE = ("this test needs sch_netem, which this host kernel lacks: it 
 def pytest_runtest_setup(item):
     if item.get_closest_marker("vm") is None:
         return
-    from testbed.capabilities import needs_vm
+    from testbed.host.capabilities import needs_vm
 
     if os.geteuid() != 0:
         pytest.fail("vm tests need root (namespaces, tc); run `sudo make test-vm`", pytrace=False)

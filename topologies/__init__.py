@@ -7,7 +7,7 @@ Pure (no root, no network). The runtime and the CLI use these four functions:
 * :func:`resolve` -- spec -> plan
 * :func:`generate` -- a registered generator with parameters -> plan
 
-All raise :class:`aitb.errors.SpecError` listing every problem found, each with file,
+All raise :class:`models.errors.SpecError` listing every problem found, each with file,
 key path and (for files) line number.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import SpecError
-from aitb.plan import LabPlan
-from aitb.specfile import Ref, with_lines
+from models.errors import SpecError
+from models.plan import LabPlan
+from models.specfile import Ref, with_lines
 from topologies.generators import GENERATORS, build_spec, profile_param_issues
 from topologies.loader import parse_topology, read_yaml
 from topologies.profiles import known_profiles
@@ -35,7 +35,7 @@ def load_topology(path: str | Path, *, ref: Ref | None = None) -> LabPlan:
     Returns the :class:`LabPlan`. Raises :class:`SpecError` with every problem (missing file,
     YAML syntax, unknown key, bad unit, dangling endpoint, unreachable hosts, ...), each
     naming the file, key path and line. Reads only ``path`` (a regular file, within the limits
-    of aitb.specfile); creates nothing. ``ref``: the key that named ``path`` (an experiment's
+    of models.specfile); creates nothing. ``ref``: the key that named ``path`` (an experiment's
     ``topology.file``), where problems opening the file are reported.
     """
     source = str(path)

@@ -19,7 +19,7 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aitb.errors import SpecIssue
+from models.errors import SpecIssue
 from topologies.graph import Edge, Port
 from topologies.spec import AddressingSpec
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 
-from aitb.errors import SpecIssue
+from models.errors import SpecIssue
 from topologies.spec import NodeSettings
 
 __all__ = ["CONTAINER_KEYS", "split_bind", "normal_binds", "check_container_keys"]
@@ -32,7 +32,7 @@ def split_bind(target: str) -> tuple[str, str]:
 
 def normal_binds(binds: Mapping[str, str]) -> dict[str, str]:
     """Binds with the mode spelt out: host path -> ``"<container path>:<ro|rw>"`` (for
-    :class:`aitb.plan.NodePlan`); ``binds`` must have passed
+    :class:`models.plan.NodePlan`); ``binds`` must have passed
     :func:`check_container_keys`."""
     return {host: ":".join(split_bind(target)) for host, target in binds.items()}
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from aitb.errors import SpecIssue
-from aitb.shaping import Shaping
-from aitb.units import UnitError
+from models.errors import SpecIssue
+from models.shaping import Shaping
+from models.units import UnitError
 from topologies.shaping import link_shaping
 from topologies.spec import ProfileSpec, TopologySpec
 from topologies.validate import split_endpoint

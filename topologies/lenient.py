@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from aitb.errors import SpecIssue
+from models.errors import SpecIssue
 from topologies.profiles import known_profiles
 from topologies.spec import Defaults, GroupSpec, LinkSpec, NodeSpec, ProfileSpec, TopologySpec
 from topologies.validate import check_spec

@@ -1,4 +1,4 @@
-"""Reading topology files: YAML (through aitb.specfile, keeping line numbers) ->
+"""Reading topology files: YAML (through models.specfile, keeping line numbers) ->
 :class:`TopologySpec`.
 
 Every problem becomes a :class:`SpecIssue` with file, key path and line; all of them are
@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.specfile import Ref, issues_from_validation, load_yaml, with_lines
+from models.errors import SpecError, SpecIssue
+from models.specfile import Ref, issues_from_validation, load_yaml, with_lines
 from topologies.lenient import structural_issues
 from topologies.spec import TopologySpec
 
@@ -25,7 +25,7 @@ TOPOLOGY_TOP = "a topology: a mapping with name, nodes and links"
 
 def read_yaml(path: str | Path, expected: str = TOPOLOGY_TOP, *, ref: Ref | None = None
               ) -> tuple[Any, list[SpecIssue]]:
-    """:func:`aitb.specfile.load_yaml` with a topology as the default ``expected``."""
+    """:func:`models.specfile.load_yaml` with a topology as the default ``expected``."""
     return load_yaml(path, expected, ref=ref)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitb.plan import NodePlan
-from aitb.units import parse_duration_s
+from models.plan import NodePlan
+from models.units import parse_duration_s
 from topologies.container_keys import normal_binds
 from topologies.spec import NodeSettings, TopologySpec
 from topologies.validate import node_kind

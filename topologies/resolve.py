@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.plan import Endpoint, FrrRouting, LabPlan, LinkPlan, NodePlan, PlanError, frr_problems
-from aitb.units import parse_duration_s
+from models.errors import SpecError, SpecIssue
+from models.plan import Endpoint, FrrRouting, LabPlan, LinkPlan, NodePlan, PlanError, frr_problems
+from models.units import parse_duration_s
 from topologies.addressing import Segment, allocate, check_segments, find_segments
 from topologies.generators import expand
 from topologies.graph import Edge, Port, build_edges
@@ -195,7 +195,7 @@ def resolve(spec: TopologySpec, source: str = "<spec>", base_dir: Path | None = 
     stage.check(issues)
     kinds = {n: p.kind for n, p in nodes.items()}
     segments = find_segments(edges, kinds)
-    # an OVS switch floods along aitb's spanning tree (testbed/ovs_flows.py): loops are safe
+    # an OVS switch floods along aitb's spanning tree (testbed/ovs/flows.py): loops are safe
     stage.check(check_segments(segments, edges, {n: p.stp or p.datapath == "ovs"
                                                  for n, p in nodes.items()}))
     # a forwarding host: a router for routing, with its node address on its loopback

@@ -15,7 +15,7 @@ into covering prefixes only when those prefixes contain nothing else (:func:`agg
 and a host whose every destination has the same next hops gets ONE route to the whole pool
 (never a default route).
 
-**Per-source tables** (multi-NIC hosts, :class:`aitb.plan.SourceRoutes`): a host with two or
+**Per-source tables** (multi-NIC hosts, :class:`models.plan.SourceRoutes`): a host with two or
 more NICs gets, per NIC, the routes that traffic from that NIC's address takes: its own subnet
 on-link and, for every other segment, the best paths through the gateways on that NIC alone
 (the same costs as above, other NICs left out; one route to the pool only when that NIC
@@ -35,7 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from aitb.plan import NextHop, Route, SourceRoutes
+from models.plan import NextHop, Route, SourceRoutes
 from topologies.addressing import Segment
 from topologies.graph import Port
 

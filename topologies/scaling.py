@@ -10,10 +10,10 @@ import dataclasses
 import math
 from typing import Any
 
-from aitb.plan import LabPlan, LinkPlan
-from aitb.shaping import Shaping
-from aitb.trace import LinkTrace
-from aitb.units import BufferSize
+from models.plan import LabPlan, LinkPlan
+from models.shaping import Shaping
+from models.trace import LinkTrace
+from models.units import BufferSize
 
 __all__ = ["scale_plan", "scale_changes"]
 

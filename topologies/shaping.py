@@ -1,5 +1,5 @@
 """Link shaping: merge the layers of a link's settings per direction and convert the result to
-:class:`aitb.shaping.Shaping` with the parsers of :mod:`aitb.units`.
+:class:`models.shaping.Shaping` with the parsers of :mod:`models.units`.
 
 Precedence for one direction, most specific first (later layers in :func:`layers` win):
 ``a_to_b``/``b_to_a`` on the link > the link's own keys > the profile's ``up``/``down`` > the
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from aitb.shaping import GilbertElliott, Shaping
-from aitb.units import (
+from models.shaping import GilbertElliott, Shaping
+from models.units import (
     UnitError,
     parse_buffer,
     parse_duration_s,

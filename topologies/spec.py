@@ -1,11 +1,11 @@
 """The topology file format as pydantic v2 models (the raw, unresolved spec).
 
 A topology file (YAML) or a generator produces a :class:`TopologySpec`; ``topologies.resolve``
-turns it into an addressed, routed, shaped :class:`aitb.plan.LabPlan`. Every model
+turns it into an addressed, routed, shaped :class:`models.plan.LabPlan`. Every model
 forbids unknown keys, so a misspelt key is an error, not a silently ignored setting.
 
 Unit strings ("10Gbit", "5ms", "0.1%", "100p") stay strings here; they are checked on input by
-the parsers of :mod:`aitb.units` (the only place that reads units) and converted to
+the parsers of :mod:`models.units` (the only place that reads units) and converted to
 numbers when the spec is resolved (:mod:`topologies.shaping`).
 """
 
@@ -23,9 +23,9 @@ from pydantic import (
     field_validator,
 )
 
-from aitb.shaping import AQMS, JITTER_DISTRIBUTIONS
-from aitb.unit_fields import SpecModel, described_unit
-from aitb.units import (
+from models.shaping import AQMS, JITTER_DISTRIBUTIONS
+from models.unit_fields import SpecModel, described_unit
+from models.units import (
     parse_buffer,
     parse_duration_s,
     parse_pct,
@@ -56,7 +56,7 @@ Buffer = _unit(parse_buffer, "Queue limit: packets ('100p') or bytes ('256KiB').
 JitterDist = Literal[JITTER_DISTRIBUTIONS]  # type: ignore[valid-type]
 AqmName = Literal[AQMS]  # type: ignore[valid-type]
 Kind = Literal["host", "switch", "router"]
-LoadBalancingName = Literal["flow", "packet", "flowlet"]  # aitb.plan.LOAD_BALANCINGS
+LoadBalancingName = Literal["flow", "packet", "flowlet"]  # models.plan.LOAD_BALANCINGS
 
 
 def _sysctl_value(value: object) -> object:
@@ -88,7 +88,7 @@ class GilbertElliottSpec(_Strict):
 
 
 class TraceSpec(_Strict):
-    """The direction follows a trace file (formats: :mod:`aitb.trace`), read at load time."""
+    """The direction follows a trace file (formats: :mod:`models.trace`), read at load time."""
 
     file: str = Field(min_length=1, description="Trace file; relative to the topology file.")
     format: Literal["aitb", "mahimahi"] = Field(
@@ -130,7 +130,7 @@ class ProfileSpec(ShapingSpec):
 
 _Mtu = Annotated[int, Field(ge=68, le=65535, description="Link MTU in bytes.")]
 _Cost = Annotated[int, Field(ge=1, le=65535, description="Routing cost (default 1).")]
-_DelayLine = Literal["auto", "netem", "native"]  # aitb.plan.DELAY_LINES
+_DelayLine = Literal["auto", "netem", "native"]  # models.plan.DELAY_LINES
 
 
 class LinkDefaults(ShapingSpec):

@@ -1,15 +1,15 @@
 """The ``trace:`` key of a link direction: read and check its file at load time, so a bad trace
-stops the topology before anything is created. The file formats are in :mod:`aitb.trace`."""
+stops the topology before anything is created. The file formats are in :mod:`models.trace`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.shaping import Shaping
-from aitb.trace import LinkTrace, TraceStep, read_trace
-from aitb.units import UnitError, parse_duration_s
+from models.errors import SpecError, SpecIssue
+from models.shaping import Shaping
+from models.trace import LinkTrace, TraceStep, read_trace
+from models.units import UnitError, parse_duration_s
 from topologies.graph import Edge
 from topologies.shaping import link_trace_specs
 from topologies.spec import ProfileSpec, TopologySpec, TraceSpec

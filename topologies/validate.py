@@ -9,10 +9,10 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 
-from aitb.errors import SpecIssue
-from aitb.plan import IFNAME_RE, MAX_IFNAME, MAX_NODE_NAME, NAME_RE, flowlet_gap_problem
-from aitb.sysctl_keys import key_problem, value_problem
-from aitb.units import parse_duration_s
+from models.errors import SpecIssue
+from models.plan import IFNAME_RE, MAX_IFNAME, MAX_NODE_NAME, NAME_RE, flowlet_gap_problem
+from models.sysctl_keys import key_problem, value_problem
+from models.units import parse_duration_s
 from topologies.container_keys import check_container_keys
 from topologies.spec import NodeSettings, ProfileSpec, TopologySpec
 
@@ -84,7 +84,7 @@ def _check_flows(layers: list[NodeSettings | None], path: tuple) -> Iterator[Spe
             verb = "need" if key == "flows" else "needs"
             yield SpecIssue(f"{key} {verb} datapath: ovs (here, in the group or in "
                             "defaults.switch)", key_path=(*path, key))
-    # equal-cost ports exist on OVS switches only (select groups, testbed/ovs_flows.py); a
+    # equal-cost ports exist on OVS switches only (select groups, testbed/ovs/flows.py); a
     # Linux bridge forwards by MAC learning over one spanning tree
     if first("ecmp_hash") and first("datapath") != "ovs":
         yield SpecIssue("ecmp_hash applies to routers, forwarding hosts and OVS switches "
@@ -138,7 +138,7 @@ def _check_settings(settings: NodeSettings, kind: str, path: tuple) -> Iterator[
 
 def _check_load_balancing(spec: TopologySpec) -> Iterator[SpecIssue]:
     """flowlet needs a flowlet_gap > 0 that nftables can time (from any layer,
-    :func:`aitb.plan.flowlet_gap_problem`); a flowlet_gap needs flowlet."""
+    :func:`models.plan.flowlet_gap_problem`); a flowlet_gap needs flowlet."""
     if spec.flowlet_gap is not None:
         yield from _positive(spec.flowlet_gap, ("flowlet_gap",))
     for name, node in spec.nodes.items():

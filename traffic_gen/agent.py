@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from aitb.fanout import fan_out
+from models.fanout import fan_out
 from traffic_gen.burst_starter import KickClient
 from traffic_gen.endpoints import Endpoints
 from traffic_gen.ranks import run_rank

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aitb.lifeline import spawn
-from aitb.owned import make_owned_dir, tag_or
-from aitb.records import FailureRecord
+from models.lifeline import spawn
+from models.owned import make_owned_dir, tag_or
+from models.records import FailureRecord
 from traffic_gen.jsonl import RecordWriter
 from traffic_gen.launch import Launcher
 from traffic_gen.merge import merge_phase
@@ -115,7 +115,7 @@ class Controller:
                 hook(None)
             self._abort()
 
-    # -- live control (an experiment's events:, testbed/trace_player.py) ---------------
+    # -- live control (an experiment's events:, testbed/live/trace_player.py) ---------------
     def set_slowdown(self, rank: int, factor: float) -> str:
         """Tell the agent of ``rank`` to multiply its compute durations by ``factor`` from
         its next compute op on (message ``slowdown``). Returns the rank's node. Raises
@@ -150,7 +150,7 @@ class Controller:
     def _private_sock_dir(self) -> None:
         """A short private directory for the sockets, ``aitb-<run id>-<pid>.<start>-XXXXXXXX``
         in the temporary directory, removed at the end of the run; its name marks this
-        process as the owner, so that ``aitb clean`` removes it after a SIGKILL (aitb.owned)."""
+        process as the owner, so that ``aitb clean`` removes it after a SIGKILL (models.owned)."""
         self.sock_dir = make_owned_dir(tag_or(self.run_id, "ctl"))
         self.sock_path = self.sock_dir / "ctl.sock"
 

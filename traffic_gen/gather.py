@@ -1,6 +1,6 @@
 """Deadline-bounded gathers (federated-learning rounds): connections, cut-off, the source role.
 
-A :class:`~aitb.schedule.Gather` does not use the run's persistent connections: every
+A :class:`~models.schedule.Gather` does not use the run's persistent connections: every
 source opens one fresh TCP connection to the root per round (header ``src, root,``
 :data:`GATHER_CONN` then ``iteration, op_index``), receives the model on it, trains, and
 uploads its update on it. The root (gather_root.py) cuts a late source off by closing that

@@ -1,4 +1,4 @@
-"""Compile a :class:`~aitb.schedule.Gather` into per-rank wire ops (pure).
+"""Compile a :class:`~models.schedule.Gather` into per-rank wire ops (pure).
 
 Root: ``{"t": "gather", "role": "root", "op", "it", "id", "label", "kind": "gather", "srcs",
 "hosts" (rank -> host of every source), "down_bytes", "up_bytes", "deadline_s", "quorum",
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from aitb.schedule import Burst, Gather, Schedule
-from aitb.stragglers import SlowdownDraw
+from models.schedule import Burst, Gather, Schedule
+from models.stragglers import SlowdownDraw
 
 __all__ = ["gather_ops", "renumber_phases"]
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from aitb.fanout import FanOut, fan_out
+from models.fanout import FanOut, fan_out
 from traffic_gen.gather import (
     ACCEPTED,
     TICK_S,

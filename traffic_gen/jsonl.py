@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, TypeVar
 
-from aitb.records import (
+from models.records import (
     BurstRecord,
     CollectiveRecord,
     FailureRecord,
@@ -15,7 +15,7 @@ from aitb.records import (
     RankOpRecord,
     RoundRecord,
 )
-from aitb.requests import RequestRecord
+from models.requests import RequestRecord
 
 __all__ = ["RecordWriter", "read_records", "FILES"]
 

@@ -2,12 +2,12 @@
 
 The controller never cares how: :class:`LocalLauncher` runs in the current (root) namespace,
 for loopback tests; :class:`NetnsExecLauncher` wraps argv in ``ip netns exec NS`` (ip(8) execs
-the command, so the pid is the agent's); :class:`LabLauncher` adapts a ``testbed.lab.Lab``
+the command, so the pid is the agent's); :class:`LabLauncher` adapts a ``testbed.lab.lab.Lab``
 (its ``popen(node, argv, **kw)`` registers the process with the lab for teardown).
 
 ``popen_host(argv, **kw)`` starts a helper of the controller itself (the burst starters) in
 the root namespace from the calling thread, dying with that thread's process from its first
-instruction (aitb.lifeline); a lab launcher also registers it in the lab's registry before it
+instruction (models.lifeline); a lab launcher also registers it in the lab's registry before it
 execs, so ``aitb clean`` ends it by pid.
 """
 
@@ -18,7 +18,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from aitb.lifeline import spawn
+from models.lifeline import spawn
 
 __all__ = ["Launcher", "LocalLauncher", "NetnsExecLauncher", "LabLauncher"]
 
@@ -36,7 +36,7 @@ class Launcher(Protocol):
 
 
 def _popen_dying(argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
-    """``argv`` through aitb.lifeline's exec wrapper: PR_SET_PDEATHSIG (SIGKILL) before the
+    """``argv`` through models.lifeline's exec wrapper: PR_SET_PDEATHSIG (SIGKILL) before the
     program's first instruction, no Python code between fork and exec."""
     return spawn(argv, pdeathsig=signal.SIGKILL, **popen_kwargs)
 
@@ -72,7 +72,7 @@ class NetnsExecLauncher:
 
 
 class LabLauncher:
-    """Adapter for a running ``testbed.lab.Lab`` (anything with ``popen(node, argv, **kw)``)."""
+    """Adapter for a running ``testbed.lab.lab.Lab`` (anything with ``popen(node, argv, **kw)``)."""
 
     def __init__(self, lab: Any) -> None:
         self.lab = lab

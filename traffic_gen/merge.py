@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from aitb.records import (
+from models.records import (
     BurstRecord,
     CollectiveRecord,
     FlowRecord,
@@ -110,7 +110,7 @@ def merge_phase(run_id: str, halves: list[Mapping[str, Any]], t0: float,
 
 
 def _round(run_id: str, h: Mapping[str, Any]) -> RoundRecord:
-    """A gather root's round half as a RoundRecord (aitb/records.py)."""
+    """A gather root's round half as a RoundRecord (models/records.py)."""
     return RoundRecord(
         run_id=run_id, round=h["round"], t_start=h["t_start"], t_end=h["t_end"],
         round_time_s=h["t_end"] - h["t_start"], clients_selected=len(h["selected_hosts"]),

@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv, Timed
-from aitb.specfile import MAX_TRANSFERS
-from aitb.stragglers import SlowdownDraw, StragglerSpec
+from models.errors import SpecError, SpecIssue
+from models.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv, Timed
+from models.specfile import MAX_TRANSFERS
+from models.stragglers import SlowdownDraw, StragglerSpec
 from traffic_gen.algorithms import AlgorithmError, PlanRequest, build_plan, resolve
 from traffic_gen.algorithms.rooted import send_recv
 from traffic_gen.algorithms.steps import PlanBuilder
@@ -277,7 +277,7 @@ def compile_program(schedule: Schedule, placement: Mapping[int, str],
 
     Raises SpecError (naming the schedule source and op index) for an unplaced rank, an
     unknown algorithm (listing the known ones), a self-transfer or a UDP flow without a rate,
-    and, before anything is compiled, for more than :data:`~aitb.specfile.MAX_TRANSFERS`
+    and, before anything is compiled, for more than :data:`~models.specfile.MAX_TRANSFERS`
     transfers (:func:`transfers_of`). Pure: nothing is started.
     """
     total = transfers_of(schedule)

@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.records import BurstRecord, FailureRecord, skew_summary
-from aitb.schedule import Schedule
-from aitb.stragglers import StragglerSpec
+from models.errors import SpecError, SpecIssue
+from models.records import BurstRecord, FailureRecord, skew_summary
+from models.schedule import Schedule
+from models.stragglers import StragglerSpec
 from traffic_gen.controller import Controller, RunFailed
 from traffic_gen.jsonl import FILES, RecordWriter, read_records
 from traffic_gen.launch import Launcher
@@ -50,12 +50,12 @@ class ReplayOptions:
     sender wakes itself at the instant); ``on_phase``: called as ``on_phase(phase index,
     iteration (a gather phase's: its FL round), start instant)`` (seconds since the epoch) as
     each phase is started, before the agents hear of it (an experiment's events anchored to
-    iterations, aitb.events);
+    iterations, models.events);
     ``on_controller``: called with the Controller once its agents are set up (its
     ``set_slowdown`` and ``signal_agent`` then reach them) and with None when it ends;
     ``health``: polled about once a second while the controller waits for its agents,
     returns (node, why) for every part of the lab that broke (a dead delay-line helper:
-    testbed.delay_backends.native.dead_lines); any fails the replay at once, as an agent's
+    testbed.delay.native.dead_lines); any fails the replay at once, as an agent's
     error does, instead of after a transfer timeout."""
 
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
@@ -174,10 +174,10 @@ def replay(schedule: Schedule, placement: Mapping[int, str], launcher: Launcher,
     """Replay ``schedule`` with ranks placed by ``placement`` (rank -> host) on hosts reachable
     at ``addresses`` (host -> lab IPv4; agents bind it and connect only to these).
     ``pair_addresses``: (src host, dst host) -> (source, destination IPv4) for the pairs that
-    use other addresses (multi-NIC hosts, :func:`aitb.paths.peer_addresses`): src's agent
+    use other addresses (multi-NIC hosts, :func:`models.paths.peer_addresses`): src's agent
     binds the source and connects to the destination, on which dst's agent listens.
     ``rank_addresses``: rank -> IPv4 the rank is bound to (a server's rank on its NIC,
-    :func:`aitb.paths.rank_addresses`): its connections leave from it and its peers connect
+    :func:`models.paths.rank_addresses`): its connections leave from it and its peers connect
     to it, over ``pair_addresses``.
 
     Raises SpecError before any process starts for an unplaced rank, a host without address,

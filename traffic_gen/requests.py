@@ -1,5 +1,5 @@
 """RequestRecords of one phase from the agents' half records of its inference Timed ops
-(pure). Messages are found by their tags (aitb.requests.tag)."""
+(pure). Messages are found by their tags (models.requests.tag)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from aitb.records import percentile
-from aitb.requests import RequestRecord, parse_tag
+from models.records import percentile
+from models.requests import RequestRecord, parse_tag
 
 __all__ = ["request_records"]
 

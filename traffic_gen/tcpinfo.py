@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from aitb.records import TcpInfo
+from models.records import TcpInfo
 
 __all__ = ["TcpKnobs", "apply_knobs", "read_tcp_info", "tcp_info_delta", "TCP_INFO_FIELDS",
            "namespace_sysctls", "SYSCTLS"]

@@ -1,4 +1,4 @@
-"""Compile a :class:`~aitb.schedule.Timed` op into per-rank wire ops (pure).
+"""Compile a :class:`~models.schedule.Timed` op into per-rank wire ops (pure).
 
 Every rank that sends or receives a message gets one op ``{"t": "xfer", "kind": "timed", ...}``
 whose steps list, in message order, a send step for each message it sends and a recv step for
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitb.schedule import Timed
+from models.schedule import Timed
 from traffic_gen.wire import TimedStep
 
 __all__ = ["compile_timed"]

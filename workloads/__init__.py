@@ -8,7 +8,7 @@ parameters in, Schedule out (pure).
   cluster per site.
 * ``workloads.inference``: inference serving (requests, token streams, bootstraps, policies).
 * ``workloads.background``: data-centre background flows at a target load (data/flow_sizes.yaml).
-* ``workloads.paths``: host-to-host paths (first ECMP path of aitb.paths) and delays.
+* ``workloads.paths``: host-to-host paths (first ECMP path of models.paths) and delays.
 * ``workloads.layout``: Megatron's rank layout (TP, DP, PP, EP groups).
 * ``workloads.placement``: ranks onto the hosts of a (multi-site) lab.
 * ``workloads.spec``: the YAML workload spec embedded by experiment files.

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from aitb.schedule import Message, Schedule, Timed
+from models.schedule import Message, Schedule, Timed
 
 __all__ = ["FlowSizeCdf", "DISTRIBUTIONS", "load_cdf", "arrival_rate_per_s",
            "offered_load_cv", "background_schedule", "BackgroundParams"]

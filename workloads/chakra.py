@@ -41,10 +41,10 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 from pydantic import ConfigDict, Field
 
-from aitb.errors import SpecError
-from aitb.schedule import Collective, CollectiveKind, Compute, Group, Op, Schedule
-from aitb.specfile import read_bounded
-from aitb.unit_fields import SpecModel
+from models.errors import SpecError
+from models.schedule import Collective, CollectiveKind, Compute, Group, Op, Schedule
+from models.specfile import read_bounded
+from models.unit_fields import SpecModel
 
 __all__ = ["ChakraOptions", "ChakraNode", "ChakraTrace", "read_chakra", "build_schedule",
            "load_chakra", "COMM_TYPES"]

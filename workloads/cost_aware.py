@@ -1,6 +1,6 @@
 """Workloads that read the network's ALTO cost map (pure): placement, ring order, hierarchy.
 
-The cost map (aitb.alto) gives a cost for every ordered pair of PIDs (sites or racks);
+The cost map (models.alto) gives a cost for every ordered pair of PIDs (sites or racks);
 ``pids`` maps each host to its PID. Three uses:
 
 * :func:`order_rings` (``ring_order: cost_map``): the ranks of every communicator are
@@ -28,8 +28,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from itertools import permutations
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.schedule import Burst, Collective, Group, Schedule, SendRecv
+from models.errors import SpecError, SpecIssue
+from models.schedule import Burst, Collective, Group, Schedule, SendRecv
 
 __all__ = ["order_rings", "ring_crossings", "traffic_matrix", "placement_cost",
            "cost_map_placement", "ROOTED"]

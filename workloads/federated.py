@@ -4,7 +4,7 @@ FedAvg (McMahan et al. 2017, "Communication-Efficient Learning of Deep Networks 
 Decentralized Data", Algorithm 1): each round the server selects a fraction C of the K
 clients, sends them the model, each trains locally, uploads its update, and the server
 averages. Rank 0 is the aggregator, ranks 1..N the clients. One round is one
-:class:`~aitb.schedule.Gather` (model download, local training, upload: the incast at
+:class:`~models.schedule.Gather` (model download, local training, upload: the incast at
 the aggregator, bounded by the round deadline and, with over-commitment, a quorum), then the
 aggregation :class:`Compute` on rank 0. The traffic generator cuts late clients off and
 writes one RoundRecord per round.
@@ -31,9 +31,9 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from aitb.schedule import Burst, Compute, Flow, Gather, Op, Schedule
-from aitb.specfile import MAX_FLOWS, MAX_ITERATIONS, MAX_RANKS
-from aitb.unit_fields import SpecModel
+from models.schedule import Burst, Compute, Flow, Gather, Op, Schedule
+from models.specfile import MAX_FLOWS, MAX_ITERATIONS, MAX_RANKS
+from models.unit_fields import SpecModel
 
 __all__ = ["TrainTime", "FlBase", "FedAvg", "fedavg_schedule"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from aitb.errors import SpecError, SpecIssue
+from models.errors import SpecError, SpecIssue
 
 __all__ = ["place_clusters"]
 

@@ -5,7 +5,7 @@ quantised) model with its ``peers`` neighbours on a peer-to-peer overlay, then a
 it received (gossip averaging, Boyd et al. 2006, "Randomized Gossip Algorithms", IEEE Trans.
 Inf. Theory 52(6); decentralised SGD as in Lian et al. 2017, "Can Decentralized Algorithms
 Outperform Centralized Algorithms?", NeurIPS). Ranks 0..N-1 are the nodes. One round is one
-phase of :class:`~aitb.schedule.Gather` ops, one per node (level "gossip"): the node
+phase of :class:`~models.schedule.Gather` ops, one per node (level "gossip"): the node
 is the root and its neighbours upload to it after their training; the round deadline cuts off
 late neighbours, and every node writes its own RoundRecord.
 
@@ -22,8 +22,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from aitb.schedule import Gather, Op, Schedule
-from aitb.specfile import MAX_FLOWS
+from models.schedule import Gather, Op, Schedule
+from models.specfile import MAX_FLOWS
 from workloads.federated import FlBase
 
 __all__ = ["Gossip", "gossip_schedule", "neighbours"]

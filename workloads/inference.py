@@ -74,8 +74,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from aitb.requests import tag
-from aitb.schedule import Message, Schedule, Timed
+from models.requests import tag
+from models.schedule import Message, Schedule, Timed
 from workloads.sessions import SessionLength, assign_sessions
 
 __all__ = ["POLICIES", "InferenceParams", "Arrival", "poisson_arrivals", "inference_schedule"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aitb.schedule import Group
+from models.schedule import Group
 
 __all__ = ["Layout", "LayoutError"]
 

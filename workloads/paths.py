@@ -1,6 +1,6 @@
 """Routed paths between hosts of a resolved lab plan, and their configured delays (pure).
 
-Built on the one route walk, aitb.paths (longest prefix match, every ECMP path, L2
+Built on the one route walk, models.paths (longest prefix match, every ECMP path, L2
 switches crossed). Where a route has several equal-cost next hops, these functions take the
 walk's **first path**: the one through every route's first next hop (the kernel may hash a
 given flow onto another one, whose configured delays can differ). Used by the inference
@@ -10,8 +10,8 @@ load.
 
 from __future__ import annotations
 
-from aitb.paths import PathError, paths
-from aitb.plan import LabPlan, LinkPlan
+from models.paths import PathError, paths
+from models.plan import LabPlan, LinkPlan
 
 __all__ = ["PathError", "path_hops", "path_delay_s", "rtt_delay_s"]
 

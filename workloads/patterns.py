@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from aitb.schedule import Burst, Flow, Group, Op, Protocol, Schedule
+from models.schedule import Burst, Flow, Group, Op, Protocol, Schedule
 
 __all__ = ["incast", "one_to_many", "permutation", "all_pairs", "pattern_schedule"]
 

@@ -1,7 +1,7 @@
 """Placement: which emulated host runs each rank (pure).
 
 Hosts come grouped by site (data centre, edge cluster) in a fixed order, e.g. from a
-:class:`~aitb.plan.LabPlan` via :func:`sites_of_plan`. Policies:
+:class:`~models.plan.LabPlan` via :func:`sites_of_plan`. Policies:
 
 * ``packed``: fill each site's hosts (``slots`` ranks per host) before the next site. With
   Megatron's layout (TP innermost, workloads.layout) a TP group stays inside one site and
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.plan import LabPlan
+from models.errors import SpecError, SpecIssue
+from models.plan import LabPlan
 
 __all__ = ["PlacementPolicy", "place", "sites_of_plan"]
 

@@ -28,9 +28,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.schedule import Schedule
-from aitb.specfile import (
+from models.errors import SpecError, SpecIssue
+from models.schedule import Schedule
+from models.specfile import (
     MAX_ITERATIONS,
     MAX_RANKS,
     Ref,
@@ -40,7 +40,7 @@ from aitb.specfile import (
     resolve_ref,
     with_lines,
 )
-from aitb.unit_fields import SpecModel
+from models.unit_fields import SpecModel
 from workloads.aicb import AicbOptions, load_aicb
 from workloads.chakra import ChakraOptions, load_chakra
 from workloads.federated import FedAvg, fedavg_schedule
@@ -126,7 +126,7 @@ def parse_workload(data: Any, *, file: str | None = None, prefix: Sequence[str |
     ``prefix`` is the key path of ``data`` inside its file; ``doc`` the ruamel document of
     that file (for line numbers; default ``data`` when ``prefix`` is empty). Raises
     :class:`SpecError` with one issue per problem, each naming ``file``, the full key path and
-    the line (aitb.specfile: "did you mean" for unknown keys).
+    the line (models.specfile: "did you mean" for unknown keys).
     """
     try:
         return _ADAPTER.validate_python(data)
@@ -144,7 +144,7 @@ def parse_workload(data: Any, *, file: str | None = None, prefix: Sequence[str |
 
 
 def read_workload_file(path: str | Path) -> AnySpec:
-    """Read and validate the YAML workload spec at ``path`` (aitb.specfile: regular files,
+    """Read and validate the YAML workload spec at ``path`` (models.specfile: regular files,
     limits); errors name file, key, line."""
     return _read_workload(path)[0]
 

@@ -3,7 +3,7 @@
 Counts are per communicator: a TP all-reduce that every one of 16 TP groups runs once counts
 1 with ``instances`` 16, as AICB's own tables count it (one row, written from one rank's point
 of view). ``total_bytes`` is the sum of ``size_bytes`` (nccl-tests' convention, see
-aitb.schedule) of one communicator's calls; multiply by ``instances`` for the whole
+models.schedule) of one communicator's calls; multiply by ``instances`` for the whole
 job. Point-to-point transfers are listed as op ``send_recv`` on their group (``pp``...), their
 count per pipeline; bursts as op ``burst``, group ``flows``, with the bytes of all their flows.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from aitb.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv
+from models.schedule import Burst, Collective, Compute, Gather, Schedule, SendRecv
 
 __all__ = ["summarise", "collective_table", "stage_table"]
 

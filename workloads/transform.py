@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from aitb.schedule import Burst, Collective, Gather, Op, Schedule, SendRecv, Timed
+from models.schedule import Burst, Collective, Gather, Op, Schedule, SendRecv, Timed
 from workloads.aicb.build import scale_size
 
 __all__ = ["scale_schedule"]

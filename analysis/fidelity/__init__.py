@@ -4,7 +4,7 @@ said (rate, RTT, loss per shaped link direction), and was the host's CPU saturat
 Produces ``fidelity.json`` (shape: analysis/fidelity/report.py): :func:`fidelity_report`
 over the directions of the plan (:class:`DirectionRef`), the counter samples
 (``counters/qdisc.parquet`` and
-``counters/links.parquet``, aitb/counter_columns.py), the probed RTTs and the CPU samples.
+``counters/links.parquet``, models/counter_columns.py), the probed RTTs and the CPU samples.
 """
 
 from analysis.fidelity.checks import (

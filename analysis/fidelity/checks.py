@@ -5,7 +5,7 @@ Each returns ``(measured, status)`` with status ``"ok"`` (within tolerance), ``"
 (outside it: the emulation did not do what the plan said) or ``"not_exercised"`` (nothing to
 measure: no traffic, no backlog, no address to probe, nothing configured).
 
-Input frames have the columns of aitb/counter_columns.py (``counters/qdisc.parquet``: t_s,
+Input frames have the columns of models/counter_columns.py (``counters/qdisc.parquet``: t_s,
 node, ifname, kind, handle, parent, bytes, packets, drops, overlimits, requeues, backlog_bytes,
 backlog_packets; ``counters/links.parquet``: t_s, node, ifname, rx_bytes, tx_bytes,
 rx_packets, tx_packets, rx_dropped, tx_dropped), cumulative kernel counters.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from aitb.shaping import Shaping
+from models.shaping import Shaping
 
 __all__ = ["DirectionRef", "LineCounts", "expected_rtt_s", "rtt_tolerance_s", "rate_check",
            "loss_check", "rtt_check", "delay_check", "precise_tolerance_s",
@@ -85,7 +85,7 @@ class DirectionRef:
 
 @dataclass(frozen=True, slots=True)
 class LineCounts:
-    """What the native delay line (testbed/delayline helper) saw of one direction over the
+    """What the native delay line (testbed/delay/nfqueue helper) saw of one direction over the
     checked period: packets in, drops by its loss model, drops by the kernel (queue full or
     netlink socket full: loss nobody configured), and its added delay (release - arrival)
     p50/p99 in seconds over its lifetime (None: no packet)."""
@@ -215,7 +215,7 @@ def expected_rtt_s(fwd: Shaping, rev: Shaping) -> float:
     (net/sched/sch_htb.c: htb_class_mode compares the tokens with htb_lowater(), 0 without
     hysteresis, before htb_charge_class), and a veth has no line of its own, so a probe that
     finds tokens crosses at memory speed. aitb's classes hold burst = cburst >= two full frames
-    (testbed/qdiscs/htb.py: htb_burst_bytes; tc-htb(8): "burst: amount of bytes that can be
+    (testbed/tc/qdiscs/htb.py: htb_burst_bytes; tc-htb(8): "burst: amount of bytes that can be
     burst at ceil speed, in excess of the configured rate"), and the probe crosses an idle
     link, so it normally finds them. What the shaping guarantees is the configured delay (the
     netem/native line holds every packet that long); see :func:`rtt_tolerance_s` for the

@@ -1,7 +1,7 @@
 """Metrics of one run: one module per family, each formula in one place with its source.
 
 :func:`compute_metrics` turns :class:`analysis.tables.RunTables` into the ``metrics.json``
-dict; :data:`~aitb.records.SUMMARY_KEYS` (the ground's, shared with campaign plots) are its
+dict; :data:`~models.records.SUMMARY_KEYS` (the ground's, shared with campaign plots) are its
 ``summary`` keys (null when the run has none of that).
 """
 
@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from aitb.records import SUMMARY_KEYS
 from analysis.metrics.apps import app_metrics
 from analysis.metrics.attribution import attribution_metrics
 from analysis.metrics.collectives import cct_metrics
@@ -27,6 +26,7 @@ from analysis.metrics.requests import request_metrics
 from analysis.metrics.retrans import flow_retrans, retrans_metrics
 from analysis.metrics.stragglers import round_metrics, straggler_metrics
 from analysis.tables import RunTables
+from models.records import SUMMARY_KEYS
 
 __all__ = ["SCHEMA_VERSION", "SUMMARY_KEYS", "compute_metrics", "summary_of", "jsonable"]
 

@@ -3,13 +3,13 @@ by network apart, and an nccl-tests-style per-pair bandwidth table (pure).
 
 Inputs: the flow records (flows.jsonl: per transfer its ranks, nodes, destination address,
 bytes and [t_start, t_end] on the host clock), the timeline (compute ops per rank) and the
-plan (paths and configured rates; aitb.paths).
+plan (paths and configured rates; models.paths).
 
 Definitions:
 
 * *achieved rate* of a set of transfers = their bytes x 8 / the length of the union of their
   [t_start, t_end] intervals (bit/s): the rate while at least one of them was moving;
-* a *link direction* is one sending interface on a path (aitb.paths.Hop: link, node, ifname);
+* a *link direction* is one sending interface on a path (models.paths.Hop: link, node, ifname);
   its achieved rate is that of the transfers whose every equal-cost path crosses it, its
   utilisation achieved / configured ``rate_bps``;
 * *critical path* of a collective instance: from the transfer that ended last, repeatedly the
@@ -36,9 +36,9 @@ from typing import Any
 
 import pandas as pd
 
-from aitb.paths import PathError, PathWalker
-from aitb.plan import LabPlan
 from analysis.dci import union_length
+from models.paths import PathError, PathWalker
+from models.plan import LabPlan
 
 __all__ = ["COMPUTE_TOLERANCE", "attribution_metrics", "critical_path", "pair_bandwidth"]
 

@@ -1,4 +1,4 @@
-"""Reading cumulative kernel counters (aitb/counter_columns.py, and the runner's
+"""Reading cumulative kernel counters (models/counter_columns.py, and the runner's
 ``counters_end.json`` snapshots) as differences over time windows."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ __all__ = ["ROOT_PARENTS", "SEGMENTER", "root_qdiscs", "window_delta", "snapshot
 ROOT_PARENTS = ("root", "ffff:ffff", "ffffffff", "4294967295")
 # a netem delay line's drops are its configured random loss, not queue overflow
 NOT_QUEUES = ("netem", "noqueue", "ingress", "clsact")
-# the segmenter above a buffer given in packets (testbed/qdiscs/tbf.py): it cuts a GSO packet
+# the segmenter above a buffer given in packets (testbed/tc/qdiscs/tbf.py): it cuts a GSO packet
 # into segments and hands them to the buffer one by one, counting each segment the buffer
 # drops (net/sched/sch_tbf.c tbf_segment); the root HTB sees one packet go in and counts no
 # drop unless every segment was dropped, and then one. So where a segmenter sits, its drops
@@ -78,7 +78,7 @@ def window_delta(series: pd.DataFrame, t0: float, t1: float,
 
 def snapshot_qdiscs(snap: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(node, ifname, qdisc) for the root queue of each interface in a ``counters_end.json``
-    snapshot (testbed.lab_state.describe), same selection (and segmenter drops) as
+    snapshot (testbed.lab.state.describe), same selection (and segmenter drops) as
     :func:`root_qdiscs`."""
     for node, info in (snap.get("nodes") or {}).items():
         for iface in info.get("interfaces") or []:

@@ -2,7 +2,7 @@
 ``events`` section of metrics.json and ``tables/events_impact.parquet`` (one row per event
 and workload it hit).
 
-**Event window.** An event's actions (``events.jsonl``, aitb/events.py; times there are
+**Event window.** An event's actions (``events.jsonl``, models/events.py; times there are
 seconds after the run's t0, ``manifest["events"]["t0_unix_s"]``) that were applied without
 error give its window on the host clock: from the first action's ``began`` to the last
 one's ``applied``. When the event leaves links down (its last action is a ``down``) the
@@ -23,7 +23,7 @@ reshapes). Where the run captured on every such link (``captures/index.json``), 
 capture (``on_link_source`` ``capture``): a data segment of the flow's connection (src_ip,
 sport -> dst_ip, dport, payload > 0) passed the link between the flow's start and the
 earlier of its end and the window's end, so for a link down the flows that were on it when
-it went down. Otherwise from the plan (``plan``): every routed path of the flow (aitb.paths:
+it went down. Otherwise from the plan (``plan``): every routed path of the flow (models.paths:
 each ECMP choice) crosses such a link, and ``flows_maybe_on_link`` counts those for which
 only some ECMP paths do (the kernel's per-flow hash decides; the plan cannot).
 
@@ -67,11 +67,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from aitb.errors import SpecError
-from aitb.paths import PathError, PathWalker
-from aitb.plan import LabPlan
 from analysis.metrics.collectives import iteration_times
 from analysis.pcap import PROTO_TCP, DecodeStats, decode_frame, open_capture
+from models.errors import SpecError
+from models.paths import PathError, PathWalker
+from models.plan import LabPlan
 
 __all__ = ["RECOVERY_FRACTION", "DEFAULT_WINDOW_S", "GOODPUT_SOURCE", "IMPACT_COLUMNS",
            "event_windows", "link_segments", "delivered", "goodput", "recovery", "inflation",

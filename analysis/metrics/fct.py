@@ -1,7 +1,7 @@
 """Flow completion time (FCT) and FCT slowdown.
 
 FCT is the record's ``fct_s`` (sender began to last byte at the receiver, host clock;
-aitb.records.FlowRecord). Slowdown (also "normalized FCT") is FCT divided by the ideal
+models.records.FlowRecord). Slowdown (also "normalized FCT") is FCT divided by the ideal
 FCT of the same flow alone on an idle network, as in pFabric (Alizadeh et al., SIGCOMM 2013,
 section 5) and HPCC (Li et al., SIGCOMM 2019, section 5.1):
 
@@ -24,10 +24,10 @@ from typing import Any
 
 import pandas as pd
 
-from aitb.paths import PathError
-from aitb.plan import LabPlan
 from analysis.metrics.stats import distribution
 from analysis.paths import ideal_params
+from models.paths import PathError
+from models.plan import LabPlan
 
 __all__ = ["ideal_fct_s", "flow_ideals", "fct_metrics"]
 

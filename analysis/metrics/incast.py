@@ -11,7 +11,7 @@ section 2.3.1, taken at the switch queue):
 from the cumulative counters of the bottleneck interface's root qdisc
 (counters/qdisc.parquet; analysis.metrics.counters). The bottleneck is the link direction
 shared by every flow of the burst with the lowest configured rate, the last such on ties (the
-port into the receiver; aitb.paths). The window runs from the burst's planned start (or
+port into the receiver; models.paths). The window runs from the burst's planned start (or
 its earliest actual start) to the last byte of its last flow at the receiver, widened to the
 enclosing counter samples but never back into the previous burst's window at the same
 bottleneck (a sampling interval is counted once). The run's ratio is packet-weighted: sum of
@@ -32,10 +32,10 @@ from typing import Any
 
 import pandas as pd
 
-from aitb.paths import PathError, paths
-from aitb.plan import LabPlan
 from analysis.metrics.counters import root_qdiscs, snapshot_delta, window_delta
 from analysis.metrics.stats import mean
+from models.paths import PathError, paths
+from models.plan import LabPlan
 
 __all__ = ["bottleneck_of", "incast_loss", "incast_metrics"]
 

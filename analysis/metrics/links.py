@@ -1,7 +1,7 @@
 """Link utilization, burstiness and queue occupancy from the counter samples.
 
 From ``counters/links.parquet`` (cumulative ``tx_bytes`` per interface, columns in
-aitb/counter_columns.py), per sampling interval i:
+models/counter_columns.py), per sampling interval i:
 rate_i = 8 * (tx_bytes_i - tx_bytes_{i-1}) / (t_i - t_{i-1}) (bit/s), where t_i is the time
 the sampler read row i's counters (the midpoint of that link dump, never a nominal interval
 or a stamp shared with other dumps) and the interval's timing uncertainty is
@@ -20,7 +20,7 @@ column), i.e. rate_i is exact to within a relative t_err_s / dt_s. Per interface
   ``peak_interval_above_rate`` likewise for the single-interval maximum. So no peak above
   rate x (1 + PEAK_TOLERANCE) is ever reported unflagged. PEAK_TOLERANCE (10%) covers what
   an HTB class may send above its rate over a window of 5 sampling intervals (50 ms at the
-  default 10 ms): its bucket (HTB_BURST_S = 1 ms of the rate, testbed/qdiscs/htb.py) and the
+  default 10 ms): its bucket (HTB_BURST_S = 1 ms of the rate, testbed/tc/qdiscs/htb.py) and the
   skb it dequeues into debt (TSO autosizing keeps it near 1 ms of the pacing rate), about
   4% of the window, plus the sampler's timing error ``rate_err_max`` (the largest
   t_err_s / dt_s of the link's intervals, reported per link);
@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from aitb.plan import LabPlan
 from analysis.metrics.counters import root_qdiscs, snapshot_qdiscs
 from analysis.metrics.stats import distribution
+from models.plan import LabPlan
 
 __all__ = ["ON_FRACTION", "PEAK_WINDOW_INTERVALS", "PEAK_TOLERANCE", "windowed_peak_bps",
            "link_rates",

@@ -1,6 +1,6 @@
 """Inference requests: time to first token (TTFT) and per-token latency.
 
-TTFT is the record's ``ttft_s`` (RequestRecord, aitb/records.py: first token at the
+TTFT is the record's ``ttft_s`` (RequestRecord, models/records.py: first token at the
 client minus request sent, host clock), the serving metric of e.g. vLLM's benchmarks and
 DistServe (Zhong et al., OSDI 2024, section 2). Aggregated here, not recomputed.
 """

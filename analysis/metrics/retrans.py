@@ -2,7 +2,7 @@
 the packets (analysis.tcpflows, the same analysis as ``aitb pcap``).
 
 Records: the sum of ``tcp.total_retrans`` (segments; linux/tcp.h ``tcpi_total_retrans``,
-differenced per transfer, aitb.records.TcpInfo) over all flows, and of ``dsack_dups``
+differenced per transfer, models.records.TcpInfo) over all flows, and of ``dsack_dups``
 (retransmissions the receiver reported as duplicates, RFC 2883). Captures: per capture file,
 the connections' ``retransmissions``, ``fast_retransmissions`` and ``rto_retransmissions``
 (classification in analysis.tcpflows); a connection seen on several capture interfaces is

@@ -31,7 +31,7 @@ def distribution(values: Iterable[Any]) -> dict[str, float | None]:
     ignored; all None but count when empty).
 
     Percentiles interpolate linearly between closest ranks: numpy's default ``linear``
-    method, Hyndman and Fan (1996) definition 7, the same as aitb.records.percentile,
+    method, Hyndman and Fan (1996) definition 7, the same as models.records.percentile,
     so p50 of [1, 2, 3, 4] is 2.5 and p99 of 1..100 is 99.01. With few samples the high
     percentiles approach the maximum (p99 of 10 values lies between the 9th and the 10th).
     """

@@ -19,7 +19,7 @@ lag exceeds both ``ARRIVAL_MIN_S`` and ``ARRIVAL_SHARE`` of T_med: otherwise the
 together (the instance's time went to the network, see analysis/metrics/attribution.py for
 who set it then) and it is None; ``slowest_rank_counts`` counts named ranks only.
 
-Rounds (RoundRecord, aitb/records.py): a round missed its deadline when
+Rounds (RoundRecord, models/records.py): a round missed its deadline when
 ``round_time_s`` > ``deadline_s``; clients dropped are listed per round by the aggregator.
 """
 

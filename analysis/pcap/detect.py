@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import struct
 
-from aitb.errors import SpecError
 from analysis.pcap.files import NG_MAGIC, Capture, ClassicReader
 from analysis.pcap.pcapng import PcapngReader
+from models.errors import SpecError
 
 __all__ = ["open_capture"]
 

@@ -15,7 +15,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 
 CHUNK_BYTES = 4 << 20
 MAX_CAPLEN = 1 << 18  # libpcap's MAXIMUM_SNAPLEN (262144): larger records are corruption

@@ -11,12 +11,12 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from aitb.atomic import write_text_atomic
 from analysis.metrics.collectives import iteration_times
 from analysis.metrics.events import DEFAULT_WINDOW_S, RECOVERY_FRACTION, goodput
 from analysis.report import plots, units
 from analysis.report.narrative import dci_time, workload_sections
 from analysis.tables import RunTables
+from models.atomic import write_text_atomic
 
 __all__ = ["render_report", "PLOTS"]
 

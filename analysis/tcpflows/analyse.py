@@ -48,7 +48,7 @@ def analyse_capture(path: str | os.PathLike[str], engine: str = "auto") -> Captu
     file is analysed up to the damage, which is reported in ``warnings``; so are, as whole-file
     warnings (offset None), invalid and out-of-order timestamps (:class:`ClockChecks`) and
     duplicate captures (:meth:`Direction.is_duplicate`), which are counted once. Raises
-    :class:`aitb.errors.SpecError` if the file is missing, unreadable or not a capture;
+    :class:`models.errors.SpecError` if the file is missing, unreadable or not a capture;
     ValueError for an unknown engine.
     """
     if engine not in ENGINES:

@@ -8,12 +8,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from aitb.paths import dci_links  # noqa: E402
-from orchestration import api as aitb_api  # noqa: E402
+import aitb  # noqa: E402
+from models.paths import dci_links  # noqa: E402
 
 points: dict[str, list[tuple[float, float]]] = {}
 for run_dir in sys.argv[2:]:
-    run = aitb_api.load_run(run_dir)
+    run = aitb.load_run(run_dir)
     plan = run.tables.plan
     dci = dci_links(plan)
     delay_ms = max(lk.a_to_b.delay_s for lk in plan.links if lk.name in dci) * 1e3

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from aitb.records import percentile
+from models.records import percentile
 
 __all__ = ["mean_ci95", "run_summary", "records_summary", "aggregate", "write_tables"]
 
@@ -61,11 +61,11 @@ def _iteration_times(timeline: list[dict[str, Any]]) -> list[float]:
 
 
 def records_summary(run_dir: Path) -> dict[str, float | None]:
-    """Summary keys (aitb.records.SUMMARY_KEYS) computed from the run's records, for runs
+    """Summary keys (models.records.SUMMARY_KEYS) computed from the run's records, for runs
     without metrics.json: flows, fct_s_p50/p95/p99/max, collectives, cct_s_mean/p50/p99,
     algbw_Bps_mean, busbw_Bps_mean, iteration_time_s_mean, retransmissions (sum of each flow's
     TCP_INFO total_retrans difference), dci_collective_time_s (analysis.dci). Percentiles:
-    aitb.records.percentile (numpy's linear method)."""
+    models.records.percentile (numpy's linear method)."""
     from analysis.dci import dci_collective_time_s
 
     flows = _jsonl(run_dir / "flows.jsonl")

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import LabError
-from aitb.owned import make_owned_dir, owned_tempdir
+from models.errors import LabError
+from models.owned import make_owned_dir, owned_tempdir
 from orchestration.campaign.copyback import mark_results, pack, sees_results, unpack
 from orchestration.campaign.load import Campaign
 from orchestration.campaign.point import RunReport, RunTask
@@ -75,7 +75,7 @@ def run_on_worker(task: RunTask, results_root: str, token: str) -> WorkerReply:
     machine sees ``results_root`` (copyback.sees_results), else in a scratch folder whose run
     directory comes back packed. The run happens in a child process that dies with this one."""
     shared = sees_results(Path(results_root), token)
-    # named by this process (aitb.owned): a worker SIGKILLed mid-run leaves it to `aitb clean`
+    # named by this process (models.owned): a worker SIGKILLed mid-run leaves it to `aitb clean`
     scratch = None if shared else make_owned_dir("point")
     local = task if shared else dataclasses.replace(task, point_dir=str(scratch))
     try:
@@ -90,7 +90,7 @@ def run_on_worker(task: RunTask, results_root: str, token: str) -> WorkerReply:
 def _child(task: RunTask) -> tuple[RunReport, str]:
     """Run ``task`` in ``python -m orchestration.campaign.point`` (SIGTERM to it when this
     process dies or is interrupted). Raises LabError with its stderr when it wrote no report."""
-    with owned_tempdir("task") as tmp:  # a killed worker's: `aitb clean` (aitb.owned)
+    with owned_tempdir("task") as tmp:  # a killed worker's: `aitb clean` (models.owned)
         task_file, report_file = tmp / "task.json", tmp / "report.json"
         task_file.write_text(json.dumps(dataclasses.asdict(task)), encoding="utf-8")
         argv = ["setpriv", "--pdeathsig", "TERM", sys.executable, "-m",

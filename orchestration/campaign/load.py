@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.plan import LabPlan
-from aitb.specfile import Ref, line_of, load_yaml, resolve_ref
+from models.errors import SpecError, SpecIssue
+from models.plan import LabPlan
+from models.specfile import Ref, line_of, load_yaml, resolve_ref
 from orchestration.campaign.spec import CampaignSpec, campaign_issue, load_campaign
 from orchestration.campaign.sweep import (
     PathError,

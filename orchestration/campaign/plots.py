@@ -13,7 +13,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from aitb.units import UnitError, parse_duration_s, parse_rate_bps, parse_size_bytes  # noqa: E402
+from models.units import UnitError, parse_duration_s, parse_rate_bps, parse_size_bytes  # noqa: E402
 from orchestration.campaign.spec import CampaignSpec, PlotSpec  # noqa: E402
 
 __all__ = ["axis_value", "default_plots", "write_plots"]
@@ -25,7 +25,7 @@ _DEFAULT_METRICS = ("cct_s_mean", "iteration_time_s_mean", "fct_s_p99", "goodput
 
 def axis_value(value: Any) -> tuple[float | None, str]:
     """A swept value as a number for an axis, with its unit: numbers as they are, unit
-    strings through aitb.units (duration -> s, rate -> bit/s, size -> B); (None, "")
+    strings through models.units (duration -> s, rate -> bit/s, size -> B); (None, "")
     when it is neither (the axis is then categorical)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value), ""

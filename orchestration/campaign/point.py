@@ -57,7 +57,7 @@ class RunReport:
 
 
 def interrupted(outcome: RunOutcome) -> bool:
-    """Whether the run ended because of SIGINT/SIGTERM (testbed.signals.LabInterrupted,
+    """Whether the run ended because of SIGINT/SIGTERM (testbed.lab.signals.LabInterrupted,
     which runner.execute records in error.json)."""
     err = outcome.run_dir / "error.json"
     return err.exists() and '"LabInterrupted"' in err.read_text(encoding="utf-8")

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from aitb.errors import AitbError, LabError
+from models.errors import AitbError, LabError
 from orchestration.campaign.aggregate import run_summary, write_tables
 from orchestration.campaign.load import Campaign, load
 from orchestration.campaign.plots import write_plots
 from orchestration.campaign.point import interrupted, run_point
 from orchestration.campaign.state import CampaignState, fingerprint
 from orchestration.campaign.sweep import Run, plain
-from testbed.signals import LabInterrupted
+from testbed.lab.signals import LabInterrupted
 
 __all__ = ["Campaign", "CampaignInterrupted", "CampaignResult", "load", "run_campaign"]
 
@@ -127,10 +127,10 @@ def run_campaign(c: Campaign, results: Path, progress: Progress = lambda _m: Non
 
 def remove_labs_of(run_dirs: list[Path], progress: Callable[[str], None]) -> list[str]:
     """Tear down the labs that unfinished runs ``run_dirs`` left behind (their registry names
-    the run directory; testbed.registry) when their owner is dead (a SIGKILLed campaign).
+    the run directory; testbed.lab.registry) when their owner is dead (a SIGKILLed campaign).
     Returns the run ids removed."""
-    from testbed import clean as clean_mod
-    from testbed.registry import Registry, state_dir
+    from testbed.lab import clean as clean_mod
+    from testbed.lab.registry import Registry, state_dir
 
     wanted = {str(p.resolve()) for p in run_dirs}
     removed = []

@@ -31,10 +31,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.records import SUMMARY_KEYS
-from aitb.specfile import MAX_POINTS, MAX_RUNS, issues_from_validation, with_lines
-from aitb.unit_fields import SpecModel
+from models.errors import SpecError, SpecIssue
+from models.records import SUMMARY_KEYS
+from models.specfile import MAX_POINTS, MAX_RUNS, issues_from_validation, with_lines
+from models.unit_fields import SpecModel
 from orchestration.run.experiment import NAME_PATTERN
 from topologies.loader import read_yaml
 

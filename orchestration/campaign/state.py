@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import LabError, SpecError, SpecIssue
+from models.errors import LabError, SpecError, SpecIssue
 from orchestration.run.rundir import write_json_atomic
 
 __all__ = ["STATE_FILE", "WRITER_WAIT_S", "CampaignState", "fingerprint", "holding_writer_lock",

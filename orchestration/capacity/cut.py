@@ -1,6 +1,6 @@
 """Where to cut a lab over ``k`` machines. Pure.
 
-By site (a node's label ``site``, else its ``group``: aitb.paths.site_of) when the lab has at
+By site (a node's label ``site``, else its ``group``: models.paths.site_of) when the lab has at
 least ``k`` sites: whole sites go to machines, largest first onto the machine with the fewest
 nodes (greedy list scheduling, Graham 1969), so no site is split and the cut links are the
 links between sites (in the generated fabrics: the DCI links). Otherwise a balanced minimum
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from aitb.paths import site_of
-from aitb.plan import LabPlan, LinkPlan
+from models.paths import site_of
+from models.plan import LabPlan, LinkPlan
 
 __all__ = ["Cut", "cut"]
 

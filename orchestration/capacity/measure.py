@@ -2,7 +2,7 @@
 creates two small labs owner-marked with their run ids and tears them down).
 
 1. **bring-up** of a single switch with ``hosts`` hosts: namespaces per second (its
-   ``namespaces`` + ``sysctls`` steps, testbed.lab.Lab.timings) and links per second (its
+   ``namespaces`` + ``sysctls`` steps, testbed.lab.lab.Lab.timings) and links per second (its
    ``links`` + ``configure`` + ``verify`` steps).
 2. **HTB**: one iperf3 TCP flow between two hosts through a 10 Gbit/s HTB on each of the 2
    hops (faster than one flow goes here: the CPU is the limit); bit-hops and packets
@@ -12,7 +12,7 @@ creates two small labs owner-marked with their run ids and tears them down).
    bits per second per busy core.
 
 4. **delay line**: the HTB flow again with 1 ms of delay on every direction through the native
-   delay line (testbed/delayline): its own cost is what the busy cores exceed the HTB cost by
+   delay line (testbed/delay/nfqueue): its own cost is what the busy cores exceed the HTB cost by
    (:func:`delay_per_core`). Left None (with a note) when the native line cannot run here.
 """
 
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from aitb.owned import owned_tempdir
+from models.owned import owned_tempdir
 from orchestration.capacity.model import Calibration
 
 __all__ = ["calibrate", "busy_cores"]
@@ -92,7 +92,7 @@ def _address(plan, node: str) -> str:
 
 
 def _bringup(hosts: int, state_dir: Path) -> tuple[float, float]:
-    from testbed.lab import Lab
+    from testbed.lab.lab import Lab
 
     plan = _plan(hosts, None)
     with Lab(plan, state_dir=state_dir) as lab:
@@ -114,11 +114,11 @@ def _htb_packets(lab, plan) -> int:
 def _htb(seconds: float, cores: int, state_dir: Path, delay: str | None = None
          ) -> tuple[float, float, float]:
     """(bit/s, packet/s, busy cores) of one iperf3 flow through 2 shaped hops."""
-    from testbed.lab import Lab
+    from testbed.lab.lab import Lab
 
     plan = _plan(2, "10Gbit", delay)
     # wire-sized packets on every hop, as when this was first calibrated: a 1000-packet
-    # buffer alone now keeps GSO (testbed/layout.py needs_wire_packets), and the figures are
+    # buffer alone now keeps GSO (testbed/lab/layout.py needs_wire_packets), and the figures are
     # per-packet costs of wire-sized packets
     with Lab(plan, state_dir=state_dir, wire_packets=True) as lab:
         dst = _address(plan, "h2")
@@ -136,8 +136,8 @@ def _htb(seconds: float, cores: int, state_dir: Path, delay: str | None = None
 
 
 def _agents(cores: int, state_dir: Path) -> float:
-    from aitb.schedule import Group, Schedule, SendRecv
-    from testbed.lab import Lab
+    from models.schedule import Group, Schedule, SendRecv
+    from testbed.lab.lab import Lab
     from traffic_gen import ReplayOptions, replay
     from traffic_gen.launch import NetnsExecLauncher
 

@@ -6,7 +6,7 @@ measure.py, and stored as JSON under the state directory) against a lab's demand
 
 - **traffic**: every host may send at its access rate at once (the worst case of collectives:
   in a ring or all-to-all every rank sends at line rate). Each bit crosses the shaped hops of
-  its path; the mean count of rate-limited hops and of delayed hops over host pairs (aitb.paths'
+  its path; the mean count of rate-limited hops and of delayed hops over host pairs (models.paths'
   walk, sampled) turns host rates into bit-hops per second through HTB and through the delay
   line. Packets: full-MTU data segments plus one ACK per two segments (Linux delayed ACK,
   RFC 1122 section 4.2.3.2; RFC 5681 section 4.2), i.e. bits / (8 x MTU) x 1.5.
@@ -35,8 +35,8 @@ import random
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from aitb.paths import PathError, PathWalker
-from aitb.plan import LabPlan
+from models.paths import PathError, PathWalker
+from models.plan import LabPlan
 
 __all__ = ["Calibration", "Demand", "Verdict", "HEADROOM", "VXLAN_OVERHEAD_BYTES",
            "CALIBRATION_FILE", "demand", "verdict", "load_calibration", "save_calibration"]
@@ -150,7 +150,7 @@ def _pairs(hosts: list[str], seed: int) -> list[tuple[str, str]]:
 
 def _mean_hops(plan: LabPlan, hosts: list[str]) -> tuple[float, float]:
     """(mean rate-limited hops, mean delayed hops) per host pair, over each pair's first
-    path (aitb.paths; pairs sampled with seed 0 beyond 9 hosts)."""
+    path (models.paths; pairs sampled with seed 0 beyond 9 hosts)."""
     walker = PathWalker(plan)
     address = {}
     for lk in plan.links:

@@ -12,12 +12,12 @@ import sys
 import typer
 from rich.console import Console
 
-from aitb import __version__
-from aitb.errors import AitbError, SpecError
+from models import __version__
+from models.errors import AitbError, SpecError
 from orchestration.cli.commands import register_all
 from orchestration.cli.errors_out import print_json_error, report_error
 from orchestration.vm_rerun import rerun_in_vm, wants_vm
-from testbed import signals
+from testbed.lab import signals
 
 app = typer.Typer(
     name="aitb",

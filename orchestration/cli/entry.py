@@ -43,7 +43,7 @@ def _quick_pcap(args: list[str]) -> bool:
         return False
     from pathlib import Path
 
-    from aitb.errors import AitbError
+    from models.errors import AitbError
     from orchestration.cli.pcap_output import pcap_command
 
     as_json = "--json" in args

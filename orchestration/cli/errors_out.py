@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from aitb.errors import AitbError, SpecError
+from models.errors import AitbError, SpecError
 
 
 def report_error(exc: AitbError) -> None:

@@ -2,7 +2,7 @@
 interpreter exit included: 130 and 143 (128 + the signal), never death by the signal.
 
 :func:`install` (first thing in :func:`orchestration.cli.entry.main`) puts the outermost
-handlers in place, the ones ``testbed.signals.raising``/``held`` restore when they end:
+handlers in place, the ones ``testbed.lab.signals.raising``/``held`` restore when they end:
 
 - while the command runs, SIGINT raises KeyboardInterrupt (Python's own behaviour) and
   SIGTERM raises ``SystemExit(143)`` (it used to kill the process outright: default
@@ -90,7 +90,7 @@ def _in_hook(frame: FrameType | None) -> bool:
 
 
 def _signal_of(exc: BaseException | None, tb: TracebackType | None) -> int | None:
-    """The signal whose handler (this module's, or testbed.signals' ``raising``) raised
+    """The signal whose handler (this module's, or testbed.lab.signals' ``raising``) raised
     ``exc`` (its innermost frame is that handler), else None."""
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from aitb.errors import SpecError
-from aitb.units import format_duration, format_size
+from models.errors import SpecError
+from models.units import format_duration, format_size
 
 if TYPE_CHECKING:
     from analysis.tcpflows import CaptureAnalysis

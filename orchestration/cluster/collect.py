@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aitb.counter_columns import SCHEMAS
-from aitb.errors import LabError
+from models.counter_columns import SCHEMAS
+from models.errors import LabError
 from orchestration.cluster.control import Control, paramiko_errors, read_json_line
 
 __all__ = ["RemoteObserver", "fetch_dir", "shift_pcap", "merge_parts", "Part",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import LabError
+from models.errors import LabError
 from orchestration.cluster.spec import Machine
 
 __all__ = ["read_json_line", "Offset", "offset_from", "drift_rate", "to_driver_s",

@@ -26,9 +26,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aitb.errors import LabError
-from aitb.plan import LabPlan
 from analysis.fidelity import expected_rtt_s, rtt_tolerance_s
+from models.errors import LabError
+from models.plan import LabPlan
 from orchestration.cluster.control import Control
 from orchestration.cluster.underlay import RTT_SCRIPT
 

@@ -7,7 +7,7 @@ deploy PLAN --run-id <run><k>`` there (the native backend; the lab stays up), th
 end of every cut link joined into its proxy switch; the clock offset of every machine is
 measured over the same channel (orchestration.cluster.control) and returned. With
 ``parallel`` (the default) the machines deploy their parts and join their tunnels at once,
-one thread per machine (aitb.fanout): bring-up takes about the slowest machine's time, not
+one thread per machine (models.fanout): bring-up takes about the slowest machine's time, not
 the sum (the clock exchanges stay one machine at a time).
 :func:`destroy` runs ``aitb topo destroy`` on each machine.
 """
@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from aitb.errors import LabError
-from aitb.fanout import fan_out
-from aitb.plan import LabPlan, plan_to_dict
+from models.errors import LabError
+from models.fanout import fan_out
+from models.plan import LabPlan, plan_to_dict
 from orchestration.cluster.control import Control, Offset
 from orchestration.cluster.partition import partition, proxy_argvs, proxy_name
 from orchestration.cluster.spec import ClusterSpec

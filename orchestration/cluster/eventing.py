@@ -4,13 +4,13 @@ lab, the driver merges their records into the run's one ``events.jsonl``.
     with playing_cluster_events(lab, actions, run_dir, manifest, progress) as player:
         replay every workload (player.anchor, player.attach as on one machine)
 
-**Split** (:func:`split_actions`, pure). The actions are the ones aitb.events plans and checks
+**Split** (:func:`split_actions`, pure). The actions are the ones models.events plans and checks
 for the whole lab (orchestration/run/events.py), unchanged. A ``down`` or ``up`` goes to every
 machine that holds an end of one of its links, with those links: a link cut between two
 machines (orchestration.cluster.partition) is, on each, a veth between its node and the
 proxy switch of the far end, so each machine sets its own end down or up (both ends of that
 veth), and on up restores and reads back its own node's routes through the link
-(testbed/faults.py), exactly as one machine does for a whole link. A ``shape`` of a direction
+(testbed/live/faults.py), exactly as one machine does for a whole link. A ``shape`` of a direction
 goes to the machine of the direction's sender (it shapes the direction on its egress; the
 far machine's proxy end is unshaped), a ``delay`` there taken down by the underlay's one-way
 delay on a cut link as at bring-up (orchestration.cluster.underlay; never below 0). A
@@ -57,12 +57,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import AitbError, LabError
-from aitb.events import EVENT_RECORDS, EventAction, action_to_dict
-from aitb.fanout import fan_out
-from aitb.plan import LabPlan
+from models.errors import AitbError, LabError
+from models.events import EVENT_RECORDS, EventAction, action_to_dict
+from models.fanout import fan_out
+from models.plan import LabPlan
 from orchestration.cluster.control import Control, paramiko_errors, read_json_line
-from testbed.trace_player import TracePlayer
+from testbed.live.trace_player import TracePlayer
 
 __all__ = ["DRIVER", "Share", "split_actions", "merge_records", "RemoteEvents",
            "ClusterPlayer", "playing_cluster_events"]
@@ -361,7 +361,7 @@ class RemoteEvents:
 
 
 class ClusterPlayer:
-    """What the runner's replay uses of a player (testbed.trace_player.TracePlayer's
+    """What the runner's replay uses of a player (testbed.live.trace_player.TracePlayer's
     ``t0``, ``anchor``, ``attach``) for a cluster: anchors moved onto each machine's clock
     and sent to the machines that wait for them; the driver's own player (slowdowns) gets
     them and the controllers."""

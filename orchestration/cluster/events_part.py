@@ -1,7 +1,7 @@
 """The machine's side of a cluster run's ``events:``: ``aitb topo events PART`` runs on each
 machine that holds a share of the event actions (over SSH, for the length of the run) and
 plays that share on its part of the lab with the trace player of a local run
-(testbed/trace_player.py: links down and up through testbed/faults.py, the plan's routes
+(testbed/live/trace_player.py: links down and up through testbed/live/faults.py, the plan's routes
 restored and read back on up, reshaping through set_shaping; one thread, SCHED_FIFO 10, the
 action made ready before its instant). Times are the machine's own clock; the driver hands it
 the run's t0 and the workloads' anchors already moved onto that clock, so the records' times
@@ -10,7 +10,7 @@ after t0 are the driver's (orchestration.cluster.eventing).
 Protocol on stdin/stdout (one JSON object a line):
 
 1. the driver sends ``{"actions": [action, ...], "rt_priority": N | null}`` (each action as
-   aitb.events.action_to_dict, with its ``index`` in the run's list); the part attaches to
+   models.events.action_to_dict, with its ``index`` in the run's list); the part attaches to
    the lab, opens every namespace, checks what the actions need (TracePlayer.check) and says
    ``{"ready": true}``, or ``{"error": TEXT}`` and exits 1;
 2. ``{"start": T0}`` (seconds since the epoch, the machine's clock): playing starts, actions
@@ -35,11 +35,11 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from aitb.errors import AitbError
-from aitb.events import action_from_dict
-from testbed.lab import Lab
-from testbed.registry import pid_start_time, state_dir
-from testbed.trace_player import TracePlayer
+from models.errors import AitbError
+from models.events import action_from_dict
+from testbed.lab.lab import Lab
+from testbed.lab.registry import pid_start_time, state_dir
+from testbed.live.trace_player import TracePlayer
 
 __all__ = ["events_part"]
 

@@ -1,5 +1,5 @@
 """A lab over the machines of a cluster as ``aitb run`` drives it: the runner's stand-in for a
-local ``testbed.lab.Lab`` when the experiment has a ``cluster:`` section.
+local ``testbed.lab.lab.Lab`` when the experiment has a ``cluster:`` section.
 
 - :func:`connect`: an SSH control channel to every machine, before anything exists anywhere
   (an unreachable machine is one LabError naming the file, key and machine).
@@ -43,10 +43,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aitb.errors import LabError
-from aitb.fanout import fan_out
-from aitb.lifeline import spawn
-from aitb.plan import LabPlan
+from models.errors import LabError
+from models.fanout import fan_out
+from models.lifeline import spawn
+from models.plan import LabPlan
 from orchestration.cluster.control import Control, Offset, drift_rate, paramiko_errors
 from orchestration.cluster.deploy import Deployed, deploy, destroy
 from orchestration.cluster.spec import ClusterSpec

@@ -42,20 +42,20 @@ import shutil
 from pathlib import Path
 from typing import IO, Any
 
-from aitb.errors import AitbError
+from models.errors import AitbError
 from orchestration.run.fidelity import FidelityMonitor
-from testbed.capture import Capture, CaptureConfig
-from testbed.capture_select import CapturePoint
+from testbed.capture.points import CapturePoint
+from testbed.capture.tcpdump import Capture, CaptureConfig
 from testbed.counters import CounterSampler, SamplerConfig
-from testbed.lab import Lab
-from testbed.registry import pid_start_time, state_dir, unknown_name
+from testbed.lab.lab import Lab
+from testbed.lab.registry import pid_start_time, state_dir, unknown_name
 
 __all__ = ["observe_part", "remote_dir"]
 
 
 def remote_dir(part_run_id: str) -> str:
     """Where machine's observer writes (removed once copied back; its name carries the part's
-    run id, so the part's teardown may remove it: testbed.clean)."""
+    run id, so the part's teardown may remove it: testbed.lab.clean)."""
     return f"/tmp/aitb-observe-{part_run_id}"
 
 
@@ -75,7 +75,7 @@ def observe_part(run_id: str, config: dict[str, Any], stdin: IO[str], stdout: IO
     # registered like the processes it starts: a driver lost mid-run leaves this process
     # waiting on stdin, and the machine's ``aitb topo destroy`` then ends it by pid; DIR
     # too, before it exists: a driver lost after the observation, before its copy-back (or
-    # this process SIGKILLed), leaves it to that teardown (testbed.clean, run-marked paths)
+    # this process SIGKILLed), leaves it to that teardown (testbed.lab.clean, run-marked paths)
     lab.registry.append([{"kind": "process", "node": "(root namespace)",
                           "argv": ["aitb", "topo", "observe", run_id], "pid": os.getpid(),
                           "start": pid_start_time(os.getpid())},

@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import AitbError, LabError
-from aitb.fanout import fan_out
-from aitb.owned import make_owned_dir
 from analysis.fidelity import traffic_windows
+from models.errors import AitbError, LabError
+from models.fanout import fan_out
+from models.owned import make_owned_dir
 from orchestration.cluster.collect import Part, RemoteObserver, fetch_dir, merge_parts
 from orchestration.cluster.cut_rtt import cut_rtt_check, probe_cut_links
 from orchestration.cluster.lab import ClusterLab, uncertainty_s

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from aitb.plan import Endpoint, LabPlan, NodePlan
-from aitb.shaping import Shaping
+from models.plan import Endpoint, LabPlan, NodePlan
+from models.shaping import Shaping
 from orchestration.cluster.tunnels import Tunnel, vxlan_argvs
 
 __all__ = ["proxy_name", "partition", "proxy_argvs"]

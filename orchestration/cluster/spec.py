@@ -25,9 +25,9 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.unit_fields import Duration, SpecModel
-from aitb.units import parse_duration_s
+from models.errors import SpecError, SpecIssue
+from models.unit_fields import Duration, SpecModel
+from models.units import parse_duration_s
 
 __all__ = ["Machine", "ClusterSpec", "parse_cluster", "cluster_issues",
            "key_problems"]

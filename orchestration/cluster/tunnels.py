@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.paths import site_of
-from aitb.plan import LabPlan
+from models.errors import SpecError, SpecIssue
+from models.paths import site_of
+from models.plan import LabPlan
 from orchestration.capacity.cut import cut
 from orchestration.capacity.model import VXLAN_OVERHEAD_BYTES
 from orchestration.cluster.spec import ClusterSpec

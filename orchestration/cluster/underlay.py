@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from aitb.plan import LabPlan
+from models.plan import LabPlan
 from orchestration.cluster.control import Control
 from orchestration.cluster.spec import ClusterSpec
 from orchestration.cluster.tunnels import Tunnel

@@ -1,8 +1,8 @@
 """The run directory's ALTO documents (``alto/``): the lab's network map and one cost map
-per metric, derived from the scaled plan by aitb.alto (RFC 7285 shapes).
+per metric, derived from the scaled plan by models.alto (RFC 7285 shapes).
 
 Files: ``alto/networkmap.json`` and ``alto/costmap-<metric>.json`` (metrics
-aitb.alto.COST_METRICS), plus ``alto/index.json`` naming each file with its media type and
+models.alto.COST_METRICS), plus ``alto/index.json`` naming each file with its media type and
 the PID of every host, so a consumer needs no knowledge of aitb to read them.
 """
 
@@ -11,8 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aitb.alto import MEDIA_COSTMAP, MEDIA_NETWORKMAP, AltoMaps, PidBy, alto_maps, costmap_filename
-from aitb.plan import LabPlan
+from models.alto import (
+    MEDIA_COSTMAP,
+    MEDIA_NETWORKMAP,
+    AltoMaps,
+    PidBy,
+    alto_maps,
+    costmap_filename,
+)
+from models.plan import LabPlan
 from orchestration.run.rundir import write_json_atomic
 
 __all__ = ["write_alto", "alto_index"]
@@ -29,7 +36,7 @@ def alto_index(maps: AltoMaps) -> dict[str, Any]:
 
 def write_alto(run_dir: Path, plan: LabPlan, by: PidBy = "site") -> AltoMaps:
     """Write ``run_dir/alto/`` (module docstring) for ``plan``; returns the maps. Raises
-    aitb.paths.PathError when a host cannot reach another (the plan has a routing hole)."""
+    models.paths.PathError when a host cannot reach another (the plan has a routing hole)."""
     maps = alto_maps(plan, by)
     out = run_dir / "alto"
     out.mkdir(exist_ok=True)

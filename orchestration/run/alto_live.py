@@ -6,7 +6,7 @@
 The counter sampler writes ``counters/live.json`` every ``refresh`` (testbed.counters.live:
 per interface the bits per second it sent in the window and its mean qdisc backlog). A thread
 of the runner reads each new snapshot and rewrites ``alto/costmap-bw-available.json`` and
-``alto/costmap-delay-ow.json`` with the live costs of aitb.alto.live_cost_map (available
+``alto/costmap-delay-ow.json`` with the live costs of models.alto.live_cost_map (available
 bandwidth = configured rate - measured rate; one-way delay = configured delay + backlog x 8 /
 rate per direction), so the lab's ALTO server (which reads its files on every request) serves
 them at once, and appends each to ``alto/live.jsonl`` (``t_s``, ``window_s``, ``seq``,
@@ -28,10 +28,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aitb.alto import LIVE_METRICS, LinkUse, alto_maps, costmap_filename, host_paths, live_cost_map
-from aitb.errors import LabError
-from aitb.paths import PathError
-from aitb.plan import LabPlan
+from models.alto import (
+    LIVE_METRICS,
+    LinkUse,
+    alto_maps,
+    costmap_filename,
+    host_paths,
+    live_cost_map,
+)
+from models.errors import LabError
+from models.paths import PathError
+from models.plan import LabPlan
 from orchestration.run.rundir import write_json_atomic
 
 __all__ = ["live_alto", "usage_of"]

@@ -3,7 +3,7 @@
     with serving_alto(spec.alto, lab, plan, run_dir, manifest, progress):
         replay every workload
 
-Starts testbed/alto_server.py in the namespace of ``alto.node`` (default: the plan's first
+Starts testbed/apps/alto_server.py in the namespace of ``alto.node`` (default: the plan's first
 host), bound to that node's lab address, serving ``run_dir/alto/``; waits until it says it is
 listening; ends it by pid afterwards (the lab registers it like every lab process, so a lab
 torn down after a crash ends it too). Its request log is ``alto/server.log``; the manifest's
@@ -21,11 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import LabError
-from aitb.plan import LabPlan
-from testbed import alto_server
-from testbed.procs import end_process
-from testbed.registry import pid_start_time
+from models.errors import LabError
+from models.plan import LabPlan
+from testbed.apps import alto_server
+from testbed.lab.registry import pid_start_time
+from testbed.ns.procs import end_process
 
 __all__ = ["serving_alto", "server_node", "READY_TIMEOUT_S"]
 

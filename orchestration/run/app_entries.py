@@ -17,7 +17,7 @@ Placeholders (in ``command`` and in ``env`` values; ``{{``/``}}`` are literal br
 address of any host, ``{src_addr:<node>}`` this node's own address towards that host (to bind
 a client socket), ``{addrs:<node>}`` every address of that host, comma-separated. On
 multi-NIC hosts each rank gets the peer's NIC nearest to its own node and its own NIC towards
-it (:func:`aitb.paths.peer_addresses`, as replay uses; a GPU reaches a GPU of its server over
+it (:func:`models.paths.peer_addresses`, as replay uses; a GPU reaches a GPU of its server over
 their intra-server link): ``{addr:X}`` and ``{master_addr}`` may differ from rank to rank, so
 a server on a multi-NIC host listens on all its addresses (``0.0.0.0`` or ``{addrs:X}``).
 An app runs one process per node: ``ranks_per_host`` does not split it per NIC.
@@ -33,7 +33,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from aitb.unit_fields import Duration, SpecModel
+from models.unit_fields import Duration, SpecModel
 from orchestration.run.serving_entries import StartMode, WorkloadTransport
 
 __all__ = ["AppEntry"]

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import AitbError
-from aitb.records import FailureRecord
+from models.errors import AitbError
+from models.records import FailureRecord
 from orchestration.run.apps import AppPlan
 from orchestration.run.concurrent import START_LOCK
-from testbed.apps import AppRequest
+from testbed.apps.launch import AppRequest
 from traffic_gen.replay import ReplayResult
 
 __all__ = ["POLL_S", "run_app", "log_tail"]

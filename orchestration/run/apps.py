@@ -8,10 +8,10 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.paths import host_addresses, peer_addresses
-from aitb.plan import LabPlan
-from aitb.units import parse_duration_s
+from models.errors import SpecError, SpecIssue
+from models.paths import host_addresses, peer_addresses
+from models.plan import LabPlan
+from models.units import parse_duration_s
 from orchestration.run.app_entries import AppEntry
 
 __all__ = ["PLACEHOLDERS", "AppRank", "AppPlan", "build_app", "fill"]
@@ -110,7 +110,7 @@ def _rank(e: AppEntry, rank: int, node: str, addresses: Mapping[str, str], sourc
           index: int, issues: list[SpecIssue], pairs: Mapping[tuple[str, str], tuple[str, str]],
           every: Mapping[str, list[str]]) -> AppRank:
     # multi-NIC hosts: each peer at its NIC nearest to this node, from this node's NIC
-    # towards it (aitb.paths.peer_addresses, as replay's agents use)
+    # towards it (models.paths.peer_addresses, as replay's agents use)
     mine = {h: pairs[(node, h)][1] for h in addresses if (node, h) in pairs}
     here = {**addresses, **mine}
     sources = {h: pairs[(node, h)][0] for h in addresses if (node, h) in pairs}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aitb.plan import LabPlan
+from models.plan import LabPlan
 from orchestration.run import kinds
 from orchestration.run.kinds.common import BuiltWorkload, Ctx
 
@@ -20,9 +20,9 @@ def build_entry(entry: object, index: int, *, plan: LabPlan, source: str, base_d
     of an experiment for ``plan``.
 
     ``scale`` (>= 1) divides every size (see orchestration/run/experiment.py); ``seed`` seeds
-    patterns and stragglers. Raises :class:`~aitb.errors.SpecError` naming ``source`` and
+    patterns and stragglers. Raises :class:`~models.errors.SpecError` naming ``source`` and
     ``workloads[index].<key>`` for a bad unit, an unknown host, too few hosts, or an invalid
-    schedule. ``pid_by`` and ``metric`` choose the ALTO cost map (aitb.alto) that the
+    schedule. ``pid_by`` and ``metric`` choose the ALTO cost map (models.alto) that the
     ``cost_map`` keys use (workloads.cost_aware).
     """
     ctx = Ctx(source, index, plan, base_dir, seed, scale, pid_by, metric)

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import AitbError, LabError, SpecError, SpecIssue
-from aitb.plan import LabPlan
-from aitb.specfile import with_lines
+from models.errors import AitbError, LabError, SpecError, SpecIssue
+from models.plan import LabPlan
+from models.specfile import with_lines
 from orchestration.cluster.control import Control
 from orchestration.cluster.eventing import ClusterPlayer, playing_cluster_events
 from orchestration.cluster.fidelity import cluster_fidelity

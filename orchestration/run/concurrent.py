@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from aitb.fanout import fan_out
+from models.fanout import fan_out
 from traffic_gen.launch import LabLauncher
 
 __all__ = ["start_groups", "SerialLauncher", "run_group", "START_LOCK"]

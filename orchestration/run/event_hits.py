@@ -1,8 +1,8 @@
 """What the ``events:`` did to the transfers that failed: each record of a workload's
 ``failures.jsonl`` gets, in its ``extra``, the event state at its instant, read from
-``events.jsonl`` (the actions applied so far, testbed/trace_player.py):
+``events.jsonl`` (the actions applied so far, testbed/live/trace_player.py):
 
-- ``links_down``: the links on the transfer's routed paths (aitb.paths, every ECMP choice,
+- ``links_down``: the links on the transfer's routed paths (models.paths, every ECMP choice,
   both directions: source to destination and back, the acknowledgements' way) that an event
   had set down and not up again at the failure's time ``t``;
 - ``agents_stopped``: of the failure's nodes (``node``, ``src_node``, ``dst_node``) the ones
@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from aitb.atomic import write_text_atomic
-from aitb.paths import PathError, paths
-from aitb.plan import LabPlan
+from models.atomic import write_text_atomic
+from models.paths import PathError, paths
+from models.plan import LabPlan
 
 __all__ = ["state_at", "annotate_failures", "failure_cause"]
 

@@ -1,6 +1,6 @@
 """``events:`` of an experiment file: faults and dynamics on a timeline, checked before the lab
-exists and expanded to :class:`aitb.events.EventAction` (played by the scheduler thread of
-testbed/trace_player.py, recorded in ``events.jsonl``; on a lab over several machines each
+exists and expanded to :class:`models.events.EventAction` (played by the scheduler thread of
+testbed/live/trace_player.py, recorded in ``events.jsonl``; on a lab over several machines each
 machine plays its share, orchestration/cluster/eventing.py)::
 
     events:
@@ -62,15 +62,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, Tag
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.events import EventAction
-from aitb.plan import LabPlan
-from aitb.shaping import Shaping
-from aitb.specfile import MAX_EVENT_ACTIONS, MAX_REPEATS, with_lines
-from aitb.trace import LinkTrace, planned_changes, read_trace
-from aitb.unit_fields import Duration, SpecModel
-from aitb.units import UnitError, parse_duration_s
-from testbed.delayline import labline
+from models.errors import SpecError, SpecIssue
+from models.events import EventAction
+from models.plan import LabPlan
+from models.shaping import Shaping
+from models.specfile import MAX_EVENT_ACTIONS, MAX_REPEATS, with_lines
+from models.trace import LinkTrace, planned_changes, read_trace
+from models.unit_fields import Duration, SpecModel
+from models.units import UnitError, parse_duration_s
+from testbed.delay.nfqueue import labline
 from topologies.scaling import scale_changes
 from topologies.shaping import to_changes
 from topologies.spec import Buffer, Pct, Rate
@@ -110,7 +110,7 @@ class _Event(SpecModel):
 
 class LinkDown(_Event):
     """``link`` (one or a list) goes down: one veth end set down, its peer without carrier,
-    neither node routing over it (testbed/faults.py)."""
+    neither node routing over it (testbed/live/faults.py)."""
 
     kind: Literal["link_down"]
     link: Links
@@ -165,7 +165,7 @@ class Corrupt(_Event):
 
 
 class TraceEvent(_Event):
-    """From the event on, ``direction`` of ``link`` follows trace ``file`` (aitb/trace.py
+    """From the event on, ``direction`` of ``link`` follows trace ``file`` (models/trace.py
     formats; relative to the experiment file) from its time 0; a looped trace needs
     ``duration``, which also ends a plain one early; the values of its last step stay."""
 
@@ -381,7 +381,7 @@ def _check_total(events: Sequence[Any], source: str, doc: Any) -> None:
 
 def _precedes(x: tuple[int, EventAction], y: tuple[int, EventAction]) -> bool:
     """Whether action ``x`` certainly plays before ``y`` (each with its index in the expanded
-    list, which is the player's order for ties: testbed/trace_player.py pushes equal times in
+    list, which is the player's order for ties: testbed/live/trace_player.py pushes equal times in
     file order, and a workload's first-phase anchor before its iteration anchor). Known only
     within one anchor: two absolute times compare directly; two offsets of one workload
     compare as (iteration, offset) pairs, the first-phase anchor as iteration -1, since the
@@ -590,8 +590,8 @@ def _trace(ev: TraceEvent, i: int, at_s: float, base: dict[str, Any], links: dic
 
 def line_problems(plan: LabPlan, actions: Sequence[EventAction]) -> list[str]:
     """What the native delay lines of ``plan`` (delay lines resolved for this host,
-    testbed.delayline.choose.resolve_here) could not do of the ``shape`` actions when played
-    live: the rules of :func:`testbed.delayline.labline.trace_problems` (a delay or impairment
+    testbed.delay.nfqueue.choose.resolve_here) could not do of the ``shape`` actions when played
+    live: the rules of :func:`testbed.delay.nfqueue.labline.trace_problems` (a delay or impairment
     on a direction that starts without one, the memory cap, refused keys) and corrupt
     switched on or off live. One sentence per event and reason, naming ``events[i]``, its
     kind, link and direction. Pure."""

@@ -59,11 +59,11 @@ from pydantic import (
     model_validator,
 )
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.events import EVENT_KINDS
-from aitb.specfile import MAX_CONNS_PER_PEER, issues_from_validation, with_lines
-from aitb.unit_fields import Duration, Quantity, Size, SpecModel
-from aitb.units import parse_duration_s
+from models.errors import SpecError, SpecIssue
+from models.events import EVENT_KINDS
+from models.specfile import MAX_CONNS_PER_PEER, issues_from_validation, with_lines
+from models.unit_fields import Duration, Quantity, Size, SpecModel
+from models.units import parse_duration_s
 from orchestration.cluster.spec import ClusterSpec
 from orchestration.run.events import EventEntry
 from orchestration.run.kinds import KIND_NAMES, WorkloadEntry
@@ -178,8 +178,8 @@ def _refresh_ok(value: Quantity) -> Quantity:
 
 
 class CaptureSpecModel(SpecModel):
-    """``capture:`` packet capture during the run (testbed/capture.py): ``interfaces``
-    ``bottleneck`` (testbed.capture_select), ``all`` or a list of ``node:ifname``; ``snaplen``
+    """``capture:`` packet capture during the run (testbed/capture/tcpdump.py): ``interfaces``
+    ``bottleneck`` (testbed.capture.points), ``all`` or a list of ``node:ifname``; ``snaplen``
     bytes kept per packet; ``rotate_size`` (a size) per file, ``files`` in the ring."""
 
     model_config = _Forbid
@@ -191,7 +191,7 @@ class CaptureSpecModel(SpecModel):
 
 
 class CountersSpecModel(SpecModel):
-    """``counters:`` counter sampling during the run (aitb/counter_columns.py): every
+    """``counters:`` counter sampling during the run (models/counter_columns.py): every
     ``interval`` (a duration), qdisc and interface counters of every node, and TCP_INFO of
     the hosts' sockets unless ``tcp: false``."""
 
@@ -202,7 +202,7 @@ class CountersSpecModel(SpecModel):
 
 
 class AltoSpecModel(SpecModel):
-    """``alto:`` the lab's ALTO maps (aitb.alto; always written to ``alto/`` of the run):
+    """``alto:`` the lab's ALTO maps (models.alto; always written to ``alto/`` of the run):
     ``pids`` one PID per ``site`` or per ``rack``; ``metric`` the cost that ``placement:
     {policy: cost_map}``, ``ring_order: cost_map`` and ``hierarchy: cost_map`` minimise;
     ``serve`` also serves them over HTTP from
@@ -238,7 +238,7 @@ class ExperimentSpec(SpecModel):
     alto: AltoSpecModel = Field(default_factory=AltoSpecModel)
     events: list[EventEntry] = Field(default_factory=list)  # orchestration/run/events.py
     cluster: ClusterSpec | None = None  # the lab over these machines (orchestration/cluster/)
-    # a CPU for the native delay line alone (testbed.lab.Lab line_cpu); None: shared
+    # a CPU for the native delay line alone (testbed.lab.lab.Lab line_cpu); None: shared
     delay_line_cpu: Annotated[int, Field(ge=0)] | None = None
 
 

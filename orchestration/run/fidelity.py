@@ -8,7 +8,7 @@ at the end.
     monitor.write(run_dir)                                    # after the lab is down
 
 ``write`` reads ``counters/qdisc.parquet`` and ``counters/links.parquet``
-(aitb/counter_columns.py) when a sampler wrote them and adds the two snapshots taken here, so loss
+(models/counter_columns.py) when a sampler wrote them and adds the two snapshots taken here, so loss
 is measured either way and
 the rate (which needs samples while a queue was backlogged) where samples exist.
 """
@@ -23,8 +23,6 @@ from typing import Any
 
 import pandas as pd
 
-from aitb.errors import LabError
-from aitb.plan import LabPlan
 from analysis.fidelity import (
     DirectionRef,
     LineCounts,
@@ -34,14 +32,16 @@ from analysis.fidelity import (
     samples_in_windows,
     traffic_windows,
 )
+from models.errors import LabError
+from models.plan import LabPlan
 from orchestration.run.rundir import write_json_atomic
-from testbed.capabilities import in_vm
-from testbed.countersnap import LINK_COLUMNS, QDISC_COLUMNS, snapshot
-from testbed.cpuload import CpuSampler
-from testbed.delay_backends import native
-from testbed.lab import Lab
-from testbed.layout import DIRECTIONS, Layout
-from testbed.rttprobe import EchoProbe, probe_rtts
+from testbed.counters.cpuload import CpuSampler
+from testbed.counters.rttprobe import EchoProbe, probe_rtts
+from testbed.counters.snapshot import LINK_COLUMNS, QDISC_COLUMNS, snapshot
+from testbed.delay import native
+from testbed.host.capabilities import in_vm
+from testbed.lab.lab import Lab
+from testbed.lab.layout import DIRECTIONS, Layout
 
 __all__ = ["FidelityMonitor", "direction_refs", "echo_probes", "PROBE_COUNT"]
 
@@ -178,7 +178,7 @@ class FidelityMonitor:
         """Write ``run_dir/fidelity.json`` (:meth:`report`) atomically and return it; with
         native delay lines also ``run_dir/counters/delayline.json`` (their counters when the
         workloads ended: per ``"<link>/<direction>"``, see
-        :func:`testbed.delay_backends.native.stats`)."""
+        :func:`testbed.delay.native.stats`)."""
         doc = self.report(run_dir, windows)
         write_json_atomic(run_dir / "fidelity.json", doc)
         if self.lines_after:  # counters/ exists only when the sampler ran
@@ -196,7 +196,7 @@ def _queue(stats: dict[str, dict[str, Any]], key: str) -> dict[str, Any]:
 def line_counts(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]],
                 ref: DirectionRef) -> LineCounts | None:
     """The native line's counts of ``ref``'s direction between the two snapshots
-    (:func:`testbed.delay_backends.native.stats`); None when the direction has no native
+    (:func:`testbed.delay.native.stats`); None when the direction has no native
     line. Delay percentiles cover the helper's lifetime (histograms do not subtract)."""
     key = f"{ref.link}/{_DIRECTION[ref.direction]}"
     if key not in after:

@@ -1,5 +1,5 @@
 """Refuse, before anything exists, a placement that would move marked data outside its
-regions (workload key ``data:`` with ``enforce: refuse``; aitb.locality holds the check).
+regions (workload key ``data:`` with ``enforce: refuse``; models.locality holds the check).
 
 The pairs checked are the hosts of every rank pair the workload's schedule moves bytes between
 (workloads.cost_aware.traffic_matrix: collectives by their ring model, send/recv, bursts), on
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.locality import DataPolicy, flow_violations
-from aitb.paths import PathWalker
-from aitb.plan import LabPlan
+from models.errors import SpecError, SpecIssue
+from models.locality import DataPolicy, flow_violations
+from models.paths import PathWalker
+from models.plan import LabPlan
 from orchestration.run.kinds.common import BuiltWorkload
 from workloads.cost_aware import traffic_matrix
 
@@ -23,7 +23,7 @@ __all__ = ["policy_of", "check_placement"]
 
 
 def policy_of(data: Any) -> DataPolicy:
-    """The aitb.locality.DataPolicy of a ``data:`` entry (orchestration.run.kinds.DataSpec)."""
+    """The models.locality.DataPolicy of a ``data:`` entry (orchestration.run.kinds.DataSpec)."""
     return DataPolicy(data.data_class, tuple(data.allowed_regions),
                       tuple(data.allowed_countries) if data.allowed_countries is not None
                       else None)

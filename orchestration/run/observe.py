@@ -1,5 +1,5 @@
 """Capture and counter sampling around a run's workloads (experiment keys ``capture:`` and
-``counters:``, testbed/capture.py, aitb/counter_columns.py).
+``counters:``, testbed/capture/tcpdump.py, models/counter_columns.py).
 
     observe = observe_config(spec, source, doc, plan)        # at prepare time: pure, checked
     with observing(observe, lab, run_dir, manifest, progress):
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import LabError, SpecError, SpecIssue
-from aitb.plan import LabPlan
-from aitb.specfile import with_lines
-from aitb.units import parse_duration_s, parse_size_bytes
-from testbed.capture import Capture, CaptureConfig
-from testbed.capture_select import CapturePoint, select_interfaces
+from models.errors import LabError, SpecError, SpecIssue
+from models.plan import LabPlan
+from models.specfile import with_lines
+from models.units import parse_duration_s, parse_size_bytes
+from testbed.capture.points import CapturePoint, select_interfaces
+from testbed.capture.tcpdump import Capture, CaptureConfig
 from testbed.counters import CounterSampler, SamplerConfig
 
 __all__ = ["ObserveConfig", "observe_config", "observing", "warn_incomplete"]

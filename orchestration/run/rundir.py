@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aitb import __version__
-from aitb.atomic import write_text_atomic
+from models import __version__
+from models.atomic import write_text_atomic
 
 __all__ = ["mark_killed", "remove_dead_files", "finite", "new_run_id", "create_run_dir",
            "write_json_atomic", "host_facts", "git_revision"]
@@ -64,7 +64,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def remove_if_empty(run_dir: Path) -> bool:
     """Delete ``run_dir`` if it holds nothing but the temporary files of an unfinished atomic
-    write (``.name.xxxx``, :mod:`aitb.atomic`): a run killed between creating its directory
+    write (``.name.xxxx``, :mod:`models.atomic`): a run killed between creating its directory
     and writing its first manifest. Returns whether it was removed."""
     try:
         entries = list(run_dir.iterdir())
@@ -100,14 +100,14 @@ def mark_killed(run_dir: Path, by: str) -> bool:
     return True
 
 
-_ATOMIC_TMP_RE = re.compile(r"\..+\.[a-z0-9_]{8}")  # aitb.atomic's mkstemp(prefix=".<name>.")
+_ATOMIC_TMP_RE = re.compile(r"\..+\.[a-z0-9_]{8}")  # models.atomic's mkstemp(prefix=".<name>.")
 
 
 def remove_dead_files(run_dir: Path) -> list[Path]:
     """Remove, anywhere under the directory of a run whose process is dead, what only a live
     run uses: Unix sockets (the controller's ``ctl.sock``, its starters' ``kick<k>.sock``:
     nothing listens on them any more) and the temporary files of unfinished atomic writes
-    (``.<name>.XXXXXXXX``, aitb.atomic). Returns the paths removed; one that cannot be
+    (``.<name>.XXXXXXXX``, models.atomic). Returns the paths removed; one that cannot be
     removed is skipped. Never follows a symbolic link."""
     removed = []
     for top, _dirs, files in os.walk(run_dir):

@@ -26,13 +26,13 @@ from typing import Any
 from pydantic import ValidationError
 
 import topologies
-from aitb.errors import AitbError, LabError, SpecError, SpecIssue, format_key_path
-from aitb.events import EVENT_RECORDS, EventAction
-from aitb.paths import PathError, RankBindingError, peer_addresses, rank_addresses
-from aitb.plan import LabPlan, plan_to_dict
-from aitb.schedule import Gather
-from aitb.specfile import Ref, line_of, resolve_ref, with_lines
-from aitb.units import UnitError, parse_duration_s, parse_size_bytes
+from models.errors import AitbError, LabError, SpecError, SpecIssue, format_key_path
+from models.events import EVENT_RECORDS, EventAction
+from models.paths import PathError, RankBindingError, peer_addresses, rank_addresses
+from models.plan import LabPlan, plan_to_dict
+from models.schedule import Gather
+from models.specfile import Ref, line_of, resolve_ref, with_lines
+from models.units import UnitError, parse_duration_s, parse_size_bytes
 from orchestration.cluster.control import Control
 from orchestration.cluster.lab import ClusterLab, connect
 from orchestration.cluster.observing import Observed
@@ -74,14 +74,14 @@ from orchestration.run.transport import (
     congestion_control_record,
     host_transport_record,
 )
-from testbed import signals
-from testbed.backends import make_lab
-from testbed.capabilities import in_vm
-from testbed.lab import Lab
-from testbed.lab_state import describe
-from testbed.linecpu import check_line_cpu
-from testbed.registry import Registry, state_dir
-from testbed.signals import interruption, swallowed
+from testbed.delay.linecpu import check_line_cpu
+from testbed.host.capabilities import in_vm
+from testbed.lab import signals
+from testbed.lab.backends import make_lab
+from testbed.lab.lab import Lab
+from testbed.lab.registry import Registry, state_dir
+from testbed.lab.signals import interruption, swallowed
+from testbed.lab.state import describe
 from topologies.loader import read_yaml
 from topologies.scaling import scale_plan
 from traffic_gen.program import Program, compile_program
@@ -471,7 +471,7 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
                 manifest: dict[str, Any], progress: Progress,
                 player: Any = None) -> None:
     addresses = {h.name: str(prep.plan.address_of(h.name)) for h in prep.plan.hosts()}
-    # multi-NIC hosts: each peer over the NIC nearest to it (aitb.paths.peer_addresses)
+    # multi-NIC hosts: each peer over the NIC nearest to it (models.paths.peer_addresses)
     pairs = peer_addresses(prep.plan, sorted({h for w in prep.workloads if w.app is None
                                               for h in w.placement.values()}))
 
@@ -552,7 +552,7 @@ def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: N
             run_id: str | None = None, analyze: bool = True,
             backend: str | None = None) -> RunOutcome:
     """Run a prepared experiment; needs root. ``backend`` (native/mininet) overrides the
-    experiment's (:func:`testbed.backends.make_lab`). Creates
+    experiment's (:func:`testbed.lab.backends.make_lab`). Creates
     ``results_dir/<name>/<run-id>/`` with experiment.json, plan.json, manifest.json,
     per-workload records under workloads/, the merged flows/collectives/bursts/timeline/
     failures JSONL files, captures/ and counters/ (unless the experiment turns them off),

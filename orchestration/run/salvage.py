@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.specfile import line_of, with_lines
+from models.errors import SpecError, SpecIssue
+from models.specfile import line_of, with_lines
 
 __all__ = ["Salvaged", "salvage", "UNCHECKED_NAME"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.paths import PathError
-from aitb.plan import LabPlan
-from aitb.schedule import Schedule, ScheduleError
-from aitb.specfile import MAX_FLOWS, MAX_REQUEST_MESSAGES, MAX_REQUESTS
-from aitb.units import parse_duration_s, parse_rate_bps, parse_size_bytes
+from models.errors import SpecError, SpecIssue
+from models.paths import PathError
+from models.plan import LabPlan
+from models.schedule import Schedule, ScheduleError
+from models.specfile import MAX_FLOWS, MAX_REQUEST_MESSAGES, MAX_REQUESTS
+from models.units import parse_duration_s, parse_rate_bps, parse_size_bytes
 from orchestration.run.serving_entries import BackgroundEntry, InferenceEntry
 from workloads.background import (
     BackgroundParams,

@@ -1,5 +1,5 @@
 """Experiment entries ``kind: inference`` and ``kind: background`` (validated with pydantic;
-unit strings are checked here and parsed by aitb.units when the workload is built).
+unit strings are checked here and parsed by models.units when the workload is built).
 
 ::
 
@@ -42,8 +42,8 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from aitb.specfile import MAX_REPEATS, MAX_TOKENS
-from aitb.unit_fields import Duration, Rate, Size, SpecModel
+from models.specfile import MAX_REPEATS, MAX_TOKENS
+from models.unit_fields import Duration, Rate, Size, SpecModel
 
 __all__ = ["StartMode", "WorkloadTransport", "InferenceEntry", "BackgroundEntry",
            "ArrivalsSpec", "TraceRequest", "BootstrapSpec", "SessionSpec", "SessionLengthSpec"]

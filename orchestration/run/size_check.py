@@ -10,7 +10,7 @@ Two bounds, each what the code that moves the bytes can do, not a limit of taste
 * **TCP within ``timeouts.transfer``** (traffic_gen/transfers.py): a transfer must end
   within ``timeouts.transfer`` of its start, and no transfer goes faster than the narrowest
   rate limiter on its path (the plan's HTB rate of each crossed link direction, after
-  ``scale``; :func:`aitb.paths.paths`, over the best of its ECMP paths). A transfer of more
+  ``scale``; :func:`models.paths.paths`, over the best of its ECMP paths). A transfer of more
   than ``rate_bps / 8 x transfer_timeout_s`` bytes therefore always times out (a necessary
   condition only: headers take their share of the rate too). A host pair with a route that
   is unshaped throughout has no such bound, and neither do labs whose rates change during
@@ -30,7 +30,7 @@ not divisible by the ranks (split_bytes gives the first ranks one byte more). No
 downloads and uploads of FL gathers: they have no transfer timeout (traffic_gen/gather.py
 ``move`` only waits, in TICK_S slices, until the bytes moved or the root cut them off at its
 deadline), so any size can end, if late, and a late client is an outcome. A negative
-size, a fraction of a byte and a bare ``0`` are refused by aitb.units already.
+size, a fraction of a byte and a bare ``0`` are refused by models.units already.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from aitb.errors import SpecIssue
-from aitb.paths import PathError, PathWalker, host_addresses
-from aitb.plan import LabPlan
-from aitb.units import format_rate, format_size
+from models.errors import SpecIssue
+from models.paths import PathError, PathWalker, host_addresses
+from models.plan import LabPlan
+from models.units import format_rate, format_size
 
 __all__ = ["UDP_MAX_DATAGRAMS", "size_issues", "largest_steps"]
 
@@ -78,12 +78,12 @@ def _bottleneck_bps(plan: LabPlan, walker: PathWalker, src: str, dst: str) -> in
     ``dst`` (a multi-NIC destination: each NIC; a source with per-source tables: from each
     NIC's address too; ECMP: each route); None when one of those paths is
     unshaped throughout or none is known, so no bound holds. ``walker``: one
-    :class:`aitb.paths.PathWalker` of ``plan`` for all pairs (building one per pair cost
+    :class:`models.paths.PathWalker` of ``plan`` for all pairs (building one per pair cost
     ~1.8 ms against ~0.14 ms per pair on 256 hosts)."""
     best = 0
     node = plan.node(src)
     own = {lk.endpoint(src).ifname: lk.endpoint(src).ipv4 for lk in plan.links_of(src)}
-    # a multi-NIC host with per-source tables (aitb.plan.SourceRoutes) may send from any of
+    # a multi-NIC host with per-source tables (models.plan.SourceRoutes) may send from any of
     # its NICs' addresses, each with its own table: every one is a candidate path
     src_ips = [None, *(str(own[sr.ifname].ip) for sr in node.source_routes
                        if own.get(sr.ifname) is not None)]

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from aitb.atomic import write_text_atomic
+from models.atomic import write_text_atomic
 
 __all__ = ["write_run_certificate", "certificate_files"]
 

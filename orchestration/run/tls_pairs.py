@@ -2,10 +2,10 @@
 [[site, site], ...]}``), and the refusal of UDP flows that would need it (pure).
 
 Without ``encrypt_between`` every TCP connection runs TLS 1.3; with it, a connection between
-hosts a and b does exactly when the unordered pair {site(a), site(b)} is listed (aitb.paths.
+hosts a and b does exactly when the unordered pair {site(a), site(b)} is listed (models.paths.
 site_of: label ``site``, else the node's group). The agents get the host address pairs
 (:func:`tls_address_pairs`, traffic_gen/endpoints.py decides per connection from them): every
-address of a with every address of b (aitb.paths.host_addresses), so a multi-NIC host's
+address of a with every address of b (models.paths.host_addresses), so a multi-NIC host's
 connections from or to any of its NICs are covered, not only its first address's.
 
 Per workload (``transport: {encryption: tls | none}`` of a workload entry): the connections
@@ -28,10 +28,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.paths import host_addresses, site_of
-from aitb.plan import LabPlan
-from aitb.schedule import Burst
+from models.errors import SpecError, SpecIssue
+from models.paths import host_addresses, site_of
+from models.plan import LabPlan
+from models.schedule import Burst
 
 __all__ = ["encrypts", "tls_address_pairs", "check_tls", "workload_tls_pairs",
            "uses_tls"]

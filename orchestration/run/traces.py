@@ -1,4 +1,4 @@
-"""Link traces and ``events:`` during a run: the trace player (testbed/trace_player.py) plays
+"""Link traces and ``events:`` during a run: the trace player (testbed/live/trace_player.py) plays
 both from the moment the workloads start until they end; ``link_trace.jsonl`` in the run
 directory records every applied step (planned and applied time), ``events.jsonl`` every event
 action, the manifest the start time and the counts."""
@@ -11,10 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import LabError
-from aitb.events import EVENT_RECORDS, EventAction
-from testbed.lab import Lab
-from testbed.trace_player import TRACE_RECORDS, TracePlayer
+from models.errors import LabError
+from models.events import EVENT_RECORDS, EventAction
+from testbed.lab.lab import Lab
+from testbed.live.trace_player import TRACE_RECORDS, TracePlayer
 
 __all__ = ["playing_traces"]
 

@@ -13,8 +13,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from aitb.plan import LabPlan, NodePlan
-from aitb.units import parse_duration_s
+from models.plan import LabPlan, NodePlan
+from models.units import parse_duration_s
 from orchestration.run.experiment import TransportSpec
 
 __all__ = ["ECN_SYSCTL", "CC_SYSCTL", "ecn_value", "apply_host_transport",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import LabError
+from models.errors import LabError
 from testbed.counters.loop import DEFAULT_MAX_ROWS
 
 __all__ = ["SamplerConfig", "CounterSampler", "DEFAULT_INTERVAL_S"]

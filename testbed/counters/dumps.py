@@ -12,7 +12,7 @@ from typing import Any
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE
 from pyroute2.netlink.diag import SOCK_DIAG_BY_FAMILY, SS_ALL
 
-from aitb.errors import LabError
+from models.errors import LabError
 from testbed.counters.msgs import SOCKID_FIELDS, RowMarshal, inet_diag_req
 
 __all__ = ["TCP_STATES", "GONE", "request", "diag_request", "answers", "dump"]

@@ -1,7 +1,7 @@
 """Live rates from the sampler's rows, for consumers during the run (the live ALTO cost maps,
 orchestration/run/alto_live.py): every ``every_s`` the sampler writes one JSON snapshot.
 
-Snapshot (``counters/live.json``, replaced atomically, aitb/atomic.py)::
+Snapshot (``counters/live.json``, replaced atomically, models/atomic.py)::
 
     {"t_s": host-clock seconds of the newest link row, "window_s": seconds since the
      previous snapshot's rows, "seq": 0, 1, ...,
@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aitb.atomic import write_text_atomic
+from models.atomic import write_text_atomic
 
 __all__ = ["LiveRates"]
 
@@ -39,7 +39,7 @@ class LiveRates:
         self.seq = 0
 
     def add(self, links: list[tuple[Any, ...]], qdiscs: list[tuple[Any, ...]]) -> None:
-        """Rows of one sample (the sampler's link and qdisc rows, aitb/counter_columns.py)."""
+        """Rows of one sample (the sampler's link and qdisc rows, models/counter_columns.py)."""
         for row in links:
             self.last[f"{row[2]} {row[3]}"] = (row[0], row[5])  # t_s, tx_bytes
         most: dict[str, int] = {}

@@ -4,7 +4,7 @@ Runs in its own process (:mod:`testbed.counters.main`), so its CPU time is its o
 runner's controller never waits for it. Timestamps are ``time.time()`` (the host clock of the
 flow records and the pcaps), one per dump: a namespace's qdisc rows carry the midpoint of its
 qdisc dump and ``t_err_s`` half its duration, its link rows those of its link dump
-(aitb/counter_columns.py), so a rate is bytes over the times the counters were actually read,
+(models/counter_columns.py), so a rate is bytes over the times the counters were actually read,
 not over a stamp taken before other dumps (on a loaded host a 10 ms interval stamped a few ms
 off its counter read showed 4.8x the line rate), nor over the nominal interval. Samples are
 scheduled on a fixed grid; when a sample takes longer than the interval, the next one starts

@@ -3,7 +3,7 @@ classes, and a pyroute2 ``Marshal`` that splits answers and decodes only what ch
 
 pyroute2's full classes decode every attribute of an answer (a qdisc's options, rate tables,
 xstats; all 23 link counters; all of ``tcp_info``): about 150 us per qdisc. The classes here
-declare only the attributes the sampler writes (aitb/counter_columns.py), so pyroute2
+declare only the attributes the sampler writes (models/counter_columns.py), so pyroute2
 decodes nothing else; the structs they decode are pyroute2's own (``stats2.basic``/``queue``,
 ``ifstats64``, ``inet_diag_msg.tcp_info``), cut to the prefix that holds the wanted fields.
 
@@ -15,7 +15,7 @@ so the messages keep pyroute2's generic decoder.
 
 House gotcha: pyroute2 marks a class's NLA table as compiled in a class attribute that
 subclasses inherit, so every class with its own ``nla_map`` resets
-``_nlmsg_base__compiled_nla`` (see :mod:`testbed.tcmsgs`).
+``_nlmsg_base__compiled_nla`` (see :mod:`testbed.tc.msgs`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pyroute2.netlink.rtnl.ifstatsmsg import ifstatsmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import stats2
 
-from aitb.counter_columns import columns
+from models.counter_columns import columns
 
 __all__ = ["NameMsg", "QdiscMsg", "LinkStatsMsg", "DiagMsg", "inet_diag_req", "RowMarshal",
            "SOCKID_FIELDS", "TCP_INFO_FIELDS", "LINK64_FIELDS", "TCP_INFO_SIZE"]
@@ -41,7 +41,7 @@ __all__ = ["NameMsg", "QdiscMsg", "LinkStatsMsg", "DiagMsg", "inet_diag_req", "R
 # its fields in both inet_diag_req and inet_diag_msg
 SOCKID_FIELDS = ("idiag_sport", "idiag_dport", "idiag_src", "idiag_dst", "idiag_if",
                  "idiag_cookie")
-# the tcp_info fields the sampler writes (counters/tcp.parquet, aitb.counter_columns)
+# the tcp_info fields the sampler writes (counters/tcp.parquet, models.counter_columns)
 TCP_INFO_FIELDS = ("tcpi_rtt", "tcpi_rttvar", "tcpi_snd_cwnd", "tcpi_total_retrans",
                    "tcpi_lost", "tcpi_bytes_acked", "tcpi_bytes_sent", "tcpi_delivery_rate")
 # rtnl_link_stats64 fields the sampler writes: the kernel's names are the column names

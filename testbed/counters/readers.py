@@ -34,9 +34,8 @@ from pyroute2.netlink.rtnl import (
     RTM_NEWSTATS,
 )
 
-from aitb.counter_columns import columns
-from aitb.errors import LabError
-from testbed import netns
+from models.counter_columns import columns
+from models.errors import LabError
 from testbed.counters.dumps import TCP_STATES, dump, request
 from testbed.counters.msgs import (
     LINK64_FIELDS,
@@ -49,12 +48,13 @@ from testbed.counters.msgs import (
     RowMarshal,
 )
 from testbed.counters.tcpdiag import TcpReader
+from testbed.ns import netns
 
 __all__ = ["NamespaceReader", "QDISC_FIELDS", "LINK_FIELDS", "TCP_FIELDS"]
 
 IFLA_STATS_LINK_64 = 1  # include/uapi/linux/if_link.h; filter bit 1 << (1 - 1)
 _RCVBUF = 4 << 20
-# the columns each row holds, read from the kernel (aitb.counter_columns adds when and where)
+# the columns each row holds, read from the kernel (models.counter_columns adds when and where)
 QDISC_FIELDS = columns("qdisc", read=True)
 LINK_FIELDS = columns("links", read=True)
 TCP_FIELDS = columns("tcp", read=True)

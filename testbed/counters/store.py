@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aitb.counter_columns import SCHEMAS
+from models.counter_columns import SCHEMAS
 
 __all__ = ["Store", "SCHEMAS", "CHUNK_ROWS"]
 

@@ -22,7 +22,7 @@ import socket
 import time
 from typing import Any
 
-from aitb.errors import LabError
+from models.errors import LabError
 from testbed.counters.dumps import GONE, diag_request, dump
 from testbed.counters.msgs import RowMarshal
 

@@ -18,7 +18,7 @@ random delay inside the chosen phase and signals the run's pid. After the run en
   /proc stat flags just before or after the signal: the kernel drops the signal; counted as
   missed in phase "exit");
 - no namespace marked with the run id (``/run/netns/aitb-<id>-*``), no registry left;
-- no owned scratch of the run's process left in the temporary directory (aitb.owned:
+- no owned scratch of the run's process left in the temporary directory (models.owned:
   ``aitb-<tag>-<pid>.<start>-*``, the controller's socket directory) and no Unix socket in
   its run directory;
 - no process left: none of the registry's (pid, start time) pairs alive, and no orphan at
@@ -317,7 +317,7 @@ def _left_processes(watch: Watch, exclude: set[int]) -> list[str]:
 
 def _scratch_left(pid: int, run_dir: Path | None, lab_id: str | None) -> list[Path]:
     """What the run's process ``pid`` made outside its lab and left: its owned scratch in the
-    temporary directory (aitb.owned names, ``aitb-<tag>-<pid>.<start>-*``: the controller's
+    temporary directory (models.owned names, ``aitb-<tag>-<pid>.<start>-*``: the controller's
     socket directory, a probe namespace's is checked with the namespaces), anything there
     named by its lab id (``aitb-<lab id>-*``), and Unix sockets in its run directory
     (``ctl.sock``, ``kick<k>.sock``)."""

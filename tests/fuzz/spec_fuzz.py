@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aitb.errors import SpecError  # noqa: E402
+from models.errors import SpecError  # noqa: E402
 
 SEEDS = {
     "topology": sorted((ROOT / "topologies" / "examples").glob("*.yaml")),

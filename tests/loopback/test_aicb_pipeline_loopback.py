@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from aitb.records import FlowRecord
+from models.records import FlowRecord
 from traffic_gen import replay
 from traffic_gen.jsonl import read_records
 from workloads.aicb import load_aicb

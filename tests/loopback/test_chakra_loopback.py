@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.records import CollectiveRecord, FlowRecord
+from models.records import CollectiveRecord, FlowRecord
 from traffic_gen import replay
 from traffic_gen.jsonl import read_records
 from workloads.chakra import ChakraOptions, load_chakra

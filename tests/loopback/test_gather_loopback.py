@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from aitb.records import FlowRecord, RoundRecord
-from aitb.schedule import Burst, Compute, Flow, Gather, Schedule
+from models.records import FlowRecord, RoundRecord
+from models.schedule import Burst, Compute, Flow, Gather, Schedule
 from traffic_gen import replay
 from traffic_gen.jsonl import read_records
 from workloads.federated import FedAvg, TrainTime, fedavg_schedule

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from aitb.records import BurstRecord, FlowRecord, RankOpRecord
-from aitb.schedule import Collective, Compute, Group, Schedule
+from models.records import BurstRecord, FlowRecord, RankOpRecord
+from models.schedule import Collective, Compute, Group, Schedule
 from traffic_gen import ReplayOptions, replay
 from traffic_gen.jsonl import read_records
 from workloads.patterns import incast, pattern_schedule

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
-from aitb.records import CollectiveRecord, FlowRecord, RankOpRecord
-from aitb.schedule import Burst, Collective, Compute, Flow, Group, Schedule
-from aitb.stragglers import StragglerSpec
+from models.errors import SpecError
+from models.records import CollectiveRecord, FlowRecord, RankOpRecord
+from models.schedule import Burst, Collective, Compute, Flow, Group, Schedule
+from models.stragglers import StragglerSpec
 from traffic_gen import ReplayOptions, replay
 from traffic_gen.algorithms import PlanRequest, build_plan
 from traffic_gen.algorithms.check import bytes_sent
@@ -215,7 +215,7 @@ def test_deep_run_dir_gets_a_short_control_socket(launcher, addresses, tmp_path)
 
 
 def test_live_slowdown_reaches_the_rank_from_its_next_compute(launcher, addresses, tmp_path):
-    # an events: straggler (testbed/trace_player.py) sends the controller's set_slowdown once
+    # an events: straggler (testbed/live/trace_player.py) sends the controller's set_slowdown once
     # the agents are up: rank 1 computes 3 x longer from its first compute on, on top of the
     # compiled straggler factor of rank 2
     sched = _sched([Compute(0.05), Collective("all_reduce", "g", 1 << 16)], iterations=2)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from aitb.schedule import Message, Schedule, Timed
+from models.schedule import Message, Schedule, Timed
 from traffic_gen import replay
 from workloads.background import BackgroundParams, background_schedule
 from workloads.inference import Arrival, InferenceParams, inference_schedule

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from pyroute2 import IPRoute
 
-from testbed import netns
-from testbed.lab import Lab
-from testbed.registry import pid_alive
+from testbed.lab.lab import Lab
+from testbed.lab.registry import pid_alive
+from testbed.ns import netns
 
 sys.path.insert(0, str(Path(__file__).parent))
 from star import Star  # noqa: E402  (traffic generator's own tiny bridge lab)

@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 
-from testbed.dockerd import DOCKERD_ARGV, client
-from testbed.procs import end_process
-from testbed.registry import pid_start_time
+from testbed.containers.dockerd import DOCKERD_ARGV, client
+from testbed.lab.registry import pid_start_time
+from testbed.ns.procs import end_process
 
 BUSYBOX = Path("/bin/busybox")  # Debian busybox-static
 TAG = "aitb-test-busybox:1"
-# the Python image of testbed.images (this host's interpreter) under a tag of the tests' own
+# the Python image of testbed.containers.images (this host's interpreter) under a tag of the
+# tests' own
 PYTHON_TAG = f"aitb-test-python:{sys.version_info.major}.{sys.version_info.minor}"
 DOCKERFILE = b'FROM scratch\nCOPY rootfs/ /\nCMD ["/bin/sleep", "3600"]\n'
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ipaddress as ip
 
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
-from aitb.shaping import Shaping
+from models.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
+from models.shaping import Shaping
 
 IF = ip.IPv4Interface
 

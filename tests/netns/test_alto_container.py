@@ -13,9 +13,9 @@ import pytest
 from conftest import run_ok
 from container_image import engine_with_image
 
-from aitb.plan import plan_from_dict
-from testbed.containers import run_containers
-from testbed.images import build_python_image
+from models.plan import plan_from_dict
+from testbed.containers.hosts import run_containers
+from testbed.containers.images import build_python_image
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]

@@ -63,7 +63,7 @@ def test_an_app_on_a_lab_host_queries_the_lab_alto_server(tmp_path, state_env):
     assert list(answer["costs"]) == ["dc2", "dc1"]  # its own DC first: the DCI costs more
     requests = (run_dir / "alto/server.log").read_text()
     assert "GET /networkmap" in requests and "GET /costmap/routingcost" in requests
-    from testbed.registry import pid_alive
+    from testbed.lab.registry import pid_alive
 
     assert not pid_alive(server["pid"], None)  # ended with the lab
 
@@ -94,7 +94,7 @@ def _flows_by_workload(run_dir: Path) -> dict[str, list[dict]]:
 
 def _pid_of(run_dir: Path):
     """address -> PID through the run's own network map (as an ALTO client maps endpoints)."""
-    from aitb.alto import pid_of_address
+    from models.alto import pid_of_address
 
     nmap = json.loads((run_dir / "alto/networkmap.json").read_text())
     return lambda address: pid_of_address(nmap, address)
@@ -102,7 +102,7 @@ def _pid_of(run_dir: Path):
 
 @pytest.mark.timeout(900)
 def test_cost_map_placement_moves_fewer_bytes_x_cost_than_spread(placement_run):
-    from aitb.alto import costs_of
+    from models.alto import costs_of
 
     run_dir = placement_run
     costs = costs_of(json.loads((run_dir / "alto/costmap-routingcost.json").read_text()))
@@ -163,8 +163,8 @@ def test_hierarchy_cost_map_groups_by_pid(placement_run):
 def test_live_cost_map_follows_a_loaded_dci(tmp_path, state_env):
     from conftest import records
 
-    from aitb.paths import dci_links
-    from aitb.plan import plan_from_dict
+    from models.paths import dci_links
+    from models.plan import plan_from_dict
 
     run_dir = _run("alto_live.yaml", tmp_path, state_env)
     plan = plan_from_dict(json.loads((run_dir / "plan.json").read_text()))

@@ -15,7 +15,7 @@ import pytest
 from conftest import records, run_namespaces
 
 from analysis.report import PLOTS
-from testbed.qdiscs.htb import HTB_BURST_S
+from testbed.tc.qdiscs.htb import HTB_BURST_S
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def check_report(run_dir: Path, expected: tuple[str, ...]) -> None:
 
 def check_slowdowns(run_dir: Path) -> None:
     """FCT >= size*8/bottleneck + base RTT - one HTB bucket: each shaped hop holds a token
-    bucket of HTB_BURST_S of line rate (testbed.qdiscs.htb.htb_burst_bytes) that a flow may drain
+    bucket of HTB_BURST_S of line rate (testbed.tc.qdiscs.htb.htb_burst_bytes) that a flow may drain
     at once, so over any hop it can finish that much earlier than at the rate alone, no
     more (ARCHITECTURE: these examples have no delay line, base RTT 0)."""
     flows = pd.read_parquet(run_dir / "tables" / "flows.parquet")

@@ -1,7 +1,7 @@
 """``kind: app`` on multi-NIC hosts on the host kernel: two GPUs of one rail-optimized server
 (each with a rail NIC and an NVLink port to the NVSwitch) run an application whose client
 connects to ``{addr:s1g1}`` from ``{src_addr:s1g1}``; the placeholders name the NVLink ports
-(aitb.paths.peer_addresses), so the bytes cross the NVSwitch and not the rails (interface
+(models.paths.peer_addresses), so the bytes cross the NVSwitch and not the rails (interface
 counters), and the server sees the planned client address."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import pytest
 from pyroute2 import IPRoute
 
-from aitb.paths import peer_addresses
+from models.paths import peer_addresses
 from orchestration.run.app_entries import AppEntry
 from orchestration.run.app_run import run_app
 from orchestration.run.apps import build_app

@@ -19,8 +19,8 @@ from container_image import PYTHON_TAG as TAG
 from container_image import engine_with_image
 
 from analysis.tcpflows import analyse_capture
-from testbed.containers import run_containers
-from testbed.images import build_python_image
+from testbed.containers.hosts import run_containers
+from testbed.containers.images import build_python_image
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]

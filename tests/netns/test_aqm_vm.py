@@ -9,8 +9,8 @@ import pytest
 from plans import two_hosts_router
 from pyroute2 import IPRoute
 
-from aitb.shaping import Shaping
-from aitb.units import BufferSize
+from models.shaping import Shaping
+from models.units import BufferSize
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns]
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 from pyroute2 import netns
 
-from aitb.errors import LabError
-from testbed.capabilities import needs_vm, probe, require_kernel
+from models.errors import LabError
+from testbed.host.capabilities import needs_vm, probe, require_kernel
 
 pytestmark = pytest.mark.netns
 

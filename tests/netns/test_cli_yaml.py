@@ -18,7 +18,7 @@ EXAMPLES = sorted((Path(topologies.__file__).parent / "examples").glob("*.yaml")
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_deploy_each_example_or_say_why_not(labs, path):
-    from testbed.lab import missing_kernel_features
+    from testbed.lab.lab import missing_kernel_features
 
     plan = topologies.load_topology(path)
     # what deploy itself decides: auto delay lines resolved (native where netem is missing)

@@ -13,8 +13,8 @@ from conftest import root_links, run_namespaces
 
 from orchestration.run.rundir import new_run_id
 from orchestration.run.runner import execute, prepare
-from testbed import netns, sysctl
-from testbed.layout import netns_name
+from testbed.lab.layout import netns_name
+from testbed.ns import netns, sysctl
 
 pytestmark = pytest.mark.netns
 

@@ -14,9 +14,9 @@ import pytest
 from container_image import TAG, Engine, build_image, engine_with_image
 from pyroute2 import NetNS
 
-from testbed.containers import RUN_LABEL, run_containers
-from testbed.dockerd import client
-from testbed.registry import pid_alive
+from testbed.containers.dockerd import client
+from testbed.containers.hosts import RUN_LABEL, run_containers
+from testbed.lab.registry import pid_alive
 from topologies import load_topology
 
 pytestmark = pytest.mark.netns
@@ -123,7 +123,7 @@ def test_container_host_traffic_over_shaped_link_and_clean_teardown(labs, engine
 
 
 def test_missing_image_is_named_and_nothing_remains(labs, engine, tmp_path):
-    from aitb.errors import LabError
+    from models.errors import LabError
     from topologies import resolve
     from topologies.spec import TopologySpec
 

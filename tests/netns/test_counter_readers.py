@@ -14,10 +14,10 @@ import pytest
 from plans import two_hosts_router
 from pyroute2 import DiagSocket, IPRoute
 
-from aitb.shaping import Shaping
-from testbed import netns
+from models.shaping import Shaping
 from testbed.counters.readers import LINK_FIELDS, QDISC_FIELDS, TCP_FIELDS, NamespaceReader
-from testbed.tcmsgs import handle
+from testbed.ns import netns
+from testbed.tc.msgs import handle
 
 pytestmark = pytest.mark.netns
 INET_DIAG_INFO = 2  # include/uapi/linux/inet_diag.h

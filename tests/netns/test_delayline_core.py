@@ -21,8 +21,8 @@ import pytest
 from pyroute2 import IPRoute, NetNS
 from pyroute2 import netns as pr_netns
 
-from testbed.delayline import Helper, QueueParams, gemodel, read_pktlog
-from testbed.delayline.rules import helper_argv, maxlen_for_bdp, nfqueue_rule_argv
+from testbed.delay.nfqueue import Helper, QueueParams, gemodel, read_pktlog
+from testbed.delay.nfqueue.rules import helper_argv, maxlen_for_bdp, nfqueue_rule_argv
 
 ADDR_A, ADDR_B = "10.231.0.1", "10.231.0.2"
 
@@ -268,7 +268,7 @@ def test_helper_dies_with_its_parent(pair, tmp_path):
     code = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from testbed.delayline import Helper, QueueParams
+        from testbed.delay.nfqueue import Helper, QueueParams
         h = Helper({pair.b!r}, [QueueParams(1, delay_s=0.001)], Path({str(tmp_path)!r}))
         print(h.start(), flush=True)
         time.sleep(60)
@@ -402,7 +402,7 @@ def test_impairments_do_something(pair, helpers, tmp_path, params, check):
 @pytest.mark.netns
 @needs_root
 def test_trace_steps_apply_at_their_time(pair, helpers, tmp_path):
-    from testbed.delayline.rules import trace_file_text
+    from testbed.delay.nfqueue.rules import trace_file_text
     trace = tmp_path / "trace"
     trace.write_text(trace_file_text([(0.0, 0.002, 0.0), (1.0, 0.040, 0.0)]))
     start = time.time_ns() + 300_000_000

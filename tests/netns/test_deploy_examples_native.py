@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.kernel import missing_features
-from testbed.registry import pid_alive
+from testbed.host.kernel import missing_features
+from testbed.lab.registry import pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "topologies" / "examples").glob("*.yaml"))

@@ -1,8 +1,9 @@
 """Dual-homed hosts with equal-cost NICs on the host kernel (topologies/examples/dual_homed.yaml:
 h1 and h2 each on leaves l1 and l2, h3 on l3): traffic from a NIC's address leaves by that NIC
-(per-source tables, testbed/source_routing.py), even towards an address the main table reaches
+(per-source tables, testbed/routing/source_routing.py), even towards an address the main table
+reaches
 over the other NIC; replay spreads the peers of a host over both its NICs
-(aitb.paths.peer_addresses), and each flow's records carry the planned NIC pair; a NIC link that
+(models.paths.peer_addresses), and each flow's records carry the planned NIC pair; a NIC link that
 fails and comes back gets its per-source routes back."""
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import pytest
 from conftest import run_namespaces
 from pyroute2 import IPRoute
 
-from aitb.paths import host_addresses, peer_addresses
-from aitb.records import FlowRecord
-from aitb.schedule import Collective, Group, Schedule
-from testbed import source_routing
-from testbed.lab import Lab
+from models.paths import host_addresses, peer_addresses
+from models.records import FlowRecord
+from models.schedule import Collective, Group, Schedule
+from testbed.lab.lab import Lab
+from testbed.routing import source_routing
 from topologies import load_topology
 from traffic_gen import replay
 from traffic_gen.jsonl import read_records

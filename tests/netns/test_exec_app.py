@@ -11,9 +11,9 @@ import pytest
 from container_image import PYTHON_TAG as TAG
 from container_image import engine_with_image
 
-from testbed.containers import run_containers
-from testbed.images import build_python_image
-from testbed.registry import pid_alive
+from testbed.containers.hosts import run_containers
+from testbed.containers.images import build_python_image
+from testbed.lab.registry import pid_alive
 from topologies import load_topology
 
 pytestmark = pytest.mark.netns

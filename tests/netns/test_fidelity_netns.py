@@ -10,9 +10,9 @@ import time
 import pytest
 from plans import two_hosts_router, two_hosts_switch
 
-from aitb.shaping import Shaping
+from models.shaping import Shaping
 from orchestration.run.fidelity import FidelityMonitor, echo_probes
-from testbed.rttprobe import EchoProbe, probe_rtts
+from testbed.counters.rttprobe import EchoProbe, probe_rtts
 
 pytestmark = pytest.mark.netns
 

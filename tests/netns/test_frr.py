@@ -21,10 +21,10 @@ import pytest
 from conftest import ROOT, check_example_run, records, run_ok
 
 import topologies
-from aitb.errors import LabError
+from models.errors import LabError
 from orchestration.run.runner import prepare
-from testbed import frr
-from testbed.registry import pid_alive
+from testbed.lab.registry import pid_alive
+from testbed.routing import frr
 
 pytestmark = pytest.mark.netns
 

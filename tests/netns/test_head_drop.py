@@ -1,10 +1,10 @@
-"""The ``head_drop`` AQM (pfifo_head_drop), added as one module of testbed/qdiscs/: installed
+"""The ``head_drop`` AQM (pfifo_head_drop), added as one module of testbed/tc/qdiscs/: installed
 and read back on the host kernel, and it drops the oldest packets where tail drop drops the
 newest. A burst of numbered datagrams far above a 1 Mbit/s bottleneck fills its 50-packet
 buffer at once: with tail drop the datagrams that arrive at a full queue are lost (the last
 ones), with head drop the queue keeps the newest (the last 50 all arrive).
 
-The lab is IPv4-only, so its namespaces have IPv6 off (testbed.sysctl.node_sysctls). With it
+The lab is IPv4-only, so its namespaces have IPv6 off (testbed.ns.sysctl.node_sysctls). With it
 on, r1's own link-local start-up packets (duplicate address detection's neighbour solicitation,
 MLDv2 reports) joined the full queue at random instants: one arriving after the burst's last
 datagram pushed the oldest of the newest 50 out (a CI run under load lost datagram 1950 so; a
@@ -19,8 +19,8 @@ import pytest
 from plans import two_hosts_router
 from pyroute2 import IPRoute
 
-from aitb.shaping import Shaping
-from aitb.units import BufferSize
+from models.shaping import Shaping
+from models.units import BufferSize
 
 pytestmark = pytest.mark.netns
 

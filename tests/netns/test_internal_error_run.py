@@ -74,7 +74,7 @@ def test_a_signal_between_the_manifest_and_the_lab_ends_the_run_interrupted(tmp_
     manifest saying ``running``. It must say ``interrupted``, with no lab or state."""
     import signal
 
-    from testbed import signals
+    from testbed.lab import signals
 
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from aitb import owned
-from testbed import netns
-from testbed.registry import Registry
+from models import owned
+from testbed.lab.registry import Registry
+from testbed.ns import netns
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = ROOT / "examples" / "ring_allreduce_quick.yaml"
-LIVE_OWNER = ("import sys, time\nfrom aitb.owned import make_owned_dir\n"
+LIVE_OWNER = ("import sys, time\nfrom models.owned import make_owned_dir\n"
               "print(make_owned_dir('task'), flush=True)\ntime.sleep(600)\n")
 
 
@@ -97,8 +97,9 @@ def test_a_killed_runs_socket_directory_goes_with_its_lab_and_a_live_owners_stay
 
 PROBER = """
 import os, time
-from aitb import owned
-from testbed import capabilities, netns
+from models import owned
+from testbed.host import capabilities
+from testbed.ns import netns
 def body(ns):
     [name] = [n for n in os.listdir(netns.NETNS_DIR)
               if (o := owned.owner_of(n)) and o[1] == os.getpid()]
@@ -109,7 +110,7 @@ capabilities._in_throwaway_netns(body)
 
 
 def test_a_killed_probes_namespace_goes_at_aitb_clean_and_a_live_ones_stays(tmp_path):
-    """The capability probe's throwaway namespace (testbed.capabilities) names its owner: a
+    """The capability probe's throwaway namespace (testbed.host.capabilities) names its owner: a
     prober SIGKILLed inside it leaves it to `aitb clean`, which keeps a live prober's."""
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
@@ -142,8 +143,8 @@ def test_a_killed_probes_namespace_goes_at_aitb_clean_and_a_live_ones_stays(tmp_
 
 IMAGE_JOB = """
 import os, time
-from aitb.owned import owned_tempdir
-from testbed.dockerd import temporary_engine
+from models.owned import owned_tempdir
+from testbed.containers.dockerd import temporary_engine
 with owned_tempdir("image") as tmp, temporary_engine(tmp / "dockerd.log") as cli:
     print(tmp, flush=True)
     time.sleep(600)
@@ -151,10 +152,11 @@ with owned_tempdir("image") as tmp, temporary_engine(tmp / "dockerd.log") as cli
 
 
 def test_a_killed_image_jobs_engine_stops_and_its_folder_goes_at_aitb_clean(tmp_path):
-    """`aitb image build`'s temporary engine (testbed.dockerd.temporary_engine), its owner
+    """`aitb image build`'s temporary engine (testbed.containers.dockerd.temporary_engine),
+    its owner
     SIGKILLed: the kernel sends dockerd SIGTERM (it stops), and `aitb clean` removes the
     job's aitb-image-* folder. (dockerd used to run on, in no registry.)"""
-    from testbed.dockerd import DOCKERD_STOP_GRACE_S, client
+    from testbed.containers.dockerd import DOCKERD_STOP_GRACE_S, client
 
     if os.geteuid() != 0 or shutil.which("dockerd") is None:
         pytest.skip("needs root and dockerd (Debian's docker.io)")
@@ -189,6 +191,6 @@ def test_a_killed_image_jobs_engine_stops_and_its_folder_goes_at_aitb_clean(tmp_
         job.stdout.close()
         for pid, start in engine:  # by its pid: SIGTERM (it stops its containerd), then KILL
             if owned.pid_alive(pid, start):
-                from testbed.procs import end_process
+                from testbed.ns.procs import end_process
 
                 end_process(pid, start, None, grace_s=DOCKERD_STOP_GRACE_S)

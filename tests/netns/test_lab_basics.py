@@ -11,10 +11,10 @@ import pytest
 from plans import ecmp_diamond, two_hosts_router, two_hosts_switch
 from pyroute2 import IPRoute
 
-from aitb.errors import CommandError, LabError
-from aitb.shaping import Shaping
-from aitb.units import BufferSize
-from testbed import netns, sysctl
+from models.errors import CommandError, LabError
+from models.shaping import Shaping
+from models.units import BufferSize
+from testbed.ns import netns, sysctl
 
 pytestmark = pytest.mark.netns
 
@@ -86,7 +86,7 @@ def test_two_labs_side_by_side_do_not_interfere(labs):
 
 
 def test_missing_netem_is_a_clear_error_and_nothing_is_created(labs):
-    from testbed.kernel import missing_features
+    from testbed.host.kernel import missing_features
 
     if "netem" not in missing_features({"netem"}):
         pytest.skip("this kernel has netem")
@@ -112,7 +112,7 @@ def _ipv6_addresses() -> list[str]:
 
 
 def test_an_ipv4_lab_has_ipv6_off_and_sends_none_unless_a_node_asks(labs, tmp_path):
-    """An IPv4-only lab's namespaces have IPv6 off (testbed.sysctl.node_sysctls), so no
+    """An IPv4-only lab's namespaces have IPv6 off (testbed.ns.sysctl.node_sysctls), so no
     link-local start-up packet (DAD, MLD, router solicitation) shares the shaped queues with
     the experiment; a node's own sysctls turn it back on."""
     import dataclasses
@@ -147,7 +147,7 @@ def test_dual_stack_router_forwards_ipv6(labs):
     import dataclasses
     import ipaddress as ip
 
-    from aitb.plan import NextHop, Route
+    from models.plan import NextHop, Route
 
     plan = two_hosts_router()
     v6 = {("h1", "eth0"): "2001:db8:1::1/64", ("r1", "e1"): "2001:db8:1::2/64",

@@ -15,8 +15,8 @@ import pytest
 from conftest import run_namespaces
 from plans import two_hosts_router
 
-from aitb.plan import plan_to_dict
-from testbed.registry import pid_alive
+from models.plan import plan_to_dict
+from testbed.lab.registry import pid_alive
 
 pytestmark = pytest.mark.netns
 AITB = [sys.executable, "-m", "orchestration.cli"]
@@ -150,7 +150,7 @@ import sys, time, json
 sys.path.insert(0, {tests!r})
 from pathlib import Path
 from plans import two_hosts_router
-from testbed.lab import Lab
+from testbed.lab.lab import Lab
 lab = Lab(two_hosts_router(), {rid!r}, Path({state!r}))
 lab.up()
 p = lab.popen("h2", ["sleep", "600"])
@@ -186,7 +186,7 @@ def test_signal_while_the_teardown_hold_is_installed_still_tears_down(labs, monk
     interrupt still reach the caller."""
     from contextlib import contextmanager
 
-    from testbed import signals
+    from testbed.lab import signals
 
     real_held, entries = signals.held, []
 
@@ -216,9 +216,8 @@ def test_signal_right_after_up_returns_still_tears_the_deploy_down(labs, tmp_pat
     under load left all 301 namespaces of a star this way, exit 130): the interrupted deploy
     must remove the complete lab."""
     from orchestration.cli.commands.lab import deploy
-    from testbed import signals
-    from testbed.lab import Lab
-
+    from testbed.lab import signals
+    from testbed.lab.lab import Lab
     real_up, made = Lab.up, []
 
     def up_then_signal(self):
@@ -239,9 +238,8 @@ def test_signal_right_after_up_returns_still_tears_the_deploy_down(labs, tmp_pat
 def test_signal_right_after_up_inside_with_lab_tears_it_down(labs, monkeypatch):
     """`with Lab(...)`: a signal after up() returned but before the with body started raises
     out of __enter__, so no __exit__ runs; the lab must still be removed."""
-    from testbed import signals
-    from testbed.lab import Lab
-
+    from testbed.lab import signals
+    from testbed.lab.lab import Lab
     real_up = Lab.up
 
     def up_then_signal(self):
@@ -265,8 +263,9 @@ def test_signal_while_the_namespace_thread_starts_leaves_no_namespace(labs, monk
     waits for it as it must and it has not yet seen the stop, after a 2 s bound)."""
     import threading
 
-    from testbed import clean, netns, signals
-    from testbed import lab as lab_mod
+    from testbed.lab import clean, signals
+    from testbed.lab import lab as lab_mod
+    from testbed.ns import netns
 
     real_start, real_create, real_teardown = threading.Thread.start, netns._create_one, \
         lab_mod.teardown

@@ -1,10 +1,10 @@
-"""Links that fail and come back on the host kernel (testbed/faults.py): a host's static route
+"""Links that fail and come back on the host kernel (testbed/live/faults.py): a host's static route
 is gone after its link went down and up unless the lab restores it; a link goes down by one
 veth end, and neither node forwards over it (the peer lost the carrier:
 ignore_routes_with_linkdown); traffic over an ECMP route survives one path going down, by
 set_links or by a bare far end set down; and every route is back, read back, when the path
 returns.
-The same as ``events:`` actions played by the scheduler (testbed/trace_player.py): a node
+The same as ``events:`` actions played by the scheduler (testbed/live/trace_player.py): a node
 down and up and a flap, and a degrade of a native delay line that its duration undoes."""
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import pytest
 from plans import ecmp_diamond, two_hosts_router
 from traffic import wait_listening
 
-from aitb.events import EventAction
-from aitb.shaping import Shaping
-from testbed.links import IFF_UP, RTM_GETLINK, RTM_NEWLINK, updown_msg
-from testbed.nl import Batch, dump
-from testbed.routes import RTM_GETROUTE, dumped_route_key
-from testbed.trace_player import TracePlayer
+from models.events import EventAction
+from models.shaping import Shaping
+from testbed.live.trace_player import TracePlayer
+from testbed.ns.links import IFF_UP, RTM_GETLINK, RTM_NEWLINK, updown_msg
+from testbed.ns.nl import Batch, dump
+from testbed.routing.routes import RTM_GETROUTE, dumped_route_key
 
 pytestmark = pytest.mark.netns
 
@@ -60,7 +60,7 @@ def serve(lab, node: str) -> None:
 def static_routes(lab, node: str) -> dict[str, frozenset]:
     from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-    from testbed.nl import dump
+    from testbed.ns.nl import dump
     req = rtmsg()
     req["family"], req["table"], req["proto"] = 2, 254, 4  # AF_INET, main, static
     return dict(dumped_route_key(m) for m in dump(lab.node_io(node).sock, req, RTM_GETROUTE,
@@ -181,7 +181,7 @@ def test_a_prepared_link_up_sends_nothing_until_applied_and_restores_the_lab_as_
         labs):
     """prepare_links (what the scheduler does before an event's instant) changes nothing;
     its apply restores the routes for the links down at apply time, not at prepare time."""
-    from aitb.errors import LabError
+    from models.errors import LabError
 
     with labs(ecmp_diamond()) as lab:
         dst = "198.18.9.0/30"

@@ -14,10 +14,10 @@ import pytest
 from plans import two_hosts_router
 from traffic import start_server, tcp_goodput_bound_bps
 
-from aitb.shaping import Shaping
-from aitb.trace import LinkTrace, TraceStep
-from aitb.units import BufferSize
-from testbed.trace_player import TracePlayer
+from models.shaping import Shaping
+from models.trace import LinkTrace, TraceStep
+from models.units import BufferSize
+from testbed.live.trace_player import TracePlayer
 
 pytestmark = pytest.mark.netns
 
@@ -130,8 +130,8 @@ def test_topo_deploy_plays_until_destroy(labs, tmp_path):
 
     from conftest import run_namespaces
 
-    from aitb.plan import plan_to_dict
-    from testbed.registry import pid_alive
+    from models.plan import plan_to_dict
+    from testbed.lab.registry import pid_alive
 
     trace = LinkTrace(link="h1-r1", direction="a_to_b", file="flip", format="aitb", loop=True,
                       period_s=0.4, steps=(TraceStep(0.0, HIGH), TraceStep(0.2, LOW)))
@@ -150,7 +150,7 @@ def test_topo_deploy_plays_until_destroy(labs, tmp_path):
     try:
         records = labs.state_dir / rid / "link_trace.jsonl"
         (proc,) = [json.loads(x) for x in (labs.state_dir / rid / "registry.jsonl").read_text()
-                   .splitlines() if '"testbed.trace_process"' in x]
+                   .splitlines() if '"testbed.live.trace_process"' in x]
         deadline = time.monotonic() + 60  # waits for records, not a timing margin
         while time.monotonic() < deadline and (
                 not records.exists() or len(records.read_text().splitlines()) < 4):
@@ -169,7 +169,7 @@ def test_topo_deploy_plays_until_destroy(labs, tmp_path):
 
 
 def test_delay_steps_a_native_line_cannot_make_are_refused_before_playing(labs, tmp_path):
-    from aitb.errors import LabError
+    from models.errors import LabError
 
     plan = two_hosts_router(Shaping(rate_bps=100 * 10**6))  # no delay line at bring-up
     link = dataclasses.replace(plan.links[0], delay_line="native")

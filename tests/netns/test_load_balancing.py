@@ -1,4 +1,5 @@
-"""Per-router load balancing on ecmp_diamond (testbed/load_balance.py): with ``flow`` one TCP
+"""Per-router load balancing on ecmp_diamond (testbed/routing/load_balance.py): with ``flow``
+one TCP
 flow stays on one of r1's two next hops; with ``packet`` its packets cross both (the
 counters of r1's e1 and e2 both grow by much of the flow); with ``flowlet`` a flow that goes
 idle longer than the gap between bursts is re-picked (round robin over new flowlets, so the
@@ -16,9 +17,10 @@ import pytest
 from plans import ecmp_diamond
 from traffic import wait_listening
 
-from aitb.errors import LabError
-from aitb.shaping import Shaping
-from testbed import countersnap, load_balance
+from models.errors import LabError
+from models.shaping import Shaping
+from testbed.counters import snapshot as countersnap
+from testbed.routing import load_balance
 
 pytestmark = pytest.mark.netns
 
@@ -169,8 +171,8 @@ def test_packet_spraying_survives_a_path_down_and_sprays_again_once_it_is_back(l
 def test_readback_finds_a_per_next_hop_route_that_went_missing(labs):
     """verify() reads the rules and tables back: fine after bring-up, and it names node,
     table and route once one is deleted behind the lab's back."""
-    from testbed.nl import Batch
-    from testbed.routes import RTM_NEWROUTE, route_msg
+    from testbed.ns.nl import Batch
+    from testbed.routing.routes import RTM_NEWROUTE, route_msg
     with labs(ecmp_diamond("packet")) as lab:
         lab.verify()
         n = lab.plan.node("r1")

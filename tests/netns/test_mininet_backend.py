@@ -16,12 +16,12 @@ import pytest
 from conftest import root_links, run_namespaces
 from pyroute2 import IPRoute
 
-from aitb.errors import LabError
-from aitb.paths import host_addresses
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
+from models.errors import LabError
+from models.paths import host_addresses
+from models.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
 from orchestration.run.runner import execute, prepare
-from testbed.mininet_backend import MininetLab
-from testbed.registry import pid_alive
+from testbed.lab.registry import pid_alive
+from testbed.mininet.backend import MininetLab
 from topologies import generate, load_topology
 
 pytestmark = pytest.mark.netns
@@ -97,7 +97,7 @@ def _two_hosts(bad_route: bool) -> LabPlan:
 
 
 def test_mininet_lab_processes_and_namespaces_are_gone_after_down(tmp_path):
-    from testbed.mininet_backend import MininetLab
+    from testbed.mininet.backend import MininetLab
 
     lab = MininetLab(_two_hosts(False), state_dir=tmp_path)
     with lab:
@@ -113,7 +113,7 @@ def test_mininet_lab_processes_and_namespaces_are_gone_after_down(tmp_path):
 def test_mininet_bringup_failure_leaves_nothing(tmp_path):
     """A route through a gateway that is on no link: the kernel refuses it while the lab is
     configured; everything Mininet and aitb made so far is removed, by this run's id."""
-    from testbed.mininet_backend import MininetLab
+    from testbed.mininet.backend import MininetLab
 
     lab = MininetLab(_two_hosts(True), state_dir=tmp_path)
     with pytest.raises(LabError, match="198.19.0.0/24"):
@@ -207,7 +207,7 @@ def test_forwarding_hosts_on_mininet_route_a_direct_mesh(tmp_path):
 
 
 def test_dual_homed_hosts_on_mininet_send_from_each_nic_out_of_that_nic(tmp_path):
-    """The per-source tables of a dual-homed host (testbed/source_routing.py) on Mininet:
+    """The per-source tables of a dual-homed host (testbed/routing/source_routing.py) on Mininet:
     read back by verify at bring-up, and a datagram from h1's second NIC to h2's first
     address leaves by that NIC (the main table would take the first)."""
     plan = load_topology(ROOT / "topologies" / "examples" / "dual_homed.yaml")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.capabilities import needs_vm
+from testbed.host.capabilities import needs_vm
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "vm"))

@@ -1,6 +1,6 @@
 """Multi-NIC hosts on the host kernel: a GPU of a rail-optimized server has a NIC on its rail
 leaf and one on its server's NVSwitch; each peer is reached over the NIC nearest to it
-(aitb.paths.peer_addresses), so an all-reduce between the GPUs of one server stays on the
+(models.paths.peer_addresses), so an all-reduce between the GPUs of one server stays on the
 intra-server links and one between the same GPU of two servers on their rail leaf; no byte
 crosses a spine (interface counters)."""
 
@@ -12,9 +12,9 @@ import pytest
 from conftest import records, run_example
 from pyroute2 import IPRoute
 
-from aitb.paths import peer_addresses
-from aitb.records import FlowRecord
-from aitb.schedule import Collective, Group, Schedule
+from models.paths import peer_addresses
+from models.records import FlowRecord
+from models.schedule import Collective, Group, Schedule
 from orchestration.run.runner import prepare
 from topologies import generate
 from traffic_gen import replay

@@ -22,10 +22,10 @@ import pytest
 from plans import two_hosts_router
 from traffic import iperf3, start_server, warm_up_lossy
 
-from aitb.plan import NodePlan
-from aitb.shaping import Shaping
-from aitb.units import BufferSize
-from testbed.delay_backends import native
+from models.plan import NodePlan
+from models.shaping import Shaping
+from models.units import BufferSize
+from testbed.delay import native
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,5 +192,5 @@ def test_a_mininet_run_pays_the_native_dci_delay_in_every_iteration(tmp_path):
 
 
 def _offered() -> list[str]:
-    from testbed.capabilities import delay_lines_offered, probe
+    from testbed.host.capabilities import delay_lines_offered, probe
     return delay_lines_offered(probe())

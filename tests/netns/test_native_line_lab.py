@@ -19,10 +19,10 @@ import pytest
 from plans import two_hosts_router, two_hosts_switch
 from pyroute2 import IPRoute
 
-from aitb.errors import LabError
-from aitb.shaping import Shaping
-from testbed.delay_backends import native
-from testbed.registry import Registry
+from models.errors import LabError
+from models.shaping import Shaping
+from testbed.delay import native
+from testbed.lab.registry import Registry
 
 pytestmark = pytest.mark.netns
 
@@ -183,7 +183,7 @@ def test_lines_into_a_switch_delay_and_sit_where_the_switch_lets_them(labs, data
 
 def test_the_mininet_backend_runs_the_native_line(tmp_path):
     pytest.importorskip("mininet.net", reason="Mininet is installed by scripts/setup.sh")
-    from testbed.mininet_backend import MininetLab
+    from testbed.mininet.backend import MininetLab
 
     plan = _native(two_hosts_router(Shaping(delay_s=0.010), Shaping(delay_s=0.005)))
     with MininetLab(plan, state_dir=tmp_path) as lab:
@@ -230,7 +230,7 @@ def test_deploy_leaves_the_native_line_running_and_destroy_ends_it(tmp_path):
 
 
 def test_run_check_refuses_what_the_native_line_cannot_do(tmp_path):
-    from testbed.kernel import missing_features
+    from testbed.host.kernel import missing_features
     if not missing_features({"netem"}):
         pytest.skip("auto takes netem here, which can duplicate")
     out = _run_check(tmp_path, "dup", "", "delay: 5ms, duplicate: 1%")
@@ -248,7 +248,7 @@ def test_topo_validate_and_deploy_refuse_what_the_native_line_cannot_do(tmp_path
     import subprocess
     import sys
 
-    from testbed.kernel import missing_features
+    from testbed.host.kernel import missing_features
     if not missing_features({"netem"}):
         pytest.skip("auto takes netem here, which can duplicate and hold more")
     topo = tmp_path / "t.yaml"
@@ -294,15 +294,15 @@ def test_a_killed_controller_takes_its_helpers_and_aitb_clean_removes_the_rest(t
     import subprocess
     import sys
 
-    from testbed.registry import Registry, pid_alive
+    from testbed.lab.registry import Registry, pid_alive
     state = tmp_path / "state"
     script = tmp_path / "owner.py"
     script.write_text(
         "import dataclasses, sys, time\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from plans import two_hosts_router\n"
-        "from aitb.shaping import Shaping\n"
-        "from testbed.lab import Lab\n"
+        "from models.shaping import Shaping\n"
+        "from testbed.lab.lab import Lab\n"
         "plan = two_hosts_router(Shaping(delay_s=0.01), Shaping(delay_s=0.01))\n"
         "plan = dataclasses.replace(plan, links=tuple(dataclasses.replace(lk, "
         "delay_line='native') for lk in plan.links))\n"
@@ -327,9 +327,9 @@ def test_a_killed_controller_takes_its_helpers_and_aitb_clean_removes_the_rest(t
 
 
 def test_a_kernel_without_netem_lacks_nothing_for_auto_but_netem_asked_explicitly(labs):
-    from testbed.delayline.choose import native_available
-    from testbed.kernel import missing_features
-    from testbed.lab import missing_kernel_features
+    from testbed.delay.nfqueue.choose import native_available
+    from testbed.host.kernel import missing_features
+    from testbed.lab.lab import missing_kernel_features
     if not missing_features({"netem"}) or not native_available():
         pytest.skip("needs a kernel without netem where NFQUEUE works (these machines)")
     plan = two_hosts_router(Shaping(delay_s=0.01, loss_pct=1.0))
@@ -359,8 +359,8 @@ def test_a_corrupt_event_changes_the_native_line_live_and_switching_it_on_is_ref
     # events: corrupt on a direction that corrupts from bring-up (the helper copies whole
     # packets): its share goes up live and the helper flips bits in that many; switching
     # corrupt off (or on) live is refused before playing, naming event, link and direction
-    from aitb.events import EventAction
-    from testbed.trace_player import TracePlayer
+    from models.events import EventAction
+    from testbed.live.trace_player import TracePlayer
 
     plan = _native(two_hosts_router(Shaping(delay_s=0.001, corrupt_pct=0.001),
                                     Shaping(delay_s=0.001, corrupt_pct=0.001)))

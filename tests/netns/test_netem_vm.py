@@ -19,9 +19,9 @@ from plans import two_hosts_router
 from pyroute2 import IPRoute
 from traffic import iperf3, start_server, warm_up_lossy
 
-from aitb.plan import NodePlan
-from aitb.shaping import Shaping
-from aitb.units import BufferSize
+from models.plan import NodePlan
+from models.shaping import Shaping
+from models.units import BufferSize
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns]
 TCG = os.environ.get("AITB_IN_VM") == "tcg"

@@ -15,8 +15,8 @@ import pytest
 from conftest import ROOT, run_namespaces
 from plans import two_hosts_router
 
-from aitb.errors import LabError
-from testbed import netns, sysctl
+from models.errors import LabError
+from testbed.ns import netns, sysctl
 
 pytestmark = pytest.mark.netns
 

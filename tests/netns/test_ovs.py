@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import run_namespaces
 
-from testbed.backends import make_lab
-from testbed.lab_state import describe
-from testbed.registry import pid_alive
+from testbed.lab.backends import make_lab
+from testbed.lab.registry import pid_alive
+from testbed.lab.state import describe
 from topologies import load_topology
 
 pytestmark = pytest.mark.netns
@@ -93,7 +93,7 @@ def test_mininet_ovs_switches_take_a_controller_and_keep_aitbs_rules(tmp_path):
     """--switch ovs turns the plan's Linux bridge into an OVS switch; with a controller that
     is not there (a unix socket nobody listens on), secure fail mode keeps aitb's rules."""
     pytest.importorskip("mininet.net", reason="Mininet is installed by scripts/setup.sh")
-    from testbed.mininet_backend import MininetLab
+    from testbed.mininet.backend import MininetLab
 
     plan = load_topology(ROOT / "topologies/examples/single_switch.yaml")
     target = f"unix:{tmp_path / 'no-controller.sock'}"
@@ -113,10 +113,10 @@ def test_sigkill_of_the_owner_then_clean_removes_shells_daemons_and_namespaces(t
     import sys
 
     pytest.importorskip("mininet.net", reason="Mininet is installed by scripts/setup.sh")
-    from testbed.clean import clean
+    from testbed.lab.clean import clean
 
     script = (f"import sys, time\nfrom pathlib import Path\n"
-              f"from topologies import load_topology\nfrom testbed.backends import make_lab\n"
+              f"from topologies import load_topology\nfrom testbed.lab.backends import make_lab\n"
               f"lab = make_lab(load_topology(Path({str(TOPO)!r})), 'mininet', "
               f"state_dir=Path({str(tmp_path)!r}))\nlab.up()\nprint(lab.run_id, flush=True)\n"
               f"time.sleep(600)\n")
@@ -150,9 +150,9 @@ def test_datapath_is_chosen_recorded_and_read_back_across_processes(tmp_path):
     import subprocess
     import sys
 
-    from testbed.lab import Lab
-    from testbed.ovs_datapath import kernel_datapath
-    from testbed.ovs_lab import seen_datapath
+    from testbed.lab.lab import Lab
+    from testbed.ovs.datapath import kernel_datapath
+    from testbed.ovs.lab import seen_datapath
 
     want = "system" if kernel_datapath().present else "netdev"
     env = {**os.environ, "AITB_STATE_DIR": str(tmp_path)}
@@ -184,8 +184,8 @@ def test_datapath_is_chosen_recorded_and_read_back_across_processes(tmp_path):
 def test_system_datapath_on_a_kernel_without_it_is_refused_before_anything_exists(tmp_path):
     import dataclasses
 
-    from aitb.errors import LabError
-    from testbed.ovs_datapath import kernel_datapath
+    from models.errors import LabError
+    from testbed.ovs.datapath import kernel_datapath
 
     if kernel_datapath().present:
         pytest.skip("this kernel has the openvswitch datapath (the VM tier covers it)")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.kernel import missing_features
+from testbed.host.kernel import missing_features
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vm"))
 from test_quickstart_vm import check_quickstart_run  # noqa: E402

@@ -1,6 +1,6 @@
 """A rail-optimized server as ONE host with a rank per NIC, on the host kernel
 (``rail_optimized`` with ``server_as_host``: servers s1 and s2, each with NIC j on rail leaf
-rail<j>, ``ranks_per_host: 2``). Rank j of a server is bound to NIC j (aitb.paths.
+rail<j>, ``ranks_per_host: 2``). Rank j of a server is bound to NIC j (models.paths.
 rank_addresses): a ring all-reduce over the four ranks sends rank 1's share (s1 NIC 2 -> s2
 NIC 1) out of rail 2 although the main table would take rail 1, so each rank's traffic leaves
 on its own rail only (interface counters), and the records carry the bound addresses."""
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from pyroute2 import IPRoute
 
-from aitb.paths import rank_addresses
-from aitb.records import FlowRecord
-from aitb.schedule import Collective, Group, Schedule
+from models.paths import rank_addresses
+from models.records import FlowRecord
+from models.schedule import Collective, Group, Schedule
 from topologies import generate
 from traffic_gen import replay
 from traffic_gen.jsonl import read_records

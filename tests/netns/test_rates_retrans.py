@@ -52,7 +52,7 @@ counters: {{interval: 10ms}}
 def run_dir(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
-    from testbed.delayline.choose import native_available
+    from testbed.delay.nfqueue.choose import native_available
     if not native_available():
         pytest.skip("needs the native delay line (NFQUEUE)")
     tmp = tmp_path_factory.mktemp("rates")

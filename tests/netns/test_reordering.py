@@ -1,7 +1,7 @@
 """No reordering inside an unimpaired lab: one TCP flow through a rate-limited switch with
 wire-sized packets must not be reordered (a veth handed one flow's packets to two CPUs'
 backlogs, which the kernel saw as reordering and D-SACKed spurious retransmissions; see
-testbed.sysctl).
+testbed.ns.sysctl).
 
 What is asserted is the sender's own reordering detection (TCP_INFO, Linux >= 5.6):
 ``reord_seen`` counts the times a segment that was never retransmitted was (S)ACKed below
@@ -22,9 +22,9 @@ from plans import two_hosts_switch
 from pyroute2 import IPRoute
 from traffic import wait_listening
 
-from aitb.shaping import Shaping
-from aitb.units import BufferSize
-from testbed import sysctl
+from models.shaping import Shaping
+from models.units import BufferSize
+from testbed.ns import sysctl
 
 pytestmark = pytest.mark.netns
 

@@ -4,8 +4,8 @@ from collections import defaultdict
 
 import pytest
 
-from aitb.records import CollectiveRecord, FlowRecord
-from aitb.schedule import Collective, Group, Schedule
+from models.records import CollectiveRecord, FlowRecord
+from models.schedule import Collective, Group, Schedule
 from traffic_gen import ReplayOptions, replay
 from traffic_gen.jsonl import read_records
 from traffic_gen.launch import NetnsExecLauncher

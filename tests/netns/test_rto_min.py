@@ -11,8 +11,8 @@ import pytest
 from plans import two_hosts_router, two_hosts_switch
 from pyroute2 import IPRoute
 
-from aitb.errors import LabError
-from testbed import netns
+from models.errors import LabError
+from testbed.ns import netns
 from traffic_gen.tcpinfo import read_tcp_info
 
 pytestmark = pytest.mark.netns

@@ -7,8 +7,8 @@ import pytest
 from plans import two_hosts_router
 from traffic import iperf3, received_bps, tcp_goodput_bound_bps, wire_bps
 
-from aitb.shaping import Shaping
-from aitb.units import BufferSize
+from models.shaping import Shaping
+from models.units import BufferSize
 
 pytestmark = pytest.mark.netns
 
@@ -26,7 +26,7 @@ def test_tcp_goodput_within_5pct_of_bound(labs, rate_bps):
 
 
 def test_set_shaping_changes_the_measured_rate(labs):
-    from aitb.errors import LabError
+    from models.errors import LabError
 
     def rate_bps(seconds: float = 3.0) -> float:  # what arrives at r1 from the shaped link
         return wire_bps(lab, "h1", "h2", "198.18.2.1", "r1", "e1", seconds=seconds)
@@ -107,7 +107,7 @@ def test_a_packet_buffer_counts_wire_packets_while_gso_packets_cross_the_line(la
     from pyroute2 import IPRoute
 
     from analysis.metrics.counters import root_qdiscs
-    from testbed.delay_backends import native
+    from testbed.delay import native
 
     s = Shaping(rate_bps=100 * 10**6, delay_s=0.02, buffer=BufferSize(packets=100))
     plan = two_hosts_router(h2_in=s)

@@ -9,8 +9,8 @@ import pytest
 from pyroute2 import IPRoute
 from traffic import assert_torus_link_bytes, torus_direction_payload
 
-from aitb.records import FlowRecord
-from aitb.schedule import Collective, Group, Schedule
+from models.records import FlowRecord
+from models.schedule import Collective, Group, Schedule
 from topologies import generate
 from traffic_gen import ReplayOptions, replay
 from traffic_gen.algorithms.torus import link_bytes_2d

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import CommandError
-from testbed.capabilities import needs_vm
-from testbed.vm import run_in_vm
+from models.errors import CommandError
+from testbed.host.capabilities import needs_vm
+from testbed.vm.run import run_in_vm
 
 pytestmark = pytest.mark.netns
 

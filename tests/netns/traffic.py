@@ -6,7 +6,7 @@ import json
 import subprocess
 import time
 
-from testbed import netns
+from testbed.ns import netns
 
 TCP_IP_TS_HEADERS = 20 + 20 + 12  # IPv4 + TCP + timestamp option, RFC 791/9293/7323
 ETH_HLEN = 14  # what HTB counts on top of the IP packet on a veth (skb->len)

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
-from aitb.schedule import Collective
+from models.errors import SpecError
+from models.schedule import Collective
 from workloads.aicb import AicbOptions, load_aicb, read_csv
 from workloads.summary import collective_table
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from aitb.errors import SpecError
-from aitb.schedule import Collective, SendRecv
+from models.errors import SpecError
+from models.schedule import Collective, SendRecv
 from orchestration.cli.app import app
 from workloads.aicb import AicbOptions, load_aicb, read_csv
 from workloads.summary import collective_table, stage_table

@@ -1,4 +1,4 @@
-"""ALTO network and cost maps of a plan (aitb.alto): RFC 7285 shapes and costs checked against
+"""ALTO network and cost maps of a plan (models.alto): RFC 7285 shapes and costs checked against
 hand-computed values of topologies/examples/two_dc.yaml; no root, no network."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import topologies
-from aitb.alto import (
+from models.alto import (
     COST_METRICS,
     alto_maps,
     costs_of,
@@ -101,7 +101,7 @@ def test_run_directory_gets_the_maps_and_an_index(two_dc, tmp_path):
 
 def test_server_directory_names_every_document(two_dc, tmp_path):
     from orchestration.run.alto_files import write_alto
-    from testbed.alto_server import directory
+    from testbed.apps.alto_server import directory
 
     write_alto(tmp_path, two_dc)
     ird = directory(tmp_path / "alto", "http://198.18.0.1:8181")
@@ -115,7 +115,7 @@ def test_server_directory_names_every_document(two_dc, tmp_path):
 
 
 def test_serving_from_an_unknown_node_is_refused_before_anything_exists(tmp_path):
-    from aitb.errors import SpecError
+    from models.errors import SpecError
     from orchestration.run.runner import prepare
 
     text = (ROOT / "examples/alto_serve.yaml").read_text().replace(
@@ -127,7 +127,7 @@ def test_serving_from_an_unknown_node_is_refused_before_anything_exists(tmp_path
 
 
 def _dci_hop(plan):
-    from aitb.paths import PathWalker
+    from models.paths import PathWalker
 
     path = PathWalker(plan).paths("dc1-l1-h1", str(plan.address_of("dc2-l1-h1")))[0]
     (hop,) = [h for h in path if h.ifname.startswith("dci")]
@@ -135,7 +135,7 @@ def _dci_hop(plan):
 
 
 def test_live_costs_take_the_measured_use_off_the_configured_ones(two_dc):
-    from aitb.alto import LinkUse, host_paths, live_cost_map
+    from models.alto import LinkUse, host_paths, live_cost_map
 
     maps = alto_maps(two_dc)
     vtag = maps.network_map["meta"]["vtag"]
@@ -190,7 +190,7 @@ def test_the_sampler_snapshot_gives_rates_over_its_window(tmp_path):
 
 
 def test_live_maps_without_counters_are_refused_naming_the_key(tmp_path):
-    from aitb.errors import SpecError
+    from models.errors import SpecError
     from orchestration.run.runner import prepare
 
     text = (ROOT / "examples/alto_live.yaml").read_text() + "counters: {enabled: false}\n"

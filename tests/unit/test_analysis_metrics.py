@@ -10,9 +10,6 @@ import pandas as pd
 import pytest
 
 import topologies
-from aitb.paths import PathError
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
-from aitb.shaping import Shaping
 from analysis.metrics.counters import root_qdiscs, window_delta
 from analysis.metrics.fairness import fairness_metrics, jain_index
 from analysis.metrics.fct import fct_metrics, ideal_fct_s
@@ -21,6 +18,9 @@ from analysis.metrics.links import on_off_periods
 from analysis.metrics.stats import distribution
 from analysis.metrics.stragglers import collective_straggle, round_metrics
 from analysis.paths import ideal_params
+from models.paths import PathError
+from models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from models.shaping import Shaping
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 import topologies
-from aitb.errors import SpecError
-from aitb.plan import plan_to_dict
 from analysis import analyze_run
 from analysis.metrics import SUMMARY_KEYS
 from analysis.report import PLOTS
+from models.errors import SpecError
+from models.plan import plan_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP_S = 0.005  # sampling interval of the synthetic counters

@@ -1,13 +1,13 @@
 """``kind: app`` on multi-NIC hosts: each rank's placeholders name the peer's NIC nearest to
-the rank's own node and the rank's NIC towards it (aitb.paths.peer_addresses, as replay uses),
+the rank's own node and the rank's NIC towards it (models.paths.peer_addresses, as replay uses),
 not the peer's first address; checked before a lab exists."""
 
 from __future__ import annotations
 
 import pytest
 
-from aitb.errors import SpecError
-from aitb.paths import host_addresses, peer_addresses
+from models.errors import SpecError
+from models.paths import host_addresses, peer_addresses
 from orchestration.run.app_entries import AppEntry
 from orchestration.run.apps import build_app
 from topologies import generate

@@ -8,8 +8,8 @@ import textwrap
 import pandas as pd
 import pytest
 
-from aitb.errors import SpecError
 from analysis.metrics.apps import app_metrics
+from models.errors import SpecError
 from orchestration.run.apps import fill
 from orchestration.run.runner import prepare
 

@@ -18,7 +18,7 @@ def _plan(slow_node="tx2", rate_bps=250_000_000):
     """incast.yaml (1 Gbit/s host links) with ``slow_node``'s uplink at ``rate_bps``."""
     from dataclasses import replace
 
-    from aitb.shaping import Shaping
+    from models.shaping import Shaping
 
     plan = topologies.load_topology(str(INCAST))
     links = tuple(replace(lk, a_to_b=Shaping(rate_bps=rate_bps)) if lk.a.node == slow_node

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import LabError, SpecError
-from aitb.plan import plan_from_dict, plan_to_dict
+from models.errors import LabError, SpecError
+from models.plan import plan_from_dict, plan_to_dict
 from orchestration.run.runner import prepare
-from testbed.backends import check_backend
+from testbed.lab.backends import check_backend
 from topologies import load_topology, parse_topology, resolve
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.campaign.aggregate import aggregate, mean_ci95
 from orchestration.campaign.plots import axis_value
 from orchestration.campaign.runner import load

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import LabError
+from models.errors import LabError
 from orchestration.campaign.state import CampaignState, wait_for_writer
 
 # the dying point: takes the lock, says so, waits for the go (a file), writes a late manifest

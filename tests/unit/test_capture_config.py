@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import topologies
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.run.observe import warn_incomplete
 from orchestration.run.runner import prepare
-from testbed.capture import CaptureConfig, kernel_buffer_kib, pcap_base, tcpdump_argv
-from testbed.capture_select import CapturePoint, select_interfaces
+from testbed.capture.points import CapturePoint, select_interfaces
+from testbed.capture.tcpdump import CaptureConfig, kernel_buffer_kib, pcap_base, tcpdump_argv
 from testbed.counters.loop import _quantile
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from aitb.errors import SpecError
-from aitb.schedule import Collective, Compute
+from models.errors import SpecError
+from models.schedule import Collective, Compute
 from orchestration.cli.app import app
 from workloads.chakra import _NODE, ChakraOptions, build_schedule, load_chakra, read_chakra
 from workloads.spec import load_schedule, parse_workload

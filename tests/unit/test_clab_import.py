@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from topologies.clab import import_clab
 
 DATA = Path(__file__).parent.parent / "data" / "clab"

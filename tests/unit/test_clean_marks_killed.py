@@ -22,8 +22,8 @@ def _owner_that_dies(state: Path, run_id: str, body: str, *args: Path) -> str:
     """Run, as a separate process that then exits (a dead owner), ``body`` after
     ``reg = Registry(state, run_id)``; ``sys.argv[2]`` is the topology, ``sys.argv[3:]``
     ``args``. Returns its stdout."""
-    code = ("import sys\nfrom pathlib import Path\nfrom testbed.registry import Registry\n"
-            "from testbed.clean import teardown\nfrom topologies import load_topology\n"
+    code = ("import sys\nfrom pathlib import Path\nfrom testbed.lab.registry import Registry\n"
+            "from testbed.lab.clean import teardown\nfrom topologies import load_topology\n"
             f"reg = Registry(Path(sys.argv[1]), {run_id!r})\n" + body)
     return subprocess.run([sys.executable, "-c", code, str(state), str(TOPOLOGY),
                            *map(str, args)], check=True, timeout=120, capture_output=True,
@@ -60,7 +60,7 @@ def test_clean_marks_a_dead_owners_run_killed(tmp_path):
 
 def test_resume_removes_the_lab_of_the_discarded_run(tmp_path, monkeypatch):
     from orchestration.campaign.runner import remove_labs_of
-    from testbed.registry import Registry
+    from testbed.lab.registry import Registry
 
     state, run_dir = tmp_path / "state", tmp_path / "results" / "c" / "p0-r0"
     run_dir.mkdir(parents=True)

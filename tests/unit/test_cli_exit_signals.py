@@ -94,7 +94,7 @@ def test_a_signal_inside_a_finalizer_still_interrupts_with_no_traceback():
 WRAPPED = """
 import signal, sys
 import orchestration.cli.app as app
-from testbed import signals
+from testbed.lab import signals
 def command(args, prog_name):
     with signals.raising():
         try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.cli.commands.outputs import output_dir, write_output_file
 
 ROOT = Path(__file__).resolve().parents[2]

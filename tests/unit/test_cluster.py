@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import topologies
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.cluster.control import offset_from
 from orchestration.cluster.spec import parse_cluster
 from orchestration.cluster.tunnels import place, tunnels, vxlan_argvs

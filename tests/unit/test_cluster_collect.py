@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import topologies
-from aitb.counter_columns import SCHEMAS
 from analysis.pcap.detect import open_capture
+from models.counter_columns import SCHEMAS
 from orchestration.cluster.collect import Part, merge_parts, shift_pcap
 from orchestration.cluster.fidelity import clock_check, cluster_fidelity, underlay_check
 from orchestration.cluster.spec import parse_cluster

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from test_cluster_experiment import MACHINES, experiment
 
-from aitb.errors import LabError
+from models.errors import LabError
 from orchestration.cluster import eventing
 from orchestration.cluster.control import Offset
 from orchestration.run.runner import prepare

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from test_cluster_experiment import MACHINES, experiment
 
-from aitb.errors import SpecError
-from aitb.events import EventAction, action_from_dict, action_to_dict
-from aitb.shaping import GilbertElliott
-from aitb.units import BufferSize
+from models.errors import SpecError
+from models.events import EventAction, action_from_dict, action_to_dict
+from models.shaping import GilbertElliott
+from models.units import BufferSize
 from orchestration.cluster.eventing import DRIVER, merge_records, split_actions
 from orchestration.run.runner import prepare
 

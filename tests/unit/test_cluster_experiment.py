@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.cluster.control import Offset
 from orchestration.cluster.lab import shift_times, uncertainty_s
 from orchestration.run.runner import prepare
@@ -184,7 +184,7 @@ def test_run_check_leaves_a_cluster_labs_node_sysctls_to_its_machines(tmp_path, 
     not refuse them. A lab on this machine is still probed."""
     from typer.testing import CliRunner
 
-    import testbed.sysctl_probe as probe
+    import testbed.ns.sysctl_probe as probe
     from orchestration.cli.app import app
 
     probed = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from topo_helpers import find_issue, issues, load
 
-from aitb.plan import plan_from_dict, plan_to_dict
+from models.plan import plan_from_dict, plan_to_dict
 from topologies.container_keys import split_bind
 
 
@@ -82,9 +82,9 @@ def test_split_bind():
 
 def test_missing_bind_is_refused_when_the_container_starts(tmp_path):
     # a plan read from plan.json on another machine was never checked here
-    from aitb.errors import LabError
-    from aitb.plan import NodePlan
-    from testbed.containers import _volumes
+    from models.errors import LabError
+    from models.plan import NodePlan
+    from testbed.containers.hosts import _volumes
 
     node = NodePlan("c1", "host", image="x:1", binds={str(tmp_path): "/a:ro",
                                                        "/nonexistent/aitb-y": "/b:rw"})

@@ -7,7 +7,7 @@ import pytest
 from ruamel.yaml import YAML
 from topo_helpers import issues, load
 
-from aitb.plan import plan_from_dict, plan_to_dict
+from models.plan import plan_from_dict, plan_to_dict
 
 LAB = """\
     name: boxes

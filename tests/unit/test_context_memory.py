@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from aitb.errors import SpecError
-from aitb.requests import RequestRecord, parse_tag
+from models.errors import SpecError
+from models.requests import RequestRecord, parse_tag
 from orchestration.run.runner import prepare
 from workloads.inference import Arrival, InferenceParams, inference_schedule
 

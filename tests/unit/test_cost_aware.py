@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import topologies
-from aitb.alto import alto_maps, costs_of
-from aitb.schedule import Collective, Group, Schedule
+from models.alto import alto_maps, costs_of
+from models.schedule import Collective, Group, Schedule
 from workloads.cost_aware import (
     cost_map_placement,
     order_rings,
@@ -80,7 +80,7 @@ def test_cost_map_placement_keeps_heavy_groups_inside_a_pid():
 
 
 def test_too_few_slots_is_a_spec_error():
-    from aitb.errors import SpecError
+    from models.errors import SpecError
 
     with pytest.raises(SpecError, match="6 ranks need 6 host slots"):
         cost_map_placement(_dp_job(), ["h0", "h1"], {"h0": "a", "h1": "a"}, {}, slots=2)
@@ -141,7 +141,7 @@ def test_a_collective_is_placed_by_its_placement_key():
 def test_a_pattern_refuses_placement(tmp_path):
     import pytest
 
-    from aitb.errors import SpecError
+    from models.errors import SpecError
     from orchestration.run.runner import prepare
 
     path = tmp_path / "exp.yaml"

@@ -1,4 +1,4 @@
-"""Counts an experiment asks for are bounded before anything is expanded (aitb/specfile.py:
+"""Counts an experiment asks for are bounded before anything is expanded (models/specfile.py:
 MAX_REPEATS, MAX_RANKS, MAX_TOKENS, MAX_CONNS_PER_PEER per key; MAX_FLOWS, MAX_TRANSFERS,
 MAX_EVENT_ACTIONS, MAX_REQUESTS for the totals). A typo like ``repeats: 100000000000`` used to
 make ``aitb run --check`` allocate until the OOM killer came; now it is one line naming the
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
-from aitb.schedule import Burst, Collective, Flow, Group, Schedule
-from aitb.specfile import (
+from models.errors import SpecError
+from models.schedule import Burst, Collective, Flow, Group, Schedule
+from models.specfile import (
     MAX_CONNS_PER_PEER,
     MAX_EVENT_ACTIONS,
     MAX_FLOWS,
@@ -219,7 +219,7 @@ def test_the_training_step_total_counts_a_stage_s_layers_not_the_model_s():
 
 
 def test_inference_messages_and_extreme_rates_are_refused_before_arrivals(tmp_path):
-    from aitb.specfile import MAX_REQUEST_MESSAGES
+    from models.specfile import MAX_REQUEST_MESSAGES
 
     # 1 client x 1000/s x 19 s = 19000 requests (within MAX_REQUESTS) x 6 messages
     text = INFERENCE.replace("rate_per_s: 2, duration: 1s", "rate_per_s: 1000, duration: 19s")

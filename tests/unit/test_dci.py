@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import topologies
-from aitb.plan import plan_to_dict
 from analysis.dci import dci_collective_time_s, dci_report, union_length, write_dci
+from models.plan import plan_to_dict
 
 
 @pytest.fixture(scope="module")

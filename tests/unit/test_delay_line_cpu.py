@@ -1,5 +1,5 @@
 """The experiment's ``delay_line_cpu``: a CPU of this machine for the native delay line alone
-(testbed.lab.Lab line_cpu), checked before anything exists; errors name file, key and line."""
+(testbed.lab.lab.Lab line_cpu), checked before anything exists; errors name file, key and line."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.run.runner import prepare
 
 ROOT = Path(__file__).resolve().parents[2]

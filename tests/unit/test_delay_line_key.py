@@ -3,8 +3,8 @@
 import pytest
 from topo_helpers import load
 
-from aitb.errors import SpecError
-from aitb.plan import LabPlan, PlanError, plan_from_dict, plan_to_dict
+from models.errors import SpecError
+from models.plan import LabPlan, PlanError, plan_from_dict, plan_to_dict
 
 BASE = """
 name: t

@@ -1,4 +1,4 @@
-"""Which veth end a link down sets down (testbed.faults.down_ends): the node_down's node, the
+"""Which veth end a link down sets down (testbed.live.faults.down_ends): the node_down's node, the
 node with most of the change's links, end a on a tie; the other end, or both, where the peer
 node would keep using a link without carrier (its sysctls turn ignore_routes_with_linkdown
 off)."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
-from testbed.faults import down_ends
+from models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from testbed.live.faults import down_ends
 
 
 def _lab(**sysctls: dict[str, str]) -> SimpleNamespace:

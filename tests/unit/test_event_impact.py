@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 
 import topologies
-from aitb.plan import plan_to_dict
 from analysis.metrics.events import (
     delivered,
     event_impact,
@@ -25,6 +24,7 @@ from analysis.metrics.events import (
     inflation,
     recovery,
 )
+from models.plan import plan_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1000.0  # the run's t0 (host clock, s): events.jsonl times count from it

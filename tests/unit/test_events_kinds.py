@@ -2,7 +2,7 @@
 and heal, straggler, corrupt (percent or bit error rate), degrade ramps, node_down with its
 agents frozen or killed. Expanded before any lab exists, bad values refused naming file, key
 and line with suggestions; the native delay line's live limits refused by line_problems; the
-scheduler's ramp steps, slowdowns and agent signals against fakes (testbed/trace_player.py);
+scheduler's ramp steps, slowdowns and agent signals against fakes (testbed/live/trace_player.py);
 failure records annotated with the links down and agents stopped on their way
 (orchestration/run/event_hits.py)."""
 
@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 from test_events_spec import HEAD  # the same two-DC experiment head
 
-from aitb.errors import LabError, SpecError
-from aitb.events import EventAction
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
-from aitb.shaping import Shaping
+from models.errors import LabError, SpecError
+from models.events import EventAction
+from models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from models.shaping import Shaping
 from orchestration.run.event_hits import annotate_failures, state_at
 from orchestration.run.events import line_problems
 from orchestration.run.runner import prepare
-from testbed.trace_player import TracePlayer, ramp_step
+from testbed.live.trace_player import TracePlayer, ramp_step
 
 ROOT = Path(__file__).resolve().parents[2]
 DCI, DCI2 = "dc1-b1-dc2-b1", "dc1-b1-dc2-b1-2"
@@ -362,7 +362,7 @@ def test_a_killed_agent_gets_sigkill_and_the_record_says_so(tmp_path):
 
 
 class _PreparingLab(_Lab):
-    """A lab that makes link changes ready ahead (like testbed.lab.Lab.prepare_links):
+    """A lab that makes link changes ready ahead (like testbed.lab.lab.Lab.prepare_links):
     records when it prepares and applies, and whether the garbage collector was on."""
 
     def prepare_links(self, names, up, node=None):

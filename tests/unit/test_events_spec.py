@@ -1,7 +1,7 @@
 """``events:`` of experiment files (orchestration/run/events.py): expanded to actions before
 any lab exists; bad names, kinds and times are refused naming file, key and line, with
 suggestions, and `aitb run` creates nothing for them. The scheduler's event path against a
-fake lab (testbed/trace_player.py): order, anchors, records, actions never reached."""
+fake lab (testbed/live/trace_player.py): order, anchors, records, actions never reached."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import AitbError, SpecError
-from aitb.events import EventAction
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
-from aitb.shaping import Shaping
+from models.errors import AitbError, SpecError
+from models.events import EventAction
+from models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from models.shaping import Shaping
 from orchestration.run.runner import prepare
-from testbed.trace_player import TracePlayer
+from testbed.live.trace_player import TracePlayer
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = """name: ev

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli_run import refused_run
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.run.runner import prepare
 
 ROOT = Path(__file__).parent.parent.parent

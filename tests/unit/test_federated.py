@@ -1,8 +1,8 @@
 import pytest
 from pydantic import ValidationError
 
-from aitb.errors import SpecError
-from aitb.schedule import Burst, Compute, Gather, Schedule, ScheduleError
+from models.errors import SpecError
+from models.schedule import Burst, Compute, Gather, Schedule, ScheduleError
 from traffic_gen.program import compile_program
 from workloads.federated import FedAvg, TrainTime, fedavg_schedule
 from workloads.fl_placement import place_clusters
@@ -132,7 +132,7 @@ def test_bad_gather_is_refused(kw, needle):
 
 
 def test_round_record_round_trips_with_the_contract_fields():
-    from aitb.records import RoundRecord
+    from models.records import RoundRecord
 
     r = RoundRecord(run_id="x", round=2, t_start=10.0, t_end=11.5, round_time_s=1.5,
                     clients_selected=10, clients_finished=8, clients_dropped=("e3", "e7"),

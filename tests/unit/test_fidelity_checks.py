@@ -5,7 +5,6 @@ import math
 import pandas as pd
 import pytest
 
-from aitb.shaping import GilbertElliott, Shaping
 from analysis.fidelity import (
     CPU_SATURATED_PCT,
     DirectionRef,
@@ -17,6 +16,7 @@ from analysis.fidelity import (
     rtt_check,
 )
 from analysis.fidelity.checks import probe_wait_s, rtt_tolerance_s, wilson_interval
+from models.shaping import GilbertElliott, Shaping
 
 QCOLS = ["t_s", "node", "ifname", "kind", "handle", "parent", "bytes", "packets", "drops",
          "overlimits", "requeues", "backlog_bytes", "backlog_packets"]

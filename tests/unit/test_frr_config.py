@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import topologies
-from aitb.errors import LabError, SpecError
-from aitb.plan import FrrRouting, plan_from_dict, plan_to_dict
-from testbed import frr
-from testbed.lab import Lab
+from models.errors import LabError, SpecError
+from models.plan import FrrRouting, plan_from_dict, plan_to_dict
+from testbed.lab.lab import Lab
+from testbed.routing import frr
 
 TOPO = """
 name: tiny-frr

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.run.runner import prepare
 from topologies import GENERATORS, load_topology
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.paths import PathWalker, dci_links
+from models.paths import PathWalker, dci_links
 from orchestration.run.runner import prepare
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpt13b_two_dc.yaml"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.schedule import Collective
+from models.schedule import Collective
 from workloads.aicb import AicbOptions, load_aicb
 from workloads.training import Parallelism, TransformerModel, training_schedule
 

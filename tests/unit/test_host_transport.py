@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-from aitb.errors import SpecError
-from aitb.plan import (
+from models.errors import SpecError
+from models.plan import (
     Endpoint,
     LabPlan,
     LinkPlan,
@@ -24,8 +24,8 @@ from aitb.plan import (
 from orchestration.run.experiment import parse_experiment
 from orchestration.run.runner import prepare
 from orchestration.run.transport import apply_host_transport, host_transport_record
-from testbed.layout import make_layout
-from testbed.routes import connected_route_msg, dumped_rto_min_ms, route_msg
+from testbed.lab.layout import make_layout
+from testbed.routing.routes import connected_route_msg, dumped_rto_min_ms, route_msg
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

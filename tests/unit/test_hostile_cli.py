@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aitb.errors import LabError
+from models.errors import LabError
 
 ROOT = Path(__file__).parent.parent.parent
 

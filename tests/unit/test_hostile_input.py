@@ -1,4 +1,4 @@
-"""Hostile input files: every one is refused with file, key and line (aitb.specfile), none
+"""Hostile input files: every one is refused with file, key and line (models.specfile), none
 raises anything but SpecError, blocks, or expands before its limits are checked.
 
 Cases that hung before (a FIFO, an alias bomb) run the CLI in a child with a time bound, so
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from topologies import load_topology
 
 ROOT = Path(__file__).parent.parent.parent

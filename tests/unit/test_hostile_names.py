@@ -1,5 +1,5 @@
 """Names and strings from users never reach a shell or an argv as syntax: every plan (YAML,
-plan.json, containerlab import) passes aitb.plan.plan_problems, and the containerlab script
+plan.json, containerlab import) passes models.plan.plan_problems, and the containerlab script
 quotes every value it renders."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.plan import plan_from_dict, plan_to_dict
+from models.plan import plan_from_dict, plan_to_dict
 from orchestration.cli.commands.clab import export_files
 from topologies import load_topology
 

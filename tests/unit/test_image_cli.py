@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from testbed.images import interpreter, package_files, shared_libraries
+from testbed.containers.images import interpreter, package_files, shared_libraries
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

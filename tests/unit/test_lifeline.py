@@ -1,4 +1,4 @@
-"""Children that cannot outlive their owner unseen (aitb.lifeline.spawn): dying with a
+"""Children that cannot outlive their owner unseen (models.lifeline.spawn): dying with a
 SIGKILLed owner, registered before they exec, never run if the owner dies before it has
 registered them, and no Python code between fork and exec; the controller and the lab's
 launcher use it."""
@@ -41,7 +41,7 @@ def _owner(code: str, *args: str) -> subprocess.Popen[str]:
 
 def test_child_dies_with_a_sigkilled_parent():
     code = ("import signal, sys, time\n"
-            "from aitb.lifeline import spawn\n"
+            "from models.lifeline import spawn\n"
             "p = spawn([sys.executable, '-c', 'import time; time.sleep(120)'],"
             " pdeathsig=signal.SIGKILL)\n"
             "print(p.pid, flush=True)\n"
@@ -58,7 +58,7 @@ def test_child_dies_with_a_sigkilled_parent():
 
 
 def test_registered_child_is_in_the_registry_before_it_execs(tmp_path):
-    from aitb.lifeline import spawn
+    from models.lifeline import spawn
 
     reg = tmp_path / "registry.jsonl"
     reg.write_text('{"kind": "run"}\n')
@@ -80,7 +80,7 @@ def test_registered_child_is_in_the_registry_before_it_execs(tmp_path):
 
 
 def test_a_child_whose_registration_fails_never_runs(tmp_path):
-    from aitb.lifeline import spawn
+    from models.lifeline import spawn
 
     marker = tmp_path / "ran"
 
@@ -97,7 +97,7 @@ def test_an_owner_killed_before_it_registered_the_child_leaves_nothing_running(t
     know it yet. The program must never run, and the held child must end by itself."""
     marker = tmp_path / "ran"
     code = ("import os, signal, sys\n"
-            "from aitb.lifeline import spawn\n"
+            "from models.lifeline import spawn\n"
             "def register(pid, start):\n"
             "    print(pid, flush=True)\n"
             "    os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -117,8 +117,8 @@ def test_no_python_code_runs_between_fork_and_exec(tmp_path):
     marker = tmp_path / "python-ran-in-child"
     code = ("import os, sys, threading, time\n"
             "from pathlib import Path\n"
-            "from aitb.plan import LabPlan, NodePlan\n"
-            "from testbed.lab import Lab\n"
+            "from models.plan import LabPlan, NodePlan\n"
+            "from testbed.lab.lab import Lab\n"
             "from traffic_gen.launch import LocalLauncher\n"
             "stop = threading.Event()\n"
             "threading.Thread(target=stop.wait, daemon=True).start()  # multi-threaded\n"
@@ -138,7 +138,7 @@ def test_no_python_code_runs_between_fork_and_exec(tmp_path):
 
 
 def test_a_missing_program_is_refused_as_popen_would(tmp_path):
-    from aitb.lifeline import spawn
+    from models.lifeline import spawn
 
     with pytest.raises(FileNotFoundError):
         spawn(["aitb-no-such-program-xyz"], register=lambda pid, start: None)

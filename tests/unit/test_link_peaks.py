@@ -38,7 +38,7 @@ def test_peak_above_the_configured_rate_is_flagged():
     from pathlib import Path
 
     import topologies
-    from aitb.shaping import Shaping
+    from models.shaping import Shaping
 
     plan = topologies.load_topology(Path(__file__).parents[2] / "topologies/examples/incast.yaml")
     plan = replace(plan, links=tuple(replace(lk, a_to_b=Shaping(rate_bps=500_000_000))

@@ -1,6 +1,6 @@
 """load_balancing / flowlet_gap: parsed from topology files (node, group, defaults, top level,
 generators), checked with file, key and line, carried into the plan and plan.json, and the
-rules and refusals of testbed/load_balance.py (pure builders, no root)."""
+rules and refusals of testbed/routing/load_balance.py (pure builders, no root)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from topo_helpers import find_issue, issues, load
 
-from aitb.plan import PlanError, plan_from_dict, plan_to_dict
-from testbed import load_balance
+from models.plan import PlanError, plan_from_dict, plan_to_dict
+from testbed.routing import load_balance
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "netns"))
 from plans import ecmp_diamond  # noqa: E402
@@ -188,7 +188,7 @@ def test_flowlets_without_nft_are_refused_naming_node(monkeypatch):
 def test_transfer_records_carry_the_reordering_events_of_their_transfer():
     """tcpi_reord_seen is a counter: a record holds its difference, like the retransmissions;
     records written before the field existed read as 0."""
-    from aitb.records import TcpInfo
+    from models.records import TcpInfo
     from traffic_gen.tcpinfo import TCP_INFO_FIELDS, tcp_info_delta
     before = dict.fromkeys(TCP_INFO_FIELDS, 0) | {"reord_seen": 4, "total_retrans": 1}
     after = before | {"reord_seen": 11, "total_retrans": 9, "bytes_sent": 100}

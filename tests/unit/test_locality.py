@@ -1,5 +1,5 @@
-"""Data locality (aitb.locality, orchestration.run.locality_check, analysis.locality) and the
-evidence chain (aitb.evidence) on examples/data_locality.yaml's plan and hand-made records;
+"""Data locality (models.locality, orchestration.run.locality_check, analysis.locality) and the
+evidence chain (models.evidence) on examples/data_locality.yaml's plan and hand-made records;
 no root, no network."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
-from aitb.evidence import build_chain, verify_chain
-from aitb.locality import DataPolicy, flow_violations
-from aitb.paths import PathWalker
-from aitb.plan import plan_to_dict
 from analysis.locality import locality_report
+from models.errors import SpecError
+from models.evidence import build_chain, verify_chain
+from models.locality import DataPolicy, flow_violations
+from models.paths import PathWalker
+from models.plan import plan_to_dict
 from orchestration.run.runner import prepare
 
 ROOT = Path(__file__).resolve().parents[2]

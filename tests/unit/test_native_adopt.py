@@ -1,5 +1,5 @@
 """The native delay-line helpers a process attached to a lab adopts from the registry
-(testbed/delay_backends/native.py, a cluster machine's event player): signalled by pid only
+(testbed/delay/native.py, a cluster machine's event player): signalled by pid only
 while pid and start time still name the helper, a vanished one an error of the change, never
 a signal to whatever process holds the pid now. No root, no lab."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import LabError
-from testbed.delay_backends import native
+from models.errors import LabError
+from testbed.delay import native
 
 
 def test_a_helper_registered_without_a_start_time_is_never_signalled():

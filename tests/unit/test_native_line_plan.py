@@ -5,10 +5,10 @@ import ipaddress as ip
 
 import pytest
 
-from aitb.errors import LabError
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
-from aitb.shaping import Shaping
-from testbed.delayline import choose, labline
+from models.errors import LabError
+from models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from models.shaping import Shaping
+from testbed.delay.nfqueue import choose, labline
 
 IF = ip.ip_interface
 D = Shaping(delay_s=0.01)
@@ -35,7 +35,7 @@ def test_lines_sit_at_the_receiver_bridge_ports_by_physdev_ovs_on_the_sender_sid
 
 
 def test_a_packet_buffer_puts_the_line_before_a_forwarders_queue_never_a_hosts():
-    from aitb.units import BufferSize
+    from models.units import BufferSize
 
     pkt = Shaping(rate_bps=10**9, delay_s=0.05, buffer=BufferSize(packets=100))
     plan = _plan({"h": ("host", "bridge"), "s": ("switch", "bridge"), "o": ("switch", "ovs"),
@@ -115,7 +115,7 @@ def test_auto_resolves_to_netem_where_the_kernel_has_it_else_native():
 def _traced(base: Shaping, steps, delay_line="native", loop=False) -> LabPlan:
     import dataclasses
 
-    from aitb.trace import LinkTrace, TraceStep
+    from models.trace import LinkTrace, TraceStep
     plan = _plan({"a": ("host", "bridge"), "b": ("host", "bridge")}, [("a", "b")])
     lk = dataclasses.replace(plan.links[0], a_to_b=base, delay_line=delay_line)
     tr = LinkTrace("a-b", "a_to_b", "wan.trace", "aitb", loop, steps[-1][0] + 1.0,

@@ -12,7 +12,7 @@ import sys
 import pytest
 from topo_helpers import find_issue, issues, load, write
 
-from aitb.plan import LabPlan, PlanError
+from models.plan import LabPlan, PlanError
 
 TOPO = """
 name: t
@@ -90,7 +90,7 @@ def test_cli_validate_names_file_layer_key_and_reason(tmp_path):
 
 
 def test_a_plan_refuses_them_too(tmp_path):
-    """plan.json and programmatic plans go through aitb.plan.plan_problems, not the
+    """plan.json and programmatic plans go through models.plan.plan_problems, not the
     topology checks: the same rules hold there."""
     plan = load(tmp_path, topo())
     h1 = plan.node("h1")

@@ -1,4 +1,4 @@
-"""Which datapath an OVS switch gets (testbed.ovs_datapath.choose) and the topology key
+"""Which datapath an OVS switch gets (testbed.ovs.datapath.choose) and the topology key
 ``ovs_datapath`` (validated, inherited node > group > defaults.switch). Pure: no root."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from topo_helpers import find_issue, issues, load
 
-from aitb.errors import LabError
-from aitb.plan import plan_from_dict, plan_to_dict
-from testbed.ovs_datapath import choose
+from models.errors import LabError
+from models.plan import plan_from_dict, plan_to_dict
+from testbed.ovs.datapath import choose
 
 TOPO = """
 name: t

@@ -1,10 +1,10 @@
-"""aitb's OpenFlow rules for OVS switches (testbed.ovs_flows), against hand-derived tables."""
+"""aitb's OpenFlow rules for OVS switches (testbed.ovs.flows), against hand-derived tables."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.ovs_flows import MULTICAST, ovs_rules, port_numbers
+from testbed.ovs.flows import MULTICAST, ovs_rules, port_numbers
 from topologies import load_topology
 
 TOPO = Path(__file__).resolve().parents[2] / "topologies/examples/ovs_leaf_spine.yaml"

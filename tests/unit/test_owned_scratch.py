@@ -1,4 +1,4 @@
-"""Scratch named by its owner (aitb.owned): a SIGKILLed owner's directories go at the next
+"""Scratch named by its owner (models.owned): a SIGKILLed owner's directories go at the next
 sweep or `aitb clean`; a live owner's, a reused pid's owner and names of any other shape stay.
 Owners are real processes started here and killed by their pid."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb import owned
+from models import owned
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,12 +26,12 @@ import sys, time
 from pathlib import Path
 kind, where = sys.argv[1], Path(sys.argv[2])
 if kind == "task":  # a campaign worker's task folder (orchestration.campaign.executors)
-    from aitb.owned import owned_tempdir
+    from models.owned import owned_tempdir
     cm = owned_tempdir("task", where)
     path = cm.__enter__()
     (path / "task.json").write_text("{}")
 elif kind == "point":
-    from aitb.owned import make_owned_dir
+    from models.owned import make_owned_dir
     path = make_owned_dir("point", where)
 else:  # the controller's short socket directory for a run directory too deep for sun_path
     import tempfile
@@ -178,7 +178,7 @@ def test_aitb_clean_removes_a_killed_workers_task_folder_and_keeps_a_live_ones(t
 KILLED_IN_CREATE = """
 import os, signal, sys
 from pathlib import Path
-from testbed import registry
+from testbed.lab import registry
 from topologies import load_topology
 registry.os.rename = lambda a, b: os.kill(os.getpid(), signal.SIGKILL)
 registry.Registry(Path(sys.argv[1]), "half1").create(load_topology(sys.argv[2]))
@@ -189,7 +189,7 @@ def test_a_registry_half_created_is_scratch_that_aitb_clean_removes(tmp_path):
     """The state directory never holds a bare run directory that no registry names (a
     SIGKILL between its mkdir and the owner record used to leave one that `aitb clean`
     could not see): the registry is written in owned scratch and renamed into place."""
-    from testbed.registry import Registry
+    from testbed.lab.registry import Registry
 
     state = tmp_path / "state"
     env = {**os.environ, "AITB_STATE_DIR": str(state), "PYTHONPATH": str(ROOT),
@@ -210,8 +210,8 @@ def test_a_registry_half_created_is_scratch_that_aitb_clean_removes(tmp_path):
 
 
 def test_a_run_id_in_use_is_refused_and_leaves_no_scratch(tmp_path):
-    from aitb.errors import LabError
-    from testbed.registry import Registry
+    from models.errors import LabError
+    from testbed.lab.registry import Registry
     from topologies import load_topology
 
     plan = load_topology(ROOT / "topologies" / "examples" / "single_switch.yaml")
@@ -281,8 +281,8 @@ def test_teardown_removes_a_registered_run_marked_temporary_path_and_refuses_oth
     """A cluster part's observation folder (/tmp/aitb-observe-<part>, registered before it
     exists) goes with the part's teardown; a registered path of another run or of any other
     name is refused, named in the failures, and left."""
-    from testbed.clean import teardown
-    from testbed.registry import Registry
+    from testbed.lab.clean import teardown
+    from testbed.lab.registry import Registry
     from topologies import load_topology
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

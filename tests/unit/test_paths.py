@@ -1,4 +1,4 @@
-"""The one route walk and DCI rule (aitb.paths) and the host-to-host helpers built on
+"""The one route walk and DCI rule (models.paths) and the host-to-host helpers built on
 it (workloads.paths): generated and hand-made plans, no root, no network."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import topologies
-from aitb.paths import PathError, PathWalker, dci_links, paths
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
-from aitb.shaping import Shaping
+from models.paths import PathError, PathWalker, dci_links, paths
+from models.plan import Endpoint, LabPlan, LinkPlan, NextHop, NodePlan, Route
+from models.shaping import Shaping
 from workloads.paths import path_hops, rtt_delay_s
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from aitb.errors import SpecError
-from aitb.records import (
+from models.errors import SpecError
+from models.records import (
     BurstRecord,
     CollectiveRecord,
     FailureRecord,
@@ -16,8 +16,8 @@ from aitb.records import (
     busbw_factor,
     percentile,
 )
-from aitb.schedule import Burst, Collective, Compute, Group, Schedule
-from aitb.stragglers import SlowdownDraw, StragglerSpec
+from models.schedule import Burst, Collective, Compute, Group, Schedule
+from models.stragglers import SlowdownDraw, StragglerSpec
 from traffic_gen.jsonl import RecordWriter, read_records
 from traffic_gen.program import compile_program
 from workloads.patterns import all_pairs, incast, one_to_many, pattern_schedule, permutation

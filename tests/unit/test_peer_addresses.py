@@ -1,5 +1,5 @@
 """Multi-NIC hosts: one address per NIC, each peer reached over the NIC nearest to it
-(aitb.paths.peer_addresses), and replay's check of the pairs it is given."""
+(models.paths.peer_addresses), and replay's check of the pairs it is given."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from topo_helpers import load
 
-from aitb.errors import SpecError
-from aitb.paths import PathWalker, host_addresses, paths, peer_addresses
-from aitb.plan import plan_from_dict, plan_to_dict
-from aitb.schedule import Collective, Group, Schedule
+from models.errors import SpecError
+from models.paths import PathWalker, host_addresses, paths, peer_addresses
+from models.plan import plan_from_dict, plan_to_dict
+from models.schedule import Collective, Group, Schedule
 from topologies import generate, load_topology
 from traffic_gen import replay
 from traffic_gen.launch import LocalLauncher

@@ -1,6 +1,6 @@
 import pytest
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from workloads.layout import Layout
 from workloads.placement import place
 
@@ -45,7 +45,7 @@ def test_unknown_policy():
 
 
 def test_sites_of_plan_groups_hosts_by_site_label_then_group():
-    from aitb.plan import LabPlan, NodePlan
+    from models.plan import LabPlan, NodePlan
     from workloads.placement import sites_of_plan
 
     plan = LabPlan("lab", nodes=(

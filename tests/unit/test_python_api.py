@@ -1,4 +1,4 @@
-"""The Python API (orchestration.api) and the examples in examples/python/, run as scripts."""
+"""The Python API (aitb.api) and the examples in examples/python/, run as scripts."""
 
 import json
 import os
@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import aitb
 import topologies
-from aitb.errors import SpecError
-from aitb.paths import dci_links
-from aitb.plan import plan_to_dict
-from orchestration import api as aitb_api
+from models.errors import SpecError
+from models.paths import dci_links
+from models.plan import plan_to_dict
 
 ROOT = Path(__file__).parents[2]
 EX = ROOT / "examples" / "python"
@@ -22,24 +22,24 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # the scripts import this checkou
 
 
 def test_topology_from_file_and_generator():
-    assert len(aitb_api.topology(ROOT / "topologies/examples/incast.yaml").links) == 8
-    plan = aitb_api.topology({"generator": "single_switch", "params": {"hosts": 3}})
+    assert len(aitb.topology(ROOT / "topologies/examples/incast.yaml").links) == 8
+    plan = aitb.topology({"generator": "single_switch", "params": {"hosts": 3}})
     assert [n.name for n in plan.hosts()] == ["h1", "h2", "h3"]
 
 
 def test_prepare_refuses_a_bad_key_with_its_path():
     with pytest.raises(SpecError, match="workloads.0"):
-        aitb_api.prepare({"name": "x", "topology": {"generator": "single_switch"},
+        aitb.prepare({"name": "x", "topology": {"generator": "single_switch"},
                           "workloads": [{"kind": "incast", "receiver": "h1", "sise": "1B"}]})
 
 
 def test_with_value_copies_and_names_a_missing_key():
     base = {"workloads": [{"size": "1KiB"}]}
-    assert aitb_api.with_value(base, "workloads.0.size", "2KiB")["workloads"][0]["size"] == \
+    assert aitb.with_value(base, "workloads.0.size", "2KiB")["workloads"][0]["size"] == \
         "2KiB"
     assert base["workloads"][0]["size"] == "1KiB"
     with pytest.raises(KeyError, match="nope"):
-        aitb_api.with_value(base, "nope.size", 1)
+        aitb.with_value(base, "nope.size", 1)
 
 
 def _fake_run(tmp_path, delay_s, cct_s, name):
@@ -63,7 +63,7 @@ def _fake_run(tmp_path, delay_s, cct_s, name):
 
 
 def test_run_tables_are_dataframes(tmp_path):
-    run = aitb_api.load_run(_fake_run(tmp_path, 0.01, 0.05, "r1"))
+    run = aitb.load_run(_fake_run(tmp_path, 0.01, 0.05, "r1"))
     assert isinstance(run.table("collectives"), pd.DataFrame)
     assert list(run.table("collectives")["cct_s"]) == [0.05, 0.05]
     assert run.table("flows").empty and run.ok and run.trustworthy is None

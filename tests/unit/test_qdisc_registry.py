@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from aitb.errors import LabError
-from aitb.shaping import AQMS, Shaping
-from testbed import delay_backends, qdiscs
-from testbed.capabilities import QDISCS
-from testbed.tc import direction_recipe
-from testbed.tcobjects import TcObject
-from testbed.vm_boot import GUEST_MODULES
+from models.errors import LabError
+from models.shaping import AQMS, Shaping
+from testbed import delay as delay_backends
+from testbed.host.capabilities import QDISCS
+from testbed.tc.objects import TcObject
+from testbed.tc.recipe import direction_recipe, qdiscs
+from testbed.vm.boot import GUEST_MODULES
 
 INTERFACE = ("KINDS", "CAPABILITIES", "KMODS", "NLA", "words", "options", "problems", "stats")
 

@@ -56,8 +56,8 @@ def test_step_progress_on_a_terminal_and_off():
 
 def test_the_quickstart_has_one_dci_and_its_edge_uplinks_are_access_links():
     """The edge hosts (site edge) hang off DC 1's border router: their links cross sites but
-    are access links, not DCIs (aitb.paths.dci_links); the one DCI joins the borders."""
-    from aitb.paths import dci_links
+    are access links, not DCIs (models.paths.dci_links); the one DCI joins the borders."""
+    from models.paths import dci_links
 
     plan = prepare(default_experiment()).plan
     edge = {lk.name for lk in plan.links if lk.a.node.startswith("edge")}

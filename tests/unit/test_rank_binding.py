@@ -1,6 +1,6 @@
 """Servers with a rank per NIC (``ranks_per_host``): the key is checked before any lab exists
 (file, key and node named), the k-th rank placed on a server is bound to its k-th NIC
-(aitb.paths.rank_addresses), and an experiment refuses more ranks on a server than it has
+(models.paths.rank_addresses), and an experiment refuses more ranks on a server than it has
 NICs, naming the workload."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from topo_helpers import find_issue, issues
 
-from aitb.errors import SpecError
-from aitb.paths import RankBindingError, host_addresses, rank_addresses
+from models.errors import SpecError
+from models.paths import RankBindingError, host_addresses, rank_addresses
 from orchestration.run.runner import prepare
 from topologies import generate
 

@@ -2,7 +2,7 @@
 
 import struct
 
-from testbed.rttprobe import _checksum, echo_request, parse_echo_reply
+from testbed.counters.rttprobe import _checksum, echo_request, parse_echo_reply
 
 
 def test_echo_request_is_valid_icmp():
@@ -27,7 +27,7 @@ def test_an_echo_is_never_timed_before_its_reply_was_read(monkeypatch):
     timed by the clock read before that recv came out up to 0.6 ms below the two delays."""
     import ipaddress
 
-    from testbed import rttprobe
+    from testbed.counters import rttprobe
 
     clock = [100.0]
     released_at: list[float] = []

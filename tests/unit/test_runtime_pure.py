@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import LabError
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
-from aitb.shaping import GilbertElliott, Shaping
-from aitb.units import BufferSize
-from testbed.layout import FIRST_IFINDEX, make_layout
-from testbed.qdiscs.common import pct_u32
-from testbed.registry import Registry, pid_alive, pid_start_time
-from testbed.sysctl import RPS_DEFAULT_MASK, all_cpus_mask, lab_uses_ipv6, node_sysctls
-from testbed.tc import direction_recipe
-from testbed.tcmsgs import TcMsg, handle, tc_message
+from models.errors import LabError
+from models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from models.shaping import GilbertElliott, Shaping
+from models.units import BufferSize
+from testbed.lab.layout import FIRST_IFINDEX, make_layout
+from testbed.lab.registry import Registry, pid_alive, pid_start_time
+from testbed.ns.sysctl import RPS_DEFAULT_MASK, all_cpus_mask, lab_uses_ipv6, node_sysctls
+from testbed.tc.msgs import TcMsg, handle, tc_message
+from testbed.tc.qdiscs.common import pct_u32
+from testbed.tc.recipe import direction_recipe
 
 IF = ip.IPv4Interface
 
@@ -98,7 +98,7 @@ def test_ipv4_only_labs_turn_ipv6_off_unless_a_node_turns_it_back_on():
 
 
 def test_a_lab_uses_ipv6_for_an_address_a_loopback_or_unnumbered_bgp():
-    from aitb.plan import Endpoint, FrrRouting, LinkPlan
+    from models.plan import Endpoint, FrrRouting, LinkPlan
 
     def plan(a=None, lo=None, routing=None):
         nodes = (NodePlan("r1", "host", forward=lo is not None, lo_ipv6=lo),
@@ -168,7 +168,7 @@ if sys.platform != "linux":  # pragma: no cover
 
 
 def test_wire_sized_packets_only_where_counts_matter():
-    from testbed.layout import needs_wire_packets
+    from testbed.lab.layout import needs_wire_packets
 
     assert not needs_wire_packets(_plan(Shaping(rate_bps=10**9)))
     assert not needs_wire_packets(_plan(Shaping(rate_bps=10**9, delay_s=0.01,

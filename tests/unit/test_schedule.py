@@ -1,6 +1,6 @@
 import pytest
 
-from aitb.schedule import Burst, Collective, Compute, Flow, Group, Schedule, ScheduleError
+from models.schedule import Burst, Collective, Compute, Flow, Group, Schedule, ScheduleError
 
 
 def _sched(ops, groups=None, world=4):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.run.concurrent import start_groups
 from orchestration.run.runner import prepare
 

@@ -8,8 +8,8 @@ import random
 import pytest
 
 import topologies
-from aitb.requests import parse_tag, tag
-from aitb.schedule import Message, Schedule, ScheduleError, Timed
+from models.requests import parse_tag, tag
+from models.schedule import Message, Schedule, ScheduleError, Timed
 from workloads.background import (
     BackgroundParams,
     arrival_rate_per_s,

@@ -193,7 +193,7 @@ def test_the_session_key_reaches_the_schedule(tmp_path):
     ("    session: {length: {dist: exponential, mean: 0.5}}\n", "session.length.mean"),
 ])
 def test_bad_session_keys_are_refused_naming_them(tmp_path, extra, words):
-    from aitb.errors import SpecError
+    from models.errors import SpecError
     from orchestration.run.runner import prepare
 
     with pytest.raises(SpecError) as err:

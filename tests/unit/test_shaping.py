@@ -1,7 +1,7 @@
 import pytest
 
-from aitb.shaping import GilbertElliott, Shaping
-from aitb.units import UnitError
+from models.shaping import GilbertElliott, Shaping
+from models.units import UnitError
 
 
 def test_unshaped_needs_nothing():

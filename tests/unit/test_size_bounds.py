@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cli_run import refused_run
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.run.runner import prepare
 from orchestration.run.size_check import UDP_MAX_DATAGRAMS
 

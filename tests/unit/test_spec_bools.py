@@ -16,9 +16,9 @@ import pytest
 from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 
-from aitb.errors import SpecError
-from aitb.specfile import issues_from_validation, line_of
-from aitb.unit_fields import BOOLEAN_NUMBER, SpecModel, takes
+from models.errors import SpecError
+from models.specfile import issues_from_validation, line_of
+from models.unit_fields import BOOLEAN_NUMBER, SpecModel, takes
 from orchestration.campaign.spec import CampaignSpec
 from orchestration.cluster.spec import ClusterSpec
 from orchestration.run.experiment import ExperimentSpec

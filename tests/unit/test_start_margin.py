@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
-from aitb.schedule import Burst, Collective, Compute, Flow, Group, Schedule
+from models.errors import SpecError
+from models.schedule import Burst, Collective, Compute, Flow, Group, Schedule
 from orchestration.run.experiment import parse_experiment
 from orchestration.run.runner import prepare_spec
 from traffic_gen.program import compile_program

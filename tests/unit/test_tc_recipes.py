@@ -1,10 +1,10 @@
 """Golden tests of the tc recipes (pure data, no root)."""
 
-from aitb.shaping import GilbertElliott, Shaping
-from aitb.units import BufferSize
-from testbed.qdiscs.htb import htb_burst_bytes
-from testbed.qdiscs.netem import netem_limit_packets
-from testbed.tc import direction_recipe
+from models.shaping import GilbertElliott, Shaping
+from models.units import BufferSize
+from testbed.tc.qdiscs.htb import htb_burst_bytes
+from testbed.tc.qdiscs.netem import netem_limit_packets
+from testbed.tc.recipe import direction_recipe
 
 
 def _recipe(shaping, mtu=1500):

@@ -101,7 +101,7 @@ def test_summary_and_comparison_from_records(tmp_path):
 def test_doctor_sees_in_kernel_encryption_from_the_kernel_config(tmp_path):
     import gzip
 
-    from testbed.crypto_caps import probe_crypto
+    from testbed.host.crypto import probe_crypto
 
     cfg = tmp_path / "config.gz"
     cfg.write_bytes(gzip.compress(b"CONFIG_WIREGUARD=m\n# CONFIG_INET_ESP is not set\n"))
@@ -175,7 +175,7 @@ links:
 def test_a_multi_nic_hosts_every_address_is_in_its_tls_pairs(tmp_path):
     """Before: only each host's first address was paired, so a connection from h1's second
     NIC (its route to h3 leaves there) ran in the clear where TLS was asked for."""
-    from aitb.paths import host_addresses
+    from models.paths import host_addresses
     from orchestration.run.tls_pairs import tls_address_pairs
     from topologies import load_topology
     from traffic_gen.endpoints import Endpoints
@@ -207,7 +207,7 @@ UDP = """  - kind: all_pairs
 
 
 def test_udp_flows_over_tls_are_refused_naming_the_workload(tmp_path):
-    from aitb.errors import SpecError
+    from models.errors import SpecError
     from orchestration.run.runner import prepare
 
     with pytest.raises(SpecError) as err:
@@ -230,7 +230,7 @@ def test_udp_flows_over_tls_are_refused_naming_the_workload(tmp_path):
      "transport.encrypt_between[0]: List should have at least 2 items"),
 ])
 def test_bad_site_pairs_are_refused(tmp_path, transport, words):
-    from aitb.errors import SpecError
+    from models.errors import SpecError
     from orchestration.run.runner import prepare
 
     with pytest.raises(SpecError) as err:

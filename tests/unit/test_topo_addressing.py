@@ -5,7 +5,7 @@ from collections import defaultdict
 
 from topo_helpers import load
 
-from aitb.plan import plan_from_dict, plan_to_dict
+from models.plan import plan_from_dict, plan_to_dict
 from topologies import generate
 
 

@@ -9,9 +9,9 @@ import ipaddress
 import pytest
 from topo_helpers import find_issue, issues, load, walk
 
-from aitb.errors import SpecError
-from aitb.paths import paths
-from aitb.plan import plan_from_dict, plan_to_dict
+from models.errors import SpecError
+from models.paths import paths
+from models.plan import plan_from_dict, plan_to_dict
 from topologies import generate
 from topologies.generators.torus import grid_edges
 

@@ -3,7 +3,7 @@
 import pytest
 from topo_helpers import find_issue, issues, write
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from topologies import load_topology, parse_topology
 
 GOOD_NODES = """

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 from topo_helpers import find_issue, issues, load
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from topologies import GENERATORS, generate
 
 

@@ -3,7 +3,7 @@
 import pytest
 from topo_helpers import load
 
-from aitb.units import BufferSize
+from models.units import BufferSize
 from topologies.profiles import BUILTIN_PROFILES
 
 BASE = """

@@ -8,9 +8,9 @@ import json
 import pytest
 from topo_helpers import find_issue, issues, load, write
 
-from aitb.errors import SpecError
-from aitb.plan import plan_from_dict, plan_to_dict
-from aitb.trace import LinkTrace, TraceStep
+from models.errors import SpecError
+from models.plan import plan_from_dict, plan_to_dict
+from models.trace import LinkTrace, TraceStep
 from topologies import load_topology
 
 TOPO = """
@@ -109,7 +109,7 @@ def test_scaled_plan_scales_trace_rates_too(tmp_path):
 
 def test_fidelity_has_no_single_rate_for_a_traced_direction(tmp_path):
     from orchestration.run.fidelity import direction_refs
-    from testbed.layout import make_layout
+    from testbed.lab.layout import make_layout
 
     _files(tmp_path)
     plan = load(tmp_path, TOPO)

@@ -5,8 +5,8 @@ from collections import Counter
 import pytest
 from topo_helpers import walk, walk_all
 
-from aitb.errors import SpecError
-from aitb.paths import paths
+from models.errors import SpecError
+from models.paths import paths
 from topologies import generate
 from topologies.generators.dragonfly import global_links
 from topologies.generators.torus import grid_edges

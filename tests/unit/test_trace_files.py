@@ -1,4 +1,4 @@
-"""Trace files (aitb.trace): the aitb row format and mahimahi's delivery traces, good and bad;
+"""Trace files (models.trace): the aitb row format and mahimahi's delivery traces, good and bad;
 every refusal names the file and line."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from aitb.errors import SpecError
-from aitb.trace import (
+from models.errors import SpecError
+from models.trace import (
     FLOOR_RATE_BPS,
     MAX_TRACE_BYTES,
     TraceStep,

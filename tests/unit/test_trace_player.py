@@ -7,11 +7,11 @@ import itertools
 import json
 import threading
 
-from aitb.errors import LabError
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan
-from aitb.shaping import Shaping
-from aitb.trace import LinkTrace, TraceStep
-from testbed.trace_player import PlannedChange, TracePlayer, planned_changes
+from models.errors import LabError
+from models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
+from models.shaping import Shaping
+from models.trace import LinkTrace, TraceStep
+from testbed.live.trace_player import PlannedChange, TracePlayer, planned_changes
 
 BASE = Shaping(rate_bps=50 * 10**6, delay_s=0.01)
 
@@ -44,7 +44,7 @@ def test_loop_repeats_every_period_and_two_traces_interleave():
 
 
 def test_a_traced_loss_replaces_a_burst_model():
-    from aitb.shaping import GilbertElliott
+    from models.shaping import GilbertElliott
 
     base = Shaping(delay_s=0.01, loss_gemodel=GilbertElliott(p_pct=1.0))
     (change,) = planned_changes([_trace([TraceStep(0.0, loss_pct=2.0)])], {("l1", "a_to_b"): base})
@@ -169,7 +169,7 @@ def test_behind_schedule_superseded_steps_are_skipped_not_applied_late(tmp_path)
 def test_a_traced_loss_step_makes_the_lab_hand_out_wire_sized_packets():
     import dataclasses
 
-    from testbed.layout import needs_wire_packets
+    from testbed.lab.layout import needs_wire_packets
 
     plan = _FakeLab().plan
     assert not needs_wire_packets(plan)

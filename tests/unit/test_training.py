@@ -1,7 +1,7 @@
 import pytest
 
-from aitb.errors import SpecError
-from aitb.schedule import Compute, SendRecv
+from models.errors import SpecError
+from models.schedule import Compute, SendRecv
 from workloads.summary import collective_table
 from workloads.training import (
     Accelerator,

@@ -1,6 +1,6 @@
 import pytest
 
-from aitb.units import (
+from models.units import (
     BufferSize,
     UnitError,
     format_rate,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import LabError
-from testbed.vm_boot import vng_argv
-from testbed.vm_image import ImageTree, ensure_image, guest_mount_lines
-from testbed.vm_kernel import StockKernel
+from models.errors import LabError
+from testbed.vm.boot import vng_argv
+from testbed.vm.image import ImageTree, ensure_image, guest_mount_lines
+from testbed.vm.kernel import StockKernel
 
 
 def _debugfs(image: Path, request: str) -> str:

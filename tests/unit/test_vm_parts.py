@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import LabError
+from models.errors import LabError
 from orchestration.vm_rerun import strip_vm_flag
-from testbed.capabilities import Capability, CapabilityReport
-from testbed.vm import detect_accel
-from testbed.vm_boot import _command_words, guest_script, vng_argv
-from testbed.vm_kernel import StockKernel
+from testbed.host.capabilities import Capability, CapabilityReport
+from testbed.vm.boot import _command_words, guest_script, vng_argv
+from testbed.vm.kernel import StockKernel
+from testbed.vm.run import detect_accel
 
 NASTY = ["it's", "$HOME", "a b", "*", "A=b", ";", "`id`", "-n", "\\", ""]
 

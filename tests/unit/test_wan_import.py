@@ -8,7 +8,7 @@ import pytest
 from topo_helpers import walk, walk_all
 from typer.testing import CliRunner
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.cli.app import app
 from topologies import load_topology
 from topologies.wan import Attachment, WanOptions, import_wan

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.cli.app import app
 from workloads.spec import load_schedule, read_workload_file
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 from orchestration.run.runner import prepare
 from orchestration.run.tls_cert import write_run_certificate
 from orchestration.run.tls_pairs import tls_address_pairs, uses_tls, workload_tls_pairs

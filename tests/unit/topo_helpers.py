@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
-from aitb.paths import PathError, paths
-from aitb.plan import LabPlan
+from models.errors import SpecError
+from models.paths import PathError, paths
+from models.plan import LabPlan
 from topologies import load_topology
 
 
@@ -45,7 +45,7 @@ class Unreachable(AssertionError):
 
 def walk(plan: LabPlan, src: str, dst: str, version: int = 4) -> list[list[str]]:
     """Every path (the L3 nodes in order) from host ``src`` to host ``dst``'s first address
-    (IPv4, or IPv6 with ``version=6``) by the one route walk (aitb.paths), which also
+    (IPv4, or IPv6 with ``version=6``) by the one route walk (models.paths), which also
     refuses a host in transit. Raises Unreachable when a packet would be dropped."""
     addrs = [i.ip for lk in plan.links for ep in (lk.a, lk.b)
              for i in (ep.ipv4 if version == 4 else ep.ipv6,) if i is not None]

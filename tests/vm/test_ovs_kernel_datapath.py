@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from pyroute2 import IPRoute
 
-from aitb.errors import LabError
-from testbed import netns
-from testbed.backends import make_lab
-from testbed.lab_state import describe
-from testbed.ovs_datapath import datapaths_here, kernel_datapath
-from testbed.ovs_lab import seen_datapath
-from testbed.registry import pid_alive
+from models.errors import LabError
+from testbed.lab.backends import make_lab
+from testbed.lab.registry import pid_alive
+from testbed.lab.state import describe
+from testbed.ns import netns
+from testbed.ovs.datapath import datapaths_here, kernel_datapath
+from testbed.ovs.lab import seen_datapath
 from topologies import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]

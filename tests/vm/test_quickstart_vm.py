@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from aitb.plan import plan_from_dict
+from models.plan import plan_from_dict
 from workloads.paths import path_delay_s
 
 # boot excluded: 3 workloads, each starting its agents (~30 s of Python imports under TCG)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from testbed.capabilities import in_vm
+from testbed.host.capabilities import in_vm
 
 
 @pytest.mark.vm

@@ -1,4 +1,4 @@
-"""In the VM, Python runs from the read-only image (testbed/vm_image.py), not over 9p, and the
+"""In the VM, Python runs from the read-only image (testbed/vm/image.py), not over 9p, and the
 paths the image leaves out (the base installation's site-packages, its test suite) still work."""
 
 import os

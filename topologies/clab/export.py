@@ -10,7 +10,8 @@ network, so on a node that uses ``eth0`` every ``ethN`` becomes ``eth(N+1)``
 The script (``<lab>.aitb.sh``) runs on the containerlab host as root and applies, inside each
 node's network namespace (containerlab names it ``clab-<lab>-<node>``): bridges, addresses,
 forwarding, sysctls and routes (:func:`network_commands`), then the tc shaping, given as
-commands by the caller (the recipe is the runtime's, testbed/tc.py, which this pure layer does
+commands by the caller (the recipe is the runtime's, testbed/tc/recipe.py, which this pure layer
+does
 not import). Both files are rendered from jinja2 templates in topologies/clab/templates/.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 
 import jinja2
 
-from aitb.plan import Endpoint, LabPlan, LinkPlan, NodePlan, Route
+from models.plan import Endpoint, LabPlan, LinkPlan, NodePlan, Route
 from topologies.clab.kinds import DATAPATH_LABEL, FORWARD_LABEL
 from topologies.clab.kinds import SWITCH_KINDS as HOST_BRIDGE_KINDS
 
@@ -142,7 +143,7 @@ def network_commands(plan: LabPlan, wire_packets: bool = False,
     every node of ``plan`` but those in ``skip`` (see :func:`vendor_nodes`), as
     ``ip``/``sysctl`` commands to run inside the nodes, in order. wire_packets: also set
     ``gso_max_segs 1`` on every link end (aitb does so when a direction counts packets; see
-    testbed.layout.needs_wire_packets). Pure."""
+    testbed.lab.layout.needs_wire_packets). Pure."""
     out = []
     for node in (n for n in plan.nodes if n.name not in skip):
         if wire_packets:
@@ -199,7 +200,7 @@ def _clab_node(node: NodePlan, image: str, keep_kinds: bool, vendor: bool) -> di
     elif keep_kinds and labels.get("clab.image") and labels.get("clab.kind") == "linux":
         img = labels["clab.image"]
     labels["aitb.kind"] = node.kind
-    if node.datapath != "bridge":  # an OVS switch: forwarding without STP, see testbed/ovs.py
+    if node.datapath != "bridge":  # OVS: forwarding without STP, see testbed/ovs/switches.py
         labels[DATAPATH_LABEL] = node.datapath
     if node.forward:  # a forwarding host (ip_forward and its node address: the script)
         labels[FORWARD_LABEL] = "true"

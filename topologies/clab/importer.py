@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.plan import LabPlan
-from aitb.specfile import line_of
+from models.errors import SpecError, SpecIssue
+from models.plan import LabPlan
+from models.specfile import line_of
 from topologies.clab.kinds import DATAPATH_LABEL, FORWARD_LABEL, KindMapping, map_kind
 from topologies.clab.links import ClabLink, LinkScan, scan_links
 from topologies.clab.names import ifname, lab_name, node_name, unique_names

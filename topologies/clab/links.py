@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aitb.errors import SpecIssue
+from models.errors import SpecIssue
 
 __all__ = ["ClabLink", "LinkScan", "scan_links", "EXTERNAL_TYPES", "CLAB_DEFAULT_MTU"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from aitb.plan import MAX_IFNAME, MAX_NODE_NAME
+from models.plan import MAX_IFNAME, MAX_NODE_NAME
 from topologies.validate import IFNAME_RE
 
 __all__ = ["node_name", "lab_name", "ifname", "unique_names"]

@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.specfile import issues_from_validation
-from aitb.unit_fields import boolean_where_number
+from models.errors import SpecError, SpecIssue
+from models.specfile import issues_from_validation
+from models.unit_fields import boolean_where_number
 from topologies.generators._build import GeneratorParamError
 from topologies.generators.dragonfly import dragonfly
 from topologies.generators.edge_hierarchy import edge_hierarchy

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, validate_call
 
-from aitb.units import UnitError, format_rate, parse_rate_bps
+from models.units import UnitError, format_rate, parse_rate_bps
 from topologies.generators._build import Builder, GeneratorParamError
 from topologies.spec import ProfileSpec, TopologySpec
 

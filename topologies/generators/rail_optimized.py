@@ -30,13 +30,13 @@ def rail_optimized(servers: int = Field(default=4, ge=1, le=128),
     A server is modelled as its GPUs: host ``s<k>g<i>`` has GPU i's rail NIC and its
     NVLink port, one address each; rank i of a server goes on NIC i by placing it on
     ``s<k>g<i>``. Replay reaches every peer over the NIC nearest to it
-    (:func:`aitb.paths.peer_addresses`): GPUs of one server over the NVSwitch, the same GPU
+    (:func:`models.paths.peer_addresses`): GPUs of one server over the NVSwitch, the same GPU
     of two servers over their rail leaf, others over rail and spine.
 
     With ``server_as_host`` a server is ONE host ``s<i>`` (one namespace) with ``rails`` NICs,
     NIC j on rail leaf ``rail<j>``, and ``ranks_per_host: rails``: the j-th rank placed on it
     is bound to NIC j (source and listen address) and per-source tables keep its traffic on
-    rail j (:func:`aitb.paths.rank_addresses`). Ranks of one server then talk inside the host
+    rail j (:func:`models.paths.rank_addresses`). Ranks of one server then talk inside the host
     (loopback, not shaped), so ``nvlink`` and ``intra`` do not apply.
     """
     b = Builder()

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aitb.errors import SpecIssue
-from aitb.plan import LabPlan
+from models.errors import SpecIssue
+from models.plan import LabPlan
 from topologies.resolve import resolve
 from topologies.spec import TopologySpec
 from topologies.wan.build import (

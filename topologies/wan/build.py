@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.units import format_rate
+from models.errors import SpecError, SpecIssue
+from models.units import format_rate
 from topologies.generators import build_spec
 from topologies.spec import TopologySpec
 from topologies.wan.reader import Pop, WanGraph

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from aitb.errors import SpecError, SpecIssue
+from models.errors import SpecError, SpecIssue
 
 __all__ = ["Pop", "WanEdge", "WanGraph", "read_wan"]
 

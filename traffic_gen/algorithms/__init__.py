@@ -32,7 +32,7 @@ class AlgorithmError(ValueError):
 @dataclass(frozen=True, slots=True)
 class PlanRequest:
     """What a builder needs: group size ``n``, ``size_bytes`` (nccl-tests convention, see
-    aitb.schedule), ``chunk_bytes`` (None: no pipelining), group-local ``root``, and
+    models.schedule), ``chunk_bytes`` (None: no pipelining), group-local ``root``, and
     ``sites`` (per group rank, its sub-group label; hierarchical algorithms only)."""
 
     n: int

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aitb.errors import SpecError
-from aitb.schedule import Schedule
+from models.errors import SpecError
+from models.schedule import Schedule
 from workloads.aicb.build import AicbOptions, build_schedule, scale_size
 from workloads.aicb.csv_reader import read_csv
 from workloads.aicb.rows import AicbFile, AicbRow

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
-from aitb.specfile import MAX_ITERATIONS, MAX_RANKS
-from aitb.unit_fields import SpecModel
+from models.errors import SpecError, SpecIssue
+from models.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
+from models.specfile import MAX_ITERATIONS, MAX_RANKS
+from models.unit_fields import SpecModel
 from workloads.aicb.pipeline import merge_stages
 from workloads.aicb.rows import AicbFile, AicbRow, AicbStage
 from workloads.layout import Layout, LayoutError

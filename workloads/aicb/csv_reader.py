@@ -21,8 +21,8 @@ import gzip
 import re
 from pathlib import Path
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.specfile import read_bounded
+from models.errors import SpecError, SpecIssue
+from models.specfile import read_bounded
 from workloads.aicb.rows import AicbFile, AicbRow, AicbStage
 
 __all__ = ["read_csv", "COMM_TYPES", "COMM_GROUPS", "MAX_AICB_BYTES"]

@@ -2,7 +2,7 @@
 
 AICB writes a pipeline-parallel job as one section per stage, each the program of that
 stage's ranks (see workloads/aicb/csv_reader.py). aitb's Schedule is one ordered list that
-every rank walks in order (aitb/schedule.py), so the sections are merged into one order that
+every rank walks in order (models/schedule.py), so the sections are merged into one order that
 keeps every stage's own order:
 
 - a TP/DP/EP row of stage S runs on the groups of that kind inside stage S only;
@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.schedule import Collective, Compute, Group, Op, SendRecv
+from models.errors import SpecError, SpecIssue
+from models.schedule import Collective, Compute, Group, Op, SendRecv
 from workloads.aicb.rows import AicbFile, AicbRow, AicbStage
 from workloads.layout import Layout
 

@@ -9,7 +9,7 @@ Sizes: AICB's own runner (aicb workload_applyer.py, ``_apply_all_reduce``,
 ``_apply_p2pcommunication``) allocates ``msg_size // 2`` bf16 elements as the all-reduce and
 broadcast buffer, the *output* of all_gather_into_tensor, the *input* of
 reduce_scatter_tensor, the send buffer of all_to_all_single and the tensor of a send/recv. So
-``msg_size`` is already nccl-tests' ``size`` (the convention of aitb.schedule): no
+``msg_size`` is already nccl-tests' ``size`` (the convention of models.schedule): no
 conversion is needed. AICB pads all_gather/reduce_scatter up to a multiple of the group size in
 elements (at most ``2 * group_size`` bytes); aitb keeps the size as written.
 

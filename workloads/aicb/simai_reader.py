@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.specfile import read_text
+from models.errors import SpecError, SpecIssue
+from models.specfile import read_text
 from workloads.aicb.rows import AicbFile, AicbRow
 
 __all__ = ["read_simai"]

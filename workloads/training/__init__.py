@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitb.errors import SpecError
-from aitb.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
+from models.errors import SpecError
+from models.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
 from workloads.layout import Layout
 from workloads.summary import collective_table, compute_per_rank_s
 from workloads.training.flops import iteration_model_flops, params_per_tp_rank, split_params

@@ -12,9 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, PositiveInt
 
-from aitb.errors import SpecIssue
-from aitb.specfile import MAX_LAYERS, MAX_RANKS, MAX_TRANSFERS
-from aitb.unit_fields import SpecModel
+from models.errors import SpecIssue
+from models.specfile import MAX_LAYERS, MAX_RANKS, MAX_TRANSFERS
+from models.unit_fields import SpecModel
 
 __all__ = ["TransformerModel", "Parallelism", "Accelerator", "check_training"]
 
@@ -114,8 +114,8 @@ def check_training(m: TransformerModel, p: Parallelism, *, file: str | None = No
     Checks: tp divides heads, hidden and ffn sizes; pp divides layers; dp*tp*pp equals
     world_size; ep divides dp and num_experts; the global batch is a multiple of
     micro_batch_size * dp; exactly one of num_microbatches/global_batch_size; at most
-    :data:`~aitb.specfile.MAX_RANKS` ranks, :data:`~aitb.specfile.MAX_LAYERS` micro-batches
-    and :data:`~aitb.specfile.MAX_TRANSFERS` layer x micro-batch x rank steps (the schedule
+    :data:`~models.specfile.MAX_RANKS` ranks, :data:`~models.specfile.MAX_LAYERS` micro-batches
+    and :data:`~models.specfile.MAX_TRANSFERS` layer x micro-batch x rank steps (the schedule
     holds about that many ops; refused before it is built).
     """
     issues: list[SpecIssue] = []
@@ -150,7 +150,7 @@ def check_training(m: TransformerModel, p: Parallelism, *, file: str | None = No
 
 def _check_totals(issues: list[SpecIssue], m: TransformerModel, p: Parallelism, lay: tuple,
                   file: str | None) -> None:
-    """The products of the bounded keys, before the schedule is built (aitb.specfile)."""
+    """The products of the bounded keys, before the schedule is built (models.specfile)."""
     world = p.data_parallel * p.tp * p.pp
     if world > MAX_RANKS:
         issues.append(SpecIssue(f"dp*tp*pp = {p.data_parallel}*{p.tp}*{p.pp} = {world} ranks; "

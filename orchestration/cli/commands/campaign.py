@@ -14,10 +14,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from aitb.errors import LabError, SpecError, SpecIssue
+from models.errors import LabError, SpecError, SpecIssue
 from orchestration.vm_rerun import cli_in_vm
-from testbed.capabilities import in_vm
-from testbed.lab import missing_kernel_features
+from testbed.host.capabilities import in_vm
+from testbed.lab.lab import missing_kernel_features
 
 if TYPE_CHECKING:
     from orchestration.campaign.runner import Campaign, CampaignResult, Executor

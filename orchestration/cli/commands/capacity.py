@@ -12,15 +12,15 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.plan import LabPlan
+from models.errors import SpecError, SpecIssue
+from models.plan import LabPlan
 from orchestration.capacity.model import CALIBRATION_FILE
 
 console = Console(emoji=False, stderr=True)
 
 
 def _state_dir() -> Path:
-    from testbed.registry import state_dir
+    from testbed.lab.registry import state_dir
 
     return state_dir()
 

@@ -17,8 +17,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.plan import LabPlan
+from models.errors import SpecError, SpecIssue
+from models.plan import LabPlan
 from orchestration.cli.commands.topo import topo_app
 
 FORMATS = ("clab",)
@@ -108,7 +108,7 @@ def shaping_commands(plan: LabPlan) -> list:
     """aitb's tc recipe for every direction of every link of ``plan`` as
     :class:`topologies.clab.export.NodeCommand` (section "shaping"), in creation order:
     egress objects on the sender, then the IFB and the ingress objects on the receiver."""
-    from testbed.layout import make_layout
+    from testbed.lab.layout import make_layout
     from topologies.clab.export import NodeCommand
 
     layout = make_layout(plan, "export")
@@ -129,7 +129,7 @@ def export_files(plan: LabPlan, out_dir: Path, image: str, keep_kinds: bool) -> 
     containerlab kind back and the script shapes their links but leaves their addresses and
     routes to their own configuration. Returns both paths. Raises SpecError if ``out_dir``
     cannot be written."""
-    from testbed.layout import needs_wire_packets
+    from testbed.lab.layout import needs_wire_packets
     from topologies.clab.export import (
         clab_plan,
         network_commands,

@@ -14,13 +14,13 @@ from typing import Annotated
 
 import typer
 
-from aitb.errors import LabError, SpecError, SpecIssue
+from models.errors import LabError, SpecError, SpecIssue
 
 cluster_app = typer.Typer(help="Labs over several machines (SSH, VXLAN).", no_args_is_help=True)
 
 
 def _state_dir() -> Path:
-    from testbed.registry import DEFAULT_STATE_DIR
+    from testbed.lab.registry import DEFAULT_STATE_DIR
 
     return Path(os.environ.get("AITB_STATE_DIR", str(DEFAULT_STATE_DIR)))
 

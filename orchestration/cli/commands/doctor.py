@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from testbed.capabilities import CapabilityReport, delay_lines_offered, probe
-from testbed.vm import cached_accel, detect_accel
+from testbed.host.capabilities import CapabilityReport, delay_lines_offered, probe
+from testbed.vm.run import cached_accel, detect_accel
 
 
 def _table(report: CapabilityReport) -> Table:

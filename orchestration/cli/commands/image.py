@@ -3,7 +3,8 @@
 No registry is reachable from a lab machine, so images are made here: this host's Python,
 its standard library, the installed distributions named with ``--package`` (and what they
 require), files given with ``--file SRC:DEST`` and the shared libraries all of them need
-(:mod:`testbed.images`). Uses the running docker engine, else starts a ``dockerd`` for the
+(:mod:`testbed.containers.images`). Uses the running docker engine, else starts a ``dockerd``
+for the
 build and stops it by pid afterwards. Needs root. Bad input (a missing file, a DEST that is
 not absolute, a distribution that is not installed) is refused before anything is built.
 """
@@ -22,8 +23,8 @@ from typing import Annotated
 
 import typer
 
-from aitb.errors import SpecError
-from aitb.owned import owned_tempdir
+from models.errors import SpecError
+from models.owned import owned_tempdir
 
 # docker's reference grammar (distribution/reference): path components of lowercase letters
 # and digits joined by '.', '_', '__' or dashes, separated by '/', an optional registry host
@@ -78,8 +79,8 @@ def build(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Build a minimal Python image (this host's interpreter) in the local docker engine."""
-    from testbed.dockerd import temporary_engine
-    from testbed.images import build_python_image
+    from testbed.containers.dockerd import temporary_engine
+    from testbed.containers.images import build_python_image
 
     tag = _tag(tag)
     extra, packages = _files(file or []), _packages(package or [])

@@ -18,14 +18,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from aitb.errors import CommandError, LabError, SpecError
+from models.errors import CommandError, LabError, SpecError
 from orchestration.cli.commands.topo import line_issues_here, load_plan, topo_app
 from orchestration.run.rundir import mark_killed
-from testbed import clean as clean_mod
-from testbed import signals
-from testbed.lab import Lab
-from testbed.lab_state import describe
-from testbed.registry import Registry, state_dir, unknown_name
+from testbed.lab import clean as clean_mod
+from testbed.lab import signals
+from testbed.lab.lab import Lab
+from testbed.lab.registry import Registry, state_dir, unknown_name
+from testbed.lab.state import describe
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -70,7 +70,7 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
     everything made so far is removed (exit 130/143 on a signal); a signal that lands once
     the lab is deployed and detached (its run id printed, or about to be) leaves it up and
     still exits 130/143 (the signal came; orchestration.cli.exiting)."""
-    from testbed.backends import check_backend, make_lab
+    from testbed.lab.backends import check_backend, make_lab
 
     plan = load_plan(file)
     issues = line_issues_here(plan, file)  # refused before anything exists, exit 2
@@ -81,7 +81,7 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
     if chosen != "mininet" and (cli or switch != "bridge" or controller):
         raise unknown_name("--cli, --switch and --controller need --backend mininet")
     if line_cpu is not None:
-        from testbed.linecpu import check_line_cpu
+        from testbed.delay.linecpu import check_line_cpu
         check_line_cpu(line_cpu, "--delay-line-cpu")
     opts: dict[str, Any] = {"switch": switch, "controller": controller} \
         if chosen == "mininet" else {}
@@ -94,7 +94,7 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
                 lab.cli()  # type: ignore[attr-defined]
                 lab.down()
                 return
-            from testbed.trace_process import start_detached
+            from testbed.live.trace_process import start_detached
 
             start_detached(lab)  # plays the plan's link traces until destroy
             lab.detach()
@@ -233,7 +233,7 @@ def clean(run_id: Annotated[str | None, typer.Argument(help="Only this run.")] =
           as_json: JsonOpt = False) -> None:
     """Remove what crashed runs left (their owner pid is dead), exactly as their registries
     list it, and the scratch dead aitb processes left outside any registry (temporary
-    directories and probe namespaces whose name marks a dead owner, aitb.owned); with RUN_ID
+    directories and probe namespaces whose name marks a dead owner, models.owned); with RUN_ID
     only that run (also a deployed one) and its dead owner's scratch."""
     if force and run_id is None:
         raise unknown_name("--force needs a RUN_ID: it removes a run whose owner is alive")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from aitb.errors import SpecError
+from models.errors import SpecError
 
 __all__ = ["output_dir", "output_file", "write_output_file"]
 

@@ -23,14 +23,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from aitb.errors import SpecError, SpecIssue
+from models.errors import SpecError, SpecIssue
 from orchestration.cli.commands.run_progress import StepProgress
 from orchestration.run.rundir import finite
 from orchestration.vm_rerun import cli_in_vm
-from testbed import signals
-from testbed.capabilities import in_vm
-from testbed.lab import missing_kernel_features
-from testbed.vm_kernel import SETUP_REMEDY, vm_problems
+from testbed.host.capabilities import in_vm
+from testbed.lab import signals
+from testbed.lab.lab import missing_kernel_features
+from testbed.vm.kernel import SETUP_REMEDY, vm_problems
 
 console = Console(emoji=False, stderr=True)
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -77,11 +77,11 @@ def run(
 
 def _run(experiment: Path | None, results: Path, as_json: bool, quiet: bool, check: bool,
          backend: str | None, use_vm: bool, run_id: str | None, analysis: bool) -> None:
-    """The body of :func:`run` (under :func:`testbed.signals.raising`)."""
+    """The body of :func:`run` (under :func:`testbed.lab.signals.raising`)."""
     from orchestration.cli.commands.outputs import output_dir
     from orchestration.run.defaults import default_experiment
     from orchestration.run.runner import execute, prepare
-    from testbed.backends import check_backend
+    from testbed.lab.backends import check_backend
 
     path = experiment or default_experiment()
     if backend is not None:
@@ -164,9 +164,9 @@ def _check_congestion_control(prep: Any, path: Path) -> None:
 def _check_node_sysctls(prep: Any, path: Path) -> None:
     """Refuse, before anything exists, node sysctls (and tcp_congestion_control) that a
     network namespace on this kernel lacks, keeps read-only (global keys) or refuses
-    (:func:`testbed.sysctl_probe.namespace_problems`; probed in a throwaway namespace, needs
+    (:func:`testbed.ns.sysctl_probe.namespace_problems`; probed in a throwaway namespace, needs
     root). Raises SpecError naming file, nodes, key and why."""
-    from testbed.sysctl_probe import namespace_problems
+    from testbed.ns.sysctl_probe import namespace_problems
 
     problems = namespace_problems(prep.plan)
     if problems:
@@ -180,7 +180,7 @@ def _check_delay_lines(prep: Any, path: Path) -> None:
     key (and the event)."""
     from orchestration.cli.commands.topo import line_issues_here
     from orchestration.run.events import line_problems
-    from testbed.delayline.choose import lines_of, resolve_here
+    from testbed.delay.nfqueue.choose import lines_of, resolve_here
 
     # the topology's own file where it has one (else the experiment's topology.inline)
     issues = line_issues_here(prep.plan, Path(prep.plan.source or path))
@@ -203,7 +203,7 @@ def _check_images(prep: Any, path: Path) -> None:
     boxes = [n for n in prep.plan.nodes if n.image]
     if not boxes:
         return
-    from testbed.dockerd import client, missing_images
+    from testbed.containers.dockerd import client, missing_images
 
     cli = client()
     if cli is None:

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-from aitb.errors import SpecError, SpecIssue, short_repr
-from aitb.plan import LabPlan, PlanError, plan_from_dict, plan_to_dict
-from aitb.specfile import load_json
+from models.errors import SpecError, SpecIssue, short_repr
+from models.plan import LabPlan, PlanError, plan_from_dict, plan_to_dict
+from models.specfile import load_json
 
 topo_app = typer.Typer(help="Topologies: validate, deploy, inspect, destroy.",
                        no_args_is_help=True)
@@ -30,17 +30,17 @@ def register(app: typer.Typer) -> None:
 def line_issues_here(plan: LabPlan, file: Path) -> list[SpecIssue]:
     """What the delay line each direction of ``plan`` gets on this host cannot do (duplicate,
     delay correlation, a line between two OVS switches, one beyond the memory cap:
-    testbed.delayline.labline.plan_problems), one issue each naming ``file``, link, direction
+    testbed.delay.nfqueue.labline.plan_problems), one issue each naming ``file``, link, direction
     and key. Needs root: probes this kernel's netem and the native line (once per process)."""
-    from testbed.delayline.choose import resolve_here
-    from testbed.delayline.labline import plan_problems
+    from testbed.delay.nfqueue.choose import resolve_here
+    from testbed.delay.nfqueue.labline import plan_problems
 
     return [SpecIssue(p, file=str(file)) for p in plan_problems(resolve_here(plan))]
 
 
 def load_plan(path: Path) -> LabPlan:
     """A topology file through ``topologies.load_topology``, or a run's ``plan.json``
-    (checked like a topology file: every name through aitb.plan.plan_problems). Raises
+    (checked like a topology file: every name through models.plan.plan_problems). Raises
     SpecError naming the file and each problem."""
     if path.suffix == ".json":
         data = load_json(path)
@@ -49,7 +49,7 @@ def load_plan(path: Path) -> LabPlan:
         except PlanError as exc:
             raise SpecError([SpecIssue(p, file=str(path)) for p in exc.problems]) from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise SpecError(f"not a plan.json (aitb.plan.plan_to_dict): {type(exc).__name__} "
+            raise SpecError(f"not a plan.json (models.plan.plan_to_dict): {type(exc).__name__} "
                             f"{short_repr(str(exc))}", file=str(path)) from None
     from topologies import load_topology
 

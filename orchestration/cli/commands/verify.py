@@ -1,5 +1,5 @@
 """``aitb verify RUN_DIR``: do the files a run's locality verdict rests on still hash to the
-chain in its ``locality.json`` (aitb.evidence), does the chain cover all of them, and does the
+chain in its ``locality.json`` (models.evidence), does the chain cover all of them, and does the
 verdict recomputed from them (analysis.locality.check_locality) match the one stated? Exit 0
 when all holds, 1 naming each changed, missing or left-out file and each stated key that
 differs, 2 when the run has no locality.json (no workload marked its data,

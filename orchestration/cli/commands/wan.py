@@ -14,7 +14,7 @@ from rich.markup import escape
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from aitb.errors import SpecError, SpecIssue
+from models.errors import SpecError, SpecIssue
 from topologies.wan import FIBRE_US_PER_KM, Attachment, WanOptions
 
 MAP_SUFFIXES = (".graphml", ".gml")

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from aitb.errors import SpecError, SpecIssue
-from aitb.units import format_duration, format_size
+from models.errors import SpecError, SpecIssue
+from models.units import format_duration, format_size
 from workloads.spec import load_schedule
 from workloads.summary import summarise
 

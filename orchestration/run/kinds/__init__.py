@@ -7,7 +7,7 @@ module holds:
 - ``KINDS``: the ``kind:`` names it handles;
 - ``Entry``: its pydantic entry model (a ``kind: Literal[...]`` field; the experiment's
   ``workloads`` list is the discriminated union of all modules' entries, :data:`WorkloadEntry`);
-- ``build(entry, ctx, plan) -> BuiltWorkload``: its schedule (:class:`aitb.schedule.Schedule`),
+- ``build(entry, ctx, plan) -> BuiltWorkload``: its schedule (:class:`models.schedule.Schedule`),
   placement and stragglers, pure, errors pointing at ``workloads[i].<key>``
   (:class:`~orchestration.run.kinds.common.Ctx`).
 

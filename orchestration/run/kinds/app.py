@@ -4,9 +4,9 @@ schedule is empty, the runner starts the processes instead."""
 
 from __future__ import annotations
 
-from aitb.plan import LabPlan
-from aitb.schedule import Schedule
-from aitb.stragglers import StragglerSpec
+from models.plan import LabPlan
+from models.schedule import Schedule
+from models.stragglers import StragglerSpec
 from orchestration.run.app_entries import AppEntry
 from orchestration.run.apps import build_app
 from orchestration.run.kinds.common import BuiltWorkload, Ctx

@@ -7,11 +7,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from aitb.plan import LabPlan
-from aitb.schedule import COLLECTIVES, Collective, Compute, Group, Op, Schedule
-from aitb.specfile import MAX_ITERATIONS, MAX_RANKS
-from aitb.unit_fields import Duration, Size
-from aitb.units import parse_duration_s, parse_size_bytes
+from models.plan import LabPlan
+from models.schedule import COLLECTIVES, Collective, Compute, Group, Op, Schedule
+from models.specfile import MAX_ITERATIONS, MAX_RANKS
+from models.unit_fields import Duration, Size
+from models.units import parse_duration_s, parse_size_bytes
 from orchestration.run.kinds.common import (
     BuiltWorkload,
     Common,

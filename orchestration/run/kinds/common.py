@@ -9,14 +9,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from aitb.alto import AltoMaps, alto_maps, costs_of
-from aitb.errors import SpecError, SpecIssue
-from aitb.plan import LabPlan
-from aitb.schedule import Schedule, ScheduleError
-from aitb.specfile import MAX_RANKS, issues_from_validation
-from aitb.stragglers import StragglerSpec
-from aitb.unit_fields import SpecModel
-from aitb.units import UnitError
+from models.alto import AltoMaps, alto_maps, costs_of
+from models.errors import SpecError, SpecIssue
+from models.plan import LabPlan
+from models.schedule import Schedule, ScheduleError
+from models.specfile import MAX_RANKS, issues_from_validation
+from models.stragglers import StragglerSpec
+from models.unit_fields import SpecModel
+from models.units import UnitError
 from orchestration.run.apps import AppPlan
 from orchestration.run.serving_entries import StartMode, WorkloadTransport
 from workloads.cost_aware import cost_map_placement, order_rings
@@ -44,7 +44,7 @@ class PlacementSpec(SpecModel):
 
 class StragglerSpecModel(SpecModel):
     """Slow workers: ``fixed`` rank -> compute slowdown factor (> 0), and/or a lognormal
-    factor per rank and compute op with ``lognormal_sigma`` (aitb.stragglers)."""
+    factor per rank and compute op with ``lognormal_sigma`` (models.stragglers)."""
 
     model_config = _Forbid
     fixed: dict[int, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
@@ -52,7 +52,7 @@ class StragglerSpecModel(SpecModel):
 
 
 class DataSpec(SpecModel):
-    """``data:`` what the workload's bytes are and where they may go (aitb.locality):
+    """``data:`` what the workload's bytes are and where they may go (models.locality):
     ``class`` a name (e.g. patient-records), ``allowed_regions`` the node ``region`` labels
     its flows may touch, ``allowed_countries`` optionally the ``country`` labels; ``enforce``
     ``refuse`` (default: a placement whose paths leave them is refused before the run) or
@@ -101,7 +101,7 @@ class BuiltWorkload:
 class Ctx:
     """Where errors point: the experiment file ``source`` and entry ``index``; ``plan`` (the
     lab), ``base_dir`` (of relative files), ``seed`` and ``scale`` (>= 1) of the experiment;
-    ``pid_by`` and ``metric`` choose the ALTO cost map (aitb.alto) of the ``cost_map`` keys."""
+    ``pid_by`` and ``metric`` choose the ALTO cost map (models.alto) of the ``cost_map`` keys."""
 
     def __init__(self, source: str, index: int, plan: LabPlan | None = None,
                  base_dir: Any = ".", seed: int = 0, scale: float = 1.0,

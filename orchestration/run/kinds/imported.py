@@ -10,11 +10,11 @@ from typing import Literal
 
 from pydantic import ConfigDict, ValidationError
 
-from aitb.errors import SpecError
-from aitb.plan import LabPlan
-from aitb.schedule import Schedule
-from aitb.specfile import issues_from_validation
-from aitb.unit_fields import SpecModel
+from models.errors import SpecError
+from models.plan import LabPlan
+from models.schedule import Schedule
+from models.specfile import issues_from_validation
+from models.unit_fields import SpecModel
 from orchestration.run.kinds.common import (
     BuiltWorkload,
     Ctx,

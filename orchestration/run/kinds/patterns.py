@@ -8,11 +8,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from aitb.plan import LabPlan
-from aitb.schedule import Schedule
-from aitb.specfile import MAX_FLOWS, MAX_REPEATS
-from aitb.unit_fields import Duration, Rate, Size
-from aitb.units import parse_duration_s, parse_rate_bps, parse_size_bytes
+from models.plan import LabPlan
+from models.schedule import Schedule
+from models.specfile import MAX_FLOWS, MAX_REPEATS
+from models.unit_fields import Duration, Rate, Size
+from models.units import parse_duration_s, parse_rate_bps, parse_size_bytes
 from orchestration.run.kinds.common import (
     BuiltWorkload,
     Common,
@@ -33,7 +33,7 @@ class PatternEntry(Common):
     """Point-to-point patterns: ``incast`` (every other placed host sends ``size`` to
     ``receiver``), ``one_to_many`` (``sender`` to every other), ``permutation``, ``all_pairs``;
     ``repeats`` bursts separated by ``gap`` (at most MAX_REPEATS; the flows of all bursts at
-    most MAX_FLOWS, aitb.specfile: refused before any is built)."""
+    most MAX_FLOWS, models.specfile: refused before any is built)."""
 
     kind: Literal["incast", "one_to_many", "permutation", "all_pairs"]
     size: Size

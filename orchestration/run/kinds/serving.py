@@ -4,8 +4,8 @@ built by orchestration/run/serving.py from workloads.inference and workloads.bac
 
 from __future__ import annotations
 
-from aitb.plan import LabPlan
-from aitb.stragglers import StragglerSpec
+from models.plan import LabPlan
+from models.stragglers import StragglerSpec
 from orchestration.run.kinds.common import BuiltWorkload, Ctx
 from orchestration.run.serving import build_serving
 from orchestration.run.serving_entries import BackgroundEntry, InferenceEntry

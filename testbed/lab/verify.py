@@ -1,0 +1,183 @@
+"""Readback: dump what the kernel has in a node's namespace and compare it with the plan.
+
+A zero return code is not evidence (STYLE.md): after bring-up and after every change the lab
+dumps links, addresses, routes, qdiscs and classes and raises one LabError naming node,
+interface and what differs. What is compared of each qdisc or class is its module's
+``problems`` in :mod:`testbed.tc.qdiscs`.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+from pyroute2.netlink.rtnl.rtmsg import rtmsg
+
+from models.errors import LabError
+from models.plan import LinkPlan, NodePlan
+from testbed.lab.layout import BRIDGE, IFB_INDEX_BASE, Layout, NodeLayout, owner_alias
+from testbed.ns.links import RTM_GETLINK, link_state
+from testbed.ns.nl import dump
+from testbed.routing.routes import (
+    RT_TABLE_MAIN,
+    RTM_GETADDR,
+    RTM_GETROUTE,
+    RTPROT_STATIC,
+    dumped_route_key,
+    dumped_rto_min_ms,
+    route_key,
+    rto_min_ms,
+)
+from testbed.tc import qdiscs
+from testbed.tc.msgs import RTM_GETQDISC, RTM_GETTCLASS, TcMsg, handle
+from testbed.tc.objects import TcObject
+
+__all__ = ["check_node", "dump_tc", "tc_differences", "raise_if"]
+
+
+def _brief(cls: Any, keep: set[str]) -> Any:
+    """``cls`` with every attribute outside ``keep`` left undecoded (readback needs few;
+    pyroute2 decoding counters and per-family data is most of a dump's cost)."""
+    nla_map = tuple((e[0], e[1] if e[0] in keep else "none", *e[2:]) for e in cls.nla_map)
+    # own compiled-table flag: pyroute2's is a class attribute subclasses would inherit
+    return type(f"Brief{cls.__name__}", (cls,), {"nla_map": nla_map,
+                                                  "_nlmsg_base__compiled_nla": False})
+
+
+BriefLink = _brief(ifinfmsg, {"IFLA_IFNAME", "IFLA_MTU", "IFLA_MASTER", "IFLA_IFALIAS",
+                              "IFLA_GSO_MAX_SEGS"})
+BriefTc = _brief(TcMsg, {"TCA_KIND", "TCA_OPTIONS"})
+
+
+def raise_if(problems: list[str], what: str) -> None:
+    """Raise one LabError listing ``problems`` (if any) under the heading ``what``."""
+    if problems:
+        raise LabError(f"{what}: the kernel's state differs from the plan:\n  "
+                       + "\n  ".join(problems))
+
+
+def _links(n: NodePlan, node: NodeLayout, sock: socket.socket, alias: str, wire: bool
+           ) -> list[str]:
+    got = {m["index"]: link_state(m)
+           for m in dump(sock, ifinfmsg(), RTM_GETLINK, n.name, {16: BriefLink})}
+    out = []
+    master = node.index.get(BRIDGE) if n.kind == "switch" else None
+    for ifname, index in node.index.items():
+        have = got.get(index)
+        if have is None or have["ifname"] != ifname:
+            out.append(f"node {n.name}: interface {ifname} (index {index}) is missing")
+            continue
+        if not have["up"] or have["alias"] != alias:
+            out.append(f"node {n.name}: {ifname} up={have['up']} alias={have['alias']!r}")
+        if wire and ifname != BRIDGE and index < IFB_INDEX_BASE and have["gso_max_segs"] != 1:
+            out.append(f"node {n.name}: {ifname} gso_max_segs={have['gso_max_segs']}, "
+                       "planned 1 (wire-sized packets)")
+        if master and ifname != BRIDGE and not ifname.startswith("ifb") \
+                and have["master"] != master:
+            out.append(f"node {n.name}: {ifname} is not a port of {BRIDGE}")
+    return out
+
+
+def _addrs(links: list[LinkPlan], n: NodePlan, node: NodeLayout, sock: socket.socket
+           ) -> list[str]:
+    got = {(m["index"], f"{m.get_attr('IFA_ADDRESS')}/{m['prefixlen']}")
+           for m in dump(sock, ifaddrmsg(), RTM_GETADDR, n.name)}
+    out = []
+    for lk in links:
+        ep = lk.endpoint(n.name)
+        for iface in (ep.ipv4, ep.ipv6):
+            if iface is not None and (node.ifindex(ep.ifname), str(iface)) not in got:
+                out.append(f"node {n.name}: {ep.ifname} lacks address {iface}")
+    out += [f"node {n.name}: lo lacks node address {iface}" for iface in (n.lo_ipv4, n.lo_ipv6)
+            if iface is not None and (1, str(iface)) not in got]
+    return out
+
+
+def _routes(n: NodePlan, node: NodeLayout, sock: socket.socket) -> list[str]:
+    got: dict[str, Any] = {}
+    families = {socket.AF_INET6 if r.dst.version == 6 else socket.AF_INET for r in n.routes}
+    for family in sorted(families):
+        req = rtmsg()  # strict dump filter: only static routes of the main table
+        req["family"], req["table"], req["proto"] = family, RT_TABLE_MAIN, RTPROT_STATIC
+        for m in dump(sock, req, RTM_GETROUTE, n.name):
+            if m["table"] == 254:
+                dst, hops = dumped_route_key(m)
+                got[dst] = hops
+    out = []
+    for r in n.routes:
+        dst, hops = route_key(r, node)
+        if got.get(dst) != hops:
+            out.append(f"node {n.name}: route {dst} has next hops {sorted(got.get(dst, []))}, "
+                       f"planned {sorted(hops)}")
+    return out
+
+
+def _rto_min(links: list[LinkPlan], n: NodePlan, sock: socket.socket) -> list[str]:
+    """Every planned and connected route of ``n`` carries its locked RTAX_RTO_MIN."""
+    if n.rto_min_s is None:
+        return []
+    want = rto_min_ms(n.rto_min_s)
+    dsts = {str(r.dst) for r in n.routes} | {
+        str(iface.network) for lk in links
+        for iface in (lk.endpoint(n.name).ipv4, lk.endpoint(n.name).ipv6) if iface is not None}
+    got: dict[str, int | None] = {}
+    for family in sorted({6 if ":" in d else 4 for d in dsts}):
+        req = rtmsg()  # strict dump filter: the main table, every protocol
+        req["family"] = socket.AF_INET6 if family == 6 else socket.AF_INET
+        req["table"] = RT_TABLE_MAIN
+        for m in dump(sock, req, RTM_GETROUTE, n.name):
+            if m["table"] == RT_TABLE_MAIN:
+                got[dumped_route_key(m)[0]] = dumped_rto_min_ms(m)
+    return [f"node {n.name}: route {d} has rto_min {got.get(d)} ms (locked), planned {want} ms"
+            for d in sorted(dsts) if got.get(d) != want]
+
+
+def dump_tc(sock: socket.socket, where: str, ifindexes: list[int], counters: bool = True
+            ) -> dict[tuple, Any]:
+    """(ifindex, handle, "qdisc"|"class") -> dumped tc message, for the given interfaces;
+    without ``counters`` the statistics are not decoded (faster)."""
+    out: dict[tuple, Any] = {}
+    dec = None if counters else {36: BriefTc, 40: BriefTc}
+    for m in dump(sock, TcMsg(), RTM_GETQDISC, where, dec):
+        out[(m["index"], m["handle"], "qdisc")] = m
+    for index in ifindexes:
+        req = TcMsg()
+        req["index"] = index
+        for m in dump(sock, req, RTM_GETTCLASS, where, dec):
+            out[(m["index"], m["handle"], "class")] = m
+    return out
+
+
+def tc_differences(node: NodeLayout, objects: list[TcObject], got: dict[tuple, Any]
+                   ) -> list[str]:
+    """Problems of ``objects`` (qdiscs and classes of one node) against dumped ``got``."""
+    out = []
+    for o in objects:
+        if o.verb == "filter":
+            continue
+        key = (node.ifindex(o.dev), handle(o.handle or "0:"), o.verb)
+        m = got.get(key)
+        where = f"node {node.name}: {o.dev} {o.verb} {o.handle} {o.kind}"
+        if m is None or m.get_attr("TCA_KIND") != o.kind:
+            kind = m.get_attr("TCA_KIND") if m is not None else "nothing"
+            out.append(f"{where}: found {kind}")
+            continue
+        problems = qdiscs.module(o.kind).problems(o, m.get_attr("TCA_OPTIONS"))
+        out += [f"{where}: {problem}" for problem in problems]
+    return out
+
+
+def check_node(links: list[LinkPlan], layout: Layout, n: NodePlan, sock: socket.socket
+               ) -> list[str]:
+    """Every difference between node ``n``'s plan (``links``: those touching it) and its
+    namespace, as sentences."""
+    node = layout.nodes[n.name]
+    objects = layout.tc_objects(n.name)
+    devs = sorted({node.ifindex(o.dev) for o in objects if o.verb == "class"})
+    got = dump_tc(sock, n.name, devs, counters=False) if objects else {}
+    alias = owner_alias(layout.run_id)
+    return (_links(n, node, sock, alias, layout.wire_packets) + _addrs(links, n, node, sock)
+            + _routes(n, node, sock) + _rto_min(links, n, sock)
+            + tc_differences(node, objects, got))
