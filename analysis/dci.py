@@ -35,17 +35,12 @@ from typing import Any
 
 from models.paths import PathError, PathWalker, dci_links
 from models.plan import LabPlan, plan_from_dict
+from models.rundir import read_jsonl
 
 __all__ = ["dci_report", "write_dci", "dci_collective_time_s", "union_length"]
 
 Key = tuple[int, str]  # (workload_index, collective_id): ids restart in every workload
 
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:
@@ -172,10 +167,10 @@ def dci_report(run_dir: Path) -> dict[str, Any]:
     raises FileNotFoundError without plan.json."""
     plan = plan_from_dict(json.loads((run_dir / "plan.json").read_text(encoding="utf-8")))
     dci = dci_links(plan)
-    colls = _jsonl(run_dir / "collectives.jsonl")
+    colls = read_jsonl(run_dir / "collectives.jsonl")
     unrouted: list[str] = []
-    cross = _crossing_flows(plan, _jsonl(run_dir / "flows.jsonl"), dci, unrouted) if dci else {}
-    spans = _iteration_spans(_jsonl(run_dir / "timeline.jsonl"), colls)
+    cross = _crossing_flows(plan, read_jsonl(run_dir / "flows.jsonl"), dci, unrouted) if dci else {}
+    spans = _iteration_spans(read_jsonl(run_dir / "timeline.jsonl"), colls)
     rows = [_instance(c, cross[k], spans.get((k[0], c["iteration"])))
             for c in colls if (k := (c.get("workload_index", 0), c["collective_id"])) in cross
             and cross[k]["flows_crossing"]]

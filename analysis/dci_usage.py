@@ -25,15 +25,10 @@ from typing import Any
 
 from models.paths import PathError, PathWalker, dci_links, site_of
 from models.plan import LabPlan, plan_from_dict
+from models.rundir import read_jsonl
 
 __all__ = ["dci_usage"]
 
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
 
 
 def _pids(run_dir: Path, plan: LabPlan) -> dict[str, str]:
@@ -90,9 +85,9 @@ def dci_usage(run_dir: Path) -> list[dict[str, Any]]:
     ``bytes_per_dci_link`` (sorted by key), ``iteration_time_s``. Reads only; raises
     FileNotFoundError without plan.json."""
     plan = plan_from_dict(json.loads((run_dir / "plan.json").read_text(encoding="utf-8")))
-    flows = _jsonl(run_dir / "flows.jsonl")
-    colls = _jsonl(run_dir / "collectives.jsonl")
-    timeline = _jsonl(run_dir / "timeline.jsonl")
+    flows = read_jsonl(run_dir / "flows.jsonl")
+    colls = read_jsonl(run_dir / "collectives.jsonl")
+    timeline = read_jsonl(run_dir / "timeline.jsonl")
     names = {r.get("workload_index", 0): r.get("workload") for r in (*flows, *colls, *timeline)}
     link_bytes = _link_bytes(plan, flows)
     cross = _crossings(colls, _pids(run_dir, plan))

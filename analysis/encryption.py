@@ -15,27 +15,22 @@ Definitions (TCP flows of the workloads, background flows excluded):
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
+from models.rundir import read_jsonl
+
 __all__ = ["encryption_summary", "compare"]
 
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
 
 
 def encryption_summary(run_dir: Path) -> dict[str, Any]:
     """The module docstring's numbers for ``run_dir``; ``encryption`` is ``tls`` when any
     flow carries a cipher, else ``none``. Reads only."""
-    flows = [f for f in _jsonl(run_dir / "flows.jsonl")
+    flows = [f for f in read_jsonl(run_dir / "flows.jsonl")
              if f.get("kind") == "tcp" and not f.get("background") and f.get("fct_s")]
-    colls = _jsonl(run_dir / "collectives.jsonl")
+    colls = read_jsonl(run_dir / "collectives.jsonl")
     timed = [f for f in flows if f.get("send_cpu_s") is not None
              and f.get("recv_cpu_s") is not None]
     cpu = sum(f["send_cpu_s"] + f["recv_cpu_s"] for f in timed)

@@ -32,16 +32,11 @@ from models.evidence import build_chain, verify_chain
 from models.locality import DataPolicy, flow_violations
 from models.paths import PathError, PathWalker
 from models.plan import plan_from_dict
+from models.rundir import read_jsonl
 
 __all__ = ["policies_of", "locality_report", "write_locality", "evidence_files",
            "check_locality"]
 
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
 
 
 def policies_of(experiment: dict[str, Any]) -> dict[int, DataPolicy]:
@@ -114,7 +109,7 @@ def locality_report(run_dir: Path) -> dict[str, Any]:
     plan = plan_from_dict(json.loads((run_dir / "plan.json").read_text(encoding="utf-8")))
     policies = policies_of(experiment)
     walker, checked, bad, unrouted = PathWalker(plan), 0, [], []
-    for f in _jsonl(run_dir / "flows.jsonl"):
+    for f in read_jsonl(run_dir / "flows.jsonl"):
         policy = policies.get(f.get("workload_index", 0))
         if policy is None:
             continue

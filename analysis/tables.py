@@ -26,14 +26,12 @@ from models.counter_columns import QDISC_COLUMNS
 from models.errors import SpecError
 from models.events import EVENT_RECORDS
 from models.plan import LabPlan, plan_from_dict
+from models.rundir import RECORD_FILES
+from models.rundir import read_jsonl as _read_jsonl
 
 __all__ = ["RECORD_FILES", "COUNTER_FILES", "QDISC_COLUMNS", "RunTables", "load_run",
            "read_jsonl", "write_tables"]
 
-RECORD_FILES: dict[str, str] = {
-    "flows": "flows.jsonl", "collectives": "collectives.jsonl", "bursts": "bursts.jsonl",
-    "timeline": "timeline.jsonl", "failures": "failures.jsonl", "rounds": "rounds.jsonl",
-    "requests": "requests.jsonl", "apps": "apps.jsonl"}
 COUNTER_FILES: dict[str, str] = {
     "qdisc": "counters/qdisc.parquet", "links": "counters/links.parquet",
     "tcp": "counters/tcp.parquet"}
@@ -79,32 +77,10 @@ def read_jsonl(path: Path, warnings: list[str]) -> pd.DataFrame:
     """One row per JSON line of ``path`` (nested dicts flattened with ``_``); empty frame if
     the file is absent or empty. A line that is not a JSON object (a run killed mid-write) is
     skipped and named in ``warnings``."""
-    rows = _jsonl_dicts(path, warnings)
+    rows = _read_jsonl(path, warnings)
     if not rows:
         return pd.DataFrame()
     return pd.json_normalize(rows, sep="_", max_level=1)
-
-
-def _jsonl_dicts(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
-    """The JSON objects of the lines of ``path`` (none if absent); other lines are skipped
-    and named in ``warnings``."""
-    if not path.is_file():
-        return []
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                warnings.append(f"{path}:{lineno}: skipped, not JSON ({exc.msg})")
-                continue
-            if isinstance(rec, dict):
-                rows.append(rec)
-            else:
-                warnings.append(f"{path}:{lineno}: skipped, not a JSON object")
-    return rows
 
 
 def _json(path: Path) -> Any:
@@ -162,7 +138,7 @@ def load_run(run_dir: Path) -> RunTables:
                      sampler=_json(run_dir / "counters" / "sampler.json"),
                      fidelity=_json(run_dir / "fidelity.json"), dci=_json(run_dir / "dci.json"),
                      snapshots=_snapshots(run_dir, manifest),
-                     events=_jsonl_dicts(run_dir / EVENT_RECORDS, warnings),
+                     events=_read_jsonl(run_dir / EVENT_RECORDS, warnings),
                      events_t0_unix_s=(manifest.get("events") or {}).get("t0_unix_s"),
                      captures=sorted((run_dir / "captures").glob("*.pcap*")),
                      warnings=warnings)

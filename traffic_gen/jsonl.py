@@ -16,15 +16,16 @@ from models.records import (
     RoundRecord,
 )
 from models.requests import RequestRecord
+from models.rundir import RECORD_FILES
 
 __all__ = ["RecordWriter", "read_records", "FILES"]
 
 T = TypeVar("T")
 
-FILES = {FlowRecord: "flows.jsonl", CollectiveRecord: "collectives.jsonl",
-         BurstRecord: "bursts.jsonl", RankOpRecord: "timeline.jsonl",
-         FailureRecord: "failures.jsonl", RoundRecord: "rounds.jsonl",
-         RequestRecord: "requests.jsonl"}
+FILES = {FlowRecord: RECORD_FILES["flows"], CollectiveRecord: RECORD_FILES["collectives"],
+         BurstRecord: RECORD_FILES["bursts"], RankOpRecord: RECORD_FILES["timeline"],
+         FailureRecord: RECORD_FILES["failures"], RoundRecord: RECORD_FILES["rounds"],
+         RequestRecord: RECORD_FILES["requests"]}
 
 
 class RecordWriter:

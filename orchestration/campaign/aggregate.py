@@ -22,6 +22,7 @@ import pandas as pd
 from scipy import stats
 
 from models.records import percentile
+from models.rundir import read_jsonl
 
 __all__ = ["mean_ci95", "run_summary", "records_summary", "aggregate", "write_tables"]
 
@@ -38,12 +39,6 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float, int]:
     half = float(stats.t.ppf(0.975, n - 1) * xs.std(ddof=1) / math.sqrt(n))
     return float(xs.mean()), half, n
 
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
 
 
 def _pcts(prefix: str, xs: list[float], qs: Iterable[int]) -> dict[str, float | None]:
@@ -68,11 +63,11 @@ def records_summary(run_dir: Path) -> dict[str, float | None]:
     models.records.percentile (numpy's linear method)."""
     from analysis.dci import dci_collective_time_s
 
-    flows = _jsonl(run_dir / "flows.jsonl")
-    colls = _jsonl(run_dir / "collectives.jsonl")
+    flows = read_jsonl(run_dir / "flows.jsonl")
+    colls = read_jsonl(run_dir / "collectives.jsonl")
     fct = [f["fct_s"] for f in flows if f.get("fct_s") is not None]
     cct = [c["cct_s"] for c in colls]
-    iters = _iteration_times(_jsonl(run_dir / "timeline.jsonl"))
+    iters = _iteration_times(read_jsonl(run_dir / "timeline.jsonl"))
     out: dict[str, float | None] = {"flows": len(flows), **_pcts("fct_s", fct, (50, 95, 99)),
                                     "fct_s_max": max(fct) if fct else None,
                                     "collectives": len(colls)}

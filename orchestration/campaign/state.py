@@ -1,6 +1,6 @@
 """The campaign state file ``results/<campaign>/campaign-state.json``: which runs are done.
 
-Written atomically (orchestration.run.rundir.write_json_atomic) before a run starts (status
+Written atomically (models.rundir.write_json_atomic) before a run starts (status
 ``running``, with its run directory) and after it ends (``ok`` or ``failed``). A re-run of the
 same campaign reads it: ``ok`` runs are skipped and never touched; ``running`` runs (the process
 died or was interrupted) and ``failed`` runs are discarded (their run directory deleted) and
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from models.errors import LabError, SpecError, SpecIssue
-from orchestration.run.rundir import write_json_atomic
+from models.rundir import write_json_atomic
 
 __all__ = ["STATE_FILE", "WRITER_WAIT_S", "CampaignState", "fingerprint", "holding_writer_lock",
            "wait_for_writer"]

@@ -20,7 +20,7 @@ from models.alto import (
     costmap_filename,
 )
 from models.plan import LabPlan
-from orchestration.run.rundir import write_json_atomic
+from models.rundir import write_json_atomic
 
 __all__ = ["write_alto", "alto_index"]
 

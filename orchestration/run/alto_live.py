@@ -39,7 +39,7 @@ from models.alto import (
 from models.errors import LabError
 from models.paths import PathError
 from models.plan import LabPlan
-from orchestration.run.rundir import write_json_atomic
+from models.rundir import write_json_atomic
 
 __all__ = ["live_alto", "usage_of"]
 

@@ -20,13 +20,13 @@ cluster's own checks (orchestration.cluster.fidelity).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from models.errors import AitbError, LabError, SpecError, SpecIssue
 from models.plan import LabPlan
+from models.rundir import read_jsonl
 from models.specfile import with_lines
 from orchestration.cluster.control import Control
 from orchestration.cluster.eventing import ClusterPlayer, playing_cluster_events
@@ -140,22 +140,16 @@ def cluster_lab_run(prep: Any, controls: dict[str, Control], lab_id: str,
         raise LabError("; ".join(f"machine {m}: teardown: {e}" for m, e in errors.items()))
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
 
 def write_cluster_fidelity(observed: Observed, manifest: dict[str, Any], run_dir: Path
                            ) -> dict[str, Any]:
     """Write ``run_dir/fidelity.json`` of a cluster run (orchestration.cluster.fidelity) from
     the machines' parts, the manifest's ``cluster`` block and the merged flows and collectives
     (run after the records are merged); returns it."""
-    from orchestration.run.rundir import write_json_atomic
+    from models.rundir import write_json_atomic
 
     doc = cluster_fidelity(observed.fidelity, manifest["cluster"],
-                           _jsonl(run_dir / "flows.jsonl"),
-                           _jsonl(run_dir / "collectives.jsonl"), observed.cut_rtts)
+                           read_jsonl(run_dir / "flows.jsonl"),
+                           read_jsonl(run_dir / "collectives.jsonl"), observed.cut_rtts)
     write_json_atomic(run_dir / "fidelity.json", doc)
     return doc

@@ -23,6 +23,7 @@ from typing import Any
 from models.atomic import write_text_atomic
 from models.paths import PathError, paths
 from models.plan import LabPlan
+from models.rundir import read_jsonl
 
 __all__ = ["state_at", "annotate_failures", "failure_cause"]
 
@@ -69,7 +70,7 @@ def annotate_failures(plan: LabPlan, failures: Path, events: Path, t0: float) ->
     link or agent. Nothing happens when either file is missing."""
     if not failures.exists() or not events.exists():
         return 0
-    evs = [json.loads(x) for x in events.read_text(encoding="utf-8").splitlines() if x.strip()]
+    evs = read_jsonl(events)
     lines = [x for x in failures.read_text(encoding="utf-8").splitlines() if x.strip()]
     out, hit = [], 0
     for line in lines:

@@ -16,7 +16,6 @@ the rate (which needs samples while a queue was backlogged) where samples exist.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from analysis.fidelity import (
 )
 from models.errors import LabError
 from models.plan import LabPlan
-from orchestration.run.rundir import write_json_atomic
+from models.rundir import read_jsonl, write_json_atomic
 from testbed.counters.cpuload import CpuSampler
 from testbed.counters.rttprobe import EchoProbe, probe_rtts
 from testbed.counters.snapshot import LINK_COLUMNS, QDISC_COLUMNS, snapshot
@@ -90,13 +89,6 @@ def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...],
     if parquet.exists():
         frames.insert(0, pd.read_parquet(parquet))
     return pd.concat(frames, ignore_index=True)
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 class FidelityMonitor:
@@ -155,7 +147,7 @@ class FidelityMonitor:
         qdisc = _frame(self.qdisc_rows, QDISC_COLUMNS, counters / "qdisc.parquet")
         links = _frame(self.link_rows, LINK_COLUMNS, counters / "links.parquet")
         if windows is None:
-            windows = traffic_windows(_records(run_dir / "timeline.jsonl"))
+            windows = traffic_windows(read_jsonl(run_dir / "timeline.jsonl"))
         busy = samples_in_windows(self.cpu_samples, self.cpu.interval_s, windows)
         precise = in_vm() is None  # a host kernel, not software emulation
         refs = [dataclasses.replace(r, precise=precise, line=line_counts(

@@ -30,6 +30,14 @@ from models.errors import AitbError, LabError, SpecError, SpecIssue, format_key_
 from models.events import EVENT_RECORDS, EventAction
 from models.paths import PathError, RankBindingError, peer_addresses, rank_addresses
 from models.plan import LabPlan, plan_to_dict
+from models.rundir import RECORD_FILES as RECORD_FILES_BY_KIND
+from models.rundir import (
+    create_run_dir,
+    host_facts,
+    new_run_id,
+    remove_if_empty,
+    write_json_atomic,
+)
 from models.schedule import Gather
 from models.specfile import Ref, line_of, resolve_ref, with_lines
 from models.units import UnitError, parse_duration_s, parse_size_bytes
@@ -56,13 +64,6 @@ from orchestration.run.experiment import (
 from orchestration.run.fidelity import FidelityMonitor
 from orchestration.run.locality_check import check_placement
 from orchestration.run.observe import ObserveConfig, observe_config, observing
-from orchestration.run.rundir import (
-    create_run_dir,
-    host_facts,
-    new_run_id,
-    remove_if_empty,
-    write_json_atomic,
-)
 from orchestration.run.runlog import RunLog
 from orchestration.run.salvage import salvage
 from orchestration.run.size_check import size_issues
@@ -92,8 +93,7 @@ from workloads.placement import sites_of_plan
 __all__ = ["Prepared", "RunOutcome", "prepare", "prepare_doc", "prepare_spec", "execute",
            "analyze_finished", "RECORD_FILES"]
 
-RECORD_FILES = ("flows.jsonl", "collectives.jsonl", "bursts.jsonl", "timeline.jsonl",
-                "failures.jsonl", "rounds.jsonl", "requests.jsonl", "apps.jsonl")
+RECORD_FILES = tuple(RECORD_FILES_BY_KIND.values())
 Progress = Callable[[str], None]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import root_links, run_namespaces
 
-from orchestration.run.rundir import new_run_id
+from models.rundir import new_run_id
 from orchestration.run.runner import execute, prepare
 from testbed.lab.layout import netns_name
 from testbed.ns import netns, sysctl

@@ -13,7 +13,7 @@ import pytest
 from conftest import root_links, run_namespaces
 
 import orchestration.run.runner as runner
-from orchestration.run.rundir import new_run_id
+from models.rundir import new_run_id
 
 pytestmark = pytest.mark.netns
 

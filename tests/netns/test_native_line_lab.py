@@ -417,7 +417,7 @@ def test_a_helper_dying_in_a_run_fails_it_at_once_and_makes_it_untrustworthy(
     from conftest import root_links, run_namespaces
 
     import orchestration.run.runner as runner
-    from orchestration.run.rundir import new_run_id
+    from models.rundir import new_run_id
 
     monkeypatch.setenv("AITB_STATE_DIR", str(tmp_path / "state"))
     (tmp_path / "exp.yaml").write_text(DEAD_LINE_EXPERIMENT)

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from models.errors import CommandError, LabError, SpecError
+from models.rundir import mark_killed
 from orchestration.cli.commands.topo import line_issues_here, load_plan, topo_app
-from orchestration.run.rundir import mark_killed
 from testbed.lab import clean as clean_mod
 from testbed.lab import signals
 from testbed.lab.lab import Lab

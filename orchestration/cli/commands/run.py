@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from models.errors import SpecError, SpecIssue
+from models.rundir import finite
 from orchestration.cli.commands.run_progress import StepProgress
-from orchestration.run.rundir import finite
 from orchestration.vm_rerun import cli_in_vm
 from testbed.host.capabilities import in_vm
 from testbed.lab import signals
@@ -262,7 +262,7 @@ def _rerun_in_vm(path: Path, experiment_dir: Path, results: Path, *, as_json: bo
     host's Mininet and Open vSwitch), with the results folder shared read-write; its
     analysis then runs here on the host (pandas and matplotlib under the VM's software
     emulation take minutes). Returns the exit code."""
-    from orchestration.run.rundir import new_run_id
+    from models.rundir import new_run_id
     from orchestration.run.runner import analyze_finished
 
     results = results.resolve()
@@ -313,7 +313,7 @@ def _rerun_in_vm(path: Path, experiment_dir: Path, results: Path, *, as_json: bo
 
 def _mark_interrupted(run_dir: Path, exc: Exception) -> None:
     """The manifest of a run whose VM was stopped says so (the guest could not)."""
-    from orchestration.run.rundir import write_json_atomic
+    from models.rundir import write_json_atomic
 
     path = run_dir / "manifest.json"
     if not path.exists():

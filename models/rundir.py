@@ -1,6 +1,9 @@
-"""Run directories ``results/<experiment>/<run-id>/``: created exclusively (runs never
-overwrite each other), written atomically (a reader never sees half a file), and described by
-``manifest.json`` (what ran, where, with which software and kernel)."""
+"""The run directory ``results/<experiment>/<run-id>/``, the one module that owns its contract:
+created exclusively (runs never overwrite each other), its record files' names
+(:data:`RECORD_FILES`), JSONL appended and read one way (:func:`append_jsonl`,
+:func:`read_jsonl`), JSON written atomically with one NaN policy (:func:`write_json_atomic`:
+NaN and infinities become null, "no value"), and ``manifest.json`` (what ran, where, with which
+software and kernel). Every writer and reader of a run directory, in every layer, uses these."""
 
 from __future__ import annotations
 
@@ -14,17 +17,59 @@ import secrets
 import stat
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from models import __version__
 from models.atomic import write_text_atomic
 
-__all__ = ["mark_killed", "remove_dead_files", "finite", "new_run_id", "create_run_dir",
-           "write_json_atomic", "host_facts", "git_revision"]
+__all__ = ["RECORD_FILES", "append_jsonl", "read_jsonl", "mark_killed", "remove_dead_files",
+           "finite", "new_run_id", "create_run_dir", "write_json_atomic", "host_facts",
+           "git_revision"]
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+# record kind -> its JSONL file in the run directory (one line per record, models.records and
+# models.requests; ``apps`` are the lines of ``kind: app`` workloads)
+RECORD_FILES: dict[str, str] = {
+    "flows": "flows.jsonl", "collectives": "collectives.jsonl", "bursts": "bursts.jsonl",
+    "timeline": "timeline.jsonl", "failures": "failures.jsonl", "rounds": "rounds.jsonl",
+    "requests": "requests.jsonl", "apps": "apps.jsonl"}
+
+
+def append_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Append ``rows`` to ``path`` as one strict-JSON line each (NaN -> null, as
+    :func:`write_json_atomic`), creating the file; flushed when this returns."""
+    with path.open("a", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(finite(row), default=str, allow_nan=False) + "\n")
+
+
+def read_jsonl(path: Path, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of the lines of ``path``, in order; [] if the file is absent. Blank
+    lines are skipped. A line that is not a JSON object (a run killed mid-write) raises
+    ValueError naming ``path`` and the line number, unless ``warnings`` is given: then it is
+    skipped and named there."""
+    if not path.is_file():
+        return []
+    rows: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                problem = None if isinstance(rec, dict) else "not a JSON object"
+            except json.JSONDecodeError as exc:
+                problem = f"not JSON ({exc.msg})"
+            if problem is None:
+                rows.append(rec)
+            elif warnings is None:
+                raise ValueError(f"{path}:{lineno}: {problem}")
+            else:
+                warnings.append(f"{path}:{lineno}: skipped, {problem}")
+    return rows
 
 
 def new_run_id() -> str:
@@ -55,10 +100,10 @@ def finite(value: Any) -> Any:
     return value
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any, indent: int = 2) -> None:
     """:func:`write_text_atomic` of ``data`` as indented, strict JSON (NaN and infinities,
-    which JSON cannot hold, become null)."""
-    text = json.dumps(finite(data), indent=2, default=str, allow_nan=False)
+    which JSON cannot hold, become null: the one NaN policy of a run directory)."""
+    text = json.dumps(finite(data), indent=indent, default=str, allow_nan=False)
     write_text_atomic(path, text + "\n")
 
 
