@@ -1,7 +1,7 @@
 """Agent goodput on an unshaped veth path between two namespaces, against iperf3 (same run).
 
 Usage (root): .venv/bin/python bench/agent_goodput.py [--seconds 5] [--size-mib 1024]
-Targets (issue 3): >= 5 Gbit/s per core and >= half of iperf3's single-flow goodput.
+Targets: >= 5 Gbit/s per core and >= half of iperf3's single-flow goodput.
 The agent moves one flow with one sender thread and one receiver thread (one core each at
 most), so its single-flow goodput is also its per-core figure. The lab is the netns tests'
 bridge star (tests/netns/star.py) with two hosts: host -> bridge -> host, offloads on

@@ -7,7 +7,7 @@ Three systems on the same leaf-spine in one run: aitb's native backend (``aitb``
 Mininet backend (``aitb_mn``: Mininet's nodes and links, aitb's netlink configuration,
 shaping and teardown; testbed/mininet/backend.py) and plain Mininet (``mininet``).
 
-The topology (issue 2): 16 leaves x 16 hosts and 4 spines = 256 hosts, every link shaped to
+The topology: 16 leaves x 16 hosts and 4 spines = 256 hosts, every link shaped to
 1 Gbit/s. aitb: routed leaves and spines (ECMP), each node a network namespace, built through
 netlink. Mininet 2.3.0 (Debian's package, run by /usr/bin/python3): the same graph with
 LinuxBridge switches (STP on: a bridged leaf-spine has L2 loops), no controller, TCLink

@@ -1,6 +1,6 @@
 """Per-packet added delay of netem and of the native delay line, same kernel, same method.
 
-Issue #12: "Per-packet added delay vs configured, 1 ms..200 ms: error p50 < 20 us, p99 < 200 us
+Target: "Per-packet added delay vs configured, 1 ms..200 ms: error p50 < 20 us, p99 < 200 us
 ...; compare in the same run with netem where the kernel has it (in the VM)". This measures
 both lines in one boot, under the same traffic, with the same external method, and prints
 their errors side by side with the ratio native / netem.
@@ -46,7 +46,7 @@ Measured 2026-12-03 on the 2-core host without netem, VM under TCG (kernel 6.1.0
   334-432, p99 1764-3338; ratio p50 1.73-2.04, p99 0.72-1.93. In 3 of the 12 native rows 1-5
   datagrams arrived early by the external measure (min -277 us); the helper's log shows none
   early (its arrival, a microsecond kernel stamp moved to CLOCK_MONOTONIC, may be off there).
-  Neither line meets issue #12's p50 < 20 us / p99 < 200 us here: under TCG both measure the
+  Neither line meets the target's p50 < 20 us / p99 < 200 us here: under TCG both measure the
   emulator (the floor alone has max 3-8 ms); a 5/10/20/50 Mbit/s sweep at 10 ms gave the
   same picture (netem p50 194-348 us, native 303-425 us) with no loss up to 50 Mbit/s.
 

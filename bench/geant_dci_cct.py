@@ -1,6 +1,6 @@
 """Bench: a DP ring all-reduce between two DCs attached to the GEANT map (Internet Topology
 Zoo, ../shared/data/topologies/zoo/Geant2012.graphml) against the alpha-beta prediction from
-the map's derived delays (issue 16's "done when": within 10 %).
+the map's derived delays (target: within 10 %).
 
 Usage (root): sudo PYTHONPATH=. .venv/bin/python bench/geant_dci_cct.py [--dc1 NL] [--dc2 GR]
               [--size 4MiB] [--iterations 5] [--stretch 1.5] [--map PATH]

@@ -1,6 +1,6 @@
 """Benchmark: start-up of ``aitb pcap`` on a 3-packet capture against tshark, same run.
 
-Issue 14 item 5: ``aitb pcap`` on a small file must finish in under 0.3 s (it took 0.95 s,
+Target: ``aitb pcap`` on a small file must finish in under 0.3 s (it took 0.95 s,
 tshark 0.5 s, nearly all of it start-up). The script writes a 3-packet classic pcap (a TCP
 handshake, built with struct) and times, as whole child processes (wall clock, output to
 /dev/null), interleaved so that machine load hits both alike:

@@ -1,7 +1,7 @@
 """Ring all-reduce CCT on uncongested shaped links against the alpha-beta bound.
 
 Usage (root): .venv/bin/python bench/ring_cct.py [--ranks 4] [--rate-mbit 500] [--size-mib 32]
-Target (issue 3): within 10 % of T = 2(n-1)/n x S/B + 2(n-1) x alpha (Patarasuk and Yuan 2009;
+Target: within 10 % of T = 2(n-1)/n x S/B + 2(n-1) x alpha (Patarasuk and Yuan 2009;
 Thakur et al. 2005 cost model), B the shaped link rate, alpha the per-message latency, here
 measured in the same run as the CCT of a dissemination barrier divided by its rounds.
 Lab: the netns tests' bridge star; every host's uplink shaped by HTB at B (pfifo 1000 packets,

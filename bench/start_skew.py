@@ -1,7 +1,7 @@
 """Start skew of a synchronized burst across 64 agents, each in its own namespace.
 
 Usage (root): .venv/bin/python bench/start_skew.py [--agents 64] [--bursts 10]
-Target (issue 3): p99 start skew < 1 ms. Every agent is one emulated host (its own network
+Target: p99 start skew < 1 ms. Every agent is one emulated host (its own network
 namespace on the netns tests' bridge star); each burst is a permutation (every agent sends
 4 KiB to another) started by the controller at one absolute instant; the skew of a sender is
 its first-byte send time minus that instant (host clock, shared by all namespaces).

@@ -6,7 +6,7 @@ In the VM the checkout is shared read-write, so the junit file (results/junit-vm
 pytest's cache come back. A VM that cannot boot is a failure, never a skip.
 
 Where the VM is needed, tests marked ``native_twin(nodeid)`` stay out of it: their checks run
-in the netns tier on the host's native delay line (the twin, issue #12: "the vm tier's
+in the netns tier on the host's native delay line (the twin: "the vm tier's
 delay/loss/buffer/DCI tests also run on the host against the native line ...; CI no longer
 needs the VM for them (keep one VM test of netem itself)"). On a host with netem the whole vm
 tier runs, twins included.

@@ -36,7 +36,7 @@ add headers, ACKs and retransmitted copies) and exist in every run. Over a windo
 
 **Time to recover** follows the convergence time of RFC 6413's Rate-Derived Method
 (Benchmarking Methodology for Link-State IGP Data-Plane Route Convergence; terms of RFC 6412):
-the Convergence Recovery Instant minus the Convergence Event Instant, with, as issue 15 asks,
+the Convergence Recovery Instant minus the Convergence Event Instant, with
 "goodput back to 90 % of before" in place of "forwarding rate back to the offered load".
 Event instant: the window's start. Baseline B: the mean goodput from the later of the
 workload's first flow start and the applied time of the run's previous event action, to the
@@ -77,7 +77,7 @@ __all__ = ["RECOVERY_FRACTION", "DEFAULT_WINDOW_S", "GOODPUT_SOURCE", "IMPACT_CO
            "event_windows", "link_segments", "delivered", "goodput", "recovery", "inflation",
            "event_impact", "event_metrics", "impact_table"]
 
-RECOVERY_FRACTION = 0.9  # issue 15: "goodput back to 90 % of before"
+RECOVERY_FRACTION = 0.9  # recovered: goodput back to 90 % of before
 DEFAULT_WINDOW_S = 0.1   # goodput window without iterations or rounds before the event
 GOODPUT_SOURCE = "flows.jsonl (payload bytes of completed flows)"
 IMPACT_COLUMNS = (

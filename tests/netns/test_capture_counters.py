@@ -1,4 +1,4 @@
-"""Capture and counter sampling inside `aitb run` (issue 4 items 1, 2, 8), on the host kernel:
+"""Capture and counter sampling inside `aitb run`, on the host kernel:
 the pcaps open in our reader and in tshark and hold what tcpdump says it captured; counters
 have the contract's columns and time base; an incast's queue drops agree with the kernel's
 final counter and with the retransmissions seen in the pcaps; nothing keeps running."""

@@ -1,4 +1,4 @@
-"""The Mininet backend (issue 7 item 1): the same experiment on the native and the Mininet
+"""The Mininet backend: the same experiment on the native and the Mininet
 backend is shaped alike (no CCT under the alpha-beta bound) and moves the same bytes per link
 (their CCTs side by side: bench/backend_cct.py); Mininet labs leave nothing behind, also after
 a failed bring-up; forwarding hosts (a direct-connect mesh) and dual-homed hosts' per-source

@@ -1,4 +1,4 @@
-"""Issue #7: `aitb run --backend mininet` of an experiment that needs netem, on a host whose
+"""`aitb run --backend mininet` of an experiment that needs netem, on a host whose
 kernel lacks it, runs inside the stock-kernel VM like the native backend (it used to be
 refused), on the Mininet backend, and its iterations pay the DCI delay."""
 

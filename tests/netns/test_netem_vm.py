@@ -79,7 +79,7 @@ def _set_rmem_max(lab, node: str, max_bytes: int) -> None:
 
 
 def test_item7_buffer_independent_of_the_delay_line(labs):
-    """1 Gbit/s, 50 ms, 100-packet buffer (issue 2 item 7): a TCP flow whose window is one
+    """1 Gbit/s, 50 ms, 100-packet buffer: a TCP flow whose window is one
     BDP runs in steady state without any drop; a window free to grow past BDP + 100 packets
     builds a standing queue that the 100-packet buffer drops; the delay line (netem, its limit
     sized from the BDP) drops nothing in either case.

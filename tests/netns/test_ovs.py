@@ -1,4 +1,4 @@
-"""Open vSwitch switches (issue 7 item 2) on both backends: an L2 leaf-spine of OVS switches
+"""Open vSwitch switches on both backends: an L2 leaf-spine of OVS switches
 spreads TCP flows over both spines through aitb's select groups (ecmp_hash l4), keeps every
 flow of one host pair on one spine with ecmp_hash l3, and its daemons, shells and namespaces
 are gone after teardown."""

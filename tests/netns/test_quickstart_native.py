@@ -1,6 +1,6 @@
 """The default experiment (orchestration/run/quickstart.yaml, unchanged) on the host kernel:
 where it lacks netem, its DCI and edge delays run on the native delay line, no VM. It is the
-native twin of tests/vm/test_quickstart_vm.py (issue #12: the vm tier's end-to-end tests run
+native twin of tests/vm/test_quickstart_vm.py (the vm tier's end-to-end tests run
 on the host against the native line): the same checks of fidelity, metrics and report, plus
 the native line's own."""
 

@@ -1,4 +1,4 @@
-"""Issue 14 item 3 on a real lab: link rates from the kernel's byte counters over the times the
+"""Link rates from the kernel's byte counters over the times the
 sampler actually read them, peaks never above the shaper's rate unflagged; one retransmission
 count per flow with its source, reconciled with the capture in a check.
 

@@ -1,5 +1,6 @@
 """analyze_run on a constructed run directory whose right answers are known by hand: counter
-samples laid out as contracts.md section 2 says, records as the runner merges them."""
+samples laid out as the sampler writes them (models/counter_columns.py), records as the
+runner merges them."""
 
 from __future__ import annotations
 

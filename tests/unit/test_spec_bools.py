@@ -1,4 +1,4 @@
-"""``true``/``false`` is refused wherever a spec file wants a number (issue #13), as a class:
+"""``true``/``false`` is refused wherever a spec file wants a number, as a class:
 the numeric fields are found by walking the models of the topology, workload, experiment,
 campaign and cluster files (a new field or model is covered without a word here), and every
 numeric value of the example files is replaced by ``true`` in turn and loaded as a user would.

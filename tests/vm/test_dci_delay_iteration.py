@@ -1,4 +1,4 @@
-"""Issue #5: a training run across two data centres, its DP all-reduce crossing a delayed DCI,
+"""A training run across two data centres, its DP all-reduce crossing a delayed DCI,
 gets slower per iteration by what the alpha-beta model predicts when the DCI delay grows.
 
 Alpha-beta (latency-bandwidth) model (Hockney, "The communication challenge for MPP: Intel

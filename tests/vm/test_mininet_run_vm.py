@@ -1,4 +1,4 @@
-"""Issue #7: the Mininet backend runs inside the stock-kernel VM: `aitb run --backend mininet`
+"""The Mininet backend runs inside the stock-kernel VM: `aitb run --backend mininet`
 of a two-data-centre training experiment whose DCI has a netem delay; every iteration pays
 the delay as the alpha-beta model says (see test_dci_delay_iteration.py for the model)."""
 

@@ -1,4 +1,4 @@
-"""Issue #7: Open vSwitch switches on the kernel's openvswitch datapath (the stock kernel in
+"""Open vSwitch switches on the kernel's openvswitch datapath (the stock kernel in
 the VM has it): an L2 leaf-spine of OVS switches with ``ovs_datapath: system`` forwards over
 netem-delayed, rate-limited links, its select groups spread TCP flows over both spines, the
 datapath each switch got is recorded as ``system``, and after teardown no datapath, port,

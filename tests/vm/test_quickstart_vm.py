@@ -3,7 +3,7 @@ tier): it finishes, and fidelity.json covers every shaped link direction of its 
 the RTT of the delay-bearing links (DCI, edge) measured and within tolerance; report.html and
 metrics.json exist and agree with the records: every collective's CCT is at or above its
 alpha (latency) lower bound from the plan, and metrics.json's queue drops equal the drops
-computed here, independently, from counters/qdisc.parquet (issue #6, "Tests").
+computed here, independently, from counters/qdisc.parquet.
 
 Alpha lower bound of a ring all-reduce (Hockney 1994's alpha-beta model; ring all-reduce =
 2(n-1) dependent steps, Thakur, Rabenseifner and Gropp 2005, Patarasuk and Yuan 2009): in
