@@ -25,13 +25,13 @@ lint:             ## style, import contracts between layers
 # (tests/serial_lock.py). The netns and vm tiers stay serial: real namespaces, fixed resources.
 test-unit:        ## no root, no network
 	@$(PY) -c "import xdist" 2>/dev/null || { echo "test-unit: pytest-xdist is missing from .venv: run 'sudo make setup' (it installs .[dev])"; exit 1; }
-	$(PYTEST) -n auto --maxprocesses 2 -m "not netns and not vm" tests
+	bash scripts/timed.sh unit $(PYTEST) -n auto --maxprocesses 2 -m "not netns and not vm" tests
 
 test-netns:       ## root: real namespaces on the host kernel
-	$(PYTEST) -m "netns and not vm" tests
+	bash scripts/timed.sh netns $(PYTEST) -m "netns and not vm" tests
 
 test-vm:          ## netem and friends: on the host if it has netem, else in ONE stock-kernel VM boot
-	$(PY) scripts/run_vm_tier.py tests
+	bash scripts/timed.sh vm $(PY) scripts/run_vm_tier.py tests
 
 test: lint test-unit test-netns test-vm   ## everything CI runs
 
