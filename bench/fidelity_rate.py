@@ -23,7 +23,7 @@ from plans import two_hosts_router  # noqa: E402
 
 from analysis.fidelity import rate_check  # noqa: E402
 from models.shaping import Shaping  # noqa: E402
-from orchestration.run.fidelity import direction_refs  # noqa: E402
+from orchestration.fidelity.run import direction_refs  # noqa: E402
 from testbed.counters.snapshot import QDISC_COLUMNS, snapshot  # noqa: E402
 from testbed.lab.lab import Lab  # noqa: E402
 

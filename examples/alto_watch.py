@@ -1,5 +1,5 @@
 """Watch a live ALTO cost map from a lab host (standard library only; experiment key
-``alto: {serve: true, live: true}``, orchestration/run/alto_live.py).
+``alto: {serve: true, live: true}``, orchestration/alto/live.py).
 
     python3 examples/alto_watch.py http://ADDR:8181/ METRIC DST_PID [TIMEOUT_S]
 

@@ -1,5 +1,5 @@
 """Faults and dynamics during a run: the actions an experiment's ``events:`` timeline expands to
-(orchestration/run/events.py reads and checks the file form), played on the live lab by the
+(orchestration/events/spec.py reads and checks the file form), played on the live lab by the
 one scheduler thread of testbed/live/trace_player.py, which records each in ``events.jsonl``.
 
 An action is one change at one instant: ``down`` or ``up`` of some links (down: one veth
@@ -18,7 +18,7 @@ seconds after the anchor: the run's start (the moment the first workload is star
 run's t0) or, with ``anchor``, the start instant of that workload's first phase or of its
 iteration ``iteration`` (the controller's phase start, traffic_gen ReplayOptions.on_phase).
 :func:`action_to_dict` and :func:`action_from_dict` carry an action as JSON (a cluster's
-machines play their share of the actions, orchestration/cluster/eventing.py). Pure data, no
+machines play their share of the actions, orchestration/events/cluster.py). Pure data, no
 root.
 """
 

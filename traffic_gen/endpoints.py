@@ -64,7 +64,7 @@ class Endpoints:
     def tls_with(self, peer_ip: str) -> bool:
         """Whether a connection between this host and ``peer_ip`` runs TLS (module
         docstring)."""
-        # pairs hold every address of both hosts (orchestration/run/tls_pairs.py): a pair
+        # pairs hold every address of both hosts (orchestration/privacy/tls_pairs.py): a pair
         # with any of this host's NICs is the pair of hosts
         return self.tls_server is not None and (
             self.tls_pairs is None or any(frozenset((mine, peer_ip)) in self.tls_pairs

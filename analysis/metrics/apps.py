@@ -1,6 +1,6 @@
 """Applications (``kind: app`` workloads): completion time and the slowest node.
 
-From ``apps.jsonl`` (orchestration/run/app_run.py: one record per node with ``t_start``,
+From ``apps.jsonl`` (orchestration/apps/run.py: one record per node with ``t_start``,
 ``t_end`` epoch seconds on the shared host clock, ``duration_s``, ``exit_code``). The
 completion time of a workload is ``max(t_end) - min(t_start)`` over its nodes, as a job's
 makespan (the time from the first process started to the last one finished); the slowest

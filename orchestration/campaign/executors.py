@@ -15,7 +15,7 @@ Concurrency: a task asks Ray for ``cpus_per_point`` CPUs (default 1), so a machi
 ``ray start --num-cpus C`` runs at most C / cpus_per_point points at once. Labs of concurrent
 points never collide (their namespaces and interfaces carry the run id), but they share the
 CPUs: HTB dequeues, the native delay line and the agents all run on them, and the fidelity
-check calls a run untrustworthy once the CPU saturates (orchestration/run/fidelity.py). One
+check calls a run untrustworthy once the CPU saturates (orchestration/fidelity/run.py). One
 point per core is the most that keeps that budget; give a point more CPUs for large labs.
 
 Copy-back: orchestration.campaign.copyback (in place where the worker sees the results folder,

@@ -14,7 +14,7 @@ measure.py, and stored as JSON under the state directory) against a lab's demand
   line, plus the hosts' summed rate / agent_bps_per_core (the agents' own CPU per bit moved,
   measured on an unshaped path; agents per core at a lab's host rate = that / the host
   rate). The lab fits at fidelity when that is at most :data:`HEADROOM` of the machine's
-  cores: the fidelity check (orchestration/run/fidelity.py) calls a run saturated at a
+  cores: the fidelity check (orchestration/fidelity/run.py) calls a run saturated at a
   95th-percentile CPU of 90%, and 20 points below that leave room for the sampler, captures
   and bursts above the mean.
 - The traffic model is the worst case (every host sending at once); a workload that sends

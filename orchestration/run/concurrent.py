@@ -11,18 +11,17 @@ processes is appended to by one thread at a time).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from models.fanout import fan_out
+from orchestration.starting import START_LOCK
 from traffic_gen.launch import LabLauncher
 
 __all__ = ["start_groups", "SerialLauncher", "run_group", "START_LOCK"]
 
 R = TypeVar("R")
 # one process start at a time across the threads of a group (agents and kind: app processes)
-START_LOCK = threading.Lock()
 
 
 def start_groups(entries: Sequence[Any]) -> list[list[int]]:

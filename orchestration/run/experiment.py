@@ -24,7 +24,7 @@ An experiment file (YAML)::
     capture: {interfaces: bottleneck, snaplen: 128, rotate_size: 100MB, files: 4}
                                        # or interfaces: all | [s1:rx, ...]; enabled: false
     counters: {interval: 10ms, tcp: true}   # qdisc/link/TCP_INFO samples; enabled: false
-    events:                            # faults and dynamics (orchestration/run/events.py)
+    events:                            # faults and dynamics (orchestration/events/spec.py)
       - {at: 2s, kind: link_down, link: dci-a}
         start: after_previous          # or with_previous: run concurrently with the workload
                                        # before it (every kind; see runner.py)
@@ -37,8 +37,8 @@ An experiment file (YAML)::
 
 Each workload kind (its keys and its builder) is one module of orchestration/run/kinds/:
 ``kind: inference`` and ``kind: background`` take the keys of
-orchestration/run/serving_entries.py, ``kind: app`` (a real application on several nodes) those
-of orchestration/run/app_entries.py.
+orchestration/serving/entries.py, ``kind: app`` (a real application on several nodes) those
+of orchestration/apps/entries.py.
 
 Relative paths are relative to the experiment file. Errors name the file, key path and line.
 """
@@ -65,7 +65,7 @@ from models.specfile import MAX_CONNS_PER_PEER, issues_from_validation, with_lin
 from models.unit_fields import Duration, Quantity, Size, SpecModel
 from models.units import parse_duration_s
 from orchestration.cluster.spec import ClusterSpec
-from orchestration.run.events import EventEntry
+from orchestration.events.spec import EventEntry
 from orchestration.run.kinds import KIND_NAMES, WorkloadEntry
 from topologies.loader import read_yaml
 
@@ -76,7 +76,7 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 EXPERIMENT_TOP = "an experiment: a mapping with name, topology and workloads"
 _KINDS = KIND_NAMES  # the workload kinds, each a module of orchestration.run.kinds
 _Forbid = ConfigDict(extra="forbid")
-_AT_TAGS = ("time", "workload")  # orchestration/run/events.py: At
+_AT_TAGS = ("time", "workload")  # orchestration/events/spec.py: At
 
 
 class TopologyRef(SpecModel):
@@ -206,9 +206,9 @@ class AltoSpecModel(SpecModel):
     ``pids`` one PID per ``site`` or per ``rack``; ``metric`` the cost that ``placement:
     {policy: cost_map}``, ``ring_order: cost_map`` and ``hierarchy: cost_map`` minimise;
     ``serve`` also serves them over HTTP from
-    ``node``'s namespace (default: the first host) on ``port`` (orchestration.run.alto_serve);
+    ``node``'s namespace (default: the first host) on ``port`` (orchestration.alto.serve);
     ``live`` refreshes the ``bw-available`` and ``delay-ow`` maps from the counters every
-    ``refresh`` during the run (orchestration.run.alto_live; needs ``counters``)."""
+    ``refresh`` during the run (orchestration.alto.live; needs ``counters``)."""
 
     model_config = _Forbid
     pids: Literal["site", "rack"] = "site"
@@ -236,7 +236,7 @@ class ExperimentSpec(SpecModel):
     capture: CaptureSpecModel = Field(default_factory=CaptureSpecModel)
     counters: CountersSpecModel = Field(default_factory=CountersSpecModel)
     alto: AltoSpecModel = Field(default_factory=AltoSpecModel)
-    events: list[EventEntry] = Field(default_factory=list)  # orchestration/run/events.py
+    events: list[EventEntry] = Field(default_factory=list)  # orchestration/events/spec.py
     cluster: ClusterSpec | None = None  # the lab over these machines (orchestration/cluster/)
     # a CPU for the native delay line alone (testbed.lab.lab.Lab line_cpu); None: shared
     delay_line_cpu: Annotated[int, Field(ge=0)] | None = None

@@ -41,19 +41,25 @@ from models.rundir import (
 from models.schedule import Gather
 from models.specfile import Ref, line_of, resolve_ref, with_lines
 from models.units import UnitError, parse_duration_s, parse_size_bytes
+from orchestration.alto.files import write_alto
+from orchestration.alto.live import live_alto
+from orchestration.alto.serve import server_node, serving_alto
+from orchestration.apps.run import run_app
 from orchestration.cluster.control import Control
 from orchestration.cluster.lab import ClusterLab, connect
-from orchestration.cluster.observing import Observed
+from orchestration.cluster.run import check_cluster, cluster_lab_run, write_cluster_fidelity
 from orchestration.cluster.spec import parse_cluster
-from orchestration.run.alto_files import write_alto
-from orchestration.run.alto_live import live_alto
-from orchestration.run.alto_serve import server_node, serving_alto
-from orchestration.run.app_run import run_app
+from orchestration.events.hits import annotate_failures, failure_cause
+from orchestration.events.spec import plan_events
+from orchestration.events.traces import playing_traces
+from orchestration.fidelity.run import FidelityMonitor
+from orchestration.observe.cluster import Observed
+from orchestration.observe.local import ObserveConfig, observe_config, observing
+from orchestration.privacy.locality_check import check_placement
+from orchestration.privacy.tls_cert import write_run_certificate
+from orchestration.privacy.tls_pairs import check_tls, uses_tls, workload_tls_pairs
 from orchestration.run.build import BuiltWorkload, build_entry
-from orchestration.run.cluster_run import check_cluster, cluster_lab_run, write_cluster_fidelity
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
-from orchestration.run.event_hits import annotate_failures, failure_cause
-from orchestration.run.events import plan_events
 from orchestration.run.experiment import (
     EXPERIMENT_TOP,
     ExperimentSpec,
@@ -61,15 +67,9 @@ from orchestration.run.experiment import (
     parse_experiment,
     spec_issue,
 )
-from orchestration.run.fidelity import FidelityMonitor
-from orchestration.run.locality_check import check_placement
-from orchestration.run.observe import ObserveConfig, observe_config, observing
 from orchestration.run.runlog import RunLog
 from orchestration.run.salvage import salvage
 from orchestration.run.size_check import size_issues
-from orchestration.run.tls_cert import write_run_certificate
-from orchestration.run.tls_pairs import check_tls, uses_tls, workload_tls_pairs
-from orchestration.run.traces import playing_traces
 from orchestration.run.transport import (
     apply_host_transport,
     congestion_control_record,
@@ -355,7 +355,7 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path,
             except SpecError as exc:
                 bad += exc.issues
             try:
-                check_placement(entry, w, plan, i, source)  # data: {enforce: refuse}
+                check_placement(entry, w.schedule, w.placement, plan, i, source)  # data: refuse
             except SpecError as exc:
                 bad += exc.issues
             if bad:
@@ -382,7 +382,7 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path,
     backend = _backend(spec, base, source, doc)
     machines: dict[str, str] = {}
     spec, cluster_source = _with_topology_cluster(spec, base, source, doc)
-    if spec.cluster is not None:  # the lab over machines (orchestration/run/cluster_run.py)
+    if spec.cluster is not None:  # the lab over machines (orchestration/cluster/run.py)
         machines = check_cluster(spec, plan, source, doc, backend, cluster_source)
         # agents start by their own sleep: the starters' sockets (kick) cannot cross machines
         options = dataclasses.replace(options, start_mode="sleep", python=spec.cluster.python)
@@ -478,7 +478,7 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
     def replay_one(i: int) -> ReplayResult:
         w = prep.workloads[i]
         part = run_dir / "workloads" / f"{i}-{w.name}"
-        if w.app is not None:  # kind: app, real processes (orchestration.run.app_run)
+        if w.app is not None:  # kind: app, real processes (orchestration.apps.run)
             if player is not None:  # events at {workload: NAME, offset}: from now
                 player.anchor(w.name)
             assert isinstance(lab, Lab)  # refused on clusters (cluster_run.check_cluster)
@@ -730,7 +730,7 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
     """Lab up, fidelity probes, capture and sampling, every workload, lab down; then records
     merged, fidelity.json and the manifest written, also after a failure (kept in error.json
     and ``outcome``). Only KeyboardInterrupt propagates. With ``controls`` (a cluster
-    experiment) the lab is the machines' (orchestration.run.cluster_run), each observed and
+    experiment) the lab is the machines' (orchestration.cluster.run), each observed and
     checked on its machine."""
     monitors: list[FidelityMonitor] = []  # the local lab's, once made (also after a failure)
     observed = Observed()  # a cluster's: each machine's fidelity data

@@ -3,7 +3,7 @@ documents from inside one lab node's namespace, so workloads and applications on
 (namespaces or containers) can ask the network for its map.
 
 Standard library only, so it runs as a plain script (``python3 testbed/apps/alto_server.py
---dir RUN_DIR/alto --address ADDR --port PORT``); orchestration/run/alto_serve.py starts it
+--dir RUN_DIR/alto --address ADDR --port PORT``); orchestration/alto/serve.py starts it
 with the lab and ends it by pid. Resources (RFC 7285 section 9, information resource
 directory):
 

@@ -1,5 +1,5 @@
 """Live rates from the sampler's rows, for consumers during the run (the live ALTO cost maps,
-orchestration/run/alto_live.py): every ``every_s`` the sampler writes one JSON snapshot.
+orchestration/alto/live.py): every ``every_s`` the sampler writes one JSON snapshot.
 
 Snapshot (``counters/live.json``, replaced atomically, models/atomic.py)::
 

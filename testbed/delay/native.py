@@ -14,7 +14,7 @@ Without ``--queue-bypass`` the kernel drops what no helper takes: a dead helper 
 link, never an undelayed one; :func:`check_alive` names link and direction.
 
 A live change (:func:`check_change`, :func:`update`) from a process that attached to the lab
-(``Lab.attach``: a cluster machine's event player, orchestration/cluster/events_part.py)
+(``Lab.attach``: a cluster machine's event player, orchestration/events/cluster_part.py)
 first adopts the helpers the lab's registry lists (pid and start time, their parameter and
 stderr files in the registry directory, the queue parameters of the lab's plan), so the
 SIGHUP and its acknowledgement work as from the process that brought the lab up.

@@ -105,7 +105,7 @@ class TracePlayer:
     says why and the thread plays at normal priority. on_record: also given every event
     record (a dict, as written to ``events_out``; from the player's thread, and from
     :meth:`stop` for the actions not reached): a cluster machine's part sends them to the
-    driver (orchestration/cluster/events_part.py). Side effects: a thread; changes
+    driver (orchestration/events/cluster_part.py). Side effects: a thread; changes
     the lab's links, routes, qdiscs and plan.json; writes ``out`` and ``events_out``.
     """
 

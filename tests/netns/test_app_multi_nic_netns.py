@@ -12,9 +12,9 @@ import pytest
 from pyroute2 import IPRoute
 
 from models.paths import peer_addresses
-from orchestration.run.app_entries import AppEntry
-from orchestration.run.app_run import run_app
-from orchestration.run.apps import build_app
+from orchestration.apps.argv import build_app
+from orchestration.apps.entries import AppEntry
+from orchestration.apps.run import run_app
 from topologies import generate
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]

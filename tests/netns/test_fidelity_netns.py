@@ -11,7 +11,7 @@ import pytest
 from plans import two_hosts_router, two_hosts_switch
 
 from models.shaping import Shaping
-from orchestration.run.fidelity import FidelityMonitor, echo_probes
+from orchestration.fidelity.run import FidelityMonitor, echo_probes
 from testbed.counters.rttprobe import EchoProbe, probe_rtts
 
 pytestmark = pytest.mark.netns

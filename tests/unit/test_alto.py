@@ -83,7 +83,7 @@ def test_unknown_metric_and_grouping_are_refused(two_dc):
 def test_run_directory_gets_the_maps_and_an_index(two_dc, tmp_path):
     import json
 
-    from orchestration.run.alto_files import write_alto
+    from orchestration.alto.files import write_alto
 
     write_alto(tmp_path, two_dc)
     names = sorted(p.name for p in (tmp_path / "alto").iterdir())
@@ -100,7 +100,7 @@ def test_run_directory_gets_the_maps_and_an_index(two_dc, tmp_path):
 
 
 def test_server_directory_names_every_document(two_dc, tmp_path):
-    from orchestration.run.alto_files import write_alto
+    from orchestration.alto.files import write_alto
     from testbed.apps.alto_server import directory
 
     write_alto(tmp_path, two_dc)
@@ -165,7 +165,7 @@ def test_live_costs_take_the_measured_use_off_the_configured_ones(two_dc):
 def test_the_sampler_snapshot_gives_rates_over_its_window(tmp_path):
     import json
 
-    from orchestration.run.alto_live import usage_of
+    from orchestration.alto.live import usage_of
     from testbed.counters.live import LiveRates
 
     live = LiveRates(tmp_path / "live.json", 0.5)

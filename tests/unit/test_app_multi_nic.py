@@ -8,8 +8,8 @@ import pytest
 
 from models.errors import SpecError
 from models.paths import host_addresses, peer_addresses
-from orchestration.run.app_entries import AppEntry
-from orchestration.run.apps import build_app
+from orchestration.apps.argv import build_app
+from orchestration.apps.entries import AppEntry
 from topologies import generate
 
 

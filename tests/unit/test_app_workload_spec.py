@@ -10,7 +10,7 @@ import pytest
 
 from analysis.metrics.apps import app_metrics
 from models.errors import SpecError
-from orchestration.run.apps import fill
+from orchestration.apps.argv import fill
 from orchestration.run.runner import prepare
 
 TOPO = """\

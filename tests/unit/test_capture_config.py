@@ -10,7 +10,7 @@ import pytest
 
 import topologies
 from models.errors import SpecError
-from orchestration.run.observe import warn_incomplete
+from orchestration.observe.local import warn_incomplete
 from orchestration.run.runner import prepare
 from testbed.capture.points import CapturePoint, select_interfaces
 from testbed.capture.tcpdump import CaptureConfig, kernel_buffer_kib, pcap_base, tcpdump_argv

@@ -16,11 +16,11 @@ import pytest
 import topologies
 from analysis.pcap.detect import open_capture
 from models.counter_columns import SCHEMAS
-from orchestration.cluster.collect import Part, merge_parts, shift_pcap
-from orchestration.cluster.fidelity import clock_check, cluster_fidelity, underlay_check
 from orchestration.cluster.spec import parse_cluster
 from orchestration.cluster.tunnels import place, tunnels
 from orchestration.cluster.underlay import account, pair_key
+from orchestration.fidelity.cluster import clock_check, cluster_fidelity, underlay_check
+from orchestration.observe.cluster_collect import Part, merge_parts, shift_pcap
 
 EXAMPLES = Path(topologies.__file__).parent / "examples"
 

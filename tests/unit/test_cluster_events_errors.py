@@ -11,8 +11,8 @@ import pytest
 from test_cluster_experiment import MACHINES, experiment
 
 from models.errors import LabError
-from orchestration.cluster import eventing
 from orchestration.cluster.control import Offset
+from orchestration.events import cluster as eventing
 from orchestration.run.runner import prepare
 
 DCI = "dc1-b1-dc2-b1"

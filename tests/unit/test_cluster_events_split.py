@@ -13,7 +13,7 @@ from models.errors import SpecError
 from models.events import EventAction, action_from_dict, action_to_dict
 from models.shaping import GilbertElliott
 from models.units import BufferSize
-from orchestration.cluster.eventing import DRIVER, merge_records, split_actions
+from orchestration.events.cluster import DRIVER, merge_records, split_actions
 from orchestration.run.runner import prepare
 
 DCI = "dc1-b1-dc2-b1"

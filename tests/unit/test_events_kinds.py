@@ -1,10 +1,10 @@
-"""The ``events:`` kinds beyond links up/down (orchestration/run/events.py): trace, partition
+"""The ``events:`` kinds beyond links up/down (orchestration/events/spec.py): trace, partition
 and heal, straggler, corrupt (percent or bit error rate), degrade ramps, node_down with its
 agents frozen or killed. Expanded before any lab exists, bad values refused naming file, key
 and line with suggestions; the native delay line's live limits refused by line_problems; the
 scheduler's ramp steps, slowdowns and agent signals against fakes (testbed/live/trace_player.py);
 failure records annotated with the links down and agents stopped on their way
-(orchestration/run/event_hits.py)."""
+(orchestration/events/hits.py)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from models.errors import LabError, SpecError
 from models.events import EventAction
 from models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
 from models.shaping import Shaping
-from orchestration.run.event_hits import annotate_failures, state_at
-from orchestration.run.events import line_problems
+from orchestration.events.hits import annotate_failures, state_at
+from orchestration.events.spec import line_problems
 from orchestration.run.runner import prepare
 from testbed.live.trace_player import TracePlayer, ramp_step
 
@@ -413,7 +413,7 @@ def test_link_actions_are_prepared_before_their_instant_and_applied_without_gc(t
 
 
 def test_a_failure_explained_by_an_event_says_so_instead_of_advising_a_longer_timeout():
-    from orchestration.run.event_hits import failure_cause
+    from orchestration.events.hits import failure_cause
     from traffic_gen.transfers import OVERDUE_ADVICE
 
     detail = f"TimeoutError: could not send 10 bytes within timeouts.transfer (2 s): 4 moved; " \

@@ -1,4 +1,4 @@
-"""``events:`` of experiment files (orchestration/run/events.py): expanded to actions before
+"""``events:`` of experiment files (orchestration/events/spec.py): expanded to actions before
 any lab exists; bad names, kinds and times are refused naming file, key and line, with
 suggestions, and `aitb run` creates nothing for them. The scheduler's event path against a
 fake lab (testbed/live/trace_player.py): order, anchors, records, actions never reached."""

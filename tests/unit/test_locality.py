@@ -1,4 +1,4 @@
-"""Data locality (models.locality, orchestration.run.locality_check, analysis.locality) and the
+"""Data locality (models.locality, orchestration.privacy.locality_check, analysis.locality) and the
 evidence chain (models.evidence) on examples/data_locality.yaml's plan and hand-made records;
 no root, no network."""
 

@@ -1,5 +1,5 @@
 """TLS 1.3 of the agents' connections (traffic_gen/tls.py) over a socket pair (no network),
-the run's certificate (orchestration/run/tls_cert.py) and the encryption summary
+the run's certificate (orchestration/privacy/tls_cert.py) and the encryption summary
 (analysis.encryption) on hand-made records."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analysis.encryption import compare, encryption_summary
-from orchestration.run.tls_cert import write_run_certificate
+from orchestration.privacy.tls_cert import write_run_certificate
 from traffic_gen.tls import client_context, server_context, wire_bytes, wrap_client, wrap_server
 
 
@@ -123,8 +123,8 @@ def _exp(tmp_path, transport: str, extra_workload: str = "") -> Path:
 
 
 def test_tls_per_site_pair_lists_the_address_pairs_between_those_sites(tmp_path):
+    from orchestration.privacy.tls_pairs import encrypts, tls_address_pairs
     from orchestration.run.runner import prepare
-    from orchestration.run.tls_pairs import encrypts, tls_address_pairs
 
     prep = prepare(_exp(tmp_path, "transport: {encryption: tls, encrypt_between: "
                                   "[[dc2, dc1]]}"))
@@ -176,7 +176,7 @@ def test_a_multi_nic_hosts_every_address_is_in_its_tls_pairs(tmp_path):
     """Before: only each host's first address was paired, so a connection from h1's second
     NIC (its route to h3 leaves there) ran in the clear where TLS was asked for."""
     from models.paths import host_addresses
-    from orchestration.run.tls_pairs import tls_address_pairs
+    from orchestration.privacy.tls_pairs import tls_address_pairs
     from topologies import load_topology
     from traffic_gen.endpoints import Endpoints
 

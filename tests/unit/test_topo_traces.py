@@ -108,7 +108,7 @@ def test_scaled_plan_scales_trace_rates_too(tmp_path):
 
 
 def test_fidelity_has_no_single_rate_for_a_traced_direction(tmp_path):
-    from orchestration.run.fidelity import direction_refs
+    from orchestration.fidelity.run import direction_refs
     from testbed.lab.layout import make_layout
 
     _files(tmp_path)

@@ -1,6 +1,6 @@
-"""``transport: {encryption: tls | none}`` of one workload entry (orchestration/run/tls_pairs.py):
-which host pairs the agents encrypt, and the refusals (workloads sharing hosts that disagree,
-UDP over TLS, a bad value), before any lab exists."""
+"""``transport: {encryption: tls | none}`` of one workload entry
+(orchestration/privacy/tls_pairs.py): which host pairs the agents encrypt, and the refusals
+(workloads sharing hosts that disagree, UDP over TLS, a bad value), before any lab exists."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from models.errors import SpecError
+from orchestration.privacy.tls_cert import write_run_certificate
+from orchestration.privacy.tls_pairs import tls_address_pairs, uses_tls, workload_tls_pairs
 from orchestration.run.runner import prepare
-from orchestration.run.tls_cert import write_run_certificate
-from orchestration.run.tls_pairs import tls_address_pairs, uses_tls, workload_tls_pairs
 from traffic_gen.endpoints import Endpoints
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -207,7 +207,7 @@ def observe(run_id: str,
     observe_part.py); JSON lines on stdout."""
     import sys
 
-    from orchestration.cluster.observe_part import observe_part
+    from orchestration.observe.cluster_part import observe_part
 
     try:
         cfg = json.loads(config)
@@ -218,11 +218,11 @@ def observe(run_id: str,
 
 def events(run_id: str) -> None:
     """Play event actions on a deployed lab as told on stdin until a stop or end of file:
-    the machine's side of a cluster run's events (orchestration/cluster/events_part.py);
+    the machine's side of a cluster run's events (orchestration/events/cluster_part.py);
     JSON lines on stdout."""
     import sys
 
-    from orchestration.cluster.events_part import events_part
+    from orchestration.events.cluster_part import events_part
 
     raise typer.Exit(events_part(run_id, sys.stdin, sys.stdout))
 

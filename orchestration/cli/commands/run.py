@@ -179,7 +179,7 @@ def _check_delay_lines(prep: Any, path: Path) -> None:
     beyond its memory cap; the events: it could not play live), naming link, direction and
     key (and the event)."""
     from orchestration.cli.commands.topo import line_issues_here
-    from orchestration.run.events import line_problems
+    from orchestration.events.spec import line_problems
     from testbed.delay.nfqueue.choose import lines_of, resolve_here
 
     # the topology's own file where it has one (else the experiment's topology.inline)

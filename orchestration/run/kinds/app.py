@@ -1,5 +1,5 @@
 """``kind: app``: a real application on several nodes (entry in
-orchestration/run/app_entries.py, processes planned by orchestration/run/apps.py); its
+orchestration/apps/entries.py, processes planned by orchestration/apps/argv.py); its
 schedule is empty, the runner starts the processes instead."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from models.plan import LabPlan
 from models.schedule import Schedule
 from models.stragglers import StragglerSpec
-from orchestration.run.app_entries import AppEntry
-from orchestration.run.apps import build_app
+from orchestration.apps.argv import build_app
+from orchestration.apps.entries import AppEntry
 from orchestration.run.kinds.common import BuiltWorkload, Ctx
 
 __all__ = ["KINDS", "Entry", "build"]

@@ -17,8 +17,8 @@ from models.specfile import MAX_RANKS, issues_from_validation
 from models.stragglers import StragglerSpec
 from models.unit_fields import SpecModel
 from models.units import UnitError
-from orchestration.run.apps import AppPlan
-from orchestration.run.serving_entries import StartMode, WorkloadTransport
+from orchestration.apps.argv import AppPlan
+from orchestration.serving.entries import StartMode, WorkloadTransport
 from workloads.cost_aware import cost_map_placement, order_rings
 from workloads.placement import place, sites_of_plan
 from workloads.transform import scale_schedule

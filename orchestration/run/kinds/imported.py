@@ -28,7 +28,7 @@ from orchestration.run.kinds.common import (
     hosts_of,
     placement_of,
 )
-from orchestration.run.serving_entries import StartMode, WorkloadTransport
+from orchestration.serving.entries import StartMode, WorkloadTransport
 from workloads.fl_placement import place_clusters
 from workloads.placement import sites_of_plan
 from workloads.spec import build_workload, parse_workload

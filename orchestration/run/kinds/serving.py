@@ -1,14 +1,14 @@
 """``kind: inference`` (LLM serving requests, TTFT and per-token latency) and ``kind:
-background`` (an offered load on the links): entries in orchestration/run/serving_entries.py,
-built by orchestration/run/serving.py from workloads.inference and workloads.background."""
+background`` (an offered load on the links): entries in orchestration/serving/entries.py,
+built by orchestration/serving/build.py from workloads.inference and workloads.background."""
 
 from __future__ import annotations
 
 from models.plan import LabPlan
 from models.stragglers import StragglerSpec
 from orchestration.run.kinds.common import BuiltWorkload, Ctx
-from orchestration.run.serving import build_serving
-from orchestration.run.serving_entries import BackgroundEntry, InferenceEntry
+from orchestration.serving.build import build_serving
+from orchestration.serving.entries import BackgroundEntry, InferenceEntry
 
 __all__ = ["KINDS", "Entry", "build"]
 

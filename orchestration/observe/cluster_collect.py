@@ -1,5 +1,5 @@
 """Captures, counter samples and fidelity data of a cluster run: observed on each machine by
-its own aitb (``aitb topo observe``, orchestration.cluster.observe_part), copied back over SSH
+its own aitb (``aitb topo observe``, orchestration.observe.cluster_part), copied back over SSH
 and merged into the one run directory, every time stamp moved onto the driver's clock.
 
 - :class:`RemoteObserver`: the observer of one machine's part, over one SSH channel.
@@ -43,7 +43,7 @@ _MAGIC = {0xA1B2C3D4: 10**6, 0xA1B23C4D: 10**9}
 
 class RemoteObserver:
     """``aitb topo observe`` of part ``run_id`` on ``control``'s machine (protocol:
-    orchestration.cluster.observe_part). The constructor returns once the machine says it
+    orchestration.observe.cluster_part). The constructor returns once the machine says it
     observes; raises LabError naming the machine with its error otherwise."""
 
     def __init__(self, control: Control, aitb: Sequence[str], run_id: str,

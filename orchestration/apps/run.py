@@ -25,8 +25,8 @@ from typing import Any
 
 from models.errors import AitbError
 from models.records import FailureRecord
-from orchestration.run.apps import AppPlan
-from orchestration.run.concurrent import START_LOCK
+from orchestration.apps.argv import AppPlan
+from orchestration.starting import START_LOCK
 from testbed.apps.launch import AppRequest
 from traffic_gen.replay import ReplayResult
 

@@ -9,13 +9,13 @@ node_down's ``agent:``, the mininet backend), each naming the file and key.
 :func:`cluster_lab_run`:
 bring-up (the underlay's delay measured and accounted, orchestration.cluster.underlay),
 observation (capture, counter sampling and the fidelity monitor on every machine, copied back
-and merged on the driver's clock: orchestration.cluster.observing), the ``events:`` played
+and merged on the driver's clock: orchestration.observe.cluster), the ``events:`` played
 by each machine on its part and merged into one events.jsonl
-(orchestration.cluster.eventing), replay, teardown of every
+(orchestration.events.cluster), replay, teardown of every
 machine's part (also after a failure, or when a machine is lost: the run then fails naming
 it); per-workload end counters (``counters_end.json``, every machine's ``aitb topo
 inspect``). :func:`write_cluster_fidelity`: fidelity.json from the machines' parts and the
-cluster's own checks (orchestration.cluster.fidelity).
+cluster's own checks (orchestration.fidelity.cluster).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from models.plan import LabPlan
 from models.rundir import read_jsonl
 from models.specfile import with_lines
 from orchestration.cluster.control import Control
-from orchestration.cluster.eventing import ClusterPlayer, playing_cluster_events
-from orchestration.cluster.fidelity import cluster_fidelity
 from orchestration.cluster.lab import ClusterLab
-from orchestration.cluster.observing import Observed, observing_cluster
 from orchestration.cluster.spec import ClusterSpec, cluster_issues, key_problems
 from orchestration.cluster.tunnels import place, tunnels
+from orchestration.events.cluster import ClusterPlayer, playing_cluster_events
+from orchestration.fidelity.cluster import cluster_fidelity
+from orchestration.observe.cluster import Observed, observing_cluster
 
 __all__ = ["check_cluster", "cluster_lab_run", "write_cluster_fidelity"]
 
@@ -143,7 +143,7 @@ def cluster_lab_run(prep: Any, controls: dict[str, Control], lab_id: str,
 
 def write_cluster_fidelity(observed: Observed, manifest: dict[str, Any], run_dir: Path
                            ) -> dict[str, Any]:
-    """Write ``run_dir/fidelity.json`` of a cluster run (orchestration.cluster.fidelity) from
+    """Write ``run_dir/fidelity.json`` of a cluster run (orchestration.fidelity.cluster) from
     the machines' parts, the manifest's ``cluster`` block and the merged flows and collectives
     (run after the records are merged); returns it."""
     from models.rundir import write_json_atomic

@@ -1,5 +1,5 @@
 """``fidelity.json`` of a cluster run: every machine's part checked on its machine as a local
-run's lab is (orchestration.run.fidelity: rates, loss, RTTs, native lines, CPU), merged, plus a
+run's lab is (orchestration.fidelity.run: rates, loss, RTTs, native lines, CPU), merged, plus a
 ``cluster`` section with the two checks only a cluster has. Pure.
 
 Clock check. Times from two machines are compared in every cross-machine quantity (a CCT

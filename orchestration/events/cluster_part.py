@@ -5,7 +5,7 @@ plays that share on its part of the lab with the trace player of a local run
 restored and read back on up, reshaping through set_shaping; one thread, SCHED_FIFO 10, the
 action made ready before its instant). Times are the machine's own clock; the driver hands it
 the run's t0 and the workloads' anchors already moved onto that clock, so the records' times
-after t0 are the driver's (orchestration.cluster.eventing).
+after t0 are the driver's (orchestration.events.cluster).
 
 Protocol on stdin/stdout (one JSON object a line):
 

@@ -56,7 +56,7 @@ class WorkloadTransport(SpecModel):
     """``transport:`` of one workload entry (every kind has it), overriding the experiment's
     ``transport.encryption`` for the connections between this workload's hosts:
     ``encryption: tls`` runs them over TLS 1.3, ``none`` in the clear
-    (orchestration/run/tls_pairs.py: workloads sharing a pair of hosts must agree, since
+    (orchestration/privacy/tls_pairs.py: workloads sharing a pair of hosts must agree, since
     the agents keep one set of connections per pair of hosts)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -1,6 +1,6 @@
 """``kind: app`` entries -> per-node argv and environment, placeholders filled in (pure; all
 checks before a lab exists; errors name the experiment file, ``workloads[i].<key>`` and the
-node). See :mod:`orchestration.run.app_entries` for the entry and its placeholders."""
+node). See :mod:`orchestration.apps.entries` for the entry and its placeholders."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from models.errors import SpecError, SpecIssue
 from models.paths import host_addresses, peer_addresses
 from models.plan import LabPlan
 from models.units import parse_duration_s
-from orchestration.run.app_entries import AppEntry
+from orchestration.apps.entries import AppEntry
 
 __all__ = ["PLACEHOLDERS", "AppRank", "AppPlan", "build_app", "fill"]
 

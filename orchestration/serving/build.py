@@ -11,7 +11,7 @@ from models.plan import LabPlan
 from models.schedule import Schedule, ScheduleError
 from models.specfile import MAX_FLOWS, MAX_REQUEST_MESSAGES, MAX_REQUESTS
 from models.units import parse_duration_s, parse_rate_bps, parse_size_bytes
-from orchestration.run.serving_entries import BackgroundEntry, InferenceEntry
+from orchestration.serving.entries import BackgroundEntry, InferenceEntry
 from workloads.background import (
     BackgroundParams,
     arrival_rate_per_s,

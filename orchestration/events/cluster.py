@@ -5,7 +5,7 @@ lab, the driver merges their records into the run's one ``events.jsonl``.
         replay every workload (player.anchor, player.attach as on one machine)
 
 **Split** (:func:`split_actions`, pure). The actions are the ones models.events plans and checks
-for the whole lab (orchestration/run/events.py), unchanged. A ``down`` or ``up`` goes to every
+for the whole lab (orchestration/events/spec.py), unchanged. A ``down`` or ``up`` goes to every
 machine that holds an end of one of its links, with those links: a link cut between two
 machines (orchestration.cluster.partition) is, on each, a veth between its node and the
 proxy switch of the far end, so each machine sets its own end down or up (both ends of that
@@ -17,11 +17,11 @@ delay on a cut link as at bring-up (orchestration.cluster.underlay; never below 
 straggler's ``slowdown`` stays on the driver: the controller is the driver's, and its
 message reaches the agent over the agent's SSH channel. A node's agents frozen or killed
 (``node_down`` with ``agent:``) are refused before the lab exists
-(orchestration.run.cluster_run.check_cluster): the agent is a process of its machine, its
+(orchestration.cluster.run.check_cluster): the agent is a process of its machine, its
 pid that machine's.
 
 **Play.** Every machine with a share runs ``aitb topo events PART``
-(orchestration.cluster.events_part) with the trace player of a local run. The run's t0 is the
+(orchestration.events.cluster_part) with the trace player of a local run. The run's t0 is the
 driver's clock when playing starts; each machine gets t0 + its offset (measured before the
 run), and each workload's anchors (its phase start instants, driver clock) likewise + the
 offset, sent only to the machines whose actions wait for that anchor. An action's planned
@@ -39,7 +39,7 @@ machine that failed or never reported (a lost machine); ``not_reached`` when a m
 not reach it; and ``machines``: per machine (``driver`` for a slowdown) its own ``links`` or
 ``directions``, times, ``done`` and error. A line is written once every machine of the
 action has reported it, so ``events.jsonl`` grows during the run as on one machine (failure
-records are annotated from it after each workload, orchestration.run.event_hits).
+records are annotated from it after each workload, orchestration.events.hits).
 analysis.metrics.events reads it unchanged.
 """
 
@@ -262,7 +262,7 @@ class _Merger:
 
 class RemoteEvents:
     """``aitb topo events`` of part ``run_id`` on ``control``'s machine (protocol:
-    orchestration.cluster.events_part): the constructor sends ``actions`` and returns once
+    orchestration.events.cluster_part): the constructor sends ``actions`` and returns once
     the machine is ready; records go to ``on_record(machine, record)`` from a thread. Raises
     LabError naming the machine with its error otherwise."""
 

@@ -10,13 +10,14 @@ analysis (analysis.locality) checks every recorded flow.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from models.errors import SpecError, SpecIssue
 from models.locality import DataPolicy, flow_violations
 from models.paths import PathWalker
 from models.plan import LabPlan
-from orchestration.run.kinds.common import BuiltWorkload
+from models.schedule import Schedule
 from workloads.cost_aware import traffic_matrix
 
 __all__ = ["policy_of", "check_placement"]
@@ -29,17 +30,18 @@ def policy_of(data: Any) -> DataPolicy:
                       else None)
 
 
-def check_placement(entry: Any, w: BuiltWorkload, plan: LabPlan, index: int,
-                    source: str) -> None:
+def check_placement(entry: Any, schedule: Schedule, placement: Mapping[int, str],
+                    plan: LabPlan, index: int, source: str) -> None:
     """Raise SpecError at ``workloads[index].data`` naming the first host pair, path and
-    outside node when ``entry``'s refusing data policy would be violated (module docstring);
-    nothing for an entry without ``data`` or with ``enforce: record``."""
+    outside node when ``entry``'s refusing data policy would be violated by ``schedule``
+    placed as ``placement`` (rank -> host) (module docstring); nothing for an entry without
+    ``data`` or with ``enforce: record``."""
     data = getattr(entry, "data", None)
     if data is None or data.enforce != "refuse":
         return
     policy, walker = policy_of(data), PathWalker(plan)
-    pairs = sorted({(w.placement[s], w.placement[d]) for s, d in traffic_matrix(w.schedule)
-                    if w.placement[s] != w.placement[d]})
+    pairs = sorted({(placement[s], placement[d]) for s, d in traffic_matrix(schedule)
+                    if placement[s] != placement[d]})
     for a, b in pairs:
         addr = plan.address_of(b)
         if addr is None:

@@ -1,7 +1,7 @@
 """``events:`` of an experiment file: faults and dynamics on a timeline, checked before the lab
 exists and expanded to :class:`models.events.EventAction` (played by the scheduler thread of
 testbed/live/trace_player.py, recorded in ``events.jsonl``; on a lab over several machines each
-machine plays its share, orchestration/cluster/eventing.py)::
+machine plays its share, orchestration/events/cluster.py)::
 
     events:
       - {at: 2s, kind: link_down, link: dci-a}           # at: seconds after the run's start

@@ -23,8 +23,8 @@ a server on a multi-NIC host listens on all its addresses (``0.0.0.0`` or ``{add
 An app runs one process per node: ``ranks_per_host`` does not split it per NIC.
 On a container host the command runs inside the container (argv from
 its image, ``docker exec``); on a namespace host, from the host's file system inside its
-namespace. Built and checked by :mod:`orchestration.run.apps`; run by
-:mod:`orchestration.run.app_run`.
+namespace. Built and checked by :mod:`orchestration.apps.argv`; run by
+:mod:`orchestration.apps.run`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from models.unit_fields import Duration, SpecModel
-from orchestration.run.serving_entries import StartMode, WorkloadTransport
+from orchestration.serving.entries import StartMode, WorkloadTransport
 
 __all__ = ["AppEntry"]
 

@@ -1,7 +1,7 @@
 """Capture, counter sampling and the fidelity monitor of a cluster run, around its workloads:
-each machine observes its own part (``aitb topo observe``, orchestration.cluster.observe_part),
+each machine observes its own part (``aitb topo observe``, orchestration.observe.cluster_part),
 and afterwards its directory comes back over SSH and is merged into the run directory on the
-driver's clock (orchestration.cluster.collect).
+driver's clock (orchestration.observe.cluster_collect).
 
     with observing_cluster(lab, observe, run_dir, manifest, progress) as parts:
         replay every workload
@@ -29,11 +29,11 @@ from analysis.fidelity import traffic_windows
 from models.errors import AitbError, LabError
 from models.fanout import fan_out
 from models.owned import make_owned_dir
-from orchestration.cluster.collect import Part, RemoteObserver, fetch_dir, merge_parts
 from orchestration.cluster.cut_rtt import cut_rtt_check, probe_cut_links
 from orchestration.cluster.lab import ClusterLab, uncertainty_s
-from orchestration.cluster.observe_part import remote_dir
-from orchestration.run.observe import warn_incomplete
+from orchestration.observe.cluster_collect import Part, RemoteObserver, fetch_dir, merge_parts
+from orchestration.observe.cluster_part import remote_dir
+from orchestration.observe.local import warn_incomplete
 
 __all__ = ["observing_cluster", "Observed", "remote_dir"]
 
@@ -59,7 +59,7 @@ def _timeline(run_dir: Path) -> list[dict[str, Any]]:
 def observing_cluster(lab: ClusterLab, cfg: Any, run_dir: Path, manifest: dict[str, Any],
                       progress: Callable[[str], None]) -> Iterator[Observed]:
     """Observe every machine's part of ``lab`` (up) as ``cfg`` (an ObserveConfig of
-    orchestration.run.observe) says, around the body (module docstring); writes
+    orchestration.observe.local) says, around the body (module docstring); writes
     ``run_dir/captures/``, ``run_dir/counters/`` and the manifest's ``capture`` and
     ``counters`` entries. Raises LabError naming the machine whose observer failed to start
     or stop (a failure to stop after the body's own exception is added to it as a note)."""

@@ -1,10 +1,10 @@
 """The machine's side of a cluster run's observation: ``aitb topo observe PART --config JSON``
 runs on each machine (over SSH) for the length of the run and observes that machine's part of
-the lab exactly as a local run observes its lab (orchestration.run.observe,
-orchestration.run.fidelity): tcpdump on the chosen interfaces of its nodes, the counter
+the lab exactly as a local run observes its lab (orchestration.observe.local,
+orchestration.fidelity.run): tcpdump on the chosen interfaces of its nodes, the counter
 sampler over its namespaces, the fidelity monitor's RTT probes, counter snapshots, native
 delay-line counters and CPU samples. All times are the machine's own clock; the driver moves
-them onto its own when it copies the directory back (orchestration.cluster.collect).
+them onto its own when it copies the directory back (orchestration.observe.cluster_collect).
 
 CONFIG JSON: ``{"dir": PATH, "points": [[node, ifname, link], ...], "capture": {"snaplen_bytes",
 "rotate_size_bytes", "files"}, "counters": {"interval_s", "tcp"} | null, "fidelity": bool}``.
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from models.errors import AitbError
-from orchestration.run.fidelity import FidelityMonitor
+from orchestration.fidelity.run import FidelityMonitor
 from testbed.capture.points import CapturePoint
 from testbed.capture.tcpdump import Capture, CaptureConfig
 from testbed.counters import CounterSampler, SamplerConfig
