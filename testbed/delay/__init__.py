@@ -2,9 +2,10 @@
 
 The delay line holds each packet of one link direction for its delay and applies the
 impairments (jitter, loss, reorder, duplicate, corrupt) of :class:`models.shaping.Shaping`,
-after the bottleneck buffer, on the receiving side. Today's backend is ``netem``
-(:mod:`testbed.delay.netem`: netem on an IFB fed by an ingress redirect); the
-user-space NFQUEUE delay line of :mod:`testbed.delay.nfqueue` plugs in as a second module here.
+after the bottleneck buffer, on the receiving side. Two backends: ``netem``
+(:mod:`testbed.delay.netem`: netem on an IFB fed by an ingress redirect) and ``native``
+(:mod:`testbed.delay.native`: the user-space NFQUEUE delay line of :mod:`testbed.delay.nfqueue`,
+for kernels without netem).
 
 **To add a backend: one module here + one line in** :data:`BACKENDS` **below.** A backend
 module provides (see :class:`DelayLineBackend`):
@@ -23,9 +24,11 @@ module provides (see :class:`DelayLineBackend`):
 
 :class:`testbed.lab.lab.Lab` calls ``apply`` after bring-up, ``verify`` with its readback and
 ``teardown`` before its registry's teardown, for every recipe whose ``delay_line`` is set
-(:func:`testbed.tc.recipe.direction_recipe` takes the backend name). Not yet: a live change of
-shaping (:mod:`testbed.live.reshape`) only rebuilds tc objects, and processes a backend starts
-should be registered (``Lab.popen`` does) so that ``aitb clean`` finds them.
+(:func:`testbed.tc.recipe.direction_recipe` takes the backend name). A live change of shaping
+(:meth:`testbed.lab.lab.Lab.set_shaping`) rebuilds the tc objects (:mod:`testbed.live.reshape`)
+and hands a native line its new parameters (``native.check_change``, ``native.update``). A
+process a backend starts is registered the moment it exists (the native helpers through
+``Lab.popen_host``), so that ``aitb clean`` finds it.
 """
 
 from __future__ import annotations
