@@ -14,33 +14,49 @@ from aitb.errors import SpecError
 from aitb.schedule import Collective, Compute, Group, Op, Schedule, SendRecv
 from workloads.layout import Layout
 from workloads.summary import collective_table, compute_per_rank_s
-from workloads.training.flops import iteration_model_flops, params_per_tp_rank, split_params
+from workloads.training.flops import (
+    iteration_model_flops,
+    params_per_tp_rank,
+    split_params,
+    stage_params,
+)
 from workloads.training.megatron import StageBuilder, Step
-from workloads.training.params import Accelerator, Parallelism, TransformerModel, check_training
+from workloads.training.params import (
+    Accelerator,
+    Parallelism,
+    Recompute,
+    TransformerModel,
+    check_recompute,
+    check_training,
+)
 from workloads.training.pipeline import merge_stages, stage_sequence
 
-__all__ = ["TransformerModel", "Parallelism", "Accelerator", "training_schedule",
-           "ideal_iteration", "check_training"]
+__all__ = ["TransformerModel", "Parallelism", "Accelerator", "Recompute", "training_schedule",
+           "ideal_iteration", "check_training", "check_recompute"]
 
 _KINDS = ("tp", "dp", "pp", "ep", "ep_dp", "embedding")
 
 
 def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None = None, *,
-                      iterations: int = 1, file: str | None = None,
-                      name: str | None = None, prefix: tuple[str | int, ...] = ()) -> Schedule:
-    """One training iteration of ``m`` under ``p`` (repeated ``iterations`` times), named
-    ``name`` (default: the model's name).
+                      recompute: Recompute | None = None, iterations: int = 1,
+                      file: str | None = None, name: str | None = None,
+                      prefix: tuple[str | int, ...] = ()) -> Schedule:
+    """One training iteration of ``m`` under ``p`` with activation ``recompute`` (default
+    none; repeated ``iterations`` times), named ``name`` (default: the model's name).
 
-    Raises :class:`SpecError` listing every inconsistency (see check_training), each naming
-    ``file`` and its key under ``prefix`` (the key path of the spec in ``file``).
-    ``meta`` records the layout, micro-batches and per-rank parameter count.
+    Raises :class:`SpecError` listing every inconsistency (see check_training and
+    check_recompute), each naming ``file`` and its key under ``prefix`` (the key path of the
+    spec in ``file``). ``meta`` records the layout, micro-batches, recomputation, per-rank
+    parameter counts and each stage's parameters per TP rank (``stage_params_per_tp_rank``).
     """
+    r = recompute or Recompute()
     issues = check_training(m, p, file=file, prefix=prefix)
+    issues += check_recompute(r, m, p, file=file, prefix=prefix)
     if issues:
         raise SpecError(issues)
     a = a or Accelerator()
     layout = Layout(tp=p.tp, dp=p.data_parallel, pp=p.pp, ep=p.ep)
-    b = StageBuilder(m, p, a)
+    b = StageBuilder(m, p, a, r)
     steps = merge_stages([stage_sequence(b, s) for s in range(p.pp)])
     groups = {n: g for k in _KINDS if _used(k, m, p) for n, g in layout.groups(k).items()}
     by_stage = _groups_by_stage(layout, groups)
@@ -50,6 +66,8 @@ def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None
             "microbatches": p.microbatches, "params_per_tp_rank": params_per_tp_rank(m, p.tp),
             "dense_params_per_rank": split_params(m, p.tp, p.ep)[0],
             "expert_params_per_rank": split_params(m, p.tp, p.ep)[1],
+            "stage_params_per_tp_rank": [stage_params(m, p.tp, p.pp, i) for i in range(p.pp)],
+            "recompute": r.granularity, "untie_embeddings": m.untie_embeddings,
             "scale": 1.0}
     return Schedule(name=name or m.name, world_size=layout.world_size, groups=groups, ops=ops,
                     iterations=iterations, source=file or "<training>", meta=meta)
@@ -57,7 +75,8 @@ def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None
 
 def _used(kind: str, m: TransformerModel, p: Parallelism) -> bool:
     return {"tp": p.tp > 1, "dp": p.data_parallel > 1, "pp": p.pp > 1, "ep": p.ep > 1,
-            "ep_dp": m.num_experts > 0 and p.data_parallel // p.ep > 1, "embedding": p.pp > 1}[kind]
+            "ep_dp": m.num_experts > 0 and p.data_parallel // p.ep > 1,
+            "embedding": p.pp > 1 and not m.untie_embeddings}[kind]
 
 
 def _groups_by_stage(layout: Layout, groups: dict[str, Group]) -> dict[tuple[int, str], list]:
