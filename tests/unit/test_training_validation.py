@@ -23,7 +23,8 @@ the activation A = 2 b s h bytes (bf16):
   last stage; Megatron's data broadcasts (40 and 8 (t d p + s b) bytes) and one 4-byte
   NaN check per iteration.
 * PP: a stage sends A per micro-batch to the next stage (activations) and to the previous
-  one (gradients): m A ([i < p-1] + [i > 0]).
+  one (gradients): m A ([i < p-1] + [i > 0]); with scatter/gather (Narayanan sec. 4.1) A/t,
+  and each received share is all-gathered over TP, (t-1)/t A per GPU and hand-off.
 * DP: the stage's gradients, P_i x G bytes (G = 4 for fp32, 2 for bf16) with
   P_i = (l/p)((12h^2 + 7h)/t + 6h) + [i = 0](V h/t + s h) + [i = p-1](2h + V h/t)
   (Narayanan eq. 2 split by Megatron's TP sharding, embeddings on both ends; the last term
@@ -79,6 +80,7 @@ class Job:
     untie: bool = False
     grad_dtype: str = "fp32"
     zero: int = 0
+    scatter_gather: bool = False
     parameters: int | None = None
     extra: dict = field(default_factory=dict)
 
@@ -93,7 +95,8 @@ class Job:
         return training_schedule(
             self.model(), Parallelism(tp=self.tp, pp=self.pp, dp=self.dp,
                                       micro_batch_size=self.mbs,
-                                      num_microbatches=self.micro, zero_stage=self.zero),
+                                      num_microbatches=self.micro, zero_stage=self.zero,
+                                      scatter_gather_pp=self.scatter_gather),
             recompute=Recompute(granularity=self.recompute, method=self.method,
                                 num_layers=self.recompute_layers))
 
@@ -101,7 +104,8 @@ class Job:
         r = self.recompute + (f" {self.method} {self.recompute_layers}" if self.method else "")
         return (f"t{self.tp} p{self.pp} d{self.dp}, b {self.mbs}, m {self.micro}, recompute "
                 f"{r}, {'untied' if self.untie else 'tied'}, {self.grad_dtype} grads, "
-                f"{'ZeRO-1' if self.zero == 1 else 'all-reduce'}")
+                f"{'ZeRO-1' if self.zero == 1 else 'all-reduce'}"
+                + (", scatter/gather PP" if self.scatter_gather else ""))
 
 
 GPT27 = dict(layers=32, hidden=2560, heads=32, seq=2048, vocab=51200, tp=8, pp=2, dp=2,
@@ -119,6 +123,8 @@ GRID = (
     Job("small", tp=1, pp=2, dp=4, micro=3, untie=True, grad_dtype="bf16", **SMALL),
     Job("small", tp=2, pp=2, dp=1, micro=5, recompute="full", method="block",
         recompute_layers=3, **SMALL),
+    Job("small", tp=4, pp=3, dp=2, micro=4, scatter_gather=True,
+        **{**SMALL, "layers": 6}),
 )
 
 
@@ -184,13 +190,16 @@ def closed_form(j: Job) -> dict[tuple[int, str], Fraction]:
             redo = per if (j.method or "uniform") == "uniform" else min(j.recompute_layers, per)
         else:
             redo = 0
+        hand_offs = m * ((i < p - 1) + (i > 0))  # sent, and received, per GPU
         if t > 1:
             calls = 4 * per + 2 * redo + first + last
             tp = ring(t) * (m * (calls * act + last * 3 * 4 * b * s) + 4)
             tp += Fraction(t - 1, t) * m * (40 + 8 * (t * d * p + s * b))
+            if j.scatter_gather:  # each received 1/t share all-gathered: (t-1)/t x A
+                tp += Fraction(t - 1, t) * act * hand_offs
             out[(i, "tp")] = tp
         if p > 1:
-            out[(i, "pp")] = Fraction(m * act * ((i < p - 1) + (i > 0)))
+            out[(i, "pp")] = Fraction(act * hand_offs, t if j.scatter_gather else 1)
         params = per * ((12 * h * h + 7 * h) // t + 6 * h)
         params += first * (word + s * h)
         params += last * (2 * h + (word if (p > 1 or j.untie) else 0))
@@ -392,7 +401,9 @@ def render() -> str:
         "all-reduce on the first stage, the output layer's backward all-reduce on the last; "
         "3 cross-entropy all-reduces of 4 b s bytes on the last stage; Megatron's data "
         "broadcasts (40 and 8 (t d p + s b) bytes) per micro-batch; a 4-byte NaN check.",
-        "- PP: m A to the next stage (activations) and m A to the previous one (gradients).",
+        "- PP: m A to the next stage (activations) and m A to the previous one (gradients); "
+        "with scatter/gather (Narayanan et al., sec. 4.1) A/t per GPU, and every received "
+        "share all-gathered over TP ((t-1)/t A per GPU, counted under tp).",
         "- DP: the stage's parameters P_i x G (G = 4 fp32, 2 bf16 gradients), "
         "P_i = (l/p)((12h^2 + 7h)/t + 6h) + [first](V h/t + s h) + [last](2h + V h/t) "
         "(the last V h/t: the tied copy, or the untied output layer), all-reduced, or with "

@@ -29,7 +29,7 @@ from workloads.training.params import (
     check_recompute,
     check_training,
 )
-from workloads.training.pipeline import merge_stages, stage_sequence
+from workloads.training.pipeline import bubble_fraction, merge_stages, stage_sequence
 
 __all__ = ["TransformerModel", "Parallelism", "Accelerator", "Recompute", "training_schedule",
            "ideal_iteration", "check_training", "check_recompute"]
@@ -68,6 +68,8 @@ def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None
             "expert_params_per_rank": split_params(m, p.tp, p.ep)[1],
             "stage_params_per_tp_rank": [stage_params(m, p.tp, p.pp, i) for i in range(p.pp)],
             "recompute": r.granularity, "untie_embeddings": m.untie_embeddings,
+            "scatter_gather_pp": p.scatter_gather_pp,
+            "pipeline_bubble_fraction": bubble_fraction(p.pp, p.microbatches),
             "scale": 1.0}
     return Schedule(name=name or m.name, world_size=layout.world_size, groups=groups, ops=ops,
                     iterations=iterations, source=file or "<training>", meta=meta)
@@ -106,7 +108,8 @@ def ideal_iteration(s: Schedule, m: TransformerModel, p: Parallelism,
                     a: Accelerator | None = None) -> dict[str, Any]:
     """What a perfect network would give for schedule ``s`` of ``m`` under ``p``.
 
-    Returns compute seconds per iteration of the busiest rank (pipeline bubbles not counted),
+    Returns compute seconds per iteration of the busiest rank (pipeline bubbles not counted;
+    ``bubble_fraction``: the 1F1B bubble, (pp - 1) / m of that time, Narayanan et al. 2021),
     bytes per group kind moved by one communicator of that kind per iteration, the job's
     model FLOPs per iteration (forward + backward, Narayanan et al. 2021) and the MFU a
     compute-only iteration would reach, ``flops / (world * flops_per_s * compute_s)``.
@@ -117,5 +120,6 @@ def ideal_iteration(s: Schedule, m: TransformerModel, p: Parallelism,
     for row in collective_table(s):
         volume[row["group"]] = volume.get(row["group"], 0) + row["total_bytes"]
     flops = iteration_model_flops(m, p)
-    return {"compute_s": compute_s, "bytes_per_group_kind": volume, "model_flops": flops,
+    return {"compute_s": compute_s, "bubble_fraction": bubble_fraction(p.pp, p.microbatches),
+            "bytes_per_group_kind": volume, "model_flops": flops,
             "mfu_compute_only": flops / (s.world_size * a.flops_per_s * compute_s)}

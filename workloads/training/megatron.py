@@ -201,5 +201,14 @@ class StageBuilder:
         return out
 
     def handoff_bytes(self) -> int:
-        """Bytes of one pipeline hand-off (AICB: 2 * hidden * seq * mbs)."""
-        return self.comm
+        """Bytes one TP rank sends in a pipeline hand-off: the activation (AICB: 2 * hidden *
+        seq * mbs), or its 1/tp share with ``scatter_gather_pp``."""
+        return self.comm // self.p.tp if self.p.scatter_gather_pp else self.comm
+
+    def after_receive(self, op: str) -> list[Step]:
+        """What a stage does with a hand-off it received: with ``scatter_gather_pp``, the
+        all-gather of the whole tensor in its TP group (Megatron ``gather_split_1d_tensor``);
+        ``op`` is "act" or "grad"."""
+        if not self.p.scatter_gather_pp:
+            return []
+        return self._coll("all_gather", "tp", self.comm, f"pp.gather_{op}")

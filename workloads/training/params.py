@@ -76,7 +76,14 @@ class Parallelism(SpecModel):
     reduce-scatter of gradients plus all-gather of parameters (Megatron's distributed
     optimizer, DeepSpeed ZeRO-1/2); 3: parameters gathered per layer in forward and backward,
     gradients reduce-scattered per layer (ZeRO-3). Micro-batches: ``num_microbatches`` or
-    ``global_batch_size`` (= num_microbatches x micro_batch_size x dp); default one."""
+    ``global_batch_size`` (= num_microbatches x micro_batch_size x dp); default one.
+    ``scatter_gather_pp``: Megatron-LM's scatter/gather of pipeline tensors (on unless
+    ``--no-scatter-gather-tensors-in-pipeline`` in Megatron's original p2p code; Narayanan et
+    al. 2021, section 4.1): each TP rank sends 1/tp of the activation to the next (or
+    gradient to the previous) stage, which all-gathers it in its TP group. Default off:
+    every TP rank sends the whole activation, as Megatron core's p2p and AICB's files do and
+    as the published GPT-3 2.7B job's 125 MB pipeline messages show; not with
+    ``sequence_parallel`` (Megatron then sends the sequence shard, no gather)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -87,6 +94,7 @@ class Parallelism(SpecModel):
     ep: Ranks = 1
     zero_stage: Literal[0, 1, 2, 3] = 0
     sequence_parallel: bool = False
+    scatter_gather_pp: bool = False
     micro_batch_size: PositiveInt = 1
     num_microbatches: Layers | None = None
     global_batch_size: PositiveInt | None = None
@@ -196,6 +204,10 @@ def check_training(m: TransformerModel, p: Parallelism, *, file: str | None = No
     elif p.global_batch_size is not None:
         _divides(issues, (*lay, "global_batch_size"), p.micro_batch_size * p.data_parallel,
                  "micro_batch_size*dp", p.global_batch_size, "global_batch_size", file)
+    if p.scatter_gather_pp and p.sequence_parallel:
+        issues.append(SpecIssue("scatter_gather_pp does not combine with sequence_parallel "
+                                "(Megatron then sends each TP rank's sequence shard)",
+                                file=file, key_path=(*lay, "scatter_gather_pp")))
     if m.grad_dtype and "grad_bytes" in m.model_fields_set \
             and m.grad_bytes != GRAD_DTYPE_BYTES[m.grad_dtype]:
         issues.append(SpecIssue(f"grad_dtype {m.grad_dtype} is {GRAD_DTYPE_BYTES[m.grad_dtype]} "

@@ -5,7 +5,9 @@ Megatron-LM ``forward_backward_pipelining_without_interleaving``; AICB
 ``with_pipeline_forward_backward``) runs ``w = min(pp - s - 1, m)`` warm-up forwards, then
 alternates one forward and one backward, then drains the remaining ``w`` backwards. A forward
 receives activations from stage s-1 first and sends its own to s+1 after; a backward receives
-gradients from s+1 and sends to s-1.
+gradients from s+1 and sends to s-1 (with ``scatter_gather_pp`` a received hand-off is
+all-gathered in the TP group before use). The pipeline bubble of 1F1B is (pp - 1) / m of
+the ideal time (Narayanan et al. 2021, section 2.2.1): :func:`bubble_fraction`.
 
 The traffic generator walks one ordered list, so the per-stage sequences are merged into one
 order in which every hand-off appears once, where both of its stages have reached it
@@ -16,19 +18,27 @@ from __future__ import annotations
 
 from workloads.training.megatron import StageBuilder, Step
 
-__all__ = ["stage_sequence", "merge_stages"]
+__all__ = ["stage_sequence", "merge_stages", "bubble_fraction"]
+
+
+def bubble_fraction(pp: int, microbatches: int) -> float:
+    """Idle time of a 1F1B pipeline over its ideal (compute-only) time: (pp - 1) / m
+    (Narayanan et al. 2021, section 2.2.1); 0 for one stage."""
+    return (pp - 1) / microbatches
 
 
 def _fwd(b: StageBuilder, s: int, k: int, fwd: list[Step]) -> list[Step]:
     last = b.p.pp - 1
-    out = [Step("xfer", "act", mb=k, label=f"recv_prev.{s}")] if s > 0 else []
+    out = [Step("xfer", "act", mb=k, label=f"recv_prev.{s}"), *b.after_receive("act")] \
+        if s > 0 else []
     out += fwd
     return out + ([Step("xfer", "act", mb=k, label=f"send_next.{s}")] if s < last else [])
 
 
 def _bwd(b: StageBuilder, s: int, k: int, bwd: list[Step]) -> list[Step]:
     last = b.p.pp - 1
-    out = [Step("xfer", "grad", mb=k, label=f"recv_next.{s}")] if s < last else []
+    out = [Step("xfer", "grad", mb=k, label=f"recv_next.{s}"), *b.after_receive("grad")] \
+        if s < last else []
     out += bwd
     return out + ([Step("xfer", "grad", mb=k, label=f"send_prev.{s}")] if s > 0 else [])
 
