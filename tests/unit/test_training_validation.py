@@ -24,7 +24,9 @@ the activation A = 2 b s h bytes (bf16):
   NaN check per iteration.
 * PP: a stage sends A per micro-batch to the next stage (activations) and to the previous
   one (gradients): m A ([i < p-1] + [i > 0]); with scatter/gather (Narayanan sec. 4.1) A/t,
-  and each received share is all-gathered over TP, (t-1)/t A per GPU and hand-off.
+  and each received share is all-gathered over TP, (t-1)/t A per GPU and hand-off; with v
+  virtual stages (interleaved 1F1B, sec. 2.2.2) m A (2v - [i = p-1] - [i = 0]) (data
+  broadcasts: one per forward, m v).
 * DP: the stage's gradients, P_i x G bytes (G = 4 for fp32, 2 for bf16) with
   P_i = (l/p)((12h^2 + 7h)/t + 6h) + [i = 0](V h/t + s h) + [i = p-1](2h + V h/t)
   (Narayanan eq. 2 split by Megatron's TP sharding, embeddings on both ends; the last term
@@ -81,6 +83,7 @@ class Job:
     grad_dtype: str = "fp32"
     zero: int = 0
     scatter_gather: bool = False
+    virtual: int = 1
     parameters: int | None = None
     extra: dict = field(default_factory=dict)
 
@@ -96,7 +99,8 @@ class Job:
             self.model(), Parallelism(tp=self.tp, pp=self.pp, dp=self.dp,
                                       micro_batch_size=self.mbs,
                                       num_microbatches=self.micro, zero_stage=self.zero,
-                                      scatter_gather_pp=self.scatter_gather),
+                                      scatter_gather_pp=self.scatter_gather,
+                                      virtual_pipeline_stages=self.virtual),
             recompute=Recompute(granularity=self.recompute, method=self.method,
                                 num_layers=self.recompute_layers))
 
@@ -105,7 +109,8 @@ class Job:
         return (f"t{self.tp} p{self.pp} d{self.dp}, b {self.mbs}, m {self.micro}, recompute "
                 f"{r}, {'untied' if self.untie else 'tied'}, {self.grad_dtype} grads, "
                 f"{'ZeRO-1' if self.zero == 1 else 'all-reduce'}"
-                + (", scatter/gather PP" if self.scatter_gather else ""))
+                + (", scatter/gather PP" if self.scatter_gather else "")
+                + (f", {self.virtual} virtual stages" if self.virtual > 1 else ""))
 
 
 GPT27 = dict(layers=32, hidden=2560, heads=32, seq=2048, vocab=51200, tp=8, pp=2, dp=2,
@@ -125,6 +130,8 @@ GRID = (
         recompute_layers=3, **SMALL),
     Job("small", tp=4, pp=3, dp=2, micro=4, scatter_gather=True,
         **{**SMALL, "layers": 6}),
+    Job("small", tp=2, pp=2, dp=2, micro=4, virtual=2, recompute="full", **SMALL),
+    Job("small", tp=2, pp=4, dp=1, micro=8, virtual=2, scatter_gather=True, **SMALL),
 )
 
 
@@ -190,11 +197,15 @@ def closed_form(j: Job) -> dict[tuple[int, str], Fraction]:
             redo = per if (j.method or "uniform") == "uniform" else min(j.recompute_layers, per)
         else:
             redo = 0
-        hand_offs = m * ((i < p - 1) + (i > 0))  # sent, and received, per GPU
+        v = j.virtual  # virtual stages: m v forwards per stage, p v - 1 boundaries
+        hand_offs = m * v - m * (i == p - 1) + m * v - m * (i == 0) if p > 1 else 0
         if t > 1:
+            per_chunk = per // v
+            if j.recompute == "full" and (j.method or "uniform") == "block":
+                redo = v * min(j.recompute_layers, per_chunk)
             calls = 4 * per + 2 * redo + first + last
             tp = ring(t) * (m * (calls * act + last * 3 * 4 * b * s) + 4)
-            tp += Fraction(t - 1, t) * m * (40 + 8 * (t * d * p + s * b))
+            tp += Fraction(t - 1, t) * m * v * (40 + 8 * (t * d * p + s * b))
             if j.scatter_gather:  # each received 1/t share all-gathered: (t-1)/t x A
                 tp += Fraction(t - 1, t) * act * hand_offs
             out[(i, "tp")] = tp
@@ -403,7 +414,9 @@ def render() -> str:
         "broadcasts (40 and 8 (t d p + s b) bytes) per micro-batch; a 4-byte NaN check.",
         "- PP: m A to the next stage (activations) and m A to the previous one (gradients); "
         "with scatter/gather (Narayanan et al., sec. 4.1) A/t per GPU, and every received "
-        "share all-gathered over TP ((t-1)/t A per GPU, counted under tp).",
+        "share all-gathered over TP ((t-1)/t A per GPU, counted under tp); with v virtual "
+        "stages (interleaved 1F1B, sec. 2.2.2) m A (2v - [first] - [last]), and the data "
+        "broadcasts once per forward, m v times.",
         "- DP: the stage's parameters P_i x G (G = 4 fp32, 2 bf16 gradients), "
         "P_i = (l/p)((12h^2 + 7h)/t + 6h) + [first](V h/t + s h) + [last](2h + V h/t) "
         "(the last V h/t: the tied copy, or the untied output layer), all-reduced, or with "

@@ -69,10 +69,15 @@ def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None
             "stage_params_per_tp_rank": [stage_params(m, p.tp, p.pp, i) for i in range(p.pp)],
             "recompute": r.granularity, "untie_embeddings": m.untie_embeddings,
             "scatter_gather_pp": p.scatter_gather_pp,
-            "pipeline_bubble_fraction": bubble_fraction(p.pp, p.microbatches),
+            "virtual_pipeline_stages": p.virtual_pipeline_stages,
+            "pipeline_bubble_fraction": _bubble(p),
             "scale": 1.0}
     return Schedule(name=name or m.name, world_size=layout.world_size, groups=groups, ops=ops,
                     iterations=iterations, source=file or "<training>", meta=meta)
+
+
+def _bubble(p: Parallelism) -> float:
+    return bubble_fraction(p.pp, p.microbatches, p.virtual_pipeline_stages)
 
 
 def _used(kind: str, m: TransformerModel, p: Parallelism) -> bool:
@@ -96,9 +101,9 @@ def _expand(layout: Layout, by_stage: dict, s: int, st: Step, b: StageBuilder) -
         ranks = None if layout.pp == 1 else layout.stage_ranks(s)
         return [Compute(st.duration_s, ranks, st.label)]
     if st.kind == "xfer":
-        step = 1 if st.op == "act" else -1
-        return [SendRecv(layout.rank(t, d, s), layout.rank(t, d, s + step), b.handoff_bytes(),
-                         f"pp{d * layout.tp + t}", f"{st.op}.mb{st.mb}")
+        label = f"{st.op}.mb{st.mb}" + (f".v{st.vsrc}" if b.v > 1 else "")
+        return [SendRecv(layout.rank(t, d, s), layout.rank(t, d, st.peer), b.handoff_bytes(),
+                         f"pp{d * layout.tp + t}", label)
                 for d in range(layout.dp) for t in range(layout.tp)]
     return [Collective(st.op, g.name, st.size_bytes, label=st.label)  # type: ignore[arg-type]
             for g in by_stage.get((s, st.group), [])]
@@ -109,7 +114,8 @@ def ideal_iteration(s: Schedule, m: TransformerModel, p: Parallelism,
     """What a perfect network would give for schedule ``s`` of ``m`` under ``p``.
 
     Returns compute seconds per iteration of the busiest rank (pipeline bubbles not counted;
-    ``bubble_fraction``: the 1F1B bubble, (pp - 1) / m of that time, Narayanan et al. 2021),
+    ``bubble_fraction``: the 1F1B bubble, (pp - 1) / (v m) of that time with v virtual
+    stages, Narayanan et al. 2021),
     bytes per group kind moved by one communicator of that kind per iteration, the job's
     model FLOPs per iteration (forward + backward, Narayanan et al. 2021) and the MFU a
     compute-only iteration would reach, ``flops / (world * flops_per_s * compute_s)``.
@@ -120,6 +126,6 @@ def ideal_iteration(s: Schedule, m: TransformerModel, p: Parallelism,
     for row in collective_table(s):
         volume[row["group"]] = volume.get(row["group"], 0) + row["total_bytes"]
     flops = iteration_model_flops(m, p)
-    return {"compute_s": compute_s, "bubble_fraction": bubble_fraction(p.pp, p.microbatches),
+    return {"compute_s": compute_s, "bubble_fraction": _bubble(p),
             "bytes_per_group_kind": volume, "model_flops": flops,
             "mfu_compute_only": flops / (s.world_size * a.flops_per_s * compute_s)}

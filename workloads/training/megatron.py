@@ -52,7 +52,8 @@ __all__ = ["Step", "StageBuilder"]
 class Step:
     """``kind`` "coll" (``op`` on every ``group`` kind instance of the stage, ``size_bytes``),
     "compute" (``duration_s`` on the stage's ranks) or "xfer" (pipeline hand-off ``op`` =
-    "act"/"grad" of micro-batch ``mb`` to the next/previous stage)."""
+    "act"/"grad" of micro-batch ``mb``, sent by virtual stage ``vsrc`` (chunk x pp + stage)
+    to physical stage ``peer``, or received from it)."""
 
     kind: str
     op: str = ""
@@ -61,6 +62,8 @@ class Step:
     duration_s: float = 0.0
     label: str = ""
     mb: int = 0
+    peer: int = 0
+    vsrc: int = 0
 
 
 class StageBuilder:
@@ -72,6 +75,8 @@ class StageBuilder:
         self.m, self.p, self.a, self.r = m, p, a, r or Recompute()
         self.comm = tp_comm_bytes(m, p.micro_batch_size)
         self.layers = m.num_layers // p.pp
+        self.v = p.virtual_pipeline_stages
+        self.chunk_layers = self.layers // self.v
         self.rate = a.flops_per_s * a.efficiency
 
     def _coll(self, op: str, group: str, size: int, label: str) -> list[Step]:
@@ -82,18 +87,21 @@ class StageBuilder:
     def _compute(self, flops: float, label: str) -> Step:
         return Step("compute", duration_s=flops / self.p.tp / self.rate, label=label)
 
-    def forward(self, stage: int) -> list[Step]:
-        """One micro-batch's forward pass on ``stage`` (loss included on the last stage)."""
+    def forward(self, stage: int, chunk: int = 0) -> list[Step]:
+        """One micro-batch's forward pass through model ``chunk`` of ``stage`` (the
+        embedding in the first virtual stage, the loss in the last)."""
         m, p, out = self.m, self.p, []
         out += self._coll("broadcast", "tp", 5 * 8, "forward_step")
         out += self._coll("broadcast", "tp", 8 * (p.tp * p.data_parallel * p.pp
                                                   + m.seq_length * p.micro_batch_size),
                           "forward_step")
-        if stage == 0:
+        first, last = self.ends(stage, chunk)
+        if first:
             out += self._coll("all_reduce", "tp", self.comm, "forward.embedding")
-        for i in range(self.layers):
-            out += self._layer_forward(i, "forward")
-        if stage == p.pp - 1:
+        base = chunk * self.chunk_layers
+        for i in range(self.chunk_layers):
+            out += self._layer_forward(base + i, "forward")
+        if last:
             out.append(self._compute(logits_fwd_flops(m, p.micro_batch_size, p.tp), "logits"))
             for _ in range(3):  # _VocabParallelCrossEntropy: max, sum exp, predicted logit
                 out += self._coll("all_reduce", "tp", p.micro_batch_size * m.seq_length * 4,
@@ -101,20 +109,27 @@ class StageBuilder:
             out += self._coll("all_reduce", "dp", 4, "forward_step.average_losses")
         return out
 
-    def backward(self, stage: int) -> list[Step]:
-        """One micro-batch's backward pass on ``stage`` (2x the forward FLOPs), with the
-        forward of recomputed layers repeated before their backward (module docstring)."""
+    def ends(self, stage: int, chunk: int) -> tuple[bool, bool]:
+        """Whether (stage, chunk) is the first and the last virtual pipeline stage."""
+        return (stage == 0 and chunk == 0,
+                stage == self.p.pp - 1 and chunk == self.v - 1)
+
+    def backward(self, stage: int, chunk: int = 0) -> list[Step]:
+        """One micro-batch's backward pass through model ``chunk`` of ``stage`` (2x the
+        forward FLOPs), with the forward of recomputed layers repeated before their backward
+        (module docstring)."""
         m, p, out = self.m, self.p, []
-        if stage == p.pp - 1:
+        if self.ends(stage, chunk)[1]:
             out.append(self._compute(2 * logits_fwd_flops(m, p.micro_batch_size, p.tp),
                                      "backward.output_layer"))
             out += self._coll("all_reduce", "tp", self.comm, "backward.output_layer")
-        for first, end, recomputed in reversed(self.r.chunks(self.layers)):
+        base = chunk * self.chunk_layers
+        for first, end, recomputed in reversed(self.r.chunks(self.chunk_layers)):
             if recomputed:
                 for i in range(first, end):
-                    out += self._layer_forward(i, "recompute")
+                    out += self._layer_forward(base + i, "recompute")
             for i in reversed(range(first, end)):
-                out += self._layer_backward(i)
+                out += self._layer_backward(base + i)
         return out
 
     def _layer_forward(self, i: int, phase: str) -> list[Step]:

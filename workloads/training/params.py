@@ -83,7 +83,13 @@ class Parallelism(SpecModel):
     gradient to the previous) stage, which all-gathers it in its TP group. Default off:
     every TP rank sends the whole activation, as Megatron core's p2p and AICB's files do and
     as the published GPT-3 2.7B job's 125 MB pipeline messages show; not with
-    ``sequence_parallel`` (Megatron then sends the sequence shard, no gather)."""
+    ``sequence_parallel`` (Megatron then sends the sequence shard, no gather).
+    ``virtual_pipeline_stages``: model chunks per stage for Megatron's interleaved 1F1B
+    (``--virtual-pipeline-model-parallel-size``; Narayanan et al. 2021, section 2.2.2): stage
+    s holds chunks c = 0..v-1 of num_layers / (pp v) layers each, virtual stage c pp + s; a
+    micro-batch crosses pp v - 1 hand-offs each way and the bubble shrinks to
+    (pp - 1) / (v m). Needs pp >= 2, pp v dividing num_layers and pp dividing the
+    micro-batches (as Megatron's interleaved schedule)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -95,6 +101,7 @@ class Parallelism(SpecModel):
     zero_stage: Literal[0, 1, 2, 3] = 0
     sequence_parallel: bool = False
     scatter_gather_pp: bool = False
+    virtual_pipeline_stages: Layers = 1
     micro_batch_size: PositiveInt = 1
     num_microbatches: Layers | None = None
     global_batch_size: PositiveInt | None = None
@@ -138,9 +145,10 @@ class Recompute(SpecModel):
     num_layers: Layers | None = None
 
     def chunks(self, layers: int) -> list[tuple[int, int, bool]]:
-        """The layers ``0..layers-1`` of one stage as ``(first, end, recomputed)`` ranges in
-        forward order: the units whose forward is repeated (``recomputed``) before their
-        backward, or that keep their activations."""
+        """The layers ``0..layers-1`` of one stage (of one model chunk with virtual pipeline
+        stages: Megatron checkpoints each chunk's block) as ``(first, end, recomputed)``
+        ranges in forward order: the units whose forward is repeated (``recomputed``) before
+        their backward, or that keep their activations."""
         if self.granularity != "full":
             return [(0, layers, False)]
         n = min(self.num_layers or 1, layers)
@@ -204,6 +212,17 @@ def check_training(m: TransformerModel, p: Parallelism, *, file: str | None = No
     elif p.global_batch_size is not None:
         _divides(issues, (*lay, "global_batch_size"), p.micro_batch_size * p.data_parallel,
                  "micro_batch_size*dp", p.global_batch_size, "global_batch_size", file)
+    v = p.virtual_pipeline_stages
+    if v > 1:
+        key = (*lay, "virtual_pipeline_stages")
+        if p.pp < 2:
+            issues.append(SpecIssue("virtual_pipeline_stages > 1 needs pp >= 2 (interleaved "
+                                    "1F1B)", file=file, key_path=key))
+        else:
+            _divides(issues, key, p.pp * v, "pp*virtual_pipeline_stages", m.num_layers,
+                     "num_layers", file)
+            _divides(issues, key, p.pp, "pp", p.microbatches, "micro-batches (interleaved "
+                     "1F1B)", file)
     if p.scatter_gather_pp and p.sequence_parallel:
         issues.append(SpecIssue("scatter_gather_pp does not combine with sequence_parallel "
                                 "(Megatron then sends each TP rank's sequence shard)",
@@ -222,7 +241,8 @@ def check_recompute(r: Recompute, m: TransformerModel, p: Parallelism, *,
     """Every inconsistency of the recomputation keys of a training workload, each naming its
     key under ``prefix`` (the flat keys ``recompute``, ``recompute_method``,
     ``recompute_num_layers``). As Megatron-LM's argument checks: a method or a layer count
-    only with ``full``; ``num_layers`` at most the layers of one pipeline stage."""
+    only with ``full``; ``num_layers`` at most the layers of one pipeline stage (of one
+    model chunk with virtual pipeline stages)."""
     issues: list[SpecIssue] = []
     if r.granularity != "full":
         for key, value in (("recompute_method", r.method), ("recompute_num_layers",
@@ -231,10 +251,12 @@ def check_recompute(r: Recompute, m: TransformerModel, p: Parallelism, *,
                 issues.append(SpecIssue(f"{key} applies to recompute: full, not "
                                         f"{r.granularity}", file=file,
                                         key_path=(*prefix, key)))
-    per_stage = m.num_layers // p.pp
+    per_stage = m.num_layers // (p.pp * p.virtual_pipeline_stages)
     if r.num_layers is not None and r.num_layers > per_stage:
+        what = "pipeline stage (num_layers / pp)" if p.virtual_pipeline_stages == 1 else \
+            "model chunk (num_layers / (pp x virtual_pipeline_stages))"
         issues.append(SpecIssue(f"recompute_num_layers {r.num_layers} is more than the "
-                                f"{per_stage} layers of one pipeline stage (num_layers / pp)",
+                                f"{per_stage} layers of one {what}",
                                 file=file, key_path=(*prefix, "recompute_num_layers")))
     return issues
 
