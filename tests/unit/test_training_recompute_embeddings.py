@@ -201,3 +201,38 @@ def test_spec_file_keys_reach_the_schedule(tmp_path: Path):
     s = load_schedule(f)
     assert s.meta["recompute"] == "full"
     assert sum(lab.startswith("recompute") for lab in _layer_ars(s, 0)) == 2 * 2
+
+
+def test_inspect_exits_2_naming_file_and_key(tmp_path: Path):
+    import os
+    import subprocess
+    import sys
+    f = tmp_path / "job.yaml"
+    f.write_text(_SPEC % ("", "recompute: partial"))
+    root = Path(__file__).parents[2]
+    r = subprocess.run([sys.executable, "-m", "orchestration.cli", "workload", "inspect",
+                        str(f)], capture_output=True, text=True, cwd=root, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 2, r.stderr
+    assert f"{f}:5: recompute:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_inspect_reports_the_gpt3_example_per_stage(tmp_path: Path):
+    """The example job: stage 0 reduces its 179,194,880 parameters x 4 B over DP, stage 1
+    its 173,957,120 (tied word embedding copy and final layer norm instead of the position
+    embedding), and each TP communicator runs 6 layer all-reduces per layer and
+    micro-batch (2 forward, 2 recomputed, 2 backward)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from orchestration.cli.app import app
+    example = Path(__file__).parents[2] / "workloads/examples/gpt3_2p7b_tp8_pp2_recompute.yaml"
+    r = CliRunner().invoke(app, ["workload", "inspect", str(example), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {(x["stage"], x["op"], x["group"]): x for x in json.loads(r.output)["stages"]}
+    assert rows[("0", "all_reduce", "dp")]["sizes_bytes"] == [4 * 179194880]
+    assert 4 * 173957120 in rows[("1", "all_reduce", "dp")]["sizes_bytes"]
+    layer = 2 * 2048 * 12 * 2560
+    assert rows[("0", "all_reduce", "tp")]["count"] == 4 * (16 * 6 + 1) + 1
+    assert layer in rows[("0", "all_reduce", "tp")]["sizes_bytes"]
