@@ -8,6 +8,9 @@ bits_per_parameter 4..32, fraction in (0, 1] and name the key when not)::
     name: gpt13b
     model: {num_layers: 40, hidden_size: 5120, num_attention_heads: 32, seq_length: 2048}
     parallelism: {tp: 8, world_size: 128, zero_stage: 1}
+    recompute: full           # optional: none (default) | selective | full (Megatron's
+    recompute_method: uniform # --recompute-granularity/-method/-num-layers; method and
+    recompute_num_layers: 1   # layers only with full, default uniform and 1)
     accelerator: {flops_per_s: 312e12, efficiency: 0.5}   # optional
     iterations: 1                                         # optional
 
@@ -32,6 +35,7 @@ from models.errors import SpecError, SpecIssue
 from models.schedule import Schedule
 from models.specfile import (
     MAX_ITERATIONS,
+    MAX_LAYERS,
     MAX_RANKS,
     Ref,
     check_file,
@@ -45,7 +49,13 @@ from workloads.aicb import AicbOptions, load_aicb
 from workloads.chakra import ChakraOptions, load_chakra
 from workloads.federated import FedAvg, fedavg_schedule
 from workloads.gossip import Gossip, gossip_schedule
-from workloads.training import Accelerator, Parallelism, TransformerModel, training_schedule
+from workloads.training import (
+    Accelerator,
+    Parallelism,
+    Recompute,
+    TransformerModel,
+    training_schedule,
+)
 from workloads.transform import scale_schedule
 
 __all__ = ["TrainingWorkload", "AicbWorkload", "FedAvgWorkload", "HierarchicalWorkload",
@@ -54,7 +64,9 @@ __all__ = ["TrainingWorkload", "AicbWorkload", "FedAvgWorkload", "HierarchicalWo
 
 
 class TrainingWorkload(SpecModel):
-    """``kind: training``: model, parallelism, accelerator, iterations."""
+    """``kind: training``: model, parallelism, activation recomputation (``recompute``,
+    ``recompute_method``, ``recompute_num_layers``: workloads.training.Recompute's
+    granularity, method and num_layers), accelerator, iterations."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -62,8 +74,16 @@ class TrainingWorkload(SpecModel):
     name: str = "training"
     model: TransformerModel
     parallelism: Parallelism
+    recompute: Literal["none", "selective", "full"] = "none"
+    recompute_method: Literal["uniform", "block"] | None = None
+    recompute_num_layers: int | None = Field(None, ge=1, le=MAX_LAYERS, strict=True)
     accelerator: Accelerator = Field(default_factory=Accelerator)
     iterations: int = Field(1, ge=1, le=MAX_ITERATIONS, strict=True)
+
+    def recomputation(self) -> Recompute:
+        """The recompute keys as one workloads.training.Recompute."""
+        return Recompute(granularity=self.recompute, method=self.recompute_method,
+                         num_layers=self.recompute_num_layers)
 
 
 class AicbWorkload(SpecModel):
@@ -199,8 +219,8 @@ def build_workload(spec: AnySpec, *, base_dir: str | Path = ".",
     if dp_replicas is not None:
         par = _override(par, {"dp": dp_replicas, "world_size": None}, file,
                         (*pre, "parallelism"))
-    s = training_schedule(spec.model, par, spec.accelerator, iterations=spec.iterations,
-                          file=file, name=spec.name, prefix=pre)
+    s = training_schedule(spec.model, par, spec.accelerator, recompute=spec.recomputation(),
+                          iterations=spec.iterations, file=file, name=spec.name, prefix=pre)
     return scale_schedule(s, scale) if scale else s
 
 

@@ -6,9 +6,10 @@ experts, top-2, tp = pp = 1, dp = 4, bf16 activations, fp32 gradients (4 B).
   attention + norms: 4h^2 + 3h + h + 4h  = 16384 + 192 + 64 + 256      = 16896
   router: h x E                          = 512
   embeddings: V h + s h                  = 65536 + 2048                = 67584
-  dense per rank = 2 x (16896 + 512) + 67584                           = 102400
+  final layer norm: 2h                                                 = 128
+  dense per rank = 2 x (16896 + 512) + 67584 + 128                     = 102528
   experts per rank = 2 layers x (8 / ep) x 33088 = 529408 / ep
-  DP all-reduce (dense grads, group of 4)        = 4 x 102400          = 409600 B, any ep
+  DP all-reduce (dense grads, group of 4)        = 4 x 102528          = 410112 B, any ep
   expert-DP all-reduce (group of dp/ep ranks)    = 4 x 529408 / ep     = 2117632 / ep B
     (ep = 4: groups of one rank, no collective)
   dispatch/combine all-to-all per rank = 2 B x 1 x 32 x 2 x 64          = 8192 B
@@ -35,9 +36,9 @@ def _step_syncs(ep):
 
 @pytest.mark.parametrize("ep", [1, 2, 4])
 def test_gradient_syncs_follow_megatron_ep(ep):
-    assert split_params(MODEL, 1, ep) == (102400, 529408 // ep)
+    assert split_params(MODEL, 1, ep) == (102528, 529408 // ep)
     s, syncs = _step_syncs(ep)
-    assert syncs["dp"] == {("all_reduce", 409600, 4)}
+    assert syncs["dp"] == {("all_reduce", 410112, 4)}
     if ep < 4:
         assert syncs["ep_dp"] == {("all_reduce", 2117632 // ep, 4 // ep)}
     else:
@@ -60,4 +61,4 @@ def test_expert_grads_total_shrink_with_ep():
     for ep in (1, 2, 4):
         _, syncs = _step_syncs(ep)
         totals.append(sum(size for v in syncs.values() for _, size, _ in v))
-    assert totals == [409600 + 2117632, 409600 + 2117632 // 2, 409600]
+    assert totals == [410112 + 2117632, 410112 + 2117632 // 2, 410112]

@@ -12,7 +12,18 @@ general: MLP = ``4 B s h ffn``.
 Parameters: the same paper's eq. (2) ``P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h))``, with
 ffn general: per layer ``4h^2 + 2 h ffn`` weights, ``3h + ffn`` sharded biases (QKV, fc1),
 ``6h`` replicated (projection and fc2 biases, two layer norms); embedding ``V h`` (sharded)
-and position embedding ``s h`` (replicated).
+and position embedding ``s h`` (replicated); plus Megatron's final layer norm ``2h``
+(replicated), which eq. (2) leaves out, and with ``untie_embeddings`` the output layer's own
+``V h`` (sharded).
+
+Where Megatron keeps them (megatron/core/models/gpt/gpt_model.py, ``pre_process`` /
+``post_process``; ``LanguageModule.setup_embeddings_and_output_layer``): the word and position
+embeddings on the first pipeline stage, the final layer norm and the output layer on the last.
+With tied embeddings (the default) the last stage of a pipeline holds a second copy of the
+word embedding as its output weight, so one TP rank of stage ``i`` of ``pp`` holds
+``stage_params = (l / pp) layer + [i = 0] (V h / t + s h) + [i = pp - 1] (2h + V h / t)``
+(the last term only for ``pp > 1`` or untied embeddings), and the model's count
+(``params_per_tp_rank``) holds the tied word embedding once.
 
 Message sizes: AICB's Megatron workload generator (aliyun/aicb
 workload_generator/mocked_model/training/MockedMegatron.py and
@@ -40,7 +51,8 @@ from workloads.training.params import Parallelism, TransformerModel
 
 __all__ = ["padded_vocab", "attention_fwd_flops", "mlp_fwd_flops", "logits_fwd_flops",
            "layer_params", "params_per_tp_rank", "iteration_model_flops", "tp_comm_bytes",
-           "expert_mlp_params", "split_params", "moe_a2a_bytes"]
+           "expert_mlp_params", "split_params", "moe_a2a_bytes", "stage_params",
+           "stage_split_params", "word_embedding_params"]
 
 
 def padded_vocab(m: TransformerModel, tp: int) -> int:
@@ -103,9 +115,57 @@ def moe_a2a_bytes(m: TransformerModel, mbs: int, tp: int) -> int:
     return tp_comm_bytes(m, mbs) * m.moe_topk // tp
 
 
+def word_embedding_params(m: TransformerModel, tp: int) -> int:
+    """Parameters of one TP rank's shard of the word embedding: padded V x h / tp."""
+    return padded_vocab(m, tp) * m.hidden_size // tp
+
+
+def _derived_stage(m: TransformerModel, tp: int, pp: int, stage: int) -> int:
+    """Derived parameters of one TP rank of ``stage`` (module docstring, ``stage_params``)."""
+    n = m.num_layers // pp * layer_params(m, tp)
+    if stage == 0:
+        n += word_embedding_params(m, tp) + m.seq_length * m.hidden_size
+    if stage == pp - 1:
+        n += 2 * m.hidden_size  # final layer norm
+        if pp > 1 or m.untie_embeddings:  # the tied copy, or the untied output weight
+            n += word_embedding_params(m, tp)
+    return n
+
+
 def _derived_params(m: TransformerModel, tp: int) -> int:
-    emb = padded_vocab(m, tp) * m.hidden_size // tp + m.seq_length * m.hidden_size
-    return m.num_layers * layer_params(m, tp) + emb
+    """Derived parameters of one TP rank over all stages, the tied word embedding once."""
+    return _derived_stage(m, tp, 1, 0)
+
+
+def _scaled(n: int, total: int, derived: int) -> int:
+    """``n x total / derived`` rounded half up, in integers (exact when n == derived)."""
+    return (2 * n * total + derived) // (2 * derived)
+
+
+def stage_params(m: TransformerModel, tp: int, pp: int, stage: int) -> int:
+    """Parameters one TP rank of pipeline ``stage`` (0-based, of ``pp``) holds, embeddings
+    where Megatron keeps them (module docstring). When the model states ``parameters``, the
+    derived count is scaled by ``params_per_tp_rank / derived`` (the shapes give the split,
+    the statement the total); so for ``pp`` 1 with tied embeddings it equals
+    ``params_per_tp_rank``."""
+    return _scaled(_derived_stage(m, tp, pp, stage), params_per_tp_rank(m, tp),
+                   _derived_params(m, tp))
+
+
+def stage_split_params(m: TransformerModel, tp: int, ep: int, pp: int,
+                       stage: int) -> tuple[int, int]:
+    """(dense, expert) parameters one rank of ``stage`` holds (split_params for one stage):
+    expert = the stage's layers x (E / ep) x expert_mlp_params, dense = the rest of
+    stage_params minus all E experts plus the router (h x E per layer); both scaled as
+    stage_params. Without experts: (stage_params, 0)."""
+    if not m.num_experts:
+        return stage_params(m, tp, pp, stage), 0
+    layers = m.num_layers // pp
+    experts_all = layers * m.num_experts * expert_mlp_params(m, tp)
+    dense = _derived_stage(m, tp, pp, stage) - experts_all + layers * m.hidden_size \
+        * m.num_experts
+    total, derived = params_per_tp_rank(m, tp), _derived_params(m, tp)
+    return _scaled(dense, total, derived), _scaled(experts_all // ep, total, derived)
 
 
 def params_per_tp_rank(m: TransformerModel, tp: int) -> int:

@@ -8,6 +8,25 @@ the backward pass walks each layer MLP-first (Megatron's real order; AICB walks 
 first, which changes no count or size), and MoE layers communicate in the backward pass too
 (AICB's ``MOEMLP.backward`` builds its list but returns an empty one). Sizes: see
 workloads.training.flops. Compute time = FLOPs / tp / (flops_per_s x efficiency).
+
+Embeddings and the output layer where Megatron-LM runs them (megatron/core/models/gpt):
+the word embedding's forward all-reduce over TP (``VocabParallelEmbedding``, reduce of the
+partial lookups) on the first stage, nothing in its backward (the input is token ids); the
+output layer on the last stage, a column-parallel linear over the vocabulary whose input
+gradient is all-reduced over TP in the backward (``copy_to_tensor_model_parallel_region``).
+AICB instead puts an embedding all-reduce in the backward of the first stage; with one
+stage both give the same calls, with several aitb follows Megatron. The optimizer step
+reduces each stage's own parameters over DP (flops.stage_split_params: embeddings on the
+first and the last stage), then, with tied embeddings and ``pp > 1``, all-reduces the word
+embedding's gradient in the embedding group (first and last stage ranks of one TP/DP
+position; Megatron ``finalize_model_grads``, ``_allreduce_word_embedding_grads``), which
+AICB's generator leaves out.
+
+Activation recomputation (params.Recompute; Korthikanti et al. 2022): with ``full`` the
+backward of each recomputed chunk of layers starts with the chunk's forward again, compute
+and collectives (Megatron ``CheckpointFunction.backward`` runs the forward, then autograd
+on it); with ``selective`` the attention core (4 B s^2 h FLOPs) is recomputed just before
+each layer's attention backward, with no communication.
 """
 
 from __future__ import annotations
@@ -20,11 +39,11 @@ from workloads.training.flops import (
     logits_fwd_flops,
     mlp_fwd_flops,
     moe_a2a_bytes,
-    padded_vocab,
-    split_params,
+    stage_split_params,
     tp_comm_bytes,
+    word_embedding_params,
 )
-from workloads.training.params import Accelerator, Parallelism, TransformerModel
+from workloads.training.params import Accelerator, Parallelism, Recompute, TransformerModel
 
 __all__ = ["Step", "StageBuilder"]
 
@@ -33,7 +52,8 @@ __all__ = ["Step", "StageBuilder"]
 class Step:
     """``kind`` "coll" (``op`` on every ``group`` kind instance of the stage, ``size_bytes``),
     "compute" (``duration_s`` on the stage's ranks) or "xfer" (pipeline hand-off ``op`` =
-    "act"/"grad" of micro-batch ``mb`` to the next/previous stage)."""
+    "act"/"grad" of micro-batch ``mb``, sent by virtual stage ``vsrc`` (chunk x pp + stage)
+    to physical stage ``peer``, or received from it)."""
 
     kind: str
     op: str = ""
@@ -42,15 +62,21 @@ class Step:
     duration_s: float = 0.0
     label: str = ""
     mb: int = 0
+    peer: int = 0
+    vsrc: int = 0
 
 
 class StageBuilder:
-    """Builds the steps of each stage for model ``m`` under layout ``p`` on accelerator ``a``."""
+    """Builds the steps of each stage for model ``m`` under layout ``p`` on accelerator ``a``
+    with activation recomputation ``r`` (default none)."""
 
-    def __init__(self, m: TransformerModel, p: Parallelism, a: Accelerator) -> None:
-        self.m, self.p, self.a = m, p, a
+    def __init__(self, m: TransformerModel, p: Parallelism, a: Accelerator,
+                 r: Recompute | None = None) -> None:
+        self.m, self.p, self.a, self.r = m, p, a, r or Recompute()
         self.comm = tp_comm_bytes(m, p.micro_batch_size)
         self.layers = m.num_layers // p.pp
+        self.v = p.virtual_pipeline_stages
+        self.chunk_layers = self.layers // self.v
         self.rate = a.flops_per_s * a.efficiency
 
     def _coll(self, op: str, group: str, size: int, label: str) -> list[Step]:
@@ -61,21 +87,21 @@ class StageBuilder:
     def _compute(self, flops: float, label: str) -> Step:
         return Step("compute", duration_s=flops / self.p.tp / self.rate, label=label)
 
-    def forward(self, stage: int) -> list[Step]:
-        """One micro-batch's forward pass on ``stage`` (loss included on the last stage)."""
+    def forward(self, stage: int, chunk: int = 0) -> list[Step]:
+        """One micro-batch's forward pass through model ``chunk`` of ``stage`` (the
+        embedding in the first virtual stage, the loss in the last)."""
         m, p, out = self.m, self.p, []
         out += self._coll("broadcast", "tp", 5 * 8, "forward_step")
         out += self._coll("broadcast", "tp", 8 * (p.tp * p.data_parallel * p.pp
                                                   + m.seq_length * p.micro_batch_size),
                           "forward_step")
-        if stage == 0:
+        first, last = self.ends(stage, chunk)
+        if first:
             out += self._coll("all_reduce", "tp", self.comm, "forward.embedding")
-        for i in range(self.layers):
-            out += self._block(attention_fwd_flops(m, p.micro_batch_size), f"attention{i}",
-                               "forward", moe=False)
-            out += self._block(mlp_fwd_flops(m, p.micro_batch_size), f"mlp{i}", "forward",
-                               moe=bool(m.num_experts))
-        if stage == p.pp - 1:
+        base = chunk * self.chunk_layers
+        for i in range(self.chunk_layers):
+            out += self._layer_forward(base + i, "forward")
+        if last:
             out.append(self._compute(logits_fwd_flops(m, p.micro_batch_size, p.tp), "logits"))
             for _ in range(3):  # _VocabParallelCrossEntropy: max, sum exp, predicted logit
                 out += self._coll("all_reduce", "tp", p.micro_batch_size * m.seq_length * 4,
@@ -83,20 +109,47 @@ class StageBuilder:
             out += self._coll("all_reduce", "dp", 4, "forward_step.average_losses")
         return out
 
-    def backward(self, stage: int) -> list[Step]:
-        """One micro-batch's backward pass on ``stage`` (2x the forward FLOPs)."""
+    def ends(self, stage: int, chunk: int) -> tuple[bool, bool]:
+        """Whether (stage, chunk) is the first and the last virtual pipeline stage."""
+        return (stage == 0 and chunk == 0,
+                stage == self.p.pp - 1 and chunk == self.v - 1)
+
+    def backward(self, stage: int, chunk: int = 0) -> list[Step]:
+        """One micro-batch's backward pass through model ``chunk`` of ``stage`` (2x the
+        forward FLOPs), with the forward of recomputed layers repeated before their backward
+        (module docstring)."""
         m, p, out = self.m, self.p, []
-        if stage == p.pp - 1:
+        if self.ends(stage, chunk)[1]:
             out.append(self._compute(2 * logits_fwd_flops(m, p.micro_batch_size, p.tp),
-                                     "backward.logits"))
-        for i in reversed(range(self.layers)):
-            out += self._block(2 * mlp_fwd_flops(m, p.micro_batch_size), f"mlp{i}",
-                               "backward", moe=bool(m.num_experts))
-            out += self._block(2 * attention_fwd_flops(m, p.micro_batch_size),
-                               f"attention{i}", "backward", moe=False)
-        if stage == 0:
-            out += self._coll("all_reduce", "tp", self.comm, "backward.embedding")
+                                     "backward.output_layer"))
+            out += self._coll("all_reduce", "tp", self.comm, "backward.output_layer")
+        base = chunk * self.chunk_layers
+        for first, end, recomputed in reversed(self.r.chunks(self.chunk_layers)):
+            if recomputed:
+                for i in range(first, end):
+                    out += self._layer_forward(base + i, "recompute")
+            for i in reversed(range(first, end)):
+                out += self._layer_backward(base + i)
         return out
+
+    def _layer_forward(self, i: int, phase: str) -> list[Step]:
+        """Layer ``i``'s forward (``phase`` "forward", or "recompute" in the backward)."""
+        m, mbs = self.m, self.p.micro_batch_size
+        return (self._block(attention_fwd_flops(m, mbs), f"attention{i}", phase, moe=False)
+                + self._block(mlp_fwd_flops(m, mbs), f"mlp{i}", phase,
+                              moe=bool(m.num_experts)))
+
+    def _layer_backward(self, i: int) -> list[Step]:
+        """Layer ``i``'s backward: MLP, then attention (after the selective recomputation of
+        its core, 4 B s^2 h FLOPs: QK^T and attention over V)."""
+        m, mbs = self.m, self.p.micro_batch_size
+        out = self._block(2 * mlp_fwd_flops(m, mbs), f"mlp{i}", "backward",
+                          moe=bool(m.num_experts))
+        if self.r.granularity == "selective":
+            out.append(self._compute(4 * mbs * m.seq_length ** 2 * m.hidden_size,
+                                     f"recompute.core_attention{i}"))
+        return out + self._block(2 * attention_fwd_flops(m, mbs), f"attention{i}",
+                                 "backward", moe=False)
 
     def _block(self, flops: float, name: str, phase: str, moe: bool) -> list[Step]:
         label = f"{phase}.{name}"
@@ -105,7 +158,7 @@ class StageBuilder:
             return self._moe(body, label, phase)
         z3 = self._zero3(name, phase)
         if self.p.sequence_parallel:
-            if phase == "forward":  # column: all-gather input; row: reduce-scatter output
+            if phase != "backward":  # column: all-gather input; row: reduce-scatter output
                 return z3 + self._coll("all_gather", "tp", self.comm, label) + body + \
                     self._coll("reduce_scatter", "tp", self.comm, label)
             return (z3 + self._coll("all_gather", "tp", self.comm, label) + body
@@ -118,7 +171,7 @@ class StageBuilder:
         tokens = self.comm * m.moe_topk  # AICB MOEMLP: 2*h*topk*mbs*s
         a2a = moe_a2a_bytes(m, p.micro_batch_size, p.tp)
         pre = self._coll("all_gather", "ep", 2 * p.ep * m.num_experts * p.tp, label) \
-            if phase == "forward" else []
+            if phase != "backward" else []
         return (pre + self._coll("all_to_all", "ep", a2a, label + ".dispatch")
                 + self._coll("all_gather", "tp", tokens, label) + body
                 + self._coll("reduce_scatter", "tp", tokens, label)
@@ -132,34 +185,45 @@ class StageBuilder:
         share = layer_params(self.m, self.p.tp) // 2  # attention and MLP: half a layer each
         out = self._coll("all_gather", "dp", self.m.param_bytes * share, f"{phase}.{name}.z3")
         if phase == "backward":
-            out += self._coll("reduce_scatter", "dp", self.m.grad_bytes * share,
+            out += self._coll("reduce_scatter", "dp", self.m.grad_value_bytes * share,
                               f"{phase}.{name}.z3")
         return out
 
     def step(self, stage: int) -> list[Step]:
-        """The optimizer step of ``stage``: gradient syncs of the dense parameters over DP and
-        of this rank's experts over the expert-data-parallel group (flops.split_params),
-        embedding and TP syncs."""
+        """The optimizer step of ``stage`` in Megatron's ``finalize_model_grads`` order:
+        gradient syncs of the stage's dense parameters over DP and of this rank's experts over
+        the expert-data-parallel group (flops.stage_split_params, embeddings on the first and
+        last stage), the layer-norm syncs of sequence parallelism, the tied word embedding's
+        gradient over the embedding group (once, at the first stage), the NaN check."""
         m, p, out = self.m, self.p, []
-        dense, expert = (n // p.pp for n in split_params(m, p.tp, p.ep))
+        g = m.grad_value_bytes
+        dense, expert = stage_split_params(m, p.tp, p.ep, p.pp, stage)
         for group, n, label in (("dp", dense, "step"), ("ep_dp", expert, "step.experts")):
             if not n:
                 continue
             if p.zero_stage == 0:
-                out += self._coll("all_reduce", group, m.grad_bytes * n,
-                                  f"{label}.finish_grad_sync")
+                out += self._coll("all_reduce", group, g * n, f"{label}.finish_grad_sync")
             elif p.zero_stage in (1, 2):
-                out += self._coll("reduce_scatter", group, m.grad_bytes * n, label)
+                out += self._coll("reduce_scatter", group, g * n, label)
                 out += self._coll("all_gather", group, m.param_bytes * n, label)
-        if p.pp > 1 and stage == 0:  # tied word embeddings: first with last stage, once
-            out += self._coll("all_reduce", "embedding", m.grad_bytes * padded_vocab(m, p.tp)
-                              * m.hidden_size // p.tp, "step.embedding_grads")
         if p.sequence_parallel:  # layer-norm grads of sequence-parallel regions
-            out += self._coll("all_reduce", "tp", m.grad_bytes * 4 * m.hidden_size
+            out += self._coll("all_reduce", "tp", g * 4 * m.hidden_size
                               * self.layers, "step.layernorm_grads")
+        if p.pp > 1 and stage == 0 and not m.untie_embeddings:
+            out += self._coll("all_reduce", "embedding", g * word_embedding_params(m, p.tp),
+                              "step.embedding_grads")
         out += self._coll("all_reduce", "tp", 4, "step.check_for_nan")
         return out
 
     def handoff_bytes(self) -> int:
-        """Bytes of one pipeline hand-off (AICB: 2 * hidden * seq * mbs)."""
-        return self.comm
+        """Bytes one TP rank sends in a pipeline hand-off: the activation (AICB: 2 * hidden *
+        seq * mbs), or its 1/tp share with ``scatter_gather_pp``."""
+        return self.comm // self.p.tp if self.p.scatter_gather_pp else self.comm
+
+    def after_receive(self, op: str) -> list[Step]:
+        """What a stage does with a hand-off it received: with ``scatter_gather_pp``, the
+        all-gather of the whole tensor in its TP group (Megatron ``gather_split_1d_tensor``);
+        ``op`` is "act" or "grad"."""
+        if not self.p.scatter_gather_pp:
+            return []
+        return self._coll("all_gather", "tp", self.comm, f"pp.gather_{op}")

@@ -16,7 +16,11 @@ from models.errors import SpecIssue
 from models.specfile import MAX_LAYERS, MAX_RANKS, MAX_TRANSFERS
 from models.unit_fields import SpecModel
 
-__all__ = ["TransformerModel", "Parallelism", "Accelerator", "check_training"]
+__all__ = ["TransformerModel", "Parallelism", "Accelerator", "Recompute", "check_training",
+           "check_recompute", "GRAD_DTYPE_BYTES"]
+
+GRAD_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+"""Bytes per gradient value of each ``grad_dtype`` (IEEE binary32, bfloat16, binary16)."""
 
 Ranks = Annotated[int, Field(gt=0, le=MAX_RANKS)]
 Layers = Annotated[int, Field(gt=0, le=MAX_LAYERS)]  # also micro-batches: one step each
@@ -27,7 +31,13 @@ class TransformerModel(SpecModel):
     ``parameters``: the total parameter count, when known, overrides the count derived from
     the shapes (workloads.training.flops.params_per_tp_rank). ``num_experts`` > 0 makes every
     MLP a mixture of experts with ``moe_topk`` experts per token. Bytes: activations and
-    parameters as exchanged (bf16: 2), gradients as reduced (AICB: fp32, 4)."""
+    parameters as exchanged (bf16: 2), gradients as reduced (AICB: fp32, 4); ``grad_dtype``
+    (fp32 | bf16 | fp16) names the gradients' type instead of ``grad_bytes`` (Megatron reduces
+    fp32 gradients with ``--accumulate-allreduce-grads-in-fp32``, the default under bf16,
+    else the training type); giving both with different sizes is an error (check_training).
+    ``untie_embeddings``: Megatron's ``--untie-embeddings-and-output-weights``; by default the
+    output layer shares the input word embedding (tied), so with pipeline stages the first
+    and the last stage each hold a copy, synchronised by the embedding-group all-reduce."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -45,6 +55,14 @@ class TransformerModel(SpecModel):
     activation_bytes: PositiveInt = 2
     param_bytes: PositiveInt = 2
     grad_bytes: PositiveInt = 4
+    grad_dtype: Literal["fp32", "bf16", "fp16"] | None = None
+    untie_embeddings: bool = False
+
+    @property
+    def grad_value_bytes(self) -> int:
+        """Bytes per reduced gradient value: from ``grad_dtype`` when given, else
+        ``grad_bytes``."""
+        return GRAD_DTYPE_BYTES[self.grad_dtype] if self.grad_dtype else self.grad_bytes
 
     @property
     def ffn(self) -> int:
@@ -58,7 +76,20 @@ class Parallelism(SpecModel):
     reduce-scatter of gradients plus all-gather of parameters (Megatron's distributed
     optimizer, DeepSpeed ZeRO-1/2); 3: parameters gathered per layer in forward and backward,
     gradients reduce-scattered per layer (ZeRO-3). Micro-batches: ``num_microbatches`` or
-    ``global_batch_size`` (= num_microbatches x micro_batch_size x dp); default one."""
+    ``global_batch_size`` (= num_microbatches x micro_batch_size x dp); default one.
+    ``scatter_gather_pp``: Megatron-LM's scatter/gather of pipeline tensors (on unless
+    ``--no-scatter-gather-tensors-in-pipeline`` in Megatron's original p2p code; Narayanan et
+    al. 2021, section 4.1): each TP rank sends 1/tp of the activation to the next (or
+    gradient to the previous) stage, which all-gathers it in its TP group. Default off:
+    every TP rank sends the whole activation, as Megatron core's p2p and AICB's files do and
+    as the published GPT-3 2.7B job's 125 MB pipeline messages show; not with
+    ``sequence_parallel`` (Megatron then sends the sequence shard, no gather).
+    ``virtual_pipeline_stages``: model chunks per stage for Megatron's interleaved 1F1B
+    (``--virtual-pipeline-model-parallel-size``; Narayanan et al. 2021, section 2.2.2): stage
+    s holds chunks c = 0..v-1 of num_layers / (pp v) layers each, virtual stage c pp + s; a
+    micro-batch crosses pp v - 1 hand-offs each way and the bubble shrinks to
+    (pp - 1) / (v m). Needs pp >= 2, pp v dividing num_layers and pp dividing the
+    micro-batches (as Megatron's interleaved schedule)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -69,6 +100,8 @@ class Parallelism(SpecModel):
     ep: Ranks = 1
     zero_stage: Literal[0, 1, 2, 3] = 0
     sequence_parallel: bool = False
+    scatter_gather_pp: bool = False
+    virtual_pipeline_stages: Layers = 1
     micro_batch_size: PositiveInt = 1
     num_microbatches: Layers | None = None
     global_batch_size: PositiveInt | None = None
@@ -88,6 +121,41 @@ class Parallelism(SpecModel):
         if self.global_batch_size is not None:
             return max(1, self.global_batch_size // (self.micro_batch_size * self.data_parallel))
         return 1
+
+
+class Recompute(SpecModel):
+    """Activation recomputation as Megatron-LM's ``--recompute-granularity``,
+    ``--recompute-method`` and ``--recompute-num-layers`` (Korthikanti et al., "Reducing
+    Activation Recomputation in Large Transformer Models", MLSys 2023, arXiv:2205.05198).
+
+    ``granularity`` "none": activations kept; "selective": only the attention core (QK^T,
+    softmax, attention over V) is recomputed before its backward, 4 B s^2 h FLOPs per layer
+    and no communication; "full": a layer's whole forward, tensor-parallel collectives
+    included, runs again before its backward. ``method`` (full only, default "uniform"):
+    "uniform" checkpoints chunks of ``num_layers`` consecutive layers of a stage (the last
+    chunk may be shorter) and recomputes a chunk's forward before the chunk's backward;
+    "block" recomputes only the first ``num_layers`` layers of each stage, each before its
+    own backward. ``num_layers`` default 1 (every layer its own checkpoint, the paper's "full
+    recomputation"); at most the layers of one stage (check_recompute)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    granularity: Literal["none", "selective", "full"] = "none"
+    method: Literal["uniform", "block"] | None = None
+    num_layers: Layers | None = None
+
+    def chunks(self, layers: int) -> list[tuple[int, int, bool]]:
+        """The layers ``0..layers-1`` of one stage (of one model chunk with virtual pipeline
+        stages: Megatron checkpoints each chunk's block) as ``(first, end, recomputed)``
+        ranges in forward order: the units whose forward is repeated (``recomputed``) before
+        their backward, or that keep their activations."""
+        if self.granularity != "full":
+            return [(0, layers, False)]
+        n = min(self.num_layers or 1, layers)
+        if (self.method or "uniform") == "uniform":
+            return [(a, min(a + n, layers), True) for a in range(0, layers, n)]
+        return [(i, i + 1, True) for i in range(n)] + ([(n, layers, False)] if n < layers
+                                                          else [])
 
 
 class Accelerator(SpecModel):
@@ -144,7 +212,52 @@ def check_training(m: TransformerModel, p: Parallelism, *, file: str | None = No
     elif p.global_batch_size is not None:
         _divides(issues, (*lay, "global_batch_size"), p.micro_batch_size * p.data_parallel,
                  "micro_batch_size*dp", p.global_batch_size, "global_batch_size", file)
+    v = p.virtual_pipeline_stages
+    if v > 1:
+        key = (*lay, "virtual_pipeline_stages")
+        if p.pp < 2:
+            issues.append(SpecIssue("virtual_pipeline_stages > 1 needs pp >= 2 (interleaved "
+                                    "1F1B)", file=file, key_path=key))
+        else:
+            _divides(issues, key, p.pp * v, "pp*virtual_pipeline_stages", m.num_layers,
+                     "num_layers", file)
+            _divides(issues, key, p.pp, "pp", p.microbatches, "micro-batches (interleaved "
+                     "1F1B)", file)
+    if p.scatter_gather_pp and p.sequence_parallel:
+        issues.append(SpecIssue("scatter_gather_pp does not combine with sequence_parallel "
+                                "(Megatron then sends each TP rank's sequence shard)",
+                                file=file, key_path=(*lay, "scatter_gather_pp")))
+    if m.grad_dtype and "grad_bytes" in m.model_fields_set \
+            and m.grad_bytes != GRAD_DTYPE_BYTES[m.grad_dtype]:
+        issues.append(SpecIssue(f"grad_dtype {m.grad_dtype} is {GRAD_DTYPE_BYTES[m.grad_dtype]} "
+                                f"bytes per gradient but grad_bytes is {m.grad_bytes}: give "
+                                "one of them", file=file, key_path=(*mod, "grad_dtype")))
     _check_totals(issues, m, p, lay, file)
+    return issues
+
+
+def check_recompute(r: Recompute, m: TransformerModel, p: Parallelism, *,
+                    file: str | None = None, prefix: tuple = ()) -> list[SpecIssue]:
+    """Every inconsistency of the recomputation keys of a training workload, each naming its
+    key under ``prefix`` (the flat keys ``recompute``, ``recompute_method``,
+    ``recompute_num_layers``). As Megatron-LM's argument checks: a method or a layer count
+    only with ``full``; ``num_layers`` at most the layers of one pipeline stage (of one
+    model chunk with virtual pipeline stages)."""
+    issues: list[SpecIssue] = []
+    if r.granularity != "full":
+        for key, value in (("recompute_method", r.method), ("recompute_num_layers",
+                                                            r.num_layers)):
+            if value is not None:
+                issues.append(SpecIssue(f"{key} applies to recompute: full, not "
+                                        f"{r.granularity}", file=file,
+                                        key_path=(*prefix, key)))
+    per_stage = m.num_layers // (p.pp * p.virtual_pipeline_stages)
+    if r.num_layers is not None and r.num_layers > per_stage:
+        what = "pipeline stage (num_layers / pp)" if p.virtual_pipeline_stages == 1 else \
+            "model chunk (num_layers / (pp x virtual_pipeline_stages))"
+        issues.append(SpecIssue(f"recompute_num_layers {r.num_layers} is more than the "
+                                f"{per_stage} layers of one {what}",
+                                file=file, key_path=(*prefix, "recompute_num_layers")))
     return issues
 
 
