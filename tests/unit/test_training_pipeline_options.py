@@ -3,8 +3,8 @@
 
 import pytest
 
-from aitb.errors import SpecError
-from aitb.schedule import Collective, SendRecv
+from models.errors import SpecError
+from models.schedule import Collective, SendRecv
 from workloads.training import Parallelism, TransformerModel, ideal_iteration, training_schedule
 
 M = TransformerModel(num_layers=4, hidden_size=256, num_attention_heads=8, seq_length=128,

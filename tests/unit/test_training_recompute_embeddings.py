@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from aitb.errors import SpecError
-from aitb.schedule import Collective, Compute
+from models.errors import SpecError
+from models.schedule import Collective, Compute
 from workloads.spec import load_schedule
 from workloads.training import (
     Accelerator,

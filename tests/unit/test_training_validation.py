@@ -49,7 +49,7 @@ from typing import Any
 
 import pytest
 
-from aitb.schedule import Collective, Schedule, SendRecv
+from models.schedule import Collective, Schedule, SendRecv
 from traffic_gen.algorithms import PlanRequest, build_plan
 from traffic_gen.algorithms.check import bytes_sent
 from workloads.aicb import AicbOptions, load_aicb
