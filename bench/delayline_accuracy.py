@@ -48,8 +48,8 @@ from pyroute2 import IPRoute, NetNS
 from pyroute2 import netns as pr_netns
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from testbed.delay.linecpu import check_line_cpu, keep_off, restore  # noqa: E402
 from testbed.delay.nfqueue import Helper, QueueParams, maxlen_for_bdp, read_pktlog  # noqa: E402
+from testbed.delay.nfqueue.linecpu import check_line_cpu, keep_off, restore  # noqa: E402
 from testbed.delay.nfqueue.rules import nfqueue_rule_argv  # noqa: E402
 from testbed.ns.sysctl import all_cpus_mask  # noqa: E402
 

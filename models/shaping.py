@@ -10,16 +10,17 @@ buffer is the only place where queueing drops happen.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, get_args
 
 from models.units import BufferSize, UnitError
 
 __all__ = ["GilbertElliott", "Shaping", "JitterDistribution", "Aqm", "AQMS", "JITTER_DISTRIBUTIONS"]
 
+# each name list is spelled once, in its Literal; the tuples are read from it
 JitterDistribution = Literal["uniform", "normal", "pareto", "paretonormal"]
-JITTER_DISTRIBUTIONS: tuple[str, ...] = ("uniform", "normal", "pareto", "paretonormal")
-Aqm = Literal["fifo", "head_drop", "red", "fq_codel"]
-AQMS: tuple[str, ...] = ("fifo", "head_drop", "red", "fq_codel")
+JITTER_DISTRIBUTIONS: tuple[str, ...] = get_args(JitterDistribution)
+Aqm = Literal["fifo", "head_drop", "red", "fq_codel"]  # an AQM's module: testbed/tc/qdiscs/
+AQMS: tuple[str, ...] = get_args(Aqm)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ One sub-package per concept, each ``__init__`` saying what it owns:
 - :mod:`testbed.tc`: tc recipes and the qdisc/AQM registry (:mod:`testbed.tc.qdiscs`)
 - :mod:`testbed.delay`: delay-line backends behind one registry: netem on an IFB
   (:mod:`testbed.delay.netem`) and aitb's native NFQUEUE line (:mod:`testbed.delay.native`,
-  its helper in :mod:`testbed.delay.nfqueue`)
+  its helper and CPU in :mod:`testbed.delay.nfqueue`)
 - :mod:`testbed.routing`: static and ECMP routes, load balancing, source routing, FRRouting
 - :mod:`testbed.ovs`: Open vSwitch switches
 - :mod:`testbed.mininet`: the Mininet backend

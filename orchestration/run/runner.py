@@ -75,7 +75,7 @@ from orchestration.run.transport import (
     congestion_control_record,
     host_transport_record,
 )
-from testbed.delay.linecpu import check_line_cpu
+from testbed.delay.nfqueue.linecpu import check_line_cpu
 from testbed.host.capabilities import in_vm
 from testbed.lab import signals
 from testbed.lab.backends import make_lab

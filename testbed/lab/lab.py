@@ -27,8 +27,8 @@ from models.shaping import Shaping
 from testbed import delay as delay_backends
 from testbed.apps import launch as apps
 from testbed.containers import hosts as containers
-from testbed.delay import linecpu, native
-from testbed.delay.nfqueue import choose
+from testbed.delay import native
+from testbed.delay.nfqueue import choose, linecpu
 from testbed.host import kernel
 from testbed.lab import realise, signals, verify
 from testbed.lab.clean import TeardownReport, raise_failures, teardown
@@ -85,10 +85,10 @@ class Lab:
     dedicated, 11-24 us and 0.19-0.63 ms on a quiet 2-core VM (bench/delayline_accuracy.py
     --isolate; README.md "the native delay line" has the table). It costs the
     lab that CPU: while the lab is up this process's threads, and what it starts, run on the
-    others (:mod:`testbed.delay.linecpu` lists what that covers). LabError (exit code 2) if this
-    process may not run on it, no other CPU remains or the kernel cannot steer receive
-    processing (:func:`testbed.delay.linecpu.check_line_cpu`), or (at up) if no direction of the lab
-    uses the native line.
+    others (:mod:`testbed.delay.nfqueue.linecpu` lists what that covers). LabError (exit code
+    2) if this process may not run on it, no other CPU remains or the kernel cannot steer
+    receive processing (:func:`testbed.delay.nfqueue.linecpu.check_line_cpu`), or (at up) if
+    no direction of the lab uses the native line.
 
     Side effects (up): namespaces ``aitb-<run_id>-<node>``, veths, bridges, IFBs, qdiscs,
     routes, sysctls inside them; ``state_dir/<run_id>/{registry.jsonl,plan.json}``; for hosts

@@ -86,8 +86,8 @@ def node_sysctls(node: NodePlan, ipv6: bool, line_cpu: int | None = None
     from its watchdog timer on another one, so one flow's packets were processed by two CPUs
     at once and arrived reordered (spurious retransmissions, D-SACKs, with no drop anywhere).
     RPS steers each flow by its hash to one CPU, which keeps it in order. With ``line_cpu``
-    (a CPU dedicated to the native delay line, :mod:`testbed.delay.linecpu`) the mask leaves that
-    CPU out and is required: the line's helpers run there alone.
+    (a CPU dedicated to the native delay line, :mod:`testbed.delay.nfqueue.linecpu`) the mask
+    leaves that CPU out and is required: the line's helpers run there alone.
 
     Links that fail (testbed/live/faults.py), on hosts and routers: a multipath next hop whose
     link lost its carrier is skipped (``ignore_routes_with_linkdown``, all and default: the

@@ -81,7 +81,7 @@ def deploy(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or a 
     if chosen != "mininet" and (cli or switch != "bridge" or controller):
         raise unknown_name("--cli, --switch and --controller need --backend mininet")
     if line_cpu is not None:
-        from testbed.delay.linecpu import check_line_cpu
+        from testbed.delay.nfqueue.linecpu import check_line_cpu
         check_line_cpu(line_cpu, "--delay-line-cpu")
     opts: dict[str, Any] = {"switch": switch, "controller": controller} \
         if chosen == "mininet" else {}

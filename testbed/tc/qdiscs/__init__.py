@@ -1,9 +1,10 @@
 """One module per tc discipline, behind one registry (kind name -> module).
 
 **To add a qdisc: one module here + one line in** :data:`MODULES` **below.** An AQM (a leaf
-that takes the place of the bottleneck fifo) also puts its name in ``models.shaping.AQMS``, the
-spec side that the ground validates without root; tests/unit/test_qdisc_registry.py checks
-that both lists agree and that every module has the whole interface.
+that takes the place of the bottleneck fifo) also puts its name in the
+``models.shaping.Aqm`` Literal, the spec side that the ground validates without root;
+tests/unit/test_qdisc_registry.py checks that both lists agree and that every module has the
+whole interface.
 
 A discipline module holds everything aitb knows about its kind, by phase:
 
