@@ -33,6 +33,7 @@ from aitb.plan import LabPlan, plan_to_dict
 from aitb.schedule import Gather
 from aitb.specfile import Ref, line_of, resolve_ref, with_lines
 from aitb.units import UnitError, parse_duration_s, parse_size_bytes
+from analysis.fidelity import check_coverage, coverage_words
 from orchestration.cluster.control import Control
 from orchestration.cluster.lab import ClusterLab, connect
 from orchestration.cluster.observing import Observed
@@ -544,8 +545,10 @@ def _verdict(doc: dict[str, Any], manifest: dict[str, Any], outcome: RunOutcome,
     for reason in doc["reasons"]:
         logging.getLogger("aitb.run").warning("fidelity: %s", reason)
     bad = sum(not e["ok"] for e in doc["links"])
+    _, missing = coverage_words(doc.get("coverage") or check_coverage(doc["links"]))
     progress(f"fidelity: {len(doc['links'])} shaped link directions, {bad} off"
-             + ("" if not doc["cpu"]["saturated"] else ", host CPU saturated"))
+             + ("" if not doc["cpu"]["saturated"] else ", host CPU saturated")
+             + (f"; not exercised: {missing}" if missing else ""))
 
 
 def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: None,
