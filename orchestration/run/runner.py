@@ -435,7 +435,13 @@ def _manifest(prep: Prepared, run_id: str, lab_id: str) -> dict[str, Any]:
             "host_transport": host_transport_record(prep.plan), "workloads": []}
 
 
-def _merge_records(run_dir: Path) -> None:
+def merge_records(run_dir: Path, scale: float = 1) -> None:
+    """Merge each workload's record files (workloads/<index>-<name>/*.jsonl) into the run's
+    (RECORD_FILES), each record tagged with its ``workload`` and ``workload_index`` and, in a
+    scaled run (``scale`` > 1: rates, buffers and sizes divided by it, topologies/scaling.py),
+    with ``scale``: its ``size_bytes`` and other sizes are the emulated ones (a 240 MB model
+    at scale 10 is 24 MB here), multiply by ``scale`` for the experiment's."""
+    tag = {"scale": int(scale) if float(scale).is_integer() else scale} if scale != 1 else {}
     root = run_dir / "workloads"
     parts = sorted((p for p in root.glob("*") if p.is_dir()),
                    key=lambda p: int(p.name.split("-", 1)[0])) if root.exists() else []
@@ -450,7 +456,7 @@ def _merge_records(run_dir: Path) -> None:
                     for line in fh:  # ids (c0.1, b0.0) restart in every workload
                         if line.strip():
                             rec = json.loads(line)
-                            rec.update(workload=workload, workload_index=int(index))
+                            rec.update(workload=workload, workload_index=int(index), **tag)
                             out.write(json.dumps(rec) + "\n")
 
 
@@ -768,7 +774,7 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
         if isinstance(exc, KeyboardInterrupt):
             raise
     finally:
-        _merge_records(run_dir)
+        merge_records(run_dir, prep.spec.scale)
         if monitors:
             _fidelity(monitors[0], run_dir, manifest, outcome, progress)
         elif controls is not None and "lab_timings_s" in manifest:  # the cluster came up

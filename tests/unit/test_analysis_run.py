@@ -350,3 +350,20 @@ def test_a_passed_verdict_names_the_checks_that_did_not_run_and_sizes_name_their
     (run_dir / "manifest.json").write_text(json.dumps({**unscaled, "scale": 1}))
     assert analyze_run(run_dir)["scale"] == {"factor": 1, "sizes": "not scaled"}
     assert 'id="scaled"' not in (run_dir / "report.html").read_text()
+
+
+def test_records_of_a_scaled_run_say_their_scale(tmp_path):
+    """rounds.jsonl gave 24 MB for a 240 MB model at scale 10 without a word: merged records
+    of a scaled run carry the factor; an unscaled run's records are as before."""
+    from orchestration.run.runner import merge_records
+
+    part = tmp_path / "workloads" / "0-fl"
+    part.mkdir(parents=True)
+    _jsonl(part / "rounds.jsonl", [{"record": "round", "round": 0, "model_bytes": 24_000_000}])
+    merge_records(tmp_path, 10)
+    (rec,) = [json.loads(x) for x in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert rec == {"record": "round", "round": 0, "model_bytes": 24_000_000, "workload": "fl",
+                   "workload_index": 0, "scale": 10}
+    merge_records(tmp_path, 1)
+    (rec,) = [json.loads(x) for x in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert "scale" not in rec
