@@ -294,3 +294,18 @@ def test_a_verdict_names_the_checks_that_were_not_exercised():
                            {"c-d": 1e-4}, cpu_summary([30.0] * 10))
     passed, missing = coverage_words(none["coverage"])
     assert "rate" not in passed and missing.startswith("rate on 1 direction")
+
+
+def test_aitb_run_names_what_its_passed_verdict_did_not_check(tmp_path):
+    """The line `aitb run` prints for a trustworthy run comes from fidelity.json's coverage
+    (or its entries, for runs written before it had one)."""
+    import json
+
+    from orchestration.cli.commands.run import _coverage
+
+    entry = {"link": "a-b", "direction": "a->b",
+             "checks": {"rate": "not_exercised", "rtt": "ok", "loss": "ok"}}
+    (tmp_path / "fidelity.json").write_text(json.dumps({"links": [entry]}))
+    assert _coverage(tmp_path / "fidelity.json") == (
+        "RTT on 1 of 1 shaped directions, loss on 1 of 1", "rate on 1 direction (a-b a->b)")
+    assert _coverage(tmp_path / "missing.json") == ("", "")
