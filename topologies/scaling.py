@@ -58,8 +58,11 @@ def scale_plan(plan: LabPlan, factor: float) -> LabPlan:
     the rate steps of its link traces are divided too.
 
     A packet-count buffer keeps its drain time (packets/factor, at least 1); a byte buffer is
-    divided but never below one full-size frame (MTU + 14 bytes of Ethernet header). Raises
-    ValueError for a factor below 1.
+    divided but never below one full-size frame (MTU + 14 bytes of Ethernet header). One
+    divided below two 64 KiB GSO packets (4 MiB at scale 100: 41943 bytes) gets a segmenter
+    that cuts GSO packets into frames before it (:func:`testbed.tc.qdiscs.tbf.segmented`), so it
+    holds frames rather than refusing every GSO packet. Raises ValueError for a factor
+    below 1.
     """
     if factor < 1:
         raise ValueError(f"scale factor {factor} must be at least 1")

@@ -21,7 +21,10 @@ from analysis.fidelity.checks import (
     rtt_tolerance_s,
 )
 from analysis.fidelity.report import (
+    CHECK_NAMES,
     CPU_SATURATED_PCT,
+    check_coverage,
+    coverage_words,
     cpu_summary,
     direction_entry,
     fidelity_report,
@@ -33,4 +36,5 @@ __all__ = ["DirectionRef", "LineCounts", "delay_check", "expected_rtt_s", "rate_
            "loss_check", "rtt_check",
            "rtt_tolerance_s", "cpu_summary", "direction_entry", "fidelity_report",
            "CPU_SATURATED_PCT", "traffic_windows",
-           "samples_in_windows", "RATE_TOLERANCE", "MIN_BACKLOGGED_INTERVALS", "LOSS_Z"]
+           "samples_in_windows", "RATE_TOLERANCE", "MIN_BACKLOGGED_INTERVALS", "LOSS_Z",
+           "CHECK_NAMES", "check_coverage", "coverage_words"]

@@ -21,7 +21,11 @@ from analysis.fidelity.checks import (
 )
 
 __all__ = ["CPU_SATURATED_PCT", "cpu_summary", "direction_entry", "fidelity_report",
-           "traffic_windows", "samples_in_windows"]
+           "traffic_windows", "samples_in_windows", "check_coverage", "coverage_words",
+           "CHECK_NAMES"]
+
+# the per-direction checks in the order the verdict names them, with their names in words
+CHECK_NAMES = {"rate": "rate", "rtt": "RTT", "delay": "delay-line delay", "loss": "loss"}
 
 # Host CPU busy share (all cores, psutil.cpu_percent over ~100 ms windows) at or above which
 # a window counts as saturated. HTB's watchdog timers, netem's delay line and the agents'
@@ -118,13 +122,55 @@ def _reasons(entry: Mapping[str, Any], ref: DirectionRef) -> list[str]:
     return out
 
 
+def check_coverage(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Which checks of fidelity.json's ``links`` entries ran: ``{"directions": n,
+    "exercised": {check: directions judged ok or off}, "not_exercised": {check: ["link
+    direction", ...]}}``, checks in :data:`CHECK_NAMES` order, a check absent from every
+    entry (``delay`` without native lines) left out. A verdict passes only what was
+    exercised: a rate check without a standing backlog (an incast's short bursts) or an RTT
+    never probed says nothing about that direction. Pure."""
+    exercised: dict[str, int] = {}
+    missing: dict[str, list[str]] = {}
+    for name in CHECK_NAMES:
+        states = [(f"{e['link']} {e['direction']}", e["checks"][name]) for e in entries
+                  if name in e["checks"]]
+        if not states:
+            continue
+        exercised[name] = sum(v != "not_exercised" for _, v in states)
+        gaps = [where for where, v in states if v == "not_exercised"]
+        if gaps:
+            missing[name] = gaps
+    return {"directions": len(entries), "exercised": exercised, "not_exercised": missing}
+
+
+def coverage_words(coverage: Mapping[str, Any], most: int = 3) -> tuple[str, str]:
+    """(what was checked, what was not) of a :func:`check_coverage` in words: ``"rate on 3 of
+    30 shaped directions, RTT on 15 of 30, ..."`` (checks that ran on no direction left
+    out; ``""`` when none ran) and ``"rate on 27 directions (a-b a->b, ... and 24 more),
+    ..."`` (``""`` when every check ran everywhere), naming at most ``most`` directions per
+    check. Pure."""
+    n = coverage["directions"]
+    ran = [(name, k) for name, k in coverage["exercised"].items() if k]
+    passed = ", ".join(f"{CHECK_NAMES[name]} on {k} of {n}" + (" shaped directions" if not i
+                                                                  else "")
+                       for i, (name, k) in enumerate(ran))
+    parts = []
+    for i, (name, where) in enumerate(coverage["not_exercised"].items()):
+        more = f" and {len(where) - most} more" if len(where) > most else ""
+        unit = (" direction" if len(where) == 1 else " directions") if not i else ""
+        parts.append(f"{CHECK_NAMES[name]} on {len(where)}{unit} "
+                     f"({', '.join(where[:most])}{more})")
+    return passed, ", ".join(parts)
+
+
 def fidelity_report(refs: Sequence[DirectionRef], qdisc: pd.DataFrame | None,
                     links: pd.DataFrame | None, rtts: Mapping[str, float | None],
                     cpu: Mapping[str, Any]) -> dict[str, Any]:
     """The fidelity.json document: one entry per direction of ``refs`` (``rtts``: link name
     -> probed minimum RTT in seconds or None), the CPU summary (:func:`cpu_summary`),
     ``trustworthy`` (no check off and CPU not saturated; None when nothing was assessed: no
-    CPU samples, or shaped links none of whose checks could run) and the ``reasons``."""
+    CPU samples, or shaped links none of whose checks could run), the ``reasons`` and the
+    ``coverage`` (:func:`check_coverage`: which checks ran on which directions)."""
     entries, reasons = [], []
     for ref in refs:
         entry = direction_entry(ref, qdisc, links, rtts.get(ref.link))
@@ -135,11 +181,12 @@ def fidelity_report(refs: Sequence[DirectionRef], qdisc: pd.DataFrame | None,
                        f"{cpu['busy_pct_p95']:.0f}% >= {cpu['threshold_pct']:.0f}%: emulated "
                        "rates and delays stretch when dequeues wait for a CPU")
     exercised = any(v == "ok" for e in entries for v in e["checks"].values())
+    coverage = check_coverage(entries)
     if not reasons and (cpu.get("busy_pct_p95") is None or (entries and not exercised)):
         # nothing was measured (interrupted before the workloads, no CPU samples, or no check
         # could run): no verdict rather than a clean bill of health
         return {"links": entries, "cpu": dict(cpu), "trustworthy": None,
                 "reasons": ["not assessed: no CPU samples while workloads ran, or no shaped "
-                            "link direction could be checked"]}
+                            "link direction could be checked"], "coverage": coverage}
     return {"links": entries, "cpu": dict(cpu), "trustworthy": not reasons,
-            "reasons": reasons}
+            "reasons": reasons, "coverage": coverage}

@@ -28,7 +28,8 @@ from analysis.metrics.stragglers import round_metrics, straggler_metrics
 from analysis.tables import RunTables
 from models.records import SUMMARY_KEYS
 
-__all__ = ["SCHEMA_VERSION", "SUMMARY_KEYS", "compute_metrics", "summary_of", "jsonable"]
+__all__ = ["SCHEMA_VERSION", "SUMMARY_KEYS", "compute_metrics", "summary_of", "jsonable",
+           "scale_section"]
 
 SCHEMA_VERSION = 1
 
@@ -109,6 +110,20 @@ def _events(t: RunTables) -> dict[str, Any]:
     return section
 
 
+def scale_section(factor: Any) -> dict[str, Any]:
+    """metrics.json's ``scale``: ``{"factor", "sizes"}``, the run's ``scale:`` (manifest) and
+    what it did to the records' sizes in words: a scaled run divides every rate, buffer and
+    workload size by the factor and keeps every delay (topologies/scaling.py,
+    workloads.transform.scale_schedule), so its records' ``size_bytes`` (a 240 MB model at
+    scale 10: 24 MB) and rates are the emulated ones. A run without one: factor 1."""
+    f = factor if isinstance(factor, int | float) and factor > 0 else 1
+    f = int(f) if float(f).is_integer() else f
+    if f == 1:
+        return {"factor": 1, "sizes": "not scaled"}
+    return {"factor": f, "sizes": f"emulated: the experiment's sizes and rates divided by "
+                                  f"{f:g} (delays and times are not scaled)"}
+
+
 def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
     """The metrics.json dict of run ``t`` (analysis/metrics/__init__.py, plus ``requests``,
     ``apps``, ``retransmissions``, ``dci``, ``events`` (analysis.metrics.events: per event
@@ -138,7 +153,7 @@ def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
         "apps": app_metrics(t.table("apps")),
         "retransmissions": retrans_metrics(flows, t.captures, util["queue_drops"]),
         "dci": dci_metrics(t.dci), "events": _events(t), "sampler": t.sampler,
-        "fidelity": t.fidelity,
+        "fidelity": t.fidelity, "scale": scale_section(t.manifest.get("scale")),
         "trustworthy": t.fidelity.get("trustworthy") if isinstance(t.fidelity, dict) else None,
         "warnings": list(t.warnings)}
     flow_table = flow_retrans(flow_table, m["retransmissions"])

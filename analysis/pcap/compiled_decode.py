@@ -64,9 +64,10 @@ def link_l3(b, off, end, link):
 @njit(cache=True)
 def decode(b, off, caplen, wirelen, link):
     """Decode one frame; returns ``(kind, v6, s_hi, s_lo, d_hi, d_lo, sport, dport, paylen,
-    seq, ack, flags, win, hlen, l4, end, ip_id, tcp_checksum, capped)`` where kind is 6, 17 or
-    a negative reason (ip_id -1 for IPv6, checksum -1 if not captured, as in decode.py;
-    capped 1 where an IPv4 total length beyond the wire length was capped)."""
+    seq, ack, flags, win, hlen, l4, end, ip_id, tcp_checksum, capped, ecn)`` where kind is 6,
+    17 or a negative reason (ip_id -1 for IPv6, checksum -1 if not captured, as in decode.py;
+    capped 1 where an IPv4 total length beyond the wire length was capped; ecn the IP ECN
+    field, as in decode.py)."""
     end = off + caplen
     l3, etype = link_l3(b, off, end, link)
     if l3 < 0:
@@ -86,7 +87,7 @@ def decode(b, off, caplen, wirelen, link):
             total = wire_l3
         src, dst = V4_MAPPED | be32(b, l3 + 12), V4_MAPPED | be32(b, l3 + 16)
         return _l4(b, i64(b[l3 + 9]), 0, 0, src, 0, dst, l3 + ihl, end, total - ihl,
-                   be16(b, l3 + 4), capped)
+                   be16(b, l3 + 4), capped, i64(b[l3 + 1]) & 3)
     if etype == 0x86DD:
         return _ipv6(b, l3, end, wire_l3)
     return _none(NON_IP)
@@ -108,11 +109,11 @@ def _ipv6(b, l3, end, wire_l3):
             i64(b[pos + 1]) + 1) * 8
         nh, pos, plen = i64(b[pos]), pos + size, plen - size
     return _l4(b, nh, 1, be64(b, l3 + 8), be64(b, l3 + 16), be64(b, l3 + 24), be64(b, l3 + 32),
-               pos, end, plen, -1, 0)
+               pos, end, plen, -1, 0, (i64(b[l3 + 1]) >> 4) & 3)
 
 
 @njit(cache=True)
-def _l4(b, proto, v6, s_hi, s_lo, d_hi, d_lo, l4, end, l4len, ip_id, capped):
+def _l4(b, proto, v6, s_hi, s_lo, d_hi, d_lo, l4, end, l4len, ip_id, capped, ecn):
     if proto == 6:
         if l4 + 16 > end:
             return _none(TRUNCATED)
@@ -121,15 +122,15 @@ def _l4(b, proto, v6, s_hi, s_lo, d_hi, d_lo, l4, end, l4len, ip_id, capped):
         return (6, v6, s_hi, s_lo, d_hi, d_lo, be16(b, l4), be16(b, l4 + 2),
                 max(l4len - hlen, 0), be32(b, l4 + 4), be32(b, l4 + 8), offflags & 0x1FF,
                 be16(b, l4 + 14), hlen, l4, end, ip_id, be16(b, l4 + 16) if l4 + 18 <= end else -1,
-                capped)
+                capped, ecn)
     if proto == 17:
         if l4 + 4 > end:
             return _none(TRUNCATED)
         return (17, v6, s_hi, s_lo, d_hi, d_lo, be16(b, l4), be16(b, l4 + 2), max(l4len - 8, 0),
-                0, 0, 0, 0, 0, l4, end, 0, 0, capped)
+                0, 0, 0, 0, 0, l4, end, 0, 0, capped, i64(0))
     return _none(OTHER_L4)
 
 
 @njit(cache=True, inline="always")
 def _none(kind):
-    return (kind, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    return (kind, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)

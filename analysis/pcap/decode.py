@@ -12,10 +12,12 @@ larger than the wire length (a corrupt or crafted header) is capped at it, and c
 ``DecodeStats.ip_length_capped`` for a warning: no payload that was never on the wire.
 
 A decoded TCP frame is the tuple ``(6, src, dst, sport, dport, payload_bytes, seq, ack,
-flags, window, tcp_header_bytes, tcp_offset, frame_end, ip_id, tcp_checksum)`` (``ip_id`` -1
-for IPv6, which has none; ``tcp_checksum`` -1 if not captured: both only identify duplicate
-captures); a UDP frame ``(17, src, dst, sport, dport, payload_bytes)``; addresses are
-``bytes`` (4 or 16). Anything else returns None and is counted in :class:`DecodeStats`.
+flags, window, tcp_header_bytes, tcp_offset, frame_end, ip_id, tcp_checksum, ecn)`` (``ip_id``
+-1 for IPv6, which has none; ``tcp_checksum`` -1 if not captured: both only identify duplicate
+captures; ``ecn`` the IP header's ECN field, RFC 3168 section 5: 0 not-ECT, 1 ECT(1), 2
+ECT(0), 3 CE, the low 2 bits of IPv4's ToS byte or IPv6's traffic class); a UDP frame
+``(17, src, dst, sport, dport, payload_bytes)``; addresses are ``bytes`` (4 or 16).
+Anything else returns None and is counted in :class:`DecodeStats`.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ def _ipv4(buf: bytes, l3: int, end: int, wire_l3: int, stats: DecodeStats) -> tu
     elif total == 0:  # TSO capture
         total = wire_l3
     return _l4(proto, buf[l3 + 12:l3 + 16], buf[l3 + 16:l3 + 20], buf, l3 + ihl, end,
-               total - ihl, stats, ip_id)
+               total - ihl, stats, ip_id, buf[l3 + 1] & 3)
 
 
 def _ipv6(buf: bytes, l3: int, end: int, wire_l3: int, stats: DecodeStats) -> tuple | None:
@@ -143,11 +145,12 @@ def _ipv6(buf: bytes, l3: int, end: int, wire_l3: int, stats: DecodeStats) -> tu
             return None
         size = 8 if nh == 44 else (buf[pos + 1] + 2) * 4 if nh == 51 else (buf[pos + 1] + 1) * 8
         nh, pos, plen = buf[pos], pos + size, plen - size
-    return _l4(nh, buf[l3 + 8:l3 + 24], buf[l3 + 24:l3 + 40], buf, pos, end, plen, stats, -1)
+    return _l4(nh, buf[l3 + 8:l3 + 24], buf[l3 + 24:l3 + 40], buf, pos, end, plen, stats, -1,
+               (buf[l3 + 1] >> 4) & 3)
 
 
 def _l4(proto: int, src: bytes, dst: bytes, buf: bytes, l4: int, end: int, l4len: int,
-        stats: DecodeStats, ip_id: int) -> tuple | None:
+        stats: DecodeStats, ip_id: int, ecn: int = 0) -> tuple | None:
     if proto == PROTO_TCP:
         if l4 + 16 > end:
             stats.truncated_headers += 1
@@ -156,7 +159,7 @@ def _l4(proto: int, src: bytes, dst: bytes, buf: bytes, l4: int, end: int, l4len
         hlen = (offflags >> 12) * 4
         csum = _H.unpack_from(buf, l4 + 16)[0] if l4 + 18 <= end else -1
         return (6, src, dst, sport, dport, max(l4len - hlen, 0), seq, ack, offflags & 0x1FF,
-                win, hlen, l4, end, ip_id, csum)
+                win, hlen, l4, end, ip_id, csum, ecn)
     if proto == PROTO_UDP:
         if l4 + 4 > end:
             stats.truncated_headers += 1

@@ -11,6 +11,7 @@ import jinja2
 import numpy as np
 import pandas as pd
 
+from analysis.fidelity.report import check_coverage, coverage_words
 from analysis.metrics.collectives import iteration_times
 from analysis.metrics.events import DEFAULT_WINDOW_S, RECOVERY_FRACTION, goodput
 from analysis.report import plots, units
@@ -204,6 +205,14 @@ def _locality(run_dir: Any) -> dict[str, Any] | None:
         return None
 
 
+def scaled_note(factor: Any) -> str:
+    """What a size column's header carries in a scaled run: ``" (÷10)"`` (sizes are the
+    experiment's divided by the factor, topologies/scaling.py); ``""`` unscaled."""
+    if not isinstance(factor, int | float) or factor == 1:
+        return ""
+    return f" (÷{factor:g})"
+
+
 def render_report(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> Path:
     """Write ``report.html`` into the run directory (atomically) and return its path.
     Sections whose data the run lacks say so; nothing is fetched from outside the file."""
@@ -220,9 +229,13 @@ def render_report(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> 
     env.globals["dci_time"] = dci_time
     figs = figures(t, m, flow_table)
     _, zero = time_zero(t)
+    fid = m.get("fidelity") if isinstance(m.get("fidelity"), dict) else {}
+    # runs recorded before fidelity.json had its coverage: derived from its entries
+    coverage = fid.get("coverage") or check_coverage(fid.get("links") or [])
     html = env.get_template("report.html.j2").render(time_zero=zero,
         m=m, plots=[(k, title, figs[k], absent) for k, (title, absent) in PLOTS.items()],
-        manifest=t.manifest, warnings=t.warnings,
+        manifest=t.manifest, warnings=t.warnings, fidelity_words=coverage_words(coverage),
+        size_note=scaled_note((m.get("scale") or {}).get("factor")),
         sections=workload_sections(t.manifest, m, t), locality=_locality(t.run_dir))
     path = t.run_dir / "report.html"
     write_text_atomic(path, html)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import struct
 from dataclasses import dataclass, field
@@ -47,7 +48,9 @@ def analyse_capture(path: str | os.PathLike[str], engine: str = "auto") -> Captu
     Streaming: memory grows with the number of flows, not packets. A truncated or corrupt
     file is analysed up to the damage, which is reported in ``warnings``; so are, as whole-file
     warnings (offset None), invalid and out-of-order timestamps (:class:`ClockChecks`) and
-    duplicate captures (:meth:`Direction.is_duplicate`), which are counted once. Raises
+    duplicate captures (:meth:`Direction.is_duplicate`, in a flow at least half of whose
+    frames came twice: :func:`undoubled`), which are counted once. A capture with identical
+    frames in other flows is read a second time, by the reference path. Raises
     :class:`models.errors.SpecError` if the file is missing, unreadable or not a capture;
     ValueError for an unknown engine.
     """
@@ -65,6 +68,11 @@ def analyse_capture(path: str | os.PathLike[str], engine: str = "auto") -> Captu
         packets = _scan(cap, table, stats)
         found = table.flows()
     flows = [udp_record(f) if isinstance(f, UdpFlow) else tcp_record(f) for f in found]
+    if keep := undoubled(flows):  # copies that were packets after all: read them again
+        cap, table, stats = open_capture(path), FlowTable(keep), DecodeStats()
+        packets = _scan(cap, table, stats)
+        flows = [udp_record(f) if isinstance(f, UdpFlow) else tcp_record(f)
+                 for f in table.flows()]
     warnings = cap.warnings + cap.clock.warnings(cap.format == "pcap-ns")
     dups = sum(f["duplicate_captures"] for f in flows)
     if dups:
@@ -76,6 +84,21 @@ def analyse_capture(path: str | os.PathLike[str], engine: str = "auto") -> Captu
             f"length")))
     return CaptureAnalysis(cap.path, cap.format, packets, sorted(cap.linktypes), cap.start_ns,
                            stats, flows, warnings)
+
+
+def undoubled(flows: list[dict[str, object]]) -> frozenset[tuple]:
+    """Keys ((src, dst, sport, dport) as raw addresses) of the TCP connections whose identical
+    frames are not a duplicated capture: fewer than half of their frames came with a copy.
+    A capture of one packet twice (two interfaces of one path, a SPAN port, a bridge and its
+    port) doubles every frame of a flow; a few identical frames in a flow are packets a stack
+    sent twice, e.g. RSTs, which Linux sends with IP ID 0 (``ip_send_unicast_reply``), so
+    two RSTs to two late segments look alike. Those flows are analysed again with their
+    copies as packets (:class:`analysis.tcpflows.table.FlowTable` ``keep_copies``)."""
+    return frozenset(
+        (ipaddress.ip_address(f["src"]).packed, ipaddress.ip_address(f["dst"]).packed,
+         f["sport"], f["dport"])
+        for f in flows if f["proto"] == "tcp" and f["duplicate_captures"]
+        and 2 * int(f["duplicate_captures"]) < int(f["packets"]))
 
 
 def duplicates_message(n: int) -> str:

@@ -143,7 +143,9 @@ _COUNTERS = {"packets": k.PACKETS, "payload_bytes": k.PAYLOAD, "data_packets": k
              "rto_retransmissions": k.RTO, "spurious_retransmissions": k.SPUR,
              "out_of_order": k.OOO, "dup_acks": k.DUPACKS, "zero_windows": k.ZEROWIN,
              "sack_packets": k.SACK_PKTS, "retransmitted_bytes": k.RETX_BYTES, "rst": k.D_RST,
-             "rtt_n": k.RTT_N, "duplicates": k.DUPS}
+             "rtt_n": k.RTT_N, "duplicates": k.DUPS, "ect0": k.ECT0, "ect1": k.ECT1,
+             "ce": k.CE, "ece": k.ECE_N, "cwr": k.CWR_N, "fin_retransmissions": k.FIN_RETX,
+             "capture_gaps": k.GAPS}
 
 
 def _direction(d: Direction, di: list[int], df: list[float]) -> None:
@@ -158,6 +160,9 @@ def _direction(d: Direction, di: list[int], df: list[float]) -> None:
     d.fin_t = df[k.FIN_T] if di[k.HAS_FIN_T] else None
     d.first_data_t = df[k.FIRST_DATA_T] if di[k.HAS_FIRST_DATA_T] else None
     d.last_data_t = df[k.LAST_DATA_T] if di[k.HAS_FIRST_DATA_T] else None
+    d.nxt = di[k.NXT] if di[k.HAS_NXT] else None
+    d.max_ack = di[k.MAX_ACK] if di[k.HAS_MAX_ACK] else None
+    d.holes = [[di[k.HOLES + 2 * i], di[k.HOLES + 2 * i + 1]] for i in range(di[k.HOLE_N])]
     d.rtt_sum = df[k.RTT_SUM]
     d.rtt_min = df[k.RTT_MIN] if di[k.HAS_RTT] else None
     d.rtt_max = df[k.RTT_MAX] if di[k.HAS_RTT] else None

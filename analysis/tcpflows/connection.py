@@ -22,8 +22,19 @@ epan/dissectors/packet-tcp.c (wireshark/wireshark @ 0aebd579e3be), step by step:
     "retransmission" (neither fast nor spurious). For classic TCP it is timer-driven; Linux
     also resends on RACK reordering timers and tail loss probes (RFC 8985) without the two
     duplicate ACKs Wireshark looks for, and those land here too.
-  tshark's ``tcp.analysis.retransmission`` flag is set on all three retransmission kinds, so
-  ``retransmissions`` = fast + spurious + RTO, and SYN/FIN re-sends count as in tshark.
+  - a FIN without payload sent again (below ``nextseq``) is a FIN retransmission, its own
+    kind: tshark flags it a plain retransmission, which is not evidence of a data RTO.
+  tshark's ``tcp.analysis.retransmission`` flag is set on all these retransmission kinds, so
+  ``retransmissions`` = fast + spurious + RTO + FIN, and SYN re-sends count as in tshark.
+* capture gaps: a segment with payload or SYN/FIN whose sequence number is beyond ``nextseq``
+  (not a RST) skipped a
+  range the capture did not see (tshark's "previous segment not captured": the packet was
+  lost before the capture point, or the capture dropped it); ``capture_gaps`` counts them,
+  and ``gap_bytes`` the part of those ranges (and of the range beyond the highest sequence
+  number seen) that the other side acknowledged although no later segment of the capture
+  covered it: bytes the receiver got that this capture never saw.
+* ECN (RFC 3168): each segment's IP ECN codepoint (ECT(0), ECT(1), CE) and the ECE and CWR
+  flags of segments without SYN are counted per direction.
 * negative time gaps (a segment stamped before the ACK or the segment it is compared with:
   out-of-order timestamps, e.g. merged captures): packet-tcp.c computes both gaps into a
   ``guint64 t``, so a negative gap wraps to a huge value and passes neither the 20 ms
@@ -38,7 +49,7 @@ from __future__ import annotations
 
 from analysis.tcpflows.direction import Direction
 
-FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
+FIN, SYN, RST, ACK, ECE, CWR = 0x01, 0x02, 0x04, 0x10, 0x40, 0x80
 FAST_RTX_WINDOW_S = 0.020  # packet-tcp.c: "within 20ms of the last duplicate ack"
 OOO_DEFAULT_S = 0.003  # packet-tcp.c: ooo_thres without a handshake RTT
 
@@ -59,10 +70,22 @@ class Connection:
         self.wire_bytes = 0
 
     def segment(self, f: Direction, r: Direction, t: float, seglen: int, seq_raw: int,
-                ack_raw: int, flags: int, win: int) -> None:
-        """Account one segment sent by ``f`` (the other side is ``r``) at ``t`` seconds."""
+                ack_raw: int, flags: int, win: int, ecn: int = 0) -> None:
+        """Account one segment sent by ``f`` (the other side is ``r``) at ``t`` seconds;
+        ``ecn`` is its IP header's ECN field (0 not-ECT, 1 ECT(1), 2 ECT(0), 3 CE)."""
         self.last_t = t
         f.packets += 1
+        if ecn == 2:
+            f.ect0 += 1
+        elif ecn == 1:
+            f.ect1 += 1
+        elif ecn == 3:
+            f.ce += 1
+        if not flags & SYN:  # on a SYN they negotiate ECN (RFC 3168 6.1.1), signal nothing
+            if flags & ECE:
+                f.ece += 1
+            if flags & CWR:
+                f.cwr += 1
         seq = f.unwrap(seq_raw)
         if flags & SYN:
             self._syn(f, seq, flags, t)
@@ -137,12 +160,19 @@ class Connection:
             elif (adv and 0 <= t - f.nxt_t < (self.first_rtt or OOO_DEFAULT_S)
                   and nxt != end + synfin):
                 f.out_of_order += 1
+            elif adv and flags & FIN and not seglen:
+                f.fin_retransmissions += 1  # a FIN sent again: tshark's plain retransmission
+                retx = True
             elif adv:
                 f.rto_retransmissions += 1
                 retx = True
         if retx:
             f.retransmissions += 1
             f.retransmitted_bytes += seglen
+        if nxt is not None and seq > nxt and not flags & RST:
+            f.note_gap(nxt, seq)  # tshark's "previous segment not captured"
+        elif seglen and nxt is not None and seq < nxt and f.holes:
+            f.fill(seq, end)
         if seglen:
             f.data_packets += 1
             f.payload_bytes += seglen
@@ -151,4 +181,4 @@ class Connection:
             f.nxt, f.nxt_t = end + synfin, t
 
 
-__all__ = ["Connection", "FIN", "SYN", "RST", "ACK"]
+__all__ = ["Connection", "FIN", "SYN", "RST", "ACK", "ECE", "CWR"]

@@ -18,6 +18,11 @@ MAX_PENDING = 256
 # bridge and its port): a segment identical to one of the last DUP_SEGMENTS segments of its
 # direction, seen less than DUP_WINDOW_S from it (rule: :meth:`Direction.is_duplicate`).
 DUP_SEGMENTS, DUP_WINDOW_S = 4, 0.001
+# Capture gaps: sequence ranges this direction skipped (a segment starting beyond the highest
+# sequence number seen: tshark's "previous segment not captured") stay open until a later
+# segment covers them; at most MAX_HOLES per direction at once (a further gap is counted in
+# ``capture_gaps`` but its bytes are not tracked). Bounds memory per flow.
+MAX_HOLES = 16
 
 
 class Direction:
@@ -37,6 +42,10 @@ class Direction:
         "zero_windows", "sack_packets", "retransmitted_bytes", "syn", "fin_t", "rst",
         "first_data_t", "last_data_t", "rtt_n", "rtt_sum", "rtt_min", "rtt_max",
         "mss", "wscale", "sack_ok", "ts_ok", "duplicates",
+        # ECN (RFC 3168): IP codepoints of every segment, ECE/CWR flags of non-SYN segments
+        "ect0", "ect1", "ce", "ece", "cwr",
+        # FIN re-sends (a retransmission of its own kind), capture gaps and their open holes
+        "fin_retransmissions", "capture_gaps", "holes",
     )
 
     def __init__(self) -> None:
@@ -57,6 +66,41 @@ class Direction:
         self.rtt_min = self.rtt_max = None
         self.mss = self.wscale = None
         self.sack_ok = self.ts_ok = False
+        self.ect0 = self.ect1 = self.ce = self.ece = self.cwr = 0
+        self.fin_retransmissions = self.capture_gaps = 0
+        self.holes: list[list[int]] = []
+
+    def note_gap(self, start: int, end: int) -> None:
+        """A segment began at ``end`` beyond the highest sequence number seen, ``start``: the
+        range between was not captured (yet). Counted; tracked while MAX_HOLES allow."""
+        self.capture_gaps += 1
+        if len(self.holes) < MAX_HOLES:
+            self.holes.append([start, end])
+
+    def fill(self, seq: int, end: int) -> None:
+        """Payload ``[seq, end)`` was seen below the highest sequence number: it closes what
+        it covers of the open holes (a hole split in two keeps its first part when no room
+        is left for the second)."""
+        out = []
+        for a, b in self.holes:
+            if end <= a or seq >= b:
+                out.append([a, b])
+                continue
+            if a < seq:
+                out.append([a, seq])
+            if end < b:
+                out.append([end, b])
+        self.holes = out[:MAX_HOLES]
+
+    def gap_bytes(self) -> int:
+        """Sequence space the other side acknowledged that this capture never saw from this
+        direction: what of the open holes lies below the highest ACK, plus what that ACK
+        covers beyond the highest sequence number seen (bytes, a FIN counts one)."""
+        ack = self.max_ack
+        if ack is None or self.nxt is None:
+            return 0
+        inside = sum(max(0, min(b, ack) - a) for a, b in self.holes)
+        return inside + max(0, ack - self.nxt)
 
     def unwrap(self, raw: int) -> int:
         """Map a 32-bit number of this direction's sequence space to 64 bits (and remember it)."""

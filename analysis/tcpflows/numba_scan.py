@@ -19,9 +19,9 @@ from numpy import int64 as i64
 
 # numba's on-disk cache (cache=True) of the functions here does not notice a change of
 # compiled_decode.decode, which they inline: edit this file too when decode changes
-# (last: a flag for IPv4 total lengths capped at the wire length, counted in stats[5])
+# (last: the IP ECN field, d[19])
 from analysis.pcap.compiled_decode import decode
-from analysis.tcpflows.direction import DUP_SEGMENTS, DUP_WINDOW_S, MAX_PENDING
+from analysis.tcpflows.direction import DUP_SEGMENTS, DUP_WINDOW_S, MAX_HOLES, MAX_PENDING
 
 (REF, HAS_REF, NXT, HAS_NXT, LASTACK, HAS_LASTACK, WINDOW, DUPACKNUM, LAST_FLAGS, ISN, HAS_ISN,
  DATA_END, HAS_DATA_END, MAX_ACK, HAS_MAX_ACK, KARN_BELOW, P_HEAD, P_LEN, PACKETS, PAYLOAD,
@@ -30,7 +30,12 @@ from analysis.tcpflows.direction import DUP_SEGMENTS, DUP_WINDOW_S, MAX_PENDING
  HAS_RTT, DUPS, RING_HEAD, RING_N) = range(44)
 # the last DUP_SEGMENTS segments' identities (Direction.is_duplicate): 7 columns each from RING
 RING, IDENT = 44, 7
-NDI = RING + IDENT * DUP_SEGMENTS
+# ECN counts, FIN retransmissions, capture gaps, then the open holes (Direction.holes): their
+# number and MAX_HOLES (start, end) pairs from HOLES
+(ECT0, ECT1, CE, ECE_N, CWR_N, FIN_RETX, GAPS, HOLE_N) = range(RING + IDENT * DUP_SEGMENTS,
+                                                             RING + IDENT * DUP_SEGMENTS + 8)
+HOLES = HOLE_N + 1
+NDI = HOLES + 2 * MAX_HOLES
 NXT_T, LASTACK_T, DATA_ACKED_T, FIN_T, FIRST_DATA_T, LAST_DATA_T, RTT_SUM, RTT_MIN, RTT_MAX = \
     range(9)
 RING_T = 9  # their times
@@ -44,7 +49,7 @@ NST = 11
 NCI = 13
 C_FIRST_T, C_LAST_T, C_SYN_T, C_MRU_T, C_FIRST_RTT = range(5)
 NCF = 5
-FIN, SYN, RST, ACK = 1, 2, 4, 16
+FIN, SYN, RST, ACK, ECE, CWR = 1, 2, 4, 16, 64, 128
 M32, HALF = 0xFFFFFFFF, 0x80000000
 FAST_RTX_WINDOW_S, OOO_DEFAULT_S = 0.020, 0.003
 NEED_DATA, NEED_ROOM, CORRUPT = 0, 1, 2
@@ -170,7 +175,7 @@ def _tcp(b, t, d, wirelen, st, HK, HV, DI, DF, CI, CF, PE, PT):
     if hlen > 20 and ((flags & SYN) or hlen != 32 or (l4 + 22 < end and b[l4 + 22] != 8)):
         _options(b, f, l4 + 20, min(l4 + hlen, end), flags & SYN, DI)
     CI[c, C_WIRE] += wirelen
-    _segment(c, f, r, t, seglen, seq, ack, flags, win, DI, DF, CI, CF, PE, PT)
+    _segment(c, f, r, t, seglen, seq, ack, flags, win, d[19], DI, DF, CI, CF, PE, PT)
 
 
 @njit(cache=True, inline="always")
@@ -235,9 +240,20 @@ def _unwrap(DI, row, raw):
 
 
 @njit(cache=True, inline="always")
-def _segment(c, f, r, t, seglen, seq_raw, ack_raw, flags, win, DI, DF, CI, CF, PE, PT):
+def _segment(c, f, r, t, seglen, seq_raw, ack_raw, flags, win, ecn, DI, DF, CI, CF, PE, PT):
     CF[c, C_LAST_T] = t
     DI[f, PACKETS] += 1
+    if ecn == 2:
+        DI[f, ECT0] += 1
+    elif ecn == 1:
+        DI[f, ECT1] += 1
+    elif ecn == 3:
+        DI[f, CE] += 1
+    if not flags & SYN:
+        if flags & ECE:
+            DI[f, ECE_N] += 1
+        if flags & CWR:
+            DI[f, CWR_N] += 1
     seq = _unwrap(DI, f, seq_raw)
     if flags & SYN:
         DI[f, D_SYN] = 1
@@ -312,18 +328,52 @@ def _data_side(c, f, r, t, seglen, seq, flags, zwp, DI, DF, CF, CI, PE, PT):
         elif (adv and 0 <= t - DF[f, NXT_T] < (first_rtt or OOO_DEFAULT_S)
               and nxt != end + synfin):
             DI[f, OOO] += 1
+        elif adv and flags & FIN and seglen == 0:
+            DI[f, FIN_RETX] += 1
+            retx = True
         elif adv:
             DI[f, RTO] += 1
             retx = True
     if retx:
         DI[f, RETX] += 1
         DI[f, RETX_BYTES] += seglen
+    if has_nxt and seq > nxt and not flags & RST:
+        DI[f, GAPS] += 1
+        n = DI[f, HOLE_N]
+        if n < MAX_HOLES:
+            DI[f, HOLES + 2 * n], DI[f, HOLES + 2 * n + 1] = nxt, seq
+            DI[f, HOLE_N] = n + 1
+    elif seglen and has_nxt and seq < nxt and DI[f, HOLE_N]:
+        _fill(f, seq, end, DI)
     if seglen:
         DI[f, DATA_PKTS] += 1
         DI[f, PAYLOAD] += seglen
         _note_data(f, seq, end, t, retx, DI, DF, PE, PT)
     if (not has_nxt or end + synfin > nxt) and not zwp:
         DI[f, NXT], DI[f, HAS_NXT], DF[f, NXT_T] = end + synfin, 1, t
+
+
+@njit(cache=True, inline="always")
+def _fill(f, seq, end, DI):
+    """Direction.fill on the hole pairs of row ``f``: keep what ``[seq, end)`` leaves of each
+    hole, in order; a split hole keeps its first part when no room is left."""
+    n, out = DI[f, HOLE_N], 0
+    a_s = DI[f, HOLES:HOLES + 2 * n:2].copy()
+    b_s = DI[f, HOLES + 1:HOLES + 2 * n:2].copy()
+    for i in range(n):
+        a, b = a_s[i], b_s[i]
+        if end <= a or seq >= b:
+            if out < MAX_HOLES:
+                DI[f, HOLES + 2 * out], DI[f, HOLES + 2 * out + 1] = a, b
+                out += 1
+            continue
+        if a < seq and out < MAX_HOLES:
+            DI[f, HOLES + 2 * out], DI[f, HOLES + 2 * out + 1] = a, seq
+            out += 1
+        if end < b and out < MAX_HOLES:
+            DI[f, HOLES + 2 * out], DI[f, HOLES + 2 * out + 1] = end, b
+            out += 1
+    DI[f, HOLE_N] = out
 
 
 @njit(cache=True, inline="always")

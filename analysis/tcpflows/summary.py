@@ -10,6 +10,19 @@ Definitions (time is where the capture was taken: see :mod:`analysis.tcpflows`):
   payload packet (``"last_data"``). A connection without payload has no FCT (None).
 * ``goodput_bps`` = 8 x distinct payload bytes (both directions, retransmissions counted
   once) / ``fct_s``.
+
+This FCT is not tshark's ``tcp.time_relative`` of the last frame nor the conversation
+duration of ``tshark -z conv,tcp`` (first to last frame of the 5-tuple, FIN/ACK exchange and
+any late RST included): it ends when the last payload byte was acknowledged, which is when
+the receiver had all the data, so it leaves out the connection's teardown.
+
+Counts are the capture point's (see :mod:`analysis.tcpflows`): ``retransmissions`` are the
+segments this point saw twice, so a loss after the point shows up and a loss before it does
+not (its retransmission looks like the first copy, with a ``capture_gaps`` entry where the
+lost copy should have been); the sender's TCP_INFO ``total_retrans`` counts every resend of
+the connection, including those of segments no capture saw. The two agree only for a
+capture at the sender. ``ect0``/``ect1``/``ce``/``ece``/``cwr``: ECN per RFC 3168, counted
+per segment (:mod:`analysis.tcpflows.connection`).
 """
 
 from __future__ import annotations
@@ -47,7 +60,9 @@ def _direction(d: Direction) -> dict[str, object]:
         "spurious_retransmissions": d.spurious_retransmissions,
         "retransmitted_bytes": d.retransmitted_bytes, "out_of_order": d.out_of_order,
         "dup_acks": d.dup_acks, "zero_windows": d.zero_windows, "sack_packets": d.sack_packets,
-        "duplicate_captures": d.duplicates,
+        "duplicate_captures": d.duplicates, "fin_retransmissions": d.fin_retransmissions,
+        "capture_gaps": d.capture_gaps, "gap_bytes": d.gap_bytes(),
+        "ect0": d.ect0, "ect1": d.ect1, "ce": d.ce, "ece": d.ece, "cwr": d.cwr,
         "syn": d.syn, "fin": d.fin_t is not None, "rst": d.rst,
         "mss": d.mss, "wscale": d.wscale, "sack_permitted": d.sack_ok, "timestamps": d.ts_ok,
         "rtt_samples": d.rtt_n, "rtt_min_s": d.rtt_min, "rtt_max_s": d.rtt_max,
@@ -56,8 +71,10 @@ def _direction(d: Direction) -> dict[str, object]:
 
 
 _SUMMED = ("packets", "payload_bytes", "retransmissions", "fast_retransmissions",
-           "rto_retransmissions", "spurious_retransmissions", "retransmitted_bytes",
-           "out_of_order", "dup_acks", "zero_windows", "duplicate_captures")
+           "rto_retransmissions", "spurious_retransmissions", "fin_retransmissions",
+           "retransmitted_bytes", "out_of_order", "dup_acks", "zero_windows",
+           "duplicate_captures", "capture_gaps", "gap_bytes", "ect0", "ect1", "ce", "ece",
+           "cwr")
 
 
 def tcp_record(conn: Connection) -> dict[str, object]:

@@ -32,9 +32,12 @@ class UdpFlow:
 class FlowTable:
     """Accumulates frames; :meth:`flows` returns every TCP connection and UDP flow seen."""
 
-    __slots__ = ("_tcp", "_udp", "_done", "_count")
+    __slots__ = ("_tcp", "_udp", "_done", "_count", "_keep")
 
-    def __init__(self) -> None:
+    def __init__(self, keep_copies: frozenset[tuple] = frozenset()) -> None:
+        # connection keys ((src, dst, sport, dport) of their first packet) whose identical
+        # frames are packets of their own, not duplicate captures (analyse.undoubled)
+        self._keep = keep_copies
         self._tcp: dict[tuple, tuple[Connection, bool]] = {}
         self._udp: dict[tuple, tuple[UdpFlow, int]] = {}
         self._done: list[Connection] = []
@@ -42,7 +45,8 @@ class FlowTable:
 
     def add_tcp(self, t: float, d: tuple, buf: bytes, wirelen: int) -> None:
         """Account a decoded TCP frame ``d`` (see :mod:`analysis.pcap.decode`) at ``t`` s."""
-        _, src, dst, sport, dport, seglen, seq, ack, flags, win, hlen, l4, end, ip_id, csum = d
+        (_, src, dst, sport, dport, seglen, seq, ack, flags, win, hlen, l4, end, ip_id, csum,
+         ecn) = d
         key = (src, dst, sport, dport)
         hit = self._tcp.get(key)
         if hit is None or (flags & (SYN | ACK) == SYN and hit[0].closing
@@ -50,14 +54,15 @@ class FlowTable:
             hit = self._open(key, t)
         conn, is_a = hit
         f, r = (conn.a, conn.b) if is_a else (conn.b, conn.a)
-        if f.is_duplicate((ip_id, csum, seq, ack, seglen, flags, win), t):
+        if conn.key not in self._keep and f.is_duplicate(
+                (ip_id, csum, seq, ack, seglen, flags, win), t):
             return  # a second copy of a captured packet: counted once (Direction.is_duplicate)
         # options: always on a SYN; otherwise skip Linux's timestamp-only layout
         # (NOP NOP TS, hlen 32) so the common case costs one comparison
         if hlen > 20 and (flags & SYN or hlen != 32 or (l4 + 22 < end and buf[l4 + 22] != 8)):
             _options(f, buf, l4 + 20, min(l4 + hlen, end), flags & SYN)
         conn.wire_bytes += wirelen
-        conn.segment(f, r, t, seglen, seq, ack, flags, win)
+        conn.segment(f, r, t, seglen, seq, ack, flags, win, ecn)
 
     def _reused(self, conn: Connection, is_a: bool, seq: int) -> bool:
         f = conn.a if is_a else conn.b

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from models.errors import AitbError, LabError
-from orchestration.campaign.aggregate import run_summary, write_tables
+from orchestration.campaign.aggregate import run_summary, run_trust, write_tables
 from orchestration.campaign.load import Campaign, load
 from orchestration.campaign.plots import write_plots
 from orchestration.campaign.point import interrupted, run_point
@@ -57,6 +57,8 @@ class CampaignResult:
     discarded: list[Path] = field(default_factory=list)
     tables: list[Path] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
+    # completed runs (keys) the fidelity check called untrustworthy: first reason each
+    untrustworthy: dict[str, str] = field(default_factory=dict)
 
 
 def _fingerprint(c: Campaign) -> str:
@@ -166,9 +168,13 @@ def finish(c: Campaign, state: CampaignState, result: CampaignResult) -> None:
             continue
         run_dir = state.root / state.data["runs"][run.key]["run_dir"]
         summary, origin = run_summary(run_dir)
+        trust, why = run_trust(run_dir)
+        if trust is False:
+            result.untrustworthy[run.key] = why
         rows.append({"point": run.point.id, **run.point.values, "rep": run.rep,
                      "seed": run.seed, "run_dir": str(run_dir), "source": origin,
-                     "summary": summary})
+                     "trustworthy": trust, "untrustworthy_reason": why if trust is False
+                     else "", "summary": summary})
     if not rows:
         return
     table = write_tables(state.root, rows, c.spec.swept())

@@ -75,24 +75,38 @@ def show(results: list[CaptureAnalysis], out: TextIO) -> None:
                   f"{len(res.flows)} flows\n")
         out.write(_table(res.flows))
         tcp = [f for f in res.flows if f["proto"] == "tcp"]
-        tot = {k: sum(f[k] for f in tcp) for k in (
+        tot = {k: sum(int(f.get(k) or 0) for f in tcp) for k in (
             "retransmissions", "fast_retransmissions", "rto_retransmissions",
-            "spurious_retransmissions", "dup_acks", "zero_windows", "payload_bytes",
-            "duplicate_captures")}
+            "spurious_retransmissions", "fin_retransmissions", "dup_acks", "zero_windows",
+            "payload_bytes", "duplicate_captures", "capture_gaps", "gap_bytes", *_ECN)}
         dups = tot["duplicate_captures"]
         out.write(
             f"retransmissions: {tot['retransmissions']} (fast {tot['fast_retransmissions']}, "
-            f"RTO {tot['rto_retransmissions']}, spurious {tot['spurious_retransmissions']}); "
+            f"RTO {tot['rto_retransmissions']}, spurious {tot['spurious_retransmissions']}, "
+            f"FIN {tot['fin_retransmissions']}); "
             f"dup ACKs {tot['dup_acks']}; zero windows {tot['zero_windows']}; "
             f"TCP payload {format_size(tot['payload_bytes'])}"
             + (f"; duplicate captures {dups} (counted once)" if dups else "") + "\n")
+        out.write(f"capture gaps: {tot['capture_gaps']} (segments after a range this capture "
+                  f"did not see), {tot['gap_bytes']} bytes acknowledged but never seen; ECN: "
+                  + ", ".join(f"{name} {tot[k]}" for k, name in _ECN.items()) + "\n")
+        if tcp:
+            out.write(NOTES)
         for w in res.warnings:
             where = "" if w.offset is None else f"offset {w.offset}: "
             out.write(f"{yellow}warning:{plain} {res.path}: {where}{w.what}\n")
 
 
 _COLUMNS = ("proto", "a -> b", "pkts", "payload a>b", "payload b>a", "FCT", "goodput",
-            "retx fast/RTO/spur", "dupACK", "0win", "RTT mean")
+            "retx fast/RTO/spur/FIN", "dupACK", "0win", "gaps", "CE/ECE", "RTT mean")
+_ECN = {"ect0": "ECT(0)", "ect1": "ECT(1)", "ce": "CE", "ece": "ECE", "cwr": "CWR"}
+# what the table's numbers mean (analysis/tcpflows/summary.py holds the definitions)
+NOTES = (
+    "FCT: from the SYN to the ACK of the last payload byte, as seen here; not tshark's "
+    "conversation duration (first to last frame, teardown included).\n"
+    "retransmissions: segments this capture point saw twice; the run's records (TCP_INFO "
+    "total_retrans, at the sender) also count resends of segments lost before this point, "
+    "which show here as capture gaps: each capture sees one point of the path.\n")
 
 
 def _table(flows: list[dict[str, object]]) -> str:
@@ -100,12 +114,16 @@ def _table(flows: list[dict[str, object]]) -> str:
     rows = [list(_COLUMNS)]
     for f in flows:
         retx = (f"{f['retransmissions']} ({f['fast_retransmissions']}/"
-                f"{f['rto_retransmissions']}/{f['spurious_retransmissions']})")
+                f"{f['rto_retransmissions']}/{f['spurious_retransmissions']}/"
+                f"{f.get('fin_retransmissions', 0)})")
+        tcp = f["proto"] == "tcp"
         rows.append([
             str(f["proto"]), _endpoints(f), str(f["packets"]),
             format_size(f["payload_bytes_a_to_b"]), format_size(f["payload_bytes_b_to_a"]),
             _dur(f["fct_s"]), _rate(f["goodput_bps"]), retx, str(f["dup_acks"]),
-            str(f["zero_windows"]), _dur(f.get("rtt_mean_s"))])
+            str(f["zero_windows"]), str(f.get("capture_gaps", 0)) if tcp else "-",
+            f"{f.get('ce', 0)}/{f.get('ece', 0)}" if tcp else "-",
+            _dur(f.get("rtt_mean_s"))])
     widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
     return "".join(
         " " + "  ".join(c.ljust(w) if i < 2 else c.rjust(w)

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 import topologies
+from analysis.fidelity import check_coverage, coverage_words
 from models.errors import AitbError, LabError, SpecError, SpecIssue, format_key_path
 from models.events import EVENT_RECORDS, EventAction
 from models.paths import PathError, RankBindingError, peer_addresses, rank_addresses
@@ -434,7 +435,13 @@ def _manifest(prep: Prepared, run_id: str, lab_id: str) -> dict[str, Any]:
             "host_transport": host_transport_record(prep.plan), "workloads": []}
 
 
-def _merge_records(run_dir: Path) -> None:
+def merge_records(run_dir: Path, scale: float = 1) -> None:
+    """Merge each workload's record files (workloads/<index>-<name>/*.jsonl) into the run's
+    (RECORD_FILES), each record tagged with its ``workload`` and ``workload_index`` and, in a
+    scaled run (``scale`` > 1: rates, buffers and sizes divided by it, topologies/scaling.py),
+    with ``scale``: its ``size_bytes`` and other sizes are the emulated ones (a 240 MB model
+    at scale 10 is 24 MB here), multiply by ``scale`` for the experiment's."""
+    tag = {"scale": int(scale) if float(scale).is_integer() else scale} if scale != 1 else {}
     root = run_dir / "workloads"
     parts = sorted((p for p in root.glob("*") if p.is_dir()),
                    key=lambda p: int(p.name.split("-", 1)[0])) if root.exists() else []
@@ -449,7 +456,7 @@ def _merge_records(run_dir: Path) -> None:
                     for line in fh:  # ids (c0.1, b0.0) restart in every workload
                         if line.strip():
                             rec = json.loads(line)
-                            rec.update(workload=workload, workload_index=int(index))
+                            rec.update(workload=workload, workload_index=int(index), **tag)
                             out.write(json.dumps(rec) + "\n")
 
 
@@ -544,8 +551,10 @@ def _verdict(doc: dict[str, Any], manifest: dict[str, Any], outcome: RunOutcome,
     for reason in doc["reasons"]:
         logging.getLogger("aitb.run").warning("fidelity: %s", reason)
     bad = sum(not e["ok"] for e in doc["links"])
+    _, missing = coverage_words(doc.get("coverage") or check_coverage(doc["links"]))
     progress(f"fidelity: {len(doc['links'])} shaped link directions, {bad} off"
-             + ("" if not doc["cpu"]["saturated"] else ", host CPU saturated"))
+             + ("" if not doc["cpu"]["saturated"] else ", host CPU saturated")
+             + (f"; not exercised: {missing}" if missing else ""))
 
 
 def execute(prep: Prepared, results_dir: Path, progress: Progress = lambda _m: None,
@@ -765,7 +774,7 @@ def _lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[str, Any
         if isinstance(exc, KeyboardInterrupt):
             raise
     finally:
-        _merge_records(run_dir)
+        merge_records(run_dir, prep.spec.scale)
         if monitors:
             _fidelity(monitors[0], run_dir, manifest, outcome, progress)
         elif controls is not None and "lab_timings_s" in manifest:  # the cluster came up

@@ -119,9 +119,10 @@ def needs_wire_packets(plan: LabPlan) -> bool:
     wire-sized (no GSO super-packets, see :mod:`testbed.ns.links`): an AQM, or netem loss,
     duplication, corruption or reordering. A rate alone, a byte buffer or a pure delay behave
     the same with GSO (HTB and bfifo count every segment's bytes), and so does a buffer given
-    in packets: its segmenter cuts GSO packets into wire-sized ones before the pfifo counts
-    them (:mod:`testbed.tc.qdiscs.tbf`). A loss step of a link trace (testbed/live/trace_player.py)
-    counts too: GSO cannot be turned off while the lab runs.
+    in packets, or in bytes too few for two GSO packets: its segmenter cuts GSO packets into
+    wire-sized ones before the fifo counts them (:func:`testbed.tc.qdiscs.tbf.segmented`). A
+    loss step of a link trace (testbed/live/trace_player.py) counts too: GSO cannot be turned off
+    while the lab runs.
 
     Two cases keep packet buffers on wire-sized packets. The segmenter cuts only GSO packets
     longer than one frame of its link, so on a link whose MTU is above another link's of the

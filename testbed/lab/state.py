@@ -59,7 +59,7 @@ def _node(lab: Lab, name: str) -> dict[str, Any]:
     for (index, _, verb), m in sorted(tc.items(), key=lambda kv: kv[0]):
         stats = qdisc_stats(m)
         # a class without counters is a graft point, not a traffic class: the segmenter's
-        # tbf 9:1 (testbed/tc/qdiscs/tbf.py) holding the buffer's pfifo
+        # tbf 9:1 (testbed/tc/qdiscs/tbf.py) holding the buffer's pfifo or bfifo
         if index in links and (verb != "class" or "bytes" in stats):
             links[index].setdefault(verb + "es" if verb == "class" else verb + "s",
                                     []).append(stats)

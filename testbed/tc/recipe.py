@@ -12,8 +12,9 @@ Layout (the bottleneck buffer is independent of the delay line, see models/shapi
 
     tx egress:  htb 1: (default 1) -> class 1:1 rate=ceil=R -> leaf 10: = the bottleneck buffer
                 (the AQM's leaf: pfifo / bfifo / fq_codel / red); a buffer given in packets
-                (pfifo) hangs below the segmenter tbf 9: (parent 9:1), which cuts GSO
-                packets into wire-sized ones first (testbed/tc/qdiscs/tbf.py)
+                (pfifo), or in bytes too few for two GSO packets (bfifo), hangs below the
+                segmenter tbf 9: (parent 9:1), which cuts GSO packets into wire-sized ones
+                first (testbed/tc/qdiscs/tbf.py ``segmented``)
     rx ingress: the delay line's backend; for netem: ingress ffff: -> u32 match-all -> mirred
                 redirect -> IFB (in rx's namespace), whose netem 1: is the delay line (delay,
                 jitter, loss, reorder, duplicate, corrupt), its limit sized so that it never
@@ -39,7 +40,7 @@ SEGMENTER_HANDLE = "9:"
 
 def _leaf(shaping: Shaping, mtu: int, node: str, dev: str) -> tuple[TcObject, ...]:
     kind, params = qdiscs.aqm(shaping.aqm).leaf(shaping, mtu)
-    if not tbf.counts_packets(shaping):
+    if not tbf.segmented(shaping, mtu):
         return (TcObject("qdisc", node, dev, "1:1", "10:", kind, params),)
     return (TcObject("qdisc", node, dev, "1:1", SEGMENTER_HANDLE, "tbf", tbf.segmenter(mtu)),
             TcObject("qdisc", node, dev, SEGMENTER_HANDLE + "1", "10:", kind, params))

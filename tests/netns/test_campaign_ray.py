@@ -177,8 +177,8 @@ def test_ray_aggregate_matches_local(tmp_path, env, cluster):
             assert run_namespaces(d.name.rsplit("-", 1)[-1]) == []
     (agg_l, runs_l), (agg_r, runs_r) = tables["local"], tables["ray"]
     assert list(agg_l.columns) == list(agg_r.columns)
-    counts = ["point", "workloads.0.size", "workloads.0.repeats", "runs", "flows_mean",
-              *[c for c in agg_l.columns if c.endswith("_n")]]
+    # (the _n counts follow each run's fidelity verdict, which two executions need not share)
+    counts = ["point", "workloads.0.size", "workloads.0.repeats", "runs", "flows_mean"]
     pd.testing.assert_frame_equal(agg_l[counts], agg_r[counts])
     assert list(agg_r["flows_mean"]) == [2.0, 4.0, 2.0, 4.0]  # 2 senders x repeats
     key = ["point", "rep", "seed", "source", "flows"]

@@ -136,3 +136,59 @@ def test_a_packet_buffer_counts_wire_packets_while_gso_packets_cross_the_line(la
     assert htb["drops"] <= fifo["drops"]
     (root,) = root_qdiscs(pd.DataFrame(rows)).to_dict("records")
     assert root["kind"] == "htb" and root["drops"] == fifo["drops"]
+
+
+_SERVER = """
+import socket, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", 5301)); srv.listen(1); print("listening", flush=True)
+c, _ = srv.accept()
+for _ in range(int(sys.argv[1])):
+    left = int(sys.argv[2])
+    while left:
+        left -= len(c.recv(min(left, 1 << 20)))
+    c.sendall(b"k")
+"""
+_CLIENT = """
+import socket, sys, time
+n, size = int(sys.argv[2]), int(sys.argv[3])
+c = socket.create_connection((sys.argv[1], 5301))
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+took = []
+for _ in range(n):
+    t0 = time.monotonic(); c.sendall(b"x" * size); c.recv(1); took.append(time.monotonic() - t0)
+    time.sleep(0.02)  # idle, shorter than an RTO: the next message starts with the same cwnd
+print(" ".join(map(str, took)))
+"""
+
+
+def test_a_byte_buffer_smaller_than_a_gso_packet_counts_frames_and_carries_messages(labs):
+    """4 MiB at scale 100 on a host's own 250 Mbit/s port: 41943 bytes, less than one 64 KiB
+    GSO packet. A bfifo counts a GSO packet whole, so it refused each one TCP sent after an
+    idle gap with a grown cwnd (the sender's TCP sees a local drop, not a loss, and retries
+    on its probe timer, backing off: messages of 1 MB took seconds). The segmenter cuts GSO
+    packets into frames first: the buffer counts frames, and no message waits for a timer."""
+    import subprocess
+    import sys
+
+    from pyroute2 import IPRoute
+    from traffic import wait_listening
+
+    s = Shaping(rate_bps=250 * 10**6, buffer=BufferSize(size_bytes=41943))
+    n, size = 8, 10**6
+    with labs(two_hosts_router(h1_out=s)) as lab:
+        assert not lab.layout.wire_packets
+        srv = lab.popen("h2", [sys.executable, "-c", _SERVER, str(n), str(size)],
+                        stdout=subprocess.PIPE)
+        wait_listening(lab, "h2", 5301)
+        took = [float(x) for x in lab.run("h1", [sys.executable, "-c", _CLIENT, "198.18.2.1",
+                                                 str(n), str(size)], timeout_s=120).stdout.split()]
+        srv.wait(timeout=10)
+        with IPRoute(netns=lab.netns_name("h1")) as ipr:
+            (fifo,) = [q for q in ipr.get_qdiscs(index=lab.layout.nodes["h1"].ifindex("eth0"))
+                       if q.get_attr("TCA_KIND") == "bfifo"]
+            basic = fifo.get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")
+    assert basic["bytes"] / basic["packets"] <= 1514, "the buffer counted GSO packets"
+    # a message takes 32 ms at the rate; a refused GSO packet waited for TCP's probe timer
+    # (200 ms at least, TCP_RTO_MIN, doubling on each refusal): 10 s here without segmenter
+    assert max(took) < 1.0, f"a message waited for a timer: {took}"

@@ -324,3 +324,47 @@ def test_the_reports_dci_result_and_dci_section_say_the_same_numbers_in_units(tm
     assert said in result and said in section, section
     assert "1 DCI link(s)" in section
     assert "4 KiB" in section and "750 ms" in section  # size and CCT mean in units
+
+
+def test_a_passed_verdict_names_the_checks_that_did_not_run_and_sizes_name_their_scale(
+        run_dir):
+    """An incast run whose every rate check found no standing backlog: the report passes
+    only the RTT and loss it checked and names the rate as not exercised; a scaled run's
+    metrics.json and report say that sizes are the experiment's divided by the factor."""
+    entry = {"link": "tx1-s1", "node": "tx1", "ifname": "eth0", "direction": "a->b",
+             "configured": {}, "measured": {}, "delay_line": None, "ok": True,
+             "checks": {"rate": "not_exercised", "rtt": "ok", "loss": "ok"}}
+    (run_dir / "fidelity.json").write_text(json.dumps({
+        "links": [entry, {**entry, "link": "tx2-s1"}], "cpu": {"saturated": False},
+        "trustworthy": True, "reasons": []}))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "scale": 10}))
+    m = analyze_run(run_dir)
+    html = (run_dir / "report.html").read_text()
+    assert "Fidelity checks passed:" not in html
+    assert "passed where they ran:\nRTT on 2 of 2 shaped directions, loss on 2 of 2" in html
+    assert "rate on 2 directions (tx1-s1 a-&gt;b, tx2-s1 a-&gt;b)" in html
+    assert m["scale"] == {"factor": 10, "sizes": "emulated: the experiment's sizes and rates "
+                          "divided by 10 (delays and times are not scaled)"}
+    assert 'id="scaled"' in html and "divided by 10" in html
+    unscaled = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**unscaled, "scale": 1}))
+    assert analyze_run(run_dir)["scale"] == {"factor": 1, "sizes": "not scaled"}
+    assert 'id="scaled"' not in (run_dir / "report.html").read_text()
+
+
+def test_records_of_a_scaled_run_say_their_scale(tmp_path):
+    """rounds.jsonl gave 24 MB for a 240 MB model at scale 10 without a word: merged records
+    of a scaled run carry the factor; an unscaled run's records are as before."""
+    from orchestration.run.runner import merge_records
+
+    part = tmp_path / "workloads" / "0-fl"
+    part.mkdir(parents=True)
+    _jsonl(part / "rounds.jsonl", [{"record": "round", "round": 0, "model_bytes": 24_000_000}])
+    merge_records(tmp_path, 10)
+    (rec,) = [json.loads(x) for x in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert rec == {"record": "round", "round": 0, "model_bytes": 24_000_000, "workload": "fl",
+                   "workload_index": 0, "scale": 10}
+    merge_records(tmp_path, 1)
+    (rec,) = [json.loads(x) for x in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert "scale" not in rec

@@ -10,13 +10,20 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import pandas as pd
 import pytest
 
 from models.errors import SpecError
-from orchestration.campaign.aggregate import aggregate, mean_ci95
-from orchestration.campaign.plots import axis_value
+from orchestration.campaign.aggregate import (
+    aggregate,
+    mean_ci95,
+    positive_ci95,
+    run_trust,
+    write_tables,
+)
+from orchestration.campaign.plots import axis_value, plot_series, y_label
 from orchestration.campaign.runner import load
-from orchestration.campaign.spec import parse_campaign
+from orchestration.campaign.spec import PlotSpec, parse_campaign
 from orchestration.campaign.sweep import PathError, expand, parse_path, runs, set_path
 from orchestration.run.schemas import schema_path, schema_text
 from topologies.loader import read_yaml
@@ -157,13 +164,93 @@ def test_mean_ci95_is_the_student_t_interval():
 
 
 def test_aggregate_has_mean_ci_and_count_per_point():
-    rows = [{"point": "p000", "k": "1ms", "summary": {"cct_s_mean": v, "flows": 4}}
-            for v in (1.0, 2.0, 3.0)]
-    rows.append({"point": "p001", "k": "2ms", "summary": {"cct_s_mean": 9.0, "flows": None}})
+    rows = [{"point": "p000", "k": "1ms", "rep": i, "summary": {"cct_s_mean": v, "flows": 4}}
+            for i, v in enumerate((1.0, 2.0, 3.0))]
+    rows.append({"point": "p001", "k": "2ms", "rep": 0,
+                 "summary": {"cct_s_mean": 9.0, "flows": None}})
     t = aggregate(rows, ["k"]).set_index("point")
     assert t.loc["p000", "cct_s_mean_mean"] == 2.0 and t.loc["p000", "runs"] == 3
-    assert t.loc["p000", "cct_s_mean_ci95"] == pytest.approx(mean_ci95([1, 2, 3])[1])
+    low, high = positive_ci95([1.0, 2.0, 3.0])
+    assert (t.loc["p000", "cct_s_mean_ci95_low"], t.loc["p000", "cct_s_mean_ci95_high"]) == \
+        pytest.approx((low, high))
+    assert t.loc["p000", "cct_s_mean_gmean"] == pytest.approx(6 ** (1 / 3))
     assert t.loc["p001", "flows_n"] == 0 and t.loc["p001", "k"] == "2ms"
+
+
+def test_the_interval_of_a_positive_metric_stays_positive():
+    # two CCTs of one point, 0.05 s and 1.1 s: Student's t interval of the mean reaches
+    # 0.575 - 12.71 x 0.742 / sqrt(2) = -6.1 s; on log values (Limpert, Stahel and Abbt,
+    # BioScience 51(5), 2001: the geometric mean times/divided by the multiplicative
+    # deviation to the power t) it is the geometric mean 0.2345 s x/ 3.6e8: positive
+    mean, half, _ = mean_ci95([0.05, 1.1])
+    assert mean - half < 0
+    low, high = positive_ci95([0.05, 1.1])
+    gm = math.sqrt(0.05 * 1.1)
+    factor = math.exp(12.7062 * abs(math.log(1.1) - math.log(0.05)) / math.sqrt(2)
+                      / math.sqrt(2))  # s of two log values = |difference| / sqrt(2)
+    assert low > 0 and low == pytest.approx(gm / factor, rel=1e-4)
+    assert high == pytest.approx(gm * factor, rel=1e-4)
+    # values with a zero (a drop count): the t interval, cut at 0, never below it
+    low, high = positive_ci95([0.0, 4.0, 8.0])
+    assert low == 0.0 and high == pytest.approx(4.0 + mean_ci95([0, 4, 8])[1])
+    assert all(math.isnan(x) for x in positive_ci95([5.0]))
+
+
+def test_untrustworthy_runs_are_left_out_of_the_aggregate_counted_and_named(tmp_path):
+    def row(point, rep, cct, trust):
+        return {"point": point, "k": "1ms" if point == "p000" else "2ms", "rep": rep,
+                "seed": rep, "run_dir": f"r{rep}", "source": "metrics.json",
+                "trustworthy": trust, "summary": {"cct_s_mean": cct}}
+
+    rows = [row("p000", 0, 1.0, True), row("p000", 1, 60.0, False), row("p000", 2, 3.0, True),
+            row("p001", 0, 50.0, False), row("p001", 1, 70.0, False),
+            row("p002", 0, 2.0, None)]
+    rows[5]["k"] = "3ms"
+    t = write_tables(tmp_path, rows, ["k"]).set_index("point")
+    # p000: the 60 s run is left out, counted and named
+    assert t.loc["p000", "cct_s_mean_mean"] == 2.0 and t.loc["p000", "runs_aggregated"] == 2
+    assert t.loc["p000", "runs"] == 3 and t.loc["p000", "cct_s_mean_n"] == 2
+    assert t.loc["p000", "runs_untrustworthy"] == 1 and t.loc["p000", "untrustworthy_reps"] == "1"
+    assert t.loc["p000", "trustworthy"] == "yes"
+    # p001: nothing trustworthy to aggregate: its own runs, marked
+    assert t.loc["p001", "cct_s_mean_mean"] == 60.0 and t.loc["p001", "runs_aggregated"] == 2
+    assert t.loc["p001", "trustworthy"] == "no" and t.loc["p001", "untrustworthy_reps"] == "0 1"
+    # p002: no verdict (no fidelity.json): aggregated, said so
+    assert t.loc["p002", "trustworthy"] == "not assessed" and t.loc["p002", "runs_aggregated"] == 1
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    assert [str(v) for v in runs["trustworthy"]] == ["True", "False", "True", "False", "False",
+                                                     "nan"]
+    agg = pd.read_csv(tmp_path / "aggregate.csv")
+    assert {"trustworthy", "runs_untrustworthy", "untrustworthy_reps"} <= set(agg.columns)
+
+
+def test_a_runs_trust_comes_from_its_fidelity_json(tmp_path):
+    (tmp_path / "fidelity.json").write_text(json.dumps({"trustworthy": False,
+                                                        "reasons": ["host CPU saturated"]}))
+    assert run_trust(tmp_path) == (False, "host CPU saturated")
+    (tmp_path / "fidelity.json").write_text(json.dumps({"trustworthy": True, "reasons": []}))
+    assert run_trust(tmp_path) == (True, "")
+    assert run_trust(tmp_path / "nowhere") == (None, "no fidelity.json")
+
+
+def test_plot_series_mark_untrustworthy_points_and_name_the_csv_columns():
+    rows = [{"point": "p000", "k": "1ms", "alg": "ring", "rep": 0, "trustworthy": True,
+             "summary": {"cct_s_mean": 1.0}},
+            {"point": "p000", "k": "1ms", "alg": "ring", "rep": 1, "trustworthy": True,
+             "summary": {"cct_s_mean": 2.0}},
+            {"point": "p001", "k": "5ms", "alg": "ring", "rep": 0, "trustworthy": False,
+             "summary": {"cct_s_mean": 40.0}},
+            {"point": "p001", "k": "5ms", "alg": "ring", "rep": 1, "trustworthy": False,
+             "summary": {"cct_s_mean": 50.0}}]
+    table = aggregate(rows, ["k", "alg"])
+    p = PlotSpec(metric="cct_s_mean", x="k", lines="alg")
+    ((label, g),) = plot_series(table, p).items()
+    assert label == "ring"  # the legend's title is the swept key: workloads.0.algorithm
+    assert list(g["x"]) == [0.001, 0.005] and list(g["trustworthy"]) == ["yes", "no"]
+    assert (g["low"] > 0).all() and (g["low"] <= g["y"]).all() and (g["y"] <= g["high"]).all()
+    label = y_label(p)
+    for column in ("cct_s_mean_gmean", "cct_s_mean_ci95_low", "cct_s_mean_ci95_high"):
+        assert column in label and column in table
 
 
 def test_axis_values_parse_units():

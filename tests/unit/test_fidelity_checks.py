@@ -268,3 +268,44 @@ def test_loss_on_a_native_line_counts_its_model_and_kernel_drops():
     clean = Shaping(delay_s=0.01)
     got, status = loss_check(None, None, _native(clean, (990, 0, 10, 0.01, 0.01)))
     assert status == "off" and got == pytest.approx(1.0)
+
+
+def test_a_verdict_names_the_checks_that_were_not_exercised():
+    """An incast-like run: the rate check of every direction without a standing backlog is
+    not_exercised; "passed" covers only the checks that ran, and the rest are named."""
+    from analysis.fidelity import coverage_words
+
+    busy = ref(Shaping(rate_bps=100_000_000))
+    idle = DirectionRef("c-d", "a->b", "c", "eth0", "d", "eth0", None,
+                        Shaping(rate_bps=100_000_000), Shaping())
+    qdisc = pd.concat([htb_rows(12.5e6, [1] * 8), htb_rows(0, [0] * 8, node="c")])
+    doc = fidelity_report([busy, idle], qdisc, pd.concat([veth_rows(800, 0)]), {"a-b": 1e-4},
+                          cpu_summary([30.0] * 10))
+    assert doc["trustworthy"] is True
+    assert doc["coverage"] == {
+        "directions": 2,
+        "exercised": {"rate": 1, "rtt": 1, "loss": 1},
+        "not_exercised": {"rate": ["c-d a->b"], "rtt": ["c-d a->b"], "loss": ["c-d a->b"]}}
+    passed, missing = coverage_words(doc["coverage"])
+    assert passed == "rate on 1 of 2 shaped directions, RTT on 1 of 2, loss on 1 of 2"
+    assert missing == "rate on 1 direction (c-d a->b), RTT on 1 (c-d a->b), loss on 1 (c-d a->b)"
+    # every rate check unexercised: "passed" never claims the rate
+    none = fidelity_report([idle], htb_rows(0, [0] * 8, node="c"), veth_rows(800, 0),
+                           {"c-d": 1e-4}, cpu_summary([30.0] * 10))
+    passed, missing = coverage_words(none["coverage"])
+    assert "rate" not in passed and missing.startswith("rate on 1 direction")
+
+
+def test_aitb_run_names_what_its_passed_verdict_did_not_check(tmp_path):
+    """The line `aitb run` prints for a trustworthy run comes from fidelity.json's coverage
+    (or its entries, for runs written before it had one)."""
+    import json
+
+    from orchestration.cli.commands.run import _coverage
+
+    entry = {"link": "a-b", "direction": "a->b",
+             "checks": {"rate": "not_exercised", "rtt": "ok", "loss": "ok"}}
+    (tmp_path / "fidelity.json").write_text(json.dumps({"links": [entry]}))
+    assert _coverage(tmp_path / "fidelity.json") == (
+        "RTT on 1 of 1 shaped directions, loss on 1 of 1", "rate on 1 direction (a-b a->b)")
+    assert _coverage(tmp_path / "missing.json") == ("", "")

@@ -142,3 +142,20 @@ def test_trace_steps_the_native_line_cannot_play_are_refused_before_the_lab():
     assert labline.trace_problems(_traced(Shaping(rate_bps=10**8),
                                           [(0.0, {}), (2.0, {"delay_s": 0.02})],
                                           delay_line="netem")) == []
+
+
+def test_a_byte_buffer_below_two_gso_packets_moves_the_line_as_a_packet_buffer_does():
+    from models.units import BufferSize
+
+    # its segmenter cuts GSO packets into frames too (testbed/tc/qdiscs/tbf.py segmented): a
+    # forwarder's line goes before it; a buffer of 1 MB keeps GSO and the line at the receiver
+    small = Shaping(rate_bps=250 * 10**6, delay_s=0.01, buffer=BufferSize(size_bytes=41943))
+    large = Shaping(rate_bps=250 * 10**6, delay_s=0.01, buffer=BufferSize(size_bytes=10**6))
+    plan = _plan({"h": ("host", "bridge"), "r": ("router", "bridge")}, [("h", "r")])
+    for shaping, hook in ((small, "out"), (large, "in")):
+        p = dataclasses.replace(plan, links=tuple(dataclasses.replace(lk, a_to_b=shaping,
+                                                                      b_to_a=shaping)
+                                                  for lk in plan.links))
+        got = labline.places(p, [("h-r", "a_to_b"), ("h-r", "b_to_a")])
+        assert [(g.node, g.hook) for g in got] == [("r", "in"), ("r" if hook == "out" else "h",
+                                                                 hook)]

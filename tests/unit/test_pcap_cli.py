@@ -10,6 +10,7 @@ from pathlib import Path
 from pcap_synth import fast_retransmission, write_pcap
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "pcaps"
+AITB_DATA = Path(__file__).resolve().parents[1] / "data" / "aitb_pcaps"
 AITB = str(Path(sys.executable).parent / "aitb")
 
 
@@ -42,7 +43,23 @@ def test_table_for_people():
     out = run(str(DATA / "tcp_bulk_fastretx_2flows.pcap"))
     assert out.returncode == 0, out.stderr
     assert "10.101.84.70:10978 -> 129.174.93.161:80" in out.stdout
-    assert "retransmissions: 14 (fast 12, RTO 2, spurious 0)" in out.stdout
+    assert "retransmissions: 14 (fast 12, RTO 2, spurious 0, FIN 0)" in out.stdout
+
+
+def test_the_table_says_what_fct_and_retransmissions_mean_and_shows_gaps_and_ecn():
+    out = run(str(AITB_DATA / "aitb_dci_ring_lost_segments.pcap"))
+    assert out.returncode == 0, out.stderr
+    assert "retx fast/RTO/spur/FIN" in out.stdout and "CE/ECE" in out.stdout
+    assert "capture gaps: 14 (" in out.stdout and "0 bytes acknowledged but never seen" \
+        in out.stdout
+    assert "ECN: ECT(0) 0, ECT(1) 0, CE 0, ECE 0, CWR 0" in out.stdout
+    assert "FCT: from the SYN to the ACK of the last payload byte" in out.stdout
+    assert "not tshark's conversation duration" in out.stdout
+    assert "each capture sees one point of the path" in out.stdout
+    doc = json.loads(run("--json", str(AITB_DATA / "aitb_dci_ring_lost_segments.pcap")).stdout)
+    for key in ("capture_gaps", "gap_bytes", "fin_retransmissions", "ect0", "ect1", "ce",
+                "ece", "cwr"):
+        assert all(key in f and key in f["a_to_b"] for f in doc["flows"])
 
 
 def test_a_truncated_file_gives_results_and_a_warning(tmp_path):
@@ -91,7 +108,7 @@ def test_pcap_starts_without_the_heavy_libraries(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "retransmissions: 1 (fast 1, RTO 0, spurious 0)" in out.stdout
+    assert "retransmissions: 1 (fast 1, RTO 0, spurious 0, FIN 0)" in out.stdout
     top = {m.split(".")[0] for m in json.loads(out.stderr)}
     assert top.isdisjoint({"typer", "rich", "numba", "pandas", "matplotlib", "pydantic"})
 

@@ -98,7 +98,9 @@ def test_a_quick_real_retransmission_has_a_new_ip_id_and_stays_one(tmp_path, eng
     assert flow["retransmissions"] == 1 and flow["duplicate_captures"] == 0
     cv.packets[5][IP].id = cv.packets[4][IP].id  # the same packet seen again 0.3 ms later
     (flow,) = analyse_capture(write_pcap(tmp_path / "d.pcap", cv.packets), engine=engine).flows
-    assert flow["retransmissions"] == 0 and flow["duplicate_captures"] == 1
+    # one identical pair in a flow of 11 frames is no evidence of a doubled capture (the
+    # flow decides: test_every_packet_captured_twice_is_counted_once): it stays a packet
+    assert flow["retransmissions"] == 1 and flow["duplicate_captures"] == 0
 
 
 def _record_offsets(data: bytes) -> list[int]:

@@ -4,6 +4,7 @@ from models.shaping import GilbertElliott, Shaping
 from models.units import BufferSize
 from testbed.tc.qdiscs.htb import htb_burst_bytes
 from testbed.tc.qdiscs.netem import netem_limit_packets
+from testbed.tc.qdiscs.tbf import largest_gso_bytes
 from testbed.tc.recipe import direction_recipe
 
 
@@ -49,11 +50,34 @@ def test_packet_buffer_sits_below_the_segmenter():
         ["tc", "qdisc", "add", "dev", "eth0", "parent", "9:1", "handle", "10:", "pfifo",
          "limit", "100"],
     ]
-    # byte buffers and the default count bytes or skbs as before: no segmenter
+    # byte buffers that hold two of the largest GSO packets and the default count bytes or
+    # skbs as before: no segmenter
     byte_buffer = BufferSize(size_bytes=10**6)
     assert [o.kind for o in _recipe(Shaping(rate_bps=10**9)).egress] == ["htb", "htb", "pfifo"]
     assert [o.kind for o in _recipe(Shaping(rate_bps=10**9, buffer=byte_buffer)).egress] == \
         ["htb", "htb", "bfifo"]
+
+
+def test_byte_buffer_below_two_gso_packets_sits_below_the_segmenter():
+    # 4 MiB at scale 100 (41943 bytes): a bfifo counts a 64 KiB GSO packet whole, so it
+    # would refuse every full-size one; cut into frames first, it holds 27 of them
+    small = BufferSize(size_bytes=41943)
+    r = _recipe(Shaping(rate_bps=250 * 10**6, buffer=small))
+    assert [o.kind for o in r.egress] == ["htb", "htb", "tbf", "bfifo"]
+    assert r.commands()[2:] == [
+        ["tc", "qdisc", "add", "dev", "eth0", "parent", "1:1", "handle", "9:", "tbf",
+         "rate", "1tbit", "burst", "1514b", "limit", "1514b"],
+        ["tc", "qdisc", "add", "dev", "eth0", "parent", "9:1", "handle", "10:", "bfifo",
+         "limit", "41943b"],
+    ]
+    edge = largest_gso_bytes(1500)
+    assert 65536 < edge < 70000  # 64 KiB, its Ethernet header and 44 more segments' headers
+    kinds = [o.kind for o in _recipe(Shaping(rate_bps=10**9,
+                                             buffer=BufferSize(size_bytes=2 * edge))).egress]
+    assert kinds == ["htb", "htb", "bfifo"]
+    kinds = [o.kind for o in _recipe(Shaping(rate_bps=10**9,
+                                             buffer=BufferSize(size_bytes=2 * edge - 1))).egress]
+    assert kinds == ["htb", "htb", "tbf", "bfifo"]
 
 
 def test_burst_never_below_two_frames():

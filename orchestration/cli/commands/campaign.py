@@ -132,6 +132,7 @@ def _report(result: CampaignResult, as_json: bool, quiet: bool) -> None:
     if as_json:
         typer.echo(json.dumps({"root": str(result.root), "ran": result.ran,
                                "skipped": result.skipped, "failed": result.failed,
+                               "untrustworthy": result.untrustworthy,
                                "discarded": [str(p) for p in result.discarded],
                                "tables": [str(p) for p in result.tables],
                                "plots": [str(p) for p in result.plots]}))
@@ -142,6 +143,14 @@ def _report(result: CampaignResult, as_json: bool, quiet: bool) -> None:
         for key, err in result.failed.items():
             console.print(f"[bold red]run {escape(str(key))} failed:[/] {escape(str(err))}",
                           markup=True, highlight=False)
+        if result.untrustworthy:
+            console.print(f"[yellow]{len(result.untrustworthy)} run(s) untrustworthy[/], left "
+                          "out of the aggregate unless a point has no other (runs.csv "
+                          "trustworthy, aggregate.csv untrustworthy_reps): "
+                          + escape("; ".join(f"{k}: {v}" for k, v in
+                                             list(result.untrustworthy.items())[:3]))
+                          + (" ..." if len(result.untrustworthy) > 3 else ""),
+                          highlight=False)
         for p in [*result.tables, *result.plots]:
             console.print(str(p), highlight=False)
     typer.echo(str(result.root))

@@ -8,8 +8,10 @@ Flow times (``start_s``, ``end_s``) are seconds since the first packet of that f
 are null where undefined (UDP, connections without payload); definitions in
 :mod:`analysis.tcpflows.summary` and :mod:`analysis.tcpflows.connection`. A damaged file
 still gives its results, with a warning, and exit status 0; a missing or non-capture file
-is an error naming it (exit 2) and nothing is analysed. Duplicate captures, invalid and
-out-of-order timestamps are whole-file warnings (``offset`` null). The work is done in
+is an error naming it (exit 2) and nothing is analysed. Duplicate captures (flows at least
+half of whose frames came twice), invalid and out-of-order timestamps are whole-file warnings
+(``offset`` null). The table ends with what FCT means and why a capture's retransmission
+count can differ from the run's records. The work is done in
 :mod:`orchestration.cli.pcap_output`; ``aitb pcap`` starts without the rest of the CLI
 (:mod:`orchestration.cli.entry`).
 """

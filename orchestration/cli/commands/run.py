@@ -239,11 +239,26 @@ def _summary(outcome: Any, quiet: bool) -> None:
         console.print("fidelity: not assessed (nothing could be measured; fidelity.json)")
         return
     if outcome.trustworthy:
-        console.print("[green]fidelity: every shaped link within tolerance, CPU not "
-                      "saturated[/] (fidelity.json)")
+        passed, missing = _coverage(outcome.run_dir / "fidelity.json")
+        console.print("[green]fidelity: passed where checked"
+                      + (f" ({escape(passed)})" if passed else "") + ", CPU not saturated[/]"
+                      + (f"; not exercised: {escape(missing)}" if missing else "")
+                      + " (fidelity.json)", highlight=False)
     else:
         console.print("[yellow]fidelity: NOT trustworthy[/] - see fidelity.json "
                       "(reasons, per-link checks)", highlight=False)
+
+
+def _coverage(path: Path) -> tuple[str, str]:
+    """(checks that ran, checks that did not) of fidelity.json at ``path`` in words
+    (analysis.fidelity.coverage_words); ("", "") if it cannot be read."""
+    from analysis.fidelity import check_coverage, coverage_words
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return coverage_words(doc.get("coverage") or check_coverage(doc.get("links") or []))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "", ""
 
 
 def _say_analysis(outcome, *, quiet: bool) -> None:

@@ -9,8 +9,9 @@ One link direction with a delay line = one NFQUEUE queue in one namespace:
   netfilter sees them) the *sending* node's: ``mangle POSTROUTING -o IF`` (a bridge switch
   sender: ``--physdev-out``). A link whose two ends are OVS switches has no place for it
   and is refused;
-- also the sending node's when the direction's buffer is given in packets and the sender is a
-  router or a Linux-bridge switch (:data:`FORWARDERS`). Its segmenter (testbed/tc/qdiscs/tbf.py)
+- also the sending node's when the direction's buffer has a segmenter (a buffer given in
+  packets, or in bytes too few for two GSO packets: testbed/tc/qdiscs/tbf.py ``segmented``) and
+  the sender is a router or a Linux-bridge switch (:data:`FORWARDERS`). The segmenter
   cuts GSO packets into wire-sized ones; after it the line would handle every 1448-byte
   segment (about 1 CPU-second per Gbit/s here), before it one 64 KB GSO packet per ~45. The
   line then sits before the bottleneck queue instead of after it, which changes nothing for a
@@ -45,7 +46,7 @@ from models.shaping import Shaping
 from models.trace import planned_changes
 from models.units import format_duration
 from testbed.delay.nfqueue.rules import QueueParams, maxlen_for_bdp
-from testbed.tc.qdiscs.tbf import counts_packets
+from testbed.tc.qdiscs.tbf import segmented
 
 __all__ = ["LinePlace", "place", "places", "queue_params", "problems", "plan_problems",
            "FORWARDERS",
@@ -101,7 +102,7 @@ def place(plan: LabPlan, link: LinkPlan, direction: str) -> LinePlace:
     when both ends are OVS switches."""
     (tx, tx_dev), (rx, rx_dev) = _ends(link, direction)
     kind = {n.name: (n.kind, n.datapath) for n in plan.nodes}
-    if counts_packets(getattr(link, direction)) and kind[tx][0] in FORWARDERS \
+    if segmented(getattr(link, direction), link.mtu) and kind[tx][0] in FORWARDERS \
             and kind[tx] != ("switch", "ovs"):
         return LinePlace(link.name, direction, tx, "out", tx_dev, kind[tx][0] == "switch")
     if kind[rx] != ("switch", "ovs"):

@@ -1,5 +1,6 @@
-"""TBF (sch_tbf) as the *segmenter* of a buffer given in packets: GSO super-packets become
-wire-sized packets before the buffer counts them.
+"""TBF (sch_tbf) as the *segmenter* of a buffer given in packets, or in bytes smaller than two
+GSO packets (:func:`segmented`): GSO super-packets become wire-sized packets before the buffer
+counts them.
 
 A pfifo counts skbs, and a veth carries TCP's 64 KB GSO super-packets whole, so a "100-packet"
 pfifo could hold 6.4 MB. Forcing wire-sized packets on every interface instead (``gso_max_segs
@@ -39,14 +40,17 @@ from models.shaping import Shaping
 from models.units import format_rate
 from testbed.tc.qdiscs.common import ETH_HLEN, TC_LINKLAYER_ETHERNET, TcLike, no_stats, ticks
 
-__all__ = ["KINDS", "CAPABILITIES", "KMODS", "NLA", "SEGMENTER_RATE_BPS", "counts_packets",
-           "segmenter",
+__all__ = ["KINDS", "CAPABILITIES", "KMODS", "NLA", "SEGMENTER_RATE_BPS", "GSO_MAX_BYTES",
+           "counts_packets", "largest_gso_bytes", "segmented", "segmenter",
            "words", "options", "problems", "stats"]
 
 KINDS = ("tbf",)
 CAPABILITIES = ("tbf",)
 KMODS = ("sch_tbf",)
 SEGMENTER_RATE_BPS = 10**12  # 1 Tbit/s: never the limit (a veth carries ~17 Gbit/s here)
+# gso_max_size of a veth: GSO_LEGACY_MAX_SIZE (include/linux/netdevice.h); BIG TCP, which
+# raises it, is off unless a device is told otherwise
+GSO_MAX_BYTES = 65536
 
 
 class TbfOptions(nla):
@@ -72,10 +76,42 @@ stats = no_stats  # nothing beyond the counters: the segmenter holds no packet o
 
 
 def counts_packets(shaping: Shaping) -> bool:
-    """True when ``shaping``'s bottleneck buffer is a pfifo whose size is given in packets:
-    the buffers that get a segmenter (:func:`testbed.tc.recipe.direction_recipe`)."""
+    """True when ``shaping``'s bottleneck buffer is a pfifo whose size is given in packets
+    (each of those gets a segmenter, :func:`segmented`)."""
     return shaping.aqm == "fifo" and shaping.buffer is not None \
         and shaping.buffer.packets is not None
+
+
+def largest_gso_bytes(mtu: int) -> int:
+    """The length a qdisc counts for the largest GSO packet TCP hands a veth of IP MTU
+    ``mtu`` (bytes): :data:`GSO_MAX_BYTES` (the device's ``gso_max_size``, IP packet) plus
+    its Ethernet header, plus the headers of each further segment, which
+    ``qdisc_pkt_len_init`` (net/core/dev.c) adds so that a GSO packet counts what its
+    segments will take on the wire (Ethernet 14 + IPv4 20 + TCP with timestamps 32 each;
+    segments of ``mtu`` - 52 payload bytes). 68520 at MTU 1500. Pure."""
+    header = ETH_HLEN + 20 + 32
+    segments = -(-GSO_MAX_BYTES // (mtu - 52))
+    return GSO_MAX_BYTES + ETH_HLEN + (segments - 1) * header
+
+
+def segmented(shaping: Shaping, mtu: int) -> bool:
+    """True when ``shaping``'s fifo buffer gets the segmenter before it
+    (:func:`testbed.tc.direction_recipe`): a buffer given in packets (a pfifo counts skbs),
+    and a byte buffer that cannot hold two of the largest GSO packets
+    (:func:`largest_gso_bytes`). A bfifo counts a GSO packet's bytes whole: one smaller than
+    a GSO packet refuses every full-size one (its sender's TCP sees a local drop, no loss, and
+    retries on a timer: a 64 MiB all-reduce behind 41 KB host buffers ran 600 times slower
+    than its rate allows); one that holds a single GSO packet drops the next one's ~45
+    frames at once where a switch port drops one frame. Cut into frames first, the buffer
+    counts and drops frames as a switch port does. Larger byte buffers keep GSO packets:
+    their occupancy counts the same bytes either way, and segmenting costs the receiver one
+    stack traversal per frame instead of per ~45 (the reason byte buffers skip it)."""
+    if shaping.aqm != "fifo" or shaping.buffer is None:
+        return False
+    if shaping.buffer.packets is not None:
+        return True
+    return shaping.buffer.size_bytes is not None \
+        and shaping.buffer.size_bytes < 2 * largest_gso_bytes(mtu)
 
 
 def segmenter(mtu: int) -> dict[str, Any]:
