@@ -280,9 +280,13 @@ def test_ray_own_instance_leaves_home_alone(tmp_path, env):
     spec.write_text(CAMPAIGN.format(name="exec-own", reps=1).replace(
         "  workloads.0.size: [16KiB, 64KiB]\n  workloads.0.repeats: [1, 2]\n",
         "  workloads.0.size: [16KiB]\n"))
-    out = subprocess.run(argv(spec, tmp_path / "results", "--executor", "ray"),
-                         env={**env, "HOME": str(home)}, cwd=ROOT, capture_output=True,
-                         text=True, timeout=600)
+    temp = tempfile.mkdtemp(prefix="aitb-ray-", dir="/tmp")  # Ray's session files, not /tmp/ray
+    try:
+        out = subprocess.run(argv(spec, tmp_path / "results", "--executor", "ray"),
+                             env={**env, "HOME": str(home), "RAY_TMPDIR": temp}, cwd=ROOT,
+                             capture_output=True, text=True, timeout=600)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert done(tmp_path / "results" / "exec-own") == ["p000/rep0"]
     assert not (home / ".ray").exists(), list((home / ".ray").rglob("*"))
