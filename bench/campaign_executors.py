@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,14 +47,14 @@ repetitions: 1
 """
 
 
-def head(env: dict[str, str], token: Path) -> tuple[subprocess.Popen, str]:
+def head(env: dict[str, str], token: Path, temp: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [str(RAY), "start", "--head", "--block", "--port", str(port), "--num-cpus", "2",
          "--object-store-memory", str(100 * 10**6), "--include-dashboard", "false",
-         "--disable-usage-stats", "--temp-dir", tempfile.mkdtemp(prefix="aitb-ray-")],
+         "--disable-usage-stats", "--temp-dir", temp],
         env={**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(240):
@@ -82,13 +83,17 @@ def main() -> None:
     t_local = campaign(spec, work / "local", env)
     token = work / "ray.token"
     token.write_text(secrets.token_hex(32) + "\n")
-    proc, address = head(env, token)
+    temp = tempfile.mkdtemp(prefix="aitb-ray-", dir="/tmp")  # short: Ray's socket paths
     try:
-        t_ray = campaign(spec, work / "ray", env, "--executor", "ray", "--address", address,
-                         "--ray-token-file", str(token))
+        proc, address = head(env, token, temp)
+        try:
+            t_ray = campaign(spec, work / "ray", env, "--executor", "ray", "--address",
+                             address, "--ray-token-file", str(token))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)  # the head's session files and sockets
     a, b = (pd.read_parquet(work / x / "bench-executors" / "aggregate.parquet")
             for x in ("local", "ray"))
     counts = ["point", "workloads.0.size", "workloads.0.repeats", "runs", "flows_mean",
