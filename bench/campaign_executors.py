@@ -1,7 +1,8 @@
 """Campaign wall time: the local executor (one run after the other) against Ray with 2 runs at
 once on this machine, for one 16-point campaign of a tiny incast lab (3 hosts on a switch).
-Starts its own Ray head (`ray start --head --block`, 2 CPUs, ended by its pid) and checks that
-both aggregates agree in content: points, swept values, seeds and every count.
+Starts its own Ray head (`ray start --head --block`, 2 CPUs, token authentication with a token
+file of its own, ended by its pid) and checks that both aggregates agree in content: points,
+swept values, seeds and every count.
 
 Usage (root, host kernel, Ray installed): .venv/bin/python bench/campaign_executors.py
 Prints both wall times and their ratio. On 2 cores each run keeps one core busy only part
@@ -11,6 +12,8 @@ of its time (lab bring-up and teardown are waits on the kernel), so 2 at once ga
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,15 +47,16 @@ repetitions: 1
 """
 
 
-def head(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+def head(env: dict[str, str], token: Path, temp: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [str(RAY), "start", "--head", "--block", "--port", str(port), "--num-cpus", "2",
          "--object-store-memory", str(100 * 10**6), "--include-dashboard", "false",
-         "--disable-usage-stats", "--temp-dir", tempfile.mkdtemp(prefix="aitb-ray-")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "--disable-usage-stats", "--temp-dir", temp],
+        env={**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(240):
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -77,12 +81,19 @@ def main() -> None:
     env = {**os.environ, "AITB_STATE_DIR": str(work / "state"),
            "PYTHONPATH": str(ROOT)}
     t_local = campaign(spec, work / "local", env)
-    proc, address = head(env)
+    token = work / "ray.token"
+    token.write_text(secrets.token_hex(32) + "\n")
+    temp = tempfile.mkdtemp(prefix="aitb-ray-", dir="/tmp")  # short: Ray's socket paths
     try:
-        t_ray = campaign(spec, work / "ray", env, "--executor", "ray", "--address", address)
+        proc, address = head(env, token, temp)
+        try:
+            t_ray = campaign(spec, work / "ray", env, "--executor", "ray", "--address",
+                             address, "--ray-token-file", str(token))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)  # the head's session files and sockets
     a, b = (pd.read_parquet(work / x / "bench-executors" / "aggregate.parquet")
             for x in ("local", "ray"))
     counts = ["point", "workloads.0.size", "workloads.0.repeats", "runs", "flows_mean",

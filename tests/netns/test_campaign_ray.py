@@ -1,5 +1,8 @@
 """`aitb campaign --executor ray` on a Ray cluster this test starts (`ray start --head --block`
-with 2 CPUs, ended by its pid: SIGTERM makes it stop the GCS, raylet and workers it started).
+with 2 CPUs and token authentication on, `RAY_AUTH_MODE=token` with its own token file; ended
+by its pid: SIGTERM makes it stop the GCS, raylet and workers it started). Every command runs
+with HOME a temporary folder holding a stale `~/.ray/auth_token` (another token), as on a
+machine where Ray ran before: aitb must use the token it is given, never that file.
 
 1. A 4-point campaign of a tiny lab on Ray gives the local executor's aggregate: the same
    points, swept values, seeds, columns and every count (flows, values per metric); the
@@ -7,6 +10,10 @@ with 2 CPUs, ended by its pid: SIGTERM makes it stop the GCS, raylet and workers
 2. A worker killed under a running point: the point is redone in the same invocation; then the
    driver killed (SIGKILL) while points run: the same command resumes, completed runs keep
    their bytes, the cut ones are gone and no lab of any run id remains.
+3. No token, or the stale one, for that cluster: exit 2 with one line naming the cause, no
+   run started.
+4. `--executor ray` without `--address` (a Ray instance aitb starts) in an empty HOME leaves
+   HOME without `.ray/auth_token`: aitb's own instance carries its token in the environment.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -63,25 +71,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
 @pytest.fixture
 def env(tmp_path):
+    """The environment of every command: HOME with a stale ``.ray/auth_token``, no RAY_AUTH_*
+    of the caller's."""
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
     if not RAY.exists():
         pytest.skip("Ray is not installed (pip install -e '.[ray]')")
-    return {**os.environ, "AITB_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(secrets.token_hex(32) + "\n")
+    out = {k: v for k, v in os.environ.items() if k not in AUTH_VARS}
+    return {**out, "HOME": str(home), "AITB_STATE_DIR": str(tmp_path / "state"),
+            "PYTHONPATH": str(ROOT)}
 
 
 @pytest.fixture
-def cluster(env):
-    """A Ray head with 2 CPUs and a 100 MB object store; yields (address, its process)."""
+def cluster(env, tmp_path):
+    """A Ray head with 2 CPUs, a 100 MB object store and token authentication with the token
+    in ``cluster.token``; yields (address, its process, that file)."""
     port = free_port()
+    token = tmp_path / "cluster.token"
+    token.write_text(secrets.token_hex(32) + "\n")
     temp = tempfile.mkdtemp(prefix="aitb-ray-", dir="/tmp")  # short: Ray's socket paths
     proc = subprocess.Popen(
         [str(RAY), "start", "--head", "--block", "--port", str(port), "--num-cpus", "2",
          "--object-store-memory", str(100 * 10**6), "--include-dashboard", "false",
          "--disable-usage-stats", "--temp-dir", temp],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env={**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         with socket.socket() as s:
@@ -89,7 +111,7 @@ def cluster(env):
                 break
         time.sleep(0.5)
     assert proc.poll() is None, "ray start ended early"
-    yield f"127.0.0.1:{port}", proc
+    yield f"127.0.0.1:{port}", proc, token
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=60)
@@ -158,13 +180,14 @@ def no_lab_left(root: Path, seconds: float = 90) -> list[str]:
 
 
 def test_ray_aggregate_matches_local(tmp_path, env, cluster):
-    address, _ = cluster
+    address, _, token = cluster
     spec = tmp_path / "c.yaml"
     spec.write_text(CAMPAIGN.format(name="exec-eq", reps=1))
     tables = {}
     for executor in ("local", "ray"):
         results = tmp_path / executor
-        extra = ("--executor", "ray", "--address", address) if executor == "ray" else ()
+        extra = (("--executor", "ray", "--address", address, "--ray-token-file", str(token))
+                 if executor == "ray" else ())
         out = subprocess.run(argv(spec, results, *extra), env=env, cwd=ROOT,
                              capture_output=True, text=True, timeout=900)
         assert out.returncode == 0, out.stderr[-3000:]
@@ -186,7 +209,8 @@ def test_ray_aggregate_matches_local(tmp_path, env, cluster):
 
 
 def test_ray_worker_and_driver_crash_resume(tmp_path, env, cluster):
-    address, head = cluster
+    address, head, token = cluster
+    env = {**env, "RAY_AUTH_TOKEN_PATH": str(token)}  # the token as Ray's own variable gives it
     spec, results = tmp_path / "c.yaml", tmp_path / "results"
     spec.write_text(CAMPAIGN.format(name="exec-crash", reps=2))
     root = results / "exec-crash"
@@ -225,3 +249,44 @@ def test_ray_worker_and_driver_crash_resume(tmp_path, env, cluster):
     assert list(table["runs"]) == [2, 2, 2, 2]
     assert list(table["flows_mean"]) == [2.0, 4.0, 2.0, 4.0]
     assert no_lab_left(root) == []
+
+
+def test_ray_token_missing_or_refused(tmp_path, env, cluster):
+    address, _, _ = cluster
+    spec = tmp_path / "c.yaml"
+    spec.write_text(CAMPAIGN.format(name="exec-auth", reps=1))
+    # Ray retries a refused connection for 20 s by default; 2 tries say the same here
+    env = {**env, "RAY_gcs_server_port_wait_time_s": "2"}
+    stale = Path(env["HOME"]) / ".ray" / "auth_token"
+    cases = [((), "wants a token (Ray token authentication) and none was given"),
+             (("--ray-token-file", str(stale)),
+              f"refused the token from --ray-token-file {stale}")]
+    for extra, expected in cases:
+        results = tmp_path / f"r{len(extra)}"
+        out = subprocess.run(argv(spec, results, "--executor", "ray", "--address", address,
+                                  *extra), env=env, cwd=ROOT, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 2, out.stderr[-3000:]
+        lines = out.stderr.strip().splitlines()  # one line: no traceback, no Ray log
+        assert len(lines) == 1, out.stderr[-3000:]
+        assert lines[0].startswith(f"error: the Ray cluster at {address} {expected}"), lines
+        assert not list(results.glob("exec-auth/p*")), "a run started"
+
+
+def test_ray_own_instance_leaves_home_alone(tmp_path, env):
+    home = tmp_path / "empty-home"
+    home.mkdir()
+    spec = tmp_path / "c.yaml"
+    spec.write_text(CAMPAIGN.format(name="exec-own", reps=1).replace(
+        "  workloads.0.size: [16KiB, 64KiB]\n  workloads.0.repeats: [1, 2]\n",
+        "  workloads.0.size: [16KiB]\n"))
+    temp = tempfile.mkdtemp(prefix="aitb-ray-", dir="/tmp")  # Ray's session files, not /tmp/ray
+    try:
+        out = subprocess.run(argv(spec, tmp_path / "results", "--executor", "ray"),
+                             env={**env, "HOME": str(home), "RAY_TMPDIR": temp}, cwd=ROOT,
+                             capture_output=True, text=True, timeout=600)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert done(tmp_path / "results" / "exec-own") == ["p000/rep0"]
+    assert not (home / ".ray").exists(), list((home / ".ray").rglob("*"))

@@ -1,19 +1,24 @@
 """Campaign executors without root or Ray: the copy-back archive, how many runs fly at once,
 and the Ray executor's bookkeeping against a stand-in for Ray (a lost worker's run is redone
 with a fresh run id, a remote run directory comes back as a tarball, an error on the worker
-fails that run only), and the CLI's --executor checks."""
+fails that run only), the CLI's --executor checks, and where the Ray token comes from (the
+option, then Ray's own variables, never ~/.ray/auth_token) and how a refusal is told apart."""
 
 from __future__ import annotations
 
 import io
+import os
+import socket
 import subprocess
 import sys
 import tarfile
 import types
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from models.errors import LabError, SpecError
 from orchestration.campaign import executors
 from orchestration.campaign.copyback import mark_results, pack, sees_results, unpack
 from orchestration.campaign.point import RunReport
@@ -21,6 +26,15 @@ from orchestration.campaign.runner import CampaignResult, load
 from orchestration.campaign.state import CampaignState
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def socket_listening():
+    """A listening TCP socket on loopback; yields its ``HOST:PORT`` (closed after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield f"127.0.0.1:{s.getsockname()[1]}"
 CAMPAIGN = """\
 name: c
 base:
@@ -202,6 +216,10 @@ def test_an_error_on_the_worker_fails_the_run_without_a_retry(tmp_path):
     (["--executor", "slurm"], "expected one of local, ray"),
     (["--address", "h:1"], "--address needs --executor ray"),
     (["--executor", "ray", "--cpus-per-point", "0"], "must be > 0"),
+    (["--ray-token-file", "t"], "--ray-token-file needs --executor ray"),
+    (["--executor", "ray", "--ray-token-file", "t"], "--ray-token-file needs --address"),
+    (["--executor", "ray", "--address", "h:1", "--ray-token-file", "/nonexistent/t"],
+     "--ray-token-file /nonexistent/t: cannot read the Ray token: No such file"),
 ])
 def test_cli_refuses_bad_executor_options(tmp_path, extra, said):
     spec = tmp_path / "c.yaml"
@@ -210,3 +228,98 @@ def test_cli_refuses_bad_executor_options(tmp_path, extra, said):
                           "--dry-run", *extra], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2, out.stderr
     assert said in out.stderr
+
+
+def test_token_from_option_then_ray_variables_never_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("f" * 64)
+    monkeypatch.setenv("HOME", str(home))
+    given, by_path = tmp_path / "given", tmp_path / "by-path"
+    given.write_text("a" * 64 + "\n")
+    by_path.write_text("  " + "b" * 64 + "\n\n")
+    env = {"RAY_AUTH_TOKEN": "c" * 64, "RAY_AUTH_TOKEN_PATH": str(by_path)}
+    for_cluster = executors.RayAuth.for_cluster
+    assert for_cluster(given, env).token == "a" * 64
+    assert for_cluster(None, env).token == "c" * 64  # Ray's order: the value, then the path
+    assert for_cluster(None, {"RAY_AUTH_TOKEN_PATH": str(by_path)}).token == "b" * 64
+    none = for_cluster(None, {})  # ~/.ray/auth_token is there and not read
+    assert none.token is None
+    assert none.environ() == {"RAY_AUTH_MODE": "disabled"}
+    assert for_cluster(given, {}).environ() == {"RAY_AUTH_MODE": "token",
+                                                "RAY_AUTH_TOKEN": "a" * 64}
+    fresh = executors.RayAuth.fresh()
+    assert len(fresh.token) == 64 and fresh.token != executors.RayAuth.fresh().token
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    (b"", "not a Ray token"),
+    (b"two words\n", "not a Ray token"),
+    (b"tok\x00en", "not a Ray token"),
+    ("t\u00f6ken".encode(), "not a Ray token"),
+    (b"a" * 5000, "longer than 4096 bytes"),
+])
+def test_token_file_refused(tmp_path, content, said):
+    bad = tmp_path / "t"
+    bad.write_bytes(content)
+    with pytest.raises(SpecError) as err:
+        executors.RayAuth.for_cluster(bad, {})
+    assert err.value.exit_code == 2
+    assert str(err.value).startswith(f"--ray-token-file {bad}: {said}")
+    with pytest.raises(SpecError, match="RAY_AUTH_TOKEN: not a Ray token"):
+        executors.RayAuth.for_cluster(None, {"RAY_AUTH_TOKEN": "a b"})
+
+
+def test_auth_environ_set_for_the_block_then_put_back(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/somewhere")
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    with executors._ray_auth_environ(executors.RayAuth("d" * 64, "test")):
+        assert {k: os.environ.get(k) for k in executors.AUTH_VARS} == {
+            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "d" * 64, "RAY_AUTH_TOKEN_PATH": None}
+    assert {k: os.environ.get(k) for k in executors.AUTH_VARS} == {
+        "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": None, "RAY_AUTH_TOKEN_PATH": "/somewhere"}
+
+
+class AuthenticationError(Exception):
+    """Named as ray.exceptions.AuthenticationError (told apart by its name: Ray may lack it)."""
+
+
+def _chain(inner: BaseException) -> ConnectionError:
+    """Ray's shape: ConnectionError raised from RuntimeError raised from ``inner``."""
+    try:
+        try:
+            raise inner
+        except BaseException as exc:
+            raise RuntimeError("Failed to connect to GCS. Last connection error: ...") from exc
+    except RuntimeError as exc:
+        try:
+            raise ConnectionError("Failed to connect to Ray cluster at 192.0.2.2:1") from exc
+        except ConnectionError as outer:
+            return outer
+
+
+def test_refusal_told_from_other_failures():
+    text_only = RuntimeError("ray.exceptions.AuthenticationError: RPC error: InvalidAuthToken: "
+                             "Authentication token is missing or incorrect.")
+    assert executors._refused(_chain(text_only))
+    assert executors._refused(_chain(AuthenticationError("x")))
+    assert not executors._refused(_chain(TimeoutError("timed out")))
+    assert executors._last_line(_chain(TimeoutError())) == (
+        "Failed to connect to Ray cluster at 192.0.2.2:1")
+
+
+def test_connect_refused_is_one_line_spec_error(tmp_path):
+    class RefusingRay:
+        @staticmethod
+        def init(**_kw):
+            raise _chain(RuntimeError("InvalidAuthToken: Authentication token is missing"))
+
+    with socket_listening() as address:
+        with pytest.raises(SpecError, match="wants a token .* and none was given"):
+            executors.connect(RefusingRay, address, executors.RayAuth(None, "no token"))
+        with pytest.raises(SpecError, match="refused the token from --ray-token-file f"):
+            executors.connect(RefusingRay, address,
+                              executors.RayAuth("e" * 64, "--ray-token-file f"))
+    with pytest.raises(LabError, match="could not connect to the Ray cluster at .*: "):
+        executors.connect(RefusingRay, address, executors.RayAuth(None, "no token"))

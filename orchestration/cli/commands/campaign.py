@@ -78,6 +78,11 @@ def campaign(
     cpus_per_point: Annotated[float, typer.Option(
         "--cpus-per-point", help="With --executor ray: CPUs one run asks for (a machine runs "
         "at most its CPUs / this many points at once).")] = 1.0,
+    ray_token_file: Annotated[Path | None, typer.Option(
+        "--ray-token-file", help="With --address: the file holding the cluster's Ray token "
+        "(its nodes' RAY_AUTH_TOKEN_PATH; default: RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH if "
+        "set, else no token; ~/.ray/auth_token is never read). A Ray instance started here "
+        "gets a fresh token of its own.", show_default=False)] = None,
 ) -> None:
     """Run every point x repetition of a campaign not yet done, then aggregate and plot.
 
@@ -87,7 +92,7 @@ def campaign(
     from orchestration.campaign.runner import load, run_campaign
     from orchestration.cli.commands.outputs import output_dir
 
-    runs_on = _executor(executor, address, cpus_per_point)
+    runs_on = _executor(executor, address, cpus_per_point, ray_token_file)
     c = load(file)
     if dry_run:
         _dry_run(c, results, as_json)
@@ -111,10 +116,12 @@ def campaign(
         raise typer.Exit(1)
 
 
-def _executor(name: str, address: str | None, cpus_per_point: float) -> Executor | None:
+def _executor(name: str, address: str | None, cpus_per_point: float,
+              ray_token_file: Path | None = None) -> Executor | None:
     """The executor named by --executor (None: local). Raises SpecError for an unknown
-    name or --address without ray."""
-    from orchestration.campaign.executors import EXECUTORS, RayExecutor
+    name, --address or --ray-token-file without ray, --ray-token-file without --address, or
+    a token that cannot be read (RayAuth.for_cluster)."""
+    from orchestration.campaign.executors import EXECUTORS, RayAuth, RayExecutor
 
     if name not in EXECUTORS:
         raise SpecError(SpecIssue(f"--executor {name!r}: expected one of "
@@ -122,10 +129,17 @@ def _executor(name: str, address: str | None, cpus_per_point: float) -> Executor
     if name == "local":
         if address is not None:
             raise SpecError(SpecIssue("--address needs --executor ray"))
+        if ray_token_file is not None:
+            raise SpecError(SpecIssue("--ray-token-file needs --executor ray"))
         return None
     if cpus_per_point <= 0:
         raise SpecError(SpecIssue(f"--cpus-per-point {cpus_per_point:g}: must be > 0"))
-    return RayExecutor(address, cpus_per_point)
+    if address is None:
+        if ray_token_file is not None:
+            raise SpecError(SpecIssue("--ray-token-file needs --address: the Ray instance "
+                                      "started here gets a fresh token of its own"))
+        return RayExecutor(None, cpus_per_point, auth=RayAuth.fresh())
+    return RayExecutor(address, cpus_per_point, auth=RayAuth.for_cluster(ray_token_file))
 
 
 def _report(result: CampaignResult, as_json: bool, quiet: bool) -> None:
