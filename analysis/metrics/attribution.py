@@ -174,6 +174,8 @@ def _collective_row(cid: str, w: int, flows: list[dict[str, Any]], links: _Links
         straggle = collective_straggle(list(record["rank_t_start"]),
                                        list(record["rank_t_end"]))
         i = straggle.pop("slowest_index")
+        t_med = max(record["rank_t_end"]) - statistics.median(record["rank_t_start"])
+        straggle["after_last_arrival_s"] = t_med - straggle["lag_s"]
         straggle["slowest_rank"] = None if i is None else int(list(record["ranks"])[i])
     it = int(crit["iteration"])
     verdict = collective_bound(path, view, links.peers, links.rtt_configured, straggle,

@@ -37,8 +37,11 @@ link, loss, latency). Then ``bound`` is
 * ``compute`` when the rank that arrived last (analysis.metrics.stragglers: named only
   beyond the start skew) is its iteration's compute straggler (more compute than the median
   rank's, attribution.COMPUTE_TOLERANCE and COMPUTE_MIN_S) and its arrival lag exceeds the
-  critical path's transfer time: the others waited for its compute longer than for the
-  network;
+  time the collective took after it arrived (the median rank's time in it, max rank end -
+  median rank start, minus the lag: inflation above 2 in analysis.metrics.stragglers'
+  terms): the others waited for its compute longer than for the network. (The
+  critical-path transfers cannot measure that: a transfer to the late rank lasts until it
+  reads it);
 * ``host_cpu`` when the network verdict is link but fidelity.json calls the run
   untrustworthy and its rate check of that very direction is ``off``: the shaper did not
   deliver its configured rate while backlogged, so the emulating host, not the link,
@@ -50,7 +53,8 @@ critical-path transfers; and the configured one, twice the one-way delays of the
 return paths), the number of round trips (sum over the critical-path transfers of FCT /
 their min RTT) and the window's growth over the longest transfer (``snd_cwnd`` from the last
 counters/tcp.parquet sample of its connection at or before its start, else the previous
-transfer's reading on that connection, to its reading at its ack instant). This taxonomy
+transfer's reading on that connection, else the initial window, to its reading at its ack
+instant). This taxonomy
 (link, latency, compute, loss) follows the straggler root causes separated by Falcon (Wu et
 al., "FALCON: Pinpointing and Mitigating Stragglers for Large-Scale Hybrid-Parallel
 Training", arXiv:2410.12588, 2024); the thresholds are aitb's.
@@ -81,6 +85,7 @@ STANDING_MIN_SAMPLES = 3
 # testbed/qdiscs/htb.py); a hop that carried no more than that over an interval never made
 # anything wait for its rate, however high its busy share over a short interval
 SHAPER_BUCKET_S = 0.001
+TCP_INIT_CWND = 10  # segments: Linux's initial congestion window (include/net/tcp.h)
 # counters resolve an interval spanning this many sampling intervals; shorter ones the records
 COUNTER_INTERVALS = 2
 
@@ -187,20 +192,30 @@ class KernelView:
                            standing_queue=n >= STANDING_MIN_SAMPLES and queued >= STANDING_SHARE)
         return out
 
-    def cwnd_at_start(self, f: dict[str, Any]) -> int | None:
-        """``snd_cwnd`` (segments) of ``f``'s connection when it started: the last
-        counters/tcp.parquet sample at or before ``t_start``, else the reading of the
-        connection's previous transfer at its ack instant; None when neither exists."""
+    def cwnd_at_start(self, f: dict[str, Any]) -> tuple[int | None, str | None]:
+        """``snd_cwnd`` (segments) of ``f``'s connection when it started and where it comes
+        from: the last counters/tcp.parquet sample at or before ``t_start``
+        (``tcp_sample``), else the reading of the connection's previous transfer (the last
+        one to start before it) at its ack instant (``previous_transfer``; back-to-back
+        sends pipeline, so that instant may fall a little after this start), else, for the
+        connection's first TCP transfer,
+        Linux's initial window TCP_INIT_CWND = 10 (include/net/tcp.h, RFC 6928;
+        ``initial_window``); (None, None) for a transfer without TCP_INFO."""
+        if _num(f.get("tcp_snd_cwnd")) is None:
+            return None, None
         key = (str(f.get("src_ip")), _int(f.get("sport")), str(f.get("dst_ip")),
                _int(f.get("dport")))
         if key in self.cwnd:
             t, c = self.cwnd[key]
             i = int(np.searchsorted(t, f["t_start"], side="right")) - 1
             if i >= 0:
-                return int(c[i])
-        before = [g for g in self.by_conn.get(_conn(f), [])
-                  if g["t_end"] <= f["t_start"] and _num(g.get("tcp_snd_cwnd")) is not None]
-        return int(max(before, key=lambda g: g["t_end"])["tcp_snd_cwnd"]) if before else None
+                return int(c[i]), "tcp_sample"
+        before = [g for g in self.by_conn.get(_conn(f), []) if g["t_start"] < f["t_start"]]
+        if not before:
+            return TCP_INIT_CWND, "initial_window"
+        last = max(before, key=lambda g: g["t_start"])
+        cwnd = _num(last.get("tcp_snd_cwnd"))
+        return (None, None) if cwnd is None else (int(cwnd), "previous_transfer")
 
 
 def _int(v: Any) -> int:
@@ -287,10 +302,12 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
         if view.untrustworthy and critical["fidelity_rate"] == "off":
             bound = "host_cpu"
             starved = critical["direction"]
+    after = (straggle or {}).get("after_last_arrival_s")
     if late is not None and late == compute_straggler and lag is not None \
-            and lag > transfer_s:
+            and after is not None and lag > after:
         bound = "compute"
     crit = max(path, key=lambda f: f["t_end"] - f["t_start"])
+    cwnd0, cwnd0_source = view.cwnd_at_start(crit)
     rtts = [x for x in (_num(f.get("tcp_min_rtt_s")) or _num(f.get("tcp_rtt_s"))
                         for f in path) if x]
     trips = sum((f["t_end"] - f["t_start"]) / r for f in path
@@ -300,13 +317,14 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
             and r["bytes"] * 8 > (r["configured_bps"] or 0) * SHAPER_BUCKET_S]
     evidence = {
         "transfer_s": transfer_s, "link_s": class_s["link"], "loss_s": class_s["loss"],
-        "latency_s": class_s["latency"], "arrival_lag_s": lag, "late_rank": late,
+        "latency_s": class_s["latency"], "arrival_lag_s": lag,
+        "after_last_arrival_s": after, "late_rank": late,
         "compute_straggler_rank": compute_straggler,
         "rtt_s": statistics.median(rtts) if rtts else None,
         "rtt_s_configured": max(cfg) if cfg else None,
         "round_trips": trips if rtts else None,
-        "cwnd_start": view.cwnd_at_start(crit), "cwnd_end": _int_or_none(
-            crit.get("tcp_snd_cwnd")),
+        "cwnd_start": cwnd0, "cwnd_start_source": cwnd0_source,
+        "cwnd_end": _int_or_none(crit.get("tcp_snd_cwnd")),
         "retransmissions": sum(_real_retrans(f) for f in path),
         # the highest busy share of a hop that carried more than one shaper bucket
         "transfers_retransmitting": sum(_real_retrans(f) > 0 for f in path),

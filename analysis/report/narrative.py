@@ -85,8 +85,9 @@ def verdict(v: dict[str, Any]) -> str:
     if b == "compute":
         return (head + f"compute-bound: rank {e.get('late_rank')} (the iteration's compute "
                 f"straggler) arrived {duration(e.get('arrival_lag_s'))} after the median "
-                f"rank, longer than the {duration(e.get('transfer_s'))} of transfers on the "
-                "critical path" + _no_link_above(v.get("busy_share_max")) + ".")
+                f"rank, longer than the collective took after it arrived "
+                f"({duration(e.get('after_last_arrival_s'))})"
+                + _no_link_above(v.get("busy_share_max")) + ".")
     if b == "loss":
         return (head + f"loss-bound: {e.get('retransmissions')} retransmission(s) on "
                 f"{e.get('transfers_retransmitting')} critical transfer(s), which took "
