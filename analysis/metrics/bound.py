@@ -102,10 +102,6 @@ def _merge(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]
     return [(a, b) for a, b in out]
 
 
-def _overlap(a: float, b: float, merged: list[tuple[float, float]]) -> float:
-    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in merged)
-
-
 class KernelView:
     """The run's counters and records indexed for interval queries: per interface its
     cumulative ``tx_bytes``, per root queue its backlog and drops, per TCP connection its
@@ -136,10 +132,13 @@ class KernelView:
         self.rate_check = {(e.get("node"), e.get("ifname")): (e.get("checks") or {}).get("rate")
                            for e in fid.get("links") or [] if isinstance(e, dict)}
         self.hops = hops
-        self.crossing: dict[HopKey, list[dict[str, Any]]] = defaultdict(list)
+        crossing: dict[HopKey, list[tuple[float, float, float]]] = defaultdict(list)
         for f in all_flows:
             for h in hops(f):
-                self.crossing[h].append(f)
+                crossing[h].append((float(f["t_start"]), float(f["t_end"]),
+                                    float(f["size_bytes"])))
+        # per direction: (t_start, t_end, size_bytes) arrays of the transfers crossing it
+        self.crossing = {h: np.array(v, dtype=float).T for h, v in crossing.items()}
         self.by_conn: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
         for f in all_flows:
             self.by_conn[_conn(f)].append(f)
@@ -163,10 +162,13 @@ class KernelView:
             size, source = counted, "counters"
         else:
             size, source = 0.0, "records"
-            for f in self.crossing.get(h, []):
-                d = f["t_end"] - f["t_start"]
-                if d > 0:
-                    size += f["size_bytes"] * _overlap(f["t_start"], f["t_end"], merged) / d
+            if h in self.crossing:
+                t0, t1, n = self.crossing[h]
+                d = t1 - t0
+                over = sum(np.clip(np.minimum(t1, b) - np.maximum(t0, a), 0.0, None)
+                           for a, b in merged)
+                size = float(np.sum(np.divide(n * over, d, out=np.zeros_like(d),
+                                              where=d > 0)))
         busy = size * 8 / (span * rate) if rate and span > 0 else None
         out: dict[str, Any] = {"bytes": int(size), "bytes_source": source, "busy_share": busy,
                                "backlog_bytes_max": None, "backlog_bytes_median": None,
