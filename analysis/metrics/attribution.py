@@ -32,7 +32,11 @@ Definitions:
 * *compute straggler* of an iteration: the rank with the most compute time in it
   (timeline.jsonl), named only when that exceeds the median rank's by more than
   ``COMPUTE_TOLERANCE`` and by ``COMPUTE_MIN_S`` (below that the ranks compute alike: no
-  straggler);
+  straggler); ``compute_straggler_planned``: whether its compute ops ran at a higher
+  straggler factor (the records' ``slowdown``, mean over its ops) than the median rank's
+  (None without factors). An unplanned straggler computed longer than it was given: its
+  timed sleeps woke late on a loaded host. It stays named in ``per_iteration`` but never
+  makes a collective compute-bound;
 * per-pair bandwidth (nccl-tests' sendrecv view): bytes a rank sent to another over the union
   of those transfers' intervals, in bytes/s (nccl-tests prints GB/s = 1e9 bytes/s).
 """
@@ -206,8 +210,13 @@ def _compute_stragglers(timeline: pd.DataFrame) -> list[dict[str, Any]]:
         med, top = float(statistics.median(per)), float(per.max())
         late = top > med * (1 + COMPUTE_TOLERANCE) and top - med > COMPUTE_MIN_S
         slow = int(per.idxmax()) if med > 0 and late else None
+        planned = None
+        if slow is not None and "slowdown" in g and g["slowdown"].notna().all():
+            factor = g.groupby("rank")["slowdown"].mean()
+            planned = bool(factor[slow] > statistics.median(factor))
         out.append({"workload_index": int(w), "iteration": int(it), "compute_s_max": top,
                     "compute_s_median": med, "compute_straggler_rank": slow,
+                    "compute_straggler_planned": planned,
                     "compute_inflation": top / med if med > 0 else None})
     return out
 
@@ -265,8 +274,10 @@ def attribution_metrics(flows: pd.DataFrame, timeline: pd.DataFrame,
         for r in collectives.to_dict("records"):
             records[(int(r.get("workload_index", 0) or 0), str(r["collective_id"]))] = r
     compute_rows = _compute_stragglers(timeline)
+    # a straggler whose ops ran at the median rank's slowdown overran the compute it was
+    # given (a sleep the loaded host woke late from): the host's noise, not the workload's
     compute = {(c["workload_index"], c["iteration"]): c["compute_straggler_rank"]
-               for c in compute_rows}
+               for c in compute_rows if c["compute_straggler_planned"] is not False}
     coll: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
     for f in rows:
         cid = f.get("collective_id")

@@ -32,11 +32,15 @@ when it retransmitted (TCP_INFO ``total_retrans - dsack_dups`` > 0: loss recover
 retransmission timeouts; D-SACKed, spurious retransmissions are not losses, RFC 2883),
 else *latency*: nothing held it but round trips while its window grew. The collective's
 network verdict is the class that holds most of the critical path's transfer time (ties:
-link, loss, latency). Then ``bound`` is
+link, loss, latency), except that a link whose busy share over all the critical-path
+transfers that cross it stays under ``BUSY_QUEUE`` is blamed for nothing (its transfers
+count as latency). Then ``bound`` is
 
 * ``compute`` when the rank that arrived last (analysis.metrics.stragglers: named only
   beyond the start skew) is its iteration's compute straggler (more compute than the median
-  rank's, attribution.COMPUTE_TOLERANCE and COMPUTE_MIN_S) and its arrival lag exceeds the
+  rank's, attribution.COMPUTE_TOLERANCE and COMPUTE_MIN_S, at a higher straggler factor
+  than the median rank's: a rank that overran the compute it was given waited on its
+  host, see analysis.metrics.attribution) and its arrival lag exceeds the
   time the collective took after it arrived (the median rank's time in it, max rank end -
   median rank start, minus the lag: inflation above 2 in analysis.metrics.stragglers'
   terms): the others waited for its compute longer than for the network. (The
@@ -301,7 +305,14 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
         critical = next(r for r in hops if (r["link"], r["node"]) == best[:2])
         critical = {**critical, "utilisation": critical["busy_share"],
                     "achieved_bps": (critical["busy_share"] or 0.0) * (best[3] or 0)}
-        if view.untrustworthy and critical["fidelity_rate"] == "off":
+        if (critical["busy_share"] or 0.0) < BUSY_QUEUE:
+            # saturated over some transfers, idle over the critical path as a whole: no link
+            # used under half its rate is blamed
+            class_s["latency"] += class_s.pop("link")
+            bound = net = max(("loss", "latency"), key=lambda k: (class_s[k], k == "loss"))
+            critical = None
+            class_s["link"] = 0.0
+        elif view.untrustworthy and critical["fidelity_rate"] == "off":
             bound = "host_cpu"
             starved = critical["direction"]
     after = (straggle or {}).get("after_last_arrival_s")

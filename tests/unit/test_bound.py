@@ -117,3 +117,13 @@ def test_a_rank_computing_longer_than_the_collective_is_compute():
     # the same lag without a compute straggler behind it (all computed alike): not compute
     even = timeline.assign(t_end=0.01)
     assert _bounds(attribution_metrics(flows, even, plan, collectives=colls)) == ["latency"]
+    # rank 2 given four times the compute (its straggler factor): compute; given the same
+    # as the others, it overran its sleeps (a loaded host): not the workload's compute
+    planned = timeline.assign(slowdown=[4.0 if r == 2 else 1.0 for r in timeline["rank"]])
+    assert _bounds(attribution_metrics(flows, planned, plan, collectives=colls)) == [
+        "compute"]
+    overran = timeline.assign(slowdown=1.0)
+    a = attribution_metrics(flows, overran, plan, collectives=colls)
+    assert _bounds(a) == ["latency"]
+    assert a["per_iteration"][0]["compute_straggler_rank"] == 2
+    assert a["per_iteration"][0]["compute_straggler_planned"] is False
