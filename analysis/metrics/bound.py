@@ -50,6 +50,9 @@ count as latency). Then ``bound`` is
   untrustworthy and its rate check of that very direction is ``off``: the shaper did not
   deliver its configured rate while backlogged, so the emulating host, not the link,
   held the transfer;
+* ``host_cpu`` also when the network verdict is latency but no hop of the critical-path
+  transfers has a configured rate and none a configured delay: nothing of the lab's
+  making held them, only the hosts that move the packets;
 * else the network verdict.
 
 The evidence of a ``latency`` verdict: the path RTT (TCP_INFO ``min_rtt_s``, median over the
@@ -315,6 +318,10 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
         elif view.untrustworthy and critical["fidelity_rate"] == "off":
             bound = "host_cpu"
             starved = critical["direction"]
+    cfg = [x for x in (rtt_configured(f) for f in path) if x is not None]
+    unshaped = bool(per_hop) and all(h[3] is None for h in per_hop) and not any(cfg)
+    if bound == "latency" and unshaped:
+        bound = "host_cpu"  # no rate and no delay configured: only the hosts set the pace
     after = (straggle or {}).get("after_last_arrival_s")
     if late is not None and late == compute_straggler and lag is not None \
             and after is not None and lag > after:
@@ -325,7 +332,6 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
                         for f in path) if x]
     trips = sum((f["t_end"] - f["t_start"]) / r for f in path
                 if (r := _num(f.get("tcp_min_rtt_s")) or _num(f.get("tcp_rtt_s"))))
-    cfg = [x for x in (rtt_configured(f) for f in path) if x is not None]
     busy = [r["busy_share"] for r in hops if r["busy_share"] is not None
             and r["bytes"] * 8 > (r["configured_bps"] or 0) * SHAPER_BUCKET_S]
     evidence = {
@@ -344,7 +350,9 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
         "busy_share_max": max(busy) if busy else None,
         "untrustworthy": view.untrustworthy,
         # host_cpu: the direction whose shaper fell short of its rate (fidelity rate check)
-        "rate_off_direction": starved}
+        "rate_off_direction": starved,
+        # host_cpu: no hop of the critical path has a configured rate or delay
+        "unshaped_path": unshaped}
     return {"bound": bound, "critical_link": critical if bound == "link" else None,
             "hops": hops, "evidence": evidence}
 

@@ -21,7 +21,11 @@ import pandas as pd
 
 from analysis.report.units import bits, duration, share, size, spans
 
-__all__ = ["workload_sections", "dci_time"]
+__all__ = ["workload_sections", "dci_time", "verdict", "failure_words"]
+
+# the advice ending an overdue transfer's error (traffic_gen/transfers.py OVERDUE_ADVICE,
+# a layer analysis does not import); the cause replaces it as in the runner's error
+_OVERDUE_ADVICE = "raise timeouts.transfer in the experiment or shrink the transfer"
 
 
 def _of(frame: pd.DataFrame, w: int) -> pd.DataFrame:
@@ -94,9 +98,34 @@ def verdict(v: dict[str, Any]) -> str:
                 f"{duration(e.get('loss_s'))} of the critical path's "
                 f"{duration(e.get('transfer_s'))}; {duration(e.get('rtt_s'))} RTT"
                 + _no_link_above(v.get("busy_share_max")) + ".")
+    if e.get("unshaped_path"):
+        return (head + "host-CPU-bound: no link on the critical path has a configured rate "
+                "or delay, so the hosts moving the packets set the pace, not a link.")
     return (head + f"host-CPU-bound: the emulation did not deliver the configured rate of "
             f"{e.get('rate_off_direction')} (fidelity.json: untrustworthy), so no link is to "
             "blame.")
+
+
+def failure_words(f: dict[str, Any]) -> str:
+    """A failure record (manifest ``workloads[].failures``) told with its cause where the
+    runner found one (``extra.links_down``, ``extra.agents_stopped`` and the ``events:``
+    indices behind them, orchestration/run/event_hits.py): the link down on the transfer's
+    path or the agent stopped, not the rank at its other end."""
+    detail = str(f.get("detail", f))
+    extra = f.get("extra") or {}
+    links, stopped = extra.get("links_down") or [], extra.get("agents_stopped") or {}
+    why = []
+    if links:
+        why.append(f"link{'s' * (len(links) > 1)} {', '.join(links)} down on its path")
+    if stopped:
+        why.append("agent " + ", ".join(f"{n} {how}" for n, how in stopped.items()))
+    if not why:
+        return detail
+    evs = ", ".join(f"events[{e}]" for e in extra.get("events") or [])
+    cause = "; ".join(why) + (f" ({evs})" if evs else "")
+    if detail.endswith(_OVERDUE_ADVICE):  # a longer timeout would not have saved it
+        return detail[: -len(_OVERDUE_ADVICE)] + cause
+    return f"{detail}; {cause}"
 
 
 def _verdicts(w: int, m: dict[str, Any]) -> list[str]:
@@ -233,7 +262,7 @@ def workload_sections(manifest: dict[str, Any], m: dict[str, Any], tables: Any
                      + _rounds(w, rounds, flows) + _requests(w, requests) + _events(w, m))
         if not wl.get("ok", True):
             sentences.insert(0, "This workload FAILED: " + "; ".join(
-                str(f.get("detail", f)) for f in wl.get("failures") or []))
+                failure_words(f) for f in wl.get("failures") or []))
         out.append({"index": w, "name": wl.get("name", f"workload {w}"),
                     "ok": wl.get("ok", True),
                     "sentences": sentences or ["No records of this workload."]})

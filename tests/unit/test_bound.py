@@ -127,3 +127,36 @@ def test_a_rank_computing_longer_than_the_collective_is_compute():
     assert _bounds(a) == ["latency"]
     assert a["per_iteration"][0]["compute_straggler_rank"] == 2
     assert a["per_iteration"][0]["compute_straggler_planned"] is False
+
+
+def test_an_unshaped_path_without_delay_is_the_hosts_not_latency():
+    from dataclasses import replace
+
+    from aitb.shaping import Shaping
+
+    plan = _plan()
+    bare = replace(plan, links=tuple(replace(lk, a_to_b=Shaping(), b_to_a=Shaping())
+                                     for lk in plan.links))
+    a = attribution_metrics(pd.DataFrame(_ring(plan)), pd.DataFrame(), bare)
+    assert set(_bounds(a)) == {"host_cpu"}
+    assert a["per_collective"][0]["evidence"]["unshaped_path"] is True
+    # a delay alone makes round trips the lab's: latency
+    slow = replace(plan, links=tuple(replace(lk, a_to_b=Shaping(delay_s=0.005),
+                                             b_to_a=Shaping(delay_s=0.005))
+                                     for lk in plan.links))
+    assert set(_bounds(attribution_metrics(pd.DataFrame(_ring(plan)), pd.DataFrame(),
+                                           slow))) == {"latency"}
+
+
+def test_a_failure_is_told_with_the_link_down_on_its_path():
+    from analysis.report.narrative import failure_words
+
+    detail = ("node h2, rank 1 -> peer rank 2, op c3.0 (collective rs0): TimeoutError: could "
+              "not send 4194304 bytes within timeouts.transfer (2 s): 4170240 moved; raise "
+              "timeouts.transfer in the experiment or shrink the transfer")
+    f = {"detail": detail, "extra": {"links_down": ["h2-s1"], "agents_stopped": {},
+                                     "events": [0]}}
+    assert failure_words(f) == detail.replace(
+        "raise timeouts.transfer in the experiment or shrink the transfer",
+        "link h2-s1 down on its path (events[0])")
+    assert failure_words({"detail": detail, "extra": {}}) == detail
