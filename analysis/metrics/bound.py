@@ -319,7 +319,8 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
             bound = "host_cpu"
             starved = critical["direction"]
     cfg = [x for x in (rtt_configured(f) for f in path) if x is not None]
-    unshaped = bool(per_hop) and all(h[3] is None for h in per_hop) and not any(cfg)
+    unshaped = bool(per_hop) and all(h[3] is None for h in per_hop) and bool(cfg) \
+        and not any(cfg)
     if bound == "latency" and unshaped:
         bound = "host_cpu"  # no rate and no delay configured: only the hosts set the pace
     after = (straggle or {}).get("after_last_arrival_s")

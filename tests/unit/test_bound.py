@@ -137,15 +137,18 @@ def test_an_unshaped_path_without_delay_is_the_hosts_not_latency():
     plan = _plan()
     bare = replace(plan, links=tuple(replace(lk, a_to_b=Shaping(), b_to_a=Shaping())
                                      for lk in plan.links))
-    a = attribution_metrics(pd.DataFrame(_ring(plan)), pd.DataFrame(), bare)
+    flows = pd.DataFrame(_ring(plan))
+    flows["src_ip"] = [str(plan.address_of(n)) for n in flows["src_node"]]
+    a = attribution_metrics(flows, pd.DataFrame(), bare)
     assert set(_bounds(a)) == {"host_cpu"}
     assert a["per_collective"][0]["evidence"]["unshaped_path"] is True
     # a delay alone makes round trips the lab's: latency
     slow = replace(plan, links=tuple(replace(lk, a_to_b=Shaping(delay_s=0.005),
                                              b_to_a=Shaping(delay_s=0.005))
                                      for lk in plan.links))
-    assert set(_bounds(attribution_metrics(pd.DataFrame(_ring(plan)), pd.DataFrame(),
-                                           slow))) == {"latency"}
+    a = attribution_metrics(flows, pd.DataFrame(), slow)
+    assert set(_bounds(a)) == {"latency"}
+    assert a["per_collective"][0]["evidence"]["rtt_s_configured"] == pytest.approx(0.02)
 
 
 def test_a_failure_is_told_with_the_link_down_on_its_path():
