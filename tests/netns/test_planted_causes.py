@@ -9,7 +9,9 @@ report's first line for the workload must name it. Small labs, short runs, three
   two positions (a host's uplink; the switch's port towards a host): link, that direction;
 * a long RTT and small transfers: latency;
 * a rank that computes four times as long as the others: compute;
-* a lossy link: loss.
+* a lossy link: loss;
+* a link set down mid-run (``events:``): the transfers that fail are told with that link and
+  event, in the failure records and the report, not blamed on the rank at their other end.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import aitb_cli, run_namespaces, run_ok
+from conftest import aitb_cli, records, run_namespaces, run_ok
 
 from analysis.report.units import duration
 
@@ -201,3 +203,30 @@ def test_a_lossy_link_is_loss_bound(host_causes):
             assert c["critical_link"] is None and c["evidence"]["retransmissions"] > 0
     line = _verdict_line(m, lines, 2)
     assert "loss-bound: " in line and "retransmission(s) on " in line
+
+
+def test_a_link_down_mid_run_is_named_by_the_failures_it_caused(env):
+    d, e = env
+    path = d / "link-down.yaml"
+    path.write_text("name: link-down\nseed: 1\ntimeouts: {transfer: 1s, phase: 30s}\n"
+                    + _lab("link-down", {"s1": {"h1": "", "h2": "", "h3": "", "h4": ""}},
+                           "{rate: 100Mbit}")
+                    + "workloads:\n  - " + _ring(["h1", "h2", "h3", "h4"], "1MiB").replace(
+                        "iterations: 2", "iterations: 10, name: ring")
+                    + "\nevents:\n  - {at: {workload: ring, iteration: 2}, kind: link_down, "
+                    "link: h2-s1}\n")
+    out = aitb_cli("run", str(path), "--results", str(d / "results"), "--no-vm", env=e,
+                   timeout=300)
+    assert out.returncode == 1, out.stderr[-3000:]
+    run_dir = Path(out.stdout.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert run_namespaces(manifest["lab_run_id"]) == []
+    fails = records(run_dir, "failures.jsonl")
+    mine = [f for f in fails if "h2" in (f["extra"].get("src_node"), f["extra"].get("dst_node"))]
+    assert mine, fails
+    for f in mine:  # every failed transfer to or from h2 crossed the link that went down
+        assert (f["extra"]["links_down"], f["extra"]["events"]) == (["h2-s1"], [0]), f
+    _m, lines = _results(run_dir)
+    failed = lines[0][0]
+    assert failed.startswith("This workload FAILED: ")
+    assert "link h2-s1 down on its path (events[0])" in failed, failed
