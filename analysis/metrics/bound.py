@@ -13,11 +13,12 @@ Per link direction h and set of intervals I (the critical-path transfers that cr
 [t_start, t_end]; |I| their total length):
 
 * *busy share* = 8 x bytes(h, I) / (|I| x configured ``rate_bps`` of h), where bytes(h, I)
-  is the larger of (a) h's sending interface's ``tx_bytes`` increase over I, read off its
-  cumulative counter by linear interpolation between samples (a 10 ms sampler blurs
-  transfers shorter than its interval, which can only lower this estimate), and (b) the
-  bytes of every transfer of the run (all workloads, background too) that crosses h,
-  each prorated by the overlap of its interval with I. None for an unshaped direction;
+  is h's sending interface's ``tx_bytes`` increase over I, read off its cumulative counter
+  by linear interpolation between samples, where I spans at least ``COUNTER_INTERVALS``
+  sampling intervals (``bytes_source`` counters); over shorter intervals, which a 10 ms
+  sampler blurs, the bytes of every transfer of the run (all workloads, background too)
+  that crosses h, each prorated by the overlap of its interval with I (``records``).
+  None for an unshaped direction;
 * *queue*: the root queue's samples inside I: the largest and median ``backlog_bytes``, the
   share of samples with a packet waiting, and the ``drops`` added over I. A *standing
   queue* has a packet waiting in at least ``STANDING_SHARE`` of at least
@@ -56,12 +57,12 @@ count as latency). Then ``bound`` is
 * else the network verdict.
 
 The evidence of a ``latency`` verdict: the path RTT (TCP_INFO ``min_rtt_s``, median over the
-critical-path transfers; and the configured one, twice the one-way delays of the forward and
-return paths), the number of round trips (sum over the critical-path transfers of FCT /
-their min RTT) and the window's growth over the longest transfer (``snd_cwnd`` from the last
-counters/tcp.parquet sample of its connection at or before its start, else the previous
-transfer's reading on that connection, else the initial window, to its reading at its ack
-instant). This taxonomy
+critical-path transfers; and the configured one, the one-way delays of the forward path
+and of the return path summed, the largest over those transfers), the number of round
+trips (sum over the critical-path transfers of FCT / their min RTT) and the window's growth
+over the longest transfer (``snd_cwnd`` from the last counters/tcp.parquet sample of its
+connection at or before its start, else the previous transfer's reading on that
+connection, else the initial window, to its reading at its ack instant). This taxonomy
 (link, latency, compute, loss) follows the straggler root causes separated by Falcon (Wu et
 al., "FALCON: Pinpointing and Mitigating Stragglers for Large-Scale Hybrid-Parallel
 Training", arXiv:2410.12588, 2024); the thresholds are aitb's.
