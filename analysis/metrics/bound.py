@@ -119,11 +119,14 @@ class KernelView:
     def __init__(self, counters: dict[str, pd.DataFrame], fidelity: Any,
                  all_flows: list[dict[str, Any]], hops: Any) -> None:
         self.tx: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+        self.tx_dt: dict[tuple[str, str], float] = {}  # median sampling interval (s)
         links = counters.get("links", pd.DataFrame())
         if not links.empty:
             for (node, ifname), g in links.sort_values("t_s").groupby(["node", "ifname"]):
-                self.tx[(node, ifname)] = (g["t_s"].to_numpy(float),
-                                           g["tx_bytes"].to_numpy(float))
+                t = g["t_s"].to_numpy(float)
+                self.tx[(node, ifname)] = (t, g["tx_bytes"].to_numpy(float))
+                self.tx_dt[(node, ifname)] = float(np.median(np.diff(t))) if t.size > 1 \
+                    else float("inf")
         self.queue: dict[tuple[str, str], pd.DataFrame] = {}
         roots = root_qdiscs(counters.get("qdisc", pd.DataFrame()))
         if not roots.empty:
@@ -163,7 +166,7 @@ class KernelView:
         if (node, ifname) in self.tx:
             t, tx = self.tx[(node, ifname)]
             if t.size >= 2 and t[0] <= merged[0][0] and t[-1] >= merged[-1][1] and \
-                    span >= COUNTER_INTERVALS * float(np.median(np.diff(t))):
+                    span >= COUNTER_INTERVALS * self.tx_dt[(node, ifname)]:
                 counted = float(sum(np.interp(b, t, tx) - np.interp(a, t, tx)
                                     for a, b in merged))
         if counted is not None:
