@@ -17,13 +17,26 @@ Definitions:
   until there is none: the chain of transfers that set the CCT (the critical-path analysis of
   a task graph, as in the straggler analysis of Lin et al., "Understanding Stragglers in
   Large Model Training Using What-if Analysis", arXiv:2505.05713, 2025);
-* its *critical transfer* is the longest one on that path; its *critical link* the link
-  direction of that transfer's path with the lowest achieved rate; the *network straggler*
-  is the critical transfer's sending rank;
+* its *critical transfer* is the longest one on that path; the *network straggler* is the
+  critical transfer's sending rank;
+* what *bound* the instance (``bound``: link, latency, compute, loss or host_cpu) and, only
+  when a link did, its *critical link*: from the busy share and queue of every link
+  direction on the critical-path transfers' paths against its configured rate, their
+  TCP_INFO and the ranks' arrivals (analysis.metrics.bound). Every hop of one transfer
+  carries the same bytes in the same time, so its achieved rate cannot tell which hop held
+  it; the busy share against the configured rate and the queue can;
+* per workload (``per_workload``): the bound that held its collectives longest (length of
+  the union of their [first rank start, last rank end] intervals per bound), the group of
+  collectives (group kind, op, whether a flow crossed a DCI link) that took the largest
+  share of its iteration time, and the evidence of its longest collective of that bound;
 * *compute straggler* of an iteration: the rank with the most compute time in it
   (timeline.jsonl), named only when that exceeds the median rank's by more than
   ``COMPUTE_TOLERANCE`` and by ``COMPUTE_MIN_S`` (below that the ranks compute alike: no
-  straggler);
+  straggler); ``compute_straggler_planned``: whether its compute ops ran at a higher
+  straggler factor (the records' ``slowdown``, mean over its ops) than the median rank's
+  (None without factors). An unplanned straggler computed longer than it was given: its
+  timed sleeps woke late on a loaded host. It stays named in ``per_iteration`` but never
+  makes a collective compute-bound;
 * per-pair bandwidth (nccl-tests' sendrecv view): bytes a rank sent to another over the union
   of those transfers' intervals, in bytes/s (nccl-tests prints GB/s = 1e9 bytes/s).
 """
@@ -37,7 +50,10 @@ from typing import Any
 import pandas as pd
 
 from analysis.dci import union_length
-from models.paths import PathError, PathWalker
+from analysis.metrics.bound import KernelView, collective_bound
+from analysis.metrics.collectives import iteration_times
+from analysis.metrics.stragglers import collective_straggle
+from models.paths import PathError, PathWalker, dci_links
 from models.plan import LabPlan
 
 __all__ = ["COMPUTE_TOLERANCE", "attribution_metrics", "critical_path", "pair_bandwidth"]
@@ -90,6 +106,21 @@ class _Links:
         self.peers = {(lk.name, e.node): o.node for lk in (plan.links if plan else ())
                       for e, o in ((lk.a, lk.b), (lk.b, lk.a))}
         self.cache: dict[tuple[str, str], list[tuple[str, str, str, int | None]]] = {}
+        self.delay = {(lk.name, e.node): lk.egress(e.node).delay_s
+                      for lk in (plan.links if plan else ()) for e in (lk.a, lk.b)}
+        self.dci = dci_links(plan) if plan is not None else frozenset()
+
+    def rtt_configured(self, f: dict[str, Any]) -> float | None:
+        """The configured one-way delays of ``f``'s path there and of the path
+        back (from its receiver to its sender's address), summed (s); None without both."""
+        there = self.hops(f)
+        back = self.hops({"src_node": f.get("dst_node"), "dst_ip": f.get("src_ip")})
+        if not there or not back:
+            return None
+        return sum(self.delay.get((h[0], h[1]), 0.0) for h in (*there, *back))
+
+    def crosses_dci(self, f: dict[str, Any]) -> bool:
+        return any(h[0] in self.dci for h in self.hops(f))
 
     def hops(self, f: dict[str, Any]) -> list[tuple[str, str, str, int | None]]:
         key = (str(f.get("src_node")), str(f.get("dst_ip")))
@@ -138,15 +169,33 @@ def _transfer(f: dict[str, Any]) -> dict[str, Any]:
 
 
 def _collective_row(cid: str, w: int, flows: list[dict[str, Any]], links: _Links,
-                    link_rates: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+                    view: KernelView, record: dict[str, Any] | None,
+                    compute: dict[tuple[int, int], int | None]) -> dict[str, Any]:
     path = critical_path(flows)
     crit = max(path, key=lambda f: f["t_end"] - f["t_start"])
-    hops = [link_rates[(h[0], h[1])] for h in links.hops(crit) if (h[0], h[1]) in link_rates]
-    slow = min(hops, key=lambda r: r["achieved_bps"] or float("inf"), default=None)
-    return {"collective_id": cid, "workload_index": w, "iteration": int(crit["iteration"]),
+    straggle = None
+    if record is not None:
+        straggle = collective_straggle(list(record["rank_t_start"]),
+                                       list(record["rank_t_end"]))
+        i = straggle.pop("slowest_index")
+        t_med = max(record["rank_t_end"]) - statistics.median(record["rank_t_start"])
+        straggle["after_last_arrival_s"] = t_med - straggle["lag_s"]
+        straggle["slowest_rank"] = None if i is None else int(list(record["ranks"])[i])
+    it = int(crit["iteration"])
+    verdict = collective_bound(path, view, links.peers, links.rtt_configured, straggle,
+                               compute.get((w, it)))
+    return {"collective_id": cid, "workload_index": w, "iteration": it,
+            "op": record.get("op") if record else None,
+            "group_kind": record.get("group_kind") if record else None,
+            "crosses_dci": any(links.crosses_dci(f) for f in flows),
+            "t_start": min(record["rank_t_start"]) if record else min(
+                f["t_start"] for f in flows),
+            "t_end": max(record["rank_t_end"]) if record else max(f["t_end"] for f in flows),
             "critical_path": [_transfer(f) for f in path],
-            "critical_transfer": _transfer(crit), "critical_link": slow,
-            "network_straggler_rank": int(crit["src_rank"])}
+            "critical_transfer": _transfer(crit), "bound": verdict["bound"],
+            "critical_link": verdict["critical_link"],
+            "network_straggler_rank": int(crit["src_rank"]),
+            "evidence": verdict["evidence"], "hops": verdict["hops"]}
 
 
 def _compute_stragglers(timeline: pd.DataFrame) -> list[dict[str, Any]]:
@@ -161,8 +210,13 @@ def _compute_stragglers(timeline: pd.DataFrame) -> list[dict[str, Any]]:
         med, top = float(statistics.median(per)), float(per.max())
         late = top > med * (1 + COMPUTE_TOLERANCE) and top - med > COMPUTE_MIN_S
         slow = int(per.idxmax()) if med > 0 and late else None
+        planned = None
+        if slow is not None and "slowdown" in g and g["slowdown"].notna().all():
+            factor = g.groupby("rank")["slowdown"].mean()
+            planned = bool(factor[slow] > statistics.median(factor))
         out.append({"workload_index": int(w), "iteration": int(it), "compute_s_max": top,
                     "compute_s_median": med, "compute_straggler_rank": slow,
+                    "compute_straggler_planned": planned,
                     "compute_inflation": top / med if med > 0 else None})
     return out
 
@@ -185,27 +239,106 @@ def pair_bandwidth(flows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _all_transfers(flows: pd.DataFrame) -> list[dict[str, Any]]:
+    """Every transfer with an interval and bytes, background included (bytes on links)."""
+    need = ("t_start", "t_end", "size_bytes", "src_node", "dst_ip")
+    if flows.empty or any(c not in flows for c in need):
+        return []
+    ok = flows[flows["t_end"].notna() & flows["t_start"].notna() & (flows["size_bytes"] > 0)]
+    return ok.to_dict("records")
+
+
 def attribution_metrics(flows: pd.DataFrame, timeline: pd.DataFrame,
-                        plan: LabPlan | None) -> dict[str, Any]:
+                        plan: LabPlan | None, collectives: pd.DataFrame | None = None,
+                        counters: dict[str, pd.DataFrame] | None = None,
+                        fidelity: Any = None) -> dict[str, Any]:
     """The ``attribution`` section of metrics.json (module docstring): ``links`` (per link
-    direction: configured and achieved bit/s, utilisation), ``per_collective`` (critical
-    path, transfer, link, network straggler), ``per_iteration`` (the longest collective's
-    critical link and network straggler, and the compute straggler), ``pairs`` (per-pair
-    bandwidth). Empty lists when the run has no such records."""
+    direction: configured and achieved bit/s, utilisation), ``per_collective`` (per
+    instance: ``op``, ``group_kind``, ``crosses_dci``, ``t_start``/``t_end`` (s, host clock),
+    critical path and transfer, ``bound`` (link, latency, compute, loss or host_cpu;
+    analysis.metrics.bound), ``critical_link`` (only where bound is link: the direction,
+    its configured rate, ``busy_share``/``utilisation``, ``achieved_bps`` = busy share x
+    configured rate, backlog, standing queue, drops), network straggler, ``evidence`` and
+    ``hops``), ``per_iteration`` (the longest collective's bound, critical link and network
+    straggler, and the compute straggler), ``per_workload`` (:func:`workload_verdicts`),
+    ``pairs`` (per-pair bandwidth). ``collectives`` (collectives.jsonl), ``counters``
+    (counters/{links,qdisc,tcp}.parquet) and ``fidelity`` (fidelity.json) feed the verdict;
+    without them it rests on the records alone. Empty lists when the run has no such
+    records."""
     rows = _done(flows)
     links = _Links(plan)
     link_table = links.table(rows)
-    link_rates = {(r["link"], r["node"]): r for r in link_table}
+    view = KernelView(counters or {}, fidelity, _all_transfers(flows), links.hops)
+    records: dict[tuple[int, str], dict[str, Any]] = {}
+    if collectives is not None and not collectives.empty and "collective_id" in collectives:
+        for r in collectives.to_dict("records"):
+            records[(int(r.get("workload_index", 0) or 0), str(r["collective_id"]))] = r
+    compute_rows = _compute_stragglers(timeline)
+    # a straggler whose ops ran at the median rank's slowdown overran the compute it was
+    # given (a sleep the loaded host woke late from): the host's noise, not the workload's
+    compute = {(c["workload_index"], c["iteration"]): c["compute_straggler_rank"]
+               for c in compute_rows if c["compute_straggler_planned"] is not False}
     coll: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
     for f in rows:
         cid = f.get("collective_id")
         if isinstance(cid, str):
             coll[(int(f.get("workload_index", 0) or 0), cid)].append(f)
-    per_coll = [_collective_row(cid, w, fs, links, link_rates)
+    per_coll = [_collective_row(cid, w, fs, links, view, records.get((w, cid)), compute)
                 for (w, cid), fs in sorted(coll.items())]
     return {"links": link_table, "per_collective": per_coll,
-            "per_iteration": _per_iteration(per_coll, _compute_stragglers(timeline)),
+            "per_iteration": _per_iteration(per_coll, compute_rows),
+            "per_workload": workload_verdicts(per_coll, iteration_times(
+                timeline, collectives if collectives is not None else pd.DataFrame())),
             "pairs": pair_bandwidth(rows)}
+
+
+def _group_name(c: dict[str, Any]) -> str:
+    kind = str(c.get("group_kind") or "").upper().replace("WORLD", "")
+    op = str(c.get("op") or "collective").replace("_", "-")
+    return (f"{kind} " if kind else "") + f"{op}s" + (" across the DCI" if c["crosses_dci"]
+                                                       else "")
+
+
+def workload_verdicts(per_coll: list[dict[str, Any]], iters: pd.DataFrame
+                      ) -> list[dict[str, Any]]:
+    """Per workload with collectives: ``bound`` (the bound whose collectives' intervals
+    cover the most time, union per bound), ``bound_time_s`` per bound, ``iteration_time_s``
+    (median; analysis.metrics.collectives.iteration_times), ``iteration_time_s_total``,
+    ``dominant`` (the group of collectives, named by group kind, op and DCI crossing, with
+    the largest ``share`` of the total iteration time: union of its instances' intervals
+    over it), ``example`` (the collective_id of the longest instance of that bound) and its
+    ``evidence``, ``critical_link`` (where bound is link: the example's), ``busy_share_max``
+    (the highest busy share of any hop over every instance's critical path)."""
+    out = []
+    by_w: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for c in per_coll:
+        by_w[c["workload_index"]].append(c)
+    for w, cs in sorted(by_w.items()):
+        it = iters[iters["workload_index"] == w] if not iters.empty else iters
+        total = float(it["iteration_time_s"].sum()) if not it.empty else 0.0
+        median = float(it["iteration_time_s"].median()) if not it.empty else None
+        spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for c in cs:
+            spans[c["bound"]].append((c["t_start"], c["t_end"]))
+            groups[_group_name(c)].append((c["t_start"], c["t_end"]))
+        times = {b: union_length(v) for b, v in spans.items()}
+        bound = max(times, key=times.__getitem__)
+        name = max(groups, key=lambda g: union_length(groups[g]))
+        mine = [c for c in cs if c["bound"] == bound]
+        ex = max(mine, key=lambda c: c["t_end"] - c["t_start"])
+        busy = [c["evidence"]["busy_share_max"] for c in cs
+                if c["evidence"]["busy_share_max"] is not None]
+        out.append({"workload_index": w, "bound": bound, "bound_time_s": times,
+                    "collectives": len(cs), "iteration_time_s": median,
+                    "iteration_time_s_total": total,
+                    "dominant": {"group": name, "share": union_length(groups[name]) / total
+                                 if total > 0 else None,
+                                 "instances": len(groups[name])},
+                    "example": ex["collective_id"], "evidence": ex["evidence"],
+                    "critical_link": ex["critical_link"],
+                    "busy_share_max": max(busy) if busy else None})
+    return out
 
 
 def _per_iteration(per_coll: list[dict[str, Any]], compute: list[dict[str, Any]]
@@ -220,5 +353,5 @@ def _per_iteration(per_coll: list[dict[str, Any]], compute: list[dict[str, Any]]
         if t["fct_s"] >= row.get("_fct", -1.0):
             row.update(_fct=t["fct_s"], critical_collective=c["collective_id"],
                        network_straggler_rank=c["network_straggler_rank"],
-                       critical_link=c["critical_link"])
+                       bound=c["bound"], critical_link=c["critical_link"])
     return [{k: v for k, v in r.items() if k != "_fct"} for _, r in sorted(by.items())]

@@ -1,8 +1,10 @@
 """What a researcher reads first: per workload, the result in words and numbers (pure).
 
 One section per workload of the manifest, built from the run's records and metrics:
-training and collectives (iteration time, compute vs exposed communication, DCI share, the
-critical link and the stragglers by compute and by network), incast (goodput against the
+training and collectives (first what bound them, in words with the numbers: link, latency,
+compute, loss or the host's CPU, analysis.metrics.bound; then iteration time, compute vs
+exposed communication, DCI share, the critical link and the stragglers by compute and by
+network), incast (goodput against the
 number of senders, the last finisher and its retransmissions), federated learning (round
 time and the client whose upload ended last), inference (TTFT p50 and p99), and per event of
 the ``events:`` timeline that hit the workload what it hit, whether and when goodput
@@ -17,9 +19,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.report.units import bits, duration, share, spans
+from analysis.report.units import bits, duration, share, size, spans
 
-__all__ = ["workload_sections", "dci_time"]
+__all__ = ["workload_sections", "dci_time", "verdict", "failure_words"]
+
+# the advice ending an overdue transfer's error (traffic_gen/transfers.py OVERDUE_ADVICE,
+# a layer analysis does not import); the cause replaces it as in the runner's error
+_OVERDUE_ADVICE = "raise timeouts.transfer in the experiment or shrink the transfer"
 
 
 def _of(frame: pd.DataFrame, w: int) -> pd.DataFrame:
@@ -42,12 +48,98 @@ def dci_time(row: dict[str, Any]) -> str:
             "iteration time)")
 
 
+def _window(e: dict[str, Any]) -> str:
+    a, b = e.get("cwnd_start"), e.get("cwnd_end")
+    if a is None or b is None:
+        return ""
+    if b > a:
+        return f" while the window grew from {a} to {b} segments"
+    return f" with the window at {b} segments"
+
+
+def _no_link_above(busy: Any) -> str:
+    return "" if busy is None else f"; no link above {share(busy)} of its rate"
+
+
+def verdict(v: dict[str, Any]) -> str:
+    """One workload's verdict (metrics.json ``attribution.per_workload`` row) in words with
+    its numbers: iteration time, the group of collectives that took most of it, and what
+    bound them (analysis.metrics.bound), e.g. "iteration 272 ms, 96% in DP all-reduces
+    across the DCI, latency-bound: 20.1 ms RTT, ~12 round trips while the window grew from
+    10 to 419 segments; no link above 27% of its rate"."""
+    e, d, b = v["evidence"], v["dominant"], v["bound"]
+    head = (f"Iteration {duration(v['iteration_time_s'])}, {share(d['share'])} in "
+            f"{d['group']}, ")
+    if b == "latency":
+        cfg = e.get("rtt_s_configured")
+        trips = e.get("round_trips")
+        return (head + f"latency-bound: {duration(e.get('rtt_s'))} RTT"
+                + (f" ({duration(cfg)} configured)" if cfg else "")
+                + (f", ~{trips:.0f} round trips" if trips is not None else "")
+                + _window(e) + _no_link_above(v.get("busy_share_max")) + ".")
+    if b == "link":
+        lk = v["critical_link"] or {}
+        q = (f", queue up to {size(lk.get('backlog_bytes_max'))}"
+             + (" standing" if lk.get("standing_queue") else "")
+             if lk.get("backlog_bytes_max") else ", no queue sampled")
+        drops = f", {lk['drops']} drop(s)" if lk.get("drops") else ""
+        return (head + f"link-bound: {lk.get('direction')} ({lk.get('link')}) busy "
+                f"{share(lk.get('busy_share'))} of its {bits(lk.get('configured_bps'))}"
+                + q + drops + ".")
+    if b == "compute":
+        return (head + f"compute-bound: rank {e.get('late_rank')} (the iteration's compute "
+                f"straggler) arrived {duration(e.get('arrival_lag_s'))} after the median "
+                f"rank, longer than the collective took after it arrived "
+                f"({duration(e.get('after_last_arrival_s'))})"
+                + _no_link_above(v.get("busy_share_max")) + ".")
+    if b == "loss":
+        return (head + f"loss-bound: {e.get('retransmissions')} retransmission(s) on "
+                f"{e.get('transfers_retransmitting')} critical transfer(s), which took "
+                f"{duration(e.get('loss_s'))} of the critical path's "
+                f"{duration(e.get('transfer_s'))}; {duration(e.get('rtt_s'))} RTT"
+                + _no_link_above(v.get("busy_share_max")) + ".")
+    if e.get("unshaped_path"):
+        return (head + "host-CPU-bound: no link on the critical path has a configured rate "
+                "or delay, so the hosts moving the packets set the pace, not a link.")
+    return (head + f"host-CPU-bound: the emulation did not deliver the configured rate of "
+            f"{e.get('rate_off_direction')} (fidelity.json: untrustworthy), so no link is to "
+            "blame.")
+
+
+def failure_words(f: dict[str, Any]) -> str:
+    """A failure record (manifest ``workloads[].failures``) told with its cause where the
+    runner found one (``extra.links_down``, ``extra.agents_stopped`` and the ``events:``
+    indices behind them, orchestration/run/event_hits.py): the link down on the transfer's
+    path or the agent stopped, not the rank at its other end."""
+    detail = str(f.get("detail", f))
+    extra = f.get("extra") or {}
+    links, stopped = extra.get("links_down") or [], extra.get("agents_stopped") or {}
+    why = []
+    if links:
+        why.append(f"link{'s' * (len(links) > 1)} {', '.join(links)} down on its path")
+    if stopped:
+        why.append("agent " + ", ".join(f"{n} {how}" for n, how in stopped.items()))
+    if not why:
+        return detail
+    evs = ", ".join(f"events[{e}]" for e in extra.get("events") or [])
+    cause = "; ".join(why) + (f" ({evs})" if evs else "")
+    if detail.endswith(_OVERDUE_ADVICE):  # a longer timeout would not have saved it
+        return detail[: -len(_OVERDUE_ADVICE)] + cause
+    return f"{detail}; {cause}"
+
+
+def _verdicts(w: int, m: dict[str, Any]) -> list[str]:
+    return [verdict(v) for v in (m.get("attribution") or {}).get("per_workload") or []
+            if v["workload_index"] == w]
+
+
 def _training(w: int, m: dict[str, Any], dci: dict[str, Any] | None) -> list[str]:
     iters = [i for i in m["cct"]["iterations"] if i["workload_index"] == w]
     if not iters:
         return []
     t = pd.DataFrame(iters)
-    out = [f"{len(t)} iteration(s): iteration time {duration(t['iteration_time_s'].median())}"
+    out = _verdicts(w, m)
+    out += [f"{len(t)} iteration(s): iteration time {duration(t['iteration_time_s'].median())}"
            + (f" median (min {duration(t['iteration_time_s'].min())}, max "
               f"{duration(t['iteration_time_s'].max())})" if len(t) > 1 else "")
            + f"; the busiest rank computed {duration(t['compute_s'].median())}, exposed "
@@ -71,8 +163,8 @@ def _attribution(w: int, m: dict[str, Any]) -> list[str]:
     links = [r.get("critical_link") for r in rows if r.get("critical_link")]
     if links:
         lk = links[-1]
-        out.append(f"Critical link: {lk['direction']} ({lk['link']}), achieved "
-                   f"{bits(lk['achieved_bps'])} of {bits(lk['configured_bps'])} configured"
+        out.append(f"Critical link: {lk['direction']} ({lk['link']}), busy "
+                   f"{share(lk['busy_share'])} of its {bits(lk['configured_bps'])}"
                    f" (network straggler: rank {rows[-1].get('network_straggler_rank')}).")
     slow = sorted({r["compute_straggler_rank"] for r in rows
                    if r.get("compute_straggler_rank") is not None})
@@ -170,7 +262,7 @@ def workload_sections(manifest: dict[str, Any], m: dict[str, Any], tables: Any
                      + _rounds(w, rounds, flows) + _requests(w, requests) + _events(w, m))
         if not wl.get("ok", True):
             sentences.insert(0, "This workload FAILED: " + "; ".join(
-                str(f.get("detail", f)) for f in wl.get("failures") or []))
+                failure_words(f) for f in wl.get("failures") or []))
         out.append({"index": w, "name": wl.get("name", f"workload {w}"),
                     "ok": wl.get("ok", True),
                     "sentences": sentences or ["No records of this workload."]})

@@ -1,0 +1,165 @@
+"""What bound a collective (analysis.metrics.bound) on hand-made runs: a ring all-reduce over
+incast.yaml's switch (tx1..tx4, 1 Gbit/s host links) with records, counters and fidelity as
+the kernel would have written them."""
+
+import pandas as pd
+import pytest
+from test_attribution import _plan, _ring
+
+from analysis.metrics.attribution import attribution_metrics
+
+
+def _bounds(a):
+    return [c["bound"] for c in a["per_collective"]]
+
+
+def _slow(**kw):
+    plan = _plan()
+    return plan, attribution_metrics(pd.DataFrame(_ring(plan)), pd.DataFrame(), plan, **kw)
+
+
+def test_a_hop_at_its_configured_rate_is_the_critical_link():
+    _, a = _slow()
+    (c,) = a["per_collective"]
+    assert c["bound"] == "link"
+    assert (c["critical_link"]["direction"], c["critical_link"]["busy_share"]) == (
+        "tx2 -> s1", pytest.approx(1.0))
+    assert a["per_iteration"][0]["bound"] == "link"
+    (w,) = a["per_workload"]
+    assert w["bound"] == "link" and w["critical_link"]["direction"] == "tx2 -> s1"
+
+
+def test_the_emulation_that_missed_that_rate_is_blamed_not_the_link():
+    fid = {"trustworthy": False, "links": [
+        {"node": "tx2", "ifname": "eth0", "checks": {"rate": "off"}}]}
+    _, a = _slow(fidelity=fid)
+    (c,) = a["per_collective"]
+    assert c["bound"] == "host_cpu" and c["critical_link"] is None
+    assert c["evidence"]["rate_off_direction"] == "tx2 -> s1"
+    # the same check passed: the link is to blame again
+    fid["links"][0]["checks"]["rate"] = "ok"
+    assert _bounds(_slow(fidelity=fid)[1]) == ["link"]
+
+
+def _slow_transfers(plan, share=0.1, chunk=1_000_000, **tcp):
+    """The ring's transfers stretched to run at ``share`` of their rate, with TCP_INFO."""
+    rows = []
+    for f in _ring(plan, chunk=chunk):
+        d = (f["t_end"] - f["t_start"]) / share
+        rows.append({**f, "t_start": f["t_start"] / share, "t_end": f["t_start"] / share + d,
+                     **tcp})
+    return pd.DataFrame(rows)
+
+
+def test_no_hop_near_its_rate_is_latency_and_retransmissions_are_loss():
+    plan = _plan()
+    clean = _slow_transfers(plan, tcp_total_retrans=0, tcp_dsack_dups=0, tcp_min_rtt_s=0.01,
+                            tcp_snd_cwnd=40)
+    a = attribution_metrics(clean, pd.DataFrame(), plan)
+    assert set(_bounds(a)) == {"latency"}
+    e = a["per_collective"][0]["evidence"]
+    assert e["rtt_s"] == 0.01 and e["round_trips"] == pytest.approx(e["transfer_s"] / 0.01)
+    assert e["busy_share_max"] == pytest.approx(0.1)
+    lossy = clean.assign(tcp_total_retrans=3)
+    assert set(_bounds(attribution_metrics(lossy, pd.DataFrame(), plan))) == {"loss"}
+    # retransmissions the receiver reported as duplicates (D-SACK) were no losses
+    spurious = lossy.assign(tcp_dsack_dups=3)
+    assert set(_bounds(attribution_metrics(spurious, pd.DataFrame(), plan))) == {"latency"}
+
+
+def test_transfers_within_one_shaper_bucket_never_bind_a_link():
+    """10 kB at the line rate: a busy share of 1 over 80 us, less than HTB's 1 ms bucket."""
+    plan = _plan()
+    a = attribution_metrics(pd.DataFrame(_ring(plan, chunk=10_000)), pd.DataFrame(), plan)
+    assert set(_bounds(a)) == {"latency"}
+    assert all(c["critical_link"] is None for c in a["per_collective"])
+
+
+def _qdisc(node, ifname, t0, t1, backlog):
+    """Root-queue samples every 10 ms over [t0, t1] with ``backlog`` bytes waiting."""
+    n = int((t1 - t0) / 0.01) + 1
+    return pd.DataFrame({"t_s": [t0 + 0.01 * i for i in range(n)], "node": node,
+                         "ifname": ifname, "kind": "htb", "handle": "1:", "parent": "root",
+                         "drops": 0, "backlog_bytes": backlog,
+                         "backlog_packets": backlog // 1500})
+
+
+def test_a_standing_queue_names_a_link_busy_over_half_its_rate():
+    plan = _plan()
+    flows = _slow_transfers(plan, share=0.6)
+    end = float(flows["t_end"].max())
+    quiet = attribution_metrics(flows, pd.DataFrame(), plan,
+                                counters={"qdisc": _qdisc("tx2", "eth0", 0.0, end, 0)})
+    assert set(_bounds(quiet)) == {"latency"}
+    queued = attribution_metrics(flows, pd.DataFrame(), plan,
+                                 counters={"qdisc": _qdisc("tx2", "eth0", 0.0, end, 30_000)})
+    assert set(_bounds(queued)) == {"link"}
+    lk = queued["per_collective"][0]["critical_link"]
+    assert lk["direction"] == "tx2 -> s1" and lk["standing_queue"]
+    assert lk["backlog_bytes_max"] == 30_000
+
+
+def test_a_rank_computing_longer_than_the_collective_is_compute():
+    plan = _plan()
+    flows = pd.DataFrame(_ring(plan, chunk=10_000, t0=0.04))
+    t_end = float(flows["t_end"].max())
+    colls = pd.DataFrame([{"collective_id": "c0.1", "workload_index": 0, "iteration": 0,
+                           "op": "all_reduce", "group_kind": "world", "ranks": [0, 1, 2, 3],
+                           "rank_t_start": [0.01, 0.01, 0.04, 0.01],
+                           "rank_t_end": [t_end] * 4}])
+    timeline = pd.DataFrame([{"rank": r, "iteration": 0, "kind": "compute", "t_start": 0.0,
+                              "t_end": 0.04 if r == 2 else 0.01, "workload_index": 0}
+                             for r in range(4)])
+    a = attribution_metrics(flows, timeline, plan, collectives=colls)
+    (c,) = a["per_collective"]
+    assert c["bound"] == "compute" and c["critical_link"] is None
+    assert (c["evidence"]["late_rank"], c["evidence"]["compute_straggler_rank"]) == (2, 2)
+    # the same lag without a compute straggler behind it (all computed alike): not compute
+    even = timeline.assign(t_end=0.01)
+    assert _bounds(attribution_metrics(flows, even, plan, collectives=colls)) == ["latency"]
+    # rank 2 given four times the compute (its straggler factor): compute; given the same
+    # as the others, it overran its sleeps (a loaded host): not the workload's compute
+    planned = timeline.assign(slowdown=[4.0 if r == 2 else 1.0 for r in timeline["rank"]])
+    assert _bounds(attribution_metrics(flows, planned, plan, collectives=colls)) == [
+        "compute"]
+    overran = timeline.assign(slowdown=1.0)
+    a = attribution_metrics(flows, overran, plan, collectives=colls)
+    assert _bounds(a) == ["latency"]
+    assert a["per_iteration"][0]["compute_straggler_rank"] == 2
+    assert a["per_iteration"][0]["compute_straggler_planned"] is False
+
+
+def test_an_unshaped_path_without_delay_is_the_hosts_not_latency():
+    from dataclasses import replace
+
+    from models.shaping import Shaping
+
+    plan = _plan()
+    bare = replace(plan, links=tuple(replace(lk, a_to_b=Shaping(), b_to_a=Shaping())
+                                     for lk in plan.links))
+    flows = pd.DataFrame(_ring(plan))
+    flows["src_ip"] = [str(plan.address_of(n)) for n in flows["src_node"]]
+    a = attribution_metrics(flows, pd.DataFrame(), bare)
+    assert set(_bounds(a)) == {"host_cpu"}
+    assert a["per_collective"][0]["evidence"]["unshaped_path"] is True
+    # a delay alone makes round trips the lab's: latency
+    slow = replace(plan, links=tuple(replace(lk, a_to_b=Shaping(delay_s=0.005),
+                                             b_to_a=Shaping(delay_s=0.005))
+                                     for lk in plan.links))
+    a = attribution_metrics(flows, pd.DataFrame(), slow)
+    assert set(_bounds(a)) == {"latency"}
+    assert a["per_collective"][0]["evidence"]["rtt_s_configured"] == pytest.approx(0.02)
+
+
+def test_a_failure_is_told_with_the_link_down_on_its_path():
+    from analysis.report.narrative import failure_words
+
+    detail = ("node h2, rank 1 -> peer rank 2, op c3.0 (collective rs0): TimeoutError: could "
+              "not send 4194304 bytes within timeouts.transfer (2 s): 4170240 moved; raise "
+              "timeouts.transfer in the experiment or shrink the transfer")
+    f = {"detail": detail, "extra": {"links_down": ["h2-s1"], "agents_stopped": {},
+                                     "events": [0]}}
+    assert failure_words(f) == detail.replace(
+        "raise timeouts.transfer in the experiment or shrink the transfer",
+        "link h2-s1 down on its path (events[0])")
+    assert failure_words({"detail": detail, "extra": {}}) == detail
