@@ -42,7 +42,8 @@ __all__ = ["install", "supervise"]
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 INTERRUPTED = {128 + s for s in SIGNALS}
 
-_state: dict[str, object] = {"owner": None, "final": False, "code": 1, "unraisable": None}
+_state: dict[str, object] = {"owner": None, "final": False, "code": 1, "unraisable": None,
+                             "stdout_id": None}
 _late: list[int] = []  # signals recorded once the command had its status
 
 
@@ -53,6 +54,7 @@ def install() -> None:
     if _state["owner"] is not None:
         return
     _state["owner"] = os.getpid()
+    _state["stdout_id"] = _stdout_id()
     for s in SIGNALS:
         signal.signal(s, _handler)
     atexit.register(_last)
@@ -130,12 +132,53 @@ def supervise(body: Callable[[], None]) -> None:
         body()
         code = 0
     except SystemExit as exc:
-        code = exc.code
+        code = 0 if _reader_gone() else exc.code
+    except BrokenPipeError:
+        code = 0
     except KeyboardInterrupt:
         code = 130
         sys.stderr.write("interrupted\n")
     finally:
+        if _reader_gone():
+            _quiet_stdout()
         _finish(code)
+
+
+def _stdout_id() -> tuple[int, int] | None:
+    """(device, inode) of what stdout's descriptor refers to; None if it has none."""
+    try:
+        st = os.fstat(sys.__stdout__.fileno())
+    except (OSError, AttributeError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _reader_gone() -> bool:
+    """True when the reader of stdout went away (``aitb pcap F | head -1``): writing to it
+    failed with EPIPE here, in click (which exits 1 behind a PacifyFlushWrapper) or in rich
+    (which points stdout at /dev/null and exits 1). Such a command ends quietly with exit 0,
+    as ``git log | head`` does, instead of a BrokenPipeError traceback or exit 1."""
+    if type(sys.stdout).__name__ == "PacifyFlushWrapper":
+        return True
+    if isinstance(sys.exc_info()[1], BrokenPipeError):
+        return True
+    now = _stdout_id()
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return now != _state["stdout_id"] and now == (null.st_dev, null.st_ino)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout's descriptor at /dev/null, so the interpreter's last flush of what is still
+    buffered cannot fail again (the Python documentation's recipe for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
 
 
 def _finish(code: object) -> None:
