@@ -1,6 +1,6 @@
 """Time-varying links: trace files -> steps of (time, rate, delay, loss). Pure; reads one file.
 
-Two file formats (docs: README.md, "Time-varying links from traces"):
+Two file formats (docs/dynamics.md, "Time-varying links: traces"):
 
 ``aitb`` -- comma-separated rows under a header line naming the columns; ``t`` first, then any
 of ``rate``, ``delay``, ``loss``. Every value carries its unit (read by :mod:`models.units`); an

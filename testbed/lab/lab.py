@@ -83,7 +83,7 @@ class Lab:
     the rest of its packet's path inside the helper's call, so on a shared CPU a helper
     carrying 1 Gbit/s of MTU packets released them 40-260 us late (p50) and 0.3-8 ms (p99);
     dedicated, 11-24 us and 0.19-0.63 ms on a quiet 2-core VM (bench/delayline_accuracy.py
-    --isolate; README.md "the native delay line" has the table). It costs the
+    --isolate; bench/README.md has the table). It costs the
     lab that CPU: while the lab is up this process's threads, and what it starts, run on the
     others (:mod:`testbed.delay.nfqueue.linecpu` lists what that covers). LabError (exit code
     2) if this process may not run on it, no other CPU remains or the kernel cannot steer

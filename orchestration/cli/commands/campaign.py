@@ -166,7 +166,7 @@ def _report(result: CampaignResult, as_json: bool, quiet: bool) -> None:
                           + (" ..." if len(result.untrustworthy) > 3 else ""),
                           highlight=False)
         for p in [*result.tables, *result.plots]:
-            console.print(str(p), highlight=False)
+            console.print(str(p), highlight=False, soft_wrap=True)  # a path on one line
     typer.echo(str(result.root))
 
 
