@@ -8,12 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ConfigDict, ValidationError
+from pydantic import ConfigDict
 
 from models.errors import SpecError
 from models.plan import LabPlan
 from models.schedule import Schedule
-from models.specfile import issues_from_validation
 from models.unit_fields import SpecModel
 from orchestration.run.kinds.common import (
     BuiltWorkload,
@@ -50,14 +49,20 @@ class ImportedEntry(SpecModel):
     ring_order: RingOrder = "rank"
     hierarchy: Hierarchy = "site"
     data: DataSpec | None = None
+    # the keys of every kind, validated here like the collective kinds' (the kind's own keys
+    # are the extras, validated by workloads.spec)
+    hosts: list[str] | None = None
+    placement: PlacementSpec | None = None
+    stragglers: StragglerSpecModel | None = None
 
 
 Entry = ImportedEntry
+_OWN_KEYS = ("hosts", "placement", "stragglers")
 
 
 def entry_stragglers(entry: ImportedEntry) -> StragglerSpecModel:
-    """The stragglers of an imported entry (carried as an extra key)."""
-    return StragglerSpecModel.model_validate((entry.model_extra or {}).get("stragglers") or {})
+    """The stragglers of an imported entry (none given: no straggler)."""
+    return entry.stragglers or StragglerSpecModel()
 
 
 def _fl_clusters(ctx: Ctx, plan: LabPlan, s: Schedule) -> dict[int, str]:
@@ -69,18 +74,8 @@ def _fl_clusters(ctx: Ctx, plan: LabPlan, s: Schedule) -> dict[int, str]:
         raise ctx.reprefix(exc) from None
 
 
-def _placement(ctx: Ctx, data: object) -> PlacementSpec:
-    """The entry's ``placement`` (an extra key), errors at ``workloads[i].placement.<key>``."""
-    try:
-        return PlacementSpec.model_validate(data or {})
-    except ValidationError as exc:
-        raise SpecError(issues_from_validation(exc, PlacementSpec, ctx.source,
-                                               (*ctx.prefix, "placement"))) from None
-
-
 def _schedule(ctx: Ctx, e: ImportedEntry) -> Schedule:
-    data = {k: v for k, v in (e.model_extra or {}).items()
-            if k not in ("hosts", "placement", "stragglers")}
+    data = {k: v for k, v in (e.model_extra or {}).items() if k not in _OWN_KEYS}
     spec = parse_workload({"kind": e.kind, **data}, file=ctx.source, prefix=ctx.prefix)
     return build_workload(spec, base_dir=Path(ctx.base_dir), file=ctx.source,
                           prefix=ctx.prefix)
@@ -90,13 +85,12 @@ def build(e: ImportedEntry, ctx: Ctx, plan: LabPlan) -> BuiltWorkload:
     """The spec's schedule, placed on ``hosts``, by ``placement``, or (hierarchical) by site."""
     def run() -> tuple[StragglerSpecModel, Schedule, dict[int, str]]:
         strag = entry_stragglers(e)
-        extra = e.model_extra or {}
         schedule = _schedule(ctx, e)
-        hosts = hosts_of(ctx, plan, list(extra["hosts"])) if extra.get("hosts") else None
-        placement = _fl_clusters(ctx, plan, schedule) if hosts is None and not \
-            extra.get("placement") and schedule.meta.get("kind") == "hierarchical" else \
+        hosts = hosts_of(ctx, plan, list(e.hosts)) if e.hosts else None
+        placement = _fl_clusters(ctx, plan, schedule) if hosts is None and \
+            e.placement is None and schedule.meta.get("kind") == "hierarchical" else \
             placement_of(ctx, plan, schedule.world_size, hosts,
-                         _placement(ctx, extra.get("placement")), schedule)
+                         e.placement or PlacementSpec(), schedule)
         return strag, schedule, placement
     strag, schedule, placement = guarded(ctx, run)
     return finish(ctx, schedule, placement, strag, e.ring_order, e.hierarchy)
