@@ -24,7 +24,8 @@ from pydantic_core import PydanticCustomError
 
 from models.units import UnitError, parse_duration_s, parse_rate_bps, parse_size_bytes
 
-__all__ = ["Quantity", "Size", "Duration", "Rate", "unit_check", "described_unit", "SpecModel",
+__all__ = ["Quantity", "Size", "Duration", "Rate", "Seed", "MAX_SEED", "unit_check",
+           "described_unit", "SpecModel",
            "takes", "boolean_where_number", "BOOLEAN_NUMBER"]
 
 # Numbers are accepted by the type so that the unit parser can say "has no unit" instead of
@@ -47,6 +48,11 @@ def unit_check(parse: Callable[[Any], object]) -> Callable[[Any], Any]:
 
     return check
 
+
+# A random seed: what every seeded generator of aitb (random, numpy, the delay line's C PRNG)
+# takes without wrapping; larger ones (2**64) are refused with the bound in the message.
+MAX_SEED = 2**32 - 1
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
 Size = Annotated[Quantity, AfterValidator(unit_check(parse_size_bytes))]
 Duration = Annotated[Quantity, AfterValidator(unit_check(parse_duration_s))]

@@ -30,6 +30,7 @@ import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from typing import TypeVar
 
 __all__ = [
     "UnitError",
@@ -45,6 +46,15 @@ __all__ = [
 ]
 
 UINT64_MAX = 2**64 - 1
+# Sanity bounds: values past these are typos (1e9 Gbit/s), not experiments; each is refused
+# with the bound in the message. 10 Tbit/s is above any single link in service (1.6 Tbit/s
+# Ethernet); a day of delay or duration, and a pebibyte per transfer, are past any run.
+MAX_RATE_BPS = 10 * 10**12
+MAX_DURATION_S = 86_400.0
+MAX_SIZE_BYTES = 2**50
+
+
+_N = TypeVar("_N", int, float)
 
 
 class UnitError(ValueError):
@@ -135,12 +145,19 @@ def _whole(value: Decimal, text: str, what: str) -> int:
     return out
 
 
+def _bounded(value: _N, bound: _N, text: str, what: str, bound_words: str) -> _N:
+    """``value``, or UnitError naming the sanity bound it is past (module constants)."""
+    if value > bound:
+        raise UnitError(f"{what} {text!r} is above the sanity bound of {bound_words}")
+    return value
+
+
 def parse_rate_bps(text: str) -> int:
     """Read a rate such as ``"10Gbit"``, ``"400gbit"``, ``"1.5mbit/s"`` as bits per second.
 
     Returns an ``int`` (bit/s, exact: ``"400Gbit"`` gives 400_000_000_000).
     Raises :class:`UnitError` for a missing or unknown unit, a negative rate, a fraction of a
-    bit per second, a value above 2**64-1 bit/s, or a ``*bps`` spelling (tc reads it as bytes
+    bit per second, a value above :data:`MAX_RATE_BPS`, or a ``*bps`` spelling (tc reads it as bytes
     per second; see the module docstring).
     """
     num, unit = _split(text, "a rate", "10Gbit")
@@ -154,13 +171,15 @@ def parse_rate_bps(text: str) -> int:
         raise UnitError(
             f"unknown rate unit {unit!r} in {text!r}; use one of {', '.join(_RATE_UNITS)}"
         )
-    return _whole(num * _RATE_UNITS[base], text, "rate")
+    return _bounded(_whole(num * _RATE_UNITS[base], text, "rate"), MAX_RATE_BPS, text, "rate",
+                    "10Tbit")
 
 
 def parse_duration_s(text: str) -> float:
     """Read a duration such as ``"5ms"``, ``"100us"``, ``"2s"`` as seconds (``float``).
 
-    Raises :class:`UnitError` for a missing or unknown unit or a negative duration.
+    Raises :class:`UnitError` for a missing or unknown unit, a negative duration or one above
+    :data:`MAX_DURATION_S`.
     """
     num, unit = _split(text, "a duration", "5ms")
     if unit not in _TIME_UNITS:
@@ -170,14 +189,15 @@ def parse_duration_s(text: str) -> float:
         )
     if num < 0:
         raise UnitError(f"duration {text!r} is negative")
-    return float(num * _TIME_UNITS[unit])
+    return _bounded(float(num * _TIME_UNITS[unit]), MAX_DURATION_S, text, "duration", "1 day")
 
 
 def parse_size_bytes(text: str) -> int:
     """Read a size such as ``"64KiB"``, ``"1.5m"``, ``"1500b"`` as bytes (``int``).
 
     k/m/g multiples are binary (1024), as in tc(8). Raises :class:`UnitError` for a missing or
-    unknown unit, a negative size, or a size that is not a whole number of bytes.
+    unknown unit, a negative size, a size that is not a whole number of bytes or one above
+    :data:`MAX_SIZE_BYTES`.
     """
     num, unit = _split(text, "a size", "64KiB")
     if unit not in _SIZE_UNITS:
@@ -186,7 +206,8 @@ def parse_size_bytes(text: str) -> int:
             "binary, as in tc) or kbit/mbit/gbit"
         )
     mul, div = _SIZE_UNITS[unit]
-    return _whole(num * mul / div, text, "size")
+    return _bounded(_whole(num * mul / div, text, "size"), MAX_SIZE_BYTES, text, "size",
+                    "1PiB")
 
 
 def parse_pct(text: str) -> float:

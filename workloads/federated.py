@@ -33,7 +33,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from models.schedule import Burst, Compute, Flow, Gather, Op, Schedule
 from models.specfile import MAX_FLOWS, MAX_ITERATIONS, MAX_RANKS
-from models.unit_fields import SpecModel
+from models.unit_fields import Seed, SpecModel
 
 __all__ = ["TrainTime", "FlBase", "FedAvg", "fedavg_schedule"]
 
@@ -76,7 +76,7 @@ class FlBase(SpecModel):
     compression_ratio: float = Field(1.0, ge=1.0, le=1e9, strict=True, allow_inf_nan=False)
     deadline_s: float | None = Field(None, gt=0, strict=True, allow_inf_nan=False)
     train_time: TrainTime = Field(default_factory=TrainTime)
-    seed: int = 0
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _trace_covers_clients(self) -> FlBase:

@@ -62,7 +62,7 @@ from pydantic import (
 from models.errors import SpecError, SpecIssue
 from models.events import EVENT_KINDS
 from models.specfile import MAX_CONNS_PER_PEER, issues_from_validation, with_lines
-from models.unit_fields import Duration, Quantity, Size, SpecModel
+from models.unit_fields import Duration, Quantity, Seed, Size, SpecModel
 from models.units import parse_duration_s
 from orchestration.cluster.spec import ClusterSpec
 from orchestration.events.spec import EventEntry
@@ -226,7 +226,7 @@ class ExperimentSpec(SpecModel):
     model_config = _Forbid
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     description: str = ""
-    seed: int = 0
+    seed: Seed = 0
     scale: Annotated[float, Field(ge=1)] = 1.0
     topology: TopologyRef
     workloads: Annotated[list[WorkloadEntry], Field(min_length=1)]

@@ -8,6 +8,7 @@ from typing import Literal
 import networkx as nx
 from pydantic import Field, validate_call
 
+from models.unit_fields import MAX_SEED
 from topologies.generators._build import Builder, GeneratorParamError, add_routed_graph
 from topologies.spec import TopologySpec
 
@@ -30,7 +31,8 @@ def _graph(model: str, n: int, p: float, alpha: float, beta: float, m: int,
 
 @validate_call
 def random_graph(model: Literal["erdos_renyi", "waxman", "barabasi_albert"] = "erdos_renyi",
-                 n: int = Field(default=16, ge=2, le=512), seed: int = 1,
+                 n: int = Field(default=16, ge=2, le=512),
+                 seed: int = Field(default=1, ge=0, le=MAX_SEED),
                  p: float = Field(default=0.3, gt=0, le=1),
                  alpha: float = Field(default=0.4, gt=0, le=10),
                  beta: float = Field(default=0.6, gt=0, le=1),
