@@ -28,7 +28,7 @@ test-unit:        ## no root, no network
 	bash scripts/timed.sh unit $(PYTEST) -n auto --maxprocesses 2 -m "not netns and not vm" tests
 
 test-netns:       ## root: real namespaces on the host kernel
-	bash scripts/timed.sh netns $(PYTEST) -m "netns and not vm" tests
+	bash scripts/timed.sh netns $(PYTEST) --durations=25 -m "netns and not vm" tests
 
 test-vm:          ## netem and friends: on the host if it has netem, else in ONE stock-kernel VM boot
 	bash scripts/timed.sh vm $(PY) scripts/run_vm_tier.py tests
