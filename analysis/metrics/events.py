@@ -106,13 +106,17 @@ def _applied(a: dict[str, Any]) -> bool:
 
 
 def event_windows(records: Iterable[dict[str, Any]], t0_unix_s: float) -> list[dict[str, Any]]:
-    """One dict per event of ``records`` (the lines of events.jsonl), in event order: event,
+    """One dict per event of ``records`` (the lines of events.jsonl; lines with a ``record``
+    key, such as FRR's ``record: convergence``, measure an action and are not one), in event
+    order: event,
     kind, state (``applied``, ``partly applied``, ``not reached``, ``failed``), target (text),
     links (set of link names touched), start and end (host clock, s; the module docstring's
     window; None when not applied, end None: until the end of the run), planned_s (the first
     action's planned time after t0, s). Pure."""
     by_event: dict[int, list[dict[str, Any]]] = {}
     for r in records:
+        if r.get("record"):  # a measurement about an action (FRR's convergence), not one
+            continue
         by_event.setdefault(int(r["event"]), []).append(r)
     timeline = sorted(((t0_unix_s + a["applied_t_s"], ev, a) for ev, acts in by_event.items()
                        for a in acts if _applied(a)), key=lambda x: x[0])

@@ -378,3 +378,13 @@ def test_fl_rounds_hit_and_their_round_time_inflation():
     assert row["workload"] == "fl" and row["rounds_hit"] == [2] and row["iterations_hit"] == []
     assert row["iteration_time_before_s"] == 1.0 and row["iteration_inflation_max"] == 3.0
     assert row["recovered"] is None and row["recovery_note"] == "no completed flow"
+
+
+def test_a_convergence_record_is_not_an_action_never_applied():
+    """FRR labs write, after each link action, a ``record: convergence`` line carrying the
+    action's event, kind, op and step but no ``applied_t_s``: the event stays ``applied``."""
+    down = _ev(0, "link_down", "down", 1.0, 1.01, links=["dci1"])
+    conv = {"record": "convergence", "event": 0, "kind": "link_down", "op": "down", "step": 0,
+            "planned_t_s": 1.0, "convergence_s": 0.05}
+    (w,) = event_windows([down, conv], T0)
+    assert w["state"] == "applied" and w["start"] == T0 + 1.0
