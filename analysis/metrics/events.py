@@ -34,25 +34,41 @@ records, not the counter samples, because they count payload bytes once (interfa
 add headers, ACKs and retransmitted copies) and exist in every run. Over a window
 [t, t + w]: G(t) = (D(t + w) - D(t)) * 8 / w, D(t) the bytes delivered by t.
 
-**Time to recover** follows the convergence time of RFC 6413's Rate-Derived Method
-(Benchmarking Methodology for Link-State IGP Data-Plane Route Convergence; terms of RFC 6412):
-the Convergence Recovery Instant minus the Convergence Event Instant, with
-"goodput back to 90 % of before" in place of "forwarding rate back to the offered load".
-Event instant: the window's start. Baseline B: the mean goodput from the later of the
-workload's first flow start and the applied time of the run's previous event action, to the
-event instant. Recovery instant: the first t = start + k * w / 10 (k = 0, 1, ..) with
-G(t) >= 0.9 * B and t + w not after the workload's last flow end; ``recovery_s`` = t - start
-(0: goodput never fell below 90 %; resolution w / 10). Window w: the median iteration (or FL
-round) time of the workload before the event (a window of one iteration averages out its
-phases), else :data:`DEFAULT_WINDOW_S`. No such t: ``recovered`` False and ``recovery_s``
-None (never a number made up); no baseline or no traffic after the event: ``recovered`` None;
-``recovery_note`` says which.
+**Baseline.** The job's undisturbed pace: what it did before the run's FIRST applied event
+(not merely before this one: the link-up that ends an outage is judged against the pace before
+the outage, not against the outage). ``iteration_time_before_s``: the median iteration time
+(collectives) or round time (FL rounds) of the workload's iterations that ended by then.
 
-**Inflation.** ``iteration_time_before_s``: the median iteration time (collectives) or round
-time (FL rounds) of the workload's iterations that ended before the event instant;
-``iteration_inflation_first``: the time of the first hit iteration (the one in flight at the
-event, or the next) over that median; ``iteration_inflation_max``: the worst hit one's (which:
-``iteration_worst``) over that median.
+**Time to recover, by pace** (a workload with iterations or rounds and a baseline): the job is
+back to its pre-event pace, sustained. An iteration is at pace when it took at most the
+baseline / 0.9 (:data:`RECOVERY_FRACTION`). Of the iterations that ended after the event
+instant (the one in flight, then the later ones), the recovery instant is the start of the
+first run of :data:`SUSTAIN` consecutive iterations at pace (fewer when fewer remain, at least
+one); ``recovery_s`` = that instant minus the event instant (0: the one in flight and those
+after it kept the pace). None found: ``recovered`` False. ``slowdown_mean`` and
+``slowdown_max``: the iterations from the event to the recovery instant (or to the end), each
+as its time over the baseline (``iteration_inflation_*`` below keep the event window's view).
+``recovery_method`` is ``pace``.
+
+**Time to recover, by goodput** (workloads without iterations or rounds, e.g. incast
+patterns; ``recovery_method`` ``goodput``) follows the convergence time of RFC 6413's
+Rate-Derived Method (Benchmarking Methodology for Link-State IGP Data-Plane Route
+Convergence; terms of RFC 6412): the Convergence Recovery Instant minus the Convergence Event
+Instant, with "goodput back to 90 % of before" in place of "forwarding rate back to the
+offered load". Event instant: the window's start. Baseline B: the mean goodput from the
+workload's first flow start to the first applied event's instant (for the first event, the
+later of its first flow start and the previous event action's applied time, as before).
+Recovery instant: the first t = start + k * w / 10 (k = 0, 1, ..) with G(t) >= 0.9 * B and
+t + w not after the workload's last flow end; ``recovery_s`` = t - start (0: goodput never
+fell below 90 %; resolution w / 10). Window w: the median iteration (or FL round) time of the
+workload before the event, else :data:`DEFAULT_WINDOW_S`. No such t: ``recovered`` False and
+``recovery_s`` None (never a number made up); no baseline or no traffic after the event:
+``recovered`` None; ``recovery_note`` says which. The goodput figures
+(``baseline_goodput_bps``, ``min_goodput_bps``) are given for every workload.
+
+**Inflation.** ``iteration_inflation_first``: the time of the first hit iteration (the one in
+flight at the event, or the next) over the baseline; ``iteration_inflation_max``: the worst
+hit one's (which: ``iteration_worst``) over the baseline.
 """
 
 from __future__ import annotations
@@ -73,11 +89,13 @@ from models.errors import SpecError
 from models.paths import PathError, PathWalker
 from models.plan import LabPlan
 
-__all__ = ["RECOVERY_FRACTION", "DEFAULT_WINDOW_S", "GOODPUT_SOURCE", "IMPACT_COLUMNS",
-           "event_windows", "link_segments", "delivered", "goodput", "recovery", "inflation",
-           "event_impact", "event_metrics", "impact_table"]
+__all__ = ["RECOVERY_FRACTION", "SUSTAIN", "DEFAULT_WINDOW_S", "GOODPUT_SOURCE",
+           "IMPACT_COLUMNS", "event_windows", "link_segments", "delivered", "goodput",
+           "recovery", "pace_recovery", "inflation", "event_impact", "event_metrics",
+           "impact_table"]
 
-RECOVERY_FRACTION = 0.9  # recovered: goodput back to 90 % of before
+RECOVERY_FRACTION = 0.9  # recovered: back to 90 % of the pre-event pace (or goodput)
+SUSTAIN = 3  # recovered by pace: this many consecutive iterations at pace
 DEFAULT_WINDOW_S = 0.1   # goodput window without iterations or rounds before the event
 GOODPUT_SOURCE = "flows.jsonl (payload bytes of completed flows)"
 IMPACT_COLUMNS = (
@@ -85,7 +103,8 @@ IMPACT_COLUMNS = (
     "flows_hit", "flows_on_link", "flows_maybe_on_link", "on_link_source", "failures",
     "iterations_hit",
     "collectives_hit", "rounds_hit", "baseline_goodput_bps", "min_goodput_bps", "window_s",
-    "recovered", "recovery_s", "recovery_note", "iteration_time_before_s",
+    "recovered", "recovery_s", "recovery_note", "recovery_method", "slowdown_mean",
+    "slowdown_max", "iteration_time_before_s",
     "iteration_inflation_first", "iteration_inflation_max", "iteration_worst")
 
 
@@ -204,10 +223,11 @@ def goodput(flows: pd.DataFrame, t: np.ndarray | Sequence[float], window_s: floa
 
 
 def recovery(flows: pd.DataFrame, start: float, baseline_from: float, window_s: float,
-             fraction: float = RECOVERY_FRACTION, until: float | None = None
-             ) -> dict[str, Any]:
-    """Time to recover after an event at ``start`` (host clock, s) for one workload's
-    ``flows`` (module docstring: baseline over [``baseline_from``, start], windows of
+             fraction: float = RECOVERY_FRACTION, until: float | None = None,
+             baseline_until: float | None = None) -> dict[str, Any]:
+    """Time to recover by goodput after an event at ``start`` (host clock, s) for one
+    workload's ``flows`` (module docstring: baseline over [``baseline_from``,
+    ``baseline_until``, default ``start``], windows of
     ``window_s``, threshold ``fraction`` of the baseline). Returns baseline_goodput_bps,
     min_goodput_bps (the lowest G(t) from start up to the recovery instant, or to the last
     window), recovered (True, False: not before the traffic ended, None: not measurable),
@@ -215,16 +235,18 @@ def recovery(flows: pd.DataFrame, start: float, baseline_from: float, window_s: 
     still there until then (host clock, s; e.g. its last failure record), so the search goes
     on to it even past its last flow's end. Pure."""
     out: dict[str, Any] = {"baseline_goodput_bps": None, "min_goodput_bps": None,
-                           "recovered": None, "recovery_s": None, "recovery_note": ""}
+                           "recovered": None, "recovery_s": None, "recovery_note": "",
+                           "recovery_method": "goodput"}
     lo, hi, _ = _spans(flows)
     if hi.size == 0:
         out["recovery_note"] = "no completed flow"
         return out
-    span = start - baseline_from
-    if span <= 0 or lo.min() >= start:
+    b_end = start if baseline_until is None else min(start, baseline_until)
+    span = b_end - baseline_from
+    if span <= 0 or lo.min() >= b_end:
         out["recovery_note"] = "no traffic before the event: no baseline"
         return out
-    base = float(np.diff(delivered(flows, [baseline_from, start]))[0]) * 8 / span
+    base = float(np.diff(delivered(flows, [baseline_from, b_end]))[0]) * 8 / span
     out["baseline_goodput_bps"] = base
     if base <= 0:
         out["recovery_note"] = "no goodput before the event: no baseline"
@@ -251,11 +273,13 @@ def recovery(flows: pd.DataFrame, start: float, baseline_from: float, window_s: 
     return out
 
 
-def inflation(times: pd.DataFrame, start: float, end: float | None) -> dict[str, Any]:
+def inflation(times: pd.DataFrame, start: float, end: float | None,
+              baseline_until: float | None = None) -> dict[str, Any]:
     """Iteration-time inflation of one workload for an event window [start, end] (host
     clock, s; end None: open). ``times``: one row per iteration with ``iteration``,
     ``t_start``, ``t_end``, ``time_s``. Returns iteration_time_before_s (median of those ended
-    by ``start``), iterations_hit (sorted iteration numbers overlapping the window),
+    by ``baseline_until``, default ``start``: the module docstring's baseline),
+    iterations_hit (sorted iteration numbers overlapping the window),
     iteration_inflation_first, iteration_inflation_max, iteration_worst (None where there is
     no iteration before or none hit)."""
     out: dict[str, Any] = {"iteration_time_before_s": None, "iterations_hit": [],
@@ -265,7 +289,8 @@ def inflation(times: pd.DataFrame, start: float, end: float | None) -> dict[str,
         return out
     hit = times[_overlaps(times["t_start"], times["t_end"], start, end)].sort_values("t_start")
     out["iterations_hit"] = sorted(int(i) for i in hit["iteration"])
-    before = times[times["t_end"] <= start]["time_s"]
+    cut = start if baseline_until is None else min(start, baseline_until)
+    before = times[times["t_end"] <= cut]["time_s"]
     if before.empty:
         return out
     med = float(before.median())
@@ -276,6 +301,40 @@ def inflation(times: pd.DataFrame, start: float, end: float | None) -> dict[str,
     out.update(iteration_inflation_first=float(hit["time_s"].iloc[0]) / med,
                iteration_inflation_max=float(worst["time_s"]) / med,
                iteration_worst=int(worst["iteration"]))
+    return out
+
+
+def pace_recovery(times: pd.DataFrame, start: float, baseline_s: float,
+                  fraction: float = RECOVERY_FRACTION, sustain: int = SUSTAIN
+                  ) -> dict[str, Any]:
+    """Time to recover by pace (module docstring) of one workload after an event at ``start``
+    (host clock, s). ``times``: one row per iteration (``t_start``, ``t_end``, ``time_s``);
+    ``baseline_s``: the pre-event median iteration time (> 0). Returns recovered (True, False,
+    None: no iteration ended after the event), recovery_s (s, None unless recovered),
+    recovery_note, recovery_method ``pace``, slowdown_mean and slowdown_max (the iterations
+    from the event to the recovery instant, else to the end, over the baseline). Pure."""
+    out: dict[str, Any] = {"recovered": None, "recovery_s": None, "recovery_method": "pace",
+                           "slowdown_mean": None, "slowdown_max": None,
+                           "recovery_note": "no iteration ended after the event"}
+    after = times[times["t_end"].astype(float) > start].sort_values("t_start")
+    if after.empty:
+        return out
+    at_pace = (after["time_s"].astype(float) <= baseline_s / fraction).to_numpy()
+    n = len(at_pace)
+    k = next((i for i in range(n) if at_pace[i:i + sustain].all()), None)
+    slow = after["time_s"].astype(float).to_numpy()[:n if k is None else max(k, 1)]
+    out.update(slowdown_mean=float(slow.mean() / baseline_s),
+               slowdown_max=float(slow.max() / baseline_s))
+    if k is None:
+        out.update(recovered=False, recovery_note=(
+            f"iterations stayed slower than the pre-event pace ({baseline_s:.4g} s / "
+            f"{fraction:.0%}) until the workload ended"))
+        return out
+    instant = max(float(after["t_start"].iloc[k]), start)
+    out.update(recovered=True, recovery_s=0.0 if k == 0 else instant - start,
+               recovery_note=("kept the pre-event pace" if k == 0 else
+                              f"back to the pre-event pace for {min(sustain, n - k)} "
+                              "iterations in a row"))
     return out
 
 
@@ -411,7 +470,8 @@ def event_impact(windows: Sequence[dict[str, Any]], flows: pd.DataFrame,
                 "iteration_time_before_s": None, "iteration_inflation_first": None,
                 "iteration_inflation_max": None, "iteration_worst": None,
                 "baseline_goodput_bps": None, "min_goodput_bps": None, "recovered": None,
-                "recovery_s": None, "recovery_note": "event not applied"}
+                "recovery_s": None, "recovery_note": "event not applied",
+                "recovery_method": None, "slowdown_mean": None, "slowdown_max": None}
         start, end = w["start"], w["end"]
         if start is None:
             rows.append(base)
@@ -434,7 +494,7 @@ def event_impact(windows: Sequence[dict[str, Any]], flows: pd.DataFrame,
             continue
         for wi in sorted(hit_w):
             rows.append(_row(base, w, wi, names, flows, hit, iters, rtimes, colls, fails,
-                             plan, start, end, prev, segments or {}))
+                             plan, start, end, prev, segments or {}, applied[0]))
     return pd.DataFrame(rows, columns=list(IMPACT_COLUMNS))
 
 
@@ -442,9 +502,10 @@ def _row(base: dict[str, Any], w: dict[str, Any], wi: int, names: dict[int, str]
          flows: pd.DataFrame, hit: pd.DataFrame, iters: pd.DataFrame, rtimes: pd.DataFrame,
          colls: pd.DataFrame, fails: pd.DataFrame, plan: LabPlan | None, start: float,
          end: float | None, prev: float,
-         segments: dict[str, dict[Conn, np.ndarray]]) -> dict[str, Any]:
+         segments: dict[str, dict[Conn, np.ndarray]], first_event: float) -> dict[str, Any]:
     """The row of workload ``wi`` for the event of window ``w``; ``fails``: the failure
-    records from the event until the next one."""
+    records from the event until the next one; ``first_event``: the run's first applied
+    event instant (where the baseline ends)."""
     mine = flows[flows["workload_index"] == wi] if not flows.empty else flows
     mine_hit = hit[hit["workload_index"] == wi] if not hit.empty else hit
     row = {**base, "workload_index": wi, "flows_hit": len(mine_hit)}
@@ -473,7 +534,7 @@ def _row(base: dict[str, Any], w: dict[str, Any], wi: int, names: dict[int, str]
     per_w = {}
     for key, frame in (("iterations", iters), ("rounds", rtimes)):
         sub = frame[frame["workload_index"] == wi] if not frame.empty else frame
-        per_w[key] = inflation(sub, start, end) if not sub.empty else None
+        per_w[key] = inflation(sub, start, end, first_event) if not sub.empty else None
     row["rounds_hit"] = per_w["rounds"]["iterations_hit"] if per_w["rounds"] else []
     inf = per_w["rounds"] if per_w["rounds"] and not per_w["iterations"] else per_w["iterations"]
     its = set(per_w["iterations"]["iterations_hit"]) if per_w["iterations"] else set()
@@ -487,7 +548,14 @@ def _row(base: dict[str, Any], w: dict[str, Any], wi: int, names: dict[int, str]
     row["window_s"] = window
     first = float(mine["t_start"].min()) if not mine.empty else start
     until = float(f["t"].max()) if len(f) else None  # it failed: zero goodput until then
-    row.update(recovery(mine, start, max(first, prev), window, until=until))
+    # the baseline ends at the run's first event: a later event is judged against the pace
+    # before any disturbance (module docstring)
+    lo = max(first, prev) if first_event >= start else first
+    row.update(recovery(mine, start, lo, window, until=until, baseline_until=first_event))
+    times = rtimes if per_w["rounds"] and not per_w["iterations"] else iters
+    if inf and row["iteration_time_before_s"] and not len(f):
+        row.update(pace_recovery(times[times["workload_index"] == wi], start,
+                                 row["iteration_time_before_s"]))
     return row
 
 

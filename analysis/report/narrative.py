@@ -233,20 +233,39 @@ def _events(w: int, m: dict[str, Any]) -> list[str]:
                f"round{'s' * (len(rds) > 1)} {spans(rds)}" if rds else "no iteration")
         text = (f"events[{r['event']}] {r['kind']} ({r['target']}) at {r['start_s']:.3f} s hit "
                 f"{hit} and {r['flows_hit']} flow(s)")
-        if r["recovered"]:
-            text += (f"; goodput stayed above 90% of before ({bits(r['baseline_goodput_bps'])})"
-                     if r["recovery_s"] == 0 else
-                     f"; goodput was back to 90% of before ({bits(r['baseline_goodput_bps'])})"
-                     f" {duration(r['recovery_s'])} later")
-        elif r["recovered"] is False:
-            text += (f"; goodput did NOT recover to 90% of before "
-                     f"({bits(r['baseline_goodput_bps'])}) before the traffic ended")
+        text += _recovery_words(r)
         if r["iteration_inflation_max"] is not None:
             text += (f"; the worst hit iteration ({r['iteration_worst']}) took "
                      f"{r['iteration_inflation_max']:.2f}x the median before "
                      f"({duration(r['iteration_time_before_s'])})")
         out.append(text + ".")
     return out
+
+
+def _recovery_words(r: dict[str, Any]) -> str:
+    """The recovery clause of an event's sentence: by pace (iterations or rounds against the
+    pre-event median) or by goodput (analysis.metrics.events)."""
+    if r.get("recovery_method") == "pace":
+        pace = f"its pre-event pace ({duration(r['iteration_time_before_s'])} per iteration)"
+        slow = (f"{r['slowdown_mean']:.2f}x on average, worst {r['slowdown_max']:.2f}x"
+                if r.get("slowdown_mean") is not None else "")
+        if r["recovered"] and r["recovery_s"] == 0:
+            return f"; the job kept {pace}"
+        if r["recovered"]:
+            return (f"; the job was back to {pace} {duration(r['recovery_s'])} later, "
+                    f"sustained (until then iterations took {slow})")
+        if r["recovered"] is False:
+            return f"; the job did NOT get back to {pace} before it ended (iterations took {slow})"
+        return ""
+    if r["recovered"]:
+        return (f"; goodput stayed above 90% of before ({bits(r['baseline_goodput_bps'])})"
+                if r["recovery_s"] == 0 else
+                f"; goodput was back to 90% of before ({bits(r['baseline_goodput_bps'])})"
+                f" {duration(r['recovery_s'])} later")
+    if r["recovered"] is False:
+        return (f"; goodput did NOT recover to 90% of before "
+                f"({bits(r['baseline_goodput_bps'])}) before the traffic ended")
+    return ""
 
 
 def workload_sections(manifest: dict[str, Any], m: dict[str, Any], tables: Any

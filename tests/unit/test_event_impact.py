@@ -165,7 +165,7 @@ def test_an_event_with_no_flows_gives_a_row_with_nothing_hit():
 def _run_with_events(tmp_path: Path) -> Path:
     """A run of one ring-like workload: 1 MB/s in iterations of 100 ms, a link down at 1 s
     that stops all traffic for 300 ms, a link up at 3 s; the second half never recovers
-    (half the goodput) after a degrade at 4 s that is never restored."""
+    (half the goodput, iterations of 200 ms) after a degrade at 4 s that is never restored."""
     d = tmp_path / "run"
     d.mkdir()
     plan = _plan()
@@ -176,8 +176,12 @@ def _run_with_events(tmp_path: Path) -> Path:
         "run_id": "r", "experiment": "e", "status": "ok",
         "workloads": [{"index": 0, "name": "ring", "ok": True}],
         "events": {"t0_unix_s": T0, "records": "events.jsonl", "actions": 3}}))
+    def iteration(t: float) -> int:  # 100 ms per iteration; 200 ms at half rate after 4 s
+        s = t - T0
+        return int(s * 10 + 1e-6) if s < 4.0 - 1e-9 else 40 + int((s - 4.0) * 5 + 1e-6)
+
     flows = [dict(f, dst_ip=rx, workload="ring", record="flow", kind="tcp",
-                  iteration=int((f["t_start"] - T0) * 10 + 1e-6))
+                  iteration=iteration(f["t_start"]))
              for f in _stream(T0, T0 + 1.0, piece_s=0.01) + _stream(T0 + 1.3, T0 + 4.0,
                                                                      piece_s=0.01)
              + _stream(T0 + 4.0, T0 + 6.0, rate_Bps=0.5e6, piece_s=0.01)]
@@ -211,8 +215,13 @@ def test_analysed_run_writes_the_table_the_summary_and_marks_events_in_the_repor
     down, up, deg = t.to_dict("records")
     # 0.95 s .. the up at 3.01 s; no traffic (so no iteration 10-12) from 1 s to 1.3 s
     assert list(down["iterations_hit"]) == [9, *range(13, 31)]
-    # back to 0.9 MB/s in the window [t, t + 100 ms] once t >= 1.29 s: 340 ms after 0.95 s
-    assert down["recovered"] and down["recovery_s"] == pytest.approx(0.34, abs=0.006)
+    # back to the pre-event pace (100 ms per iteration) with iteration 13, which starts at
+    # 1.3 s, and stays there: 350 ms after 0.95 s; until then iteration 9 took 450 ms
+    assert down["recovered"] and down["recovery_method"] == "pace"
+    assert down["recovery_s"] == pytest.approx(0.35, abs=1e-6)
+    assert down["slowdown_max"] == pytest.approx(4.5, abs=0.01)
+    # the link-up is judged against the pace before the down, not during it
+    assert up["iteration_time_before_s"] == pytest.approx(0.1, abs=1e-6) and up["recovered"]
     assert down["iteration_worst"] == 9 and down["iteration_inflation_max"] > 3
     assert deg["recovered"] is False and pd.isna(deg["recovery_s"])  # not made up
     assert m["summary"]["events"] == 3 and m["summary"]["events_not_recovered"] == 1
@@ -220,8 +229,8 @@ def test_analysed_run_writes_the_table_the_summary_and_marks_events_in_the_repor
 
     html = (d / "report.html").read_text()
     assert ("events[0] link_down (tx1-s1) at 0.950 s hit iterations 9, 13–30 and " in html
-            and "goodput was back to 90% of before (8 Mbit/s) 340 ms later" in html)
-    assert "goodput did NOT recover to 90% of before (8 Mbit/s)" in html
+            and "back to its pre-event pace (100 ms per iteration) 350 ms later" in html)
+    assert "the job did NOT get back to its pre-event pace (100 ms per iteration)" in html
     table = html[html.index('id="events-impact"'):]
     table = table[:table.index("</table>")]
     assert "link_down" in table and "NOT RECOVERED" in table and "9, 13–30" in table
@@ -377,7 +386,9 @@ def test_fl_rounds_hit_and_their_round_time_inflation():
                           T0).to_dict("records")
     assert row["workload"] == "fl" and row["rounds_hit"] == [2] and row["iterations_hit"] == []
     assert row["iteration_time_before_s"] == 1.0 and row["iteration_inflation_max"] == 3.0
-    assert row["recovered"] is None and row["recovery_note"] == "no completed flow"
+    # back to the 1 s pace with round 3 (from 5 s), 2.5 s after the flap began
+    assert row["recovered"] and row["recovery_method"] == "pace"
+    assert row["recovery_s"] == pytest.approx(2.5) and row["slowdown_max"] == pytest.approx(3.0)
 
 
 def test_a_convergence_record_is_not_an_action_never_applied():
