@@ -13,7 +13,7 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from models.shaping import GilbertElliott, Shaping
 from models.sysctl_keys import key_problem, value_problem
@@ -54,7 +54,7 @@ OvsDatapath = Literal["auto", "system", "netdev"]
 # (aitb's NFQUEUE helper, testbed/delay/nfqueue) or auto (netem where the kernel has it, else
 # native)
 DelayLine = Literal["auto", "netem", "native"]
-DELAY_LINES: tuple[str, ...] = ("auto", "netem", "native")
+DELAY_LINES: tuple[str, ...] = get_args(DelayLine)  # each name once, in the Literal
 MAX_IFNAME = 15  # IFNAMSIZ (16) minus the terminating NUL, include/uapi/linux/if.h
 MAX_NODE_NAME = 32
 MAX_LINK_NAME = 64

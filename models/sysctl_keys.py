@@ -5,7 +5,7 @@ A node's sysctls are written inside its network namespace (testbed/ns/sysctl.py)
 copy for the whole machine, so writing them "inside a node" would change the host (and stay
 changed after the lab). Which ``net.*`` keys a fresh namespace has, and whether it may write
 them, depends on the kernel: that part is probed at deploy time
-(:func:`testbed.ns.sysctl.namespace_problems`).
+(:func:`testbed.ns.sysctl_probe.namespace_problems`).
 """
 
 from __future__ import annotations

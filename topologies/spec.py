@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
 )
 
+from models.plan import DelayLine
 from models.shaping import AQMS, JITTER_DISTRIBUTIONS
 from models.unit_fields import SpecModel, described_unit
 from models.units import (
@@ -130,7 +131,7 @@ class ProfileSpec(ShapingSpec):
 
 _Mtu = Annotated[int, Field(ge=68, le=65535, description="Link MTU in bytes.")]
 _Cost = Annotated[int, Field(ge=1, le=65535, description="Routing cost (default 1).")]
-_DelayLine = Literal["auto", "netem", "native"]  # models.plan.DELAY_LINES
+_DelayLine = DelayLine  # models.plan: the one list of delay-line names
 
 
 class LinkDefaults(ShapingSpec):

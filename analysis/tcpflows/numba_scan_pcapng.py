@@ -1,7 +1,7 @@
 """Compiled walk over pcapng blocks: packet blocks are analysed here, the rest go to Python.
 
 Enhanced, obsolete and simple packet blocks are decoded and accounted by
-:func:`analysis.tcpflows.kernel.packet`; section headers and interface descriptions (rare)
+:func:`analysis.tcpflows.numba_scan.packet`; section headers and interface descriptions (rare)
 return to the driver (:mod:`analysis.tcpflows.compiled_pcapng`), which parses them exactly as
 :mod:`analysis.pcap.pcapng` does and resumes. Interface clocks are converted to ns without
 overflow for resolutions 10^-k (k <= 18) and 2^-n (n <= 33); anything else, and timestamps that

@@ -3,7 +3,7 @@ that is absent, FCT/CCT figures computed from its records) and its fidelity verd
 point, the mean, the geometric mean and a 95% confidence interval of each over the
 repetitions that can be trusted. No root.
 
-Trust: each run's ``trustworthy`` is its fidelity.json's (orchestration/run/fidelity.py: its
+Trust: each run's ``trustworthy`` is its fidelity.json's (orchestration/fidelity/run.py: its
 links did what the plan said, its CPU was not saturated; None when the run has no verdict). A
 point's figures come from its trustworthy runs and those without a verdict; its untrustworthy
 runs are left out, counted (``runs_untrustworthy``) and named (``untrustworthy_reps``). A

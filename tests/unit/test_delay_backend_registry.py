@@ -41,3 +41,11 @@ def test_an_unknown_backend_is_refused_with_the_list():
     with pytest.raises(LabError) as err:
         delay.backend("tcng")
     assert all(name in str(err.value) for name in delay.BACKENDS)
+
+
+def test_the_spec_names_every_backend_and_only_those():
+    """The delay-line names a topology may give (models.plan.DelayLine, read by topology
+    files and plans) are the registered backends plus ``auto``."""
+    from models.plan import DELAY_LINES
+
+    assert sorted(DELAY_LINES) == sorted(["auto", *delay.BACKENDS])
