@@ -43,7 +43,7 @@ NETEM_LIMIT_MARGIN = 1000  # packets on top of the in-flight count (HTB burst, t
 # bottleneck: the link's own rate would (one more serialisation time per packet, 1.2 ms per
 # 1500-byte packet at 10 Mbit/s, and HTB's bursts re-paced). At 10 Tbit/s, 500 x the fastest
 # veth measured here (~17 Gbit/s, common.UNSHAPED_RATE_BPS's note), a 1514-byte frame adds
-# 1.2 ns and a 64 KiB GSO packet 52 ns, below netem's timer resolution; the kernel keeps the
+# 1.2 ns and a 64 KiB GSO packet 52 ns, far below timer slack (tens of us); the kernel keeps the
 # rate in bytes/s as u64 (TCA_NETEM_RATE64 above 2^32-1 bytes/s).
 NETEM_ORDER_RATE_BPS = 10 * 10**12
 DIST_DIRS = ("/usr/lib/tc", "/usr/lib/x86_64-linux-gnu/tc", "/usr/lib64/tc", "/usr/share/tc")
