@@ -62,6 +62,11 @@ class Shaping:
       the kernel has them; ``ecn`` marks
       instead of dropping with red/fq_codel.
     delay_s, jitter_s, jitter_distribution, delay_correlation_pct: the delay line (netem).
+    jitter_reorder: ``False`` (default): jitter keeps the direction's FIFO order, a packet
+      leaves no earlier than the one before it (as a real path, which jitters without
+      reordering a flow); ``True``: every packet leaves at its own arrival + drawn delay, so a
+      later packet with a smaller draw passes an earlier one (netem's behaviour without a
+      ``rate``). No effect without jitter. ``reorder_pct`` reorders in either case.
     loss_pct (random) or loss_gemodel (burst), reorder_pct (needs delay_s > 0), duplicate_pct,
       corrupt_pct: netem impairments on the delay line.
     """
@@ -73,6 +78,7 @@ class Shaping:
     delay_s: float = 0.0
     jitter_s: float = 0.0
     jitter_distribution: JitterDistribution = "normal"
+    jitter_reorder: bool = False
     delay_correlation_pct: float = 0.0
     loss_pct: float = 0.0
     loss_gemodel: GilbertElliott | None = None

@@ -76,6 +76,7 @@ _CONVERT: Mapping[str, tuple[str, Any]] = {
     "delay": ("delay_s", parse_duration_s),
     "jitter": ("jitter_s", parse_duration_s),
     "jitter_distribution": ("jitter_distribution", str),
+    "jitter_reorder": ("jitter_reorder", bool),
     "delay_correlation": ("delay_correlation_pct", parse_pct),
     "loss": ("loss_pct", parse_pct),
     "loss_gemodel": ("loss_gemodel", _gemodel),

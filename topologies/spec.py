@@ -108,6 +108,10 @@ class ShapingSpec(_Strict):
     delay: Duration
     jitter: Duration
     jitter_distribution: JitterDist | None = None
+    jitter_reorder: bool | None = Field(
+        default=None, description="true: jitter may reorder packets (each leaves at its own "
+        "arrival + drawn delay, netem's behaviour without a rate); default false: jitter keeps "
+        "the direction's FIFO order, a packet leaves no earlier than the one before it.")
     delay_correlation: Pct
     loss: Pct
     loss_gemodel: GilbertElliottSpec | None = None

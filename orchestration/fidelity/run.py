@@ -199,9 +199,11 @@ def line_counts(before: dict[str, dict[str, Any]], after: dict[str, dict[str, An
         return sum(max(0, int(a.get(c, 0))) - max(0, int(b.get(c, 0))) for c in cols)
     hist = a.get("added_delay") or {}
     n = int(hist.get("n", 0))
+    drawn = a.get("drawn_delay") or {}
     return LineCounts(diff("in_packets"), diff("dropped_loss", "dropped_ge"),
                       diff("kernel_queue_dropped", "kernel_user_dropped"),
-                      hist["p50_us"] / 1e6 if n else None, hist["p99_us"] / 1e6 if n else None)
+                      hist["p50_us"] / 1e6 if n else None, hist["p99_us"] / 1e6 if n else None,
+                      drawn["max_us"] / 1e6 if int(drawn.get("n", 0)) else None)
 
 
 def helper_cpu(after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

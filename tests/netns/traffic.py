@@ -136,3 +136,63 @@ def assert_torus_link_bytes(sent: int, payload: int, retrans: int, row_bytes: in
     handshakes: 8 %, plus 3 % of the row payload for pure-ACK directions."""
     assert payload <= sent <= (payload + retrans) * 1.08 + 0.03 * row_bytes, \
         (where, sent, payload)
+
+
+SO_RCVBUFFORCE = 33  # include/uapi/asm-generic/socket.h (not in Python's socket module)
+
+
+def _udp(bind: tuple[str, int] | None = None):
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    if bind:
+        # room for the whole stream (root: past net.core.rmem_max), so a reader thread kept
+        # off the CPU for a while loses nothing
+        s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 * 2**20)
+        s.bind(bind)
+    return s
+
+
+def numbered_udp_stream(lab, src: str, dst: str, dst_ip: str, count: int, gap_s: float,
+                        port: int = 5999, wait_s: float = 2.0) -> list[int]:
+    """Send ``count`` datagrams numbered 0.. from ``src`` to ``dst_ip`` (``dst``'s address),
+    ``gap_s`` apart; return the numbers in the order ``dst`` received them (a reader stops
+    ``wait_s`` after the last arrival). One ping first resolves the neighbours."""
+    import threading
+
+    lab.run(src, ["ping", "-c", "1", "-W", "3", dst_ip])  # ARP on every hop
+    # a socket belongs to the namespace it was made in, whichever thread uses it later
+    rx = netns.run_in(lab.node_io(dst).fd, _udp, (dst_ip, port))
+    tx = netns.run_in(lab.node_io(src).fd, _udp)
+    got: list[int] = []
+
+    def receive() -> None:
+        rx.settimeout(wait_s)
+        while len(got) < count:
+            try:
+                got.append(int.from_bytes(rx.recv(64), "big"))
+            except TimeoutError:
+                return
+
+    reader = threading.Thread(target=receive)
+    reader.start()
+    try:
+        start = time.monotonic()
+        for seq in range(count):
+            time.sleep(max(0.0, start + seq * gap_s - time.monotonic()))
+            tx.sendto(seq.to_bytes(4, "big"), (dst_ip, port))
+    finally:
+        reader.join()
+        rx.close()
+        tx.close()
+    return got
+
+
+def overtaken(seqs: list[int]) -> int:
+    """Datagrams of a numbered stream that arrived after a higher-numbered one."""
+    top, n = -1, 0
+    for s in seqs:
+        if s < top:
+            n += 1
+        top = max(top, s)
+    return n

@@ -261,6 +261,21 @@ def test_the_native_lines_median_delay_is_checked_against_the_configured_one():
     assert delay_check(ref(s)) == (None, "not_exercised")  # netem: no such counts
 
 
+def test_a_fifo_jittered_lines_median_may_rise_to_its_largest_draw():
+    from analysis.fidelity import delay_check
+    fifo = Shaping(delay_s=0.010, jitter_s=0.001)  # normal: draws beyond delay + jitter
+    # dense packets: each waits for the largest draw ahead of it, the median 3.5 sigma up
+    dense = (100, 0, 0, 0.0135, 0.0139, 0.0141)
+    assert delay_check(_native(fifo, dense)) == (0.0135, "ok")
+    # beyond the largest draw (a packet held twice, a wrong delay) is off all the same
+    assert delay_check(_native(fifo, (100, 0, 0, 0.0150, 0.0152, 0.0141)))[1] == "off"
+    # packets that may pass each other never wait: delay + jitter is the bound
+    free = fifo.with_changes(jitter_reorder=True)
+    assert delay_check(_native(free, dense))[1] == "off"
+    # below the delay less the jitter is off either way (FIFO order only adds)
+    assert delay_check(_native(fifo, (100, 0, 0, 0.0085, 0.0139, 0.0141)))[1] == "off"
+
+
 def test_loss_on_a_native_line_counts_its_model_and_kernel_drops():
     s = Shaping(delay_s=0.01, loss_pct=10.0)
     assert loss_check(None, None, _native(s, (10000, 1000, 0, 0.01, 0.01))) == (10.0, "ok")

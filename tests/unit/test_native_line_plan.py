@@ -89,10 +89,20 @@ def test_queue_params_follow_netem_semantics_and_size_the_queue_from_the_bdp():
     q = labline.queue_params(Shaping(rate_bps=10**9, delay_s=0.05, jitter_s=0.001,
                                      loss_pct=0.5), 1500, 3)
     assert (q.queue_num, q.delay_s, q.jitter_s, q.distribution) == (3, 0.05, 0.001, "normal")
-    assert q.reorder_allowed  # netem's queue is sorted by send time: jitter reorders
+    assert not q.reorder_allowed  # jitter keeps the direction's FIFO order by default
     assert q.loss_pct == 0.5
     # 1 Gbit/s x 51 ms / 1500 B x 2 = 8500 packets
     assert q.maxlen_packets == 8500
+
+
+def test_only_jitter_reorder_lets_jittered_packets_pass_each_other():
+    jitter = Shaping(delay_s=0.02, jitter_s=0.01, jitter_distribution="uniform")
+    assert "reorder_ok=0" in labline.queue_params(jitter, 1500, 0).spec()
+    free = jitter.with_changes(jitter_reorder=True)
+    assert "reorder_ok=1" in labline.queue_params(free, 1500, 0).spec()
+    # reorder (sent at once) stays on with FIFO order for the others
+    both = labline.queue_params(jitter.with_changes(reorder_pct=5), 1500, 0)
+    assert (both.reorder_allowed, both.reorder_pct, both.reorder_gap) == (False, 5, 1)
 
 
 def test_restore_text_marks_every_rule_with_the_run_id():

@@ -2,6 +2,7 @@
 
 from models.shaping import GilbertElliott, Shaping
 from models.units import BufferSize
+from testbed.tc.qdiscs import netem
 from testbed.tc.qdiscs.htb import htb_burst_bytes
 from testbed.tc.qdiscs.netem import netem_limit_packets
 from testbed.tc.qdiscs.tbf import largest_gso_bytes
@@ -119,8 +120,45 @@ def test_full_netem_words():
     assert words[words.index("delay"):] == [
         "delay", "10ms", "2ms", "25%", "distribution", "pareto",
         "loss", "gemodel", "1%", "30%", "90%", "0.5%",
-        "reorder", "5%", "duplicate", "1%", "corrupt", "0.1%"]
+        "reorder", "5%", "duplicate", "1%", "corrupt", "0.1%", "rate", "10Tbit"]
     assert _recipe(s).egress == ()  # no rate: no HTB on the sender
+
+
+def _netem_options(shaping):
+    netem_obj = _recipe(shaping).ingress[0]
+    return netem_obj, netem.options(netem_obj, lambda name: 1)
+
+
+def _attrs(opts):
+    return dict((k, v) for k, v in opts["attrs"])
+
+
+def test_jitter_keeps_fifo_order_through_a_rate_that_is_no_bottleneck():
+    s = Shaping(rate_bps=10**9, delay_s=0.02, jitter_s=0.01, jitter_distribution="uniform")
+    obj, opts = _netem_options(s)
+    assert obj.tc_argv()[-2:] == ["rate", "10Tbit"]  # not the link's 1 Gbit/s: see the module
+    attrs = _attrs(opts)
+    # netem keeps the rate in bytes/s; above u32 the struct holds ~0U and RATE64 the value
+    # (tc's netem_parse_opt does the same)
+    assert attrs["TCA_NETEM_RATE"]["rate"] == 2**32 - 1
+    assert attrs["TCA_NETEM_RATE64"] == netem.NETEM_ORDER_RATE_BPS // 8 == 1_250_000_000_000
+    # the encoding the kernel gets reads back the same
+    msg = netem.NetemOptions()
+    msg.setvalue(opts)
+    msg.encode()
+    back = netem.NetemOptions(msg.data)
+    back.decode()
+    assert back.get_attr("TCA_NETEM_RATE64") == 1_250_000_000_000
+
+
+def test_jitter_reorder_and_no_jitter_give_netem_no_rate():
+    free = Shaping(delay_s=0.02, jitter_s=0.01, jitter_reorder=True)
+    for s in (free, Shaping(delay_s=0.02)):
+        obj, opts = _netem_options(s)
+        assert "rate" not in obj.tc_argv()
+        # a rate of 0 is sent all the same: netem keeps a rate until a change gives one
+        assert _attrs(opts)["TCA_NETEM_RATE"]["rate"] == 0
+        assert "TCA_NETEM_RATE64" not in _attrs(opts)
 
 
 def test_random_loss_and_aqms():

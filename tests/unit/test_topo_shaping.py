@@ -74,6 +74,14 @@ def test_all_shaping_keys_convert(tmp_path):
     assert lk.mtu == 9000 and lk.b_to_a == s
 
 
+def test_jitter_keeps_order_unless_jitter_reorder_says_otherwise(tmp_path):
+    link = ("    delay: 20ms\n    jitter: 10ms\n    jitter_distribution: uniform\n"
+            "    b_to_a: {jitter_reorder: true}\n")
+    lk = one_link(tmp_path, "", link)
+    assert not lk.a_to_b.jitter_reorder and lk.b_to_a.jitter_reorder
+    assert lk.b_to_a.with_changes(jitter_reorder=False) == lk.a_to_b
+
+
 def test_builtin_profiles_are_valid_and_documented():
     from topologies.shaping import link_shaping
     from topologies.spec import LinkSpec

@@ -60,6 +60,10 @@
  * Gilbert-Elliott (netem's gemodel p r 1-h 1-k, all percent): a packet is lost with 1-k in the
  * good state, with 1-h in the bad state; after the decision the state moves good->bad with p,
  * bad->good with r.
+ * Order: with reorder_ok=0 (the default) a packet's release is at least the previous packet's
+ * (FIFO: target = max(previous target, arrival + draw)), so a packet behind a later-drawn one
+ * waits for it; the stats keep both the drawn delays (drawn_delay) and what packets got
+ * (added_delay, release - arrival).  reorder_ok=1 releases each at its own arrival + draw.
  * Reorder (netem's reorder PCT gap GAP): once GAP-1 packets were delayed normally, the next
  * packet is sent immediately with probability PCT (the counter restarts when it is).
  * Duplicate is refused: a verdict can accept or drop a queued packet but not emit a second copy.
@@ -201,7 +205,7 @@ typedef struct {
     pkt_t *heap; size_t hn, hcap;
     uint64_t in_p, in_b, out_p, out_b, drop_loss, drop_ge, corrupted, corrupt_skipped, reordered;
     uint64_t verdict_errors;
-    hist_t hdelay, herr;
+    hist_t hdelay, herr, hdraw; /* added (release - arrival), release error, drawn delay */
     FILE *pktlog;
     ring_t log;
     /* trace */
@@ -621,6 +625,7 @@ static int on_packet(const struct nlmsghdr *nlh, void *data) {
     int64_t t = (int64_t)q->p.delay_ns;
     if (q->p.jitter_ns) t += (int64_t)llround(draw_jitter(q) * (double)q->p.jitter_ns);
     if (t < 0) t = 0;
+    hadd(&q->hdraw, (uint64_t)t);               /* before FIFO order's wait for earlier ones */
     p.target = p.arrival + (uint64_t)t;
     if (!q->p.reorder_ok) {
         if (p.target < q->last_target) p.target = q->last_target;
@@ -802,7 +807,8 @@ static void write_snapshot(void) {
                 q->in_p, q->in_b, q->out_p, q->out_b, q->drop_loss, q->drop_ge, q->corrupted,
                 q->corrupt_skipped, q->reordered, q->hn, k[0], k[1], k[2]);
         write_hist(f, "added_delay", &q->hdelay); fputc(',', f);
-        write_hist(f, "release_error", &q->herr); fputc('}', f);
+        write_hist(f, "release_error", &q->herr); fputc(',', f);
+        write_hist(f, "drawn_delay", &q->hdraw); fputc('}', f);
     }
     fputs("]}\n", f);
     if (fflush(f) || fclose(f)) die(-1, "write(stats tmp)", "%s", tmp);

@@ -210,17 +210,20 @@ def trace_problems(plan: LabPlan) -> list[str]:
 
 def queue_params(shaping: Shaping, mtu: int, queue_num: int, seed: int = 1,
                  before_queue: bool = False) -> QueueParams:
-    """The helper's parameters for ``shaping`` (netem semantics: jitter as netem's, packets
-    may pass each other with jitter as in netem's time-sorted queue; reorder gap 1 as tc's
-    default), queue length from the BDP (:func:`testbed.delay.nfqueue.rules.maxlen_for_bdp`) at
-    the link's rate, or for a line before the sender's queue (``before_queue``: its place's
-    hook is ``out``) at :data:`UNSHAPED_LINE_RATE_BPS` up to :data:`MAX_HELD_BYTES`.
+    """The helper's parameters for ``shaping`` (netem semantics: jitter as netem's; reorder
+    gap 1 as tc's default). Packets keep FIFO order unless ``shaping.jitter_reorder``: the
+    helper then releases each at its own arrival + drawn delay, so a later packet with a
+    smaller draw passes an earlier one, as in netem's time-sorted queue without a rate
+    (``reorder_pct`` sends packets at once in either case). Queue length from the BDP
+    (:func:`testbed.delay.nfqueue.rules.maxlen_for_bdp`) at the link's rate, or for a line
+    before the sender's queue (``before_queue``: its place's hook is ``out``) at
+    :data:`UNSHAPED_LINE_RATE_BPS` up to :data:`MAX_HELD_BYTES`.
     Call :func:`problems` first: a refused key raises ValueError here."""
     ge = shaping.loss_gemodel
     dist = shaping.jitter_distribution if shaping.jitter_s else "uniform"
     return QueueParams(
         queue_num=queue_num, delay_s=shaping.delay_s, jitter_s=shaping.jitter_s,
-        distribution=dist, reorder_allowed=bool(shaping.jitter_s),
+        distribution=dist, reorder_allowed=shaping.jitter_reorder,
         loss_pct=shaping.loss_pct,
         ge_p_pct=ge.p_pct if ge else 0.0, ge_r_pct=ge.r_pct if ge else 0.0,
         ge_1h_pct=ge.bad_loss_pct if ge else 0.0, ge_1k_pct=ge.good_loss_pct if ge else 0.0,

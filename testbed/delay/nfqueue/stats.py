@@ -52,6 +52,9 @@ class QueueStats:
     added_delay: Histogram  # release - arrival
     release_error: Histogram  # release - intended release (>= 0)
     raw: dict = field(repr=False, default_factory=dict)
+    # delay drawn for each held packet (delay + jitter), before FIFO order's wait for the
+    # packet ahead; None from a helper that does not report it
+    drawn_delay: Histogram | None = None
 
     @property
     def dropped(self) -> int:
@@ -95,9 +98,11 @@ def parse_stats(doc: dict) -> HelperStats:
     qs = {}
     for q in doc["queues"]:
         kw = {k: q[k] for k in QueueStats.__dataclass_fields__
-              if k not in ("added_delay", "release_error", "raw")}
+              if k not in ("added_delay", "release_error", "raw", "drawn_delay")}
         qs[q["num"]] = QueueStats(**kw, added_delay=_hist(q["added_delay"]),
-                                  release_error=_hist(q["release_error"]), raw=q)
+                                  release_error=_hist(q["release_error"]), raw=q,
+                                  drawn_delay=_hist(q["drawn_delay"]) if "drawn_delay" in q
+                                  else None)
     return HelperStats(pid=doc["pid"], final=doc["final"], clock=doc["clock"],
                        uptime_s=doc["uptime_s"], cpu_s=doc["cpu_s"],
                        send_errors=doc["send_errors"], recv_enobufs=doc["recv_enobufs"], queues=qs,

@@ -1,5 +1,14 @@
 """netem (sch_netem): the delay line's discipline (delay, jitter, loss, reorder, duplicate,
-corrupt), sized so that it never drops on its own.
+corrupt), sized so that it never drops on its own, keeping FIFO order under jitter unless
+told otherwise.
+
+Order under jitter: netem draws each packet's delay independently and sends packets in order
+of their time_to_send (a time-sorted queue), so with jitter a later packet with a smaller draw
+passes an earlier one. With a ``rate``, netem instead takes the last queued packet's
+time_to_send as the reference: time_to_send = max(last's time_to_send, now + delay) +
+len / rate (``netem_enqueue``, net/sched/sch_netem.c; tc-netem(8), "rate"), so no packet
+leaves before the one ahead of it. :func:`params` gives netem such a rate,
+:data:`NETEM_ORDER_RATE_BPS`, whenever a direction has jitter and no ``jitter_reorder``.
 
 pyroute2 0.9 lacks netem's Gilbert-Elliott loss, delay distributions and 64-bit latencies:
 :class:`NetemOptions` has them. Where the delay line sits (an IFB on the receiving side) is
@@ -22,13 +31,21 @@ from testbed.tc.qdiscs.common import UNSHAPED_RATE_BPS, TcLike, pct_u32, pct_wor
 
 __all__ = ["KINDS", "CAPABILITIES", "KMODS", "NLA", "NetemOptions", "netem_limit_packets",
            "params", "dist_table", "words", "options", "problems", "stats",
-           "NETEM_MIN_FRAME_BYTES", "NETEM_LIMIT_MARGIN", "DIST_DIRS"]
+           "NETEM_MIN_FRAME_BYTES", "NETEM_LIMIT_MARGIN", "DIST_DIRS", "NETEM_ORDER_RATE_BPS"]
 
 KINDS = ("netem",)
 CAPABILITIES = ("netem",)
 KMODS = ("sch_netem",)
 NETEM_MIN_FRAME_BYTES = 64  # IEEE 802.3 minimum frame: the smallest packet the delay line holds
 NETEM_LIMIT_MARGIN = 1000  # packets on top of the in-flight count (HTB burst, timer slack)
+# netem's rate when it is there only to keep FIFO order under jitter (bit/s). The rate adds
+# len/rate to every packet's time and serialises packets at it, so it must not become a second
+# bottleneck: the link's own rate would (one more serialisation time per packet, 1.2 ms per
+# 1500-byte packet at 10 Mbit/s, and HTB's bursts re-paced). At 10 Tbit/s, 500 x the fastest
+# veth measured here (~17 Gbit/s, common.UNSHAPED_RATE_BPS's note), a 1514-byte frame adds
+# 1.2 ns and a 64 KiB GSO packet 52 ns, far below timer slack (tens of us); the kernel keeps the
+# rate in bytes/s as u64 (TCA_NETEM_RATE64 above 2^32-1 bytes/s).
+NETEM_ORDER_RATE_BPS = 10 * 10**12
 DIST_DIRS = ("/usr/lib/tc", "/usr/lib/x86_64-linux-gnu/tc", "/usr/lib64/tc", "/usr/share/tc")
 
 
@@ -41,7 +58,7 @@ class NetemOptions(nla):
         ("TCA_NETEM_UNSPEC", "none"), ("TCA_NETEM_CORR", "corr"),
         ("TCA_NETEM_DELAY_DIST", "cdata"), ("TCA_NETEM_REORDER", "pair"),
         ("TCA_NETEM_CORRUPT", "pair"), ("TCA_NETEM_LOSS", "loss"),
-        ("TCA_NETEM_RATE", "hex"), ("TCA_NETEM_ECN", "uint32"),
+        ("TCA_NETEM_RATE", "rate"), ("TCA_NETEM_ECN", "uint32"),
         ("TCA_NETEM_RATE64", "uint64"), ("TCA_NETEM_PAD", "hex"),
         ("TCA_NETEM_LATENCY64", "int64"), ("TCA_NETEM_JITTER64", "int64"),
     )
@@ -50,6 +67,13 @@ class NetemOptions(nla):
         """TCA_NETEM_CORR: correlations (u32 probabilities)."""
 
         fields = (("delay_corr", "I"), ("loss_corr", "I"), ("dup_corr", "I"))
+
+    class rate(nla):
+        """TCA_NETEM_RATE: struct tc_netem_rate (rate in bytes/s, clamped to u32; the full
+        value in TCA_NETEM_RATE64)."""
+
+        fields = (("rate", "I"), ("packet_overhead", "i"), ("cell_size", "I"),
+                  ("cell_overhead", "i"))
 
     class pair(nla):
         """A (probability, correlation) pair: TCA_NETEM_REORDER, TCA_NETEM_CORRUPT."""
@@ -90,12 +114,16 @@ def netem_limit_packets(shaping: Shaping, mtu: int) -> int:
 
 
 def params(shaping: Shaping, mtu: int) -> dict[str, Any]:
-    """The netem qdisc's params for ``shaping`` (seconds, percent; only the impairments set)."""
+    """The netem qdisc's params for ``shaping`` (seconds, percent; only the impairments set);
+    with jitter and no ``jitter_reorder``, ``order_rate_bps`` = :data:`NETEM_ORDER_RATE_BPS`
+    (FIFO order: the module docstring)."""
     p: dict[str, Any] = {"limit_packets": netem_limit_packets(shaping, mtu),
                          "delay_s": shaping.delay_s, "jitter_s": shaping.jitter_s}
     if shaping.jitter_s:
         p["delay_correlation_pct"] = shaping.delay_correlation_pct
         p["distribution"] = shaping.jitter_distribution
+        if not shaping.jitter_reorder:
+            p["order_rate_bps"] = NETEM_ORDER_RATE_BPS
     for key in ("loss_pct", "reorder_pct", "duplicate_pct", "corrupt_pct"):
         if getattr(shaping, key):
             p[key] = getattr(shaping, key)
@@ -106,7 +134,8 @@ def params(shaping: Shaping, mtu: int) -> dict[str, Any]:
 
 
 def words(o: TcLike) -> list[str]:
-    """tc-netem(8) words: ``limit N delay D [J C% [distribution X]] [loss ...] ...``."""
+    """tc-netem(8) words: ``limit N delay D [J C% [distribution X]] [loss ...] ...
+    [rate R]``."""
     p: Mapping[str, Any] = o.params
     out = ["limit", str(p["limit_packets"]), "delay", format_duration(p["delay_s"])]
     if p.get("jitter_s"):
@@ -121,6 +150,8 @@ def words(o: TcLike) -> list[str]:
                       ("corrupt_pct", "corrupt")):
         if p.get(key):
             out += [word, pct_word(p[key])]
+    if p.get("order_rate_bps"):
+        out += ["rate", f"{p['order_rate_bps'] / 1e12:g}Tbit"]
     return out
 
 
@@ -139,7 +170,9 @@ def dist_table(name: str) -> bytes:
 
 def options(o: TcLike, ifindex_of: Callable[[str], int]) -> dict[str, Any] | None:
     """struct tc_netem_qopt (32-bit ticks, clamped) plus 64-bit latency and jitter in ns,
-    correlation, distribution table, reorder, corrupt and Gilbert-Elliott loss attributes."""
+    correlation, distribution table, reorder, corrupt and Gilbert-Elliott loss attributes,
+    and always a rate (``order_rate_bps``, 0 without: netem keeps a rate until one is given,
+    so a change from FIFO to reordering must clear it)."""
     p = o.params
     opts: dict[str, Any] = {
         "delay": min(ticks(p["delay_s"]), 2**32 - 1), "jitter": min(ticks(p["jitter_s"]),
@@ -157,6 +190,12 @@ def options(o: TcLike, ifindex_of: Callable[[str], int]) -> dict[str, Any] | Non
         opts["gap"] = 1  # as tc: reorder without gap reorders with probability per packet
         opts["attrs"].append(["TCA_NETEM_REORDER", {"probability": pct_u32(p["reorder_pct"]),
                                                     "correlation": 0}])
+    rate_bytes = p.get("order_rate_bps", 0) // 8
+    opts["attrs"].append(["TCA_NETEM_RATE", {"rate": min(rate_bytes, 2**32 - 1),
+                                             "packet_overhead": 0, "cell_size": 0,
+                                             "cell_overhead": 0}])
+    if rate_bytes > 2**32 - 1:
+        opts["attrs"].append(["TCA_NETEM_RATE64", rate_bytes])
     if p.get("corrupt_pct"):
         opts["attrs"].append(["TCA_NETEM_CORRUPT", {"probability": pct_u32(p["corrupt_pct"]),
                                                     "correlation": 0}])
