@@ -24,7 +24,8 @@ error p50 / p99 dedicated, before -> now: 1 ms 3.5-4.1 / 24-51 us -> 3.8-5.3 / 2
 10 ms 4.8-6.3 / 38-44 -> 3.7-4.8 / 20-32; 50 ms 7.9-8.8 / 55-61 -> 4.7-6.7 / 39-42; 200 ms
 9.4-9.6 / 96-124 -> 8.7-9.4 / 90-134; helper CPU-s per Gbit carried 0.41-0.60 -> 0.93-1.50;
 shared now p50 11-34 us, p99 56-297 us; under a background load of process starts and dd
-copies, dedicated p99 41-123 us before, 28-112 us now; bench/README.md, "delayline_accuracy.py", has the table)
+copies, dedicated p99 41-123 us before, 28-112 us now; bench/README.md, "delayline_accuracy.py",
+has the table)
 Then one TCP flow through HTB 1 Gbit/s with 50 ms each way (RTT 100 ms) and a BDP-sized
 window, against the bound 1 Gbit/s x 1448/1514 (payload per wire byte HTB counts).
 
