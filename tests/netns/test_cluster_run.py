@@ -214,7 +214,7 @@ def test_a_two_dc_experiment_split_by_dc_over_two_machines(machines, tmp_path):
 
 CLOCK = r"""
 import json, socket, sys, threading
-from orchestration.cluster.control import Control
+from orchestration.cluster.control import Control, HostTrust
 from orchestration.cluster.lab import RemoteAgent
 from orchestration.cluster.spec import parse_cluster
 key, rid, tmp, python = sys.argv[1:5]
@@ -230,7 +230,7 @@ srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 srv.bind(path)
 srv.listen(1)
 log = open(tmp + "/clock.log", "w")
-with Control(m) as c:
+with Control(m, HostTrust(tmp + "/known_hosts")) as c:
     agent = RemoteAgent(c, [python, "-c", echo], path, log, offset_s=100.0)
     conn, _ = srv.accept()
     conn.sendall(json.dumps({"type": "start", "phase": 0, "t0": 5.0}).encode() + b"\n")
