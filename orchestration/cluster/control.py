@@ -153,12 +153,13 @@ class HostTrust:
         """Where a newly trusted key goes: the cluster's ``known_hosts``, else the user's."""
         return Path(self.known_hosts or USER_KNOWN_HOSTS).expanduser()
 
-    def advice(self, machine: Machine) -> str:
-        """How to accept ``machine``'s key (for a refusal's message)."""
+    def advice(self, machine: Machine, first_use: bool = True) -> str:
+        """How to accept ``machine``'s key (for a refusal's message); ``first_use``: also
+        name ``trust_on_first_use`` (which does not cover a changed key)."""
         where = f" --cluster {shlex.quote(self.source)}" if self.source else ""
         return (f"if it is the machine's key, accept it with `aitb cluster trust {machine.name}"
-                f"{where}` (adds it to {self.add_to}) or trust_on_first_use: true in the "
-                "cluster: section")
+                f"{where}` (adds it to {self.add_to})"
+                + (" or trust_on_first_use: true in the cluster: section" if first_use else ""))
 
 
 def host_trust(cluster: ClusterSpec, source: str | None = None) -> HostTrust:
@@ -229,7 +230,7 @@ def _changed(machine: Machine, trust: HostTrust, key: Any) -> str:
             f"offers {_describe(key)}, {on_file}; refused, nothing run there (someone may be "
             "intercepting the connection, or the machine got a new key: if you know it did, "
             f"remove the old one with `ssh-keygen -R {shlex.quote(host_name(machine))} -f "
-            f"{first}`, then {trust.advice(machine)})")
+            f"{first}`, then {trust.advice(machine, first_use=False)})")
 
 
 def missing_key_policy(machine: Machine, trust: HostTrust, record: dict[str, Any]) -> Any:
