@@ -263,30 +263,19 @@ class Control:
 
         trust = trust or HostTrust()
         self.machine = machine
-        self.client = paramiko.SSHClient()
-        for path in trust.files():  # merged into one HostKeys; only read, never saved
-            if path.is_file():
-                try:
-                    self.client.load_system_host_keys(str(path))
-                except (OSError, paramiko.SSHException) as exc:
-                    raise HostKeyRefused(f"machine {machine.name}: known_hosts file {path}: "
-                                         f"cannot be read: {exc}") from None
         record: dict[str, Any] = {}
-        self.client.set_missing_host_key_policy(missing_key_policy(machine, trust, record))
         try:
-            self.client.connect(machine.ssh, port=machine.port, username=machine.user,
-                                key_filename=machine.key, timeout=timeout_s,
-                                allow_agent=False, look_for_keys=machine.key is None)
-        except HostKeyRefused:
-            self.client.close()
-            raise
+            self.client = self._connect(trust, record, timeout_s)
         except paramiko.BadHostKeyException as exc:
-            self.client.close()
-            raise HostKeyRefused(_changed(machine, trust, exc.key)) from None
-        except Exception as exc:  # paramiko raises many kinds; all mean "not reachable"
-            self.client.close()
-            raise LabError(f"machine {machine.name}: SSH to {machine.user}@{machine.ssh}:"
-                           f"{machine.port} failed: {exc}") from None
+            # paramiko compares the first key on file of the offered type; OpenSSH accepts a
+            # match in any file (a stale line in one, the right key in another): so only a
+            # key in none of them is a changed one
+            if not any(k == exc.key for _, k in _known(trust, host_name(machine))):
+                raise HostKeyRefused(_changed(machine, trust, exc.key)) from None
+            try:
+                self.client = self._connect(trust, record, timeout_s, only=exc.key)
+            except paramiko.BadHostKeyException as again:  # another key this time
+                raise HostKeyRefused(_changed(machine, trust, again.key)) from None
         transport = self.client.get_transport()
         key = transport.get_remote_server_key() if transport is not None else None
         if not record and key is not None:
@@ -295,6 +284,40 @@ class Control:
         self.host_key: dict[str, Any] = {
             "type": key.get_name() if key is not None else None,
             "fingerprint": fingerprint_sha256(key) if key is not None else None, **record}
+
+    def _connect(self, trust: HostTrust, record: dict[str, Any], timeout_s: float,
+                 only: Any = None) -> Any:
+        """A connected paramiko SSHClient: the host key checked against the trust's files
+        (merged into one HostKeys, only read, never saved) or, with ``only``, against that
+        key alone (a key found on file). Raises paramiko's BadHostKeyException for a key
+        other than the first on file, HostKeyRefused, LabError."""
+        import paramiko
+
+        machine = self.machine
+        client = paramiko.SSHClient()
+        if only is not None:
+            client.get_host_keys().add(host_name(machine), only.get_name(), only)
+        else:
+            for path in trust.files():
+                if path.is_file():
+                    try:
+                        client.load_system_host_keys(str(path))
+                    except (OSError, paramiko.SSHException) as exc:
+                        raise HostKeyRefused(f"machine {machine.name}: known_hosts file "
+                                             f"{path}: cannot be read: {exc}") from None
+        client.set_missing_host_key_policy(missing_key_policy(machine, trust, record))
+        try:
+            client.connect(machine.ssh, port=machine.port, username=machine.user,
+                           key_filename=machine.key, timeout=timeout_s,
+                           allow_agent=False, look_for_keys=machine.key is None)
+        except (HostKeyRefused, paramiko.BadHostKeyException):
+            client.close()
+            raise
+        except Exception as exc:  # paramiko raises many kinds; all mean "not reachable"
+            client.close()
+            raise LabError(f"machine {machine.name}: SSH to {machine.user}@{machine.ssh}:"
+                           f"{machine.port} failed: {exc}") from None
+        return client
 
     def run(self, argv: Sequence[str], timeout_s: float = 60.0) -> tuple[int, str, str]:
         """Run ``argv`` on the machine (quoted for its shell); (exit status, stdout,

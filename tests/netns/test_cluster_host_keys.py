@@ -136,3 +136,35 @@ def test_trust_on_first_use_adds_the_keys_and_records_it(machines, tmp_path):
         assert f"{m.addresses[n]} {kind} " in kh.read_text()
     assert not (m.home / ".ssh").exists()  # the cluster's file, not the user's
     assert leftovers(m) == {"registries": [], "namespaces": [], "processes": []}
+
+
+STALE = r"""
+import json, os, sys
+from orchestration.cluster.control import Control, HostTrust
+from orchestration.cluster.spec import Machine
+key, rid, tmp = sys.argv[1:4]
+with Control(Machine(name="m1", ssh="10.77.0.1", key=key),
+             HostTrust(tmp + "/known_hosts")) as c:
+    print(json.dumps({"host_key": c.host_key, "out": c.check(["echo", "ran"]),
+                      "home": os.environ["HOME"]}))
+"""
+
+
+def test_a_stale_line_in_one_file_does_not_hide_the_key_in_another(machines, tmp_path):
+    """OpenSSH accepts a key found in any of its files: ~/.ssh/known_hosts (read first) with
+    a stale key for m1 and the cluster's file with the right one is the right one."""
+    m = machines
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                    str(tmp_path / "stale")], check=True)
+    (m.home / ".ssh").mkdir()
+    user = m.home / ".ssh/known_hosts"
+    user.write_text(f"10.77.0.1 {(tmp_path / 'stale.pub').read_text()}")
+    try:
+        got = m.drive(STALE)
+    finally:
+        user.unlink()
+        (m.home / ".ssh").rmdir()
+    kind, fp = fingerprint(m.tmp / "host_m1.pub")
+    assert got["home"] == str(m.home) and got["out"] == "ran\n"
+    assert got["host_key"] == {"type": kind, "fingerprint": fp, "trusted_by": "known_hosts",
+                               "file": str(m.known_hosts)}
