@@ -111,8 +111,8 @@ def down(run_id: Annotated[str, typer.Argument(help="The run id cluster up print
 
 
 @cluster_app.command("trust")
-def trust(machines: Annotated[list[str], typer.Argument(help="Machine names of the cluster "
-                                                         "section.")],
+def trust(machines: Annotated[list[str], typer.Argument(
+              metavar="MACHINE", help="Machine names of the cluster section.")],
           cluster_file: Annotated[Path, typer.Option(
               "--cluster", help="File with a cluster: section (a cluster, topology or "
               "experiment file).")]) -> None:
