@@ -47,7 +47,7 @@ from models.errors import LabError
 from models.fanout import fan_out
 from models.lifeline import spawn
 from models.plan import LabPlan
-from orchestration.cluster.control import Control, Offset, drift_rate, paramiko_errors
+from orchestration.cluster.control import Control, Offset, drift_rate, host_trust, paramiko_errors
 from orchestration.cluster.deploy import Deployed, deploy, destroy
 from orchestration.cluster.spec import ClusterSpec
 
@@ -59,17 +59,20 @@ TIME_KEYS = ("t", "t0", "t_start", "t_end", "t_first_byte", "t_sent", "t_acked")
 
 
 def connect(cluster: ClusterSpec, source: str) -> dict[str, Control]:
-    """A Control per machine (in order). Raises LabError naming ``source``, the key
-    ``cluster.machines[i]`` and the machine for the first that cannot be reached (the
-    connections made so far are closed); creates nothing on any machine."""
+    """A Control per machine (in order), host keys checked against the cluster's
+    HostTrust (orchestration.cluster.control). Raises LabError naming ``source``, the key
+    ``cluster.machines[i]`` and the machine for the first that cannot be reached
+    (HostKeyRefused, exit 2, for one whose host key is not trusted; the connections made so
+    far are closed); creates nothing on any machine."""
+    trust = host_trust(cluster, source)
     out: dict[str, Control] = {}
     for i, m in enumerate(cluster.machines):
         try:
-            out[m.name] = Control(m)
-        except LabError as exc:
+            out[m.name] = Control(m, trust)
+        except LabError as exc:  # HostKeyRefused stays one (exit 2)
             for c in out.values():
                 c.close()
-            raise LabError(f"{source}: cluster.machines[{i}]: {exc}") from None
+            raise type(exc)(f"{source}: cluster.machines[{i}]: {exc}") from None
     return out
 
 
@@ -351,7 +354,9 @@ class ClusterLab:
             + "; the other machines' parts were torn down"
 
     def record(self) -> dict[str, Any]:
-        """The manifest's ``cluster``: per machine its run id, nodes, clock offset before and
+        """The manifest's ``cluster``: per machine its run id, nodes, the SSH host key used
+        (type, SHA256 fingerprint, trusted by known_hosts or trust_on_first_use, the file;
+        Control.host_key), clock offset before and
         after (offset_s, delay_s, samples) and the uncertainty (s); lost machines; the bring-up
         time; teardown errors."""
         d = self.deployed
@@ -362,6 +367,7 @@ class ClusterLab:
             machines[m.name] = {
                 "run_id": f"{self.run_id}{k}", "ssh": m.ssh, "underlay": m.underlay_ip,
                 "nodes": sorted(n for n, w in self.where.items() if w == m.name),
+                "host_key": getattr(self.controls.get(m.name), "host_key", None),
                 "clock": None if before is None else {
                     "before": dataclasses.asdict(before),
                     "after": dataclasses.asdict(after) if after else None,

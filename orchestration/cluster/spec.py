@@ -15,6 +15,12 @@ site (label ``site``, else ``group``) go there (orchestration.cluster.tunnels.pl
 ``true`` on every machine over SSH each ``probe_interval``; a machine that does not answer
 within ``probe_timeout`` is lost and fails the run naming it (a shorter timeout finds a lost
 machine sooner, a longer one rides out a slow or congested control network).
+``known_hosts``: a known_hosts file (OpenSSH's format, ``~`` expanded, relative to the current
+directory as ``key`` is) trusted besides the user's ``~/.ssh/known_hosts`` and the system's
+``/etc/ssh/ssh_known_hosts``; newly trusted keys go there (else to the user's).
+``trust_on_first_use`` (false): a machine whose host key is in none of them is trusted and
+its key added; false refuses it (as OpenSSH's StrictHostKeyChecking yes). A key other than
+the one on file is refused either way (orchestration.cluster.control).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, StrictBool, ValidationError
 
 from models.errors import SpecError, SpecIssue
 from models.unit_fields import Duration, SpecModel
@@ -66,6 +72,8 @@ class ClusterSpec(SpecModel):
     deploy: Literal["parallel", "serial"] = "parallel"
     probe_interval: Duration = "5s"
     probe_timeout: Duration = "30s"
+    known_hosts: str | None = Field(None, min_length=1)
+    trust_on_first_use: StrictBool = False
 
     @property
     def probe_interval_s(self) -> float:

@@ -2,7 +2,10 @@
 running Debian's sshd (started here by pid, its own config and host key in a temp dir) on its
 own underlay address 10.77.0.k on a bridge in a third namespace ``aitb-<rid>-u``, from which
 the driver connects; aitb reaches them only over SSH (and VXLAN between their addresses).
-The underlay's MTU is ``mtu`` (1600 by default: a 1500-byte lab link fits a VXLAN tunnel)."""
+The underlay's MTU is ``mtu`` (1600 by default: a 1500-byte lab link fits a VXLAN tunnel).
+The machines' host keys are in ``known_hosts`` of the temp dir (what the cluster sections
+trust); what runs in the driver's namespace has HOME in the temp dir (``home``), so the
+user's real ~/.ssh is neither read nor written."""
 
 from __future__ import annotations
 
@@ -54,6 +57,16 @@ class Machines:
     def key(self) -> Path:
         return self.tmp / "id"
 
+    @property
+    def known_hosts(self) -> Path:
+        """A known_hosts file with every machine's host key (under its address)."""
+        return self.tmp / "known_hosts"
+
+    @property
+    def home(self) -> Path:
+        """HOME of what runs in the driver's namespace (empty: no ~/.ssh/known_hosts)."""
+        return self.tmp / "home"
+
     def aitb_argv(self) -> list[str]:
         """How the machines run aitb: this checkout, one state dir (one file system here;
         the parts' run ids differ)."""
@@ -62,14 +75,17 @@ class Machines:
 
     def in_under(self, argv: Sequence[str], timeout_s: float = 600, **env: str
                  ) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` inside the driver's namespace u (with PYTHONPATH = this checkout)."""
+        """Run ``argv`` inside the driver's namespace u (with PYTHONPATH = this checkout and
+        HOME = :attr:`home` unless ``env`` gives one)."""
         return subprocess.run(["ip", "netns", "exec", self.under, *argv],
-                              env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+                              env={**os.environ, "PYTHONPATH": str(ROOT),
+                                   "HOME": str(self.home), **env},
                               capture_output=True, text=True, timeout=timeout_s)
 
     def drive(self, script: str) -> dict:
         """Run a Python script in u with key, run id, temp dir, python, checkout as
-        arguments; its last stdout line parsed as JSON."""
+        arguments (the known_hosts file is temp dir/known_hosts); its last stdout line
+        parsed as JSON."""
         out = self.in_under([sys.executable, "-c", script, str(self.key), self.rid,
                              str(self.tmp), sys.executable, str(ROOT)])
         assert out.returncode == 0, out.stderr[-3000:]
@@ -104,7 +120,7 @@ def two_dc_experiment(m: Machines | None, path: Path, ssh2: str = "10.77.0.2",
            "counters": {"enabled": observe, "interval": "50ms", "tcp": False}}
     if m is not None:
         doc["cluster"] = {"underlay_mtu": 1600, "aitb": m.aitb_argv(), "python": sys.executable,
-                          "deploy": deploy,
+                          "deploy": deploy, "known_hosts": str(m.known_hosts),
                           "machines": [
                               {"name": "m1", "ssh": "10.77.0.1", "key": str(m.key),
                                "site": "dc1"},
@@ -136,6 +152,7 @@ def sshd_machines(tmp: Path, n: int = 2, mtu: int = 1600) -> Iterator[Machines]:
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(m.key))
     shutil.copy(tmp / "id.pub", tmp / "authorized_keys")
+    m.home.mkdir()
     try:
         for ns in names:
             sh("ip", "netns", "add", ns)
@@ -151,6 +168,8 @@ def sshd_machines(tmp: Path, n: int = 2, mtu: int = 1600) -> Iterator[Machines]:
             sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
             sh("ip", "-n", ns, "link", "set", "eth0", "up")
             cfg = sshd_config(tmp, name, addr)
+            with m.known_hosts.open("a") as f:  # "type base64 comment" after the address
+                f.write(f"{addr} {(tmp / f'host_{name}.pub').read_text()}")
             procs.append(subprocess.Popen(["ip", "netns", "exec", ns, str(SSHD), "-D", "-e",
                                            "-f", str(cfg)], stderr=subprocess.PIPE))
         time.sleep(1.0)

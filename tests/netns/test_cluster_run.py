@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,10 +28,12 @@ def machines(tmp_path_factory):
     with sshd_machines(tmp_path_factory.mktemp("machines")) as m:
         yield m
 
-def aitb_run(m: Machines, exp: Path, results: Path, timeout_s: float = 600):
+def aitb_run(m: Machines, exp: Path, results: Path, timeout_s: float = 600,
+             home: Path | None = None):
     out = m.in_under([sys.executable, "-m", "orchestration.cli", "run", str(exp), "--results",
                       str(results), "--json", "--no-analysis", "--run-id", f"t-{m.rid}"],
-                     timeout_s=timeout_s, AITB_STATE_DIR=str(m.tmp / "driver-state"))
+                     timeout_s=timeout_s, AITB_STATE_DIR=str(m.tmp / "driver-state"),
+                     HOME=str(home or m.home))
     return out, json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}
 
 
@@ -92,6 +95,12 @@ def test_a_two_dc_experiment_split_by_dc_over_two_machines(machines, tmp_path):
     run_dir = Path(got["run_dir"])
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "ok"
+    for name in ("m1", "m2"):  # the host keys used: the cluster's known_hosts file's
+        host_key = manifest["cluster"]["machines"][name]["host_key"]
+        assert host_key["trusted_by"] == "known_hosts" and host_key["type"] == "ssh-ed25519"
+        assert host_key["file"] == str(m.known_hosts) and host_key["fingerprint"] in [
+            subprocess.run(["ssh-keygen", "-lf", str(m.tmp / f"host_{name}.pub")],
+                           capture_output=True, text=True).stdout.split()[1]]
     colls = [json.loads(x) for x in (run_dir / "collectives.jsonl").read_text().splitlines()]
     assert len(colls) == 1 and len(colls[0]["ranks"]) == 4 and colls[0]["cct_s"] > 0
     flows = [json.loads(x) for x in (run_dir / "flows.jsonl").read_text().splitlines()]
@@ -214,7 +223,7 @@ def test_a_two_dc_experiment_split_by_dc_over_two_machines(machines, tmp_path):
 
 CLOCK = r"""
 import json, socket, sys, threading
-from orchestration.cluster.control import Control
+from orchestration.cluster.control import Control, HostTrust
 from orchestration.cluster.lab import RemoteAgent
 from orchestration.cluster.spec import parse_cluster
 key, rid, tmp, python = sys.argv[1:5]
@@ -230,7 +239,7 @@ srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 srv.bind(path)
 srv.listen(1)
 log = open(tmp + "/clock.log", "w")
-with Control(m) as c:
+with Control(m, HostTrust(tmp + "/known_hosts")) as c:
     agent = RemoteAgent(c, [python, "-c", echo], path, log, offset_s=100.0)
     conn, _ = srv.accept()
     conn.sendall(json.dumps({"type": "start", "phase": 0, "t0": 5.0}).encode() + b"\n")

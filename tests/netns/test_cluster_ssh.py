@@ -16,16 +16,16 @@ pytestmark = pytest.mark.netns
 
 DRIVER = r"""
 import json, sys
-from orchestration.cluster.control import Control
+from orchestration.cluster.control import Control, HostTrust
 from orchestration.cluster.spec import parse_cluster
 from orchestration.cluster.tunnels import Tunnel, vxlan_argvs
-key, rid = sys.argv[1], sys.argv[2]
+key, rid, tmp = sys.argv[1:4]
 cluster = parse_cluster({"underlay_mtu": 1500, "machines": [
     {"name": "m1", "ssh": "10.77.0.1", "key": key},
     {"name": "m2", "ssh": "10.77.0.2", "key": key}]}, "test")
 t = Tunnel("cut", 4242, "m1", "n1", "cut0", "m2", "n2", "cut0", 1450)
 out = {}
-ctl = {m.name: Control(m) for m in cluster.machines}
+ctl = {m.name: Control(m, HostTrust(tmp + "/known_hosts")) for m in cluster.machines}
 for name, c in ctl.items():
     out[name] = {"links": c.check(["ip", "-o", "link"])}
     off = c.clock_offset(samples=16)
@@ -72,7 +72,7 @@ def test_two_machines_over_ssh_clock_offset_and_vxlan(machines):
 DEPLOY = r"""
 import json, sys
 import topologies
-from orchestration.cluster.control import Control
+from orchestration.cluster.control import Control, HostTrust
 from orchestration.cluster.deploy import deploy, destroy
 from orchestration.cluster.spec import parse_cluster
 key, rid, tmp, python, root = sys.argv[1:6]
@@ -83,7 +83,7 @@ doc = {"name": "two", "generator": {"name": "single_switch", "params": {"hosts":
        "profiles": {"l": {"rate": "100Mbit", "buffer": "100p"}}}
 plan = topologies.resolve(topologies.parse_topology(doc, "t"), "t")
 where = {"h1": "m1", "s1": "m1", "h2": "m2"}
-ctl = {m.name: Control(m) for m in cluster.machines}
+ctl = {m.name: Control(m, HostTrust(tmp + "/known_hosts")) for m in cluster.machines}
 # one state dir serves both "machines" (one file system here); their run ids differ
 aitb = ["env", f"PYTHONPATH={root}", f"AITB_STATE_DIR={tmp}/state", python, "-m",
         "orchestration.cli"]

@@ -1,6 +1,7 @@
 """``aitb cluster up FILE [--cluster CLUSTER.yaml]`` and ``aitb cluster down RUN_ID``: a lab over
 several machines, each part deployed by the machine's own aitb over SSH
-(orchestration/cluster/)."""
+(orchestration/cluster/). ``aitb cluster trust MACHINE... --cluster FILE``: add machines' SSH
+host keys to the trusted known_hosts file."""
 
 from __future__ import annotations
 
@@ -37,10 +38,10 @@ def _load_cluster(path: Path):
     return parse_cluster(doc["cluster"], str(path))
 
 
-def _controls(cluster):
-    from orchestration.cluster.control import Control
+def _controls(cluster, source: Path):
+    from orchestration.cluster.lab import connect
 
-    return {m.name: Control(m) for m in cluster.machines}
+    return connect(cluster, str(source))
 
 
 @cluster_app.command("up")
@@ -68,7 +69,7 @@ def up(file: Annotated[Path, typer.Argument(help="Topology file (YAML) or plan.j
     rid = run_id or secrets.token_hex(3)
     if len(rid) > 10 or not rid.isalnum():
         raise SpecError(SpecIssue(f"--run-id {rid!r}: a-z0-9, at most 10 characters"))
-    controls = _controls(cluster)
+    controls = _controls(cluster, cluster_file)
     try:
         d = deploy(plan, where, cluster, rid, controls, shlex.split(aitb))
     finally:
@@ -94,7 +95,7 @@ def down(run_id: Annotated[str, typer.Argument(help="The run id cluster up print
         raise SpecError(SpecIssue(f"no cluster lab {run_id} (no {path})"))
     s = json.loads(path.read_text())
     cluster = _load_cluster(Path(s["cluster"]))
-    controls = _controls(cluster)
+    controls = _controls(cluster, Path(s["cluster"]))
     try:
         errors = destroy(Deployed(s["run_ids"], s["nodes"],
                                   {k: Offset(**v) for k, v in s["clock_offsets"].items()}),
@@ -109,6 +110,35 @@ def down(run_id: Annotated[str, typer.Argument(help="The run id cluster up print
     typer.echo(run_id)
 
 
+@cluster_app.command("trust")
+def trust(machines: Annotated[list[str], typer.Argument(
+              metavar="MACHINE", help="Machine names of the cluster section.")],
+          cluster_file: Annotated[Path, typer.Option(
+              "--cluster", help="File with a cluster: section (a cluster, topology or "
+              "experiment file).")]) -> None:
+    """Trust each MACHINE's SSH host key: connect (a key exchange, no login), print its type
+    and SHA256 fingerprint and append it to the cluster section's known_hosts file, else to
+    ~/.ssh/known_hosts (a key already on file is left as it is). Asks nothing; prints one
+    line per machine. Exit 2 for an unknown machine name or a machine whose key on file is
+    another one (it is not replaced: remove the old one with ssh-keygen -R first)."""
+    from orchestration.cluster.control import host_trust, trust_machine
+
+    cluster = _load_cluster(cluster_file)
+    by_name = {m.name: m for m in cluster.machines}
+    unknown = [n for n in machines if n not in by_name]
+    if unknown:
+        raise SpecError(SpecIssue(f"no machine {', '.join(unknown)} in its cluster: section "
+                                  f"(machines: {', '.join(by_name)})", file=str(cluster_file),
+                                  key_path=("cluster", "machines")))
+    policy = host_trust(cluster, str(cluster_file))
+    for name in machines:
+        m = by_name[name]
+        done, key = trust_machine(m, policy)
+        verb = "added to" if done == "added" else "already in"
+        typer.echo(f"machine {name}: {m.ssh}:{m.port} {key['type']} {key['fingerprint']} "
+                   f"{verb} {key['file']}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``cluster up`` and ``cluster down`` to ``app``."""
+    """Add ``cluster up``, ``cluster down`` and ``cluster trust`` to ``app``."""
     app.add_typer(cluster_app, name="cluster")
