@@ -119,12 +119,14 @@ def test_the_critical_link_and_the_stragglers_are_marked():
     fig, _ = _draw(_plan(), critical={("h2", "eth0"): 0.97}, stragglers={"h3", "nowhere"})
     assert set(_arrows(fig, "critical:")) == {"critical:h2-l1:h2"}
     ax = fig.axes[0]
-    assert "97%" in [t.get_text() for t in ax.texts]
+    assert "97% while\ncritical" in [t.get_text() for t in ax.texts]
     rings = [c.get_gid() for c in ax.collections if (c.get_gid() or "").startswith("straggler")]
     assert rings == ["straggler:h3"]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any(t.startswith("critical link") for t in legend)
     assert "host of a straggler rank" in legend
+    _, png = _draw(_plan(), critical={("h2", "eth0"): 0.97}, stragglers={"h3", "nowhere"})
+    assert png.notes == ("critical link h2 -> l1 (h2-l1) busy 97%", "straggler host h3")
 
 
 def test_a_lab_above_the_limit_is_not_drawn(monkeypatch):
