@@ -220,9 +220,11 @@ def lab_picture(plan: LabPlan, busy: Mapping[tuple[str, str], float | None] | No
                        label="unshaped or no counter samples"),
                 Line2D([], [], color=CRITICAL, alpha=0.45, lw=7,
                        label="critical link of link-bound collectives\n"
-                             "(%: its busy share while they ran)"),
+                             + ("(%: its busy share while they ran)" if critical
+                                else "(none in this run)")),
                 Line2D([], [], marker="o", ls="", mfc="none", mec=CRITICAL, mew=2.2, ms=11,
-                       label="host of a straggler rank")]
+                       label="host of a straggler rank"
+                             + ("" if stragglers & set(pos) else " (none in this run)"))]
     ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.02),
               ncol=3, frameon=False)
     ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)

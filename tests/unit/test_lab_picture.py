@@ -111,6 +111,9 @@ def test_both_directions_drawn_coloured_by_busy_share():
 
 def test_no_counters_draws_every_direction_grey():
     fig, _ = _draw(_plan(), busy=None)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "host of a straggler rank (none in this run)" in legend
+    assert "critical link of link-bound collectives\n(none in this run)" in legend
     assert {a.get_edgecolor() for a in _arrows(fig, "dir:").values()} == {
         to_rgba(picture.NO_DATA)}
 
