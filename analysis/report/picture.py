@@ -182,7 +182,9 @@ def lab_picture(plan: LabPlan, busy: Mapping[tuple[str, str], float | None] | No
                                          gid=f"dir:{lk.name}:{src.node}"))
     g = nx.Graph()
     g.add_nodes_from(n.name for n in plan.nodes)
-    size = 260
+    # node markers (points^2) shrink with the widest row so that 64 hosts do not touch
+    widest = max(sum(1 for p in pos.values() if p[1] == y) for y in range(layers))
+    size = max(100.0, 260.0 * min(1.0, 40 / widest))
     for kind, marker in SHAPES.items():
         names = [n.name for n in plan.nodes if n.kind == kind]
         if names:
