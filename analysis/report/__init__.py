@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.fidelity.report import check_coverage, coverage_words
+from analysis.metrics.bound import KernelView
 from analysis.metrics.collectives import iteration_times
 from analysis.metrics.events import DEFAULT_WINDOW_S, RECOVERY_FRACTION, goodput
-from analysis.report import plots, units
+from analysis.report import picture, plots, units
 from analysis.report.narrative import dci_time, workload_sections
 from analysis.tables import RunTables
 from models.atomic import write_text_atomic
@@ -23,6 +24,8 @@ __all__ = ["render_report", "PLOTS"]
 
 # figure id -> (title, what the report says when the run lacks its data)
 PLOTS: dict[str, tuple[str, str]] = {
+    "lab": ("The lab: busy share of each link direction, critical link, stragglers",
+            "No lab plan (plan.json) in this run."),
     "fct-cdf": ("FCT CDF", "No completed flow records in this run."),
     "cct-per-iteration": ("CCT per iteration", "No op ran in two iterations or more: no plot "
                           "(the iteration table and the CCT distribution say it all)."),
@@ -116,6 +119,61 @@ def _of(frame: pd.DataFrame, wi: int) -> pd.DataFrame:
     return frame[frame["workload_index"].fillna(0).astype(int) == wi]
 
 
+def run_busy_shares(t: RunTables) -> dict[tuple[str, str], float | None] | None:
+    """Busy share of every shaped link direction of the plan, keyed by its sending (node,
+    ifname), over the run's traffic time: the union of its transfers' [t_start, t_end]
+    (flows.jsonl). Computed as the attribution computes a hop's busy share
+    (analysis.metrics.bound.KernelView.hop: 8 x the interface's ``tx_bytes`` increase over the
+    intervals / (their length x configured rate)), from counters/links.parquet only; None
+    for a direction the counters do not cover. None when the run has no interface counter
+    samples, no plan or no transfer."""
+    links, flows = t.counters["links"], t.table("flows")
+    if t.plan is None or links.empty or flows.empty or "t_end" not in flows:
+        return None
+    done = flows.dropna(subset=["t_start", "t_end"])
+    if done.empty:
+        return None
+    view = KernelView({"links": links}, None, [], lambda f: [])
+    spans = list(zip(done["t_start"].astype(float), done["t_end"].astype(float), strict=True))
+    out: dict[tuple[str, str], float | None] = {}
+    for lk in t.plan.links:
+        for e in (lk.a, lk.b):
+            rate = lk.egress(e.node).rate_bps
+            if not rate:
+                continue
+            hop = view.hop((lk.name, e.node, e.ifname, rate), spans)
+            out[(e.node, e.ifname)] = hop["busy_share"] if hop["bytes_source"] == "counters" \
+                else None
+    return out
+
+
+def _lab_figure(t: RunTables, m: dict[str, Any]) -> str | None:
+    """The lab picture's data (analysis.report.picture): busy share per direction over the
+    run's traffic time (:func:`run_busy_shares`), the critical links of link-bound
+    collectives (their highest busy share) and the hosts of the straggler ranks
+    (:func:`_stragglers`, hosts from timeline.jsonl)."""
+    if t.plan is None:
+        return None
+    busy = run_busy_shares(t)
+    critical: dict[tuple[str, str], float | None] = {}
+    for c in (m.get("attribution") or {}).get("per_collective") or []:
+        lk = c.get("critical_link")
+        if c.get("bound") != "link" or not lk:
+            continue
+        key, share = (lk["node"], lk["ifname"]), lk.get("busy_share")
+        old = critical.get(key)
+        critical[key] = share if old is None else max(old, share or 0.0)
+    tl = t.table("timeline")
+    hosts: set[str] = set()
+    slow = _stragglers(t, m)
+    if slow and not tl.empty and "node" in tl:
+        wi = tl.get("workload_index", pd.Series(0, tl.index)).fillna(0).astype(int)
+        for w, r, node in zip(wi, tl["rank"], tl["node"], strict=True):
+            if (int(w), int(r)) in slow:
+                hosts.add(str(node))
+    return picture.lab_picture(t.plan, busy, critical, hosts)
+
+
 def _impact_figure(t: RunTables, m: dict[str, Any], t0: float, marks: list[plots.Fault]
                    ) -> str | None:
     """The event-impact figure's data (plots.event_impact): per hit workload its windowed
@@ -175,7 +233,8 @@ def figures(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> dict[s
     ev = [(x - t0, label) for x, label in events(t)]
     marks = faults(t, m, t0)
     per = m["cct"]["per_collective"]
-    return {"fct-cdf": plots.fct_cdf(flow_table),
+    return {"lab": _lab_figure(t, m),
+            "fct-cdf": plots.fct_cdf(flow_table),
             "cct-per-iteration": plots.cct_per_iteration(per) if _multi_point(per) else None,
             "queue-occupancy": plots.queue_over_time(t.counters["qdisc"], t0, ev, marks),
             "link-throughput": plots.throughput_over_time(t.counters["links"], t0, ev, marks),
@@ -228,12 +287,17 @@ def render_report(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> 
     env.globals["by_key"] = units.by_key
     env.globals["dci_time"] = dci_time
     figs = figures(t, m, flow_table)
+    absent = {k: why for k, (_, why) in PLOTS.items()}
+    if t.plan is not None and len(t.plan.nodes) > picture.MAX_NODES:
+        absent["lab"] = (f"No picture of the lab: its {len(t.plan.nodes)} nodes are more than "
+                         f"{picture.MAX_NODES}, too many to draw legibly (the utilisation "
+                         "table below lists every busy interface).")
     _, zero = time_zero(t)
     fid = m.get("fidelity") if isinstance(m.get("fidelity"), dict) else {}
     # runs recorded before fidelity.json had its coverage: derived from its entries
     coverage = fid.get("coverage") or check_coverage(fid.get("links") or [])
     html = env.get_template("report.html.j2").render(time_zero=zero,
-        m=m, plots=[(k, title, figs[k], absent) for k, (title, absent) in PLOTS.items()],
+        m=m, plots=[(k, title, figs[k], absent[k]) for k, (title, _) in PLOTS.items()],
         manifest=t.manifest, warnings=t.warnings, fidelity_words=coverage_words(coverage),
         size_note=scaled_note((m.get("scale") or {}).get("factor")),
         sections=workload_sections(t.manifest, m, t), locality=_locality(t.run_dir))

@@ -16,6 +16,7 @@ report's first line for the workload must name it. Small labs, short runs, three
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import os
@@ -59,13 +60,18 @@ def env(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return d, {**os.environ, "AITB_STATE_DIR": str(d / "state")}
 
 
-def _run(env: tuple[Path, dict[str, str]], name: str, lab: str, workloads: list[str]
-         ) -> tuple[dict, list[str]]:
+def _run_dir(env: tuple[Path, dict[str, str]], name: str, lab: str, workloads: list[str]
+             ) -> Path:
     d, e = env
     path = d / f"{name}.yaml"
     path.write_text(f"name: {name}\nseed: 1\n{lab}workloads:\n"
                     + "".join(f"  - {w}\n" for w in workloads))
-    return _results(run_ok(path, d / "results", e, "--no-vm"))
+    return run_ok(path, d / "results", e, "--no-vm")
+
+
+def _run(env: tuple[Path, dict[str, str]], name: str, lab: str, workloads: list[str]
+         ) -> tuple[dict, list[str]]:
+    return _results(_run_dir(env, name, lab, workloads))
 
 
 # the slow port at two positions of two rings, one after the other: on s1, rank 1's uplink
@@ -75,13 +81,15 @@ SLOW_PORTS = (("h2", "h2-s1", "h2 -> s1"), ("g4", "g4-s2", "s2 -> g4"))
 
 
 @pytest.fixture(scope="module")
-def slow_ports(env) -> tuple[dict, list[str]]:
+def slow_ports(env) -> tuple[dict, list[str], str]:
+    """metrics.json, the result lines and the lab picture's alt text."""
     lab = _lab("slow-ports", {
         "s1": {"h1": "", "h2": "a_to_b: {rate: 25Mbit}", "h3": "", "h4": ""},
         "s2": {"g1": "", "g2": "", "g3": "", "g4": "b_to_a: {rate: 25Mbit}"}},
         "{rate: 100Mbit, buffer: 300p}")
-    return _run(env, "slow-ports", lab, [_ring(["h1", "h2", "h3", "h4"], "400KiB"),
-                                         _ring(["g1", "g2", "g3", "g4"], "400KiB")])
+    run_dir = _run_dir(env, "slow-ports", lab, [_ring(["h1", "h2", "h3", "h4"], "400KiB"),
+                                                 _ring(["g1", "g2", "g3", "g4"], "400KiB")])
+    return (*_results(run_dir), _picture(run_dir))
 
 
 # three causes on one switch, one workload each, one after the other:
@@ -111,6 +119,16 @@ def _results(run_dir: Path) -> tuple[dict, dict[int, list[str]]]:
     lines = {int(w): [html.unescape(x) for x in re.findall(r"<li>(.*?)</li>", body, re.S)]
              for w, body in re.findall(r'<h3 id="workload-(\d+)">(.*?)</ul>', text, re.S)}
     return m, lines
+
+
+def _picture(run_dir: Path) -> str:
+    """The alt text of report.html's lab picture, which must be an inline PNG (nothing
+    fetched from outside the file)."""
+    text = (run_dir / "report.html").read_text()
+    (alt, data), = re.findall(r'<img id="plot-lab" alt="([^"]*)" src="data:image/png;base64,'
+                              r'([A-Za-z0-9+/=]+)"', text)
+    assert base64.b64decode(data).startswith(b"\x89PNG\r\n\x1a\n")
+    return html.unescape(alt)
 
 
 def _bounds(m: dict, workload: int = 0) -> list[str]:
@@ -154,11 +172,13 @@ def test_the_default_experiment_is_latency_bound(tmp_path, state_env):
     line = _verdict_line(m, lines)
     assert "latency-bound: " + duration(e["rtt_s"]) + " RTT (20 ms configured)" in line
     assert "in DP all-reduces across the DCI" in line and "round trips" in line
+    # the picture marks no critical link: none was link-bound
+    assert "critical link" not in _picture(run_dir)
 
 
 @pytest.mark.parametrize("workload", [0, 1])
 def test_a_slow_port_in_a_ring_is_named(slow_ports, workload):
-    m, lines = slow_ports
+    m, lines, alt = slow_ports
     _host, link, direction = SLOW_PORTS[workload]
     assert set(_bounds(m, workload)) == {"link"}
     for c in m["attribution"]["per_collective"]:
@@ -168,6 +188,9 @@ def test_a_slow_port_in_a_ring_is_named(slow_ports, workload):
             assert lk["configured_bps"] == 25_000_000 and _blames(lk), lk
     line = _verdict_line(m, lines, workload)
     assert f"link-bound: {direction} ({link}) busy " in line and "of its 25 Mbit/s" in line
+    # the lab picture marks it, and only the slow ports
+    assert f"critical link {direction} ({link}) busy " in alt
+    assert alt.count("critical link") == len(SLOW_PORTS), alt
 
 
 def test_a_long_rtt_with_small_transfers_is_latency_bound(host_causes):
