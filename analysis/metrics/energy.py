@@ -40,12 +40,13 @@ ranks of its workload (the manifest's ``world_size``, else the ranks in its time
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from models.energy import AcceleratorProfile, NetworkProfile, selected
+from models.energy import PROFILES_FILE, AcceleratorProfile, NetworkProfile, selected
 from models.errors import SpecError
 from models.paths import dci_links
 from models.plan import LabPlan
@@ -165,19 +166,20 @@ def _workload_info(manifest: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
 
 
 def energy_metrics(iters: pd.DataFrame, timeline: pd.DataFrame, rounds: pd.DataFrame,
-                   links: pd.DataFrame, plan: LabPlan | None, manifest: Mapping[str, Any]
-                   ) -> dict[str, Any]:
+                   links: pd.DataFrame, plan: LabPlan | None, manifest: Mapping[str, Any],
+                   profiles: str | Path = PROFILES_FILE) -> dict[str, Any]:
     """metrics.json's ``energy``: ``profiles`` (names, numbers and sources used),
     ``scale``, ``iterations`` (per workload and iteration: :func:`window_energy`'s keys),
     ``rounds`` (per FL round, the same plus ``round``, ``level``), ``workloads`` (per
     workload: iterations, totals of time, wait and joules, MFU = sum F / (N peak sum T)),
     ``mfu_mean``, ``network_wait_s_mean`` and ``energy_j_mean`` over iterations.
+    ``profiles``: the profile file (models.energy); the manifest's ``energy`` selects in it.
     A manifest naming a profile the file no longer has: the defaults, said in ``warning``."""
     warning = None
     try:
-        acc, net, names = selected(manifest.get("energy"))
+        acc, net, names = selected(manifest.get("energy"), profiles)
     except (SpecError, ValueError) as exc:
-        acc, net, names = selected(None)
+        acc, net, names = selected(None, profiles)
         warning = f"energy profile of the run not found ({exc}); used the defaults"
     scale = manifest.get("scale") or 1
     scale = float(scale) if isinstance(scale, int | float) and scale > 0 else 1.0
