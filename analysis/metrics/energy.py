@@ -226,11 +226,13 @@ def energy_metrics(iters: pd.DataFrame, timeline: pd.DataFrame, rounds: pd.DataF
         for i, row in enumerate(r.to_dict("records")):
             wi = int(row["workload_index"])
             ops = comp[comp["workload_index"] == wi] if not comp.empty else comp
-            c = _add(_overlap(ops, t0[i], t1[i]), _train(info.get(wi, {}), row.get("round"),
+            rn = row.get("round")
+            rn = int(rn) if isinstance(rn, int | float) and np.isfinite(rn) else None
+            c = _add(_overlap(ops, t0[i], t1[i]), _train(info.get(wi, {}), rn,
                                                           row.get("selected_hosts")))
             e = window_energy(row["round_time_s"], c, ranks_of(wi),
                               {k: v[i] for k, v in nbytes.items()}, ports, acc, net, scale)
-            out_rounds.append({"workload_index": wi, "round": row.get("round"),
+            out_rounds.append({"workload_index": wi, "round": rn,
                                "level": row.get("level"), **e})
     per_w = []
     frame = pd.DataFrame(out_iters)
