@@ -18,7 +18,9 @@ the busiest rank's compute time in it (the sum of its compute ops; timeline.json
 rank was not computing (communication and waiting that compute did not hide); and
 ``compute_share`` = compute_s / iteration_time_s, the share of time computing (an MFU proxy:
 the MFU of the run is at most the compute-only MFU times this share; AICB reports the same
-split of an iteration into compute and exposed communication).
+split of an iteration into compute and exposed communication). The MFU from the model's
+FLOPs and the measured iteration time, the accelerator-seconds waiting and the joules are in
+analysis.metrics.energy.
 """
 
 from __future__ import annotations
