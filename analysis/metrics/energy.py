@@ -79,11 +79,10 @@ def window_bytes(links: pd.DataFrame, kinds: Mapping[tuple[str, str], str],
     out = {k: np.zeros(len(t0)) for k in ("host_nic", "switch_port", "dci")}
     if links.empty or not len(t0):
         return out
-    for (node, ifname), g in links.groupby(["node", "ifname"], sort=False):
+    for (node, ifname), g in links.sort_values("t_s").groupby(["node", "ifname"], sort=False):
         kind = kinds.get((str(node), str(ifname)))
         if kind is None:
             continue
-        g = g.sort_values("t_s")
         t = g["t_s"].to_numpy(float)
         b = g["tx_bytes"].to_numpy(float)
         i0 = np.clip(np.searchsorted(t, t0, side="right") - 1, 0, len(t) - 1)
@@ -118,14 +117,6 @@ def window_energy(time_s: float, compute_s: list[float], n_ranks: int,
             "mfu": mfu, "accelerator_j": acc_j, "network_bits_j": bits_j,
             "network_idle_j": idle_j, "network_j": bits_j + idle_j,
             "energy_j": acc_j + bits_j + idle_j}
-
-
-def _per_rank(ops: pd.DataFrame) -> dict[int, float]:
-    """Rank -> seconds of ``ops`` (compute rows of the timeline)."""
-    if ops.empty:
-        return {}
-    return {int(r): float(v) for r, v in (ops["t_end"] - ops["t_start"]).groupby(
-        ops["rank"]).sum().items()}
 
 
 def _overlap(ops: pd.DataFrame, t0: float, t1: float) -> dict[int, float]:
@@ -207,11 +198,15 @@ def energy_metrics(iters: pd.DataFrame, timeline: pd.DataFrame, rounds: pd.DataF
     if not iters.empty:
         t0, t1 = iters["t_start"].to_numpy(float), iters["t_end"].to_numpy(float)
         nbytes = window_bytes(links, kinds, t0, t1)
+        per_iter: dict[tuple[int, int], dict[int, float]] = {}
+        if not comp.empty:  # one groupby for every (workload, iteration, rank)
+            sums = (comp["t_end"] - comp["t_start"]).groupby(
+                [comp["workload_index"], comp["iteration"], comp["rank"]]).sum()
+            for (wi_, it_, rank), v in sums.items():
+                per_iter.setdefault((int(wi_), int(it_)), {})[int(rank)] = float(v)
         for i, row in enumerate(iters.itertuples(index=False)):
             wi, it = int(row.workload_index), int(row.iteration)
-            sel = comp[(comp["workload_index"] == wi) & (comp["iteration"] == it)] \
-                if not comp.empty else comp
-            c = _add(_per_rank(sel), _train(info.get(wi, {}), None, None))
+            c = _add(per_iter.get((wi, it), {}), _train(info.get(wi, {}), None, None))
             f, peak = flops(wi)
             e = window_energy(row.iteration_time_s, c, ranks_of(wi),
                               {k: v[i] for k, v in nbytes.items()}, ports, acc, net, scale,
