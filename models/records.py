@@ -28,7 +28,7 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "incast_loss_ratio", "goodput_bps", "jain_fairness", "straggler_spread_s_mean",
     "straggler_inflation_mean", "rounds", "clients_dropped", "ttft_s_p50", "ttft_s_p99",
     "dci_collective_time_s", "events", "events_not_recovered", "event_recovery_s_max",
-    "event_iteration_inflation_max")
+    "event_iteration_inflation_max", "mfu_mean", "network_wait_s_mean", "energy_j_mean")
 T = TypeVar("T", bound="_Record")
 
 

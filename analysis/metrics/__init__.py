@@ -15,8 +15,9 @@ import pandas as pd
 
 from analysis.metrics.apps import app_metrics
 from analysis.metrics.attribution import attribution_metrics
-from analysis.metrics.collectives import cct_metrics
+from analysis.metrics.collectives import cct_metrics, iteration_times
 from analysis.metrics.dci import dci_metrics
+from analysis.metrics.energy import energy_metrics
 from analysis.metrics.events import event_metrics
 from analysis.metrics.fairness import fairness_metrics
 from analysis.metrics.fct import fct_metrics
@@ -61,7 +62,8 @@ def summary_of(m: dict[str, Any]) -> dict[str, float | int | None]:
     ``queue_drops``: packets, root queues of every interface (analysis.metrics.links).
     ``events``, ``events_not_recovered``, ``event_recovery_s_max``,
     ``event_iteration_inflation_max``: of the ``events:`` timeline (analysis.metrics.events),
-    null without one.
+    null without one. ``mfu_mean``, ``network_wait_s_mean`` (accelerator-seconds) and
+    ``energy_j_mean`` (J): per iteration, analysis.metrics.energy.
     Counts (``flows``, ``collectives``, ``rounds``) are null rather than 0 when absent."""
     fct, cct, inc = m["fct"], m["cct"], m["incast"]
     st, rq, rt = m["stragglers"], m["requests"], m["retransmissions"]
@@ -84,7 +86,10 @@ def summary_of(m: dict[str, Any]) -> dict[str, float | int | None]:
         "rounds": _count(st["rounds"]["rounds"]),
         "clients_dropped": st["rounds"]["clients_dropped"] if st["rounds"]["rounds"] else None,
         "ttft_s_p50": rq["ttft_s"]["p50"], "ttft_s_p99": rq["ttft_s"]["p99"],
-        "dci_collective_time_s": m["dci"]["collective_time_s"]}
+        "dci_collective_time_s": m["dci"]["collective_time_s"],
+        "mfu_mean": m["energy"]["mfu_mean"],
+        "network_wait_s_mean": m["energy"]["network_wait_s_mean"],
+        "energy_j_mean": m["energy"]["energy_j_mean"]}
     ev = m["events"]
     out.update({"events": _count(ev["events"]),
                 "events_not_recovered": ev["not_recovered"] if ev["events"] else None,
@@ -140,10 +145,11 @@ def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
     util.update(queue_metrics(t.counters["qdisc"], t.snapshots))
     strag = straggler_metrics(colls)
     strag["rounds"] = round_metrics(t.table("rounds"))
+    iters = iteration_times(t.table("timeline"), colls)
     m: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "run_id": t.manifest.get("run_id"),
         "experiment": t.manifest.get("experiment"), "summary": {}, "fct": fct,
-        "cct": cct_metrics(colls, t.table("timeline")),
+        "cct": cct_metrics(colls, t.table("timeline"), iters),
         "incast": incast_metrics(t.table("bursts"), flows, t.plan, t.counters["qdisc"],
                                  t.snapshots),
         "stragglers": strag,
@@ -154,6 +160,8 @@ def compute_metrics(t: RunTables) -> tuple[dict[str, Any], pd.DataFrame]:
         "apps": app_metrics(t.table("apps")),
         "retransmissions": retrans_metrics(flows, t.captures, util["queue_drops"]),
         "dci": dci_metrics(t.dci), "events": _events(t), "sampler": t.sampler,
+        "energy": energy_metrics(iters, t.table("timeline"), t.table("rounds"),
+                                 t.counters["links"], t.plan, t.manifest),
         "fidelity": t.fidelity, "scale": scale_section(t.manifest.get("scale")),
         "trustworthy": t.fidelity.get("trustworthy") if isinstance(t.fidelity, dict) else None,
         "warnings": list(t.warnings)}

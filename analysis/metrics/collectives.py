@@ -18,7 +18,9 @@ the busiest rank's compute time in it (the sum of its compute ops; timeline.json
 rank was not computing (communication and waiting that compute did not hide); and
 ``compute_share`` = compute_s / iteration_time_s, the share of time computing (an MFU proxy:
 the MFU of the run is at most the compute-only MFU times this share; AICB reports the same
-split of an iteration into compute and exposed communication).
+split of an iteration into compute and exposed communication). The MFU from the model's
+FLOPs and the measured iteration time, the accelerator-seconds waiting and the joules are in
+analysis.metrics.energy.
 """
 
 from __future__ import annotations
@@ -85,14 +87,16 @@ def _compute_split(iters: pd.DataFrame, timeline: pd.DataFrame | None) -> pd.Dat
     return out
 
 
-def cct_metrics(collectives: pd.DataFrame, timeline: pd.DataFrame) -> dict[str, Any]:
+def cct_metrics(collectives: pd.DataFrame, timeline: pd.DataFrame,
+                iters: pd.DataFrame | None = None) -> dict[str, Any]:
     """The ``cct`` section of metrics.json: ``collectives`` (count), distributions of
     ``cct_s`` (s), ``algbw_Bps`` and ``busbw_Bps`` (bytes/s), ``by_op`` (per op name: count,
     CCT mean, busbw mean), ``per_collective`` (id, workload, iteration, op, size, cct_s,
     busbw_Bps; for the report's CCT-per-iteration plot), ``iterations`` (per workload and
     iteration: iteration_time_s, compute_s, comm_exposed_s, compute_share; module docstring)
-    and the distributions ``iteration_time_s``, ``comm_exposed_s`` and ``compute_share``."""
-    iters = iteration_times(timeline, collectives)
+    and the distributions ``iteration_time_s``, ``comm_exposed_s`` and ``compute_share``.
+    ``iters``: :func:`iteration_times` of the same inputs when the caller has it already."""
+    iters = iteration_times(timeline, collectives) if iters is None else iters
     out: dict[str, Any] = {
         "collectives": int(len(collectives)),
         "iterations": iters[["workload_index", "iteration", "iteration_time_s", "idle_s",

@@ -282,6 +282,7 @@ def render_report(t: RunTables, m: dict[str, Any], flow_table: pd.DataFrame) -> 
     env.filters["bits"] = units.bits
     env.filters["size"] = units.size
     env.filters["pct"] = units.share
+    env.filters["joules"] = units.joules
     env.filters["Bps"] = units.bytes_rate
     env.filters["spans"] = units.spans
     env.globals["by_key"] = units.by_key

@@ -47,6 +47,11 @@ def bytes_rate(bps: Any) -> str:
     return _decimal(bps, "B/s") if _ok(bps) else NONE
 
 
+def joules(j: Any) -> str:
+    """Energy in J with a decimal prefix (kJ, MJ)."""
+    return _decimal(j, "J") if _ok(j) else NONE
+
+
 def size(n: Any) -> str:
     """Bytes with a binary prefix (KiB, MiB, GiB)."""
     if not _ok(n):

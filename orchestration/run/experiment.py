@@ -59,6 +59,7 @@ from pydantic import (
     model_validator,
 )
 
+from models.energy import EnergySelection, check_selection
 from models.errors import SpecError, SpecIssue
 from models.events import EVENT_KINDS
 from models.specfile import MAX_CONNS_PER_PEER, issues_from_validation, with_lines
@@ -240,16 +241,22 @@ class ExperimentSpec(SpecModel):
     cluster: ClusterSpec | None = None  # the lab over these machines (orchestration/cluster/)
     # a CPU for the native delay line alone (testbed.lab.lab.Lab line_cpu); None: shared
     delay_line_cpu: Annotated[int, Field(ge=0)] | None = None
+    # the accelerator and network energy profiles analysis uses (models/energy.py)
+    energy: EnergySelection = Field(default_factory=EnergySelection)
 
 
 def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:
     """Validate an experiment mapping. Raises :class:`SpecError` with one issue per problem,
     each with ``source``, the key path and (for ruamel documents) the line."""
     try:
-        return ExperimentSpec.model_validate(data)
+        spec = ExperimentSpec.model_validate(data)
     except ValidationError as exc:
         issues = [_drop_tag(i) for i in issues_from_validation(exc, ExperimentSpec, source)]
         raise with_lines(SpecError(issues), data, source) from None
+    issues = check_selection(spec.energy, source=source)
+    if issues:
+        raise with_lines(SpecError(issues), data, source)
+    return spec
 
 
 def _drop_tag(issue: SpecIssue) -> SpecIssue:

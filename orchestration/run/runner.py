@@ -432,7 +432,23 @@ def _manifest(prep: Prepared, run_id: str, lab_id: str) -> dict[str, Any]:
             "lab_run_id": lab_id, "source": prep.source, "seed": prep.spec.seed,
             "scale": prep.spec.scale, "status": "running", "started_at": _now(),
             "ended_at": None, "error": None, "host": dict(host_facts()),
-            "host_transport": host_transport_record(prep.plan), "workloads": []}
+            "host_transport": host_transport_record(prep.plan), "workloads": [],
+            "energy": prep.spec.energy.model_dump()}
+
+
+def _flops_of(schedule: Any, placement: Mapping[int, str]) -> dict[str, Any]:
+    """What analysis needs for MFU and network wait (analysis/metrics/energy.py): the
+    workload's ranks and their hosts, its model FLOPs per iteration and its accelerators' peak
+    (``Schedule.meta`` of a training workload; None for kinds without a model) and, for FL
+    kinds, each round's drawn local training seconds per rank (``train_s``, compute that
+    happens inside the FL ops)."""
+    meta = getattr(schedule, "meta", {}) or {}
+    rounds = meta.get("rounds")
+    train = [{str(k): float(v) for k, v in (r.get("train_s") or {}).items()}
+             for r in rounds] if isinstance(rounds, list) else None
+    return {"world_size": int(schedule.world_size), "model_flops": meta.get("model_flops"),
+            "flops_per_s": meta.get("flops_per_s"),
+            "hosts": {str(r): h for r, h in placement.items()}, "train_s": train}
 
 
 def merge_records(run_dir: Path, scale: float = 1) -> None:
@@ -526,7 +542,8 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
             annotated[i] = fails
             manifest["workloads"].append({"index": i, "name": w.name, "dir": str(
                 part.relative_to(run_dir)), "ok": res.ok, "skew": dict(res.skew),
-                "failures": fails, "group": group})
+                "failures": fails, "group": group,
+                **_flops_of(w.schedule, w.placement)})
         write_json_atomic(run_dir / "manifest.json", manifest)
         lab.check_delay_lines()  # a dead native line fails the run, naming link and direction
         failed = [i for i in group if not results[i].ok]

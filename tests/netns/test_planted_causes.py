@@ -174,6 +174,42 @@ def test_the_default_experiment_is_latency_bound(tmp_path, state_env):
     assert "in DP all-reduces across the DCI" in line and "round trips" in line
     # the picture marks no critical link: none was link-bound
     assert "critical link" not in _picture(run_dir)
+    _assert_energy(m, manifest, (run_dir / "report.html").read_text())
+
+
+def _assert_energy(m: dict, manifest: dict, report: str) -> None:
+    """metrics.json's energy section of the default experiment (analysis/metrics/energy.py):
+    one row per iteration with its measured time, the training MFU from the schedule's
+    model FLOPs, network wait between the busiest rank's and no compute (FL: less, its
+    clients' training counted), and the FL round."""
+    e = m["energy"]
+    assert manifest["energy"] == {"accelerator": "a100_sxm", "network": "default"}
+    assert e["scale"] == 100 and e["ports"]["dci"] == 2
+    assert len(e["iterations"]) == len(m["cct"]["iterations"]) == 3
+    for it, ct in zip(e["iterations"], m["cct"]["iterations"], strict=True):
+        assert it["time_s"] == pytest.approx(ct["iteration_time_s"])
+        n = manifest["workloads"][it["workload_index"]]["world_size"]
+        T = it["time_s"]
+        assert it["network_wait_s"] <= n * T + 1e-9
+        if it["workload_index"] < 2:  # timeline compute only: at most n x the busiest's
+            assert n * (T - ct["compute_s"]) <= it["network_wait_s"] + 1e-9
+        else:  # FL: the clients' local training (inside the gathers) counts as compute
+            assert it["network_wait_s"] < n * (T - ct["compute_s"])
+        assert it["accelerator_j"] > 0 and it["network_idle_j"] > 0
+        assert it["network_bits_j"] > 0  # every workload sent bytes through the lab
+    train = e["iterations"][0]
+    w0 = manifest["workloads"][0]
+    assert w0["model_flops"] > 0 and w0["flops_per_s"] == 312e12
+    assert 0 < train["mfu"] < 1
+    assert train["mfu"] == pytest.approx(w0["model_flops"] / (4 * 312e12 * train["time_s"]))
+    assert [it["mfu"] for it in e["iterations"][1:]] == [None, None]  # incast, FL: no model
+    (rnd,) = e["rounds"]
+    assert rnd["workload_index"] == 2 and 0 < rnd["network_wait_share"] < 1  # clients train
+    assert rnd["energy_j"] == pytest.approx(rnd["accelerator_j"] + rnd["network_j"])
+    assert m["summary"]["mfu_mean"] == pytest.approx(train["mfu"])
+    assert m["summary"]["energy_j_mean"] > 0 and m["summary"]["network_wait_s_mean"] > 0
+    assert "What the network costs: MFU, network wait and energy" in report
+    assert "Per FL round" in report
 
 
 @pytest.mark.parametrize("workload", [0, 1])

@@ -47,7 +47,9 @@ def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None
     Raises :class:`SpecError` listing every inconsistency (see check_training and
     check_recompute), each naming ``file`` and its key under ``prefix`` (the key path of the
     spec in ``file``). ``meta`` records the layout, micro-batches, recomputation, per-rank
-    parameter counts and each stage's parameters per TP rank (``stage_params_per_tp_rank``).
+    parameter counts, each stage's parameters per TP rank (``stage_params_per_tp_rank``), the
+    job's model FLOPs per iteration (``model_flops``, flops.iteration_model_flops) and the
+    accelerator's peak (``flops_per_s``), for MFU in analysis.
     """
     r = recompute or Recompute()
     issues = check_training(m, p, file=file, prefix=prefix)
@@ -71,6 +73,7 @@ def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None
             "scatter_gather_pp": p.scatter_gather_pp,
             "virtual_pipeline_stages": p.virtual_pipeline_stages,
             "pipeline_bubble_fraction": _bubble(p),
+            "model_flops": iteration_model_flops(m, p), "flops_per_s": a.flops_per_s,
             "scale": 1.0}
     return Schedule(name=name or m.name, world_size=layout.world_size, groups=groups, ops=ops,
                     iterations=iterations, source=file or "<training>", meta=meta)
