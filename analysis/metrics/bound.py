@@ -54,6 +54,10 @@ count as latency). Then ``bound`` is
 * ``host_cpu`` also when the network verdict is latency but no hop of the critical-path
   transfers has a configured rate and none a configured delay: nothing of the lab's
   making held them, only the hosts that move the packets;
+* ``host_cpu`` also when the network verdict is latency, fidelity.json calls the run
+  untrustworthy, and the round trips slow start needs (:func:`slow_start_rounds`) at the
+  configured RTT explain less than ``LATENCY_EXPLAINS`` of the latency-class time: a 100 KB
+  transfer on a path of microseconds that took 100 ms was not held by round trips;
 * else the network verdict.
 
 The evidence of a ``latency`` verdict: the path RTT (TCP_INFO ``min_rtt_s``, median over the
@@ -85,6 +89,19 @@ __all__ = ["BOUNDS", "BUSY_LINK", "BUSY_QUEUE", "SHAPER_BUCKET_S", "STANDING_SHA
            "STANDING_MIN_SAMPLES", "KernelView", "collective_bound"]
 
 BOUNDS = ("link", "latency", "compute", "loss", "host_cpu")
+INITIAL_WINDOW_BYTES = 10 * 1448  # RFC 6928's initial window of 10 segments, 1448-byte MSS
+LATENCY_EXPLAINS = 0.5  # latency-bound needs its round trips to explain half the time
+
+
+def slow_start_rounds(size_bytes: float) -> int:
+    """Round trips TCP's slow start needs to deliver ``size_bytes`` from the initial window,
+    the window doubling each round trip (RFC 5681) and no rate limit: the smallest k with
+    IW x (2^k - 1) >= size, plus one for the handshake's or the request's round trip."""
+    k, sent = 0, 0.0
+    while sent < size_bytes:
+        sent += INITIAL_WINDOW_BYTES * 2 ** k
+        k += 1
+    return k + 1
 BUSY_LINK = 0.8
 BUSY_QUEUE = 0.5
 STANDING_SHARE = 0.8
@@ -327,6 +344,13 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
         and not any(cfg)
     if bound == "latency" and unshaped:
         bound = "host_cpu"  # no rate and no delay configured: only the hosts set the pace
+    explained = sum(slow_start_rounds(f["size_bytes"]) * (rtt_configured(f) or 0.0)
+                    for f in path if f.get("size_bytes"))
+    if bound == "latency" and view.untrustworthy and explained < LATENCY_EXPLAINS * \
+            class_s["latency"]:
+        # round trips at the configured RTT explain under half the time: the starved
+        # emulation (fidelity.json), not the path, held the transfers
+        bound = "host_cpu"
     after = (straggle or {}).get("after_last_arrival_s")
     if late is not None and late == compute_straggler and lag is not None \
             and after is not None and lag > after:
@@ -357,7 +381,9 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
         # host_cpu: the direction whose shaper fell short of its rate (fidelity rate check)
         "rate_off_direction": starved,
         # host_cpu: no hop of the critical path has a configured rate or delay
-        "unshaped_path": unshaped}
+        "unshaped_path": unshaped,
+        # round trips slow start needs at the configured RTT, summed over the critical path
+        "round_trips_explain_s": explained}
     return {"bound": bound, "critical_link": critical if bound == "link" else None,
             "hops": hops, "evidence": evidence}
 
