@@ -38,6 +38,7 @@ from ruamel.yaml.events import (
     NodeEvent,
     ScalarEvent,
 )
+from ruamel.yaml.reader import ReaderError
 
 from models.errors import SpecError, SpecIssue, short_repr
 from models.unit_fields import BOOLEAN_NUMBER
@@ -300,12 +301,54 @@ class _Scan:
             self.frames[-1].height = max(self.frames[-1].height, f.height + 1)
 
 
-def _syntax_issue(exc: YAMLError, source: str) -> SpecIssue:
+def _syntax_issue(exc: YAMLError, source: str, text: str) -> SpecIssue:
     if isinstance(exc, MarkedYAMLError) and exc.problem_mark is not None:
         what = " ".join(p for p in (exc.context, exc.problem) if p)
         return SpecIssue(f"YAML syntax error: {what}", file=source,
                          line=exc.problem_mark.line + 1)
+    if isinstance(exc, ReaderError) and isinstance(exc.position, int):
+        # a character YAML does not allow (NUL, other control characters): ruamel gives its
+        # position in the text; the line, and the key written on that line, are found here
+        line = text.count("\n", 0, exc.position) + 1
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        return SpecIssue(f"YAML syntax error: character {char!r} (U+{ord(char):04X}) is not "
+                         "allowed in a YAML file; write it as an escape in a double-quoted "
+                         "string, or remove it", file=source, line=line,
+                         key_path=_key_on_line(text, exc.position, line))
     return SpecIssue(f"YAML syntax error: {exc}", file=source)
+
+
+def _key_on_line(text: str, position: int, line: int) -> tuple[str | int, ...]:
+    """Key path of the key written on ``line`` (1-based) of ``text`` last before ``position``
+    (a flow mapping holds several on one line), read with the character at ``position``
+    blanked out; () when that text does not parse either."""
+    try:
+        doc = _yaml().load(text[:position] + " " + text[position + 1:])
+    except (YAMLError, ValueError, TypeError, RecursionError, OverflowError):
+        return ()
+    column = position - (text.rfind("\n", 0, position) + 1)
+    best: tuple[str | int, ...] = ()
+    best_at = (-1, -1)
+
+    def walk(node: Any, path: tuple[str | int, ...]) -> None:
+        nonlocal best, best_at
+        lc = getattr(node, "lc", None)
+        if lc is None or len(path) > MAX_DEPTH:
+            return
+        items = (list(node.items()) if isinstance(node, Mapping)
+                 else list(enumerate(node)) if isinstance(node, list) else [])
+        for key, value in items:
+            try:
+                at, col = (lc.key(key) if isinstance(node, Mapping) else lc.item(key))[:2]
+            except (KeyError, TypeError, AttributeError, IndexError):
+                continue
+            if at + 1 == line and col <= column and (col, len(path)) > best_at:
+                best, best_at = (*path, key), (col, len(path))
+            if at + 1 <= line:
+                walk(value, (*path, key))
+
+    walk(doc, ())
+    return tuple(p if isinstance(p, int) else str(p) for p in best)
 
 
 def _yaml() -> YAML:
@@ -340,7 +383,7 @@ def load_yaml(path: str | Path, expected: str, *, ref: Ref | None = None
         dups = _scan(text, source)
         doc = _yaml().load(text)
     except YAMLError as exc:
-        raise SpecError(_syntax_issue(exc, source)) from None
+        raise SpecError(_syntax_issue(exc, source, text)) from None
     except (ValueError, TypeError, RecursionError, OverflowError) as exc:
         # a value ruamel cannot construct (an int of more than 4300 digits, a date 2001-13-45)
         raise SpecError(SpecIssue(f"cannot read a value: {short_repr(str(exc))}",
