@@ -492,10 +492,43 @@ def _message(root: Any, err: Mapping[str, Any], known: Sequence[str] | None) -> 
     return msg
 
 
-def _clean_loc(loc: Sequence[Any], drop: Sequence[str]) -> tuple[str | int, ...]:
-    """Drop pydantic's internal location parts (function names, union member tags)."""
-    return tuple(p for p in loc if isinstance(p, int) or (
-        p not in drop and not str(p).startswith(("function-", "union[", "tagged-union["))))
+# the labels pydantic gives the members of a plain (smart-mode) union in an error's location:
+# a type's repr (``str``, ``list[nullable[str]]``, ``function-after[...]``) or a model's name
+_TYPE_LABEL = re.compile(r"(str|int|float|bool|bytes|none|decimal|any|date|datetime|"
+                         r"[a-z][a-z-]*\[.*\])")
+
+
+def _model_names() -> set[str]:
+    out, todo = set(), [BaseModel]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__name__ not in out:
+                out.add(sub.__name__)
+                todo.append(sub)
+    return out
+
+
+def _clean_loc(loc: Sequence[Any], drop: Sequence[str], keep_last: bool = False
+               ) -> tuple[str | int, ...]:
+    """Drop pydantic's internal location parts (function names, union member tags, the
+    labels of a plain union's members); ``keep_last``: the last part is a key the user wrote
+    (an unknown or missing key), kept whatever it looks like."""
+    models = None
+    out: list[str | int] = []
+    for n, p in enumerate(loc):
+        if isinstance(p, int) or (keep_last and n == len(loc) - 1):
+            out.append(p)
+            continue
+        text = str(p)
+        if p in drop or text.startswith(("function-", "union[", "tagged-union[")) or \
+                _TYPE_LABEL.fullmatch(text):
+            continue
+        if text[:1].isupper():
+            models = _model_names() if models is None else models
+            if text in models:
+                continue
+        out.append(p)
+    return tuple(out)
 
 
 def issues_from_validation(exc: ValidationError, root: Any, source: str | None,
@@ -507,7 +540,9 @@ def issues_from_validation(exc: ValidationError, root: Any, source: str | None,
     (``validate_call``) against ``known``."""
     out = []
     for err in exc.errors(include_url=False):
-        loc = _clean_loc(err["loc"], drop)
+        loc = _clean_loc(err["loc"], drop,
+                         keep_last=err["type"] in ("extra_forbidden", "missing",
+                                                   "unexpected_keyword_argument"))
         if err["type"] == BOOLEAN_NUMBER:  # raised by a model: the key is in ctx
             loc = (*loc, *err["ctx"]["key_path"])
         out.append(SpecIssue(_message(root, {**err, "loc": loc}, known), file=source,
