@@ -469,11 +469,15 @@ _WITH_INPUT = ("string_pattern_mismatch", "string_too_long", "int_parsing", "int
                "int_from_float", "literal_error", "bool_type", "enum")
 
 
-def _message(root: Any, err: Mapping[str, Any], known: Sequence[str] | None) -> str:
+def _message(root: Any, err: Mapping[str, Any], known: Sequence[str] | None,
+             also_known: Sequence[str] = ()) -> str:
     kind, msg, loc = err["type"], err["msg"], tuple(err["loc"])
     if kind == "extra_forbidden":
         model = _model_at(root, loc[:-1]) if root is not None else None
-        return _unknown(str(loc[-1]), list(model.model_fields) if model else [])
+        fields = list(model.model_fields) if model else []
+        if len(loc) == 1:  # a key at the top: the keys the caller accepts beside the model's
+            fields += [k for k in also_known if k not in fields]
+        return _unknown(str(loc[-1]), fields)
     if kind == "unexpected_keyword_argument":
         return _unknown(str(loc[-1]) if loc else "?", known or [], "parameter")
     if kind == "value_error":
@@ -533,11 +537,13 @@ def _clean_loc(loc: Sequence[Any], drop: Sequence[str], keep_last: bool = False
 
 def issues_from_validation(exc: ValidationError, root: Any, source: str | None,
                            prefix: Sequence[str | int] = (), *, drop: Sequence[str] = (),
-                           known: Sequence[str] | None = None) -> list[SpecIssue]:
+                           known: Sequence[str] | None = None,
+                           also_known: Sequence[str] = ()) -> list[SpecIssue]:
     """One :class:`SpecIssue` per pydantic error of validating as ``root`` (a model class, or
     None), key path ``prefix + loc`` (location parts in ``drop``, e.g. union tags, removed).
     Unknown keys get "did you mean" against the model's fields; unknown keyword parameters
-    (``validate_call``) against ``known``."""
+    (``validate_call``) against ``known``; ``also_known``: keys accepted at the top beside the
+    model's own (those the caller takes out before validating), listed with them."""
     out = []
     for err in exc.errors(include_url=False):
         loc = _clean_loc(err["loc"], drop,
@@ -545,7 +551,7 @@ def issues_from_validation(exc: ValidationError, root: Any, source: str | None,
                                                    "unexpected_keyword_argument"))
         if err["type"] == BOOLEAN_NUMBER:  # raised by a model: the key is in ctx
             loc = (*loc, *err["ctx"]["key_path"])
-        out.append(SpecIssue(_message(root, {**err, "loc": loc}, known), file=source,
+        out.append(SpecIssue(_message(root, {**err, "loc": loc}, known, also_known), file=source,
                              key_path=(*prefix, *loc)))
     return out
 
