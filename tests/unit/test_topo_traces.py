@@ -167,3 +167,14 @@ def test_a_bad_trace_stops_an_experiment_before_anything_is_made(tmp_path):
     assert str(err.value).startswith(f"{tmp_path / 'bad.trace'}:3: ")
     assert "column rate: a rate '5' has no unit" in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.trace", "exp.yaml"]
+
+
+def test_a_nul_in_a_trace_file_name_is_refused_at_its_key(tmp_path):
+    path = tmp_path / "lab.yaml"
+    path.write_text('name: t\nnodes: {h1: {kind: host}, h2: {kind: host}}\nlinks:\n'
+                    '  - endpoints: [h1, h2]\n    trace: {file: "a\\0b"}\n')
+    with pytest.raises(SpecError) as err:
+        load_topology(path)
+    [issue] = err.value.issues
+    assert (issue.line, issue.key_path) == (5, ("links", 0, "trace", "file"))
+    assert "NUL" in issue.message
