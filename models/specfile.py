@@ -41,7 +41,7 @@ from ruamel.yaml.events import (
 from ruamel.yaml.reader import ReaderError
 
 from models.errors import SpecError, SpecIssue, short_repr
-from models.unit_fields import BOOLEAN_NUMBER
+from models.unit_fields import AT_KEY, BOOLEAN_NUMBER
 
 __all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_VALUES", "MAX_ALIASES", "MAX_ITERATIONS",
            "MAX_REPEATS", "MAX_RANKS", "MAX_LAYERS", "MAX_TOKENS", "MAX_CONNS_PER_PEER",
@@ -549,7 +549,7 @@ def issues_from_validation(exc: ValidationError, root: Any, source: str | None,
         loc = _clean_loc(err["loc"], drop,
                          keep_last=err["type"] in ("extra_forbidden", "missing",
                                                    "unexpected_keyword_argument"))
-        if err["type"] == BOOLEAN_NUMBER:  # raised by a model: the key is in ctx
+        if err["type"] in (BOOLEAN_NUMBER, AT_KEY):  # raised by a model: the key is in ctx
             loc = (*loc, *err["ctx"]["key_path"])
         out.append(SpecIssue(_message(root, {**err, "loc": loc}, known, also_known), file=source,
                              key_path=(*prefix, *loc)))
