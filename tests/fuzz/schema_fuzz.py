@@ -10,12 +10,14 @@ tree and read the way ``aitb run --check`` reads it (orchestration.run.runner.pr
 topologies.load_topology, orchestration.campaign.load.load), in-process.
 
 A mutant passes, or is refused with a SpecError (or another AitbError of exit code 2) whose
-every issue names the file, a key path and a line, and one of whose key paths is the mutated key,
-a part of it, a key below it or (for a key of a mapping) a sibling: a new ``kind`` makes the
-other keys of the entry wrong. Anything else is a defect, counted by kind: ``traceback`` (any
-other exception), ``hang`` (longer than ``--slow-s``, interrupted by SIGALRM), ``no_file`` /
-``no_line`` / ``no_key`` (an issue without it), ``other_key`` (no issue near the mutated key),
-``created`` (a file appeared in the mutant's folder or the working directory).
+every issue names the file, a key path and a line. Anything else is a defect, counted by kind:
+``traceback`` (any other exception), ``hang`` (longer than ``--slow-s``, interrupted by
+SIGALRM), ``no_file`` / ``no_line`` / ``no_key`` (an issue without it), ``wrong_exit_code``,
+``created`` (a file appeared in the mutant's folder or the working directory). A refusal none
+of whose issues is at the mutated key, a part of it, a key below it or (for a key of a mapping)
+a sibling is counted apart as ``elsewhere``, with its findings: often right (a node made a
+host leaves others unreachable; a renamed workload orphans the events naming it), sometimes
+a wrong location to fix (a profile's key reported at the generated links that use it).
 
     .venv/bin/python tests/fuzz/schema_fuzz.py                  # every mutant (> 5000)
     .venv/bin/python tests/fuzz/schema_fuzz.py --sample 300 --seed 7
@@ -319,7 +321,7 @@ def check(m: Mutant, reader: Callable[[Path], object], tree: Path, slow_s: float
     for folder in ("topologies", "examples", "workloads", "tests"):
         if folder != rel.parts[0]:
             (tree / folder).symlink_to(ROOT / folder)
-    before = _listing(tree / rel.parts[0], Path.cwd())
+    before = _listing(tree / rel.parts[0], Path.cwd())  # the cwd: an empty folder of its own
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, slow_s)
     try:
@@ -354,7 +356,7 @@ def _judge(exc: AitbError, m: Mutant, path: Path) -> tuple[str, str]:
     near = m.path[:-1] if len(m.path) >= 2 and not isinstance(m.path[-1], int) else m.path
     if m.kind != "campaign" and not any(
             i.file == str(path) and _related(i.key_path, near) for i in issues):
-        return "other_key", f"mutated {format_key_path(m.path)}: {exc}"[:800]
+        return "elsewhere", f"mutated {format_key_path(m.path)}: {exc}"[:800]
     return "refused", ""
 
 
@@ -374,7 +376,9 @@ def run(sample: int | None = None, seed: int = 1, slow_s: float = 10.0,
     cwd = Path.cwd()
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="aitb-schema-fuzz-") as tmp:
-        os.chdir(tmp)  # a results folder made by a reader would appear here
+        work = Path(tmp) / "cwd"
+        work.mkdir()
+        os.chdir(work)  # a results folder made by a reader would appear here
         try:
             for n in indices:
                 m = everyone[n]
@@ -391,9 +395,10 @@ def run(sample: int | None = None, seed: int = 1, slow_s: float = 10.0,
                                      "detail": detail})
         finally:
             os.chdir(cwd)
-    defects = {k: v for k, v in counts.items() if k not in ("passed", "refused")}
+    defects = {k: v for k, v in counts.items() if k not in ("passed", "refused", "elsewhere")}
     return {"mutants": sum(counts.values()), "passed": counts["passed"],
             "refused_correctly": counts["refused"], "defects": defects,
+            "elsewhere": counts["elsewhere"],
             "elapsed_s": round(time.monotonic() - t0, 1), "total_available": len(everyone),
             "findings": findings}
 
