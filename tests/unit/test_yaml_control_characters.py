@@ -38,3 +38,18 @@ def test_unparseable_beyond_the_character_still_has_the_line(tmp_path):
     with pytest.raises(SpecError) as err:
         load_topology(path)
     assert err.value.issues[0].line == 2
+
+
+def test_a_control_character_in_a_node_value_is_named_at_its_key(tmp_path):
+    # escaped in a double-quoted string, YAML reads it; the node's values reach docker,
+    # ovs-ofctl and sysctl as text, so it is refused at its key and line
+    path = tmp_path / "t.yaml"
+    path.write_text('name: t\ndefaults:\n  host: {sysctls: {net.ipv4.tcp_no_metrics_save: '
+                    '"a\\0b"}}\nnodes:\n  h1: {kind: host, image: "a\\x07b"}\n'
+                    '  h2: {kind: host}\nlinks:\n  - {endpoints: [h1, h2]}\n')
+    with pytest.raises(SpecError) as err:
+        load_topology(path)
+    got = {(i.to_dict()["key"], i.line) for i in err.value.issues}
+    assert got == {("defaults.host.sysctls.net.ipv4.tcp_no_metrics_save", 3),
+                   ("nodes.h1.image", 5)}, got
+    assert all("control characters" in i.message for i in err.value.issues)
