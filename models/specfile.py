@@ -38,9 +38,10 @@ from ruamel.yaml.events import (
     NodeEvent,
     ScalarEvent,
 )
+from ruamel.yaml.reader import ReaderError
 
 from models.errors import SpecError, SpecIssue, short_repr
-from models.unit_fields import BOOLEAN_NUMBER
+from models.unit_fields import AT_KEY, BOOLEAN_NUMBER
 
 __all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_VALUES", "MAX_ALIASES", "MAX_ITERATIONS",
            "MAX_REPEATS", "MAX_RANKS", "MAX_LAYERS", "MAX_TOKENS", "MAX_CONNS_PER_PEER",
@@ -300,12 +301,54 @@ class _Scan:
             self.frames[-1].height = max(self.frames[-1].height, f.height + 1)
 
 
-def _syntax_issue(exc: YAMLError, source: str) -> SpecIssue:
+def _syntax_issue(exc: YAMLError, source: str, text: str) -> SpecIssue:
     if isinstance(exc, MarkedYAMLError) and exc.problem_mark is not None:
         what = " ".join(p for p in (exc.context, exc.problem) if p)
         return SpecIssue(f"YAML syntax error: {what}", file=source,
                          line=exc.problem_mark.line + 1)
+    if isinstance(exc, ReaderError) and isinstance(exc.position, int):
+        # a character YAML does not allow (NUL, other control characters): ruamel gives its
+        # position in the text; the line, and the key written on that line, are found here
+        line = text.count("\n", 0, exc.position) + 1
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        return SpecIssue(f"YAML syntax error: character {char!r} (U+{ord(char):04X}) is not "
+                         "allowed in a YAML file; write it as an escape in a double-quoted "
+                         "string, or remove it", file=source, line=line,
+                         key_path=_key_on_line(text, exc.position, line))
     return SpecIssue(f"YAML syntax error: {exc}", file=source)
+
+
+def _key_on_line(text: str, position: int, line: int) -> tuple[str | int, ...]:
+    """Key path of the key written on ``line`` (1-based) of ``text`` last before ``position``
+    (a flow mapping holds several on one line), read with the character at ``position``
+    blanked out; () when that text does not parse either."""
+    try:
+        doc = _yaml().load(text[:position] + " " + text[position + 1:])
+    except (YAMLError, ValueError, TypeError, RecursionError, OverflowError):
+        return ()
+    column = position - (text.rfind("\n", 0, position) + 1)
+    best: tuple[str | int, ...] = ()
+    best_at = (-1, -1)
+
+    def walk(node: Any, path: tuple[str | int, ...]) -> None:
+        nonlocal best, best_at
+        lc = getattr(node, "lc", None)
+        if lc is None or len(path) > MAX_DEPTH:
+            return
+        items = (list(node.items()) if isinstance(node, Mapping)
+                 else list(enumerate(node)) if isinstance(node, list) else [])
+        for key, value in items:
+            try:
+                at, col = (lc.key(key) if isinstance(node, Mapping) else lc.item(key))[:2]
+            except (KeyError, TypeError, AttributeError, IndexError):
+                continue
+            if at + 1 == line and col <= column and (col, len(path)) > best_at:
+                best, best_at = (*path, key), (col, len(path))
+            if at + 1 <= line:
+                walk(value, (*path, key))
+
+    walk(doc, ())
+    return tuple(p if isinstance(p, int) else str(p) for p in best)
 
 
 def _yaml() -> YAML:
@@ -340,7 +383,7 @@ def load_yaml(path: str | Path, expected: str, *, ref: Ref | None = None
         dups = _scan(text, source)
         doc = _yaml().load(text)
     except YAMLError as exc:
-        raise SpecError(_syntax_issue(exc, source)) from None
+        raise SpecError(_syntax_issue(exc, source, text)) from None
     except (ValueError, TypeError, RecursionError, OverflowError) as exc:
         # a value ruamel cannot construct (an int of more than 4300 digits, a date 2001-13-45)
         raise SpecError(SpecIssue(f"cannot read a value: {short_repr(str(exc))}",
@@ -426,11 +469,15 @@ _WITH_INPUT = ("string_pattern_mismatch", "string_too_long", "int_parsing", "int
                "int_from_float", "literal_error", "bool_type", "enum")
 
 
-def _message(root: Any, err: Mapping[str, Any], known: Sequence[str] | None) -> str:
+def _message(root: Any, err: Mapping[str, Any], known: Sequence[str] | None,
+             also_known: Sequence[str] = ()) -> str:
     kind, msg, loc = err["type"], err["msg"], tuple(err["loc"])
     if kind == "extra_forbidden":
         model = _model_at(root, loc[:-1]) if root is not None else None
-        return _unknown(str(loc[-1]), list(model.model_fields) if model else [])
+        fields = list(model.model_fields) if model else []
+        if len(loc) == 1:  # a key at the top: the keys the caller accepts beside the model's
+            fields += [k for k in also_known if k not in fields]
+        return _unknown(str(loc[-1]), fields)
     if kind == "unexpected_keyword_argument":
         return _unknown(str(loc[-1]) if loc else "?", known or [], "parameter")
     if kind == "value_error":
@@ -449,25 +496,62 @@ def _message(root: Any, err: Mapping[str, Any], known: Sequence[str] | None) -> 
     return msg
 
 
-def _clean_loc(loc: Sequence[Any], drop: Sequence[str]) -> tuple[str | int, ...]:
-    """Drop pydantic's internal location parts (function names, union member tags)."""
-    return tuple(p for p in loc if isinstance(p, int) or (
-        p not in drop and not str(p).startswith(("function-", "union[", "tagged-union["))))
+# the labels pydantic gives the members of a plain (smart-mode) union in an error's location:
+# a type's repr (``str``, ``list[nullable[str]]``, ``function-after[...]``) or a model's name
+_TYPE_LABEL = re.compile(r"(str|int|float|bool|bytes|none|decimal|any|date|datetime|"
+                         r"[a-z][a-z-]*\[.*\])")
+
+
+def _model_names() -> set[str]:
+    out, todo = set(), [BaseModel]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__name__ not in out:
+                out.add(sub.__name__)
+                todo.append(sub)
+    return out
+
+
+def _clean_loc(loc: Sequence[Any], drop: Sequence[str], keep_last: bool = False
+               ) -> tuple[str | int, ...]:
+    """Drop pydantic's internal location parts (function names, union member tags, the
+    labels of a plain union's members); ``keep_last``: the last part is a key the user wrote
+    (an unknown or missing key), kept whatever it looks like."""
+    models = None
+    out: list[str | int] = []
+    for n, p in enumerate(loc):
+        if isinstance(p, int) or (keep_last and n == len(loc) - 1):
+            out.append(p)
+            continue
+        text = str(p)
+        if p in drop or text.startswith(("function-", "union[", "tagged-union[")) or \
+                _TYPE_LABEL.fullmatch(text):
+            continue
+        if text[:1].isupper():
+            models = _model_names() if models is None else models
+            if text in models:
+                continue
+        out.append(p)
+    return tuple(out)
 
 
 def issues_from_validation(exc: ValidationError, root: Any, source: str | None,
                            prefix: Sequence[str | int] = (), *, drop: Sequence[str] = (),
-                           known: Sequence[str] | None = None) -> list[SpecIssue]:
+                           known: Sequence[str] | None = None,
+                           also_known: Sequence[str] = ()) -> list[SpecIssue]:
     """One :class:`SpecIssue` per pydantic error of validating as ``root`` (a model class, or
     None), key path ``prefix + loc`` (location parts in ``drop``, e.g. union tags, removed).
     Unknown keys get "did you mean" against the model's fields; unknown keyword parameters
-    (``validate_call``) against ``known``."""
+    (``validate_call``) against ``known``; ``also_known``: keys accepted at the top beside the
+    model's own (those the caller takes out before validating), listed with them."""
     out = []
     for err in exc.errors(include_url=False):
-        loc = _clean_loc(err["loc"], drop)
-        if err["type"] == BOOLEAN_NUMBER:  # raised by a model: the key is in ctx
+        loc = _clean_loc(err["loc"], drop,
+                         keep_last=err["type"] in ("extra_forbidden", "missing",
+                                                   "unexpected_keyword_argument"))
+        if err["type"] in (BOOLEAN_NUMBER, AT_KEY):  # raised by a model: the key is in ctx
             loc = (*loc, *err["ctx"]["key_path"])
-        out.append(SpecIssue(_message(root, {**err, "loc": loc}, known), file=source,
+        out.append(SpecIssue(_message(root, {**err, "loc": loc}, known, also_known), file=source,
                              key_path=(*prefix, *loc)))
     return out
 

@@ -102,6 +102,8 @@ def _read_text(path: Path) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the loader
     except FileNotFoundError:
         raise _issue(name, None, "trace file not found") from None
+    except ValueError:  # os.open refuses a path with a NUL character in it
+        raise _issue(name, None, "trace file name contains a NUL character") from None
     except OSError as exc:
         raise _issue(name, None, f"cannot read the trace file: {exc.strerror}") from None
     try:

@@ -26,7 +26,7 @@ from models.units import UnitError, parse_duration_s, parse_rate_bps, parse_size
 
 __all__ = ["Quantity", "Size", "Duration", "Rate", "Seed", "MAX_SEED", "unit_check",
            "described_unit", "SpecModel",
-           "takes", "boolean_where_number", "BOOLEAN_NUMBER"]
+           "takes", "boolean_where_number", "BOOLEAN_NUMBER", "AT_KEY", "error_at"]
 
 # Numbers are accepted by the type so that the unit parser can say "has no unit" instead of
 # a type error.
@@ -132,6 +132,16 @@ def boolean_where_number(tp: Any, value: Any, where: tuple[str | int, ...] = ()
 
 
 BOOLEAN_NUMBER = "boolean_number"  # the pydantic error type; ctx["key_path"] below the model
+AT_KEY = "at_key"  # an error a model validator raises about one of its keys (error_at)
+
+
+def error_at(key_path: tuple[str | int, ...], message: str) -> PydanticCustomError:
+    """The error a model validator raises about the key at ``key_path`` below the model (a
+    check across keys, e.g. a campaign's repetitions times its points):
+    ``models.specfile.issues_from_validation`` appends ``key_path`` to the model's location,
+    so the SpecIssue names that key and its line, not the model as a whole."""
+    return PydanticCustomError(AT_KEY, "{message}", {"message": message,
+                                                     "key_path": key_path})
 
 
 class SpecModel(BaseModel):

@@ -51,23 +51,28 @@ def _bind_issues(binds: Mapping[str, str], path: tuple) -> Iterator[SpecIssue]:
 
 
 def check_container_keys(layers: list[NodeSettings | None], kind: str,
-                         path: tuple) -> Iterator[SpecIssue]:
+                         path: tuple, layer_paths: list[tuple] | None = None
+                         ) -> Iterator[SpecIssue]:
     """Issues of the container keys of the node at ``path`` whose settings ``layers`` are
     (node, group, defaults: most specific first): they need a host with an image, the
-    command a non-empty first word, binds absolute existing host paths."""
-    given = [(k, layer) for layer in layers if layer is not None for k in CONTAINER_KEYS
-             if getattr(layer, k) is not None]
+    command a non-empty first word, binds absolute existing host paths. ``layer_paths``: the
+    key path of each layer (default: ``path`` for all), so that a key set by the group or by
+    ``defaults`` is reported there, at the line where it is written."""
+    paths = layer_paths or [path] * len(layers)
+    given = [(k, layer, at) for layer, at in zip(layers, paths, strict=True)
+             if layer is not None for k in CONTAINER_KEYS if getattr(layer, k) is not None]
     if not given:
         return
     image = next((x.image for x in layers if x is not None and x.image is not None), None)
     if kind != "host" or image is None:
-        for key in dict.fromkeys(k for k, _ in given):
+        node = path[-1] if path else "?"
+        for key, at in dict.fromkeys((k, at) for k, _, at in given):
             yield SpecIssue(f"{key} applies to container hosts only (kind host with an "
-                            f"image), not to this {kind}", key_path=(*path, key))
+                            f"image), not to {kind} {node}", key_path=(*at, key))
         return
-    for key, layer in given:
+    for key, layer, at in given:
         if key == "command" and not (layer.command or [""])[0]:
             yield SpecIssue("command[0] (the program) must not be empty",
-                            key_path=(*path, "command"))
+                            key_path=(*at, "command"))
         elif key == "binds":
-            yield from _bind_issues(layer.binds or {}, path)
+            yield from _bind_issues(layer.binds or {}, at)

@@ -21,7 +21,8 @@ from models.units import (
 )
 from topologies.spec import LinkDefaults, LinkSpec, ProfileSpec, ShapingSpec
 
-__all__ = ["Direction", "merged", "to_shaping", "link_shaping", "link_trace_specs"]
+__all__ = ["Direction", "merged", "to_shaping", "link_shaping", "link_trace_specs",
+           "trace_key_path"]
 
 Direction = Literal["a_to_b", "b_to_a"]
 _FIELDS = tuple(ShapingSpec.model_fields)
@@ -125,6 +126,32 @@ def link_trace_specs(link: LinkSpec, profiles: Mapping[str, ProfileSpec],
     a, b = (merged(layers(link, profile, default, dprofile, d)).get("trace")  # type: ignore[arg-type]
             for d in ("a_to_b", "b_to_a"))
     return a, b
+
+
+def trace_key_path(link: LinkSpec, index: int, profiles: Mapping[str, ProfileSpec],
+                   default: LinkDefaults | None, direction: Direction
+                   ) -> tuple[str | int, ...]:
+    """Key path of the ``trace`` that :func:`link_trace_specs` takes for ``direction`` of
+    ``link`` (at ``links[index]``): the most specific layer of :func:`layers` that sets one,
+    e.g. ``("links", 3, "a_to_b", "trace")``, ``("profiles", "wan", "up", "trace")`` or
+    ``("defaults", "link", "trace")`` (``("links", index, direction, "trace")`` if none)."""
+    side = "up" if direction == "a_to_b" else "down"
+
+    def profile_layers(name: str | None) -> list[tuple[tuple[str | int, ...], Any]]:
+        profile = profiles.get(name) if name else None
+        if profile is None:
+            return []
+        return [(("profiles", name), profile), (("profiles", name, side), getattr(profile, side))]
+
+    stack = [*profile_layers(default.profile if default else None),
+             (("defaults", "link"), default), *profile_layers(link.profile),
+             (("links", index), link),
+             (("links", index, direction), link.a_to_b if direction == "a_to_b" else link.b_to_a)]
+    path: tuple[str | int, ...] = ("links", index, direction)
+    for where, layer in stack:
+        if layer is not None and getattr(layer, "trace", None) is not None:
+            path = where
+    return (*path, "trace")
 
 
 def link_shaping(link: LinkSpec, profiles: Mapping[str, ProfileSpec],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,11 +22,13 @@ from pydantic import (
     Field,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
+from models.errors import short_repr
 from models.plan import DelayLine
 from models.shaping import AQMS, JITTER_DISTRIBUTIONS
-from models.unit_fields import SpecModel, described_unit
+from models.unit_fields import SpecModel, described_unit, error_at
 from models.units import (
     parse_buffer,
     parse_duration_s,
@@ -70,6 +73,8 @@ def _sysctl_value(value: object) -> object:
         return str(value)
     return value
 
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # as models.plan refuses in any runtime value
 
 SysctlValue = Annotated[str, BeforeValidator(_sysctl_value),
                         WithJsonSchema({"type": ["string", "integer", "number"]})]
@@ -221,6 +226,22 @@ class NodeSettings(_Strict):
         default=None, examples=[{"/srv/data": "/data", "/srv/out": "/out:rw"}],
         description="Container hosts: absolute host path -> container path, read-only unless "
                     "the container path ends in ':rw'; the host path must exist.")
+
+    @model_validator(mode="after")
+    def _no_control_characters(self) -> NodeSettings:
+        # these values reach a runtime (docker, ovs-ofctl, sysctl) as text: a NUL or other
+        # control character is refused here, at its key and line, not later at the plan
+        for name in ("sysctls", "flows", "labels", "image", "command", "environment", "binds"):
+            value = getattr(self, name)
+            items = (value.items() if isinstance(value, dict) else enumerate(value)
+                     if isinstance(value, list) else [((), value)] if value else [])
+            for key, text in items:
+                where = (name,) if key == () else (name, key)
+                for part in (key, text) if isinstance(key, str) else (text,):
+                    if isinstance(part, str) and _CONTROL.search(part):
+                        raise error_at(where, f"{short_repr(part)} must be text without "
+                                       "control characters")
+        return self
 
 
 class NodeSpec(NodeSettings):

@@ -70,7 +70,8 @@ def _check_nodes(spec: TopologySpec) -> Iterator[SpecIssue]:
         if kind == "switch":
             yield from _check_flows([node, group, spec.defaults.switch], path)
         yield from check_container_keys([node, group, getattr(spec.defaults, kind)], kind,
-                                        path)
+                                        path, [path, ("groups", node.group),
+                                               ("defaults", kind)])
 
 
 def _check_flows(layers: list[NodeSettings | None], path: tuple) -> Iterator[SpecIssue]:

@@ -49,7 +49,9 @@ class TrainTime(SpecModel):
     seconds: float = Field(1.0, gt=0)
     low_s: float = Field(0.5, gt=0)
     high_s: float = Field(1.5, gt=0)
-    sigma: float = Field(0.5, ge=0)
+    # a shape above 10 spreads the median by e^10 either way per standard deviation (and
+    # exp() of a draw of 1e300 overflows): no training time is that spread
+    sigma: float = Field(0.5, ge=0, le=10)
     per_client_s: list[float] = Field(default_factory=list)
 
     def draw(self, rng: random.Random, client: int) -> float:

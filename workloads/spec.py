@@ -140,20 +140,22 @@ _KIND_TAGS = tuple(_BY_KIND)  # pydantic's union tags in error locations
 
 
 def parse_workload(data: Any, *, file: str | None = None, prefix: Sequence[str | int] = (),
-                   doc: Any = None) -> AnySpec:
+                   doc: Any = None, also_known: Sequence[str] = ()) -> AnySpec:
     """Validate ``data`` (a mapping from YAML) as a workload spec.
 
     ``prefix`` is the key path of ``data`` inside its file; ``doc`` the ruamel document of
     that file (for line numbers; default ``data`` when ``prefix`` is empty). Raises
     :class:`SpecError` with one issue per problem, each naming ``file``, the full key path and
-    the line (models.specfile: "did you mean" for unknown keys).
+    the line (models.specfile: "did you mean" for unknown keys, among the kind's keys and
+    ``also_known``, the keys the caller accepts beside them, e.g. an experiment entry's).
     """
     try:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
         kind = data.get("kind") if isinstance(data, Mapping) else None
         root = _BY_KIND.get(kind) if isinstance(kind, str) else None
-        issues = issues_from_validation(exc, root, file, prefix, drop=_KIND_TAGS)
+        issues = issues_from_validation(exc, root, file, prefix, drop=_KIND_TAGS,
+                                        also_known=also_known)
         for e, issue in zip(exc.errors(), issues, strict=True):
             if e["type"] in ("union_tag_invalid", "union_tag_not_found"):
                 issue.key_path = (*prefix, "kind")

@@ -31,10 +31,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from models.errors import SpecError, SpecIssue
+from models.errors import SpecError, SpecIssue, short_repr
 from models.records import SUMMARY_KEYS
 from models.specfile import MAX_POINTS, MAX_RUNS, issues_from_validation, with_lines
-from models.unit_fields import SpecModel
+from models.unit_fields import SpecModel, error_at
 from orchestration.run.experiment import NAME_PATTERN
 from topologies.loader import read_yaml
 
@@ -102,14 +102,14 @@ class CampaignSpec(SpecModel):
         if points > MAX_POINTS:
             raise ValueError(f"the sweep has {points} points; at most {MAX_POINTS}")
         if points * self.repetitions > MAX_RUNS:
-            raise ValueError(f"{points} points x {self.repetitions} repetitions = "
-                             f"{points * self.repetitions} runs; at most {MAX_RUNS}")
+            raise error_at(("repetitions",), f"{points} points x {self.repetitions} "
+                           f"repetitions = {points * self.repetitions} runs; at most {MAX_RUNS}")
         swept = [*self.grid, *self.zip]
         for i, p in enumerate(self.plots):
-            for key in (p.x, p.lines):
+            for name, key in (("x", p.x), ("lines", p.lines)):
                 if key is not None and key not in swept:
-                    raise ValueError(f"plots[{i}]: {key!r} is not a swept key; swept: "
-                                     f"{', '.join(swept) or 'none'}")
+                    raise error_at(("plots", i, name), f"{short_repr(key)} is not a swept "
+                                   f"key; swept: {', '.join(swept) or 'none'}")
         return self
 
     def swept(self) -> list[str]:

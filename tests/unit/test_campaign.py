@@ -124,11 +124,17 @@ def test_campaign_file_errors_name_file_key_and_line(tmp_path):
         in got[0]
 
 
+def test_too_many_runs_are_named_at_repetitions_with_its_line(tmp_path):
+    # a check across keys (points x repetitions) is reported at the key, not at the file
+    got = issues(write(tmp_path, CAMPAIGN + "repetitions: 100000\n"))
+    assert ":10: repetitions: " in got[0] and "runs; at most" in got[0], got
+
+
 def test_zip_lengths_and_plot_keys_are_checked(tmp_path):
     got = issues(write(tmp_path, CAMPAIGN + "zip:\n  seed: [1, 2]\n  scale: [1]\n"))
     assert "zip lists must have equal lengths; got seed: 2, scale: 1" in got[0]
     got = issues(write(tmp_path, CAMPAIGN + "plots:\n  - {metric: cct_s_mean, x: seed}\n"))
-    assert "plots[0]: 'seed' is not a swept key; swept: workloads.0.size" in got[0]
+    assert ":11: plots[0].x: 'seed' is not a swept key; swept: workloads.0.size" in got[0]
     got = issues(write(tmp_path, CAMPAIGN + "plots:\n  - {metric: cct_mean, "
                                             "x: workloads.0.size}\n"))
     assert ":11: plots[0].metric" in got[0] and "cct_s_mean" in got[0]

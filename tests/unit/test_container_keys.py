@@ -69,6 +69,29 @@ def test_container_keys_need_an_image(tmp_path):
     find_issue(found, "nodes.r1.environment", "container hosts only")
 
 
+def test_a_container_key_set_by_defaults_or_group_is_named_where_it_is_written(tmp_path):
+    # defaults.host and a group's keys reach every host: the key at fault is the one written
+    # there (and its line), not a key path of each node that the file does not contain
+    text = """\
+        name: bad
+        defaults:
+          host: {environment: {A: "1"}}
+        groups:
+          g: {kind: host, command: [sleep, "9"]}
+        nodes:
+          h1: {kind: host}
+          h2: {group: g}
+          r1: {kind: router}
+        links:
+          - {endpoints: [h1, r1]}
+          - {endpoints: [h2, r1]}
+    """
+    found = issues(tmp_path, text)
+    assert find_issue(found, "defaults.host.environment", "not to host h1").line == 3
+    assert find_issue(found, "groups.g.command", "not to host h2").line == 5
+    assert not [i for i in found if i.key_path[:1] == ("nodes",)], found
+
+
 def test_empty_command_list_is_refused(tmp_path):
     find_issue(issues(tmp_path, _lab(tmp_path, "command: []")), "nodes.c1.command", "at least")
 

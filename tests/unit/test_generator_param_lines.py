@@ -122,3 +122,15 @@ def test_a_valid_generator_still_resolves(tmp_path):
     path.write_text("name: e\ntopology:\n  generator: fat_tree\n  params: {k: 4}\n" + RING)
     assert len(prepare(path).plan.hosts()) == 16
 
+
+
+def test_a_union_parameter_names_the_users_key_not_pydantics_member_labels(tmp_path):
+    # edge_star's access is a profile name or a list of them: pydantic labels the members of
+    # such a union ("str", "list[nullable[str]]") in its error locations; they are no keys
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\ngenerator:\n  name: edge_star\n  params: {access: [a, true]}\n")
+    with pytest.raises(SpecError) as err:
+        load_topology(path)
+    keys = {i.to_dict()["key"] for i in err.value.issues}
+    assert keys == {"generator.params.access", "generator.params.access[1]"}, keys
+    assert {i.line for i in err.value.issues} == {4}

@@ -45,3 +45,15 @@ def test_a_wrong_type_is_named_with_file_key_and_line(tmp_path, kind, key, value
 def test_the_cli_refuses_it_without_a_traceback_and_creates_nothing(tmp_path):
     stderr = refused_run(_experiment(tmp_path, "fedavg", "hosts", "7"), tmp_path)
     assert "workloads[0].hosts" in stderr and "e.yaml:5" in stderr
+
+
+def test_an_unknown_key_lists_the_entry_keys_too(tmp_path):
+    # "expected one of" lists every key the entry takes: the kind's (kind, file, options) and
+    # the entry's (placement, hosts, start, ...), since both are accepted there
+    path = _experiment(tmp_path, "aicb", "name", "x")
+    with pytest.raises(SpecError) as err:
+        prepare(path)
+    [issue] = [i for i in err.value.issues if i.key_path[-1] == "name"]
+    listed = issue.message.split("expected one of: ")[1].split(", ")
+    assert {"kind", "file", "options", "placement", "hosts", "stragglers", "start"} <= set(listed)
+    assert issue.line == 5

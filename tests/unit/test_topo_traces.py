@@ -66,12 +66,38 @@ def test_bad_trace_row_names_trace_file_line_and_link_key(tmp_path):
     assert issue.message.endswith(f"(a trace named in {tmp_path / 'lab.yaml'})")
 
 
-def test_missing_trace_file_is_one_error_and_nothing_else(tmp_path):
+def test_missing_trace_file_is_one_error_at_the_key_that_names_it(tmp_path):
+    # the profile's trace applies to both directions: reported once, at profiles.cell's
+    # trace.file and its line in the topology file, with the path that was looked for
     (tmp_path / "up.mm").write_text("1\n")
     with pytest.raises(SpecError) as err:
         load_topology(write(tmp_path, TOPO))
-    assert [i.file for i in err.value.issues] == [str(tmp_path / "cell.trace")] * 2
-    assert "trace file not found" in str(err.value)
+    [issue] = err.value.issues
+    assert (issue.file, issue.line) == (str(tmp_path / "lab.yaml"), 4)
+    assert issue.key_path == ("profiles", "cell", "trace", "file")
+    assert issue.message == f"trace file not found: {tmp_path / 'cell.trace'}"
+
+
+def test_missing_trace_file_of_generated_links_names_the_profile_key(tmp_path):
+    path = tmp_path / "lab.yaml"
+    path.write_text("name: t\ngenerator: {name: single_switch, params: {hosts: 2, link: gig}}\n"
+                    "profiles:\n  gig:\n    rate: 1Gbit\n    trace:\n      file: nope.csv\n")
+    with pytest.raises(SpecError) as err:
+        load_topology(path)
+    [issue] = err.value.issues
+    assert str(issue) == f"{path}:7: profiles.gig.trace.file: trace file not found: " \
+                         f"{tmp_path / 'nope.csv'}"
+
+
+def test_missing_trace_file_of_a_link_direction_names_its_file_key(tmp_path):
+    path = tmp_path / "lab.yaml"
+    path.write_text("name: t\nnodes: {h1: {kind: host}, h2: {kind: host}}\nlinks:\n"
+                    "  - endpoints: [h1, h2]\n    b_to_a:\n      trace: {file: gone.csv}\n")
+    with pytest.raises(SpecError) as err:
+        load_topology(path)
+    [issue] = err.value.issues
+    assert (issue.file, issue.line) == (str(path), 6)
+    assert issue.key_path == ("links", 0, "b_to_a", "trace", "file")
 
 
 @pytest.mark.parametrize(("trace", "key", "needle"), [
@@ -94,8 +120,10 @@ def test_trace_values_checked_against_the_link(tmp_path):
     text = ("name: t\nnodes: {h1: {kind: host}, h2: {kind: host}}\n"
             "links:\n  - endpoints: [h1, h2]\n    jitter: 5ms\n    delay: 10ms\n"
             "    trace: {file: d.trace}\n")
-    issue = find_issue(issues(tmp_path, text), "links[0].a_to_b.trace", "the step at 1 s")
-    assert "jitter" in issue.message
+    # the trace is the link's own: reported at links[0].trace, line 7, for each direction
+    found = issues(tmp_path, text)
+    issue = find_issue(found, "links[0].trace", "a_to_b: the step at 1 s")
+    assert "jitter" in issue.message and issue.line == 7 and len(found) == 2
 
 
 def test_scaled_plan_scales_trace_rates_too(tmp_path):
@@ -139,3 +167,14 @@ def test_a_bad_trace_stops_an_experiment_before_anything_is_made(tmp_path):
     assert str(err.value).startswith(f"{tmp_path / 'bad.trace'}:3: ")
     assert "column rate: a rate '5' has no unit" in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.trace", "exp.yaml"]
+
+
+def test_a_nul_in_a_trace_file_name_is_refused_at_its_key(tmp_path):
+    path = tmp_path / "lab.yaml"
+    path.write_text('name: t\nnodes: {h1: {kind: host}, h2: {kind: host}}\nlinks:\n'
+                    '  - endpoints: [h1, h2]\n    trace: {file: "a\\0b"}\n')
+    with pytest.raises(SpecError) as err:
+        load_topology(path)
+    [issue] = err.value.issues
+    assert (issue.line, issue.key_path) == (5, ("links", 0, "trace", "file"))
+    assert "NUL" in issue.message

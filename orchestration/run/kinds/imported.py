@@ -76,7 +76,8 @@ def _fl_clusters(ctx: Ctx, plan: LabPlan, s: Schedule) -> dict[int, str]:
 
 def _schedule(ctx: Ctx, e: ImportedEntry) -> Schedule:
     data = {k: v for k, v in (e.model_extra or {}).items() if k not in _OWN_KEYS}
-    spec = parse_workload({"kind": e.kind, **data}, file=ctx.source, prefix=ctx.prefix)
+    spec = parse_workload({"kind": e.kind, **data}, file=ctx.source, prefix=ctx.prefix,
+                          also_known=[k for k in ImportedEntry.model_fields if k != "kind"])
     return build_workload(spec, base_dir=Path(ctx.base_dir), file=ctx.source,
                           prefix=ctx.prefix)
 
