@@ -34,10 +34,11 @@ records, not the counter samples, because they count payload bytes once (interfa
 add headers, ACKs and retransmitted copies) and exist in every run. Over a window
 [t, t + w]: G(t) = (D(t + w) - D(t)) * 8 / w, D(t) the bytes delivered by t.
 
-**Baseline.** The job's undisturbed pace: what it did before the run's FIRST applied event
-(not merely before this one: the link-up that ends an outage is judged against the pace before
-the outage, not against the outage). ``iteration_time_before_s``: the median iteration time
-(collectives) or round time (FL rounds) of the workload's iterations that ended by then.
+**Baseline.** The job's undisturbed pace: what it did before the first applied event of the
+run after the workload began (not merely before this one: the link-up that ends an outage is
+judged against the pace before the outage, not against the outage).
+``iteration_time_before_s``: the median iteration time (collectives) or round time (FL rounds)
+of the workload's iterations that ended by then.
 
 **Time to recover, by pace** (a workload with iterations or rounds and a baseline): the job is
 back to its pre-event pace, sustained. An iteration is at pace when it took at most the
@@ -494,7 +495,7 @@ def event_impact(windows: Sequence[dict[str, Any]], flows: pd.DataFrame,
             continue
         for wi in sorted(hit_w):
             rows.append(_row(base, w, wi, names, flows, hit, iters, rtimes, colls, fails,
-                             plan, start, end, prev, segments or {}, applied[0]))
+                             plan, start, end, prev, segments or {}, applied))
     return pd.DataFrame(rows, columns=list(IMPACT_COLUMNS))
 
 
@@ -502,11 +503,14 @@ def _row(base: dict[str, Any], w: dict[str, Any], wi: int, names: dict[int, str]
          flows: pd.DataFrame, hit: pd.DataFrame, iters: pd.DataFrame, rtimes: pd.DataFrame,
          colls: pd.DataFrame, fails: pd.DataFrame, plan: LabPlan | None, start: float,
          end: float | None, prev: float,
-         segments: dict[str, dict[Conn, np.ndarray]], first_event: float) -> dict[str, Any]:
+         segments: dict[str, dict[Conn, np.ndarray]], applied: list[float]
+         ) -> dict[str, Any]:
     """The row of workload ``wi`` for the event of window ``w``; ``fails``: the failure
-    records from the event until the next one; ``first_event``: the run's first applied
-    event instant (where the baseline ends)."""
+    records from the event until the next one; ``applied``: the run's applied event instants
+    (sorted); the baseline ends at the first of them after the workload began."""
     mine = flows[flows["workload_index"] == wi] if not flows.empty else flows
+    began = _began(wi, mine, iters, rtimes, start)
+    first_event = next((x for x in applied if x > began), start)
     mine_hit = hit[hit["workload_index"] == wi] if not hit.empty else hit
     row = {**base, "workload_index": wi, "flows_hit": len(mine_hit)}
     if not mine.empty and "workload" in mine:
@@ -548,8 +552,8 @@ def _row(base: dict[str, Any], w: dict[str, Any], wi: int, names: dict[int, str]
     row["window_s"] = window
     first = float(mine["t_start"].min()) if not mine.empty else start
     until = float(f["t"].max()) if len(f) else None  # it failed: zero goodput until then
-    # the baseline ends at the run's first event: a later event is judged against the pace
-    # before any disturbance (module docstring)
+    # the baseline ends at the workload's first event: a later event is judged against the
+    # pace before any disturbance (module docstring)
     lo = max(first, prev) if first_event >= start else first
     row.update(recovery(mine, start, lo, window, until=until, baseline_until=first_event))
     times = rtimes if per_w["rounds"] and not per_w["iterations"] else iters
@@ -557,6 +561,19 @@ def _row(base: dict[str, Any], w: dict[str, Any], wi: int, names: dict[int, str]
         row.update(pace_recovery(times[times["workload_index"] == wi], start,
                                  row["iteration_time_before_s"]))
     return row
+
+
+def _began(wi: int, flows: pd.DataFrame, iters: pd.DataFrame, rtimes: pd.DataFrame,
+           start: float) -> float:
+    """When workload ``wi`` began: its first flow, iteration or round start (host clock, s);
+    ``start`` when it has none."""
+    starts = [float(flows["t_start"].min())] if not flows.empty else []
+    for frame in (iters, rtimes):
+        if not frame.empty:
+            sub = frame[frame["workload_index"] == wi]
+            if not sub.empty:
+                starts.append(float(sub["t_start"].min()))
+    return min(starts, default=start)
 
 
 def _failures_after(failures: pd.DataFrame, start: float, nxt: float) -> pd.DataFrame:
