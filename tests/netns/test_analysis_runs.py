@@ -6,6 +6,7 @@ the counter sampler is part of this build: both cases are checked."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,11 +40,16 @@ def run(example: str, tmp_path: Path, env: dict[str, str]) -> tuple[Path, dict]:
 
 
 def check_report(run_dir: Path, expected: tuple[str, ...]) -> None:
+    """Each figure of ``expected``, the counter figures where the run has counters and the
+    lab picture (every run has a plan) are in report.html, their alt text naming them (and
+    what they mark, after a ';'); every other figure says it is absent."""
     html = (run_dir / "report.html").read_text()
     has_counters = (run_dir / "counters" / "qdisc.parquet").exists()
-    for key in (*expected, *(COUNTER_PLOTS if has_counters else ())):
-        assert f'id="plot-{key}" alt="{key}" src="data:image/png;base64,' in html, key
-    for key in set(PLOTS) - set(expected) - set(COUNTER_PLOTS if has_counters else ()):
+    present = (*expected, "lab", *(COUNTER_PLOTS if has_counters else ()))
+    for key in present:
+        assert re.search(f'id="plot-{key}" alt="{key}(; [^"]*)?" src="data:image/png;base64,',
+                         html), key
+    for key in set(PLOTS) - set(present):
         assert f'id="plot-{key}-absent"' in html, key
 
 
