@@ -99,15 +99,21 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def _independent_queue_drops(qdisc: pd.DataFrame) -> float:
-    """Drops as analysis.metrics.links.queue_metrics defines them, recomputed: per root qdisc
-    (parent TC_H_ROOT) that is a queue (not a netem delay line, whose drops are configured
-    loss, nor noqueue/ingress/clsact), the last cumulative ``drops`` minus the first."""
+    """Drops as analysis.metrics.links.queue_metrics defines them, recomputed: per interface,
+    the last cumulative ``drops`` minus the first of its segmenter (a tbf that cuts GSO
+    packets into frames before a small buffer: it counts every frame the buffer drops, where
+    the root HTB sees one packet and at most one drop, net/sched/sch_tbf.c tbf_segment), else
+    of its root qdisc (parent TC_H_ROOT) that is a queue (not a netem delay line, whose drops
+    are configured loss, nor noqueue/ingress/clsact)."""
     root = qdisc["parent"].astype(str).str.lower().isin(["root", "ffff:ffff", "ffffffff",
                                                         "4294967295"])
     queues = qdisc[root & ~qdisc["kind"].isin(["netem", "noqueue", "ingress", "clsact"])]
+    segmenters = qdisc[qdisc["kind"] == "tbf"]
     total = 0.0
-    for _key, g in queues.sort_values("t_s").groupby(["node", "ifname", "handle"]):
-        total += float(g["drops"].iloc[-1] - g["drops"].iloc[0])
+    for (node, ifname), g in queues.sort_values("t_s").groupby(["node", "ifname"]):
+        seg = segmenters[(segmenters["node"] == node) & (segmenters["ifname"] == ifname)]
+        src = seg.sort_values("t_s") if not seg.empty else g
+        total += float(src["drops"].iloc[-1] - src["drops"].iloc[0])
     return total
 
 
