@@ -51,8 +51,9 @@ from workloads.training.params import Parallelism, TransformerModel
 
 __all__ = ["padded_vocab", "attention_fwd_flops", "mlp_fwd_flops", "logits_fwd_flops",
            "layer_params", "params_per_tp_rank", "iteration_model_flops", "tp_comm_bytes",
-           "expert_mlp_params", "split_params", "moe_a2a_bytes", "stage_params",
-           "stage_split_params", "word_embedding_params"]
+           "expert_mlp_params", "split_params", "moe_a2a_bytes", "moe_dispatch_tokens",
+           "stage_params", "stage_split_params", "word_embedding_params", "attention_block_params",
+           "mlp_block_params", "sequence_parallel_params"]
 
 
 def padded_vocab(m: TransformerModel, tp: int) -> int:
@@ -69,8 +70,8 @@ def attention_fwd_flops(m: TransformerModel, mbs: int) -> float:
 
 
 def mlp_fwd_flops(m: TransformerModel, mbs: int) -> float:
-    """Forward FLOPs of one MLP block: 4 B s h ffn, times ``moe_topk`` for an MoE layer."""
-    k = m.moe_topk if m.num_experts else 1
+    """Forward FLOPs of one MLP block: 4 B s h ffn, times ``moe_router_topk`` for an MoE layer."""
+    k = m.moe_router_topk if m.num_experts else 1
     return 4 * mbs * m.seq_length * m.hidden_size * m.ffn * k
 
 
@@ -88,17 +89,47 @@ def layer_params(m: TransformerModel, tp: int) -> int:
     return attn + mlp
 
 
+def attention_block_params(m: TransformerModel, tp: int) -> int:
+    """Parameters of one layer's input layer norm and attention held by one TP rank:
+    ``(4 h^2 + 3 h) / tp + h + 2 h`` (QKV and projection weights and the QKV bias sharded,
+    the projection bias and the layer norm replicated)."""
+    h = m.hidden_size
+    return (4 * h * h + 3 * h) // tp + h + 2 * h
+
+
+def mlp_block_params(m: TransformerModel, tp: int) -> int:
+    """Parameters of one layer's pre-MLP layer norm and dense MLP held by one TP rank:
+    ``(2 h ffn + ffn) / tp + h + 2 h``; with attention_block_params, layer_params."""
+    h, f = m.hidden_size, m.ffn
+    return (2 * h * f + f) // tp + h + 2 * h
+
+
+def sequence_parallel_params(m: TransformerModel, pp: int, stage: int) -> int:
+    """Parameters of pipeline ``stage`` whose gradients Megatron all-reduces over TP with
+    sequence parallelism (``finalize_model_grads``, ``_allreduce_layernorm_grads``: every
+    parameter marked ``sequence_parallel``): per layer the two layer norms (4h) and the
+    row-parallel biases (attention projection h, and the MLP's second bias h for a dense
+    layer, or the router's h x E for an MoE layer, whose experts compute on gathered
+    tokens), plus the final layer norm (2h) on the last stage. Replicated over TP, so the
+    same on every TP rank."""
+    h = m.hidden_size
+    per_layer = 5 * h + (h * m.num_experts if m.num_experts else h)
+    return m.num_layers // pp * per_layer + (2 * h if stage == pp - 1 else 0)
+
+
 def expert_mlp_params(m: TransformerModel, tp: int) -> int:
     """Parameters of one expert (one MLP) held by one TP rank: ``(2 h ffn + ffn) / tp + h``."""
     return (2 * m.hidden_size * m.ffn + m.ffn) // tp + m.hidden_size
 
 
-def split_params(m: TransformerModel, tp: int, ep: int) -> tuple[int, int]:
+def split_params(m: TransformerModel, tp: int, ep: int,
+                 etp: int | None = None) -> tuple[int, int]:
     """(dense, expert) parameters one rank holds over all stages (module docstring): expert
-    = layers x (E / ep) x expert_mlp_params, dense = the rest of params_per_tp_rank minus
-    all E experts plus the router (h x E per layer). Without experts: (params, 0). When the
-    model states ``parameters``, both parts are scaled so that dense + E x (expert / (E /
-    ep)) matches it (the shapes give the split, the statement the total)."""
+    = layers x (E / ep) x expert_mlp_params sharded over ``etp`` (default ``tp``), dense =
+    the rest of params_per_tp_rank minus all E experts plus the router (h x E per layer).
+    Without experts: (params, 0). When the model states ``parameters``, both parts are
+    scaled by params_per_tp_rank / derived (the shapes give the split, the statement the
+    total)."""
     total = params_per_tp_rank(m, tp)
     if not m.num_experts:
         return total, 0
@@ -106,13 +137,32 @@ def split_params(m: TransformerModel, tp: int, ep: int) -> tuple[int, int]:
     derived = _derived_params(m, tp)
     dense = derived - experts_all + m.num_layers * m.hidden_size * m.num_experts
     scale = total / derived
-    return round(dense * scale), round(experts_all // ep * scale)
+    mine = m.num_layers * (m.num_experts // ep) * expert_mlp_params(m, etp or tp)
+    return round(dense * scale), round(mine * scale)
+
+
+def moe_dispatch_tokens(m: TransformerModel, mbs: int, tp: int) -> int:
+    """Token copies one rank dispatches per MoE layer and micro-batch (Megatron-LM
+    megatron/core/transformer/moe/moe_utils.py ``get_capacity``,
+    ``topk_softmax_with_capacity``; routing assumed uniform): the rank holds T = mbs x seq /
+    tp tokens (its sequence shard; MoE with tp > 1 needs sequence parallelism) and routes
+    each to ``k = moe_router_topk`` experts, T k copies. With ``moe_capacity_factor`` c each
+    of the E experts takes at most C = ceil(T k / E x c) of them (the rest are dropped):
+    min(T k, E C); with ``moe_pad_expert_input_to_capacity`` exactly E C."""
+    tokens = mbs * m.seq_length // tp * m.moe_router_topk
+    if m.moe_capacity_factor is None:
+        return tokens
+    e = m.num_experts
+    cap = math.ceil(tokens / e * m.moe_capacity_factor)
+    return e * cap if m.moe_pad_expert_input_to_capacity else min(tokens, e * cap)
 
 
 def moe_a2a_bytes(m: TransformerModel, mbs: int, tp: int) -> int:
-    """Bytes one rank sends in a dispatch (or combine) all-to-all: tokens x topk x hidden x
-    activation_bytes / tp (module docstring)."""
-    return tp_comm_bytes(m, mbs) * m.moe_topk // tp
+    """Bytes of one rank's dispatch (or combine) all-to-all buffer:
+    moe_dispatch_tokens x hidden x activation_bytes (AICB ``MOEMLP``: seq x hidden x mbs x
+    topk / tp x 2, the same without a capacity factor). The experts' TP group then gathers
+    etp of these buffers."""
+    return moe_dispatch_tokens(m, mbs, tp) * m.hidden_size * m.activation_bytes
 
 
 def word_embedding_params(m: TransformerModel, tp: int) -> int:
@@ -153,19 +203,20 @@ def stage_params(m: TransformerModel, tp: int, pp: int, stage: int) -> int:
 
 
 def stage_split_params(m: TransformerModel, tp: int, ep: int, pp: int,
-                       stage: int) -> tuple[int, int]:
+                       stage: int, etp: int | None = None) -> tuple[int, int]:
     """(dense, expert) parameters one rank of ``stage`` holds (split_params for one stage):
-    expert = the stage's layers x (E / ep) x expert_mlp_params, dense = the rest of
-    stage_params minus all E experts plus the router (h x E per layer); both scaled as
-    stage_params. Without experts: (stage_params, 0)."""
+    expert = the stage's layers x (E / ep) x expert_mlp_params sharded over ``etp``
+    (default ``tp``), dense = the rest of stage_params minus all E experts plus the router
+    (h x E per layer); both scaled as stage_params. Without experts: (stage_params, 0)."""
     if not m.num_experts:
         return stage_params(m, tp, pp, stage), 0
     layers = m.num_layers // pp
     experts_all = layers * m.num_experts * expert_mlp_params(m, tp)
     dense = _derived_stage(m, tp, pp, stage) - experts_all + layers * m.hidden_size \
         * m.num_experts
+    mine = layers * (m.num_experts // ep) * expert_mlp_params(m, etp or tp)
     total, derived = params_per_tp_rank(m, tp), _derived_params(m, tp)
-    return _scaled(dense, total, derived), _scaled(experts_all // ep, total, derived)
+    return _scaled(dense, total, derived), _scaled(mine, total, derived)
 
 
 def params_per_tp_rank(m: TransformerModel, tp: int) -> int:

@@ -34,11 +34,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workloads.training.flops import (
+    attention_block_params,
     attention_fwd_flops,
-    layer_params,
     logits_fwd_flops,
+    mlp_block_params,
     mlp_fwd_flops,
     moe_a2a_bytes,
+    sequence_parallel_params,
     stage_split_params,
     tp_comm_bytes,
     word_embedding_params,
@@ -80,8 +82,10 @@ class StageBuilder:
         self.rate = a.flops_per_s * a.efficiency
 
     def _coll(self, op: str, group: str, size: int, label: str) -> list[Step]:
-        width = {"tp": self.p.tp, "dp": self.p.data_parallel, "ep": self.p.ep,
-                 "ep_dp": self.p.data_parallel // self.p.ep}.get(group, 2)
+        p = self.p
+        x = p.expert_tp
+        width = {"tp": p.tp, "dp": p.data_parallel, "ep": p.ep, "etp": x, "ep_tp": x * p.ep,
+                 "ep_dp": p.tp * p.data_parallel // (x * p.ep)}.get(group, 2)
         return [Step("coll", op, group, size, label=label)] if width > 1 else []
 
     def _compute(self, flops: float, label: str) -> Step:
@@ -97,11 +101,16 @@ class StageBuilder:
                           "forward_step")
         first, last = self.ends(stage, chunk)
         if first:
-            out += self._coll("all_reduce", "tp", self.comm, "forward.embedding")
+            out += self._embedding_gather("forward", "embedding")
+            out += self._coll("reduce_scatter" if p.sequence_parallel else "all_reduce", "tp",
+                              self.comm, "forward.embedding")
         base = chunk * self.chunk_layers
         for i in range(self.chunk_layers):
             out += self._layer_forward(base + i, "forward")
         if last:
+            out += self._embedding_gather("forward", "output_layer")
+            if p.sequence_parallel:  # the column-parallel output layer gathers its input
+                out += self._coll("all_gather", "tp", self.comm, "forward.output_layer")
             out.append(self._compute(logits_fwd_flops(m, p.micro_batch_size, p.tp), "logits"))
             for _ in range(3):  # _VocabParallelCrossEntropy: max, sum exp, predicted logit
                 out += self._coll("all_reduce", "tp", p.micro_batch_size * m.seq_length * 4,
@@ -119,17 +128,26 @@ class StageBuilder:
         forward FLOPs), with the forward of recomputed layers repeated before their backward
         (module docstring)."""
         m, p, out = self.m, self.p, []
-        if self.ends(stage, chunk)[1]:
+        first, last = self.ends(stage, chunk)
+        if last:
+            out += self._embedding_gather("backward", "output_layer")
+            if p.sequence_parallel:  # column-parallel backward: input re-gathered for wgrad
+                out += self._coll("all_gather", "tp", self.comm, "backward.output_layer")
             out.append(self._compute(2 * logits_fwd_flops(m, p.micro_batch_size, p.tp),
                                      "backward.output_layer"))
-            out += self._coll("all_reduce", "tp", self.comm, "backward.output_layer")
+            out += self._coll("reduce_scatter" if p.sequence_parallel else "all_reduce", "tp",
+                              self.comm, "backward.output_layer")
+            out += self._embedding_reduce("output_layer")
         base = chunk * self.chunk_layers
-        for first, end, recomputed in reversed(self.r.chunks(self.chunk_layers)):
+        for lo, end, recomputed in reversed(self.r.chunks(self.chunk_layers)):
             if recomputed:
-                for i in range(first, end):
+                for i in range(lo, end):
                     out += self._layer_forward(base + i, "recompute")
-            for i in reversed(range(first, end)):
+            for i in reversed(range(lo, end)):
                 out += self._layer_backward(base + i)
+        if first:
+            out += self._embedding_gather("backward", "embedding")
+            out += self._embedding_reduce("embedding")
         return out
 
     def _layer_forward(self, i: int, phase: str) -> list[Step]:
@@ -167,27 +185,74 @@ class StageBuilder:
         return z3 + body + self._coll("all_reduce", "tp", self.comm, label)
 
     def _moe(self, body: list[Step], label: str, phase: str) -> list[Step]:
+        """An MoE block as Megatron's all-to-all token dispatcher runs it
+        (megatron/core/transformer/moe/token_dispatcher.py, ``MoEAlltoAllTokenDispatcher``):
+        in forward the per-expert token counts all-gathered over the ETP x EP ranks (E
+        int64 counts from each), the dispatch all-to-all over EP, the all-gather of the
+        received tokens over the experts' TP group, the experts, the reduce-scatter over
+        that group and the combine all-to-all; in backward the same collectives as the
+        conjugates in reverse order (combine's all-to-all, the all-gather for the
+        reduce-scatter, the experts, the reduce-scatter for the all-gather, dispatch's
+        all-to-all), the counts not again. Sizes: flops.moe_a2a_bytes (per rank's tokens
+        x topk, capacity applied) and etp times that gathered. AICB's ``MOEMLP`` has the
+        same sizes (its counts gather: 2 x ep x E x tp bytes over EP) but returns no
+        backward collectives; aitb follows Megatron."""
         m, p = self.m, self.p
-        tokens = self.comm * m.moe_topk  # AICB MOEMLP: 2*h*topk*mbs*s
         a2a = moe_a2a_bytes(m, p.micro_batch_size, p.tp)
-        pre = self._coll("all_gather", "ep", 2 * p.ep * m.num_experts * p.tp, label) \
-            if phase != "backward" else []
-        return (pre + self._coll("all_to_all", "ep", a2a, label + ".dispatch")
-                + self._coll("all_gather", "tp", tokens, label) + body
-                + self._coll("reduce_scatter", "tp", tokens, label)
-                + self._coll("all_to_all", "ep", a2a, label + ".combine"))
+        gathered = a2a * p.expert_tp
+        etp = "tp" if p.expert_tp == p.tp else "etp"
+        if phase == "backward":
+            first, second = label + ".combine", label + ".dispatch"
+            pre: list[Step] = []
+        else:
+            first, second = label + ".dispatch", label + ".combine"
+            pre = self._coll("all_gather", "ep_tp", 8 * m.num_experts * p.expert_tp * p.ep,
+                             label + ".counts")
+        return (pre + self._coll("all_to_all", "ep", a2a, first)
+                + self._coll("all_gather", etp, gathered, label) + body
+                + self._coll("reduce_scatter", etp, gathered, label)
+                + self._coll("all_to_all", "ep", a2a, second))
 
     def _zero3(self, name: str, phase: str) -> list[Step]:
-        """ZeRO-3 (Rajbhandari et al. 2020, ZeRO, section 7.2.2): gather a block's parameters
-        before its forward and its backward, reduce-scatter its gradients after backward."""
-        if self.p.zero_stage != 3:
+        """ZeRO-3 (Rajbhandari et al. 2020, ZeRO, section 7.2.2; DeepSpeed's module hooks):
+        gather a block's parameters before each pass that uses it (forward, the recomputed
+        forward, backward; released after each), reduce-scatter its gradients after its
+        backward. A block: the input layer norm and attention
+        (flops.attention_block_params), or the pre-MLP layer norm and MLP
+        (flops.mlp_block_params), of one TP rank."""
+        if self.p.zero != 3:
             return []
-        share = layer_params(self.m, self.p.tp) // 2  # attention and MLP: half a layer each
+        share = (attention_block_params if name.startswith("attention")
+                 else mlp_block_params)(self.m, self.p.tp)
         out = self._coll("all_gather", "dp", self.m.param_bytes * share, f"{phase}.{name}.z3")
         if phase == "backward":
             out += self._coll("reduce_scatter", "dp", self.m.grad_value_bytes * share,
                               f"{phase}.{name}.z3")
         return out
+
+    def _embedding_params(self, which: str, reduce: bool) -> int:
+        """ZeRO-3 parameters of the ``which`` module ("embedding": word and position
+        embeddings; "output_layer": the final layer norm and the output weight, which with
+        tied embeddings is the word embedding). ``reduce``: the gradients reduced after the
+        module's backward, each parameter once, after its last use (a tied word embedding:
+        after the embedding's backward, which runs last)."""
+        m, t = self.m, self.p.tp
+        word = word_embedding_params(m, t)
+        if which == "embedding":
+            return word + m.seq_length * m.hidden_size
+        return 2 * m.hidden_size + (word if m.untie_embeddings or not reduce else 0)
+
+    def _embedding_gather(self, phase: str, which: str) -> list[Step]:
+        if self.p.zero != 3:
+            return []
+        return self._coll("all_gather", "dp", self.m.param_bytes
+                          * self._embedding_params(which, False), f"{phase}.{which}.z3")
+
+    def _embedding_reduce(self, which: str) -> list[Step]:
+        if self.p.zero != 3:
+            return []
+        return self._coll("reduce_scatter", "dp", self.m.grad_value_bytes
+                          * self._embedding_params(which, True), f"backward.{which}.z3")
 
     def step(self, stage: int) -> list[Step]:
         """The optimizer step of ``stage`` in Megatron's ``finalize_model_grads`` order:
@@ -197,18 +262,18 @@ class StageBuilder:
         gradient over the embedding group (once, at the first stage), the NaN check."""
         m, p, out = self.m, self.p, []
         g = m.grad_value_bytes
-        dense, expert = stage_split_params(m, p.tp, p.ep, p.pp, stage)
+        dense, expert = stage_split_params(m, p.tp, p.ep, p.pp, stage, p.expert_tp)
         for group, n, label in (("dp", dense, "step"), ("ep_dp", expert, "step.experts")):
             if not n:
                 continue
-            if p.zero_stage == 0:
+            if p.zero == 0:
                 out += self._coll("all_reduce", group, g * n, f"{label}.finish_grad_sync")
-            elif p.zero_stage in (1, 2):
+            elif p.zero in (1, 2):
                 out += self._coll("reduce_scatter", group, g * n, label)
                 out += self._coll("all_gather", group, m.param_bytes * n, label)
-        if p.sequence_parallel:  # layer-norm grads of sequence-parallel regions
-            out += self._coll("all_reduce", "tp", g * 4 * m.hidden_size
-                              * self.layers, "step.layernorm_grads")
+        if p.sequence_parallel:
+            out += self._coll("all_reduce", "tp", g * sequence_parallel_params(m, p.pp, stage),
+                              "step.layernorm_grads")
         if p.pp > 1 and stage == 0 and not m.untie_embeddings:
             out += self._coll("all_reduce", "embedding", g * word_embedding_params(m, p.tp),
                               "step.embedding_grads")
@@ -217,8 +282,11 @@ class StageBuilder:
 
     def handoff_bytes(self) -> int:
         """Bytes one TP rank sends in a pipeline hand-off: the activation (AICB: 2 * hidden *
-        seq * mbs), or its 1/tp share with ``scatter_gather_pp``."""
-        return self.comm // self.p.tp if self.p.scatter_gather_pp else self.comm
+        seq * mbs), or its 1/tp share with ``scatter_gather_pp``, or with
+        ``sequence_parallel`` its sequence shard (Megatron's p2p tensor shape is
+        (seq / tp, mbs, hidden) then; no gather follows)."""
+        split = self.p.scatter_gather_pp or self.p.sequence_parallel
+        return self.comm // self.p.tp if split else self.comm
 
     def after_receive(self, op: str) -> list[Step]:
         """What a stage does with a hand-off it received: with ``scatter_gather_pp``, the
