@@ -35,10 +35,13 @@ the activation A = 2 b s h bytes (bf16):
   4-byte loss all-reduce per micro-batch on the last stage.
 * embedding group (tied, p > 1): the word embedding's gradient V h/t x G on the first and
   last stage, all-reduced between the two (2(2-1)/2 = 1).
+* sequence parallelism, ZeRO-1/2/3 and mixture of experts: as :func:`render` states them
+  (the text of the generated document).
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -49,6 +52,7 @@ from typing import Any
 
 import pytest
 
+from models.errors import SpecError
 from models.schedule import Collective, Schedule, SendRecv
 from traffic_gen.algorithms import PlanRequest, build_plan
 from traffic_gen.algorithms.check import bytes_sent
@@ -58,7 +62,7 @@ from workloads.training import Parallelism, Recompute, TransformerModel, trainin
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "training_validation.md"
 AICB_DIRS = (ROOT / "tests" / "data" / "aicb", ROOT.parent / "shared" / "data" / "aicb")
-KINDS = ("tp", "pp", "dp", "embedding")
+KINDS = ("tp", "pp", "dp", "embedding", "ep", "etp", "ep_tp", "ep_dp")
 
 
 @dataclass(frozen=True)
@@ -85,30 +89,55 @@ class Job:
     scatter_gather: bool = False
     virtual: int = 1
     parameters: int | None = None
+    sp: bool = False
+    distributed_optimizer: bool = False  # Megatron's flag: ZeRO-1
+    experts: int = 0
+    topk: int = 1
+    ep: int = 1
+    etp: int | None = None
+    capacity: float | None = None
+    pad: bool = False
     extra: dict = field(default_factory=dict)
+
+    @property
+    def zero_stage(self) -> int:
+        return 1 if self.distributed_optimizer else self.zero
 
     def model(self) -> TransformerModel:
         return TransformerModel(
             name=self.name, num_layers=self.layers, hidden_size=self.hidden,
             num_attention_heads=self.heads, seq_length=self.seq, vocab_size=self.vocab,
             untie_embeddings=self.untie, grad_dtype=self.grad_dtype,
-            parameters=self.parameters, **self.extra)
+            parameters=self.parameters, num_experts=self.experts, moe_router_topk=self.topk,
+            moe_capacity_factor=self.capacity, moe_pad_expert_input_to_capacity=self.pad,
+            **self.extra)
 
     def schedule(self) -> Schedule:
         return training_schedule(
             self.model(), Parallelism(tp=self.tp, pp=self.pp, dp=self.dp,
                                       micro_batch_size=self.mbs,
                                       num_microbatches=self.micro, zero_stage=self.zero,
+                                      use_distributed_optimizer=self.distributed_optimizer,
                                       scatter_gather_pp=self.scatter_gather,
-                                      virtual_pipeline_stages=self.virtual),
+                                      virtual_pipeline_stages=self.virtual,
+                                      sequence_parallel=self.sp, ep=self.ep, etp=self.etp),
             recompute=Recompute(granularity=self.recompute, method=self.method,
                                 num_layers=self.recompute_layers))
 
     def layout(self) -> str:
         r = self.recompute + (f" {self.method} {self.recompute_layers}" if self.method else "")
+        z = {0: "all-reduce", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}[self.zero]
+        if self.distributed_optimizer:
+            z = "distributed optimizer"
+        moe = ""
+        if self.experts:
+            moe = (f", {self.experts} experts top-{self.topk} ep {self.ep}"
+                   + (f" etp {self.etp}" if self.etp is not None else "")
+                   + (f" capacity {self.capacity:g}" if self.capacity is not None else "")
+                   + (" padded" if self.pad else ""))
         return (f"t{self.tp} p{self.pp} d{self.dp}, b {self.mbs}, m {self.micro}, recompute "
-                f"{r}, {'untied' if self.untie else 'tied'}, {self.grad_dtype} grads, "
-                f"{'ZeRO-1' if self.zero == 1 else 'all-reduce'}"
+                f"{r}, {'untied' if self.untie else 'tied'}, {self.grad_dtype} grads, {z}"
+                + (", SP" if self.sp else "") + moe
                 + (", scatter/gather PP" if self.scatter_gather else "")
                 + (f", {self.virtual} virtual stages" if self.virtual > 1 else ""))
 
@@ -132,6 +161,33 @@ GRID = (
         **{**SMALL, "layers": 6}),
     Job("small", tp=2, pp=2, dp=2, micro=4, virtual=2, recompute="full", **SMALL),
     Job("small", tp=2, pp=4, dp=1, micro=8, virtual=2, scatter_gather=True, **SMALL),
+    # sequence parallelism with every pipeline, recomputation and optimizer option
+    Job("small", tp=4, pp=2, dp=2, micro=4, sp=True, **SMALL),
+    Job("small", tp=2, pp=2, dp=2, micro=4, sp=True, recompute="full",
+        distributed_optimizer=True, **SMALL),
+    Job("small", tp=2, pp=2, dp=2, micro=4, sp=True, virtual=2, recompute="selective",
+        grad_dtype="bf16", untie=True, **SMALL),
+    Job("small", tp=4, pp=1, dp=2, micro=2, sp=True, recompute="full", method="block",
+        recompute_layers=3, zero=2, **SMALL),
+    # ZeRO-2 with a pipeline (Megatron's distributed optimizer), ZeRO-3 without
+    Job("small", tp=2, pp=2, dp=2, micro=3, zero=2, **SMALL),
+    Job("small", tp=2, pp=1, dp=4, micro=2, zero=3, recompute="full", **SMALL),
+    Job("small", tp=2, pp=1, dp=4, micro=3, zero=3, sp=True, untie=True, grad_dtype="bf16",
+        **SMALL),
+    Job("small", tp=1, pp=1, dp=4, micro=2, zero=3, recompute="full", method="uniform",
+        recompute_layers=2, **SMALL),
+    # mixture of experts: EP, ETP, capacity, with TP (SP), PP, ZeRO and recomputation
+    Job("small", tp=1, pp=1, dp=4, micro=2, experts=4, topk=2, ep=2, **SMALL),
+    Job("small", tp=2, pp=2, dp=4, micro=4, sp=True, experts=8, topk=2, ep=2,
+        recompute="full", distributed_optimizer=True, **SMALL),
+    Job("small", tp=2, pp=1, dp=2, micro=2, sp=True, experts=8, topk=2, ep=4, etp=1,
+        capacity=1.0, pad=True, **SMALL),
+    Job("small", tp=4, pp=2, dp=2, micro=2, sp=True, experts=4, topk=1, ep=2, etp=2,
+        zero=2, untie=True, **SMALL),
+    Job("small", tp=1, pp=2, dp=4, micro=2, experts=4, topk=1, ep=4, capacity=0.5,
+        recompute="selective", grad_dtype="bf16", **SMALL),
+    Job("small", tp=1, pp=1, dp=4, micro=2, experts=4, topk=2, ep=2, capacity=1.5,
+        **SMALL),
 )
 
 
@@ -190,7 +246,17 @@ def closed_form(j: Job) -> dict[tuple[int, str], Fraction]:
     per = j.layers // p
     grad = 4 if j.grad_dtype == "fp32" else 2
     word = _padded(j.vocab, t) * h // t
-    out: dict[tuple[int, str], Fraction] = {}
+    f, E, k = 4 * h, j.experts, j.topk
+    u = Fraction(t - 1, t)
+    x = j.etp or t  # the experts' TP size
+    edp = t * d // (x * j.ep)
+    if E:  # tokens one rank dispatches: its sequence shard x top-k, capacity applied
+        tok = b * s // t * k
+        if j.capacity is not None:
+            cap = -(-tok * Fraction(j.capacity) // E)  # ceil(T k / E x c)
+            tok = E * cap if j.pad else min(tok, E * cap)
+        disp = tok * h * 2
+    out: dict[tuple[int, str], Fraction] = defaultdict(Fraction)
     for i in range(p):
         first, last = i == 0, i == p - 1
         if j.recompute == "full":
@@ -199,31 +265,57 @@ def closed_form(j: Job) -> dict[tuple[int, str], Fraction]:
             redo = 0
         v = j.virtual  # virtual stages: m v forwards per stage, p v - 1 boundaries
         hand_offs = m * v - m * (i == p - 1) + m * v - m * (i == 0) if p > 1 else 0
+        per_chunk = per // v
+        if j.recompute == "full" and (j.method or "uniform") == "block":
+            redo = v * min(j.recompute_layers, per_chunk)
+        passes = per + redo  # forward passes of a layer (with the recomputed ones)
+        # TP, in buffers of A: an all-reduce sends 2u A, an all-gather or reduce-scatter u A
+        blocks = 1 if E else 2  # the blocks with TP collectives (an MoE MLP has its own)
+        if j.sp:  # Korthikanti et al.: AG + RS forward; backward AG, AG (input again), RS
+            fwd, bwd, emb, outl = 2 * u * blocks, 3 * u * blocks, u, 3 * u
+        else:
+            fwd, bwd, emb, outl = 2 * u * blocks, 2 * u * blocks, 2 * u, 2 * u
         if t > 1:
-            per_chunk = per // v
-            if j.recompute == "full" and (j.method or "uniform") == "block":
-                redo = v * min(j.recompute_layers, per_chunk)
-            calls = 4 * per + 2 * redo + first + last
-            tp = ring(t) * (m * (calls * act + last * 3 * 4 * b * s) + 4)
-            tp += Fraction(t - 1, t) * m * v * (40 + 8 * (t * d * p + s * b))
+            tp = m * act * (passes * fwd + per * bwd + first * emb + last * outl)
+            tp += 2 * u * (m * last * 3 * 4 * b * s + 4)
+            tp += u * m * v * (40 + 8 * (t * d * p + s * b))
             if j.scatter_gather:  # each received 1/t share all-gathered: (t-1)/t x A
-                tp += Fraction(t - 1, t) * act * hand_offs
-            out[(i, "tp")] = tp
+                tp += u * act * hand_offs
+            if j.sp:  # gradients of the sequence-parallel parameters (norms, biases, router)
+                tp += 2 * u * grad * (per * (5 * h + (h * E if E else h)) + last * 2 * h)
+            out[(i, "tp")] += tp
         if p > 1:
-            out[(i, "pp")] = Fraction(act * hand_offs, t if j.scatter_gather else 1)
-        params = per * ((12 * h * h + 7 * h) // t + 6 * h)
-        params += first * (word + s * h)
+            out[(i, "pp")] = Fraction(act * hand_offs, t if (j.scatter_gather or j.sp) else 1)
+        if E:  # per MoE layer and pass: dispatch + combine over EP; AG + RS of x buffers
+            out[(i, "ep")] += Fraction(j.ep - 1, j.ep) * 2 * disp * m * (passes + per)
+            out[(i, "tp" if x == t else "etp")] += (x - 1) * 2 * disp * m * (passes + per)
+            n = x * j.ep  # the per-expert token counts (int64) gathered in each forward
+            out[(i, "ep_tp")] += (n - 1) * 8 * E * m * passes
+        attn = (4 * h * h + 3 * h) // t + 5 * h
+        mlp = (2 * h * f + f) // t + h
+        if E:
+            layer, expert = attn + h * E, per * E // j.ep * ((2 * h * f + f) // x + h)
+        else:
+            layer, expert = attn + mlp, 0
+        params = per * layer + first * (word + s * h)
         params += last * (2 * h + (word if (p > 1 or j.untie) else 0))
+        for kind, n, size in (("dp", d, params), ("ep_dp", edp, expert)):
+            if n < 2 or not size:
+                continue
+            if j.zero_stage == 0:
+                out[(i, kind)] += ring(n) * grad * size
+            elif j.zero_stage in (1, 2):  # ZeRO paper sec. 7.2.1: RS gradients, AG params
+                out[(i, kind)] += Fraction(n - 1, n) * (grad + 2) * size
+            else:  # sec. 7.2.2: every pass gathers what it uses; one RS per micro-batch
+                uses = passes + per  # per layer
+                uses_ends = 2 * (word + s * h) + 2 * (2 * h + word)  # embedding, output layer
+                out[(i, kind)] += Fraction(n - 1, n) * m * (
+                    2 * (uses * (attn + mlp) + uses_ends) + grad * size)
         if d > 1:
-            dp = ring(d) * 4 * m * last
-            if j.zero == 0:
-                dp += ring(d) * grad * params
-            else:
-                dp += Fraction(d - 1, d) * (grad + 2) * params
-            out[(i, "dp")] = dp
+            out[(i, "dp")] += ring(d) * 4 * m * last
         if p > 1 and not j.untie and (first or last):
             out[(i, "embedding")] = Fraction(grad * word)
-    return out
+    return {key: val for key, val in out.items() if val}
 
 
 # --- AICB files ------------------------------------------------------------------------------
@@ -338,6 +430,38 @@ def test_aitb_sends_exactly_the_closed_form(job: Job):
     assert stage_means(job.schedule(), job.pp) == closed_form(job)
 
 
+def _combinations():
+    for tp, pp, sp, moe, zero, rec in itertools.product((1, 2), (1, 2), (False, True),
+                                                      (False, True), (0, 1, 2, 3),
+                                                      ("none", "selective", "full")):
+        yield Job("small", tp=tp, pp=pp, dp=2, micro=2, sp=sp, zero=zero, recompute=rec,
+                  experts=4 if moe else 0, topk=2, ep=2 if moe else 1, **SMALL)
+
+
+def _refusal(j: Job) -> str | None:
+    """Why Megatron/DeepSpeed refuse a combination (None: it runs)."""
+    if j.experts and j.tp > 1 and not j.sp:
+        return "sequence_parallel"
+    if j.zero == 3 and (j.pp > 1 or j.experts):
+        return "zero_stage 3"
+    return None
+
+
+def test_every_combination_runs_the_closed_form_or_is_refused_by_key():
+    """TP x PP x SP x EP x ZeRO stage x recomputation: every combination the frameworks run
+    sends exactly the closed form; the others are refused naming the key."""
+    ran = 0
+    for j in _combinations():
+        why = _refusal(j)
+        if why is None:
+            assert stage_means(j.schedule(), j.pp) == closed_form(j), j.layout()
+            ran += 1
+        else:
+            with pytest.raises(SpecError, match=why):
+                j.schedule()
+    assert ran == 192 - 54  # refused: 24 MoE + TP without SP, 36 ZeRO-3 (6 of them both)
+
+
 def test_gpt3_2_7b_full_recompute_reproduces_the_published_tp_and_pp_volumes():
     """GPT-3 2.7B, t8 p2 d2, b 12, m 4, recompute full: TP per GPU within 5 % of 85 GB on
     every stage; PP 1 GB per GPU counted as sent + received (0.5 GB sent); DP per stage =
@@ -385,6 +509,9 @@ def _mb(x: Fraction) -> str:
 
 def render() -> str:
     """docs/training_validation.md."""
+    combos = list(_combinations())
+    refused = sum(_refusal(j) is not None for j in combos)
+    ran = len(combos) - refused
     out = [
         "# Training traffic: aitb against the papers and AICB",
         "",
@@ -412,6 +539,17 @@ def render() -> str:
         "all-reduce on the first stage, the output layer's backward all-reduce on the last; "
         "3 cross-entropy all-reduces of 4 b s bytes on the last stage; Megatron's data "
         "broadcasts (40 and 8 (t d p + s b) bytes) per micro-batch; a 4-byte NaN check.",
+        "- SP (sequence parallelism, Korthikanti et al. 2022, sec. 4.2.2, as Megatron-LM "
+        "implements it): every all-reduce of A becomes an all-gather before the "
+        "column-parallel linear and a reduce-scatter after the row-parallel one (the same "
+        "bytes, (t-1)/t A each); in backward each block sends 3 of them, not 2: Megatron "
+        "keeps only the sequence shard of a column-parallel input and all-gathers it again "
+        "for the weight gradient. The embedding reduce-scatters its output, the output "
+        "layer all-gathers its input forward and backward and reduce-scatters its input "
+        "gradient; the pipeline sends the sequence shard A/t; and once per step the "
+        "gradients of the parameters marked sequence_parallel (per layer both layer norms "
+        "and the row-parallel biases, 6h, or 5h + h E with experts; the final layer norm "
+        "2h) are all-reduced over TP.",
         "- PP: m A to the next stage (activations) and m A to the previous one (gradients); "
         "with scatter/gather (Narayanan et al., sec. 4.1) A/t per GPU, and every received "
         "share all-gathered over TP ((t-1)/t A per GPU, counted under tp); with v virtual "
@@ -420,9 +558,34 @@ def render() -> str:
         "- DP: the stage's parameters P_i x G (G = 4 fp32, 2 bf16 gradients), "
         "P_i = (l/p)((12h^2 + 7h)/t + 6h) + [first](V h/t + s h) + [last](2h + V h/t) "
         "(the last V h/t: the tied copy, or the untied output layer), all-reduced, or with "
-        "ZeRO-1 reduce-scattered plus bf16 parameters all-gathered; plus the 4-byte loss "
-        "all-reduce per micro-batch on the last stage.",
+        "ZeRO-1/2 (Megatron's distributed optimizer; Rajbhandari et al., ZeRO, sec. 7.2.1) "
+        "reduce-scattered plus bf16 parameters all-gathered, (d-1)/d (G + 2) P_i; with "
+        "ZeRO-3 (sec. 7.2.2, DeepSpeed's module hooks) each block's bf16 parameters "
+        "all-gathered in every pass that uses them (forward, recomputed forward, backward; "
+        "the embedding and the output layer forward and backward) and every gradient "
+        "reduce-scattered once per micro-batch; plus the 4-byte loss all-reduce per "
+        "micro-batch on the last stage. ZeRO-3 runs with p = 1 only (DeepSpeed refuses "
+        "pipelines with ZeRO-2/3; Megatron's distributed optimizer, aitb's ZeRO-2, runs "
+        "with them).",
+        "- EP (mixture of experts, Megatron's all-to-all token dispatcher; Lepikhin et al., "
+        "GShard, 2021): every MLP is E experts, each rank routes its T = b s / t tokens "
+        "(its sequence shard) to k experts, D = T k h x 2 bytes, or with a capacity factor "
+        "c at most C = ceil(T k c / E) tokens per expert (E C exactly when padded). Per "
+        "MoE layer and pass a dispatch and a combine all-to-all over EP ((ep-1)/ep D "
+        "each), an all-gather and a reduce-scatter of x D over the experts' TP group of x "
+        "= etp GPUs ((x-1) D each; under tp when etp = t), and in each forward the int64 "
+        "per-expert token counts all-gathered over the etp x ep GPUs (ep_tp). The dense "
+        "parameters (attention, norms, router h E, embeddings) are reduced over DP, each "
+        "GPU's E/ep experts ((2 h f + f)/x + h each) over the expert-DP group of t d / (x ep) "
+        "GPUs (ep_dp).",
         "- embedding (tied, p > 1): V h/t x G between the first and the last stage.",
+        "",
+        "The grid of the test also runs every combination of TP 1/2, PP 1/2, SP, MoE (4 "
+        "experts, top-2, ep 2), ZeRO 0-3 and recomputation none/selective/full at DP 2: "
+        f"{ran} send exactly the closed form; the other {refused} are refused naming the "
+        "key, as "
+        "Megatron-LM and DeepSpeed refuse them (MoE with t > 1 needs SP; ZeRO-3 not with "
+        "pipelines nor, in aitb, with experts).",
         "",
         "| job | layout | stage | communicator | aitb MB/GPU | closed form MB/GPU | equal |",
         "| --- | --- | --- | --- | ---: | ---: | --- |",
