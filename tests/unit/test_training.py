@@ -114,3 +114,18 @@ def test_invalid_layouts_name_the_key(model, par, key, needle):
     with pytest.raises(SpecError, match=needle) as exc:
         training_schedule(model, par, file="job.yaml")
     assert any(i.where() == f"job.yaml: {key}" for i in exc.value.issues)
+
+
+def test_llama_shapes_give_the_published_parameter_count():
+    """Llama-7B (Touvron et al. 2023): 32 layers, h 4096, ffn 11008 SwiGLU, RMSNorm, no
+    biases, rotary positions, vocabulary 32000, untied output: 6,738,415,616 parameters,
+    the count of the released checkpoint."""
+    from workloads.training.flops import params_per_tp_rank
+    llama = TransformerModel(num_layers=32, hidden_size=4096, num_attention_heads=32,
+                             seq_length=2048, ffn_hidden_size=11008, vocab_size=32000,
+                             swiglu=True, normalization="RMSNorm", add_bias_linear=False,
+                             position_embedding_type="rope", untie_embeddings=True)
+    assert params_per_tp_rank(llama, 1) == 6_738_415_616
+    s = training_schedule(llama, Parallelism(dp=2, zero_stage=3))
+    rs = sum(op.size_bytes for op in s.ops if getattr(op, "op", "") == "reduce_scatter")
+    assert rs == 4 * 6_738_415_616  # every gradient reduce-scattered once (fp32)

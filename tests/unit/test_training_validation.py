@@ -331,6 +331,14 @@ GPT13B = Job("GPT-13B", layers=40, hidden=5120, heads=32, seq=2048, vocab=50257,
              dp=16, mbs=1, micro=1, zero=1)
 LLAMA7B_TP2 = Job("Llama-7B (GPT shapes)", layers=32, hidden=4096, heads=32, seq=2048,
                   vocab=32000, tp=2, pp=1, dp=64, mbs=1, micro=1, zero=1)
+LLAMA = {"ffn_hidden_size": 11008, "swiglu": True, "normalization": "RMSNorm",
+         "add_bias_linear": False, "position_embedding_type": "rope"}
+LLAMA7B_ZERO2 = Job("Llama-7B (SwiGLU, RMSNorm, RoPE, no biases)", layers=32, hidden=4096,
+                    heads=32, seq=2048, vocab=32000, tp=1, pp=1, dp=128, mbs=1, micro=1,
+                    zero=2, untie=True, grad_dtype="fp16", extra=LLAMA)
+LLAMA7B_ZERO3 = Job("Llama-7B (SwiGLU, RMSNorm, RoPE, no biases)", layers=32, hidden=4096,
+                    heads=32, seq=2048, vocab=32000, tp=1, pp=1, dp=128, mbs=1, micro=1,
+                    zero=3, untie=True, grad_dtype="fp16", extra=LLAMA)
 LLAMA65B_PP8 = Job("Llama-65B (GPT shapes)", layers=80, hidden=8192, heads=64, seq=2048,
                    vocab=32000, tp=2, pp=8, dp=8, mbs=1, micro=8)
 
@@ -381,17 +389,18 @@ COMPARED = (
         "embedding": "the file all-reduces the embedding group only in AICB's set-up; "
                      "Megatron all-reduces the tied word embedding's gradients every step"},
         expect={"tp": lambda i: (4 * 10 + (i == 0) + (i == 7)) / (4 * 80 + 2)}),
-    Compared("L7B-D1-C01_Llama7B_zero2_mbs1.csv", None),
-    Compared("L7B-D1-C02_Llama7B_zero3_mbs1.csv.gz", None),
+    Compared("L7B-D1-C01_Llama7B_zero2_mbs1.csv", LLAMA7B_ZERO2, AicbOptions(), notes={
+        "dp": "AICB's DeepSpeed ZeRO-2 file all-reduces the fp16 gradient buckets "
+              "(DeepSpeed's path without contiguous_gradients) and then all-gathers the "
+              "parameters, 3 x (n-1)/n x 2P; ZeRO (Rajbhandari et al. sec. 7.2.1) and "
+              "DeepSpeed's default contiguous_gradients reduce each gradient only to its "
+              "partition's owner (a reduce-scatter) before the all-gather, 2 x (n-1)/n x 2P, "
+              "which aitb follows"}, expect={"dp": 2 / 3}),
+    Compared("L7B-D1-C02_Llama7B_zero3_mbs1.csv.gz", LLAMA7B_ZERO3),
     Compared("all_to_all_workload.csv", None),
     Compared("all_reduce_workload.csv", None),
 )
 NOT_COMPARED = {
-    "L7B-D1-C01_Llama7B_zero2_mbs1.csv": "DeepSpeed ZeRO-2 (bucketed all-reduces of fp16 "
-    "gradients and parameter all-gathers): aitb's training kind models Megatron; its "
-    "DeepSpeed stages are part of the ZeRO work not yet validated here",
-    "L7B-D1-C02_Llama7B_zero3_mbs1.csv.gz": "DeepSpeed ZeRO-3 (per-module parameter "
-    "all-gathers): as above",
     "all_to_all_workload.csv": "a micro-benchmark (one collective swept over sizes), not a "
     "training job",
     "all_reduce_workload.csv": "a micro-benchmark (one collective swept over sizes), not a "

@@ -53,7 +53,8 @@ __all__ = ["padded_vocab", "attention_fwd_flops", "mlp_fwd_flops", "logits_fwd_f
            "layer_params", "params_per_tp_rank", "iteration_model_flops", "tp_comm_bytes",
            "expert_mlp_params", "split_params", "moe_a2a_bytes", "moe_dispatch_tokens",
            "stage_params", "stage_split_params", "word_embedding_params", "attention_block_params",
-           "mlp_block_params", "sequence_parallel_params"]
+           "mlp_block_params", "sequence_parallel_params", "norm_params",
+           "position_embedding_params"]
 
 
 def padded_vocab(m: TransformerModel, tp: int) -> int:
@@ -70,9 +71,10 @@ def attention_fwd_flops(m: TransformerModel, mbs: int) -> float:
 
 
 def mlp_fwd_flops(m: TransformerModel, mbs: int) -> float:
-    """Forward FLOPs of one MLP block: 4 B s h ffn, times ``moe_router_topk`` for an MoE layer."""
+    """Forward FLOPs of one MLP block: 4 B s h ffn (6 B s h ffn with ``swiglu``: three
+    matrices), times ``moe_router_topk`` for an MoE layer."""
     k = m.moe_router_topk if m.num_experts else 1
-    return 4 * mbs * m.seq_length * m.hidden_size * m.ffn * k
+    return (6 if m.swiglu else 4) * mbs * m.seq_length * m.hidden_size * m.ffn * k
 
 
 def logits_fwd_flops(m: TransformerModel, mbs: int, tp: int = 1) -> float:
@@ -80,28 +82,32 @@ def logits_fwd_flops(m: TransformerModel, mbs: int, tp: int = 1) -> float:
     return 2 * mbs * m.seq_length * m.hidden_size * padded_vocab(m, tp)
 
 
+def norm_params(m: TransformerModel) -> int:
+    """Parameters of one normalisation layer: 2h (LayerNorm: weight and bias) or h
+    (RMSNorm: weight only)."""
+    return m.hidden_size * (1 if m.normalization == "RMSNorm" else 2)
+
+
 def layer_params(m: TransformerModel, tp: int) -> int:
-    """Parameters of one transformer layer held by one TP rank (experts: all of them)."""
-    h, f = m.hidden_size, m.ffn
+    """Parameters of one transformer layer held by one TP rank (experts: all of them):
+    attention_block_params + the pre-MLP norm + the MLP (or every expert's,
+    expert_mlp_params); the router (h x E) is counted by the callers that need it."""
     experts = max(m.num_experts, 1)
-    attn = (4 * h * h + 3 * h) // tp + h + 4 * h
-    mlp = experts * ((2 * h * f + f) // tp + h)
-    return attn + mlp
+    return attention_block_params(m, tp) + norm_params(m) + experts * expert_mlp_params(m, tp)
 
 
 def attention_block_params(m: TransformerModel, tp: int) -> int:
-    """Parameters of one layer's input layer norm and attention held by one TP rank:
-    ``(4 h^2 + 3 h) / tp + h + 2 h`` (QKV and projection weights and the QKV bias sharded,
-    the projection bias and the layer norm replicated)."""
-    h = m.hidden_size
-    return (4 * h * h + 3 * h) // tp + h + 2 * h
+    """Parameters of one layer's input norm and attention held by one TP rank:
+    ``(4 h^2 + 3 h) / tp + h + norm`` (QKV and projection weights and the QKV bias sharded,
+    the projection bias and the norm replicated); without ``add_bias_linear`` no biases."""
+    h, bias = m.hidden_size, int(m.add_bias_linear)
+    return (4 * h * h + 3 * h * bias) // tp + h * bias + norm_params(m)
 
 
 def mlp_block_params(m: TransformerModel, tp: int) -> int:
-    """Parameters of one layer's pre-MLP layer norm and dense MLP held by one TP rank:
-    ``(2 h ffn + ffn) / tp + h + 2 h``; with attention_block_params, layer_params."""
-    h, f = m.hidden_size, m.ffn
-    return (2 * h * f + f) // tp + h + 2 * h
+    """Parameters of one layer's pre-MLP norm and dense MLP held by one TP rank:
+    norm + expert_mlp_params; with attention_block_params, layer_params."""
+    return norm_params(m) + expert_mlp_params(m, tp)
 
 
 def sequence_parallel_params(m: TransformerModel, pp: int, stage: int) -> int:
@@ -112,14 +118,20 @@ def sequence_parallel_params(m: TransformerModel, pp: int, stage: int) -> int:
     layer, or the router's h x E for an MoE layer, whose experts compute on gathered
     tokens), plus the final layer norm (2h) on the last stage. Replicated over TP, so the
     same on every TP rank."""
-    h = m.hidden_size
-    per_layer = 5 * h + (h * m.num_experts if m.num_experts else h)
-    return m.num_layers // pp * per_layer + (2 * h if stage == pp - 1 else 0)
+    h, bias = m.hidden_size, int(m.add_bias_linear)
+    per_layer = 2 * norm_params(m) + h * bias + (h * m.num_experts if m.num_experts
+                                                  else h * bias)
+    return m.num_layers // pp * per_layer + (norm_params(m) if stage == pp - 1 else 0)
 
 
 def expert_mlp_params(m: TransformerModel, tp: int) -> int:
-    """Parameters of one expert (one MLP) held by one TP rank: ``(2 h ffn + ffn) / tp + h``."""
-    return (2 * m.hidden_size * m.ffn + m.ffn) // tp + m.hidden_size
+    """Parameters of one MLP (or expert) held by one TP rank: ``(2 h ffn + ffn) / tp + h``
+    (fc1 weight and bias sharded, fc2 weight sharded, its bias replicated); with
+    ``swiglu`` fc1 is 2 ffn wide (gate and up projection, Shazeer 2020), ``3 h ffn``
+    weights; without ``add_bias_linear`` no biases."""
+    h, f, bias = m.hidden_size, m.ffn, int(m.add_bias_linear)
+    fc1 = 2 * f if m.swiglu else f
+    return (h * fc1 + f * h + fc1 * bias) // tp + h * bias
 
 
 def split_params(m: TransformerModel, tp: int, ep: int,
@@ -165,6 +177,13 @@ def moe_a2a_bytes(m: TransformerModel, mbs: int, tp: int) -> int:
     return moe_dispatch_tokens(m, mbs, tp) * m.hidden_size * m.activation_bytes
 
 
+def position_embedding_params(m: TransformerModel) -> int:
+    """Learned absolute position embeddings, ``seq x h`` (replicated over TP); none with
+    ``position_embedding_type: rope`` (rotary embeddings have no parameters)."""
+    return m.seq_length * m.hidden_size if m.position_embedding_type == "learned_absolute" \
+        else 0
+
+
 def word_embedding_params(m: TransformerModel, tp: int) -> int:
     """Parameters of one TP rank's shard of the word embedding: padded V x h / tp."""
     return padded_vocab(m, tp) * m.hidden_size // tp
@@ -174,9 +193,9 @@ def _derived_stage(m: TransformerModel, tp: int, pp: int, stage: int) -> int:
     """Derived parameters of one TP rank of ``stage`` (module docstring, ``stage_params``)."""
     n = m.num_layers // pp * layer_params(m, tp)
     if stage == 0:
-        n += word_embedding_params(m, tp) + m.seq_length * m.hidden_size
+        n += word_embedding_params(m, tp) + position_embedding_params(m)
     if stage == pp - 1:
-        n += 2 * m.hidden_size  # final layer norm
+        n += norm_params(m)  # final norm
         if pp > 1 or m.untie_embeddings:  # the tied copy, or the untied output weight
             n += word_embedding_params(m, tp)
     return n

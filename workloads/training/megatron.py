@@ -40,6 +40,8 @@ from workloads.training.flops import (
     mlp_block_params,
     mlp_fwd_flops,
     moe_a2a_bytes,
+    norm_params,
+    position_embedding_params,
     sequence_parallel_params,
     stage_split_params,
     tp_comm_bytes,
@@ -239,8 +241,8 @@ class StageBuilder:
         m, t = self.m, self.p.tp
         word = word_embedding_params(m, t)
         if which == "embedding":
-            return word + m.seq_length * m.hidden_size
-        return 2 * m.hidden_size + (word if m.untie_embeddings or not reduce else 0)
+            return word + position_embedding_params(m)
+        return norm_params(m) + (word if m.untie_embeddings or not reduce else 0)
 
     def _embedding_gather(self, phase: str, which: str) -> list[Step]:
         if self.p.zero != 3:

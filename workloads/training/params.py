@@ -42,7 +42,12 @@ class TransformerModel(SpecModel):
     else the training type); giving both with different sizes is an error (check_training).
     ``untie_embeddings``: Megatron's ``--untie-embeddings-and-output-weights``; by default the
     output layer shares the input word embedding (tied), so with pipeline stages the first
-    and the last stage each hold a copy, synchronised by the embedding-group all-reduce."""
+    and the last stage each hold a copy, synchronised by the embedding-group all-reduce.
+    Shapes beyond GPT's, as Megatron's flags: ``swiglu`` (``--swiglu``: a gated MLP of three
+    ffn x h matrices), ``normalization`` (``--normalization``: LayerNorm, or RMSNorm with
+    no bias), ``add_bias_linear`` (false: ``--disable-bias-linear``),
+    ``position_embedding_type`` (``--position-embedding-type``: learned_absolute, or rope
+    without parameters); Llama is swiglu, RMSNorm, no biases, rope, untied."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -64,6 +69,10 @@ class TransformerModel(SpecModel):
     grad_bytes: PositiveInt = 4
     grad_dtype: Literal["fp32", "bf16", "fp16"] | None = None
     untie_embeddings: bool = False
+    swiglu: bool = False
+    normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
+    add_bias_linear: bool = True
+    position_embedding_type: Literal["learned_absolute", "rope"] = "learned_absolute"
 
     @property
     def grad_value_bytes(self) -> int:
