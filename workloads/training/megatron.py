@@ -11,7 +11,8 @@ workloads.training.flops. Compute time = FLOPs / tp / (flops_per_s x efficiency)
 
 Embeddings and the output layer where Megatron-LM runs them (megatron/core/models/gpt):
 the word embedding's forward all-reduce over TP (``VocabParallelEmbedding``, reduce of the
-partial lookups) on the first stage, nothing in its backward (the input is token ids); the
+partial lookups; a reduce-scatter with sequence parallelism) on the first stage, nothing in
+its backward (the input is token ids); the
 output layer on the last stage, a column-parallel linear over the vocabulary whose input
 gradient is all-reduced over TP in the backward (``copy_to_tensor_model_parallel_region``).
 AICB instead puts an embedding all-reduce in the backward of the first stage; with one
@@ -27,6 +28,20 @@ backward of each recomputed chunk of layers starts with the chunk's forward agai
 and collectives (Megatron ``CheckpointFunction.backward`` runs the forward, then autograd
 on it); with ``selective`` the attention core (4 B s^2 h FLOPs) is recomputed just before
 each layer's attention backward, with no communication.
+
+Sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2; Megatron-LM
+megatron/core/tensor_parallel): each block's all-reduce becomes an all-gather of the input
+before its column-parallel linear and a reduce-scatter after its row-parallel one; in
+backward the row's all-gather of the output gradient, the column's all-gather of its input
+again (``LinearWithGradAccumulationAndAsyncCommunication.backward`` keeps only the shard and
+re-gathers it for the weight gradient) and the column's reduce-scatter of the input
+gradient. The embedding reduce-scatters its output; the output layer, a column-parallel
+linear, gathers its input forward and backward and reduce-scatters its input gradient;
+pipeline hand-offs carry the sequence shard; the step all-reduces the gradients of the
+parameters marked ``sequence_parallel`` over TP (flops.sequence_parallel_params).
+
+Mixture of experts: :meth:`StageBuilder._moe`. ZeRO: the step (stages 0-2) and
+:meth:`StageBuilder._zero3` (stage 3: per block, and the embedding and the output layer).
 """
 
 from __future__ import annotations
