@@ -73,6 +73,7 @@ def test_expert_tp_group_when_etp_differs_from_tp():
     (MOE, Parallelism(tp=2, dp=2, ep=2), "parallelism.sequence_parallel",
      "needs sequence_parallel"),
     (M, Parallelism(pp=2, dp=2, zero_stage=3), "parallelism.zero_stage", "pp > 1"),
+    (M, Parallelism(pp=2, dp=2, zero_stage=2), "parallelism.zero_stage", "zero_stage 2"),
     (MOE, Parallelism(dp=2, ep=2, zero_stage=3), "parallelism.zero_stage", "mixture"),
     (M, Parallelism(dp=2, zero_stage=3, use_distributed_optimizer=True),
      "parallelism.use_distributed_optimizer", "give one of them"),
@@ -88,6 +89,17 @@ def test_refused_combinations_name_the_key(model, par, key, needle):
     with pytest.raises(SpecError, match=needle) as exc:
         training_schedule(model, par, file="job.yaml")
     assert any(i.where() == f"job.yaml: {key}" for i in exc.value.issues), exc.value.issues
+
+
+def test_zero2_reduce_scatters_in_every_backward_and_gathers_once():
+    """DeepSpeed ZeRO-2 communicates at every micro-batch, ZeRO-1 (Megatron's distributed
+    optimizer) at the accumulation boundary; both gather the parameters once."""
+    def calls(zero):
+        s = training_schedule(M, Parallelism(dp=4, zero_stage=zero, num_microbatches=3))
+        return [(o.op, o.size_bytes) for o in s.ops if isinstance(o, Collective)
+                and o.op in ("reduce_scatter", "all_gather")]
+    z1, z2 = calls(1), calls(2)
+    assert len(z1) == 2 and z2 == [z1[0]] * 3 + [z1[1]]
 
 
 def test_distributed_optimizer_flag_is_zero_stage_one():

@@ -169,8 +169,8 @@ GRID = (
         grad_dtype="bf16", untie=True, **SMALL),
     Job("small", tp=4, pp=1, dp=2, micro=2, sp=True, recompute="full", method="block",
         recompute_layers=3, zero=2, **SMALL),
-    # ZeRO-2 with a pipeline (Megatron's distributed optimizer), ZeRO-3 without
-    Job("small", tp=2, pp=2, dp=2, micro=3, zero=2, **SMALL),
+    # ZeRO-2 (gradients reduce-scattered in every micro-batch's backward) and ZeRO-3
+    Job("small", tp=2, pp=1, dp=2, micro=3, zero=2, **SMALL),
     Job("small", tp=2, pp=1, dp=4, micro=2, zero=3, recompute="full", **SMALL),
     Job("small", tp=2, pp=1, dp=4, micro=3, zero=3, sp=True, untie=True, grad_dtype="bf16",
         **SMALL),
@@ -183,7 +183,9 @@ GRID = (
     Job("small", tp=2, pp=1, dp=2, micro=2, sp=True, experts=8, topk=2, ep=4, etp=1,
         capacity=1.0, pad=True, **SMALL),
     Job("small", tp=4, pp=2, dp=2, micro=2, sp=True, experts=4, topk=1, ep=2, etp=2,
-        zero=2, untie=True, **SMALL),
+        zero=1, untie=True, **SMALL),
+    Job("small", tp=4, pp=1, dp=2, micro=3, sp=True, experts=4, topk=1, ep=2, etp=2,
+        zero=2, **SMALL),
     Job("small", tp=1, pp=2, dp=4, micro=2, experts=4, topk=1, ep=4, capacity=0.5,
         recompute="selective", grad_dtype="bf16", **SMALL),
     Job("small", tp=1, pp=1, dp=4, micro=2, experts=4, topk=2, ep=2, capacity=1.5,
@@ -305,7 +307,8 @@ def closed_form(j: Job) -> dict[tuple[int, str], Fraction]:
             if j.zero_stage == 0:
                 out[(i, kind)] += ring(n) * grad * size
             elif j.zero_stage in (1, 2):  # ZeRO paper sec. 7.2.1: RS gradients, AG params
-                out[(i, kind)] += Fraction(n - 1, n) * (grad + 2) * size
+                reduces = m if j.zero_stage == 2 else 1  # DeepSpeed ZeRO-2: every backward
+                out[(i, kind)] += Fraction(n - 1, n) * (reduces * grad + 2) * size
             else:  # sec. 7.2.2: every pass gathers what it uses; one RS per micro-batch
                 uses = passes + per  # per layer
                 uses_ends = 2 * (word + s * h) + 2 * (2 * h + word)  # embedding, output layer
@@ -482,8 +485,8 @@ def _refusal(j: Job) -> str | None:
     """Why Megatron/DeepSpeed refuse a combination (None: it runs)."""
     if j.experts and j.tp > 1 and not j.sp:
         return "sequence_parallel"
-    if j.zero == 3 and (j.pp > 1 or j.experts):
-        return "zero_stage 3"
+    if j.zero in (2, 3) and j.pp > 1 or j.zero == 3 and j.experts:
+        return f"zero_stage {j.zero}"
     return None
 
 
@@ -491,8 +494,9 @@ def test_every_combination_runs_the_closed_form_or_is_refused_by_key():
     """TP x PP (and virtual stages) x SP x EP (and ETP, capacity) x ZeRO stage x
     recomputation: every combination the frameworks run sends exactly the closed form; the
     others are refused naming the key. Refused: MoE with TP 2 without SP (2 MoE variants x 3
-    pipelines x 4 ZeRO x 3 recomputations = 72) and ZeRO-3 with a pipeline or experts (108
-    ZeRO-3 combinations minus the 12 dense single-stage ones = 96), 18 of them both."""
+    pipelines x 4 ZeRO x 3 recomputations = 72), ZeRO-3 with a pipeline or experts (108
+    ZeRO-3 combinations minus the 12 dense single-stage ones = 96; 18 of them also in the
+    first) and ZeRO-2 with a pipeline (2 x 2 x 2 x 3 x 3 = 72; 12 also in the first)."""
     ran = 0
     for j in _combinations():
         why = _refusal(j)
@@ -502,7 +506,7 @@ def test_every_combination_runs_the_closed_form_or_is_refused_by_key():
         else:
             with pytest.raises(SpecError, match=why):
                 j.schedule()
-    assert ran == 432 - (72 + 96 - 18)
+    assert ran == 432 - (72 + 96 - 18 + 72 - 12)
 
 
 def test_gpt3_2_7b_full_recompute_reproduces_the_published_tp_and_pp_volumes():
@@ -633,15 +637,16 @@ def render() -> str:
         "- DP: the stage's parameters P_i x G (G = 4 fp32, 2 bf16 gradients), "
         "P_i = (l/p)((12h^2 + 7h)/t + 6h) + [first](V h/t + s h) + [last](2h + V h/t) "
         "(the last V h/t: the tied copy, or the untied output layer), all-reduced, or with "
-        "ZeRO-1/2 (Megatron's distributed optimizer; Rajbhandari et al., ZeRO, sec. 7.2.1) "
+        "ZeRO-1 (Megatron's distributed optimizer; Rajbhandari et al., ZeRO, sec. 7.2.1) "
         "reduce-scattered plus bf16 parameters all-gathered, (d-1)/d (G + 2) P_i; with "
         "ZeRO-3 (sec. 7.2.2, DeepSpeed's module hooks) each block's bf16 parameters "
         "all-gathered in every pass that uses them (forward, recomputed forward, backward; "
         "the embedding and the output layer forward and backward) and every gradient "
         "reduce-scattered once per micro-batch; plus the 4-byte loss all-reduce per "
-        "micro-batch on the last stage. ZeRO-3 runs with p = 1 only (DeepSpeed refuses "
-        "pipelines with ZeRO-2/3; Megatron's distributed optimizer, aitb's ZeRO-2, runs "
-        "with them).",
+        "micro-batch on the last stage. ZeRO-2 and ZeRO-3 run with p = 1 only (DeepSpeed refuses "
+        "pipelines with ZeRO-2/3; Megatron's distributed optimizer, ZeRO-1, runs with "
+        "them). ZeRO-2 reduce-scatters the gradients in every micro-batch's backward "
+        "(DeepSpeed keeps only the shard), (d-1)/d (m G + 2) P_i.",
         "- EP (mixture of experts, Megatron's all-to-all token dispatcher; Lepikhin et al., "
         "GShard, 2021): every MLP is E experts, each rank routes its T = b s / t tokens "
         "(its sequence shard) to k experts, D = T k h x 2 bytes, or with a capacity factor "

@@ -40,7 +40,8 @@ linear, gathers its input forward and backward and reduce-scatters its input gra
 pipeline hand-offs carry the sequence shard; the step all-reduces the gradients of the
 parameters marked ``sequence_parallel`` over TP (flops.sequence_parallel_params).
 
-Mixture of experts: :meth:`StageBuilder._moe`. ZeRO: the step (stages 0-2) and
+Mixture of experts: :meth:`StageBuilder._moe`. ZeRO: the step (stages 0-2; stage 2's
+gradients in every backward, :meth:`StageBuilder._zero2_reduce`) and
 :meth:`StageBuilder._zero3` (stage 3: per block, and the embedding and the output layer).
 """
 
@@ -165,6 +166,7 @@ class StageBuilder:
         if first:
             out += self._embedding_gather("backward", "embedding")
             out += self._embedding_reduce("embedding")
+            out += self._zero2_reduce(stage)  # ZeRO-2 runs with one stage only
         return out
 
     def _layer_forward(self, i: int, phase: str) -> list[Step]:
@@ -271,23 +273,41 @@ class StageBuilder:
         return self._coll("reduce_scatter", "dp", self.m.grad_value_bytes
                           * self._embedding_params(which, True), f"backward.{which}.z3")
 
+    def _grad_shards(self, stage: int) -> list[tuple[str, int, str]]:
+        """(group kind, parameters, label) of the stage's dense parameters (DP) and this
+        rank's experts (expert-DP), the non-empty ones (flops.stage_split_params)."""
+        p = self.p
+        dense, expert = stage_split_params(self.m, p.tp, p.ep, p.pp, stage, p.expert_tp)
+        return [(g, n, label) for g, n, label in (("dp", dense, "step"),
+                                                   ("ep_dp", expert, "step.experts")) if n]
+
+    def _zero2_reduce(self, stage: int) -> list[Step]:
+        """ZeRO-2 (DeepSpeed): the gradients reduce-scattered in every micro-batch's
+        backward ("ZeRO stage >= 2 communicates during non gradient accumulation boundaries
+        as well", DeepSpeedEngine.allreduce_gradients), a rank keeping only its shard."""
+        if self.p.zero != 2:
+            return []
+        return [st for group, n, label in self._grad_shards(stage)
+                for st in self._coll("reduce_scatter", group, self.m.grad_value_bytes * n,
+                                     label.replace("step", "backward.z2"))]
+
     def step(self, stage: int) -> list[Step]:
         """The optimizer step of ``stage`` in Megatron's ``finalize_model_grads`` order:
         gradient syncs of the stage's dense parameters over DP and of this rank's experts over
         the expert-data-parallel group (flops.stage_split_params, embeddings on the first and
-        last stage), the layer-norm syncs of sequence parallelism, the tied word embedding's
-        gradient over the embedding group (once, at the first stage), the NaN check."""
+        last stage): all-reduced (stage 0) or reduce-scattered (stage 1, Megatron's
+        distributed optimizer; stage 2 did it in each backward); the layer-norm syncs of
+        sequence parallelism, the tied word embedding's gradient over the embedding group
+        (once, at the first stage), the NaN check; then, with ZeRO-1/2, the updated bf16
+        parameters all-gathered (after the optimizer's update)."""
         m, p, out = self.m, self.p, []
         g = m.grad_value_bytes
-        dense, expert = stage_split_params(m, p.tp, p.ep, p.pp, stage, p.expert_tp)
-        for group, n, label in (("dp", dense, "step"), ("ep_dp", expert, "step.experts")):
-            if not n:
-                continue
+        shards = self._grad_shards(stage)
+        for group, n, label in shards:
             if p.zero == 0:
                 out += self._coll("all_reduce", group, g * n, f"{label}.finish_grad_sync")
-            elif p.zero in (1, 2):
+            elif p.zero == 1:
                 out += self._coll("reduce_scatter", group, g * n, label)
-                out += self._coll("all_gather", group, m.param_bytes * n, label)
         if p.sequence_parallel:
             out += self._coll("all_reduce", "tp", g * sequence_parallel_params(m, p.pp, stage),
                               "step.layernorm_grads")
@@ -295,6 +315,9 @@ class StageBuilder:
             out += self._coll("all_reduce", "embedding", g * word_embedding_params(m, p.tp),
                               "step.embedding_grads")
         out += self._coll("all_reduce", "tp", 4, "step.check_for_nan")
+        if p.zero in (1, 2):
+            for group, n, label in shards:
+                out += self._coll("all_gather", group, m.param_bytes * n, label)
         return out
 
     def handoff_bytes(self) -> int:

@@ -91,14 +91,16 @@ class Parallelism(SpecModel):
     derived; both given must agree). ``etp``: the experts' tensor-parallel size (Megatron's
     ``--expert-tensor-parallel-size``, default ``tp``): an MoE layer's ranks of one stage
     are regrouped as etp x ep x edp (workloads.layout), etp x ep dividing tp x dp.
-    ``zero_stage`` 0: DP all-reduce of gradients; 1 and 2:
-    reduce-scatter of gradients plus all-gather of parameters (Megatron's distributed
-    optimizer, DeepSpeed ZeRO-1/2; the ZeRO paper's 2 Psi, Rajbhandari et al. 2020, sec.
-    7.2.1); 3: parameters gathered per block in every pass that uses them, gradients
-    reduce-scattered per block (ZeRO-3, sec. 7.2.2; DeepSpeed refuses it, and ZeRO-2, with
-    pipeline stages, so aitb refuses it with ``pp > 1`` and with experts, which it does not
-    model). ``use_distributed_optimizer``: Megatron's ``--use-distributed-optimizer``, the
-    same as ``zero_stage: 1``. Micro-batches: ``num_microbatches`` or
+    ``zero_stage`` 0: DP all-reduce of gradients once per iteration; 1:
+    reduce-scatter of gradients once per iteration plus all-gather of the updated parameters
+    (Megatron's distributed optimizer; the ZeRO paper's 2 Psi, Rajbhandari et al. 2020, sec.
+    7.2.1); 2: the same, the gradients reduce-scattered in every micro-batch's backward
+    (DeepSpeed ZeRO-2 keeps only its gradient shard); 3: parameters gathered per block in
+    every pass that uses them, gradients reduce-scattered per block (ZeRO-3, sec. 7.2.2).
+    DeepSpeed refuses stages 2 and 3 with pipeline stages, so aitb does; stage 3 also with
+    experts, which it does not model. ``use_distributed_optimizer``: Megatron's
+    ``--use-distributed-optimizer``, the same as ``zero_stage: 1``. Micro-batches:
+    ``num_microbatches`` or
     ``global_batch_size`` (= num_microbatches x micro_batch_size x dp); default one.
     ``scatter_gather_pp``: Megatron-LM's scatter/gather of pipeline tensors (on unless
     ``--no-scatter-gather-tensors-in-pipeline`` in Megatron's original p2p code; Narayanan et
@@ -309,16 +311,17 @@ def _check_experts(issues: list[SpecIssue], m: TransformerModel, p: Parallelism,
 def _check_zero(issues: list[SpecIssue], m: TransformerModel, p: Parallelism, lay: tuple,
                 file: str | None) -> None:
     """ZeRO: ``use_distributed_optimizer`` is stage 1 (refused beside another stage);
-    stage 3 not with pipeline stages (DeepSpeed's pipeline engine refuses ZeRO-2 and -3) and
-    not with experts (not modelled). Stage 2 with pp > 1 is Megatron's distributed optimizer,
-    which runs with pipelines, so it is kept."""
+    stages 2 and 3 not with pipeline stages (DeepSpeed's pipeline engine asserts "ZeRO-2 and
+    ZeRO-3 are incompatible with pipeline parallelism"), stage 3 not with experts (not
+    modelled)."""
     if p.use_distributed_optimizer and p.zero_stage not in (0, 1):
         issues.append(SpecIssue(f"use_distributed_optimizer is ZeRO stage 1 but zero_stage is "
                                 f"{p.zero_stage}: give one of them", file=file,
                                 key_path=(*lay, "use_distributed_optimizer")))
-    if p.zero_stage == 3 and p.pp > 1:
-        issues.append(SpecIssue("zero_stage 3 does not combine with pp > 1 (DeepSpeed's "
-                                "pipeline engine refuses ZeRO-2/3; Megatron has no ZeRO-3)",
+    if p.zero_stage in (2, 3) and p.pp > 1:
+        issues.append(SpecIssue(f"zero_stage {p.zero_stage} does not combine with pp > 1 "
+                                "(DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3; "
+                                "Megatron's distributed optimizer is zero_stage 1)",
                                 file=file, key_path=(*lay, "zero_stage")))
     if p.zero_stage == 3 and m.num_experts:
         issues.append(SpecIssue("zero_stage 3 with a mixture-of-experts model is not "
