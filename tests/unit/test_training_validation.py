@@ -346,8 +346,9 @@ LLAMA7B_ZERO2 = Job("Llama-7B (SwiGLU, RMSNorm, RoPE, no biases)", layers=32, hi
 LLAMA7B_ZERO3 = Job("Llama-7B (SwiGLU, RMSNorm, RoPE, no biases)", layers=32, hidden=4096,
                     heads=32, seq=2048, vocab=32000, tp=1, pp=1, dp=128, mbs=1, micro=1,
                     zero=3, untie=True, grad_dtype="fp16", extra=LLAMA)
-LLAMA65B_PP8 = Job("Llama-65B (GPT shapes)", layers=80, hidden=8192, heads=64, seq=2048,
-                   vocab=32000, tp=2, pp=8, dp=8, mbs=1, micro=8)
+LLAMA65B_PP8 = Job("Llama-65B (GPT shapes, ffn 28672)", layers=80, hidden=8192, heads=64,
+                   seq=2048, vocab=32000, tp=2, pp=8, dp=8, mbs=1, micro=8,
+                   extra={"ffn_hidden_size": 28672})  # AICB's spec row
 
 
 @dataclass(frozen=True)
