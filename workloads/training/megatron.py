@@ -238,7 +238,8 @@ class StageBuilder:
         forward, backward; released after each), reduce-scatter its gradients after its
         backward. A block: the input layer norm and attention
         (flops.attention_block_params), or the pre-MLP layer norm and MLP
-        (flops.mlp_block_params), of one TP rank."""
+        (flops.mlp_block_params), of one TP rank, from the shapes (a stated ``parameters``
+        scales the DP step's counts, not these)."""
         if self.p.zero != 3:
             return []
         share = (attention_block_params if name.startswith("attention")

@@ -99,7 +99,11 @@ class Parallelism(SpecModel):
     every pass that uses them, gradients reduce-scattered per block (ZeRO-3, sec. 7.2.2).
     DeepSpeed refuses stages 2 and 3 with pipeline stages, so aitb does; stage 3 also with
     experts, which it does not model. ``use_distributed_optimizer``: Megatron's
-    ``--use-distributed-optimizer``, the same as ``zero_stage: 1``. Micro-batches:
+    ``--use-distributed-optimizer``, the same as ``zero_stage: 1``. ``sequence_parallel``:
+    Megatron's ``--sequence-parallel`` (Korthikanti et al. 2022): each TP all-reduce of an
+    activation becomes an all-gather and a reduce-scatter, pipeline hand-offs carry seq / tp
+    of the sequence (workloads.training.megatron); needs tp dividing seq_length; required
+    for experts with tp > 1. Micro-batches:
     ``num_microbatches`` or
     ``global_batch_size`` (= num_microbatches x micro_batch_size x dp); default one.
     ``scatter_gather_pp``: Megatron-LM's scatter/gather of pipeline tensors (on unless
