@@ -292,7 +292,7 @@ def closed_form(j: Job) -> dict[tuple[int, str], Fraction]:
             out[(i, "ep")] += Fraction(j.ep - 1, j.ep) * 2 * disp * m * (passes + per)
             out[(i, "tp" if x == t else "etp")] += (x - 1) * 2 * disp * m * (passes + per)
             n = x * j.ep  # the per-expert token counts (int64) gathered in each forward
-            out[(i, "ep_tp")] += (n - 1) * 8 * E * m * passes
+            out[(i, "ep_tp")] += (n - 1) * 8 * E * m * passes * (not j.pad)
         attn = (4 * h * h + 3 * h) // t + 5 * h
         mlp = (2 * h * f + f) // t + h
         if E:
@@ -662,7 +662,8 @@ def render() -> str:
         "MoE layer and pass a dispatch and a combine all-to-all over EP ((ep-1)/ep D "
         "each), an all-gather and a reduce-scatter of x D over the experts' TP group of x "
         "= etp GPUs ((x-1) D each; under tp when etp = t), and in each forward the int64 "
-        "per-expert token counts all-gathered over the etp x ep GPUs (ep_tp). The dense "
+        "per-expert token counts all-gathered over the etp x ep GPUs (ep_tp; not when "
+        "padded to capacity, where every count is known). The dense "
         "parameters (attention, norms, router h E, embeddings) are reduced over DP, each "
         "GPU's E/ep experts ((2 h f + f)/x + h each) over the expert-DP group of t d / (x ep) "
         "GPUs (ep_dp).",

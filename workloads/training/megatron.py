@@ -212,7 +212,9 @@ class StageBuilder:
         that group and the combine all-to-all; in backward the same collectives as the
         conjugates in reverse order (combine's all-to-all, the all-gather for the
         reduce-scatter, the experts, the reduce-scatter for the all-gather, dispatch's
-        all-to-all), the counts not again. Sizes: flops.moe_a2a_bytes (per rank's tokens
+        all-to-all), the counts not again (nor in forward when padded to capacity: the
+        dispatcher's ``drop_and_pad`` path knows every count). Sizes: flops.moe_a2a_bytes
+        (per rank's tokens
         x topk, capacity applied) and etp times that gathered. AICB's ``MOEMLP`` has the
         same sizes (its counts gather: 2 x ep x E x tp bytes over EP) but returns no
         backward collectives; aitb follows Megatron."""
@@ -220,11 +222,11 @@ class StageBuilder:
         a2a = moe_a2a_bytes(m, p.micro_batch_size, p.tp)
         gathered = a2a * p.expert_tp
         etp = "tp" if p.expert_tp == p.tp else "etp"
+        first, second = label + ".dispatch", label + ".combine"
         if phase == "backward":
-            first, second = label + ".combine", label + ".dispatch"
-            pre: list[Step] = []
-        else:
-            first, second = label + ".dispatch", label + ".combine"
+            first, second = second, first
+        pre: list[Step] = []
+        if phase != "backward" and not m.moe_pad_expert_input_to_capacity:
             pre = self._coll("all_gather", "ep_tp", 8 * m.num_experts * p.expert_tp * p.ep,
                              label + ".counts")
         return (pre + self._coll("all_to_all", "ep", a2a, first)
