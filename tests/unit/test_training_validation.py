@@ -674,9 +674,8 @@ def render() -> str:
         "etp 1 and capacity factor 1 padded), ZeRO 0-3 and recomputation "
         "none/selective/full at DP 2: "
         f"{ran} send exactly the closed form; the other {refused} are refused naming the "
-        "key, as "
-        "Megatron-LM and DeepSpeed refuse them (MoE with t > 1 needs SP; ZeRO-3 not with "
-        "pipelines nor, in aitb, with experts).",
+        "key, as Megatron-LM and DeepSpeed refuse them (MoE with t > 1 needs SP; ZeRO-2 "
+        "and ZeRO-3 not with pipelines) or aitb does not model them (ZeRO-3 with experts).",
         "",
         "| job | layout | stage | communicator | aitb MB/GPU | closed form MB/GPU | equal |",
         "| --- | --- | --- | --- | ---: | ---: | --- |",
