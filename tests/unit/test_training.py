@@ -33,12 +33,20 @@ def test_sequence_parallel_replaces_all_reduce_by_gather_scatter_pairs():
     t = _t(training_schedule(SMALL, Parallelism(tp=2, dp=1, sequence_parallel=True)))
     # per block: fwd col AG + row RS, bwd row AG + col AG (input again, for the weight
     # gradient) + col RS (Megatron's LinearWithGradAccumulationAndAsyncCommunication);
-    # the embedding reduce-scatters its output, the column-parallel output layer gathers its
+    # the embedding (learned positions) all-reduces its output, splits it locally and
+    # all-gathers the gradient in backward; the column-parallel output layer gathers its
     # input forward and backward and reduce-scatters its input gradient
-    assert t[("all_gather", "tp")]["count"] == 4 * 2 * 3 + 2
-    assert t[("reduce_scatter", "tp")]["count"] == 4 * 2 * 2 + 2
-    # no all-reduce of activations is left: cross entropy, NaN check, layer-norm gradients
-    assert t[("all_reduce", "tp")]["sizes_bytes"] == [4, 128 * 4, 4 * (4 * 6 * 256 + 2 * 256)]
+    comm = 2 * 128 * 1 * 256
+    assert t[("all_gather", "tp")]["count"] == 4 * 2 * 3 + 2 + 1
+    assert t[("reduce_scatter", "tp")]["count"] == 4 * 2 * 2 + 1
+    # all-reduces: the embedding's, cross entropy, NaN check, layer-norm gradients
+    assert t[("all_reduce", "tp")]["sizes_bytes"] == [4, 128 * 4,
+                                                      4 * (4 * 6 * 256 + 2 * 256), comm]
+    rope = SMALL.model_copy(update={"position_embedding_type": "rope"})
+    r = _t(training_schedule(rope, Parallelism(tp=2, dp=1, sequence_parallel=True)))
+    # rotary: Megatron's reduce_scatter_embeddings, the embedding's all-reduce a reduce-scatter
+    assert r[("reduce_scatter", "tp")]["count"] == 4 * 2 * 2 + 2
+    assert comm not in r[("all_reduce", "tp")]["sizes_bytes"]
 
 
 def test_compute_time_matches_narayanan_flops():

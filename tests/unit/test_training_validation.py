@@ -274,7 +274,7 @@ def closed_form(j: Job) -> dict[tuple[int, str], Fraction]:
         # TP, in buffers of A: an all-reduce sends 2u A, an all-gather or reduce-scatter u A
         blocks = 1 if E else 2  # the blocks with TP collectives (an MoE MLP has its own)
         if j.sp:  # Korthikanti et al.: AG + RS forward; backward AG, AG (input again), RS
-            fwd, bwd, emb, outl = 2 * u * blocks, 3 * u * blocks, u, 3 * u
+            fwd, bwd, emb, outl = 2 * u * blocks, 3 * u * blocks, 3 * u, 3 * u
         else:
             fwd, bwd, emb, outl = 2 * u * blocks, 2 * u * blocks, 2 * u, 2 * u
         if t > 1:
@@ -421,9 +421,10 @@ NOT_COMPARED = {
 
 AICB_DIFFERENCES = (
     "SP, embedding: AICB all-reduces the embedding's output in forward and again in "
-    "backward with or without SP; Megatron reduce-scatters it into the sequence shards in "
-    "forward (`reduce_scatter_to_sequence_parallel_region`) and sends nothing in backward "
-    "(the embedding's input is token ids).",
+    "backward with or without SP; Megatron all-reduces it in forward and sends nothing in "
+    "backward without SP (the backward of `reduce_from_tensor_model_parallel_region` is the "
+    "identity); with SP it all-reduces (learned positions) or reduce-scatters (rotary: "
+    "`reduce_scatter_embeddings`) in forward and all-gathers the gradient in backward.",
     "SP, output layer: AICB builds the output layer (a column-parallel linear) but never "
     "emits its calls; Megatron all-gathers its input in forward and again in backward and "
     "reduce-scatters its input gradient (without SP: one backward all-reduce, which aitb "
@@ -631,7 +632,9 @@ def render() -> str:
         "column-parallel linear and a reduce-scatter after the row-parallel one (the same "
         "bytes, (t-1)/t A each); in backward each block sends 3 of them, not 2: Megatron "
         "keeps only the sequence shard of a column-parallel input and all-gathers it again "
-        "for the weight gradient. The embedding reduce-scatters its output, the output "
+        "for the weight gradient. The embedding (learned positions, as every job here) "
+        "all-reduces its output, splits it into the sequence shards locally and all-gathers "
+        "their gradient in backward; the output "
         "layer all-gathers its input forward and backward and reduce-scatters its input "
         "gradient; the pipeline sends the sequence shard A/t; and once per step the "
         "gradients of the parameters marked sequence_parallel (per layer both layer norms "

@@ -11,8 +11,8 @@ workloads.training.flops. Compute time = FLOPs / tp / (flops_per_s x efficiency)
 
 Embeddings and the output layer where Megatron-LM runs them (megatron/core/models/gpt):
 the word embedding's forward all-reduce over TP (``VocabParallelEmbedding``, reduce of the
-partial lookups; a reduce-scatter with sequence parallelism) on the first stage, nothing in
-its backward (the input is token ids); the
+partial lookups) on the first stage, nothing in its backward (the input is token ids;
+sequence parallelism: below); the
 output layer on the last stage, a column-parallel linear over the vocabulary whose input
 gradient is all-reduced over TP in the backward (``copy_to_tensor_model_parallel_region``).
 AICB instead puts an embedding all-reduce in the backward of the first stage; with one
@@ -35,7 +35,9 @@ before its column-parallel linear and a reduce-scatter after its row-parallel on
 backward the row's all-gather of the output gradient, the column's all-gather of its input
 again (``LinearWithGradAccumulationAndAsyncCommunication.backward`` keeps only the shard and
 re-gathers it for the weight gradient) and the column's reduce-scatter of the input
-gradient. The embedding reduce-scatters its output; the output layer, a column-parallel
+gradient. The embedding all-reduces its output and splits it (learned positions) or
+reduce-scatters it (rotary), and all-gathers its gradient in backward
+(``_reduce_scatter_embeddings``); the output layer, a column-parallel
 linear, gathers its input forward and backward and reduce-scatters its input gradient;
 pipeline hand-offs carry the sequence shard; the step all-reduces the gradients of the
 parameters marked ``sequence_parallel`` over TP (flops.sequence_parallel_params).
@@ -120,8 +122,8 @@ class StageBuilder:
         first, last = self.ends(stage, chunk)
         if first:
             out += self._embedding_gather("forward", "embedding")
-            out += self._coll("reduce_scatter" if p.sequence_parallel else "all_reduce", "tp",
-                              self.comm, "forward.embedding")
+            out += self._coll("reduce_scatter" if self._reduce_scatter_embeddings()
+                              else "all_reduce", "tp", self.comm, "forward.embedding")
         base = chunk * self.chunk_layers
         for i in range(self.chunk_layers):
             out += self._layer_forward(base + i, "forward")
@@ -135,6 +137,16 @@ class StageBuilder:
                                   "forward_step.cross_entropy")
             out += self._coll("all_reduce", "dp", 4, "forward_step.average_losses")
         return out
+
+    def _reduce_scatter_embeddings(self) -> bool:
+        """Megatron's ``reduce_scatter_embeddings``: with sequence parallelism and no learned
+        position embedding the word embedding reduce-scatters its output; with learned
+        positions it all-reduces it (the positions are added to the whole sequence) and then
+        splits it into the sequence shards, locally (LanguageModelEmbedding). Either way the
+        backward all-gathers the output gradient (the conjugate of the reduce-scatter or
+        the split)."""
+        return self.p.sequence_parallel and self.m.position_embedding_type != \
+            "learned_absolute"
 
     def ends(self, stage: int, chunk: int) -> tuple[bool, bool]:
         """Whether (stage, chunk) is the first and the last virtual pipeline stage."""
@@ -164,6 +176,8 @@ class StageBuilder:
             for i in reversed(range(lo, end)):
                 out += self._layer_backward(base + i)
         if first:
+            if p.sequence_parallel:  # backward of the reduce-scatter or split: all-gather
+                out += self._coll("all_gather", "tp", self.comm, "backward.embedding")
             out += self._embedding_gather("backward", "embedding")
             out += self._embedding_reduce("embedding")
             out += self._zero2_reduce(stage)  # ZeRO-2 runs with one stage only
