@@ -51,6 +51,7 @@ __all__ = [
     "read_duration_s",
     "read_size_bytes",
     "read_pct",
+    "plain",
 ]
 
 UINT64_MAX = 2**64 - 1
@@ -394,3 +395,11 @@ def read_pct(text: object) -> LossPct:
     if isinstance(text, LossPct):
         return text
     return LossPct(parse_pct(text), str(text))  # type: ignore[arg-type]
+
+
+def plain(value: _N | None) -> _N | None:
+    """A typed quantity as the plain ``int`` or ``float`` it stands for (None passes): what
+    builders put into plans, programs and messages, so that ``f"{x} B"`` prints a number."""
+    if value is None or type(value) in (int, float):
+        return value
+    return int(value) if isinstance(value, int) else float(value)  # type: ignore[return-value]

@@ -149,5 +149,5 @@ def build_app(e: AppEntry, index: int, plan: LabPlan, source: str) -> AppPlan:
                   for r, n in enumerate(e.nodes))
     if issues:
         raise SpecError(issues)
-    return AppPlan(e.name or "app", ranks, e.timeout,  # type: ignore[arg-type]  # DurationS
+    return AppPlan(e.name or "app", ranks, float(e.timeout),
                    {n: plan.node(n).image for n in e.nodes})

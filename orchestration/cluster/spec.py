@@ -77,12 +77,12 @@ class ClusterSpec(SpecModel):
     @property
     def probe_interval_s(self) -> float:
         """``probe_interval`` in seconds."""
-        return self.probe_interval  # type: ignore[return-value]  # DurationS
+        return float(self.probe_interval)  # read with the spec: DurationS
 
     @property
     def probe_timeout_s(self) -> float:
         """``probe_timeout`` in seconds."""
-        return self.probe_timeout  # type: ignore[return-value]  # DurationS
+        return float(self.probe_timeout)
 
 
 def parse_cluster(data: Any, source: str) -> ClusterSpec:
