@@ -41,6 +41,7 @@ from testbed.delay.nfqueue.labline import (
     problems,
     queue_params,
     restore_text,
+    wants_wire,
 )
 from testbed.delay.nfqueue.rules import QueueParams, helper_argv, params_file_text
 from testbed.delay.nfqueue.stats import HelperStats, read_stats
@@ -49,14 +50,14 @@ from testbed.ns import netns, sysctl
 from testbed.ns.procs import end_process
 
 if TYPE_CHECKING:
-    from models.plan import LinkPlan
+    from models.plan import LabPlan, LinkPlan
     from models.shaping import Shaping
     from testbed.lab.handle import LabHandle
     from testbed.tc.objects import DirectionRecipe, TcObject
 
 __all__ = ["NAME", "CAPABILITIES", "ingress", "apply", "verify", "teardown", "stats",
            "check_alive", "dead_lines", "DeadLine", "check_plan", "check_change", "update",
-           "detach", "NICE", "RT_PRIO", "SPIN_US", "STATS_INTERVAL_MS"]
+           "detach", "wired_links", "NICE", "RT_PRIO", "SPIN_US", "STATS_INTERVAL_MS"]
 
 NAME = "native"
 CAPABILITIES: tuple[str, ...] = ()  # iptables NFQUEUE + the helper: testbed.delay.nfqueue.choose
@@ -113,6 +114,24 @@ def ingress(shaping: Shaping, mtu: int, rx: tuple[str, str], ifb: str
 
 def _native_keys(lab: LabHandle) -> list[tuple[str, str]]:
     return [k for k, r in lab.layout.recipes.items() if r.delay_line == NAME]
+
+
+def _places(lab: LabHandle) -> list[LinePlace]:
+    return places(lab.plan, _native_keys(lab), lab.layout.wires)
+
+
+def wired_links(plan: LabPlan, layout: Any) -> list[str]:
+    """The links of ``plan`` (a resolved LabPlan) to run through the lab's wire namespace
+    (``layout``: its testbed.lab.layout.Layout): every link with a direction whose native
+    line would otherwise hold packets in its receiver's PREROUTING
+    (:func:`testbed.delay.nfqueue.labline.wants_wire`), after that kernel stamped their
+    arrival for captures and SO_TIMESTAMP. Pure."""
+    links = {lk.name: lk for lk in plan.links}
+    out: list[str] = []
+    for (name, d), r in layout.recipes.items():
+        if r.delay_line == NAME and name not in out and wants_wire(plan, links[name], d):
+            out.append(name)
+    return out
 
 
 def _shaping(lab: LabHandle, link: str, direction: str) -> tuple[Shaping, int]:
@@ -186,7 +205,7 @@ def _stderr(h: _Helper) -> str:
 def _start_all(lab: LabHandle) -> None:
     st = _state(lab)
     st.started = True
-    lines = places(lab.plan, _native_keys(lab))
+    lines = _places(lab)
     kinds = {n.name: (n.kind, n.datapath) for n in lab.plan.nodes}
     for node, ls in by_node(lines).items():
         tag = f"delayline-{node}"
@@ -197,7 +216,7 @@ def _start_all(lab: LabHandle) -> None:
         _start_helper(lab, h)  # registered before the next one starts
     for h in st.helpers.values():
         _wait_bound(h)
-        if any(p.physdev for p in h.lines) and kinds[h.node] == ("switch", "bridge"):
+        if any(p.physdev for p in h.lines) and kinds.get(h.node) == ("switch", "bridge"):
             sysctl.apply_all([(lab.node_io(h.node).fd, h.node,
                                {k: "1" for k in _BRIDGE_NF_ON}, {})])
         text = restore_text(h.lines, lab.run_id)
@@ -308,7 +327,7 @@ def _adopt(lab: LabHandle) -> None:
     st.started = True
     recs = {r["node"]: r for r in lab.registry.records()
             if r.get("kind") == "process" and r.get("role") == "delay-line" and r.get("pid")}
-    for node, ls in by_node(places(lab.plan, _native_keys(lab))).items():
+    for node, ls in by_node(_places(lab)).items():
         rec = recs.get(node)
         if rec is None:
             continue
