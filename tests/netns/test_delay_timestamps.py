@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
+from traffic import start_server
 
+from analysis.tcpflows import analyse_capture
 from models.plan import Endpoint, LabPlan, LinkPlan, NodePlan
 from models.shaping import Shaping
 
@@ -79,9 +81,9 @@ def _echo_requests(pcap: Path) -> dict[tuple[int, int], float]:
     return out
 
 
-def _capture(lab, node: str, path: Path) -> subprocess.Popen:
-    proc = lab.popen(node, ["tcpdump", "-n", "-U", "--immediate-mode", "-i", "eth0", "-s", "96",
-                            "--time-stamp-precision=nano", "-w", str(path), "icmp"],
+def _capture(lab, node: str, path: Path, what: str = "icmp") -> subprocess.Popen:
+    proc = lab.popen(node, ["tcpdump", "-n", "-U", "--immediate-mode", "-i", "eth0", "-s", "128",
+                            "--time-stamp-precision=nano", "-w", str(path), what],
                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     # tcpdump says "listening on" once its socket is bound (stderr, after -w is opened)
     deadline = time.monotonic() + 10
@@ -111,3 +113,22 @@ def test_the_two_ends_captures_read_the_one_way_delay(labs, tmp_path):
     # and the sender's stamps it when it leaves: the two differ by the one-way delay
     assert min(one_way) - DELAY_S <= _tolerance_s(DELAY_S), \
         f"h2's capture minus h1's: at least {min(one_way) * 1e3:.3f} ms, delay {DELAY_S * 1e3:g} ms"
+
+
+def test_a_senders_capture_reads_tcps_full_rtt(labs, tmp_path):
+    """The RTT samples ``aitb pcap`` takes on the sending host's capture (a segment out, its
+    ACK in) span both directions' delay: the ACK is stamped when it arrives, not before a
+    hold in the sender's own namespace."""
+    cap = tmp_path / "h1.pcap"
+    with labs(_cable()) as lab:
+        lab.run("h1", ["ping", "-c", "1", "-W", "3", H2])  # ARP
+        srv = start_server(lab, "h2")
+        proc = _capture(lab, "h1", cap, "tcp port 5201")
+        lab.run("h1", ["iperf3", "-c", H2, "-n", "2M"])
+        srv.wait(10)
+        time.sleep(0.2)
+        proc.terminate()
+        proc.wait(10)
+    flows = [f for f in analyse_capture(cap).flows if f.get("rtt_samples")]
+    bulk = max(flows, key=lambda f: f["rtt_samples"])  # iperf3's data connection
+    assert abs(bulk["rtt_min_s"] - 2 * DELAY_S) <= _tolerance_s(2 * DELAY_S), bulk
