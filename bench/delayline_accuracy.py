@@ -104,6 +104,15 @@ class Pair:
                         "PREROUTING", "-m", "physdev", "--physdev-in", port, "-j", "NFQUEUE",
                         "--queue-num", str(qnum)]
 
+    def wire_tx_dropped(self) -> int:
+        """Packets the wire's port towards B could not hand B (B's backlog full): released
+        by the line, lost after it; 0 without a wire."""
+        if self.hold != "wire":
+            return 0
+        with NetNS(self.w) as n:
+            (m,) = n.get_links(n.link_lookup(ifname=self.wb)[0])
+            return int(m.get_attr("IFLA_STATS64")["tx_dropped"])
+
     def line_ns(self, into_b: bool = True) -> str:
         return self.line_rule(0, into_b)[0]
 
@@ -149,6 +158,13 @@ class Pair:
                 pr_netns.remove(ns)
             except OSError:
                 pass
+
+
+def rule(p: Pair, qnum: int, into_b: bool = True, delete: bool = False,
+         check: bool = True) -> None:
+    """Add (``delete``: remove) the line's rule of :meth:`Pair.line_rule`."""
+    ns, argv = p.line_rule(qnum, into_b, delete)
+    sh(ns, *argv, check=check)
 
 
 def iperf(p: Pair, args: list[str], seconds: float, server_ip: str = B_IP) -> dict:
@@ -237,7 +253,7 @@ def run_case(p: Pair, tmp: Path, delay_s: float, mode: str, seconds: float, qnum
     log = tmp / f"pkt-{mode}-{delay_s}"
     q = QueueParams(qnum, delay_s=delay_s, maxlen_packets=maxlen_for_bdp(10e9, delay_s),
                     pktlog_path=str(log))
-    sh(*p.line_rule(qnum))
+    rule(p, qnum)
     h = Helper(p.line_ns(), [q], tmp / f"h{qnum}", rt_prio=RT_PRIO, cpu=LINE_CPU,
                spin_dense=LINE_CPU is not None)
     h.start()
@@ -245,11 +261,13 @@ def run_case(p: Pair, tmp: Path, delay_s: float, mode: str, seconds: float, qnum
         if not h.alive():
             raise RuntimeError(h.stderr())
         time.sleep(0.02)
+    dropped_before = p.wire_tx_dropped()
     try:
         out = carry(p, mode, delay_s, seconds)
     finally:
         h.stop()
-        sh(*p.line_rule(qnum, delete=True))
+        rule(p, qnum, delete=True)
+    after_line = p.wire_tx_dropped() - dropped_before
     st = h.stats().queues[qnum]
     recs = [r for r in read_pktlog(log) if r[2]]
     err = sorted((r[2] - r[1]) / 1e3 for r in recs)  # us
@@ -263,6 +281,7 @@ def run_case(p: Pair, tmp: Path, delay_s: float, mode: str, seconds: float, qnum
             "err_max_us": err[-1] if err else 0,
             "added_minus_cfg_p99_us": pct(added, .99),
             "kdrop": st.kernel_queue_dropped + st.kernel_user_dropped,
+            "after_line_drop": after_line,
             "cpu_s": h.stats().cpu_s, "cpu_s_per_gbit": h.stats().cpu_s / gbit if gbit else 0,
             "send": h.stats().verdict_send, "uptime_s": h.stats().uptime_s}
 
@@ -277,7 +296,7 @@ def goodput_case(p: Pair, tmp: Path, seconds: float) -> dict:
     hs = []
     try:
         for into_b, qn in ((True, 101), (False, 102)):
-            sh(*p.line_rule(qn, into_b))
+            rule(p, qn, into_b)
             h = Helper(p.line_ns(into_b), [QueueParams(qn, delay_s=0.050,
                                                        maxlen_packets=maxlen_for_bdp(
                 1e9, 0.05, factor=4))], tmp / f"g{qn}-{p.hold}", rt_prio=RT_PRIO)
@@ -291,7 +310,7 @@ def goodput_case(p: Pair, tmp: Path, seconds: float) -> dict:
         for h in hs:
             h.stop()
         for into_b, qn in ((True, 101), (False, 102)):
-            sh(*p.line_rule(qn, into_b, delete=True), check=False)
+            rule(p, qn, into_b, delete=True, check=False)
         sh(p.a, "tc", "qdisc", "del", "dev", p.ia, "root", check=False)
     end = out.get("end", {})
     bps = end.get("sum_received", {}).get("bits_per_second", 0.0)
@@ -310,7 +329,7 @@ def ping_min_ms(p: Pair, tmp: Path, qnum: int, delay_s: float = 0.010, count: in
     hs = []
     try:
         for into_b, qn in ((True, qnum), (False, qnum + 1)):
-            sh(*p.line_rule(qn, into_b))
+            rule(p, qn, into_b)
             h = Helper(p.line_ns(into_b), [QueueParams(qn, delay_s=delay_s)],
                        tmp / f"p{qn}-{p.hold}", rt_prio=RT_PRIO, spin_us=50)
             h.start()
@@ -322,7 +341,7 @@ def ping_min_ms(p: Pair, tmp: Path, qnum: int, delay_s: float = 0.010, count: in
         for h in hs:
             h.stop()
         for into_b, qn in ((True, qnum), (False, qnum + 1)):
-            sh(*p.line_rule(qn, into_b, delete=True), check=False)
+            rule(p, qn, into_b, delete=True, check=False)
     rtts = [float(x.split("=")[1]) for x in out.split() if x.startswith("time=")]
     return min(rtts) if rtts else float("nan")
 
@@ -340,7 +359,8 @@ def print_row(r: dict, cpu: str) -> None:
           f"{r['gbps']:6.2f} Gbit/s  "
           f"{r['pkts']:>8} pkts avg {r['mean_pkt_B']:>6.0f} B  release error "
           f"p50 {r['err_p50_us']:7.1f} us p99 {r['err_p99_us']:8.1f} us "
-          f"max {r['err_max_us']:8.1f} us  kernel drops {r['kdrop']:>6}  "
+          f"max {r['err_max_us']:8.1f} us  kernel drops {r['kdrop']:>6} "
+          f"after the line {r['after_line_drop']:>6}  "
           f"helper CPU {r['cpu_s']:5.2f} s = {r['cpu_s_per_gbit']:.3f} "
           f"CPU-s per Gbit carried", flush=True)
     sd = r["send"]
