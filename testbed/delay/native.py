@@ -1,14 +1,15 @@
 """The ``native`` delay line: aitb's NFQUEUE helper (:mod:`testbed.delay.nfqueue`), for kernels
 without sch_netem.
 
-Per namespace that holds a line (:mod:`testbed.delay.nfqueue.labline` says which), one helper
-process serves all its queues; iptables/ip6tables rules in that namespace's mangle table hand
-the packets to it. Nothing is made in the root namespace: the rules go with the lab's
-namespaces, the helpers are registered (pid and start time) the moment they exist, ended by
-pid at teardown (``aitb clean`` finds them in the registry) and killed by PR_SET_PDEATHSIG
-when their controller ends. The helper is started from the thread that brings the lab up
-(PDEATHSIG fires when the parent *thread* ends) and enters its namespace itself
-(``--netns /proc/self/fd/N``), so containers' and plain namespaces work alike.
+Per namespace that holds a line (:mod:`testbed.delay.nfqueue.labline` says which: the lab's
+wire namespace for most, :func:`wired_links`), one helper process serves all its queues;
+iptables/ip6tables rules in that namespace's mangle table hand the packets to it. Nothing is
+made in the root namespace: the rules go with the lab's namespaces, the helpers are registered
+(pid and start time) the moment they exist, ended by pid at teardown (``aitb clean`` finds them
+in the registry) and killed by PR_SET_PDEATHSIG when their controller ends. The helper is
+started from the thread that brings the lab up (PDEATHSIG fires when the parent *thread* ends)
+and enters its namespace itself (``--netns /proc/self/fd/N``), so containers' and plain
+namespaces work alike.
 
 Without ``--queue-bypass`` the kernel drops what no helper takes: a dead helper is a dead
 link, never an undelayed one; :func:`check_alive` names link and direction.

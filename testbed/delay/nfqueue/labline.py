@@ -2,7 +2,14 @@
 
 One link direction with a delay line = one NFQUEUE queue in one namespace:
 
-- normally the *receiving* node's: ``mangle PREROUTING -i IF`` (hosts, routers), or for a
+- normally the lab's *wire* namespace (:data:`WIRE_NODE`; a :class:`testbed.lab.lab.Lab`
+  runs such a link through it, :class:`WireLink`): ``mangle PREROUTING -m physdev
+  --physdev-in PORT`` on the bridge port the sender's end feeds. Every receive stamp (AF_PACKET
+  taps, SO_TIMESTAMP) is taken in ``__netif_receive_skb``, before netfilter, so a line in the
+  receiver's own PREROUTING would hold packets its kernel had already stamped as arrived; in
+  the wire it holds them after the sender stamped their departure and before the receiver
+  stamps their arrival. A lab without a wire (``Lab.line_hold`` ``receiver``: the Mininet
+  backend) keeps the receiving node's ``mangle PREROUTING -i IF`` (hosts, routers), or for a
   Linux-bridge switch port ``-m physdev --physdev-in PORT`` (br_netfilter; the lab turns
   ``bridge-nf-call-iptables``/``ip6tables`` on in that namespace only);
 - when the receiver is an OVS switch (its datapath, kernel or user-space, takes frames before
@@ -21,9 +28,11 @@ One link direction with a delay line = one NFQUEUE queue in one namespace:
   count against TCP small queues (``tcp_limit_output_bytes``) until they leave the host, so a
   line on the host's own egress would throttle its TCP flows to a few packets per delay. (A
   router's own TCP, BGP, is throttled the same way on such a link: at BGP's volumes that
-  costs nothing; BFD, OSPF, ARP and ND are not TCP.) A capture on the sending interface
-  of such a direction sees its packets after the delay (elsewhere both ends see them before
-  it), so an RTT measured from that capture point includes this direction's delay.
+  costs nothing; BFD, OSPF, ARP and ND are not TCP; the wire namespace is not such a host:
+  a packet's socket charge ends when the wire receives it.) A capture on the sending
+  interface of such a direction sees its packets after the delay (in the wire, the sender's
+  capture sees them when they leave), so an RTT measured from that capture point includes
+  this direction's delay.
 
 A line before the sender's queue (``hook`` ``out``) holds what the sender offers, not what
 the link's rate lets through, so its queue length is sized from :data:`UNSHAPED_LINE_RATE_BPS`
