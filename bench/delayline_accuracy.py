@@ -448,10 +448,12 @@ def main() -> int:
                 qn += 2
                 print(f"plain ping through 10 ms each way, hold {p.hold:>8}: minimum RTT "
                       f"{rtt:.3f} ms (20 ms expected)", flush=True)
+            row = 0
             for d in (float(x) / 1e3 for x in a.delays_ms.split(",")):
                 for mode in a.modes.split(","):
                     by_cpu: dict[object, dict[str, dict]] = {}
-                    for p in pairs:
+                    row += 1  # every other row the other hold first: no order bias
+                    for p in pairs if row % 2 else pairs[::-1]:
                         pair = []
                         for cpu in cpus:
                             LINE_CPU = cpu
