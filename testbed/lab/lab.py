@@ -46,7 +46,6 @@ from testbed.tc.objects import DirectionRecipe
 __all__ = ["Lab", "new_run_id", "missing_kernel_features"]
 
 STP_CONVERGE_S = 10.0
-LINE_HOLDS = ("wire", "receiver")
 
 
 def new_run_id() -> str:
