@@ -23,6 +23,7 @@ SIGHUP and its acknowledgement work as from the process that brought the lab up.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from models.errors import LabError
 from testbed.delay.nfqueue.labline import (
+    WIRE_NODE,
     LinePlace,
     by_node,
     places,
@@ -76,6 +78,7 @@ SPIN_US = 50.0
 NICE = 0
 STATS_INTERVAL_MS = 1000
 STOP_GRACE_S = 5.0
+_RTM_GETLINK = 18  # linux/rtnetlink.h (testbed.ns.links imports the layout, which imports us)
 _BRIDGE_NF_ON = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
 
 
@@ -98,6 +101,7 @@ class _State:
     helpers: dict[str, _Helper] = field(default_factory=dict)
     started: bool = False
     stopped: bool = False
+    after_line: dict[str, int] = field(default_factory=dict)  # wire port -> tx_dropped, last read
 
 
 _STATE: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
@@ -439,10 +443,15 @@ def detach(lab: LabHandle) -> None:
 def stats(lab: LabHandle, fresh: bool = True) -> dict[str, dict[str, Any]]:
     """Per line ``"<link>/<direction>"``: node, hook, interface, the helper's pid, CPU
     seconds and its queue's counters and added-delay percentiles (microseconds;
-    :class:`testbed.delay.nfqueue.stats.QueueStats`). ``fresh``: ask running helpers for a new
+    :class:`testbed.delay.nfqueue.stats.QueueStats`), and ``after_line_dropped``: packets
+    it released that the receiving veth's backlog refused (the wire port's tx_dropped, since
+    the lab came up; 0 for a line outside the wire). ``fresh``: ask running helpers for a new
     snapshot first (SIGUSR1). After :func:`teardown`: the helpers' final stats."""
     out: dict[str, dict[str, Any]] = {}
-    for h in _state(lab).helpers.values():
+    st = _state(lab)
+    if not st.stopped:
+        _read_after_line(lab)
+    for h in st.helpers.values():
         snap = h.final or _snapshot(h, fresh)
         for p in h.lines:
             q = snap.queues.get(p.queue_num) if snap else None
@@ -455,8 +464,33 @@ def stats(lab: LabHandle, fresh: bool = True) -> dict[str, dict[str, Any]]:
                 # microseconds inside each verdict sendto (the kernel re-injecting)
                 "helper_verdict_send": dataclasses.asdict(snap.verdict_send)
                 if snap and snap.verdict_send else None,
-                "queue": q.raw if q else None}
+                "queue": q.raw if q else None,
+                # released, then refused by the receiver's backlog (the wire's port towards it)
+                "after_line_dropped": st.after_line.get(_exit_port(lab, p), 0)
+                if p.hook == "wire" else 0}
     return out
+
+
+def _exit_port(lab: LabHandle, p: LinePlace) -> str:
+    return lab.layout.wires[p.link].port_to(p.direction)
+
+
+def _read_after_line(lab: LabHandle) -> None:
+    """Read the tx_dropped of every wire port (a released packet the receiving veth's backlog
+    refused is counted there, on the wire's side) into the lab's state; nothing for a lab
+    without a wire or whose wire is not open here. Reads netlink under the lab's lock."""
+    if not lab.layout.wires or WIRE_NODE not in lab.io:
+        return
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+    from testbed.ns.nl import dump
+    lock = getattr(lab, "netlink_lock", None) or contextlib.nullcontext()
+    with lock:
+        msgs = dump(lab.io[WIRE_NODE].sock, ifinfmsg(), _RTM_GETLINK, f"node {WIRE_NODE}")
+    for m in msgs:
+        stats = m.get_attr("IFLA_STATS64")
+        if stats is not None:
+            _state(lab).after_line[m.get_attr("IFLA_IFNAME")] = int(stats["tx_dropped"])
 
 
 def _snapshot(h: _Helper, fresh: bool) -> HelperStats | None:
@@ -487,6 +521,10 @@ def teardown(lab: LabHandle, recipe: DirectionRecipe) -> list[str]:
     st = _state(lab)
     if st.stopped:
         return []
+    try:
+        _read_after_line(lab)  # the last count, for stats() after the wire is gone
+    except Exception:  # noqa: BLE001 - a count lost, teardown goes on
+        pass
     st.stopped = True
     out: list[str] = []
     for h in st.helpers.values():

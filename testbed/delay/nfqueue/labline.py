@@ -108,6 +108,10 @@ class WireLink:
         """The port packets of ``direction`` (a_to_b, b_to_a) enter the wire by."""
         return self.a_port if direction == "a_to_b" else self.b_port
 
+    def port_to(self, direction: str) -> str:
+        """The port packets of ``direction`` leave the wire by (towards the receiver)."""
+        return self.b_port if direction == "a_to_b" else self.a_port
+
     def port_of(self, link: LinkPlan, node: str, ifname: str) -> str:
         """The wire port peered with endpoint (``node``, ``ifname``) of ``link``."""
         return self.a_port if (link.a.node, link.a.ifname) == (node, ifname) else self.b_port
