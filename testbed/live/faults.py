@@ -13,7 +13,11 @@ bench/event_timing.py). Both ends are set down where the peer's node would keep 
 without carrier (its own sysctls turn ``ignore_routes_with_linkdown`` off). The end set down
 is the one on the action's node (a ``node_down``), else the one on the node with the most of
 the change's links (a partition of a node's uplinks: one request), else end a. Up sets both
-ends up (the one that stayed up: no change, 0.03-0.06 ms), whatever set them down.
+ends up (the one that stayed up: no change, 0.03-0.06 ms), whatever set them down. A link
+that runs through the lab's wire namespace (its native delay line's place,
+testbed/lab/layout.py ``wires``) is two veths, end - port - bridge - port - end: down also
+sets the wire port facing each end that stays up down, so that end loses its carrier at
+the same instant; up sets both ports up (:func:`wire_ports`).
 
 Why the routes need restoring: when an interface goes down, the kernel deletes every IPv4
 route with a single next hop through it (``fib_sync_down_dev``, net/ipv4/fib_semantics.c) and
@@ -55,6 +59,7 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from models.errors import LabError
 from models.plan import Endpoint, LinkPlan, Route
+from testbed.delay.nfqueue.labline import WIRE_NODE
 from testbed.ns.links import RTM_NEWLINK, updown_msg
 from testbed.ns.nl import F_CREATE, F_REPLACE, Batch, dump
 from testbed.ns.sysctl import skips_carrierless_routes
@@ -70,7 +75,7 @@ from testbed.routing.routes import (
 
 Lab = Any  # testbed.lab.lab.Lab, which calls this module (no import back: no cycle)
 
-__all__ = ["set_links", "prepare_links", "down_ends", "LinkChange", "restore_routes",
+__all__ = ["set_links", "prepare_links", "down_ends", "wire_ports", "LinkChange", "restore_routes",
            "RTNH_F_DEAD", "RTNH_F_LINKDOWN"]
 
 RTNH_F_DEAD, RTNH_F_LINKDOWN = 1, 16  # include/uapi/linux/rtnetlink.h
@@ -104,6 +109,8 @@ class LinkChange:
         by_node: dict[str, list[int]] = {}
         for ep in ends:
             by_node.setdefault(ep.node, []).append(lab.layout.node(ep.node).ifindex(ep.ifname))
+        for port in wire_ports(lab, links, ends, up):
+            by_node.setdefault(WIRE_NODE, []).append(lab.layout.node(WIRE_NODE).ifindex(port))
         word = "up" if up else "down"
         self.batches = []
         for name, indexes in by_node.items():
@@ -139,6 +146,23 @@ class LinkChange:
                 routes = self.routes if frozenset(lab.down_links) == self.down_after else None
                 done["routes"] = _restore(lab, links, done, routes)
         return done
+
+
+def wire_ports(lab: Lab, links: Sequence[LinkPlan], ends: Sequence[Endpoint], up: bool
+               ) -> list[str]:
+    """The wire namespace's ports to set with ``ends`` (testbed/lab/layout.py ``wires``: a
+    link through it is two veths, end - port - bridge - port - end): on up, both ports of
+    each such link; on down, the port facing each end that stays up, so that it loses its
+    carrier as the peer of a direct veth would. Pure (reads ``lab.layout``)."""
+    out: list[str] = []
+    for lk in links:
+        w = lab.layout.wires.get(lk.name)
+        if w is None:
+            continue
+        for ep in (lk.a, lk.b):
+            if up or not any(e is ep for e in ends):
+                out.append(w.port_of(lk, ep.node, ep.ifname))
+    return out
 
 
 def down_ends(lab: Lab, links: Sequence[LinkPlan], node: str | None = None

@@ -65,6 +65,7 @@ class MininetLab(Lab):
     """
 
     backend = "mininet"
+    line_hold = "receiver"  # Mininet makes the links: no wire namespace between their ends
 
     def __init__(self, plan: LabPlan, run_id: str | None = None,
                  state_dir: Path = DEFAULT_STATE_DIR, wire_packets: bool | None = None,

@@ -136,11 +136,20 @@ def test_a_host_route_lost_with_its_link_is_restored_and_read_back_on_up(labs):
         assert ping(lab, "h1", "198.18.2.1")
 
 
-def test_a_link_down_sets_one_end_down_and_neither_node_routes_over_it(labs):
+@pytest.mark.parametrize("line", ["none", "native"])
+def test_a_link_down_sets_one_end_down_and_neither_node_routes_over_it(labs, line):
     """r1-r2 down: r1's end (end a) set down, r2's loses the carrier; r1's routes through it
     go (the kernel's), r2's stay flagged linkdown and are skipped: neither node has a usable
-    route over the link. Up: both ends up, r2 routes over it again."""
-    with labs(ecmp_diamond()) as lab:
+    route over the link. Up: both ends up, r2 routes over it again. The same with a native
+    delay line on the link, which then runs through the wire namespace (two veths and a
+    bridge): r2's end loses its carrier all the same."""
+    plan = ecmp_diamond(r1_r2=Shaping(delay_s=0.002) if line == "native" else None)
+    if line == "native":
+        plan = dataclasses.replace(plan, links=tuple(
+            dataclasses.replace(lk, delay_line="native") if lk.name == "r1-r2" else lk
+            for lk in plan.links))
+    with labs(plan) as lab:
+        assert ("r1-r2" in lab.layout.wires) == (line == "native")
         assert route_to(lab, "r2", "198.18.8.1") == "e1"  # h1's subnet, only via r1
         done = lab.set_links(["r1-r2"], False)
         assert done == {"links": ["r1-r2"]} and lab.down_links == {"r1-r2"}
