@@ -90,3 +90,33 @@ def test_ce_marks_under_a_standing_queue_with_ecn_on_and_none_with_it_off(labs, 
         assert sender == {"delivered_ce": 0, "ecn": False}
         assert marker["ect_seen"] == 0 and marker["marked"] == 0
         assert seen == {"ect0": 0, "ce": 0, "ece": 0, "cwr": 0}
+
+
+def _filters(lab, node: str, ifname: str) -> list[str]:
+    """The kinds of the filters on ``ifname``'s HTB root 1: (a netlink dump; the kernel also
+    lists each priority's chain head, handle 0, skipped)."""
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+    from testbed.ns.nl import dump
+    req = tcmsg()
+    req["index"], req["parent"] = lab.layout.node(node).ifindex(ifname), 0x10000
+    return [m.get_attr("TCA_KIND") for m in dump(lab.node_io(node).sock, req, 46, node)
+            if m["handle"]]
+
+
+def test_a_live_reshape_moves_the_marker_and_removing_the_threshold_removes_it(labs, tmp_path):
+    path = tmp_path / "ecn.yaml"
+    path.write_text(TOPOLOGY.replace("ECN", "1"))
+    with labs(topologies.load_topology(path)) as lab:
+        link = lab.plan.links[0]
+        marker = lab.ecn_markers[("h1-h2", "a_to_b")]
+        assert _filters(lab, "h1", link.a.ifname) == ["bpf"]
+        assert marker.read().rate_Bps == 20_000_000 // 8
+        slower = link.a_to_b.with_changes(rate_bps=10_000_000)
+        lab.set_shaping("h1-h2", "a_to_b", slower)  # in place: the same filter, a new rate
+        assert marker.read().rate_Bps == 10_000_000 // 8
+        assert _filters(lab, "h1", link.a.ifname) == ["bpf"]
+        lab.set_shaping("h1-h2", "a_to_b", slower.with_changes(ecn=False, ecn_threshold=None))
+        assert _filters(lab, "h1", link.a.ifname) == []
+        lab.set_shaping("h1-h2", "a_to_b", slower.with_changes(buffer=None))  # back, rebuilt
+        assert _filters(lab, "h1", link.a.ifname) == ["bpf"]
