@@ -69,3 +69,12 @@ def test_a_transfer_record_holds_its_ce_marks_and_whether_ecn_was_negotiated():
     old = {k: v for k, v in got.to_dict().items() if k not in ("delivered_ce", "ecn")}
     from models.records import TcpInfo
     assert (TcpInfo.from_dict(old).delivered_ce, TcpInfo.from_dict(old).ecn) == (0, None)
+
+
+def test_scale_divides_the_ecn_threshold_like_the_buffer():
+    from topologies.scaling import scale_changes
+    got = scale_changes({"ecn_threshold": BufferSize(packets=20),
+                         "buffer": BufferSize(size_bytes=300_000)}, 10, 1500)
+    assert got == {"ecn_threshold": BufferSize(packets=2), "buffer": BufferSize(size_bytes=30_000)}
+    assert scale_changes({"ecn_threshold": BufferSize(size_bytes=3000)}, 10, 1500) == {
+        "ecn_threshold": BufferSize(size_bytes=1514)}  # never below one frame
