@@ -1,7 +1,7 @@
 """ECN marking at a queue threshold (DCTCP's K) on a kernel without RED or CoDel.
 
 This host kernel has HTB, TBF and the FIFOs but no queueing discipline that marks (no red,
-codel, fq_codel, pie: /work/shared/env/KERNEL.md), while an ECN experiment needs a
+codel, fq_codel, pie: ``zcat /proc/config.gz | grep NET_SCH``), while an ECN experiment needs a
 bottleneck that sets CE instead of dropping. The marker is a small eBPF classifier (cls_bpf,
 direct action, built in) on the direction's HTB root, run for every packet as it is enqueued
 into the bottleneck buffer. It keeps the queue that buffer has: a virtual queue of bytes that
@@ -27,6 +27,7 @@ marked, and the ECN-capable packets it saw. Needs root (CAP_BPF, CAP_NET_ADMIN).
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import socket
 import struct
@@ -48,7 +49,7 @@ RTM_NEWTFILTER, RTM_DELTFILTER = 44, 45
 DEFAULT_BUFFER_PACKETS = 1000  # the kernel's default limit when a direction gives none
 ETH_HLEN = 14
 
-SYS_BPF = 321  # x86_64
+SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine)  # asm/unistd.h
 BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM, BPF_PROG_LOAD = 0, 1, 2, 5
 BPF_MAP_TYPE_ARRAY, BPF_PROG_TYPE_SCHED_CLS = 2, 3
 TC_ACT_UNSPEC = -1  # the next filter classifies (HTB's default class: the shaped one)
@@ -217,6 +218,8 @@ def _count(code: list, off: int) -> None:
 
 
 def _bpf(cmd: int, attr: bytes) -> int:
+    if SYS_BPF is None:
+        raise OSError(errno.ENOSYS, f"no bpf system call number known for {os.uname().machine}")
     buf = ctypes.create_string_buffer(attr, 144)
     ret = _libc.syscall(SYS_BPF, cmd, buf, 144)
     if ret < 0:
@@ -265,7 +268,8 @@ class EcnMarker:
 
     def set(self, rate_bps: int, k_bytes: int, cap_bytes: int) -> None:
         """Set the drain rate (bit/s), K and the cap (bytes); the queue and counters stay
-        (a live rate change)."""
+        (a live rate change: read, then written back, so a count the program makes in the
+        microseconds between is lost)."""
         words = list(self.read_words()) if self.prog_fd >= 0 else [0] * len(WORDS)
         words[2:5] = [rate_bps // 8, k_bytes, cap_bytes]
         value = ctypes.create_string_buffer(struct.pack(f"<{len(WORDS)}Q", *words),
