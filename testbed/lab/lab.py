@@ -41,6 +41,7 @@ from testbed.ovs import datapath as ovs_datapath
 from testbed.ovs import lab as ovs_lab
 from testbed.ovs import settle as ovs_settle
 from testbed.routing import frr, load_balance, source_routing
+from testbed.tc import ecn_marker
 from testbed.tc.objects import DirectionRecipe
 
 __all__ = ["Lab", "new_run_id", "missing_kernel_features"]
@@ -138,6 +139,7 @@ class Lab:
         # changes shaping from its thread while the runner reads counters (inspect.describe)
         self.netlink_lock = threading.RLock()
         self.down_links: set[str] = set()  # links set down by testbed/live/faults.py, not yet up
+        self.ecn_markers: dict[tuple[str, str], Any] = {}  # testbed/tc/ecn_marker.py
         self.frr: dict[str, Any] = {}  # router -> its FRR daemons (testbed/routing/frr.py)
 
     # lifecycle -------------------------------------------------------------------------
@@ -256,6 +258,7 @@ class Lab:
         self._wait_stp()
         self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
         self._apply_delay_lines()
+        ecn_marker.apply(self)
         self.verify()
         t = self._step("verify", t)
         if self.plan.routing is not None:
@@ -417,6 +420,7 @@ class Lab:
     def _teardown(self) -> TeardownReport:
         t = time.perf_counter()
         failures = self._teardown_delay_lines()
+        ecn_marker.close_all(self)
         self.release()
         report = teardown(self.registry, self.children, self.keep_owner)
         report.failures[:0] = failures
