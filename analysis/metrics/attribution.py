@@ -53,6 +53,7 @@ from analysis.dci import union_length
 from analysis.metrics.bound import KernelView, collective_bound
 from analysis.metrics.collectives import iteration_times
 from analysis.metrics.stragglers import collective_straggle
+from analysis.metrics.what_if import what_if_metrics
 from models.paths import PathError, PathWalker, dci_links
 from models.plan import LabPlan
 
@@ -198,6 +199,25 @@ def _collective_row(cid: str, w: int, flows: list[dict[str, Any]], links: _Links
             "evidence": verdict["evidence"], "hops": verdict["hops"]}
 
 
+def model_inputs(f: dict[str, Any], links: _Links) -> dict[str, Any]:
+    """What analysis.metrics.what_if's transfer model needs of one transfer: ``src_rank``,
+    ``dst_rank``, ``step`` (the algorithm's step label, or None), ``t_start``, ``t_end``
+    (s, host clock), ``size_bytes``, ``fct_s``, ``rtt_s`` (TCP_INFO ``min_rtt_s``, else
+    ``rtt_s``, else None), ``rtt_s_configured`` (s, the path there and back) and
+    ``hops`` ([link, sending node, configured rate_bps or None, direction] of every link
+    direction on its path)."""
+    rtt = f.get("tcp_min_rtt_s")
+    if rtt is None or rtt != rtt or not rtt:
+        rtt = f.get("tcp_rtt_s")
+    rtt = None if rtt is None or rtt != rtt or not rtt else float(rtt)
+    return {"src_rank": int(f["src_rank"]), "dst_rank": int(f["dst_rank"]),
+            "step": f.get("step"), "t_start": f["t_start"], "t_end": f["t_end"],
+            "size_bytes": int(f["size_bytes"]), "fct_s": f["t_end"] - f["t_start"],
+            "rtt_s": rtt, "rtt_s_configured": links.rtt_configured(f),
+            "hops": [[h[0], h[1], h[3], f"{h[1]} -> {links.peers.get((h[0], h[1]), '?')}"]
+                     for h in links.hops(f)]}
+
+
 def _compute_stragglers(timeline: pd.DataFrame) -> list[dict[str, Any]]:
     if timeline.empty or "kind" not in timeline:
         return []
@@ -261,7 +281,10 @@ def attribution_metrics(flows: pd.DataFrame, timeline: pd.DataFrame,
     configured rate, backlog, standing queue, drops), network straggler, ``evidence`` and
     ``hops``), ``per_iteration`` (the longest collective's bound, critical link and network
     straggler, and the compute straggler), ``per_workload`` (:func:`workload_verdicts`),
-    ``pairs`` (per-pair bandwidth). ``collectives`` (collectives.jsonl), ``counters``
+    ``what_if`` (the iteration time and CCTs were the critical link twice as fast, the
+    compute straggler at the median or the RTT halved: analysis.metrics.what_if, from
+    :func:`model_inputs` of every transfer), ``pairs`` (per-pair
+    bandwidth). ``collectives`` (collectives.jsonl), ``counters``
     (counters/{links,qdisc,tcp}.parquet) and ``fidelity`` (fidelity.json) feed the verdict;
     without them it rests on the records alone. Empty lists when the run has no such
     records."""
@@ -285,10 +308,15 @@ def attribution_metrics(flows: pd.DataFrame, timeline: pd.DataFrame,
             coll[(int(f.get("workload_index", 0) or 0), cid)].append(f)
     per_coll = [_collective_row(cid, w, fs, links, view, records.get((w, cid)), compute)
                 for (w, cid), fs in sorted(coll.items())]
+    inputs = {(w, cid): [model_inputs(f, links) for f in fs]
+              for (w, cid), fs in coll.items()}
+    iters = iteration_times(timeline, collectives if collectives is not None
+                            else pd.DataFrame())
+    per_workload = workload_verdicts(per_coll, iters)
     return {"links": link_table, "per_collective": per_coll,
             "per_iteration": _per_iteration(per_coll, compute_rows),
-            "per_workload": workload_verdicts(per_coll, iteration_times(
-                timeline, collectives if collectives is not None else pd.DataFrame())),
+            "per_workload": per_workload,
+            "what_if": what_if_metrics(per_coll, inputs, iters, compute_rows, per_workload),
             "pairs": pair_bandwidth(rows)}
 
 
