@@ -5,7 +5,7 @@ training and collectives (first what bound them, in words with the numbers: link
 compute, loss or the host's CPU, analysis.metrics.bound; then iteration time, compute vs
 exposed communication, DCI share, the critical link and the stragglers by compute and by
 network), incast (goodput against the
-number of senders, the last finisher and its retransmissions), federated learning (round
+number of senders, the slowest flow (longest FCT), its sender and retransmissions), federated learning (round
 time and the client whose upload ended last), inference (TTFT p50 and p99), and per event of
 the ``events:`` timeline that hit the workload what it hit, whether and when goodput
 recovered and the worst iteration's inflation (analysis.metrics.events). Numbers are in
@@ -187,11 +187,13 @@ def _incast(w: int, m: dict[str, Any], flows: pd.DataFrame) -> list[str]:
             f"{n}: {bits(g)}" for n, g in by_n.items()) + ".")
     f = _of(flows, w)
     if not f.empty and "burst_id" in f and f["t_end"].notna().any():
-        last = f.loc[f["t_end"].idxmax()]
-        start = f[f["burst_id"] == last["burst_id"]]["t_start"].min()
-        rt = last.get("tcp_total_retrans")
-        out.append(f"Last finisher: {last['src_node']} (rank {int(last['src_rank'])}), "
-                   f"{duration(last['t_end'] - start)} after its burst began"
+        done = f[f["t_end"].notna()]
+        slow = done.loc[(done["t_end"] - done["t_start"]).idxmax()]
+        start = f[f["burst_id"] == slow["burst_id"]]["t_start"].min()
+        rt = slow.get("tcp_total_retrans")
+        out.append(f"Slowest flow: {slow['src_node']} (rank {int(slow['src_rank'])}), FCT "
+                   f"{duration(slow['t_end'] - slow['t_start'])}, done "
+                   f"{duration(slow['t_end'] - start)} after its burst began"
                    + (f", {int(rt)} retransmission(s) (TCP_INFO)." if pd.notna(rt) else "."))
     return out
 
