@@ -36,7 +36,11 @@ Definitions:
   straggler factor (the records' ``slowdown``, mean over its ops) than the median rank's
   (None without factors). An unplanned straggler computed longer than it was given: its
   timed sleeps woke late on a loaded host. It stays named in ``per_iteration`` but never
-  makes a collective compute-bound;
+  makes a collective compute-bound. The same rule over each rank's compute just before a
+  collective (its compute ops since its previous communication op, by timeline
+  ``op_index``) names the compute straggler a collective's verdict weighs: a rank late at
+  a collective for its compute is not blamed at the next one, which it reached late for
+  another reason;
 * per-pair bandwidth (nccl-tests' sendrecv view): bytes a rank sent to another over the union
   of those transfers' intervals, in bytes/s (nccl-tests prints GB/s = 1e9 bytes/s).
 """
@@ -171,7 +175,8 @@ def _transfer(f: dict[str, Any]) -> dict[str, Any]:
 
 def _collective_row(cid: str, w: int, flows: list[dict[str, Any]], links: _Links,
                     view: KernelView, record: dict[str, Any] | None,
-                    compute: dict[tuple[int, int], int | None]) -> dict[str, Any]:
+                    compute: dict[tuple[int, int], int | None],
+                    before: _ComputeBefore) -> dict[str, Any]:
     path = critical_path(flows)
     crit = max(path, key=lambda f: f["t_end"] - f["t_start"])
     straggle = None
@@ -183,8 +188,9 @@ def _collective_row(cid: str, w: int, flows: list[dict[str, Any]], links: _Links
         straggle["after_last_arrival_s"] = t_med - straggle["lag_s"]
         straggle["slowest_rank"] = None if i is None else int(list(record["ranks"])[i])
     it = int(crit["iteration"])
+    known, slow = before.rank(w, record) if record is not None else (False, None)
     verdict = collective_bound(path, view, links.peers, links.rtt_configured, straggle,
-                               compute.get((w, it)))
+                               slow if known else compute.get((w, it)))
     return {"collective_id": cid, "workload_index": w, "iteration": it,
             "op": record.get("op") if record else None,
             "group_kind": record.get("group_kind") if record else None,
@@ -216,6 +222,68 @@ def model_inputs(f: dict[str, Any], links: _Links) -> dict[str, Any]:
             "rtt_s": rtt, "rtt_s_configured": links.rtt_configured(f),
             "hops": [[h[0], h[1], h[3], f"{h[1]} -> {links.peers.get((h[0], h[1]), '?')}"]
                      for h in links.hops(f)]}
+
+
+def _straggler_of(per: dict[int, float], factor: dict[int, float] | None) -> int | None:
+    """The rank of ``per`` (rank -> compute s) that computed more than the median rank by
+    COMPUTE_TOLERANCE and COMPUTE_MIN_S, unless ``factor`` (rank -> mean straggler factor,
+    None without) says it ran at no higher a factor than the median rank: None if none."""
+    if not per:
+        return None
+    med = float(statistics.median(per.values()))
+    slow = max(per, key=per.__getitem__)
+    top = per[slow]
+    if med <= 0 or top <= med * (1 + COMPUTE_TOLERANCE) or top - med <= COMPUTE_MIN_S:
+        return None
+    if factor is not None and not factor[slow] > statistics.median(factor.values()):
+        return None
+    return slow
+
+
+class _ComputeBefore:
+    """Per collective record, the rank that computed longest just before it (its compute
+    ops since its previous communication op of the iteration, timeline.jsonl ``op_index``
+    order), named by :func:`_straggler_of`: a rank that arrived late at one collective for
+    its compute is not blamed at the next, which it reached late for another reason."""
+
+    def __init__(self, timeline: pd.DataFrame) -> None:
+        self.rows: dict[tuple[int, int, int], list[tuple[int, str, float, float]]] = {}
+        need = ("kind", "op_index", "rank", "iteration", "t_start", "t_end")
+        self.known = not timeline.empty and all(c in timeline for c in need)
+        if not self.known:
+            return
+        t = timeline.assign(workload_index=timeline.get("workload_index", 0))
+        slow = t["slowdown"] if "slowdown" in t else pd.Series(float("nan"), t.index)
+        for (w, it, r, k, kind, a, b, f) in zip(
+                t["workload_index"].fillna(0).astype(int), t["iteration"].astype(int),
+                t["rank"].astype(int), t["op_index"].astype(int), t["kind"], t["t_start"],
+                t["t_end"], slow, strict=True):
+            self.rows.setdefault((w, it, r), []).append((k, str(kind), b - a, f))
+        for v in self.rows.values():
+            v.sort()
+
+    def rank(self, w: int, record: dict[str, Any]) -> tuple[bool, int | None]:
+        """(whether the timeline tells, the compute straggler before ``record``)."""
+        k = record.get("op_index")
+        if not self.known or k is None or k != k:
+            return False, None
+        per: dict[int, float] = {}
+        factors: dict[int, list[float]] = {}
+        for r in record["ranks"]:
+            before = [x for x in self.rows.get((w, int(record["iteration"]), int(r)), [])
+                      if x[0] < int(k)]
+            d, fs = 0.0, []
+            for _, kind, dur, f in reversed(before):
+                if kind != "compute":
+                    break
+                d += dur
+                fs.append(f)
+            per[int(r)] = d
+            factors[int(r)] = fs
+        factor = None
+        if all(fs and all(f == f for f in fs) for fs in factors.values()):
+            factor = {r: statistics.fmean(fs) for r, fs in factors.items()}
+        return True, _straggler_of(per, factor)
 
 
 def _compute_stragglers(timeline: pd.DataFrame) -> list[dict[str, Any]]:
@@ -306,7 +374,9 @@ def attribution_metrics(flows: pd.DataFrame, timeline: pd.DataFrame,
         cid = f.get("collective_id")
         if isinstance(cid, str):
             coll[(int(f.get("workload_index", 0) or 0), cid)].append(f)
-    per_coll = [_collective_row(cid, w, fs, links, view, records.get((w, cid)), compute)
+    before = _ComputeBefore(timeline)
+    per_coll = [_collective_row(cid, w, fs, links, view, records.get((w, cid)), compute,
+                                before)
                 for (w, cid), fs in sorted(coll.items())]
     inputs = {(w, cid): [model_inputs(f, links) for f in fs]
               for (w, cid), fs in coll.items()}

@@ -38,10 +38,12 @@ transfers that cross it stays under ``BUSY_QUEUE`` is blamed for nothing (its tr
 count as latency). Then ``bound`` is
 
 * ``compute`` when the rank that arrived last (analysis.metrics.stragglers: named only
-  beyond the start skew) is its iteration's compute straggler (more compute than the median
-  rank's, attribution.COMPUTE_TOLERANCE and COMPUTE_MIN_S, at a higher straggler factor
-  than the median rank's: a rank that overran the compute it was given waited on its
-  host, see analysis.metrics.attribution) and its arrival lag exceeds the
+  beyond the start skew) is the compute straggler of the compute just before the
+  collective (each rank's compute ops since its previous communication op: more compute
+  than the median rank's, attribution.COMPUTE_TOLERANCE and COMPUTE_MIN_S, at a higher
+  straggler factor than the median rank's: a rank that overran the compute it was given
+  waited on its host, see analysis.metrics.attribution; the iteration's compute straggler
+  where the records lack op indices) and its arrival lag exceeds the
   time the collective took after it arrived (the median rank's time in it, max rank end -
   median rank start, minus the lag: inflation above 2 in analysis.metrics.stragglers'
   terms): the others waited for its compute longer than for the network. (The
@@ -291,8 +293,8 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
     ``path``: the critical-path transfers (flow dicts with tcp_* columns), first first;
     ``rtt_configured``: transfer -> configured path RTT (s) or None; ``straggle``:
     analysis.metrics.stragglers.collective_straggle of the instance plus ``ranks`` (None
-    without a collective record); ``compute_straggler``: the iteration's compute straggler
-    rank or None."""
+    without a collective record); ``compute_straggler``: the compute straggler rank of the
+    compute before the collective (else of its iteration) or None."""
     per_hop: dict[HopKey, list[dict[str, Any]]] = defaultdict(list)
     class_s = {"link": 0.0, "loss": 0.0, "latency": 0.0}
     saturated_s: dict[HopKey, float] = defaultdict(float)

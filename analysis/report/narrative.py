@@ -4,12 +4,12 @@ One section per workload of the manifest, built from the run's records and metri
 training and collectives (first what bound them, in words with the numbers: link, latency,
 compute, loss or the host's CPU, analysis.metrics.bound; then iteration time, compute vs
 exposed communication, DCI share, the critical link and the stragglers by compute and by
-network), incast (goodput against the
-number of senders, the slowest flow (longest FCT), its sender and retransmissions), federated learning (round
-time and the client whose upload ended last), inference (TTFT p50 and p99), and per event of
-the ``events:`` timeline that hit the workload what it hit, whether and when goodput
-recovered and the worst iteration's inflation (analysis.metrics.events). Numbers are in
-human units (:mod:`analysis.report.units`).
+network), incast (goodput against the number of senders, the slowest flow (longest FCT),
+its sender and retransmissions), federated learning (round time and the client whose
+upload ended last), inference (TTFT p50 and p99), and per event of the ``events:``
+timeline that hit the workload what it hit, whether and when goodput recovered and the
+worst iteration's inflation (analysis.metrics.events). Numbers are in human units
+(:mod:`analysis.report.units`).
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def verdict(v: dict[str, Any]) -> str:
                 f"{share(lk.get('busy_share'))} of its {bits(lk.get('configured_bps'))}"
                 + q + drops + ".")
     if b == "compute":
-        return (head + f"compute-bound: rank {e.get('late_rank')} (the iteration's compute "
-                f"straggler) arrived {duration(e.get('arrival_lag_s'))} after the median "
+        return (head + f"compute-bound: rank {e.get('late_rank')} (it computed longest "
+                f"before it) arrived {duration(e.get('arrival_lag_s'))} after the median "
                 f"rank, longer than the collective took after it arrived "
                 f"({duration(e.get('after_last_arrival_s'))})"
                 + _no_link_above(v.get("busy_share_max")) + ".")

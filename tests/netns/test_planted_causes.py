@@ -264,7 +264,7 @@ def test_a_slow_rank_is_compute_bound(host_causes):
             assert (c["evidence"]["late_rank"], c["evidence"]["compute_straggler_rank"]) == (
                 2, 2)
     line = _verdict_line(m, lines, 0)
-    assert "compute-bound: rank 2 (the iteration's compute straggler) arrived " in line
+    assert "compute-bound: rank 2 (it computed longest before it) arrived " in line
 
 
 def test_a_lossy_link_is_loss_bound(host_causes):

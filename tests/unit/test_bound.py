@@ -163,3 +163,43 @@ def test_a_failure_is_told_with_the_link_down_on_its_path():
         "raise timeouts.transfer in the experiment or shrink the transfer",
         "link h2-s1 down on its path (events[0])")
     assert failure_words({"detail": detail, "extra": {}}) == detail
+
+
+def test_compute_is_named_only_for_the_rank_that_computed_longer_before_that_collective():
+    """Two all-reduces in one iteration: rank 2 computes four times as long (its straggler
+    factor) before the first, nothing before the second, which it reaches 30 ms late for
+    another reason. Only the first is compute-bound; a rank without a factor or a measured
+    compute excess before a collective is never its compute straggler."""
+    plan = _plan()
+    first = _ring(plan, chunk=10_000, t0=0.04)
+    end = max(f["t_end"] for f in first)
+    second = [{**f, "collective_id": "c0.2"} for f in _ring(plan, chunk=10_000,
+                                                            t0=end + 0.03)]
+    t_end = max(f["t_end"] for f in second)
+    colls = pd.DataFrame([
+        {"collective_id": "c0.1", "workload_index": 0, "iteration": 0, "op_index": 1,
+         "op": "all_reduce", "group_kind": "world", "ranks": [0, 1, 2, 3],
+         "rank_t_start": [0.01, 0.01, 0.04, 0.01], "rank_t_end": [end] * 4},
+        {"collective_id": "c0.2", "workload_index": 0, "iteration": 0, "op_index": 2,
+         "op": "all_reduce", "group_kind": "world", "ranks": [0, 1, 2, 3],
+         "rank_t_start": [end, end, end + 0.03, end], "rank_t_end": [t_end] * 4}])
+    rows = []
+    for r in range(4):
+        arrive = 0.04 if r == 2 else 0.01
+        rows += [{"op_index": 0, "kind": "compute", "t_start": 0.0, "t_end": arrive,
+                  "slowdown": 4.0 if r == 2 else 1.0},
+                 {"op_index": 1, "kind": "collective", "t_start": arrive, "t_end": end,
+                  "slowdown": 1.0},
+                 {"op_index": 2, "kind": "collective", "t_start": end + (0.03 if r == 2
+                                                                         else 0.0),
+                  "t_end": t_end, "slowdown": 1.0}]
+        for row in rows[-3:]:
+            row.update(rank=r, iteration=0, workload_index=0)
+    timeline = pd.DataFrame(rows)
+    a = attribution_metrics(pd.DataFrame(first + second), timeline, plan, collectives=colls)
+    assert _bounds(a) == ["compute", "latency"]
+    assert [c["evidence"]["compute_straggler_rank"] for c in a["per_collective"]] == [2, None]
+    # the same compute without the factor behind it (rank 2 overran its sleeps): neither
+    even = timeline.assign(slowdown=1.0)
+    a = attribution_metrics(pd.DataFrame(first + second), even, plan, collectives=colls)
+    assert _bounds(a) == ["latency", "latency"]
