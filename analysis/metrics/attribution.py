@@ -201,6 +201,8 @@ def _collective_row(cid: str, w: int, flows: list[dict[str, Any]], links: _Links
             "critical_path": [_transfer(f) for f in path],
             "critical_transfer": _transfer(crit), "bound": verdict["bound"],
             "critical_link": verdict["critical_link"],
+            "secondary_bound": verdict["secondary_bound"],
+            "secondary_critical_link": verdict["secondary_critical_link"],
             "network_straggler_rank": int(crit["src_rank"]),
             "evidence": verdict["evidence"], "hops": verdict["hops"]}
 
@@ -406,7 +408,8 @@ def workload_verdicts(per_coll: list[dict[str, Any]], iters: pd.DataFrame
     the largest ``share`` of the total iteration time: union of its instances' intervals
     over it), ``example`` (the collective_id of the longest instance of that bound) and its
     ``evidence``, ``critical_link`` (where bound is link: the example's), ``busy_share_max``
-    (the highest busy share of any hop over every instance's critical path)."""
+    (the highest busy share of any hop over every instance's critical path), and its
+    second cause (:func:`_workload_secondary`)."""
     out = []
     by_w: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for c in per_coll:
@@ -422,6 +425,7 @@ def workload_verdicts(per_coll: list[dict[str, Any]], iters: pd.DataFrame
             groups[_group_name(c)].append((c["t_start"], c["t_end"]))
         times = {b: union_length(v) for b, v in spans.items()}
         bound = max(times, key=times.__getitem__)
+        second = _workload_secondary(cs, bound)
         name = max(groups, key=lambda g: union_length(groups[g]))
         mine = [c for c in cs if c["bound"] == bound]
         ex = max(mine, key=lambda c: c["t_end"] - c["t_start"])
@@ -435,8 +439,30 @@ def workload_verdicts(per_coll: list[dict[str, Any]], iters: pd.DataFrame
                                  "instances": len(groups[name])},
                     "example": ex["collective_id"], "evidence": ex["evidence"],
                     "critical_link": ex["critical_link"],
-                    "busy_share_max": max(busy) if busy else None})
+                    "busy_share_max": max(busy) if busy else None, **second})
     return out
+
+
+def _workload_secondary(cs: list[dict[str, Any]], bound: str) -> dict[str, Any]:
+    """A workload's second cause: of the bounds and secondary bounds of its collectives
+    other than ``bound`` (and host_cpu), the one whose collectives' intervals cover the
+    most time (union), with the evidence and critical link of its longest collective:
+    ``secondary_bound``, ``secondary_time_s``, ``secondary_example``,
+    ``secondary_evidence``, ``secondary_critical_link`` (None where there is none)."""
+    spans: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in cs:
+        for b in {c["bound"], c.get("secondary_bound")} - {bound, None, "host_cpu"}:
+            spans[b].append(c)
+    if not spans:
+        return {"secondary_bound": None, "secondary_time_s": None, "secondary_example": None,
+                "secondary_evidence": None, "secondary_critical_link": None}
+    times = {b: union_length([(c["t_start"], c["t_end"]) for c in v]) for b, v in spans.items()}
+    b = max(times, key=times.__getitem__)
+    ex = max(spans[b], key=lambda c: c["t_end"] - c["t_start"])
+    link = ex["critical_link"] if ex["bound"] == "link" else ex.get("secondary_critical_link")
+    return {"secondary_bound": b, "secondary_time_s": times[b],
+            "secondary_example": ex["collective_id"], "secondary_evidence": ex["evidence"],
+            "secondary_critical_link": link if b == "link" else None}
 
 
 def _per_iteration(per_coll: list[dict[str, Any]], compute: list[dict[str, Any]]
