@@ -3,7 +3,7 @@ analysis.metrics.what_if, one small experiment is run, metrics.json's estimate r
 (``attribution.what_if.per_workload``), the experiment rerun with the change actually made,
 and estimate / measured printed for the median iteration time and the median CCT.
 
-Usage (root): PYTHONPATH=. .venv/bin/python bench/what_if.py [--iterations 5] [--case NAME]
+Usage (root): PYTHONPATH=. .venv/bin/python bench/what_if.py [--iterations 8] [--case NAME]
     [--keep DIR]
 Target: every ratio within 15 % of 1 (0.85-1.15).
 
@@ -91,7 +91,7 @@ def _measured(m: dict) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--case", choices=("link_x2", "straggler_at_median", "rtt_half"))
     ap.add_argument("--keep", type=Path, help="keep the run directories under this one")
     args = ap.parse_args()

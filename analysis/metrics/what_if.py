@@ -112,13 +112,13 @@ def transfer_estimate_s(x: dict[str, Any], case: str,
 def _replay_end_shift(transfers: list[dict[str, Any]], duration: Any,
                       shift: Any = None) -> float:
     """How much later (s; negative: earlier) one collective instance's last transfer ends
-    transfers (analysis.metrics.attribution.model_inputs) are replayed in the order they
-    started: each starts after the transfers it waited for (the last receive into its
-    sender and the sender's last send that ended before it started, of an earlier step of
-    the algorithm where the records name steps: a ring step waits for both) ended in the
-    replay, plus the gap it left after them as run, or, waiting for
-    none, at its start moved by ``shift(transfer)`` (s); it lasts ``duration(transfer)``
-    (s). The longest chain of that graph is the collective's critical path."""
+    when its transfers (analysis.metrics.attribution.model_inputs) are replayed in the
+    order they started: each starts after the transfers it waited for (the last receive
+    into its sender and the sender's last send that ended before it started, of an earlier
+    step of the algorithm where the records name steps: a ring step waits for both) ended
+    in the replay, plus the gap it left after them as run, or, waiting for none, at its
+    start moved by ``shift(transfer)`` (s); it lasts ``duration(transfer)`` (s). The
+    longest chain of that graph is the collective's critical path."""
     if not transfers:
         return 0.0
     shift = shift or (lambda g: 0.0)
@@ -126,16 +126,18 @@ def _replay_end_shift(transfers: list[dict[str, Any]], duration: Any,
     first: dict[Any, float] = {}
     for i in order:
         first.setdefault(transfers[i].get("step"), transfers[i]["t_start"])
-    rank = {label: k for k, label in enumerate(sorted(first, key=first.__getitem__))}
+    steps = {label: k for k, label in enumerate(sorted(first, key=first.__getitem__))}
+    # per (role, rank): the replayed transfers it received (dst_rank) or sent (src_rank)
+    seen: dict[tuple[str, int], list[int]] = defaultdict(list)
     new_end: dict[int, float] = {}
-    for n, i in enumerate(order):
+    for i in order:
         g = transfers[i]
-        k = rank[g.get("step")] if g.get("step") is not None else None
+        k = steps[g.get("step")] if g.get("step") is not None else None
         preds = []
-        for s in ("dst_rank", "src_rank"):  # the last receive into g's sender, its last send
-            done = [j for j in order[:n] if transfers[j][s] == g["src_rank"]
-                    and transfers[j]["t_end"] <= g["t_start"] + _ORDER_EPS_S
-                    and (k is None or rank[transfers[j].get("step")] < k)]
+        for role in ("dst_rank", "src_rank"):  # g's sender's last receive, its last send
+            done = [j for j in seen[(role, g["src_rank"])]
+                    if transfers[j]["t_end"] <= g["t_start"] + _ORDER_EPS_S
+                    and (k is None or steps[transfers[j].get("step")] < k)]
             if done:
                 preds.append(max(done, key=lambda j: transfers[j]["t_end"]))
         start = g["t_start"] + shift(g)
@@ -143,14 +145,16 @@ def _replay_end_shift(transfers: list[dict[str, Any]], duration: Any,
             gap = g["t_start"] - max(transfers[j]["t_end"] for j in preds)
             start = max(new_end[j] for j in preds) + max(gap, 0.0)
         new_end[i] = start + duration(g)
+        seen[("dst_rank", g["dst_rank"])].append(i)
+        seen[("src_rank", g["src_rank"])].append(i)
     return max(new_end.values()) - max(x["t_end"] for x in transfers)
 
 
 def _critical_hop(verdict: dict[str, Any] | None, inputs: list[list[dict[str, Any]]]
                   ) -> tuple[str, str, str] | None:
     """(link, sending node, direction) of the workload's critical link, else of the
-    direction with the lowest configured rate on its critical paths (most transfers on a
-    tie); None when no hop there has a rate."""
+    direction with the lowest configured rate on its collectives' transfers' paths (most
+    transfers on a tie); None when no hop there has a rate."""
     lk = (verdict or {}).get("critical_link")
     if lk:
         return (lk["link"], lk["node"], lk["direction"])

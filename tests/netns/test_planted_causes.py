@@ -188,6 +188,16 @@ def test_the_default_experiment_is_latency_bound(tmp_path, state_env):
     assert "in DP all-reduces across the DCI" in line and "round trips" in line
     # the picture marks no critical link: none was link-bound
     assert "critical link" not in _picture(run_dir)
+    # what if: round trips held it, so half the RTT shortens the iteration; the report's
+    # table has the row
+    (wi,) = [r for r in m["attribution"]["what_if"]["per_workload"]
+             if r["workload_index"] == 0]
+    assert wi["rtt_half"]["inputs"]["rtt_s_configured"] == pytest.approx(0.020)
+    assert wi["rtt_half"]["iteration_time_s"] < wi["iteration_time_s"]
+    assert wi["rtt_half"]["speedup"] > 1
+    report = (run_dir / "report.html").read_text()
+    table = report[report.index('id="what-if-table"'):]
+    assert f"; {duration(0.020)} configured)" in table[:table.index("</table>")]
     _assert_energy(m, manifest, (run_dir / "report.html").read_text())
 
 
