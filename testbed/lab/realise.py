@@ -21,7 +21,7 @@ from testbed.routing.routes import (
     RTM_NEWROUTE,
     addr_msg,
     connected_route_msg,
-    route_msg,
+    route_template,
 )
 from testbed.tc.msgs import tc_message
 from testbed.tc.objects import DirectionRecipe, TcObject
@@ -117,8 +117,8 @@ def configure_node(n: NodePlan, layout: Layout, io: NodeIO,
                       f"node {n.name}: add node address {iface} to lo")
     add_tc(batch, node, tuple(layout.tc_objects(n.name)), NEW)
     for route in n.routes:
-        batch.add(route_msg(route, node, n.rto_min_s), RTM_NEWROUTE, NEW,
-                  f"node {n.name}: add route {route.dst}")
+        key, build, patch = route_template(route, node, n.rto_min_s)
+        batch.add_cached(key, build, None, NEW, f"node {n.name}: add route {route.dst}", patch)
     batch.commit()
 
 
