@@ -20,6 +20,7 @@ from testbed.routing.routes import (
     RTM_NEWADDR,
     RTM_NEWROUTE,
     addr_msg,
+    addr_template,
     connected_route_msg,
     route_template,
 )
@@ -130,8 +131,9 @@ def _addresses(batch: Batch, n: NodePlan, node: NodeLayout, lk: LinkPlan) -> Non
         if iface is None:
             continue
         index = node.ifindex(ep.ifname)
-        batch.add(addr_msg(index, iface), RTM_NEWADDR, NEW,
-                  f"node {n.name}: add address {iface} to {ep.ifname}")
+        key, build, patch = addr_template(iface)
+        batch.add_cached(key, build, index, NEW,
+                         f"node {n.name}: add address {iface} to {ep.ifname}", patch)
         if n.rto_min_s is not None:
             batch.add(connected_route_msg(index, iface, n.rto_min_s), RTM_NEWROUTE,
                       F_CREATE | F_REPLACE,

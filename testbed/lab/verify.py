@@ -19,7 +19,7 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from models.errors import LabError
 from models.plan import LinkPlan, NodePlan
 from testbed.lab.layout import BRIDGE, IFB_INDEX_BASE, Layout, NodeLayout, owner_alias
-from testbed.ns.links import RTM_GETLINK, link_state
+from testbed.ns.links import IFF_UP, RTM_GETLINK
 from testbed.ns.nl import brief, dump
 from testbed.routing.routes import (
     RT_TABLE_MAIN,
@@ -34,11 +34,9 @@ from testbed.tc import qdiscs
 from testbed.tc.msgs import RTM_GETQDISC, RTM_GETTCLASS, TcMsg, handle
 from testbed.tc.objects import TcObject
 
-__all__ = ["check_node", "dump_tc", "tc_differences", "raise_if"]
+__all__ = ["check_node", "dump_tc", "tc_differences", "raise_if", "link_states"]
 
 
-BriefLink = brief(ifinfmsg, {"IFLA_IFNAME", "IFLA_MTU", "IFLA_MASTER", "IFLA_IFALIAS",
-                              "IFLA_GSO_MAX_SEGS"})
 BriefTc = brief(TcMsg, {"TCA_KIND", "TCA_OPTIONS"})
 
 
@@ -49,10 +47,45 @@ def raise_if(problems: list[str], what: str) -> None:
                        + "\n  ".join(problems))
 
 
+# the link attributes readback compares, by their numbers in pyroute2's table (= the kernel's
+# IFLA_* of include/uapi/linux/if_link.h), with how to read each value
+_IFLA = {e[0]: i for i, e in enumerate(ifinfmsg.nla_map)}
+_LINK_ATTRS = {_IFLA["IFLA_IFNAME"]: ("ifname", "str"), _IFLA["IFLA_MTU"]: ("mtu", "u32"),
+               _IFLA["IFLA_MASTER"]: ("master", "u32"), _IFLA["IFLA_IFALIAS"]: ("alias", "str"),
+               _IFLA["IFLA_GSO_MAX_SEGS"]: ("gso_max_segs", "u32")}
+_IFINFO = struct.Struct("=BxHiII")  # struct ifinfomsg: family, type, index, flags, change
+_U32 = struct.Struct("=I")
+_RTA = struct.Struct("=HH")  # struct rtattr: length, type
+
+
+def link_states(raw: list[bytes]) -> dict[int, dict[str, Any]]:
+    """ifindex -> :func:`testbed.ns.links.link_state` of raw ``RTM_NEWLINK`` dump answers,
+    read straight from their attributes (rtnetlink(7): struct ifinfomsg, then rtattrs): the
+    five of them readback needs, where pyroute2 would decode every attribute of every link
+    (most of a large lab's readback)."""
+    out = {}
+    for data in raw:
+        _, _, index, flags, _ = _IFINFO.unpack_from(data, 16)
+        state: dict[str, Any] = {"ifname": None, "up": bool(flags & IFF_UP), "mtu": None,
+                                 "alias": None, "master": None, "gso_max_segs": None}
+        pos = 16 + _IFINFO.size
+        while pos + 4 <= len(data):
+            alen, atype = _RTA.unpack_from(data, pos)
+            if alen < 4:
+                break
+            what = _LINK_ATTRS.get(atype & 0x3FFF)  # without NLA_F_NESTED/NET_BYTEORDER
+            if what is not None:
+                value = data[pos + 4:pos + alen]
+                state[what[0]] = (value.split(b"\0", 1)[0].decode(errors="replace")
+                                  if what[1] == "str" else _U32.unpack_from(value)[0])
+            pos += (alen + 3) & ~3
+        out[index] = state
+    return out
+
+
 def _links(n: NodePlan, node: NodeLayout, sock: socket.socket, alias: str, wire: bool
            ) -> list[str]:
-    got = {m["index"]: link_state(m)
-           for m in dump(sock, ifinfmsg(), RTM_GETLINK, n.name, {16: BriefLink})}
+    got = link_states(dump(sock, ifinfmsg(), RTM_GETLINK, n.name, raw=True))
     out = []
     master = node.index.get(BRIDGE) if n.kind == "switch" else None
     for ifname, index in node.index.items():
@@ -154,7 +187,6 @@ def dump_tc(sock: socket.socket, where: str, ifindexes: list[int], counters: boo
 
 
 _TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info (struct tcmsg)
-_RTA = struct.Struct("=HH")
 TCA_KIND, TCA_OPTIONS = 1, 2
 
 

@@ -18,8 +18,8 @@ from testbed.lab.layout import NodeLayout
 from testbed.ns.nl import brief
 
 __all__ = ["addr_msg", "route_msg", "connected_route_msg", "rto_min_ms", "dumped_rto_min_ms",
-           "route_key", "dumped_route_key", "dumped_routes", "route_template", "RTM_NEWADDR",
-           "RTM_GETADDR", "RTM_NEWROUTE", "RTM_GETROUTE", "IFA_F_NODAD"]
+           "route_key", "dumped_route_key", "dumped_routes", "route_template", "addr_template",
+           "RTM_NEWADDR", "RTM_GETADDR", "RTM_NEWROUTE", "RTM_GETROUTE", "IFA_F_NODAD"]
 
 RTM_NEWADDR, RTM_GETADDR, RTM_NEWROUTE, RTM_GETROUTE = 20, 22, 24, 26
 IFA_F_NODAD = 0x02  # lab addresses are unique by construction: skip IPv6 DAD's 1-2 s wait
@@ -92,7 +92,7 @@ RTA_DST_OFFSET = 16 + 12 + 4
 
 
 def route_template(route: Route, node: NodeLayout, rto_min_s: float | None = None
-                   ) -> tuple[object, Any, tuple[int, bytes]]:
+                   ) -> tuple[object, Any, tuple[tuple[int, bytes], ...]]:
     """(key, build, patch) for :meth:`testbed.ns.nl.Batch.add_cached`: routes of one node that
     differ only in their destination address (a leaf's routes to every other leaf's subnet
     over the same spines) share one pyroute2 encoding, and each copy gets its own RTA_DST
@@ -103,7 +103,24 @@ def route_template(route: Route, node: NodeLayout, rto_min_s: float | None = Non
                  for h in route.nexthops)
     key = ("route", route.dst.version, route.dst.prefixlen, hops, rto_min_s)
     return (key, lambda: (route_msg(route, node, rto_min_s), RTM_NEWROUTE),
-            (RTA_DST_OFFSET, route.dst.network_address.packed))
+            ((RTA_DST_OFFSET, route.dst.network_address.packed),))
+
+
+# addr_msg's attributes: nlmsghdr (16) + ifaddrmsg (8), then IFA_LOCAL and IFA_ADDRESS (IPv4,
+# 4 + 4 bytes each) or IFA_ADDRESS alone (IPv6); the value follows each 4-byte rtattr header
+IFA_FIRST_VALUE = 16 + 8 + 4
+
+
+def addr_template(iface: ipaddress.IPv4Interface | ipaddress.IPv6Interface
+                  ) -> tuple[object, Any, tuple[tuple[int, bytes], ...]]:
+    """(key, build, patch) for :meth:`testbed.ns.nl.Batch.add_cached` with the interface's
+    index: addresses of one family and prefix length share one pyroute2 encoding of
+    :func:`addr_msg`; each copy gets its index (byte 20, as in ifinfmsg) and address bytes."""
+    packed = iface.ip.packed
+    patch = ((IFA_FIRST_VALUE, packed),) if iface.version == 6 else (
+        (IFA_FIRST_VALUE, packed), (IFA_FIRST_VALUE + 8, packed))
+    return (("addr", iface.version, iface.network.prefixlen),
+            lambda: (addr_msg(0, iface), RTM_NEWADDR), patch)
 
 
 def connected_route_msg(index: int, iface: ipaddress.IPv4Interface | ipaddress.IPv6Interface,

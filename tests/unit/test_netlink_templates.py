@@ -15,7 +15,10 @@ from testbed.lab.verify import BriefTc, _tc_brief, _tc_key
 from testbed.ns import nl
 from testbed.ns.nl import F_CREATE, Batch
 from testbed.routing.routes import (
+    RTM_NEWADDR,
     RTM_NEWROUTE,
+    addr_msg,
+    addr_template,
     dumped_route_key,
     dumped_routes,
     route_msg,
@@ -120,3 +123,48 @@ def test_dumped_tc_objects_keep_their_own_kind_and_options():
         assert (mine.get_attr("TCA_KIND"), mine.get_attr("TCA_OPTIONS")) == (
             m.get_attr("TCA_KIND"), m.get_attr("TCA_OPTIONS"))
     assert isinstance(got[(5, 0x10000, "qdisc")], TcMsg)
+
+
+@pytest.mark.parametrize("iface", ["198.18.3.9/24", "198.18.3.200/24", "10.1.2.3/30",
+                                   "2001:db8::7/64", "2001:db8:5::1/64"])
+def test_templated_addresses_are_the_messages_pyroute2_encodes(iface):
+    nl._CACHE.clear()
+    batch = Batch(_NoSocket(), "n")  # type: ignore[arg-type]
+    first = ip.ip_interface("198.18.3.1/24" if ":" not in iface else "2001:db8::1/64")
+    for index, addr in ((4, first), (9, ip.ip_interface(iface))):
+        key, build, patch = addr_template(addr)
+        batch.add_cached(key, build, index, F_CREATE, "a", patch)
+    m = addr_msg(9, ip.ip_interface(iface))
+    m["header"]["type"], m["header"]["flags"] = RTM_NEWADDR, 0x5 | F_CREATE
+    m["header"]["sequence_number"] = 2
+    m.encode()
+    assert batch.items[1][0] == bytes(m.data)
+
+
+def test_link_states_read_what_pyroute2_decodes():
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+    from testbed.lab.verify import link_states
+    from testbed.ns.links import link_state
+
+    raw = []
+    for index, name, master, alias, up in ((2, "eth0", 7, "aitb:run1", True),
+                                           (3, "p12", None, None, False)):
+        m = ifinfmsg()
+        m["index"], m["flags"], m["change"] = index, 1 if up else 0, 1
+        attrs = [["IFLA_ADDRESS", "02:00:00:00:00:01"], ["IFLA_IFNAME", name],
+                 ["IFLA_TXQLEN", 1000], ["IFLA_MTU", 1500], ["IFLA_GSO_MAX_SEGS", 1],
+                 ["IFLA_LINKINFO", {"attrs": [["IFLA_INFO_KIND", "veth"]]}]]
+        attrs += [["IFLA_MASTER", master]] if master else []
+        attrs += [["IFLA_IFALIAS", alias]] if alias else []
+        m["attrs"] = attrs
+        m["header"]["type"] = 16
+        m.encode()
+        raw.append(bytes(m.data))
+    want = {}
+    for data in raw:
+        m = ifinfmsg(data)
+        m.decode()
+        want[m["index"]] = link_state(m)
+    assert link_states(raw) == want
+    assert want[2]["master"] == 7 and want[3]["alias"] is None and want[3]["up"] is False
