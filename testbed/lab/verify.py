@@ -34,7 +34,8 @@ from testbed.tc import qdiscs
 from testbed.tc.msgs import RTM_GETQDISC, RTM_GETTCLASS, TcMsg, handle
 from testbed.tc.objects import TcObject
 
-__all__ = ["check_node", "dump_tc", "tc_differences", "raise_if", "link_states"]
+__all__ = ["check_node", "dump_tc", "tc_differences", "raise_if", "link_states",
+           "addresses"]
 
 
 BriefTc = brief(TcMsg, {"TCA_KIND", "TCA_OPTIONS"})
@@ -104,10 +105,32 @@ def _links(n: NodePlan, node: NodeLayout, sock: socket.socket, alias: str, wire:
     return out
 
 
+_IFADDR = struct.Struct("=BBBBi")  # struct ifaddrmsg: family, prefixlen, flags, scope, index
+IFA_ADDRESS = 1
+
+
+def addresses(raw: list[bytes]) -> set[tuple[int, str]]:
+    """{(ifindex, "address/prefix")} of raw ``RTM_NEWADDR`` dump answers (rtnetlink(7):
+    struct ifaddrmsg, then rtattrs; the address as inet_ntop writes it, as pyroute2 does)."""
+    out = set()
+    for data in raw:
+        family, prefixlen, _, _, index = _IFADDR.unpack_from(data, 16)
+        pos = 16 + _IFADDR.size
+        while pos + 4 <= len(data):
+            alen, atype = _RTA.unpack_from(data, pos)
+            if alen < 4:
+                break
+            if atype == IFA_ADDRESS:
+                addr = socket.inet_ntop(family, data[pos + 4:pos + alen])
+                out.add((index, f"{addr}/{prefixlen}"))
+                break
+            pos += (alen + 3) & ~3
+    return out
+
+
 def _addrs(links: list[LinkPlan], n: NodePlan, node: NodeLayout, sock: socket.socket
            ) -> list[str]:
-    got = {(m["index"], f"{m.get_attr('IFA_ADDRESS')}/{m['prefixlen']}")
-           for m in dump(sock, ifaddrmsg(), RTM_GETADDR, n.name)}
+    got = addresses(dump(sock, ifaddrmsg(), RTM_GETADDR, n.name, raw=True))
     out = []
     for lk in links:
         ep = lk.endpoint(n.name)

@@ -168,3 +168,16 @@ def test_link_states_read_what_pyroute2_decodes():
         want[m["index"]] = link_state(m)
     assert link_states(raw) == want
     assert want[2]["master"] == 7 and want[3]["alias"] is None and want[3]["up"] is False
+
+
+def test_addresses_read_what_pyroute2_decodes():
+    from testbed.lab.verify import addresses
+    from testbed.routing.routes import addr_msg
+
+    raw = []
+    for index, iface in ((2, "198.18.0.1/24"), (3, "2001:db8::1/64"), (1, "10.9.0.1/32")):
+        m = addr_msg(index, ip.ip_interface(iface))
+        m["header"]["type"] = RTM_NEWADDR
+        m.encode()
+        raw.append(bytes(m.data))
+    assert addresses(raw) == {(2, "198.18.0.1/24"), (3, "2001:db8::1/64"), (1, "10.9.0.1/32")}
