@@ -11,9 +11,11 @@ processes (:mod:`testbed.capture.shared_main`); each opens one AF_PACKET TPACKET
 interface inside the interface's namespace and serves all of them from one epoll
 (:mod:`testbed.capture.ring`). The files, their names, their rotation and index.json are
 those of the tcpdump engine (:mod:`testbed.capture.tcpdump`), so ``aitb pcap`` and analysis
-read either; each ring has the size tcpdump's ``-B`` would have had
-(:func:`testbed.capture.tcpdump.kernel_buffer_kib`), and the drops the kernel counts for it
-(``PACKET_STATISTICS``) are index.json's ``packets_dropped_by_kernel``, as tcpdump's are.
+read either. The rings share tcpdump's 256 MiB budget (:func:`ring_kib`: up to 32 MiB each,
+as tcpdump's ``-B``, but down to 256 KiB instead of libpcap's 2 MiB, so that a thousand
+interfaces stay within the budget: one process drains them all in whole blocks), and the
+drops the kernel counts for each (``PACKET_STATISTICS``) are index.json's
+``packets_dropped_by_kernel``, as tcpdump's are.
 index.json adds ``engine`` and the capturers' CPU seconds (``capture_cpu_s``).
 """
 
@@ -32,19 +34,29 @@ from typing import Any
 from models.errors import LabError
 from testbed.capture.points import CapturePoint
 from testbed.capture.tcpdump import (
+    KERNEL_BUFFER_BUDGET_KIB,
+    KERNEL_BUFFER_MAX_KIB,
     LISTEN_TIMEOUT_S,
     SETTLE_S,
     STOP_TIMEOUT_S,
     Capture,
     CaptureConfig,
-    kernel_buffer_kib,
     pcap_base,
 )
 
-__all__ = ["SharedCapture", "capturer_count", "ENGINES"]
+__all__ = ["SharedCapture", "capturer_count", "ring_kib", "ENGINES"]
 
 ENGINES = ("tcpdump", "shared")
 RETIRE_MS = 50  # a partly filled block reaches the capturer this long after its first packet
+RING_MIN_KIB = 256  # two 128 KiB blocks: ~1300 headers-only packets (48 + 128 B each, aligned)
+
+
+def ring_kib(interfaces: int) -> int:
+    """Kernel ring of each interface (KiB) when ``interfaces`` are captured at once: tcpdump's
+    256 MiB budget shared out (:data:`testbed.capture.tcpdump.KERNEL_BUFFER_BUDGET_KIB`),
+    clamped to 256 KiB..32 MiB."""
+    share = KERNEL_BUFFER_BUDGET_KIB // max(1, interfaces)
+    return max(RING_MIN_KIB, min(KERNEL_BUFFER_MAX_KIB, share))
 
 
 def capturer_count(interfaces: int, cpus: int | None = None) -> int:
@@ -82,13 +94,13 @@ class SharedCapture(Capture):
         naming the capturer's error (an interface it could not open) or a capturer that is
         not ready within the tcpdump engine's LISTEN_TIMEOUT_S (all are stopped first)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        ring_kib = kernel_buffer_kib(len(self.points))
+        ring = ring_kib(len(self.points))
         try:
             for i, share in enumerate(self._shares()):
                 stats = self.out_dir / f"capturer-{i}.json"
                 conf = {"points": [[p.node, self.lab.netns_name(p.node), p.ifname,
                                     str(self.out_dir / pcap_base(p))] for p in share],
-                        "snaplen_bytes": self.config.snaplen_bytes, "ring_kib": ring_kib,
+                        "snaplen_bytes": self.config.snaplen_bytes, "ring_kib": ring,
                         "retire_ms": RETIRE_MS, "rotate_size_bytes": self.config.rotate_size_bytes,
                         "files": self.config.files, "stats": str(stats)}
                 argv = [sys.executable, "-m", "testbed.capture.shared_main", json.dumps(conf)]
@@ -188,6 +200,6 @@ class SharedCapture(Capture):
                         "files": [f"{self.out_dir.name}/{f.name}" for f in self._ring(p)],
                         "packets_captured": s.get("packets_captured"),
                         "packets_dropped_by_kernel": s.get("packets_dropped_by_kernel"),
-                        "kernel_buffer_kib": kernel_buffer_kib(len(self.points))})
+                        "kernel_buffer_kib": ring_kib(len(self.points))})
         return {"snaplen": self.config.snaplen_bytes, "engine": "shared",
                 "capture_cpu_s": self.cpu_s, "interfaces": out}

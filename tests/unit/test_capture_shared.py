@@ -68,3 +68,12 @@ def test_capture_completeness(tmp_path):
     index["interfaces"][1]["packets_dropped_by_kernel"] = None  # a tcpdump that was killed
     (tmp_path / "captures" / "index.json").write_text(json.dumps(index))
     assert capture_completeness(tmp_path)["complete"] is None
+
+
+def test_rings_share_the_budget_down_to_256_kib():
+    from testbed.capture.shared import ring_kib
+
+    assert ring_kib(3) == 32768  # as tcpdump's -B
+    assert ring_kib(256) == 1024  # tcpdump would take 2 MiB each: 512 MiB in all
+    assert ring_kib(4096) == 256
+    assert ring_kib(1024) * 1024 <= 256 * 1024
