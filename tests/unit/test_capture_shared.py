@@ -16,7 +16,8 @@ from testbed.capture.shared import capturer_count
 
 
 @pytest.mark.parametrize(("ring_kib", "snaplen", "block", "blocks"), [
-    (2048, 128, 512 * 1024, 4), (32768, 128, 1 << 20, 32), (256, 128, 128 * 1024, 2),
+    (2048, 128, 16384, 128), (32768, 128, 16384, 2048), (256, 128, 16384, 16),
+    (2048, 2048, 16384, 128), (2048, 4096, 512 * 1024, 4), (256, 9000, 128 * 1024, 2),
     (2048, 262144, 512 * 1024, 4), (512, 262144, 256 * 1024, 2)])
 def test_ring_geometry(ring_kib, snaplen, block, blocks):
     assert ring_geometry(ring_kib, snaplen) == (block, blocks)
