@@ -14,6 +14,9 @@ creates two small labs owner-marked with their run ids and tears them down).
 4. **delay line**: the HTB flow again with 1 ms of delay on every direction through the native
    delay line (testbed/delay/nfqueue): its own cost is what the busy cores exceed the HTB cost by
    (:func:`delay_per_core`). Left None (with a note) when the native line cannot run here.
+5. **capture**: the HTB flow again with the shared capturer (testbed/capture/shared.py) on
+   every interface of the lab, headers only: its own CPU seconds (user + system, from the
+   capturers themselves) per packet it wrote.
 """
 
 from __future__ import annotations
@@ -159,6 +162,33 @@ def _agents(cores: int, state_dir: Path) -> float:
     return size * 2 * 8 / dt_s / busy_cores(c0, c1, cores, base)
 
 
+def _capture(seconds: float, state_dir: Path) -> float:
+    """CPU seconds per captured packet of the shared capturer on every interface of the
+    2-hop HTB lab while one iperf3 flow runs (headers only, 128-byte snap length)."""
+    from testbed.capture.points import select_interfaces
+    from testbed.capture.shared import SharedCapture
+    from testbed.capture.tcpdump import CaptureConfig
+    from testbed.lab.lab import Lab
+
+    plan = _plan(2, "10Gbit")
+    with Lab(plan, state_dir=state_dir, wire_packets=True) as lab, \
+            owned_tempdir("cal") as tmp:
+        dst = _address(plan, "h2")
+        cap = SharedCapture(lab, Path(tmp) / "captures", select_interfaces(plan, "all"),
+                            CaptureConfig(snaplen_bytes=128, engine="shared"))
+        srv = lab.popen("h2", ["iperf3", "-s", "-1", "-B", dst], stdout=subprocess.DEVNULL)
+        cap.start()
+        try:
+            lab.run("h1", ["iperf3", "-c", dst, "-t", str(seconds)], timeout_s=seconds + 30)
+        finally:
+            index = cap.stop()
+        srv.wait(timeout=10)
+    packets = sum(i["packets_captured"] or 0 for i in index["interfaces"])
+    if not packets or not index.get("capture_cpu_s"):
+        raise RuntimeError("the capture recorded no packets")
+    return index["capture_cpu_s"] / packets
+
+
 def calibrate(state_dir: Path, hosts: int = 16, seconds: float = 3.0,
               progress: Progress = lambda _m: None) -> Calibration:
     """Measure this machine (module docstring); needs root."""
@@ -178,7 +208,16 @@ def calibrate(state_dir: Path, hosts: int = 16, seconds: float = 3.0,
         note = "delay line cost below what this measurement resolves"
     progress("agents: 2 x 256 MiB over an unshaped path")
     agent_bps = _agents(cores, state_dir)
+    progress(f"capture: the HTB flow for {seconds:g} s with the shared capturer on every "
+             "interface")
+    capture = None
+    try:
+        capture = _capture(seconds, state_dir)
+    except Exception as exc:  # any failure of the optional measurement: say it, go on
+        note = "; ".join(x for x in (note, f"capture not measured: {type(exc).__name__}: "
+                                     f"{str(exc)[:200]}") if x)
     return Calibration(socket.gethostname(), cores, ns_s, links_s, htb_bps, htb_pps,
                        agent_bps, delay_bps_per_core=delay[0] if delay else None,
                        delay_pps_per_core=delay[1] if delay else None,
+                       capture_s_per_packet=capture,
                        measured_at=dt.datetime.now(dt.UTC).isoformat(), notes=note)

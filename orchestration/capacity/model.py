@@ -20,6 +20,11 @@ measure.py, and stored as JSON under the state directory) against a lab's demand
 - The traffic model is the worst case (every host sending at once); a workload that sends
   less (an incast into one port) needs less. Scaling rates down (an experiment's ``scale``)
   divides the traffic demand by the scale.
+- **capture**: every captured interface may carry its link's rates in both directions at
+  once (the same worst case), as packets (full segments plus delayed ACKs); cores =
+  packets/s x the shared capturer's CPU seconds per captured packet (``capture_s_per_packet``,
+  measured by ``aitb calibrate`` with testbed/capture/shared.py; bench/capture.py compares
+  tcpdump's). A capture of a headers-only snap length costs per packet, not per byte.
 - **bring-up**: nodes / namespaces_per_s + links / links_per_s seconds (time, not fidelity).
 
 Machines needed = ceil(cores / (HEADROOM x cores per machine)); a cut link costs a VXLAN
@@ -32,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -54,8 +60,9 @@ class Calibration:
     ``links_per_s``: lab bring-up rates; ``htb_bps_per_core``/``htb_pps_per_core``: bits and
     packets per second an HTB-shaped hop moves per busy core; ``delay_bps_per_core``/
     ``delay_pps_per_core``: the same through the delay line (None: not measured here);
-    ``agents_per_core``: workload agents one core carries; ``host`` and ``measured_at`` (ISO
-    UTC) say where and when."""
+    ``agents_per_core``: workload agents one core carries; ``capture_s_per_packet``: CPU
+    seconds the shared capturer spends per captured packet (None: not measured); ``host`` and
+    ``measured_at`` (ISO UTC) say where and when."""
 
     host: str
     cores: int
@@ -66,6 +73,7 @@ class Calibration:
     agent_bps_per_core: float
     delay_bps_per_core: float | None = None
     delay_pps_per_core: float | None = None
+    capture_s_per_packet: float | None = None
     measured_at: str = ""
     notes: str = ""
 
@@ -100,7 +108,8 @@ def load_calibration(path: Path) -> Calibration:
 class Demand:
     """What a lab asks of the machines: node, link and host counts, the hosts' summed
     access rate (bit/s), the mean rate-limited and delayed hops per host-to-host path, the
-    mean MTU (bytes) and the agents it runs."""
+    mean MTU (bytes), the agents it runs, and the captured interfaces with the bit rate
+    their links may carry (both directions, summed; unshaped directions count 0)."""
 
     nodes: int
     links: int
@@ -110,6 +119,8 @@ class Demand:
     htb_hops: float
     delay_hops: float
     mtu_bytes: float
+    captured: int = 0
+    captured_bps: float = 0.0
 
     @property
     def htb_bps(self) -> float:
@@ -169,15 +180,21 @@ def _mean_hops(plan: LabPlan, hosts: list[str]) -> tuple[float, float]:
     return (shaped / n, delayed / n) if n else (0.0, 0.0)
 
 
-def demand(plan: LabPlan, agents: int | None = None) -> Demand:
+def demand(plan: LabPlan, agents: int | None = None,
+           captured: Sequence[tuple[str, str]] = ()) -> Demand:
     """The demand of ``plan`` (module docstring); ``agents``: the workload's agents (default:
-    one per host)."""
+    one per host); ``captured``: the (node, ifname) a capture records."""
     hosts = [n.name for n in plan.nodes if n.kind == "host"]
     htb_hops, delay_hops = _mean_hops(plan, hosts) if len(hosts) > 1 else (0.0, 0.0)
     mtu = sum(lk.mtu for lk in plan.links) / len(plan.links) if plan.links else 1500.0
+    ends = {(e.node, e.ifname): lk for lk in plan.links for e in (lk.a, lk.b)}
+    links = [ends[c] for c in captured if c in ends]
+    captured_bps = float(sum((lk.a_to_b.rate_bps or 0) + (lk.b_to_a.rate_bps or 0)
+                             for lk in links))
     return Demand(len(plan.nodes), len(plan.links), len(hosts),
                   len(hosts) if agents is None else agents,
-                  sum(_host_rate(plan, h) for h in hosts), htb_hops, delay_hops, mtu)
+                  sum(_host_rate(plan, h) for h in hosts), htb_hops, delay_hops, mtu,
+                  len(links), captured_bps)
 
 
 @dataclass(frozen=True)
@@ -196,6 +213,7 @@ class Verdict:
     machines: int
     bringup_s: float
     reasons: tuple[str, ...] = ()
+    cores_capture: float = 0.0
 
 
 def _cores(bps: float, pps: float, per_core_bps: float, per_core_pps: float) -> float:
@@ -215,18 +233,25 @@ def verdict(d: Demand, cal: Calibration) -> Verdict:
             reasons.append("the lab delays traffic but the calibration has no delay-line "
                            "figures: its cost is not counted")
     agents = d.host_rate_bps / cal.agent_bps_per_core
-    total = htb + delay + agents
+    capture = 0.0
+    if d.captured:
+        if cal.capture_s_per_packet:
+            capture = d.pps(d.captured_bps) * cal.capture_s_per_packet
+        else:
+            reasons.append("the lab is captured but the calibration has no capture figure: "
+                           "its cost is not counted")
+    total = htb + delay + agents + capture
     budget = HEADROOM * cal.cores
     machines = max(1, math.ceil(total / budget))
     if d.host_rate_bps == 0 and d.hosts:
         reasons.append("no host link is rate-limited: traffic runs as fast as the CPU "
                        "allows and cannot be emulated at a planned rate")
-    top = max((("HTB shaping", htb), ("the delay line", delay), ("agents", agents)),
-              key=lambda kv: kv[1])
+    top = max((("HTB shaping", htb), ("the delay line", delay), ("agents", agents),
+               ("capture", capture)), key=lambda kv: kv[1])
     reasons.append(f"{top[0]} dominates ({top[1]:.1f} of {total:.1f} cores; budget "
                    f"{budget:.1f} per machine = {HEADROOM:.0%} of {cal.cores})")
     bringup = d.nodes / cal.namespaces_per_s + d.links / cal.links_per_s
     per_core = cal.agent_bps_per_core / (d.host_rate_bps / d.hosts) \
         if d.hosts and d.host_rate_bps else math.inf
     return Verdict(htb, delay, agents, per_core, total, cal.cores, machines == 1, machines, bringup,
-                   tuple(reasons))
+                   tuple(reasons), capture)

@@ -16,6 +16,7 @@ the rate (which needs samples while a queue was backlogged) where samples exist.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,7 @@ class FidelityMonitor:
         cpu["without_cpu"] = self.cpu.without  # the delay line's own CPU, busy by design
         doc = fidelity_report(refs, qdisc, links, self.rtts, cpu)
         doc["delay_line_helpers"] = helper_cpu(self.lines_after)
+        doc["capture"] = capture_completeness(run_dir)
         if self.dead_lines:  # its direction dropped everything since: no check can pass
             dead = {(d.link, _ARROW[d.direction]) for d in self.dead_lines}
             for entry in doc["links"]:
@@ -178,6 +180,33 @@ class FidelityMonitor:
             write_json_atomic(run_dir / "counters" / "delayline.json",
                               {"before": self.lines_before, "after": self.lines_after})
         return doc
+
+
+def capture_completeness(run_dir: Path) -> dict[str, Any] | None:
+    """fidelity.json's ``capture``: whether the pcaps hold every packet the captured
+    interfaces carried, from ``captures/index.json`` (None without a capture). The packets the
+    kernel dropped because a capture's ring was full (tcpdump's ``dropped by kernel``; the
+    shared capturer's PACKET_STATISTICS) are in no pcap: what is counted from the pcaps
+    (retransmissions, flows on a link) undercounts. It leaves ``trustworthy`` alone: the
+    emulated network is not at fault. Keys: engine, packets_captured,
+    packets_dropped_by_kernel (null if a capture did not report it), complete (no drop
+    reported; null if unknown), interfaces_with_drops ``node:ifname``."""
+    try:
+        index = json.loads((run_dir / "captures" / "index.json").read_text())
+    except (OSError, ValueError):
+        return None
+    rows = index.get("interfaces") or []
+
+    def total(key: str) -> int | None:
+        values = [r.get(key) for r in rows]
+        return None if None in values else sum(values)
+
+    drops = total("packets_dropped_by_kernel")
+    return {"engine": index.get("engine", "tcpdump"),
+            "packets_captured": total("packets_captured"), "packets_dropped_by_kernel": drops,
+            "complete": None if drops is None else drops == 0,
+            "interfaces_with_drops": [f"{r['node']}:{r['ifname']}" for r in rows
+                                      if r.get("packets_dropped_by_kernel")]}
 
 
 def _queue(stats: dict[str, dict[str, Any]], key: str) -> dict[str, Any]:

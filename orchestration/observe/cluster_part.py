@@ -44,8 +44,9 @@ from typing import IO, Any
 
 from models.errors import AitbError
 from orchestration.fidelity.run import FidelityMonitor
+from testbed.capture import make_capture
 from testbed.capture.points import CapturePoint
-from testbed.capture.tcpdump import Capture, CaptureConfig
+from testbed.capture.tcpdump import CaptureConfig
 from testbed.counters import CounterSampler, SamplerConfig
 from testbed.lab.lab import Lab
 from testbed.lab.registry import pid_start_time, state_dir, unknown_name
@@ -94,8 +95,8 @@ def observe_part(run_id: str, config: dict[str, Any], stdin: IO[str], stdout: IO
                                                        tcp=bool(c["tcp"])))
                 sampler.start()
             if points:
-                capture = Capture(lab, out / "captures", points,
-                                  CaptureConfig(**config["capture"]))
+                capture = make_capture(lab, out / "captures", points,
+                                       CaptureConfig(**config["capture"]))
                 capture.start()
         except AitbError as exc:
             for stop in (capture, sampler):

@@ -22,6 +22,7 @@ from typing import Any
 from models.errors import LabError, SpecError, SpecIssue
 from models.plan import LabPlan
 from models.specfile import with_lines
+from testbed.capture import make_capture
 from testbed.capture.points import CapturePoint, select_interfaces
 from testbed.capture.tcpdump import Capture, CaptureConfig
 from testbed.counters import CounterSampler, SamplerConfig
@@ -51,7 +52,8 @@ def observe_config(spec: Any, source: str, doc: Any, plan: LabPlan) -> ObserveCo
             raise with_lines(SpecError([SpecIssue(i.message, file=source, key_path=i.key_path)
                                         for i in exc.issues]), doc, source) from None
     cap = CaptureConfig(snaplen_bytes=c.snaplen,
-                        rotate_size_bytes=int(c.rotate_size), files=c.files)
+                        rotate_size_bytes=int(c.rotate_size), files=c.files,
+                        engine=c.engine)
     live = spec.alto.live
     if live and not k.enabled:
         raise with_lines(SpecError(SpecIssue(
@@ -80,7 +82,7 @@ def observing(cfg: ObserveConfig, lab: Any, run_dir: Path, manifest: dict[str, A
             sampler.start()
             progress(f"sampling counters every {cfg.counters.interval_s * 1e3:g} ms")
         if cfg.points:
-            capture = Capture(lab, run_dir / "captures", list(cfg.points), cfg.capture)
+            capture = make_capture(lab, run_dir / "captures", list(cfg.points), cfg.capture)
             capture.start()
             progress(f"capturing on {len(cfg.points)} interface(s)")
         yield
@@ -121,7 +123,7 @@ def warn_incomplete(index: dict[str, Any]) -> None:
             for i in index["interfaces"] if i["packets_dropped_by_kernel"]]
     if lost:
         logging.getLogger("aitb.run").warning(
-            "capture incomplete: the kernel dropped packets before tcpdump read them: %s; the "
+            "capture incomplete: the kernel dropped packets before the capture read them: %s; the "
             "pcaps miss them, and retransmissions or flows counted from the captures undercount",
             ", ".join(lost))
 
@@ -131,6 +133,7 @@ def _capture_summary(index: dict[str, Any]) -> dict[str, Any]:
         values = [i[key] for i in index["interfaces"]]
         return None if None in values else sum(values)
     return {"index": "captures/index.json", "snaplen": index["snaplen"],
+            "engine": index.get("engine", "tcpdump"),
             "interfaces": [f"{i['node']}:{i['ifname']}" for i in index["interfaces"]],
             "packets_captured": total("packets_captured"),
             "packets_dropped_by_kernel": total("packets_dropped_by_kernel")}

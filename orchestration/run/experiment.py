@@ -178,7 +178,10 @@ def _refresh_ok(value: DurationS) -> DurationS:
 class CaptureSpecModel(SpecModel):
     """``capture:`` packet capture during the run (testbed/capture/tcpdump.py): ``interfaces``
     ``bottleneck`` (testbed.capture.points), ``all`` or a list of ``node:ifname``; ``snaplen``
-    bytes kept per packet; ``rotate_size`` (a size) per file, ``files`` in the ring."""
+    bytes kept per packet (the default keeps the headers; up to 262144 keeps the payload);
+    ``rotate_size`` (a size) per file, ``files`` in the ring; ``engine`` ``tcpdump`` (one
+    process per interface) or ``shared`` (one capturer per CPU for all interfaces,
+    testbed/capture/shared.py; the same files, ring drops counted by the kernel)."""
 
     model_config = _Forbid
     enabled: StrictBool = True
@@ -186,6 +189,7 @@ class CaptureSpecModel(SpecModel):
     snaplen: Annotated[StrictInt, Field(ge=MIN_SNAPLEN, le=MAX_SNAPLEN)] = 128
     rotate_size: Size = "100MB"
     files: Annotated[StrictInt, Field(ge=1, le=1000)] = 4
+    engine: Literal["tcpdump", "shared"] = "tcpdump"
 
 
 class CountersSpecModel(SpecModel):

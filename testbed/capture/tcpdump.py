@@ -62,11 +62,14 @@ _STATS = re.compile(r"^(\d+) packets? (captured|received by filter|dropped by ke
 @dataclass(frozen=True)
 class CaptureConfig:
     """snaplen_bytes: bytes kept per packet; rotate_size_bytes: size of one file before the next
-    (rounded up to whole 10^6 bytes); files: files in the ring (older ones are overwritten)."""
+    (rounded up to whole 10^6 bytes); files: files in the ring (older ones are overwritten);
+    engine: ``tcpdump`` (one process per interface, this module) or ``shared`` (one capturer
+    per CPU for all interfaces, :mod:`testbed.capture.shared`), see :func:`make_capture`."""
 
     snaplen_bytes: int = 128
     rotate_size_bytes: int = 100 * 10**6
     files: int = 4
+    engine: str = "tcpdump"
 
 
 def pcap_base(point: CapturePoint) -> str:
@@ -236,4 +239,4 @@ class Capture:
             out.append({"node": r.point.node, "ifname": r.point.ifname, "link": r.point.link,
                         "files": [f"{self.out_dir.name}/{f.name}" for f in files],
                         **r.stats(), "kernel_buffer_kib": kernel_buffer_kib(len(self.points))})
-        return {"snaplen": self.config.snaplen_bytes, "interfaces": out}
+        return {"snaplen": self.config.snaplen_bytes, "engine": "tcpdump", "interfaces": out}

@@ -35,8 +35,9 @@ from testbed.routing.routes import (
     RTM_NEWADDR,
     RTM_NEWROUTE,
     addr_msg,
+    addr_template,
     connected_route_msg,
-    route_msg,
+    route_template,
 )
 from testbed.tc.msgs import tc_message
 from testbed.tc.objects import DirectionRecipe, TcObject
@@ -160,8 +161,8 @@ def configure_node(n: NodePlan, layout: Layout, io: NodeIO,
                       f"node {n.name}: add node address {iface} to lo")
     add_tc(batch, node, tuple(layout.tc_objects(n.name)), NEW)
     for route in n.routes:
-        batch.add(route_msg(route, node, n.rto_min_s), RTM_NEWROUTE, NEW,
-                  f"node {n.name}: add route {route.dst}")
+        key, build, patch = route_template(route, node, n.rto_min_s)
+        batch.add_cached(key, build, None, NEW, f"node {n.name}: add route {route.dst}", patch)
     batch.commit()
 
 
@@ -173,8 +174,9 @@ def _addresses(batch: Batch, n: NodePlan, node: NodeLayout, lk: LinkPlan) -> Non
         if iface is None:
             continue
         index = node.ifindex(ep.ifname)
-        batch.add(addr_msg(index, iface), RTM_NEWADDR, NEW,
-                  f"node {n.name}: add address {iface} to {ep.ifname}")
+        key, build, patch = addr_template(iface)
+        batch.add_cached(key, build, index, NEW,
+                         f"node {n.name}: add address {iface} to {ep.ifname}", patch)
         if n.rto_min_s is not None:
             batch.add(connected_route_msg(index, iface, n.rto_min_s), RTM_NEWROUTE,
                       F_CREATE | F_REPLACE,

@@ -9,6 +9,7 @@ interface and what differs. What is compared of each qdisc or class is its modul
 from __future__ import annotations
 
 import socket
+import struct
 from typing import Any
 
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
@@ -18,15 +19,14 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from models.errors import LabError
 from models.plan import LinkPlan, NodePlan
 from testbed.lab.layout import BRIDGE, IFB_INDEX_BASE, Layout, NodeLayout, owner_alias
-from testbed.ns.links import RTM_GETLINK, link_state
-from testbed.ns.nl import dump
+from testbed.ns.links import IFF_UP, RTM_GETLINK
+from testbed.ns.nl import brief, dump
 from testbed.routing.routes import (
     RT_TABLE_MAIN,
     RTM_GETADDR,
     RTM_GETROUTE,
     RTPROT_STATIC,
-    dumped_route_key,
-    dumped_rto_min_ms,
+    dumped_routes,
     route_key,
     rto_min_ms,
 )
@@ -34,21 +34,11 @@ from testbed.tc import qdiscs
 from testbed.tc.msgs import RTM_GETQDISC, RTM_GETTCLASS, TcMsg, handle
 from testbed.tc.objects import TcObject
 
-__all__ = ["check_node", "dump_tc", "tc_differences", "raise_if"]
+__all__ = ["check_node", "dump_tc", "tc_differences", "raise_if", "link_states",
+           "addresses"]
 
 
-def _brief(cls: Any, keep: set[str]) -> Any:
-    """``cls`` with every attribute outside ``keep`` left undecoded (readback needs few;
-    pyroute2 decoding counters and per-family data is most of a dump's cost)."""
-    nla_map = tuple((e[0], e[1] if e[0] in keep else "none", *e[2:]) for e in cls.nla_map)
-    # own compiled-table flag: pyroute2's is a class attribute subclasses would inherit
-    return type(f"Brief{cls.__name__}", (cls,), {"nla_map": nla_map,
-                                                  "_nlmsg_base__compiled_nla": False})
-
-
-BriefLink = _brief(ifinfmsg, {"IFLA_IFNAME", "IFLA_MTU", "IFLA_MASTER", "IFLA_IFALIAS",
-                              "IFLA_GSO_MAX_SEGS"})
-BriefTc = _brief(TcMsg, {"TCA_KIND", "TCA_OPTIONS"})
+BriefTc = brief(TcMsg, {"TCA_KIND", "TCA_OPTIONS"})
 
 
 def raise_if(problems: list[str], what: str) -> None:
@@ -58,10 +48,45 @@ def raise_if(problems: list[str], what: str) -> None:
                        + "\n  ".join(problems))
 
 
+# the link attributes readback compares, by their numbers in pyroute2's table (= the kernel's
+# IFLA_* of include/uapi/linux/if_link.h), with how to read each value
+_IFLA = {e[0]: i for i, e in enumerate(ifinfmsg.nla_map)}
+_LINK_ATTRS = {_IFLA["IFLA_IFNAME"]: ("ifname", "str"), _IFLA["IFLA_MTU"]: ("mtu", "u32"),
+               _IFLA["IFLA_MASTER"]: ("master", "u32"), _IFLA["IFLA_IFALIAS"]: ("alias", "str"),
+               _IFLA["IFLA_GSO_MAX_SEGS"]: ("gso_max_segs", "u32")}
+_IFINFO = struct.Struct("=BxHiII")  # struct ifinfomsg: family, type, index, flags, change
+_U32 = struct.Struct("=I")
+_RTA = struct.Struct("=HH")  # struct rtattr: length, type
+
+
+def link_states(raw: list[bytes]) -> dict[int, dict[str, Any]]:
+    """ifindex -> :func:`testbed.ns.links.link_state` of raw ``RTM_NEWLINK`` dump answers,
+    read straight from their attributes (rtnetlink(7): struct ifinfomsg, then rtattrs): the
+    five of them readback needs, where pyroute2 would decode every attribute of every link
+    (most of a large lab's readback)."""
+    out = {}
+    for data in raw:
+        _, _, index, flags, _ = _IFINFO.unpack_from(data, 16)
+        state: dict[str, Any] = {"ifname": None, "up": bool(flags & IFF_UP), "mtu": None,
+                                 "alias": None, "master": None, "gso_max_segs": None}
+        pos = 16 + _IFINFO.size
+        while pos + 4 <= len(data):
+            alen, atype = _RTA.unpack_from(data, pos)
+            if alen < 4:
+                break
+            what = _LINK_ATTRS.get(atype & 0x3FFF)  # without NLA_F_NESTED/NET_BYTEORDER
+            if what is not None:
+                value = data[pos + 4:pos + alen]
+                state[what[0]] = (value.split(b"\0", 1)[0].decode(errors="replace")
+                                  if what[1] == "str" else _U32.unpack_from(value)[0])
+            pos += (alen + 3) & ~3
+        out[index] = state
+    return out
+
+
 def _links(n: NodePlan, node: NodeLayout, sock: socket.socket, alias: str, wire: bool
            ) -> list[str]:
-    got = {m["index"]: link_state(m)
-           for m in dump(sock, ifinfmsg(), RTM_GETLINK, n.name, {16: BriefLink})}
+    got = link_states(dump(sock, ifinfmsg(), RTM_GETLINK, n.name, raw=True))
     out = []
     master = node.index.get(BRIDGE) if n.kind == "switch" else None
     for ifname, index in node.index.items():
@@ -80,10 +105,32 @@ def _links(n: NodePlan, node: NodeLayout, sock: socket.socket, alias: str, wire:
     return out
 
 
+_IFADDR = struct.Struct("=BBBBi")  # struct ifaddrmsg: family, prefixlen, flags, scope, index
+IFA_ADDRESS = 1
+
+
+def addresses(raw: list[bytes]) -> set[tuple[int, str]]:
+    """{(ifindex, "address/prefix")} of raw ``RTM_NEWADDR`` dump answers (rtnetlink(7):
+    struct ifaddrmsg, then rtattrs; the address as inet_ntop writes it, as pyroute2 does)."""
+    out = set()
+    for data in raw:
+        family, prefixlen, _, _, index = _IFADDR.unpack_from(data, 16)
+        pos = 16 + _IFADDR.size
+        while pos + 4 <= len(data):
+            alen, atype = _RTA.unpack_from(data, pos)
+            if alen < 4:
+                break
+            if atype == IFA_ADDRESS:
+                addr = socket.inet_ntop(family, data[pos + 4:pos + alen])
+                out.add((index, f"{addr}/{prefixlen}"))
+                break
+            pos += (alen + 3) & ~3
+    return out
+
+
 def _addrs(links: list[LinkPlan], n: NodePlan, node: NodeLayout, sock: socket.socket
            ) -> list[str]:
-    got = {(m["index"], f"{m.get_attr('IFA_ADDRESS')}/{m['prefixlen']}")
-           for m in dump(sock, ifaddrmsg(), RTM_GETADDR, n.name)}
+    got = addresses(dump(sock, ifaddrmsg(), RTM_GETADDR, n.name, raw=True))
     out = []
     for lk in links:
         ep = lk.endpoint(n.name)
@@ -101,9 +148,9 @@ def _routes(n: NodePlan, node: NodeLayout, sock: socket.socket) -> list[str]:
     for family in sorted(families):
         req = rtmsg()  # strict dump filter: only static routes of the main table
         req["family"], req["table"], req["proto"] = family, RT_TABLE_MAIN, RTPROT_STATIC
-        for m in dump(sock, req, RTM_GETROUTE, n.name):
-            if m["table"] == 254:
-                dst, hops = dumped_route_key(m)
+        for dst, (table, hops, _) in dumped_routes(dump(sock, req, RTM_GETROUTE, n.name,
+                                                        raw=True)).items():
+            if table == RT_TABLE_MAIN:
                 got[dst] = hops
     out = []
     for r in n.routes:
@@ -127,9 +174,10 @@ def _rto_min(links: list[LinkPlan], n: NodePlan, sock: socket.socket) -> list[st
         req = rtmsg()  # strict dump filter: the main table, every protocol
         req["family"] = socket.AF_INET6 if family == 6 else socket.AF_INET
         req["table"] = RT_TABLE_MAIN
-        for m in dump(sock, req, RTM_GETROUTE, n.name):
-            if m["table"] == RT_TABLE_MAIN:
-                got[dumped_route_key(m)[0]] = dumped_rto_min_ms(m)
+        for dst, (table, _, rto) in dumped_routes(dump(sock, req, RTM_GETROUTE, n.name,
+                                                       raw=True)).items():
+            if table == RT_TABLE_MAIN:
+                got[dst] = rto
     return [f"node {n.name}: route {d} has rto_min {got.get(d)} ms (locked), planned {want} ms"
             for d in sorted(dsts) if got.get(d) != want]
 
@@ -137,17 +185,56 @@ def _rto_min(links: list[LinkPlan], n: NodePlan, sock: socket.socket) -> list[st
 def dump_tc(sock: socket.socket, where: str, ifindexes: list[int], counters: bool = True
             ) -> dict[tuple, Any]:
     """(ifindex, handle, "qdisc"|"class") -> dumped tc message, for the given interfaces;
-    without ``counters`` the statistics are not decoded (faster)."""
+    without ``counters`` the statistics are not decoded (faster) and only each message's
+    TCA_KIND and TCA_OPTIONS may be read: messages whose kind and options are the same bytes
+    (the same qdisc on every port of a switch) share one decoded object."""
     out: dict[tuple, Any] = {}
-    dec = None if counters else {36: BriefTc, 40: BriefTc}
-    for m in dump(sock, TcMsg(), RTM_GETQDISC, where, dec):
+    if not counters:
+        memo: dict[bytes, Any] = {}
+        for data in dump(sock, TcMsg(), RTM_GETQDISC, where, raw=True):
+            out[_tc_key(data, "qdisc")] = _tc_brief(data, memo)
+        for index in ifindexes:
+            req = TcMsg()
+            req["index"] = index
+            for data in dump(sock, req, RTM_GETTCLASS, where, raw=True):
+                out[_tc_key(data, "class")] = _tc_brief(data, memo)
+        return out
+    for m in dump(sock, TcMsg(), RTM_GETQDISC, where):
         out[(m["index"], m["handle"], "qdisc")] = m
     for index in ifindexes:
         req = TcMsg()
         req["index"] = index
-        for m in dump(sock, req, RTM_GETTCLASS, where, dec):
+        for m in dump(sock, req, RTM_GETTCLASS, where):
             out[(m["index"], m["handle"], "class")] = m
     return out
+
+
+_TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info (struct tcmsg)
+TCA_KIND, TCA_OPTIONS = 1, 2
+
+
+def _tc_key(data: bytes, what: str) -> tuple[int, int, str]:
+    _, index, handle_, _, _ = _TCMSG.unpack_from(data, 16)
+    return index, handle_, what
+
+
+def _tc_brief(data: bytes, memo: dict[bytes, Any]) -> Any:
+    """The dumped tc message ``data`` decoded (kind and options only), once per distinct
+    TCA_KIND + TCA_OPTIONS bytes (rtnetlink(7): struct tcmsg, then rtattrs)."""
+    pos, parts = 16 + _TCMSG.size, []
+    while pos + 4 <= len(data):
+        alen, atype = _RTA.unpack_from(data, pos)
+        if alen < 4:
+            break
+        if atype in (TCA_KIND, TCA_OPTIONS):
+            parts.append(data[pos:pos + alen])
+        pos += (alen + 3) & ~3
+    key = b"".join(parts)
+    m = memo.get(key)
+    if m is None:
+        m = memo[key] = BriefTc(data)
+        m.decode()
+    return m
 
 
 def tc_differences(node: NodeLayout, objects: list[TcObject], got: dict[tuple, Any]

@@ -63,7 +63,8 @@ def tshark_frames(path: Path) -> int:
     return len(out.stdout.split())
 
 
-def test_run_captures_and_samples_on_one_clock(tmp_path, state_env):
+@pytest.mark.parametrize("engine", ["tcpdump", "shared"])
+def test_run_captures_and_samples_on_one_clock(tmp_path, state_env, engine):
     exp = tmp_path / "small.yaml"
     exp.write_text(
         "name: capsmall\n"
@@ -74,7 +75,8 @@ def test_run_captures_and_samples_on_one_clock(tmp_path, state_env):
         "    iterations: 2\n"
         # 900 KiB rounds up to tcpdump's 10^6-byte unit: about 3 MB per port make 3-4 files,
         # fewer than the ring's 5, so no file is overwritten and all packets are on disk
-        "capture: {interfaces: bottleneck, snaplen: 96, rotate_size: 900KiB, files: 5}\n"
+        "capture: {interfaces: bottleneck, snaplen: 96, rotate_size: 900KiB, files: 5, "
+        f"engine: {engine}}}\n"
         "counters: {interval: 10ms}\n")
     out = run(exp, tmp_path / "results", state_env)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -84,7 +86,8 @@ def test_run_captures_and_samples_on_one_clock(tmp_path, state_env):
     assert run_namespaces(manifest["lab_run_id"]) == []
 
     index = json.loads((run_dir / "captures" / "index.json").read_text())
-    assert index["snaplen"] == 96
+    assert index["snaplen"] == 96 and index["engine"] == engine
+    assert manifest["capture"]["engine"] == engine
     # bottleneck of a single shaped switch: its three ports toward the hosts
     assert sorted((i["node"], i["ifname"]) for i in index["interfaces"]) == [
         ("s1", "eth0"), ("s1", "eth1"), ("s1", "eth2")]

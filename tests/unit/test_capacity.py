@@ -144,3 +144,21 @@ def test_delay_line_cost_is_what_the_cores_exceed_htb_by():
     bps, pps = delay_per_core(1e9, 1e5, 0.6, 10e9, 1e6)
     assert bps == pytest.approx(2e9 / 0.4) and pps == pytest.approx(1e5 / 0.4)
     assert delay_per_core(1e9, 1e5, 0.2, 10e9, 1e6) is None  # nothing left for the line
+
+
+def test_capture_costs_its_links_packets_times_the_calibrated_cost_per_packet():
+    plan = small("100Mbit", 4)
+    points = [("s1", lk.b.ifname) if lk.b.node == "s1" else ("s1", lk.a.ifname)
+              for lk in plan.links[:2]]
+    d = demand(plan, captured=points)
+    assert (d.captured, d.captured_bps) == (2, 2 * 2 * 100e6)  # both directions of 2 links
+    base = Calibration("x", 2, 1, 1, 9e9, 7.5e5, 5e9)
+    v = verdict(d, base)
+    assert v.cores_capture == 0 and any("no capture figure" in r for r in v.reasons)
+    cal = Calibration("x", 2, 1, 1, 9e9, 7.5e5, 5e9, capture_s_per_packet=4e-6)
+    v = verdict(d, cal)
+    # 400 Mbit/s of 1500-byte packets plus delayed ACKs, 4 us each
+    assert v.cores_capture == pytest.approx(400e6 / 12000 * 1.5 * 4e-6)
+    assert v.cores_needed == pytest.approx(verdict(demand(plan), cal).cores_needed
+                                           + v.cores_capture)
+    assert demand(plan).captured == 0

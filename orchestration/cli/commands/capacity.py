@@ -50,16 +50,18 @@ def calibrate(
     typer.echo(str(path))
 
 
-def _plan_of(file: Path) -> LabPlan:
-    """The lab plan of a topology or experiment file (an experiment's is scaled)."""
+def _plan_of(file: Path) -> tuple[LabPlan, list[tuple[str, str]]]:
+    """The lab plan of a topology or experiment file (an experiment's is scaled) and the
+    (node, ifname) its capture records (none for a topology file)."""
     from orchestration.run.runner import prepare
     from topologies import load_topology
     from topologies.loader import read_yaml
 
     doc, _ = read_yaml(file, "a topology or an experiment")
     if isinstance(doc, dict) and "workloads" in doc:
-        return prepare(file).plan
-    return load_topology(file)
+        prep = prepare(file)
+        return prep.plan, [(p.node, p.ifname) for p in prep.observe.points]
+    return load_topology(file), []
 
 
 def plan_capacity(
@@ -85,8 +87,8 @@ def plan_capacity(
         cal = load_calibration(path)
     except ValueError as exc:
         raise SpecError(SpecIssue(str(exc), file=str(path))) from None
-    plan = _plan_of(file)
-    d = demand(plan)
+    plan, captured = _plan_of(file)
+    d = demand(plan, captured=captured)
     v = verdict(d, cal)
     c = cut(plan, machines or v.machines)
     if as_json:
@@ -103,7 +105,8 @@ def plan_capacity(
         f"needs {v.machines} machines like {cal.host}"
     typer.echo(f"{plan.name}: {d.nodes} nodes, {d.links} links, {d.hosts} hosts; {fit}")
     typer.echo(f"  cores: HTB {v.cores_htb:.1f}, delay line {v.cores_delay:.1f}, agents "
-               f"{v.cores_agents:.1f} = {v.cores_needed:.1f} of {cal.cores} per machine; "
+               f"{v.cores_agents:.1f}, capture {v.cores_capture:.1f} = "
+               f"{v.cores_needed:.1f} of {cal.cores} per machine; "
                f"bring-up {v.bringup_s:.1f} s on one machine")
     for r in v.reasons:
         typer.echo(f"  {r}")
