@@ -1,0 +1,817 @@
+"""The shared traffic engine: one process holds the sockets of many emulated hosts.
+
+``python -m traffic_gen.engine --control CTL.sock --node NAME=/run/netns/NS ...``
+
+Runs in the root namespace. A socket keeps the network namespace it was created in
+(network_namespaces(7)), so for every host the engine enters the host's namespace (setns(2)
+on the namespace file, this thread only), creates the host's listening and connecting
+sockets, and goes back; the sockets then work from any namespace. Everything after that
+happens on one thread, event-driven (epoll(7)): no thread per connection, no process per
+host, so a ring step wakes one process per CPU instead of one per host.
+
+To the controller every hosted node is an ordinary agent: the engine opens one control
+connection per node and speaks the agent's messages on it (controller.py: ``hello``,
+``setup``/``listening``, ``peers``/``connected``, ``start``/``phase_done``, ``ping``/``pong``,
+``slowdown``, ``stop``/``abort``), so the controller's phases, merge and records (flows,
+collectives, bursts, timeline; models/records.py) are the per-host agents' own. The data
+plane replays the same compiled programs (program.py): per connection a FIFO of jobs, each
+waiting for the steps it depends on (the per-host agent's worker threads, transfers.py),
+senders writing from one zero buffer, receivers reading into one scratch buffer; every
+sending record is closed when its last byte is acknowledged (TCP_INFO polled in the loop,
+ackwatch.AckTracker). Timed starts (a burst's instant): the engine wakes ``spin_s`` early,
+spins to the instant, then writes the first ``kick_bytes`` (the initial window, RFC 6928) of
+every flow due then, one after another, before the rest of any of them.
+
+What it replays: compute, collectives (every algorithm), send_recv and bursts over TCP.
+What it refuses (an ``error`` naming the op; orchestration refuses these before the run):
+UDP flows, TLS, gathers (FL rounds) and timed messages; those need the per-host agents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import heapq
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from traffic_gen.ackwatch import AckTracker
+from traffic_gen.algorithms.steps import split_bytes
+from traffic_gen.tcpinfo import TcpKnobs, apply_knobs, namespace_sysctls, read_tcp_info
+from traffic_gen.transfers import BUFFER_BYTES, OVERDUE_ADVICE
+from traffic_gen.wire import Step
+
+__all__ = ["Engine", "main", "UNSUPPORTED"]
+
+_HEADER = struct.Struct("!III")
+_SETTLE_S = 0.02  # as the per-host agent: no end-of-phase work until t0 + this
+_WATCH_S = 0.25  # how often transfer deadlines are checked
+_ACK_NAP_MIN_S, _ACK_NAP_MAX_S = 0.0005, 0.01  # ackwatch's polling bounds
+_CLONE_NEWNET = 0x40000000
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_IN, _OUT = select.EPOLLIN, select.EPOLLOUT
+
+UNSUPPORTED = "UDP flows, TLS, gathers (FL rounds) and timed messages"
+"""What the shared engine does not replay (the per-host agents do)."""
+
+
+def setns(fd: int, what: str) -> None:
+    """Move the calling thread into the network namespace open at ``fd`` (setns(2)).
+    Raises OSError naming ``what``."""
+    if _LIBC.setns(fd, _CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns into {what}: {os.strerror(err)}")
+
+
+class EngineError(Exception):
+    """A node's failure to report to the controller (the dict is the error message)."""
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        super().__init__(info.get("detail", "failed"))
+        self.info = info
+
+
+class Loop:
+    """epoll plus a timer heap, on the calling thread."""
+
+    def __init__(self) -> None:
+        self.ep = select.epoll()
+        self.cbs: dict[int, Callable[[int], None]] = {}
+        self.masks: dict[int, int] = {}
+        self.timers: list[tuple[float, int, Callable[[], None]]] = []
+        self.seq = 0
+        self.on_error: Callable[[Any, Exception], None] = _reraise
+
+    def watch(self, fd: int, mask: int, cb: Callable[[int], None]) -> None:
+        """Call ``cb(events)`` while ``fd`` is ready for ``mask`` (0: not watched)."""
+        self.cbs[fd] = cb
+        old = self.masks.get(fd)
+        if old == mask:
+            return
+        if not mask:
+            if old:
+                self.ep.unregister(fd)
+            self.masks.pop(fd, None)
+        elif old:
+            self.ep.modify(fd, mask)
+            self.masks[fd] = mask
+        else:
+            self.ep.register(fd, mask)
+            self.masks[fd] = mask
+
+    def forget(self, fd: int) -> None:
+        """Stop watching ``fd`` (before it is closed)."""
+        if self.masks.pop(fd, None):
+            self.ep.unregister(fd)
+        self.cbs.pop(fd, None)
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` at host-clock time ``t`` (s) or as soon after as the loop can."""
+        self.seq += 1
+        heapq.heappush(self.timers, (t, self.seq, fn))
+
+    def once(self, running: Callable[[], bool]) -> None:
+        """One round: run due timers, wait for events until the next timer, dispatch."""
+        now = time.time()
+        while self.timers and self.timers[0][0] <= now:
+            fn = heapq.heappop(self.timers)[2]
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - reported by on_error
+                self.on_error(fn, exc)
+            now = time.time()
+        if not running():
+            return
+        wait = max(0.0, self.timers[0][0] - now) if self.timers else 1.0
+        for fd, ev in self.ep.poll(min(wait, 1.0)):
+            cb = self.cbs.get(fd)
+            if cb is not None and fd in self.masks:
+                try:
+                    cb(ev)
+                except Exception as exc:  # noqa: BLE001 - reported by on_error
+                    self.on_error(cb, exc)
+
+
+def _reraise(_cb: Any, exc: Exception) -> None:
+    raise exc
+
+
+class StepState:
+    """One step of a rank's transfer op: done when all its pieces (one per connection) are."""
+
+    __slots__ = ("left", "waiters", "op")
+
+    def __init__(self, parts: int, op: XferRun) -> None:
+        self.left, self.waiters, self.op = parts, [], op
+
+    def piece_done(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            for conn in self.waiters:
+                conn.kick()
+            self.waiters = []
+            self.op.step_done()
+
+
+class Job:
+    """One piece of a step on one connection (transfers.Job, without threads)."""
+
+    __slots__ = ("size_bytes", "deps", "done", "key", "meta", "start_at", "left", "t0",
+                 "cpu_s", "deadline", "started")
+
+    def __init__(self, size_bytes: int, deps: list[StepState], done: StepState, key: str,
+                 meta: dict[str, Any], start_at: float) -> None:
+        self.size_bytes, self.deps, self.done, self.key, self.meta = (
+            size_bytes, deps, done, key, meta)
+        self.start_at, self.left, self.t0, self.cpu_s = start_at, size_bytes, 0.0, 0.0
+        self.deadline, self.started = 0.0, False
+
+    def ready(self) -> bool:
+        return all(d.left == 0 for d in self.deps)
+
+
+class Conn:
+    """A data connection of one node: a FIFO of jobs served as its socket allows."""
+
+    def __init__(self, node: Node, sock: socket.socket, info: dict[str, Any]) -> None:
+        self.node, self.sock, self.info = node, sock, info
+        self.fd = sock.fileno()
+        self.jobs: deque[Job] = deque()
+
+    def submit(self, job: Job) -> None:
+        self.jobs.append(job)
+
+    def blocked_on(self) -> StepState | None:
+        """The first unfinished dependency of the head job (None: ready or idle)."""
+        if not self.jobs:
+            return None
+        for d in self.jobs[0].deps:
+            if d.left:
+                return d
+        return None
+
+    def kick(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def overdue(self, now: float) -> str | None:
+        """A failure text if the head job is past its transfer deadline."""
+        if self.jobs and self.jobs[0].started and now > self.jobs[0].deadline:
+            j = self.jobs[0]
+            verb = "send" if isinstance(self, SendConn) else "receive"
+            return (f"TimeoutError: could not {verb} {j.size_bytes} bytes within "
+                    f"timeouts.transfer ({self.node.timeout_s:g} s): {j.size_bytes - j.left} "
+                    f"moved; " + OVERDUE_ADVICE)
+        return None
+
+
+class SendConn(Conn):
+    """Sends its jobs in order; each record is emitted once acknowledged (AckTracker)."""
+
+    def __init__(self, node: Node, sock: socket.socket, info: dict[str, Any], cc: str) -> None:
+        super().__init__(node, sock, info)
+        self.acks = AckTracker(sock, cc, node.emit)
+        self.due = 0.0  # next ack poll (host clock)
+
+    def kick(self) -> None:
+        """Start the head job if it may start: its dependencies done, its instant come."""
+        if not self.jobs:
+            return
+        dep = self.blocked_on()
+        if dep is not None:
+            dep.waiters.append(self)
+            return
+        job = self.jobs[0]
+        if job.start_at and not job.started:
+            if time.time() < job.start_at:
+                self.node.engine.timed_start(job.start_at, self)
+                return
+        self.pump()
+
+    def begin(self, job: Job, now: float) -> None:
+        job.started, job.t0 = True, now
+        job.deadline = now + self.node.timeout_s
+
+    def first_bytes(self, now: float, kick_bytes: int) -> None:
+        """At a timed start: write up to ``kick_bytes`` of the head job and no more."""
+        job = self.jobs[0]
+        self.begin(job, now)
+        if job.left:
+            self._send(job, min(job.left, kick_bytes))
+
+    def _send(self, job: Job, most: int) -> bool:
+        """Write up to ``most`` bytes of ``job``; False when the socket is full."""
+        c0 = time.thread_time()
+        try:
+            sent = self.sock.send(self.node.engine.send_buf[:min(most, BUFFER_BYTES)])
+        except BlockingIOError:
+            sent = 0
+        job.left -= sent
+        job.cpu_s += time.thread_time() - c0
+        return sent > 0
+
+    def pump(self, _ev: int = 0) -> None:
+        """Write as much of the head jobs as the socket takes; finish those written."""
+        loop = self.node.engine.loop
+        while self.jobs:
+            job = self.jobs[0]
+            if not job.started:
+                if job.deps and not job.ready():
+                    break
+                if job.start_at and time.time() < job.start_at:
+                    self.node.engine.timed_start(job.start_at, self)
+                    break
+                self.begin(job, time.time())
+            while job.left:
+                if not self._send(job, job.left):
+                    loop.watch(self.fd, _OUT, self.pump)
+                    return
+            self.jobs.popleft()
+            self._finish(job)
+        loop.watch(self.fd, 0, self.pump)
+        if self.jobs:
+            self.kick()
+
+    def _finish(self, job: Job) -> None:
+        now = time.time()
+        rec = {"half": "send", "key": job.key, "t_start": job.t0, "t_sent": now,
+               "cpu_s": job.cpu_s, **job.meta, **self.info}
+        self.acks.add(rec, job.size_bytes, now + self.node.timeout_s)
+        self.node.engine.ack_watch(self)
+        job.done.piece_done()
+
+
+class RecvConn(Conn):
+    """Receives its jobs in order; reads only once the head job's dependencies are done
+    (the bytes wait in the kernel meanwhile, as with the per-host agent)."""
+
+    def kick(self) -> None:
+        loop = self.node.engine.loop
+        while self.jobs:
+            dep = self.blocked_on()
+            if dep is not None:
+                dep.waiters.append(self)
+                break
+            job = self.jobs[0]
+            if job.size_bytes == 0:
+                now = time.time()
+                self.jobs.popleft()
+                self.node.emit({"half": "recv", "key": job.key, "t_first_byte": now,
+                                "t_end": now, **job.meta, **self.info})
+                job.done.piece_done()
+                continue
+            loop.watch(self.fd, _IN, self.readable)
+            return
+        loop.watch(self.fd, 0, self.readable)
+
+    def readable(self, _ev: int) -> None:
+        buf = self.node.engine.recv_buf
+        while self.jobs:
+            job = self.jobs[0]
+            if job.deps and not job.ready():
+                break
+            if not job.started:
+                job.started, job.t0 = True, time.time()
+                job.deadline = job.t0 + self.node.timeout_s
+            c0 = time.thread_time()
+            try:
+                got = self.sock.recv_into(buf, min(job.left, BUFFER_BYTES))
+            except BlockingIOError:
+                job.cpu_s += time.thread_time() - c0
+                return
+            job.cpu_s += time.thread_time() - c0
+            if not got:
+                raise EngineError({**job.meta, **self.info, "node": self.node.name,
+                                   "detail": "ConnectionError: peer closed the connection "
+                                             "mid-transfer"})
+            job.left -= got
+            if job.left:
+                continue
+            self.jobs.popleft()
+            self.node.emit({"half": "recv", "key": job.key, "t_first_byte": job.t0,
+                            "t_end": time.time(), "cpu_s": job.cpu_s, **job.meta,
+                            **self.info})
+            job.done.piece_done()
+        self.kick()
+
+
+class XferRun:
+    """One transfer op of one rank (ranks.run_xfer): every step submitted to its
+    connections at once, in order; done when every step is."""
+
+    def __init__(self, rank: RankRun, op: dict[str, Any], start_at: float) -> None:
+        self.rank, self.left = rank, len(op["steps"])
+        node = rank.node
+        steps = [Step._make(s) for s in op["steps"]]
+        states = []
+        seq: dict[tuple[str, int, str], int] = {}
+        touched: list[Conn] = []
+        for kind, peer, size, deps, tag, proto, rate in steps:
+            src, dst = (rank.rank, peer) if kind == "send" else (peer, rank.rank)
+            conns = node.conns(kind, src, dst, proto)
+            parts = split_bytes(size, len(conns))
+            k = seq.get((kind, peer, proto), 0)
+            seq[(kind, peer, proto)] = k + 1
+            st = StepState(len(conns), self)
+            states.append(st)
+            for c, (conn, part) in enumerate(zip(conns, parts, strict=True)):
+                meta = {"iteration": op["it"], "op_index": op["op"], "id": op["id"],
+                        "op_kind": op["kind"], "step": tag, "src_rank": src, "dst_rank": dst,
+                        "size_bytes": part, "conn": c, "proto": proto, "rate_bps": rate}
+                key = f"{op['it']}/{op['op']}/{src}/{dst}/{proto}/{k}/{c}"
+                conn.submit(Job(part, [states[d] for d in deps], st, key, meta,
+                                start_at if not deps else 0.0))
+                touched.append(conn)
+        if not steps:
+            self.left = 1
+            rank.node.engine.loop.at(0.0, self.step_done)
+        for conn in dict.fromkeys(touched):
+            conn.kick()
+
+    def step_done(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.rank.op_done()
+
+
+class RankRun:
+    """One rank's ops of one phase (ranks.run_rank), driven by events and timers."""
+
+    def __init__(self, node: Node, rank: int, ops: list[dict[str, Any]], t0: float) -> None:
+        self.node, self.rank, self.ops, self.t0 = node, rank, ops, t0
+        self.n, self.ts, self.live = 0, 0.0, 1.0
+
+    def next(self) -> None:
+        if self.n == len(self.ops):
+            self.node.rank_done()
+            return
+        op, loop = self.ops[self.n], self.node.engine.loop
+        if op["t"] == "compute":
+            if self.n == 0 and time.time() < self.t0:
+                loop.at(self.t0, self._compute)
+            else:
+                self._compute()
+            return
+        if op["t"] != "xfer" or op.get("kind") == "timed":
+            raise EngineError({"node": self.node.name, "rank": self.rank,
+                               "detail": f"the shared traffic engine does not replay "
+                                         f"{op.get('kind', op['t'])} ops ({UNSUPPORTED}); "
+                                         f"use traffic_engine: per_host"})
+        self.ts = self.t0 if self.n == 0 else time.time()
+        self.live = 1.0
+        XferRun(self, op, self.t0 if self.n == 0 else 0.0)
+
+    def _compute(self) -> None:
+        op = self.ops[self.n]
+        self.ts = time.time()
+        self.live = self.node.slowdown.get(self.rank, 1.0)
+        self.node.engine.loop.at(self.ts + op["duration_s"] * self.live, self.op_done)
+
+    def op_done(self) -> None:
+        op = self.ops[self.n]
+        self.node.emit({"half": "rank_op", "rank": self.rank, "node": self.node.name,
+                        "iteration": op["it"], "op_index": op["op"],
+                        "kind": op.get("kind", "compute"), "label": op["label"],
+                        "t_start": self.ts, "t_end": time.time(),
+                        "slowdown": op.get("slowdown", 1.0) * self.live})
+        self.n += 1
+        self.next()
+
+
+class Node:
+    """One emulated host inside the engine: its control connection, sockets and records."""
+
+    def __init__(self, engine: Engine, name: str, netns: str, ctl: socket.socket) -> None:
+        self.engine, self.name, self.netns_path, self.ctl = engine, name, netns, ctl
+        self.rbuf = b""
+        # "": the engine's own namespace (loopback tests)
+        self.nsfd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC) if netns else -1
+        self.records: list[dict[str, Any]] = []
+        self.setup: dict[str, Any] = {}
+        self.timeout_s = 30.0
+        self.knobs = TcpKnobs()
+        self.out: dict[tuple[int, int, str], dict[int, SendConn]] = {}
+        self.inn: dict[tuple[int, int, str], dict[int, RecvConn]] = {}
+        self.listeners: list[socket.socket] = []
+        self.pending: dict[int, tuple[socket.socket, bytes]] = {}  # accepted, header unread
+        self.accepted, self.in_tcp = 0, -1
+        self.conn_knobs: list[dict[str, Any]] = []
+        self.slowdown: dict[int, float] = {}
+        self.ranks_left = 0
+        self.phase: tuple[int, float] | None = None
+        self.peers_done = self.said_connected = False
+        self.done = False  # failed or closed: no more work, no more reports
+        self.closed = False
+
+    # control ------------------------------------------------------------------------
+    def send(self, msg: dict[str, Any]) -> None:
+        self.ctl.sendall((json.dumps(msg, separators=(",", ":")) + "\n").encode())
+
+    def emit(self, rec: dict[str, Any]) -> None:
+        self.records.append(rec)
+
+    def on_control(self, _ev: int) -> None:
+        try:
+            data = self.ctl.recv(1 << 20)
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return
+        self.rbuf += data
+        *lines, self.rbuf = self.rbuf.split(b"\n")
+        for line in lines:
+            if line.strip() and not self.closed:
+                msg = json.loads(line)
+                if not self.done or msg["type"] in ("stop", "abort"):
+                    self.handle(msg)
+
+    def handle(self, msg: dict[str, Any]) -> None:
+        kind = msg["type"]
+        if kind == "setup":
+            self._on_setup(msg)
+        elif kind == "peers":
+            self._on_peers(msg)
+        elif kind == "start":
+            self._start(int(msg["phase"]), float(msg["t0"]))
+        elif kind == "slowdown":
+            self.slowdown[int(msg["rank"])] = float(msg["factor"])
+            self.send({"type": "slowdown_set", "node": self.name, "rank": msg["rank"],
+                       "factor": msg["factor"], "t": time.time()})
+        elif kind == "ping":
+            self.send({"type": "pong", "node": self.name, "seq": msg["seq"]})
+        elif kind in ("stop", "abort"):
+            self.close()
+
+    def fail(self, info: dict[str, Any]) -> None:
+        """Report ``info`` once as this node's error; the controller then aborts the run."""
+        if not self.done:
+            try:
+                self.send({"type": "error", "node": self.name, **info})
+            except OSError:
+                pass
+            self.done = True
+
+    # sockets ------------------------------------------------------------------------
+    def _socket(self, kind: int) -> socket.socket:
+        """A socket of this host's namespace."""
+        if self.nsfd < 0:
+            return socket.socket(socket.AF_INET, kind)
+        setns(self.nsfd, f"the namespace of node {self.name} ({self.netns_path})")
+        try:
+            return socket.socket(socket.AF_INET, kind)
+        finally:
+            setns(self.engine.home_fd, "the engine's own namespace")
+
+    def _on_setup(self, msg: dict[str, Any]) -> None:
+        self.setup = msg
+        opts = msg["options"]
+        if opts.get("tls") or msg.get("udp_in"):
+            raise EngineError({"node": self.name, "detail": f"the shared traffic engine does "
+                               f"not replay {UNSUPPORTED}; use traffic_engine: per_host"})
+        self.timeout_s = float(opts["transfer_timeout_s"])
+        self.knobs = TcpKnobs(**opts.get("knobs", {}))
+        self.in_tcp = int(msg["in_tcp"])
+        ports = {}
+        for ip in msg.get("ips") or [msg["ip"]]:
+            ls = self._socket(socket.SOCK_STREAM)
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            apply_knobs(ls, self.knobs)
+            ls.bind((ip, 0))
+            ls.listen(1024)
+            ls.setblocking(False)
+            self.listeners.append(ls)
+            ports[ip] = ls.getsockname()[1]
+            self.engine.loop.watch(ls.fileno(), _IN, lambda _e, s=ls: self._accept(s))
+        self.send({"type": "listening", "node": self.name, "tcp_ports": ports,
+                   "udp_ports": {}})
+
+    def _accept(self, ls: socket.socket) -> None:
+        while True:
+            try:
+                s, _ = ls.accept()
+            except BlockingIOError:
+                return
+            s.setblocking(False)
+            self.pending[s.fileno()] = (s, b"")
+            self.engine.loop.watch(s.fileno(), _IN, lambda _e, fd=s.fileno(): self._header(fd))
+
+    def _header(self, fd: int) -> None:
+        s, got = self.pending[fd]
+        try:
+            more = s.recv(_HEADER.size - len(got))
+        except BlockingIOError:
+            return
+        if not more:
+            raise EngineError({"node": self.name, "detail": "a peer closed its connection "
+                                                            "before its header"})
+        got += more
+        if len(got) < _HEADER.size:
+            self.pending[fd] = (s, got)
+            return
+        del self.pending[fd]
+        self.engine.loop.watch(fd, 0, lambda _e: None)
+        src, dst, c = _HEADER.unpack(got)
+        peer, here = s.getpeername(), s.getsockname()
+        info = {"dst_node": self.name, "dst_ip": here[0], "dport": here[1],
+                "src_ip": peer[0], "sport": peer[1]}
+        self.inn.setdefault((src, dst, "tcp"), {})[c] = RecvConn(self, s, info)
+        self.accepted += 1
+        self._maybe_connected()
+
+    def _on_peers(self, msg: dict[str, Any]) -> None:
+        allowed = set(self.setup["allowed"])
+        bind = self.setup.get("bind") or {}
+        for src, dst, c, proto in self.setup["out"]:
+            if proto != "tcp":
+                raise EngineError({"node": self.name, "detail": f"the shared traffic engine "
+                                   f"does not replay {UNSUPPORTED}; use traffic_engine: "
+                                   f"per_host"})
+            ip, port, dst_node, *given = msg["rank_ep"][str(dst)]
+            src_ip = bind.get(str(src)) or (given[0] if given else self.setup["ip"])
+            for a in (ip, src_ip):
+                if a not in allowed:
+                    raise EngineError({"node": self.name, "detail": f"connection setup failed: "
+                                       f"node {self.name}: refusing to connect to {a}: not a "
+                                       f"lab address", "op": "connect"})
+            s = self._socket(socket.SOCK_STREAM)
+            s.bind((src_ip, 0))
+            readback = apply_knobs(s, self.knobs)
+            s.settimeout(30.0)
+            s.connect((ip, port))
+            s.sendall(_HEADER.pack(src, dst, c))
+            s.setblocking(False)
+            info = {"src_node": self.name, "dst_node": dst_node, "src_ip": src_ip,
+                    "sport": s.getsockname()[1], "dst_ip": ip, "dport": port}
+            self.out.setdefault((src, dst, "tcp"), {})[c] = SendConn(
+                self, s, info, str(readback["congestion_control"]))
+            self.conn_knobs.append({"src_rank": src, "dst_rank": dst, "conn": c, **readback})
+        self.peers_done = True
+        self._maybe_connected()
+
+    def _maybe_connected(self) -> None:
+        """Reply ``connected`` once the outgoing connections are open, every incoming one
+        arrived, and every connection header is acknowledged (the ack baselines)."""
+        if not self.peers_done or self.accepted < self.in_tcp or self.said_connected:
+            return
+        for conns in self.out.values():
+            for w in conns.values():
+                if w.acks.base is None:
+                    info = read_tcp_info(w.sock)
+                    if info["unacked"] or info["notsent_bytes"]:
+                        self.engine.loop.at(time.time() + _ACK_NAP_MIN_S, self._maybe_connected)
+                        return
+                    w.acks.base = w.acks.last = info
+        self.said_connected = True
+        if self.nsfd >= 0:
+            setns(self.nsfd, f"the namespace of node {self.name}")
+        try:
+            sysctls = namespace_sysctls()  # /proc/sys/net: the calling thread's namespace
+        finally:
+            if self.nsfd >= 0:
+                setns(self.engine.home_fd, "the engine's own namespace")
+        self.send({"type": "connected", "node": self.name,
+                   "knobs": {"sysctls": sysctls, "connections": self.conn_knobs}})
+
+    def conns(self, kind: str, src: int, dst: int, proto: str) -> list[Conn]:
+        table: dict[Any, Any] = self.out if kind == "send" else self.inn
+        got = table.get((src, dst, proto))
+        if not got:
+            raise EngineError({"node": self.name, "detail": f"OSError: node {self.name}: no "
+                               f"{proto} connection for rank {src} -> rank {dst}"})
+        return [got[c] for c in sorted(got)]
+
+    # phases -------------------------------------------------------------------------
+    def _start(self, phase: int, t0: float) -> None:
+        self.phase = (phase, t0)
+        runs = [RankRun(self, int(r), prog[phase], t0)
+                for r, prog in self.setup["ranks"].items() if prog[phase]]
+        self.ranks_left = len(runs)
+        if not runs:
+            self.engine.loop.at(0.0, self._settled)
+        for run in runs:
+            run.next()
+
+    def rank_done(self) -> None:
+        self.ranks_left -= 1
+        if self.ranks_left == 0:
+            assert self.phase is not None
+            self.engine.loop.at(self.phase[1] + _SETTLE_S, self._settled)
+
+    def _settled(self) -> None:
+        """End of phase: wait until every sending record is closed, then report."""
+        if self.done:
+            return
+        if any(w.acks.open for conns in self.out.values() for w in conns.values()):
+            self.engine.loop.at(time.time() + _ACK_NAP_MIN_S * 4, self._settled)
+            return
+        assert self.phase is not None
+        recs, self.records = self.records, []
+        self.send({"type": "phase_done", "node": self.name, "phase": self.phase[0],
+                   "records": recs})
+
+    def all_conns(self) -> list[Conn]:
+        return [w for t in (self.out, self.inn) for conns in t.values() for w in conns.values()]
+
+    def close(self) -> None:
+        """Close every socket of this node (``stop``, ``abort`` or a lost controller)."""
+        if self.closed:
+            return
+        self.done = self.closed = True
+        loop = self.engine.loop
+        for w in self.all_conns():
+            loop.forget(w.fd)
+            w.sock.close()
+        for s, _ in self.pending.values():
+            loop.forget(s.fileno())
+            s.close()
+        for ls in self.listeners:
+            loop.forget(ls.fileno())
+            ls.close()
+        self.out, self.inn, self.pending, self.listeners = {}, {}, {}, []
+        loop.forget(self.ctl.fileno())
+        self.ctl.close()
+        if self.nsfd >= 0:
+            os.close(self.nsfd)
+
+
+class Engine:
+    """The engine's nodes, shared buffers, timed starts and acknowledgement polling."""
+
+    def __init__(self) -> None:
+        self.loop = Loop()
+        self.home_fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self.nodes: list[Node] = []
+        self.send_buf = memoryview(bytes(BUFFER_BYTES))
+        self.recv_buf = memoryview(bytearray(BUFFER_BYTES))
+        self.starts: dict[float, list[SendConn]] = {}
+        self.acking: set[SendConn] = set()
+        self.ack_timer = False
+        self.spin_s, self.kick_bytes = 200e-6, 14480
+
+    def attach(self, control: str, name: str, netns: str) -> None:
+        """Open ``name``'s control connection and say hello."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        deadline = time.time() + 10
+        while True:
+            try:
+                sock.connect(control)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.05)
+        node = Node(self, name, netns, sock)
+        self.nodes.append(node)
+        self.loop.watch(sock.fileno(), _IN, node.on_control)
+        node.send({"type": "hello", "node": name})
+
+    # timed starts -----------------------------------------------------------------------
+    def timed_start(self, t: float, conn: SendConn) -> None:
+        """Start ``conn``'s head job at instant ``t`` together with every other due then."""
+        due = self.starts.setdefault(t, [])
+        if conn in due:
+            return
+        if not due:  # epoll's timeout is in whole ms, rounded up: wake a ms early, then spin
+            self.loop.at(t - self.spin_s - 0.001, lambda: self._fire(t))
+        due.append(conn)
+
+    def _fire(self, t: float) -> None:
+        due = self.starts.pop(t, [])
+        while time.time() < t:
+            pass
+        for conn in due:  # the first window of every flow, then the rest
+            conn.first_bytes(time.time(), self.kick_bytes)
+        for conn in due:
+            conn.pump()
+
+    # acknowledgements ---------------------------------------------------------------------
+    def ack_watch(self, conn: SendConn) -> None:
+        if conn not in self.acking:
+            self.acking.add(conn)
+            conn.due = time.time()
+        if not self.ack_timer:
+            self.ack_timer = True
+            self.loop.at(time.time() + _ACK_NAP_MIN_S, self._ack_poll)
+
+    def _ack_poll(self) -> None:
+        now, nxt = time.time(), float("inf")
+        for conn in list(self.acking):
+            if conn.due <= now:
+                try:
+                    conn.due = now + conn.acks.poll()
+                except OSError:
+                    conn.acks.open.clear()
+                if not conn.acks.open:
+                    self.acking.discard(conn)
+                    continue
+            nxt = min(nxt, conn.due)
+        if self.acking:
+            self.loop.at(max(nxt, now + _ACK_NAP_MIN_S), self._ack_poll)
+        else:
+            self.ack_timer = False
+
+    # watchdog -----------------------------------------------------------------------------
+    def _watchdog(self) -> None:
+        now = time.time()
+        for node in self.nodes:
+            if node.done:
+                continue
+            for w in node.all_conns():
+                why = w.overdue(now)
+                if why:
+                    node.fail({**w.jobs[0].meta, **w.info, "detail": why})
+                    break
+        self.loop.at(now + _WATCH_S, self._watchdog)
+
+    def run(self) -> int:
+        """Serve until every node is closed (``stop``, ``abort`` or its controller gone);
+        returns 0."""
+        self.loop.at(time.time() + _WATCH_S, self._watchdog)
+        self.loop.on_error = self._on_error
+        while not all(n.closed for n in self.nodes):
+            self.loop.once(lambda: not all(n.closed for n in self.nodes))
+        return 0
+
+    def _on_error(self, cb: Any, exc: Exception) -> None:
+        """A callback raised: fail its node (a connection's, a rank's), else every node."""
+        if isinstance(exc, EngineError):
+            info = exc.info
+        else:
+            info = {"detail": f"{type(exc).__name__}: {exc}"}
+            conn = getattr(cb, "__self__", None)
+            if isinstance(conn, Conn) and conn.jobs:
+                info = {**conn.jobs[0].meta, **conn.info, **info}
+        owner = getattr(getattr(cb, "__self__", None), "node", None)
+        name = info.get("node") or getattr(owner, "name", None)
+        hit = [n for n in self.nodes if n.name == name] or self.nodes
+        for n in hit:
+            n.fail({**info, "node": n.name})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: attach every ``--node NAME=NETNS_PATH`` and serve."""
+    ap = argparse.ArgumentParser(prog="traffic_gen.engine")
+    ap.add_argument("--control", required=True, help="controller's Unix socket path")
+    ap.add_argument("--node", action="append", required=True,
+                    help="NAME=PATH: a hosted node and its namespace file (/run/netns/NS)")
+    ap.add_argument("--spin-s", type=float, default=200e-6)
+    ap.add_argument("--kick-bytes", type=int, default=14480)
+    args = ap.parse_args(argv)
+    eng = Engine()
+    eng.spin_s, eng.kick_bytes = args.spin_s, args.kick_bytes
+    for spec in args.node:
+        name, _, path = spec.partition("=")
+        eng.attach(args.control, name, path)
+    return eng.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
