@@ -440,10 +440,10 @@ class Controller:
                 ch.send({"type": "abort"})
             except OSError:
                 pass
-        for node, p in self.procs.items():
+        for p in self.procs.values():
             # an engine serves other nodes too: killed only if none of them is connected
             if p.poll() is None and not any(n in self.chans for n, q in self.procs.items()
-                                            if q is p):
+                                            if q is p):  # (its own node included)
                 p.kill()
         self._reap(self.opt.stop_timeout_s if any(p.poll() is None for p in
                                                   self.procs.values()) else 0)

@@ -61,6 +61,7 @@ from orchestration.privacy.tls_cert import write_run_certificate
 from orchestration.privacy.tls_pairs import check_tls, uses_tls, workload_tls_pairs
 from orchestration.run.build import BuiltWorkload, build_entry
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
+from orchestration.run.engine_check import check_shared_engine
 from orchestration.run.experiment import (
     EXPERIMENT_TOP,
     ExperimentSpec,
@@ -242,7 +243,8 @@ def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> Repl
                                 spec.timeouts.transfer),
         phase_timeout_s=unit(("timeouts", "phase"), parse_duration_s, spec.timeouts.phase),
         start_margin_s=unit(("timeouts", "start_margin"), parse_duration_s,
-                            spec.timeouts.start_margin))
+                            spec.timeouts.start_margin),
+        traffic_engine=spec.traffic_engine)
 
 
 def _agent_start_timeout_s() -> float:
@@ -375,6 +377,10 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path,
         issues += exc.issues
     if issues:
         raise with_lines(SpecError(issues), doc, source)
+    try:  # what the shared traffic engine cannot replay
+        check_shared_engine(spec, built, events, source)
+    except SpecError as exc:
+        raise with_lines(exc, doc, source) from None
     try:
         # sites exist; no UDP flow over TLS; workloads sharing hosts agree
         check_tls(spec.transport, plan, built, source, spec.workloads)
