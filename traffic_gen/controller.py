@@ -390,9 +390,13 @@ class Controller:
 
     def _start_instant(self, phase: Phase) -> float:
         """When ``phase`` starts: now for a phase that synchronises through data, now plus
-        the start margin for a timed one, and no earlier than ``after_s`` after the previous
+        the start margin for a timed one (for every phase with shared engines), and no
+        earlier than ``after_s`` after the previous
         phase's end (its latest record end)."""
-        t0 = time.time() + (self.margin_s if phase.timed else 0.0)
+        # shared engines start every phase at its instant: each engine then starts all its
+        # hosts' ranks in one pass, not as each host's start message comes in (engine.py)
+        ahead = phase.timed or getattr(self.opt, "traffic_engine", "per_host") == "shared"
+        t0 = time.time() + (self.margin_s if ahead else 0.0)
         if phase.after_s and self.last_end is not None:
             t0 = max(t0, self.last_end + phase.after_s)
         return t0

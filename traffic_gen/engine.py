@@ -43,11 +43,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from traffic_gen.ackwatch import AckTracker
 from traffic_gen.algorithms.steps import split_bytes
-from traffic_gen.tcpinfo import TcpKnobs, apply_knobs, namespace_sysctls, read_tcp_info
+from traffic_gen.tcpinfo import (
+    _FMT,
+    NO_RTT_SAMPLE,
+    TCP_INFO_FIELDS,
+    TcpKnobs,
+    apply_knobs,
+    namespace_sysctls,
+)
 from traffic_gen.transfers import BUFFER_BYTES, OVERDUE_ADVICE
-from traffic_gen.wire import Step
 
 __all__ = ["Engine", "main", "UNSUPPORTED"]
 
@@ -140,6 +145,75 @@ class Loop:
                     self.on_error(cb, exc)
 
 
+_INFO = struct.Struct(_FMT)
+(_ACKED, _UNACKED, _NOTSENT, _TOTAL_RETRANS, _BYTES_RETRANS, _LOST, _RTT, _RTTVAR, _CWND,
+ _RATE, _DSACK, _MIN_RTT, _REORD) = (TCP_INFO_FIELDS.index(k) for k in (
+    "bytes_acked", "unacked", "notsent_bytes", "total_retrans", "bytes_retrans", "lost", "rtt",
+    "rttvar", "snd_cwnd", "delivery_rate", "dsack_dups", "min_rtt", "reord_seen"))
+
+
+def tcp_info_tuple(sock: socket.socket) -> tuple[int, ...]:
+    """``struct tcp_info`` of ``sock`` as the tuple of :data:`TCP_INFO_FIELDS` (the dict of
+    tcpinfo.read_tcp_info without building it: one reading per poll of every open
+    connection)."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _INFO.size)
+    if len(raw) < _INFO.size:
+        raw += bytes(_INFO.size - len(raw))
+    return _INFO.unpack(raw)
+
+
+class Acks:
+    """ackwatch.AckTracker for the engine's loop (no lock, no thread, tuples not dicts): the
+    transfers of one sending connection waiting for their acknowledgement; a transfer's
+    record is emitted at the first reading whose ``tcpi_bytes_acked`` covers its last byte
+    (or at its deadline, ``acked`` false), with ``tcp`` as tcpinfo.tcp_info_delta gives it
+    (counters differenced against the previous transfer's closing reading), ``t_acked`` and
+    ``acked_bytes``."""
+
+    __slots__ = ("sock", "cc", "emit", "open", "written", "base", "last")
+
+    def __init__(self, sock: socket.socket, cc: str, emit: Callable[[dict[str, Any]], None]
+                 ) -> None:
+        self.sock, self.cc, self.emit = sock, cc, emit
+        self.open: deque[tuple[dict[str, Any], int, int, float]] = deque()
+        self.written = 0
+        self.base: tuple[int, ...] | None = None
+        self.last: tuple[int, ...] = ()
+
+    def add(self, rec: dict[str, Any], size_bytes: int, deadline: float) -> None:
+        """A transfer of ``size_bytes`` just written in full, ``rec`` its record."""
+        self.written += size_bytes
+        self.open.append((rec, self.written, size_bytes, deadline))
+
+    def poll(self) -> float:
+        """Read TCP_INFO once, close what it shows acknowledged or overdue; returns the nap
+        (s) before the next reading: the unacknowledged rest at the delivery rate, within
+        0.5 to 10 ms (ackwatch's bounds). Raises OSError if the socket cannot be read."""
+        assert self.base is not None
+        info = tcp_info_tuple(self.sock)
+        acked, now = info[_ACKED] - self.base[_ACKED], time.time()
+        while self.open and (self.open[0][1] <= acked or now >= self.open[0][3]):
+            rec, end, size, _ = self.open.popleft()
+            b = self.last
+            retrans = info[_BYTES_RETRANS] - b[_BYTES_RETRANS]
+            mr = info[_MIN_RTT]
+            rec["tcp"] = {"total_retrans": info[_TOTAL_RETRANS] - b[_TOTAL_RETRANS],
+                          "bytes_retrans": retrans, "bytes_sent": size + retrans,
+                          "lost": info[_LOST], "rtt_s": info[_RTT] / 1e6,
+                          "rttvar_s": info[_RTTVAR] / 1e6, "snd_cwnd": info[_CWND],
+                          "delivery_rate_bps": info[_RATE] * 8, "congestion_control": self.cc,
+                          "dsack_dups": info[_DSACK] - b[_DSACK],
+                          "min_rtt_s": mr / 1e6 if 0 < mr < NO_RTT_SAMPLE else None,
+                          "reord_seen": info[_REORD] - b[_REORD]}
+            rec["acked"], rec["t_acked"], rec["acked_bytes"] = end <= acked, now, acked
+            self.emit(rec)
+            self.last = info
+        if not self.open:
+            return _ACK_NAP_MAX_S
+        left = self.open[0][1] - acked
+        return min(max(left / (info[_RATE] or 1), _ACK_NAP_MIN_S), _ACK_NAP_MAX_S)
+
+
 def _reraise(_cb: Any, exc: Exception) -> None:
     raise exc
 
@@ -217,7 +291,7 @@ class SendConn(Conn):
 
     def __init__(self, node: Node, sock: socket.socket, info: dict[str, Any], cc: str) -> None:
         super().__init__(node, sock, info)
-        self.acks = AckTracker(sock, cc, node.emit)
+        self.acks = Acks(sock, cc, node.emit)
         self.due = 0.0  # next ack poll (host clock)
 
     def kick(self) -> None:
@@ -348,31 +422,35 @@ class XferRun:
 
     def __init__(self, rank: RankRun, op: dict[str, Any], start_at: float) -> None:
         self.rank, self.left = rank, len(op["steps"])
-        node = rank.node
-        steps = [Step._make(s) for s in op["steps"]]
-        states = []
+        node, me = rank.node, rank.rank
+        states: list[StepState] = []
         seq: dict[tuple[str, int, str], int] = {}
-        touched: list[Conn] = []
-        for kind, peer, size, deps, tag, proto, rate in steps:
-            src, dst = (rank.rank, peer) if kind == "send" else (peer, rank.rank)
+        touched: dict[Conn, None] = {}
+        it, opi, ident, op_kind = op["it"], op["op"], op["id"], op["kind"]
+        for st in op["steps"]:  # traffic_gen.wire.Step as a JSON list
+            kind, peer, size, deps, tag = st[:5]
+            proto = st[5] if len(st) > 5 else "tcp"
+            rate = st[6] if len(st) > 6 else None
+            src, dst = (me, peer) if kind == "send" else (peer, me)
             conns = node.conns(kind, src, dst, proto)
-            parts = split_bytes(size, len(conns))
+            parts = split_bytes(size, len(conns)) if len(conns) > 1 else (size,)
             k = seq.get((kind, peer, proto), 0)
             seq[(kind, peer, proto)] = k + 1
-            st = StepState(len(conns), self)
-            states.append(st)
-            for c, (conn, part) in enumerate(zip(conns, parts, strict=True)):
-                meta = {"iteration": op["it"], "op_index": op["op"], "id": op["id"],
-                        "op_kind": op["kind"], "step": tag, "src_rank": src, "dst_rank": dst,
-                        "size_bytes": part, "conn": c, "proto": proto, "rate_bps": rate}
-                key = f"{op['it']}/{op['op']}/{src}/{dst}/{proto}/{k}/{c}"
-                conn.submit(Job(part, [states[d] for d in deps], st, key, meta,
-                                start_at if not deps else 0.0))
-                touched.append(conn)
-        if not steps:
+            state = StepState(len(conns), self)
+            states.append(state)
+            waits = [states[d] for d in deps]
+            for c, conn in enumerate(conns):
+                meta = {"iteration": it, "op_index": opi, "id": ident, "op_kind": op_kind,
+                        "step": tag, "src_rank": src, "dst_rank": dst,
+                        "size_bytes": parts[c], "conn": c, "proto": proto, "rate_bps": rate}
+                conn.jobs.append(Job(parts[c], waits, state,
+                                     f"{it}/{opi}/{src}/{dst}/{proto}/{k}/{c}", meta,
+                                     0.0 if deps else start_at))
+                touched[conn] = None
+        if not op["steps"]:
             self.left = 1
             rank.node.engine.loop.at(0.0, self.step_done)
-        for conn in dict.fromkeys(touched):
+        for conn in touched:
             conn.kick()
 
     def step_done(self) -> None:
@@ -444,6 +522,7 @@ class Node:
         self.accepted, self.in_tcp = 0, -1
         self.conn_knobs: list[dict[str, Any]] = []
         self.slowdown: dict[int, float] = {}
+        self.conn_cache: dict[tuple[str, int, int, str], list[Conn]] = {}
         self.ranks_left = 0
         self.phase: tuple[int, float] | None = None
         self.peers_done = self.said_connected = False
@@ -605,8 +684,8 @@ class Node:
         for conns in self.out.values():
             for w in conns.values():
                 if w.acks.base is None:
-                    info = read_tcp_info(w.sock)
-                    if info["unacked"] or info["notsent_bytes"]:
+                    info = tcp_info_tuple(w.sock)
+                    if info[_UNACKED] or info[_NOTSENT]:
                         self.engine.loop.at(time.time() + _ACK_NAP_MIN_S, self._maybe_connected)
                         return
                     w.acks.base = w.acks.last = info
@@ -622,12 +701,17 @@ class Node:
                    "knobs": {"sysctls": sysctls, "connections": self.conn_knobs}})
 
     def conns(self, kind: str, src: int, dst: int, proto: str) -> list[Conn]:
-        table: dict[Any, Any] = self.out if kind == "send" else self.inn
-        got = table.get((src, dst, proto))
-        if not got:
-            raise EngineError({"node": self.name, "detail": f"OSError: node {self.name}: no "
-                               f"{proto} connection for rank {src} -> rank {dst}"})
-        return [got[c] for c in sorted(got)]
+        """The connections of channel (src, dst, proto) in connection order (cached)."""
+        key = (kind, src, dst, proto)
+        got = self.conn_cache.get(key)
+        if got is None:
+            table: dict[Any, Any] = self.out if kind == "send" else self.inn
+            have = table.get((src, dst, proto))
+            if not have:
+                raise EngineError({"node": self.name, "detail": f"OSError: node {self.name}: "
+                                   f"no {proto} connection for rank {src} -> rank {dst}"})
+            got = self.conn_cache[key] = [have[c] for c in sorted(have)]
+        return got
 
     # phases -------------------------------------------------------------------------
     def _start(self, phase: int, t0: float) -> None:
