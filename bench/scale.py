@@ -21,9 +21,10 @@ lines, helpers) and every process in the run's namespaces, this process (the con
 aside, sampled every ``--sample-s``, with the traffic processes' (agents or engines) share
 beside; the traffic processes' CPU-seconds per ring step per rank (their user + system time
 from the last sample before the first phase to the last sample, over N x 2(N-1) x
-iterations rank-steps; a process's CPU after its last sample is missed); and the start skew of the ring:
-per collective, each rank's first send's start (flows.jsonl) minus the earliest, p99 over
-all ranks and collectives. The load average is printed beside (the machine is shared).
+iterations rank-steps; a process's CPU after its last sample is missed); and the start skew
+of the ring: per collective, each rank's first send's start (flows.jsonl) minus the
+earliest, p99 over all ranks and collectives. The load average is printed beside (the
+machine is shared).
 """
 
 from __future__ import annotations

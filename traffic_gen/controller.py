@@ -204,7 +204,9 @@ class Controller:
             mine = nodes[k * len(nodes) // n:(k + 1) * len(nodes) // n]
             argv = [self.opt.python, "-m", "traffic_gen.engine", "--control",
                     str(self.sock_path), "--spin-s", str(self.opt.spin_s), "--kick-bytes",
-                    str(self.opt.kick_bytes)]
+                    str(self.opt.kick_bytes),
+                    *(["--rt-priority", str(self.opt.rt_priority)] if self.opt.rt_priority
+                      else [])]
             for node in mine:
                 argv += ["--node", f"{node}={self.launcher.netns_file(node)}"]
             with (logs / f"engine{k}.log").open("w") as log:

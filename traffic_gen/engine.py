@@ -52,7 +52,7 @@ from traffic_gen.tcpinfo import (
     apply_knobs,
     namespace_sysctls,
 )
-from traffic_gen.transfers import BUFFER_BYTES, OVERDUE_ADVICE
+from traffic_gen.transfers import BUFFER_BYTES, OVERDUE_ADVICE, set_scheduler
 
 __all__ = ["Engine", "main", "UNSUPPORTED"]
 
@@ -559,7 +559,7 @@ class Node:
         elif kind == "peers":
             self._on_peers(msg)
         elif kind == "start":
-            self._start(int(msg["phase"]), float(msg["t0"]))
+            self.engine.start_phase(int(msg["phase"]), float(msg["t0"]))
         elif kind == "slowdown":
             self.slowdown[int(msg["rank"])] = float(msg["factor"])
             self.send({"type": "slowdown_set", "node": self.name, "rank": msg["rank"],
@@ -714,7 +714,10 @@ class Node:
         return got
 
     # phases -------------------------------------------------------------------------
-    def _start(self, phase: int, t0: float) -> None:
+    def start(self, phase: int, t0: float) -> None:
+        """Run ``phase`` from instant ``t0`` (once: a later ``start`` of it is ignored)."""
+        if self.done or (self.phase is not None and self.phase[0] >= phase):
+            return
         self.phase = (phase, t0)
         runs = [RankRun(self, int(r), prog[phase], t0)
                 for r, prog in self.setup["ranks"].items() if prog[phase]]
@@ -780,6 +783,8 @@ class Engine:
         self.acking: set[SendConn] = set()
         self.ack_timer = False
         self.spin_s, self.kick_bytes = 200e-6, 14480
+        self.rt_priority: int | None = None
+        self.boosted = False
 
     def attach(self, control: str, name: str, netns: str) -> None:
         """Open ``name``'s control connection and say hello."""
@@ -798,6 +803,15 @@ class Engine:
         self.loop.watch(sock.fileno(), _IN, node.on_control)
         node.send({"type": "hello", "node": name})
 
+    def start_phase(self, phase: int, t0: float) -> None:
+        """A node heard ``start``: start the phase on every node of this engine at once.
+        The controller sends the same ``start`` (phase, t0) to every node (controller.py
+        ``_phase``), one message after another; starting each node as its own message comes
+        in spread the ranks' first sends over the controller's loop (tens of ms with 64
+        hosts on a loaded machine), starting them together puts them in one pass."""
+        for node in self.nodes:
+            node.start(phase, t0)
+
     # timed starts -----------------------------------------------------------------------
     def timed_start(self, t: float, conn: SendConn) -> None:
         """Start ``conn``'s head job at instant ``t`` together with every other due then."""
@@ -806,7 +820,21 @@ class Engine:
             return
         if not due:  # epoll's timeout is in whole ms, rounded up: wake a ms early, then spin
             self.loop.at(t - self.spin_s - 0.001, lambda: self._fire(t))
+            self._boost(True)
         due.append(conn)
+
+    def _boost(self, on: bool) -> None:
+        """SCHED_FIFO at ``rt_priority`` while a timed start is pending (the wake-up before
+        the instant then preempts ordinary work, as the per-host agents' waiting threads and
+        the starters do, transfers.py and burst_starter.py), back to SCHED_OTHER after it."""
+        if not self.rt_priority or on == self.boosted:
+            return
+        try:
+            set_scheduler(os.SCHED_FIFO, self.rt_priority) if on else set_scheduler(
+                os.SCHED_OTHER, 0)
+            self.boosted = on
+        except OSError:
+            self.rt_priority = None  # not allowed here (no root): ordinary scheduling
 
     def _fire(self, t: float) -> None:
         due = self.starts.pop(t, [])
@@ -814,6 +842,8 @@ class Engine:
             pass
         for conn in due:  # the first window of every flow, then the rest
             conn.first_bytes(time.time(), self.kick_bytes)
+        if not self.starts:
+            self._boost(False)
         for conn in due:
             conn.pump()
 
@@ -891,9 +921,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="NAME=PATH: a hosted node and its namespace file (/run/netns/NS)")
     ap.add_argument("--spin-s", type=float, default=200e-6)
     ap.add_argument("--kick-bytes", type=int, default=14480)
+    ap.add_argument("--rt-priority", type=int, default=None)
     args = ap.parse_args(argv)
     eng = Engine()
-    eng.spin_s, eng.kick_bytes = args.spin_s, args.kick_bytes
+    eng.spin_s, eng.kick_bytes, eng.rt_priority = args.spin_s, args.kick_bytes, args.rt_priority
     for spec in args.node:
         name, _, path = spec.partition("=")
         eng.attach(args.control, name, path)
