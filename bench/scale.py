@@ -221,12 +221,15 @@ def main() -> int:
     ap.add_argument("--no-capture", dest="capture", action="store_false")
     ap.add_argument("--analyze", action="store_true")
     ap.add_argument("--sample-s", type=float, default=0.25)
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep the run directories here (default: a temporary directory)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("scale: needs root (network namespaces)", file=sys.stderr)
         return 2
     results = []
-    with tempfile.TemporaryDirectory(prefix="aitb-bench-scale-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="aitb-bench-scale-") as tmp_dir:
+        tmp = str(args.keep or tmp_dir)
         for n in (int(x) for x in args.ranks.split(",")):
             for engine in args.engines.split(","):
                 print(f"# {n} ranks, {engine}: load average {os.getloadavg()[0]:.2f}",

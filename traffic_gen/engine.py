@@ -218,76 +218,130 @@ def _reraise(_cb: Any, exc: Exception) -> None:
     raise exc
 
 
-class StepState:
-    """One step of a rank's transfer op: done when all its pieces (one per connection) are."""
+class OpPlan:
+    """A transfer op of one rank compiled once, before any phase starts (the work of
+    ranks.run_xfer that does not depend on time): per step its number of pieces, and per
+    connection its entries in order, each ``(step, part bytes, deps, meta, key, free)``
+    (``free``: no dependencies, so it starts at the op's start instant)."""
 
-    __slots__ = ("left", "waiters", "op")
+    __slots__ = ("parts", "queues")
 
-    def __init__(self, parts: int, op: XferRun) -> None:
-        self.left, self.waiters, self.op = parts, [], op
+    def __init__(self, node: Node, rank: int, op: dict[str, Any]) -> None:
+        self.parts: list[int] = []
+        queues: dict[Conn, list[tuple[Any, ...]]] = {}
+        seq: dict[tuple[str, int, str], int] = {}
+        it, opi, ident, op_kind = op["it"], op["op"], op["id"], op["kind"]
+        for i, st in enumerate(op["steps"]):  # traffic_gen.wire.Step as a JSON list
+            kind, peer, size, deps, tag = st[:5]
+            proto = st[5] if len(st) > 5 else "tcp"
+            rate = st[6] if len(st) > 6 else None
+            src, dst = (rank, peer) if kind == "send" else (peer, rank)
+            conns = node.conns(kind, src, dst, proto)
+            parts = split_bytes(size, len(conns)) if len(conns) > 1 else (size,)
+            k = seq.get((kind, peer, proto), 0)
+            seq[(kind, peer, proto)] = k + 1
+            self.parts.append(len(conns))
+            waits = tuple(deps)
+            for c, conn in enumerate(conns):
+                meta = {"iteration": it, "op_index": opi, "id": ident, "op_kind": op_kind,
+                        "step": tag, "src_rank": src, "dst_rank": dst,
+                        "size_bytes": parts[c], "conn": c, "proto": proto, "rate_bps": rate}
+                queues.setdefault(conn, []).append(
+                    (i, parts[c], waits, meta, f"{it}/{opi}/{src}/{dst}/{proto}/{k}/{c}",
+                     not deps))
+        self.queues = list(queues.items())
 
-    def piece_done(self) -> None:
-        self.left -= 1
-        if self.left == 0:
-            for conn in self.waiters:
+
+class XferRun:
+    """One transfer op of one rank running (ranks.run_xfer): its connections serve their
+    entries of the op's plan in order, each once the steps it depends on are done; the op is
+    done when every step is."""
+
+    __slots__ = ("rank", "left", "steps_left", "waiters", "start_at")
+
+    def __init__(self, rank: RankRun, plan: OpPlan, start_at: float) -> None:
+        self.rank, self.start_at = rank, start_at
+        self.left = list(plan.parts)  # per step: pieces not done yet
+        self.steps_left = len(self.left)
+        self.waiters: dict[int, list[Conn]] = {}
+        if not self.left:
+            self.steps_left = 1
+            rank.node.engine.loop.at(0.0, lambda: self.piece_done(-1))
+            return
+        for conn, entries in plan.queues:
+            conn.load(self, entries)
+        for conn, _ in plan.queues:
+            conn.kick()
+
+    def blocked(self, deps: tuple[int, ...], conn: Conn) -> bool:
+        """Whether a step of ``deps`` is not done; if so ``conn`` is kicked when it is."""
+        left = self.left
+        for d in deps:
+            if left[d]:
+                self.waiters.setdefault(d, []).append(conn)
+                return True
+        return False
+
+    def piece_done(self, step: int) -> None:
+        """A piece of ``step`` is done (-1: the op has no step)."""
+        if step >= 0:
+            self.left[step] -= 1
+            if self.left[step]:
+                return
+            for conn in self.waiters.pop(step, ()):
                 conn.kick()
-            self.waiters = []
-            self.op.step_done()
-
-
-class Job:
-    """One piece of a step on one connection (transfers.Job, without threads)."""
-
-    __slots__ = ("size_bytes", "deps", "done", "key", "meta", "start_at", "left", "t0",
-                 "cpu_s", "deadline", "started")
-
-    def __init__(self, size_bytes: int, deps: list[StepState], done: StepState, key: str,
-                 meta: dict[str, Any], start_at: float) -> None:
-        self.size_bytes, self.deps, self.done, self.key, self.meta = (
-            size_bytes, deps, done, key, meta)
-        self.start_at, self.left, self.t0, self.cpu_s = start_at, size_bytes, 0.0, 0.0
-        self.deadline, self.started = 0.0, False
-
-    def ready(self) -> bool:
-        return all(d.left == 0 for d in self.deps)
+        self.steps_left -= 1
+        if self.steps_left == 0:
+            self.rank.op_done()
 
 
 class Conn:
-    """A data connection of one node: a FIFO of jobs served as its socket allows."""
+    """A data connection of one node: serves the entries of one op at a time, in order, as
+    its socket allows. The head entry's progress: ``left`` bytes, started at ``t0``."""
 
     def __init__(self, node: Node, sock: socket.socket, info: dict[str, Any]) -> None:
         self.node, self.sock, self.info = node, sock, info
         self.fd = sock.fileno()
-        self.jobs: deque[Job] = deque()
+        self.xfer: XferRun | None = None
+        self.q: list[tuple[Any, ...]] = []
+        self.i = 0
+        self.started, self.left, self.t0, self.cpu_s, self.deadline = False, 0, 0.0, 0.0, 0.0
 
-    def submit(self, job: Job) -> None:
-        self.jobs.append(job)
+    def load(self, xfer: XferRun, entries: list[tuple[Any, ...]]) -> None:
+        """Serve ``entries`` of ``xfer`` next (the previous op's are all done)."""
+        self.xfer, self.q, self.i, self.started = xfer, entries, 0, False
 
-    def blocked_on(self) -> StepState | None:
-        """The first unfinished dependency of the head job (None: ready or idle)."""
-        if not self.jobs:
-            return None
-        for d in self.jobs[0].deps:
-            if d.left:
-                return d
-        return None
+    def head(self) -> tuple[Any, ...] | None:
+        return self.q[self.i] if self.i < len(self.q) else None
+
+    def _begin(self, e: tuple[Any, ...], now: float) -> None:
+        self.started, self.t0, self.left, self.cpu_s = True, now, e[1], 0.0
+        self.deadline = now + self.node.timeout_s
+
+    def _advance(self) -> None:
+        self.i += 1
+        self.started = False
 
     def kick(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def overdue(self, now: float) -> str | None:
-        """A failure text if the head job is past its transfer deadline."""
-        if self.jobs and self.jobs[0].started and now > self.jobs[0].deadline:
-            j = self.jobs[0]
+        """A failure text if the head entry is past its transfer deadline."""
+        e = self.head()
+        if e is not None and self.started and now > self.deadline:
             verb = "send" if isinstance(self, SendConn) else "receive"
-            return (f"TimeoutError: could not {verb} {j.size_bytes} bytes within "
-                    f"timeouts.transfer ({self.node.timeout_s:g} s): {j.size_bytes - j.left} "
-                    f"moved; " + OVERDUE_ADVICE)
+            return (f"TimeoutError: could not {verb} {e[1]} bytes within timeouts.transfer "
+                    f"({self.node.timeout_s:g} s): {e[1] - self.left} moved; "
+                    + OVERDUE_ADVICE)
         return None
+
+    def head_meta(self) -> dict[str, Any]:
+        e = self.head()
+        return dict(e[3]) if e is not None else {}
 
 
 class SendConn(Conn):
-    """Sends its jobs in order; each record is emitted once acknowledged (AckTracker)."""
+    """Sends its entries in order; each record is emitted once acknowledged (Acks)."""
 
     def __init__(self, node: Node, sock: socket.socket, info: dict[str, Any], cc: str) -> None:
         super().__init__(node, sock, info)
@@ -295,91 +349,80 @@ class SendConn(Conn):
         self.due = 0.0  # next ack poll (host clock)
 
     def kick(self) -> None:
-        """Start the head job if it may start: its dependencies done, its instant come."""
-        if not self.jobs:
-            return
-        dep = self.blocked_on()
-        if dep is not None:
-            dep.waiters.append(self)
-            return
-        job = self.jobs[0]
-        if job.start_at and not job.started:
-            if time.time() < job.start_at:
-                self.node.engine.timed_start(job.start_at, self)
-                return
+        """Start the head entry if it may start (its dependencies done, its instant come)
+        and write what the socket takes."""
         self.pump()
 
-    def begin(self, job: Job, now: float) -> None:
-        job.started, job.t0 = True, now
-        job.deadline = now + self.node.timeout_s
-
     def first_bytes(self, now: float, kick_bytes: int) -> None:
-        """At a timed start: write up to ``kick_bytes`` of the head job and no more."""
-        job = self.jobs[0]
-        self.begin(job, now)
-        if job.left:
-            self._send(job, min(job.left, kick_bytes))
+        """At a timed start: write up to ``kick_bytes`` of the head entry and no more."""
+        e = self.head()
+        if e is None or self.started:
+            return
+        self._begin(e, now)
+        if self.left:
+            self._send(min(self.left, kick_bytes))
 
-    def _send(self, job: Job, most: int) -> bool:
-        """Write up to ``most`` bytes of ``job``; False when the socket is full."""
+    def _send(self, most: int) -> bool:
+        """Write up to ``most`` bytes; False when the socket is full."""
         c0 = time.thread_time()
         try:
             sent = self.sock.send(self.node.engine.send_buf[:min(most, BUFFER_BYTES)])
         except BlockingIOError:
             sent = 0
-        job.left -= sent
-        job.cpu_s += time.thread_time() - c0
+        self.left -= sent
+        self.cpu_s += time.thread_time() - c0
         return sent > 0
 
     def pump(self, _ev: int = 0) -> None:
-        """Write as much of the head jobs as the socket takes; finish those written."""
+        """Write as much of the head entries as the socket takes; finish those written."""
         loop = self.node.engine.loop
-        while self.jobs:
-            job = self.jobs[0]
-            if not job.started:
-                if job.deps and not job.ready():
+        while True:
+            e = self.head()
+            if e is None:
+                break
+            xfer = self.xfer
+            assert xfer is not None
+            if not self.started:
+                if e[2] and xfer.blocked(e[2], self):
                     break
-                if job.start_at and time.time() < job.start_at:
-                    self.node.engine.timed_start(job.start_at, self)
+                if e[5] and xfer.start_at and time.time() < xfer.start_at:
+                    self.node.engine.timed_start(xfer.start_at, self)
                     break
-                self.begin(job, time.time())
-            while job.left:
-                if not self._send(job, job.left):
+                self._begin(e, time.time())
+            while self.left:
+                if not self._send(self.left):
                     loop.watch(self.fd, _OUT, self.pump)
                     return
-            self.jobs.popleft()
-            self._finish(job)
+            now = time.time()
+            rec = {"half": "send", "key": e[4], "t_start": self.t0, "t_sent": now,
+                   "cpu_s": self.cpu_s, **e[3], **self.info}
+            self.acks.add(rec, e[1], now + self.node.timeout_s)
+            self.node.engine.ack_watch(self)
+            self._advance()
+            xfer.piece_done(e[0])  # may load the rank's next op here
         loop.watch(self.fd, 0, self.pump)
-        if self.jobs:
-            self.kick()
-
-    def _finish(self, job: Job) -> None:
-        now = time.time()
-        rec = {"half": "send", "key": job.key, "t_start": job.t0, "t_sent": now,
-               "cpu_s": job.cpu_s, **job.meta, **self.info}
-        self.acks.add(rec, job.size_bytes, now + self.node.timeout_s)
-        self.node.engine.ack_watch(self)
-        job.done.piece_done()
 
 
 class RecvConn(Conn):
-    """Receives its jobs in order; reads only once the head job's dependencies are done
+    """Receives its entries in order; reads only once the head entry's dependencies are done
     (the bytes wait in the kernel meanwhile, as with the per-host agent)."""
 
     def kick(self) -> None:
         loop = self.node.engine.loop
-        while self.jobs:
-            dep = self.blocked_on()
-            if dep is not None:
-                dep.waiters.append(self)
+        while True:
+            e = self.head()
+            if e is None:
                 break
-            job = self.jobs[0]
-            if job.size_bytes == 0:
+            xfer = self.xfer
+            assert xfer is not None
+            if not self.started and e[2] and xfer.blocked(e[2], self):
+                break
+            if e[1] == 0:
                 now = time.time()
-                self.jobs.popleft()
-                self.node.emit({"half": "recv", "key": job.key, "t_first_byte": now,
-                                "t_end": now, **job.meta, **self.info})
-                job.done.piece_done()
+                self.node.emit({"half": "recv", "key": e[4], "t_first_byte": now,
+                                "t_end": now, **e[3], **self.info})
+                self._advance()
+                xfer.piece_done(e[0])
                 continue
             loop.watch(self.fd, _IN, self.readable)
             return
@@ -387,83 +430,46 @@ class RecvConn(Conn):
 
     def readable(self, _ev: int) -> None:
         buf = self.node.engine.recv_buf
-        while self.jobs:
-            job = self.jobs[0]
-            if job.deps and not job.ready():
+        while True:
+            e = self.head()
+            if e is None:
                 break
-            if not job.started:
-                job.started, job.t0 = True, time.time()
-                job.deadline = job.t0 + self.node.timeout_s
+            xfer = self.xfer
+            assert xfer is not None
+            if not self.started:
+                if e[2] and xfer.blocked(e[2], self):
+                    self.node.engine.loop.watch(self.fd, 0, self.readable)
+                    return
+                if e[1] == 0:
+                    break  # kick() records it
+                self._begin(e, time.time())
             c0 = time.thread_time()
             try:
-                got = self.sock.recv_into(buf, min(job.left, BUFFER_BYTES))
+                got = self.sock.recv_into(buf, min(self.left, BUFFER_BYTES))
             except BlockingIOError:
-                job.cpu_s += time.thread_time() - c0
+                self.cpu_s += time.thread_time() - c0
                 return
-            job.cpu_s += time.thread_time() - c0
+            self.cpu_s += time.thread_time() - c0
             if not got:
-                raise EngineError({**job.meta, **self.info, "node": self.node.name,
+                raise EngineError({**e[3], **self.info, "node": self.node.name,
                                    "detail": "ConnectionError: peer closed the connection "
                                              "mid-transfer"})
-            job.left -= got
-            if job.left:
+            self.left -= got
+            if self.left:
                 continue
-            self.jobs.popleft()
-            self.node.emit({"half": "recv", "key": job.key, "t_first_byte": job.t0,
-                            "t_end": time.time(), "cpu_s": job.cpu_s, **job.meta,
-                            **self.info})
-            job.done.piece_done()
+            self.node.emit({"half": "recv", "key": e[4], "t_first_byte": self.t0,
+                            "t_end": time.time(), "cpu_s": self.cpu_s, **e[3], **self.info})
+            self._advance()
+            xfer.piece_done(e[0])
         self.kick()
-
-
-class XferRun:
-    """One transfer op of one rank (ranks.run_xfer): every step submitted to its
-    connections at once, in order; done when every step is."""
-
-    def __init__(self, rank: RankRun, op: dict[str, Any], start_at: float) -> None:
-        self.rank, self.left = rank, len(op["steps"])
-        node, me = rank.node, rank.rank
-        states: list[StepState] = []
-        seq: dict[tuple[str, int, str], int] = {}
-        touched: dict[Conn, None] = {}
-        it, opi, ident, op_kind = op["it"], op["op"], op["id"], op["kind"]
-        for st in op["steps"]:  # traffic_gen.wire.Step as a JSON list
-            kind, peer, size, deps, tag = st[:5]
-            proto = st[5] if len(st) > 5 else "tcp"
-            rate = st[6] if len(st) > 6 else None
-            src, dst = (me, peer) if kind == "send" else (peer, me)
-            conns = node.conns(kind, src, dst, proto)
-            parts = split_bytes(size, len(conns)) if len(conns) > 1 else (size,)
-            k = seq.get((kind, peer, proto), 0)
-            seq[(kind, peer, proto)] = k + 1
-            state = StepState(len(conns), self)
-            states.append(state)
-            waits = [states[d] for d in deps]
-            for c, conn in enumerate(conns):
-                meta = {"iteration": it, "op_index": opi, "id": ident, "op_kind": op_kind,
-                        "step": tag, "src_rank": src, "dst_rank": dst,
-                        "size_bytes": parts[c], "conn": c, "proto": proto, "rate_bps": rate}
-                conn.jobs.append(Job(parts[c], waits, state,
-                                     f"{it}/{opi}/{src}/{dst}/{proto}/{k}/{c}", meta,
-                                     0.0 if deps else start_at))
-                touched[conn] = None
-        if not op["steps"]:
-            self.left = 1
-            rank.node.engine.loop.at(0.0, self.step_done)
-        for conn in touched:
-            conn.kick()
-
-    def step_done(self) -> None:
-        self.left -= 1
-        if self.left == 0:
-            self.rank.op_done()
 
 
 class RankRun:
     """One rank's ops of one phase (ranks.run_rank), driven by events and timers."""
 
-    def __init__(self, node: Node, rank: int, ops: list[dict[str, Any]], t0: float) -> None:
-        self.node, self.rank, self.ops, self.t0 = node, rank, ops, t0
+    def __init__(self, node: Node, rank: int, phase: int, ops: list[dict[str, Any]],
+                 t0: float) -> None:
+        self.node, self.rank, self.phase, self.ops, self.t0 = node, rank, phase, ops, t0
         self.n, self.ts, self.live = 0, 0.0, 1.0
 
     def next(self) -> None:
@@ -484,7 +490,8 @@ class RankRun:
                                          f"use traffic_engine: per_host"})
         self.ts = self.t0 if self.n == 0 else time.time()
         self.live = 1.0
-        XferRun(self, op, self.t0 if self.n == 0 else 0.0)
+        XferRun(self, self.node.plan(self.rank, self.phase, self.n, op),
+                self.t0 if self.n == 0 else 0.0)
 
     def _compute(self) -> None:
         op = self.ops[self.n]
@@ -523,6 +530,7 @@ class Node:
         self.conn_knobs: list[dict[str, Any]] = []
         self.slowdown: dict[int, float] = {}
         self.conn_cache: dict[tuple[str, int, int, str], list[Conn]] = {}
+        self.plans: dict[tuple[int, int, int], OpPlan] = {}
         self.ranks_left = 0
         self.phase: tuple[int, float] | None = None
         self.peers_done = self.said_connected = False
@@ -689,6 +697,7 @@ class Node:
                         self.engine.loop.at(time.time() + _ACK_NAP_MIN_S, self._maybe_connected)
                         return
                     w.acks.base = w.acks.last = info
+        self._compile()
         self.said_connected = True
         if self.nsfd >= 0:
             setns(self.nsfd, f"the namespace of node {self.name}")
@@ -699,6 +708,20 @@ class Node:
                 setns(self.engine.home_fd, "the engine's own namespace")
         self.send({"type": "connected", "node": self.name,
                    "knobs": {"sysctls": sysctls, "connections": self.conn_knobs}})
+
+    def _compile(self) -> None:
+        """Every transfer op of this node's ranks as an OpPlan, before the first phase
+        (ops the engine does not replay are refused when their phase runs)."""
+        for r, prog in self.setup["ranks"].items():
+            for phase, ops in enumerate(prog):
+                for n, op in enumerate(ops):
+                    if op["t"] == "xfer" and op.get("kind") != "timed":
+                        self.plans[(int(r), phase, n)] = OpPlan(self, int(r), op)
+
+    def plan(self, rank: int, phase: int, n: int, op: dict[str, Any]) -> OpPlan:
+        """The compiled plan of op ``n`` of ``rank`` in ``phase``."""
+        got = self.plans.get((rank, phase, n))
+        return got if got is not None else OpPlan(self, rank, op)
 
     def conns(self, kind: str, src: int, dst: int, proto: str) -> list[Conn]:
         """The connections of channel (src, dst, proto) in connection order (cached)."""
@@ -719,7 +742,7 @@ class Node:
         if self.done or (self.phase is not None and self.phase[0] >= phase):
             return
         self.phase = (phase, t0)
-        runs = [RankRun(self, int(r), prog[phase], t0)
+        runs = [RankRun(self, int(r), phase, prog[phase], t0)
                 for r, prog in self.setup["ranks"].items() if prog[phase]]
         self.ranks_left = len(runs)
         if not runs:
@@ -884,7 +907,7 @@ class Engine:
             for w in node.all_conns():
                 why = w.overdue(now)
                 if why:
-                    node.fail({**w.jobs[0].meta, **w.info, "detail": why})
+                    node.fail({**w.head_meta(), **w.info, "detail": why})
                     break
         self.loop.at(now + _WATCH_S, self._watchdog)
 
@@ -904,8 +927,8 @@ class Engine:
         else:
             info = {"detail": f"{type(exc).__name__}: {exc}"}
             conn = getattr(cb, "__self__", None)
-            if isinstance(conn, Conn) and conn.jobs:
-                info = {**conn.jobs[0].meta, **conn.info, **info}
+            if isinstance(conn, Conn):
+                info = {**conn.head_meta(), **conn.info, **info}
         owner = getattr(getattr(cb, "__self__", None), "node", None)
         name = info.get("node") or getattr(owner, "name", None)
         hit = [n for n in self.nodes if n.name == name] or self.nodes
