@@ -172,16 +172,17 @@ class Acks:
 
     __slots__ = ("sock", "cc", "emit", "open", "written", "base", "last")
 
-    def __init__(self, sock: socket.socket, cc: str, emit: Callable[[dict[str, Any]], None]
-                 ) -> None:
+    def __init__(self, sock: socket.socket, cc: str, emit: Callable[[Any], None]) -> None:
         self.sock, self.cc, self.emit = sock, cc, emit
-        self.open: deque[tuple[dict[str, Any], int, int, float]] = deque()
+        self.open: deque[tuple[Any, int, int, float]] = deque()
         self.written = 0
         self.base: tuple[int, ...] | None = None
         self.last: tuple[int, ...] = ()
 
-    def add(self, rec: dict[str, Any], size_bytes: int, deadline: float) -> None:
-        """A transfer of ``size_bytes`` just written in full, ``rec`` its record."""
+    def add(self, rec: Any, size_bytes: int, deadline: float) -> None:
+        """A transfer of ``size_bytes`` just written in full; ``rec`` its send half
+        ``(entry, t_start, t_sent, cpu_s, connection info)``, emitted as ``("s", *rec,
+        tcp values, acked, t_acked, acked_bytes)`` (:func:`half_record` expands it)."""
         self.written += size_bytes
         self.open.append((rec, self.written, size_bytes, deadline))
 
@@ -197,21 +198,55 @@ class Acks:
             b = self.last
             retrans = info[_BYTES_RETRANS] - b[_BYTES_RETRANS]
             mr = info[_MIN_RTT]
-            rec["tcp"] = {"total_retrans": info[_TOTAL_RETRANS] - b[_TOTAL_RETRANS],
-                          "bytes_retrans": retrans, "bytes_sent": size + retrans,
-                          "lost": info[_LOST], "rtt_s": info[_RTT] / 1e6,
-                          "rttvar_s": info[_RTTVAR] / 1e6, "snd_cwnd": info[_CWND],
-                          "delivery_rate_bps": info[_RATE] * 8, "congestion_control": self.cc,
-                          "dsack_dups": info[_DSACK] - b[_DSACK],
-                          "min_rtt_s": mr / 1e6 if 0 < mr < NO_RTT_SAMPLE else None,
-                          "reord_seen": info[_REORD] - b[_REORD]}
-            rec["acked"], rec["t_acked"], rec["acked_bytes"] = end <= acked, now, acked
-            self.emit(rec)
+            tcp = (info[_TOTAL_RETRANS] - b[_TOTAL_RETRANS], retrans, size + retrans,
+                   info[_LOST], info[_RTT] / 1e6, info[_RTTVAR] / 1e6, info[_CWND],
+                   info[_RATE] * 8, self.cc, info[_DSACK] - b[_DSACK],
+                   mr / 1e6 if 0 < mr < NO_RTT_SAMPLE else None, info[_REORD] - b[_REORD])
+            self.emit(("s", *rec, tcp, end <= acked, now, acked))
             self.last = info
         if not self.open:
             return _ACK_NAP_MAX_S
         left = self.open[0][1] - acked
         return min(max(left / (info[_RATE] or 1), _ACK_NAP_MIN_S), _ACK_NAP_MAX_S)
+
+
+TCP_KEYS = ("total_retrans", "bytes_retrans", "bytes_sent", "lost", "rtt_s", "rttvar_s",
+            "snd_cwnd", "delivery_rate_bps", "congestion_control", "dsack_dups", "min_rtt_s",
+            "reord_seen")
+"""The ``tcp`` of a send half (models.records.TcpInfo's fields, as tcpinfo.tcp_info_delta)."""
+
+
+def entry_meta(e: tuple[Any, ...]) -> dict[str, Any]:
+    """The record fields of plan entry ``e`` (ranks.run_xfer's ``meta``)."""
+    (it, opi, ident, kind, proto, rate), tag, src, dst, c, _k = e[3]
+    return {"iteration": it, "op_index": opi, "id": ident, "op_kind": kind, "step": tag,
+            "src_rank": src, "dst_rank": dst, "size_bytes": e[1], "conn": c, "proto": proto,
+            "rate_bps": rate}
+
+
+def entry_key(e: tuple[Any, ...]) -> str:
+    """The key joining the two halves of entry ``e``'s flow record (ranks.run_xfer's)."""
+    (it, opi, _i, _kind, proto, _rate), _tag, src, dst, c, k = e[3]
+    return f"{it}/{opi}/{src}/{dst}/{proto}/{k}/{c}"
+
+
+def half_record(h: Any) -> dict[str, Any]:
+    """A kept half as the per-host agent's record dict: ``("s", entry, t_start, t_sent,
+    cpu_s, info, tcp, acked, t_acked, acked_bytes)``, ``("r", entry, t_first_byte, t_end,
+    cpu_s, info)`` or a dict (kept as it is). Records are kept as tuples until their phase
+    is reported: an engine holds every half of its hosts for a phase."""
+    if type(h) is dict:
+        return h
+    if h[0] == "s":
+        _, e, t0, t_sent, cpu, info, tcp, acked, t_acked, acked_bytes = h
+        return {"half": "send", "key": entry_key(e), "t_start": t0, "t_sent": t_sent,
+                "cpu_s": cpu, **entry_meta(e), **info, "tcp": dict(zip(TCP_KEYS, tcp, strict=True)),
+                "acked": acked, "t_acked": t_acked, "acked_bytes": acked_bytes}
+    _, e, t_first, t_end, cpu, info = h
+    out = {"half": "recv", "key": entry_key(e), "t_first_byte": t_first, "t_end": t_end}
+    if cpu is not None:
+        out["cpu_s"] = cpu
+    return {**out, **entry_meta(e), **info}
 
 
 def _reraise(_cb: Any, exc: Exception) -> None:
@@ -221,8 +256,10 @@ def _reraise(_cb: Any, exc: Exception) -> None:
 class OpPlan:
     """A transfer op of one rank compiled once, before any phase starts (the work of
     ranks.run_xfer that does not depend on time): per step its number of pieces, and per
-    connection its entries in order, each ``(step, part bytes, deps, meta, key, free)``
-    (``free``: no dependencies, so it starts at the op's start instant)."""
+    connection its entries in order, each ``(step, part bytes, deps, meta, None, free)``
+    (``meta``: what :func:`entry_meta` expands into the records' fields; ``free``: no
+    dependencies, so it starts at the op's start instant). Tuples, not dicts: an engine holds
+    every entry of its hosts' ranks for a phase (65 000 at 128 ranks)."""
 
     __slots__ = ("parts", "queues")
 
@@ -242,13 +279,10 @@ class OpPlan:
             seq[(kind, peer, proto)] = k + 1
             self.parts.append(len(conns))
             waits = tuple(deps)
+            opinfo = (it, opi, ident, op_kind, proto, rate)
             for c, conn in enumerate(conns):
-                meta = {"iteration": it, "op_index": opi, "id": ident, "op_kind": op_kind,
-                        "step": tag, "src_rank": src, "dst_rank": dst,
-                        "size_bytes": parts[c], "conn": c, "proto": proto, "rate_bps": rate}
                 queues.setdefault(conn, []).append(
-                    (i, parts[c], waits, meta, f"{it}/{opi}/{src}/{dst}/{proto}/{k}/{c}",
-                     not deps))
+                    (i, parts[c], waits, (opinfo, tag, src, dst, c, k), None, not deps))
         self.queues = list(queues.items())
 
 
@@ -337,7 +371,7 @@ class Conn:
 
     def head_meta(self) -> dict[str, Any]:
         e = self.head()
-        return dict(e[3]) if e is not None else {}
+        return entry_meta(e) if e is not None else {}
 
 
 class SendConn(Conn):
@@ -394,9 +428,8 @@ class SendConn(Conn):
                     loop.watch(self.fd, _OUT, self.pump)
                     return
             now = time.time()
-            rec = {"half": "send", "key": e[4], "t_start": self.t0, "t_sent": now,
-                   "cpu_s": self.cpu_s, **e[3], **self.info}
-            self.acks.add(rec, e[1], now + self.node.timeout_s)
+            self.acks.add((e, self.t0, now, self.cpu_s, self.info), e[1],
+                          now + self.node.timeout_s)
             self.node.engine.ack_watch(self)
             self._advance()
             xfer.piece_done(e[0])  # may load the rank's next op here
@@ -419,8 +452,7 @@ class RecvConn(Conn):
                 break
             if e[1] == 0:
                 now = time.time()
-                self.node.emit({"half": "recv", "key": e[4], "t_first_byte": now,
-                                "t_end": now, **e[3], **self.info})
+                self.node.records.append(("r", e, now, now, None, self.info))
                 self._advance()
                 xfer.piece_done(e[0])
                 continue
@@ -454,14 +486,13 @@ class RecvConn(Conn):
                 self._begin(e, now)
             self.cpu_s += time.thread_time() - c0
             if not got:
-                raise EngineError({**e[3], **self.info, "node": self.node.name,
+                raise EngineError({**entry_meta(e), **self.info, "node": self.node.name,
                                    "detail": "ConnectionError: peer closed the connection "
                                              "mid-transfer"})
             self.left -= got
             if self.left:
                 continue
-            self.node.emit({"half": "recv", "key": e[4], "t_first_byte": self.t0,
-                            "t_end": time.time(), "cpu_s": self.cpu_s, **e[3], **self.info})
+            self.node.records.append(("r", e, self.t0, time.time(), self.cpu_s, self.info))
             self._advance()
             xfer.piece_done(e[0])
         self.kick()
@@ -521,7 +552,7 @@ class Node:
         self.rbuf = b""
         # "": the engine's own namespace (loopback tests)
         self.nsfd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC) if netns else -1
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Any] = []  # half records, as half_record takes them
         self.setup: dict[str, Any] = {}
         self.timeout_s = 30.0
         self.knobs = TcpKnobs()
@@ -546,7 +577,9 @@ class Node:
     def send(self, msg: dict[str, Any]) -> None:
         self.ctl.sendall((json.dumps(msg, separators=(",", ":")) + "\n").encode())
 
-    def emit(self, rec: dict[str, Any]) -> None:
+    def emit(self, rec: Any) -> None:
+        """Keep a half record (a dict, or a tuple half_record expands) until the phase is
+        reported."""
         self.records.append(rec)
 
     def on_control(self, _ev: int) -> None:
@@ -702,7 +735,7 @@ class Node:
                         self.engine.loop.at(time.time() + _ACK_NAP_MIN_S, self._maybe_connected)
                         return
                     w.acks.base = w.acks.last = info
-        self._compile()
+        self._compile(0)
         self.said_connected = True
         if self.nsfd >= 0:
             setns(self.nsfd, f"the namespace of node {self.name}")
@@ -714,14 +747,15 @@ class Node:
         self.send({"type": "connected", "node": self.name,
                    "knobs": {"sysctls": sysctls, "connections": self.conn_knobs}})
 
-    def _compile(self) -> None:
-        """Every transfer op of this node's ranks as an OpPlan, before the first phase
-        (ops the engine does not replay are refused when their phase runs)."""
+    def _compile(self, phase: int) -> None:
+        """The transfer ops of this node's ranks in ``phase`` as OpPlans, before the phase
+        starts: phase 0 before ``connected``, each next one once the previous is reported
+        (while the controller merges); a phase's plans are dropped when it is reported. Ops
+        the engine does not replay are refused when their phase runs."""
         for r, prog in self.setup["ranks"].items():
-            for phase, ops in enumerate(prog):
-                for n, op in enumerate(ops):
-                    if op["t"] == "xfer" and op.get("kind") != "timed":
-                        self.plans[(int(r), phase, n)] = OpPlan(self, int(r), op)
+            for n, op in enumerate(prog[phase] if phase < len(prog) else ()):
+                if op["t"] == "xfer" and op.get("kind") != "timed":
+                    self.plans[(int(r), phase, n)] = OpPlan(self, int(r), op)
 
     def plan(self, rank: int, phase: int, n: int, op: dict[str, Any]) -> OpPlan:
         """The compiled plan of op ``n`` of ``rank`` in ``phase``."""
@@ -777,7 +811,10 @@ class Node:
         self.settled = self.running = False
         recs, self.records = self.records, []
         self.send({"type": "phase_done", "node": self.name, "phase": self.phase[0],
-                   "records": recs})
+                   "records": [half_record(h) for h in recs]})
+        del recs
+        self.plans = {k: v for k, v in self.plans.items() if k[1] != self.phase[0]}
+        self._compile(self.phase[0] + 1)
 
     def all_conns(self) -> list[Conn]:
         return [w for t in (self.out, self.inn) for conns in t.values() for w in conns.values()]
