@@ -9,7 +9,8 @@ Lab and workload: ``single_switch`` with one host per rank, every host link at `
 (emulated at rate / scale: 1 Gbit/s at scale 100 is 10 Mbit/s), a ring all-reduce of
 ``--size`` (scaled the same way) over all hosts, ``placement: packed``, ``--iterations``
 times, through ``aitb run``'s runner (bring-up, capture and counters as the experiment's
-defaults, fidelity check, teardown; analysis only with ``--analyze``).
+defaults, fidelity check, teardown; analysis only with ``--analyze``); agents and engines
+get 120 s to start and connect (``timeouts: {agent_start: 120s}``).
 
 Printed per case: wall time of the whole run; mean CCT against the alpha-beta bound
 T = 2(N-1)/N x S/B + 2(N-1) x alpha (Patarasuk and Yuan 2009; Thakur et al. 2005), with B the
@@ -56,6 +57,8 @@ def _experiment(n: int, engine: str, args: argparse.Namespace) -> str:
     capture = "" if args.capture else "capture: {enabled: false}\n"
     return (f"name: scale-{n}-{engine.replace('_', '-')}\nseed: 1\nscale: {args.scale:g}\n"
             f"traffic_engine: {engine}\n{capture}"
+            # 128 agents starting at once on 2 busy cores miss the default 20 s
+            "timeouts: {agent_start: 120s}\n"
             "topology:\n  inline:\n    name: scale\n"
             f"    generator: {{name: single_switch, params: {{hosts: {n}, link: host}}}}\n"
             f"    profiles:\n      host: {{rate: {args.rate}}}\n"

@@ -52,11 +52,15 @@ from traffic_gen.tcpinfo import (
     apply_knobs,
     namespace_sysctls,
 )
-from traffic_gen.transfers import BUFFER_BYTES, OVERDUE_ADVICE, set_scheduler
+from traffic_gen.transfers import OVERDUE_ADVICE, set_scheduler
 
 __all__ = ["Engine", "main", "UNSUPPORTED"]
 
 _HEADER = struct.Struct("!III")
+# one send or recv call moves at most this much (the agents' 4 MiB buffers, transfers.py,
+# are per agent; an engine's two are resident once for all its hosts, and a send call of a
+# MiB already fills any socket buffer the scaled experiments use)
+BUFFER_BYTES = 1 << 20
 _SETTLE_S = 0.02  # as the per-host agent: no end-of-phase work until t0 + this
 _WATCH_S = 0.25  # how often transfer deadlines are checked
 _ACK_NAP_MIN_S, _ACK_NAP_MAX_S = 0.0005, 0.01  # ackwatch's polling bounds
