@@ -58,3 +58,18 @@ def test_an_unknown_engine_is_refused_at_its_key(tmp_path):
     with pytest.raises(SpecError) as got:
         prepare(path)
     assert any(list(i.key_path) == ["traffic_engine"] for i in got.value.issues)
+
+
+def test_an_event_on_a_nodes_agents_is_refused_with_the_shared_engine(tmp_path):
+    path = _write(tmp_path, ROOT / "examples" / "ring_allreduce_quick.yaml",
+                  traffic_engine="shared",
+                  events=[{"at": "1s", "kind": "node_down", "node": "h3", "agent": "freeze"}])
+    with pytest.raises(SpecError) as got:
+        prepare(path)
+    (issue,) = [i for i in got.value.issues if "freeze" in i.message]
+    assert list(issue.key_path) == ["events", 0] and "per_host" in issue.message
+    # the same event without the agents is fine
+    path = _write(tmp_path, ROOT / "examples" / "ring_allreduce_quick.yaml",
+                  traffic_engine="shared",
+                  events=[{"at": "1s", "kind": "node_down", "node": "h3"}])
+    assert prepare(path).options.traffic_engine == "shared"
