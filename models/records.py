@@ -36,6 +36,31 @@ class RecordError(ValueError):
     """A dict is not a record of the expected kind or schema version."""
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_PLAIN = frozenset({int, float, str, bool, type(None)})  # to_dict keeps these as they are
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The dataclass field names of ``cls`` in order, looked up once per class
+    (``dataclasses.fields`` per record was most of the time of writing a run's records:
+    tens of thousands of flows at 128 ranks)."""
+    got = _FIELD_NAMES.get(cls)
+    if got is None:
+        got = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return got
+
+
+_FIELD_SETS: dict[type, frozenset[str]] = {}
+
+
+def _field_set(cls: type) -> frozenset[str]:
+    """:func:`_field_names` as a set (membership tests of from_dict)."""
+    got = _FIELD_SETS.get(cls)
+    if got is None:
+        got = _FIELD_SETS[cls] = frozenset(_field_names(cls))
+    return got
+
+
 class _Record:
     """to_dict/from_dict for flat dataclasses whose nested records are listed in ``_nested``."""
 
@@ -45,10 +70,12 @@ class _Record:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; ``record`` names the kind."""
         out: dict[str, Any] = {"record": self.kind_name} if self.kind_name else {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            v = getattr(self, f.name)
-            out[f.name] = v.to_dict() if isinstance(v, _Record) else (
-                list(v) if isinstance(v, tuple) else v)
+        for name in _field_names(type(self)):
+            v = getattr(self, name)
+            if type(v) not in _PLAIN:
+                v = v.to_dict() if isinstance(v, _Record) else (
+                    list(v) if isinstance(v, tuple) else v)
+            out[name] = v
         return out
 
     @classmethod
@@ -59,7 +86,7 @@ class _Record:
         if d.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
             raise RecordError(f"{cls.__name__}: schema_version {d.get('schema_version')} is not "
                               f"{SCHEMA_VERSION}")
-        names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        names = _field_set(cls)
         kw = {}
         for k, v in d.items():
             if k not in names:

@@ -128,6 +128,10 @@ class Controller:
         """Send ``sig`` (SIGSTOP, SIGCONT, SIGKILL) to the agent process of ``node`` by its
         pid; returns the pid, None when ``node`` has no live agent. A stopped agent is
         continued before this controller's agents are ended (:meth:`_abort`)."""
+        if getattr(self.opt, "traffic_engine", "per_host") == "shared":
+            raise ValueError(f"node {node}'s traffic runs in a shared engine with other "
+                             "hosts': it cannot be stopped or killed alone (traffic_engine: "
+                             "per_host)")
         with self._sig_lock:
             p = self.procs.get(node)
             if p is None or p.poll() is not None:
@@ -170,11 +174,16 @@ class Controller:
 
     def _start_agents(self) -> None:
         srv = self._listen()
-        if self.opt.start_mode == "kick":
+        shared = getattr(self.opt, "traffic_engine", "per_host") == "shared"
+        if self.opt.start_mode == "kick" and not shared:  # an engine starts its own flows
             self._start_kickers()
         threading.Thread(target=self._accept, args=(srv,), daemon=True).start()
         logs = self.run_dir / "agents"
         logs.mkdir(exist_ok=True)
+        if shared:
+            self._start_engines(logs)
+            self._gather("hello", self.opt.agent_start_timeout_s)
+            return
         for node in self.nodes:
             argv = [self.opt.python, "-m", "traffic_gen.agent", "--control",
                     str(self.sock_path), "--node", node]
@@ -182,6 +191,29 @@ class Controller:
                 self.procs[node] = self.launcher.popen(node, argv, stdout=log,
                                                        stderr=log, stdin=None)
         self._gather("hello", self.opt.agent_start_timeout_s)
+
+    def _start_engines(self, logs: Path) -> None:
+        """The shared traffic engines (engine.py): ``engines`` of them (None: one per CPU,
+        never more than hosts), each holding a contiguous share of the hosts, started in
+        the root namespace (each enters its hosts' namespaces itself). Every node's entry in
+        :attr:`procs` is its engine's process."""
+        nodes = list(self.nodes)
+        n = self.opt.engines or (os.cpu_count() or 1)
+        n = max(1, min(n, len(nodes)))
+        for k in range(n):
+            mine = nodes[k * len(nodes) // n:(k + 1) * len(nodes) // n]
+            argv = [self.opt.python, "-m", "traffic_gen.engine", "--control",
+                    str(self.sock_path), "--spin-s", str(self.opt.spin_s), "--kick-bytes",
+                    str(self.opt.kick_bytes),
+                    *(["--rt-priority", str(self.opt.rt_priority)] if self.opt.rt_priority
+                      else [])]
+            for node in mine:
+                argv += ["--node", f"{node}={self.launcher.netns_file(node)}"]
+            with (logs / f"engine{k}.log").open("w") as log:
+                proc = self._popen_host(argv, stdout=log, stderr=log,
+                                        stdin=subprocess.DEVNULL, role="engine")
+            for node in mine:
+                self.procs[node] = proc
 
     def _start_kickers(self) -> None:
         """One starter process per core (kick.py), each on its own socket beside ctl.sock;
@@ -360,9 +392,13 @@ class Controller:
 
     def _start_instant(self, phase: Phase) -> float:
         """When ``phase`` starts: now for a phase that synchronises through data, now plus
-        the start margin for a timed one, and no earlier than ``after_s`` after the previous
+        the start margin for a timed one (for every phase with shared engines), and no
+        earlier than ``after_s`` after the previous
         phase's end (its latest record end)."""
-        t0 = time.time() + (self.margin_s if phase.timed else 0.0)
+        # shared engines start every phase at its instant: each engine then starts all its
+        # hosts' ranks in one pass, not as each host's start message comes in (engine.py)
+        ahead = phase.timed or getattr(self.opt, "traffic_engine", "per_host") == "shared"
+        t0 = time.time() + (self.margin_s if ahead else 0.0)
         if phase.after_s and self.last_end is not None:
             t0 = max(t0, self.last_end + phase.after_s)
         return t0
@@ -410,8 +446,10 @@ class Controller:
                 ch.send({"type": "abort"})
             except OSError:
                 pass
-        for node, p in self.procs.items():
-            if node not in self.chans and p.poll() is None:
+        for p in self.procs.values():
+            # an engine serves other nodes too: killed only if none of them is connected
+            if p.poll() is None and not any(n in self.chans for n, q in self.procs.items()
+                                            if q is p):  # (its own node included)
                 p.kill()
         self._reap(self.opt.stop_timeout_s if any(p.poll() is None for p in
                                                   self.procs.values()) else 0)

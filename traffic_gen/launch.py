@@ -30,6 +30,11 @@ class Launcher(Protocol):
         """Start ``argv`` (a list, never a shell string) on ``node``."""
         ...
 
+    def netns_file(self, node: str) -> str:
+        """The network namespace file of ``node`` (``/run/netns/NAME``) for the shared
+        traffic engine (engine.py), which enters it itself; KeyError for an unknown node."""
+        ...
+
     def popen_host(self, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
         """Start ``argv`` in the root namespace; it dies with this thread's process."""
         ...
@@ -37,7 +42,9 @@ class Launcher(Protocol):
 
 def _popen_dying(argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
     """``argv`` through models.lifeline's exec wrapper: PR_SET_PDEATHSIG (SIGKILL) before the
-    program's first instruction, no Python code between fork and exec."""
+    program's first instruction, no Python code between fork and exec. A ``role`` (what a
+    lab's registry records) is dropped here."""
+    popen_kwargs.pop("role", None)
     return spawn(argv, pdeathsig=signal.SIGKILL, **popen_kwargs)
 
 
@@ -51,6 +58,10 @@ class LocalLauncher:
     def popen_host(self, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
         """Start ``argv`` here, dying with this thread's process (PR_SET_PDEATHSIG)."""
         return _popen_dying(argv, **popen_kwargs)
+
+    def netns_file(self, node: str) -> str:
+        """"" : every node is the current namespace (the engine enters none)."""
+        return ""
 
 
 class NetnsExecLauncher:
@@ -70,6 +81,12 @@ class NetnsExecLauncher:
         """Start ``argv`` in the root namespace, dying with this thread's process."""
         return _popen_dying(argv, **popen_kwargs)
 
+    def netns_file(self, node: str) -> str:
+        """``/run/netns/NAME`` of ``node`` (ip-netns(8)); KeyError names an unknown node."""
+        if node not in self.namespaces:
+            raise KeyError(f"no namespace for node {node!r}")
+        return f"/run/netns/{self.namespaces[node]}"
+
 
 class LabLauncher:
     """Adapter for a running ``testbed.lab.lab.Lab`` (anything with ``popen(node, argv, **kw)``)."""
@@ -85,5 +102,10 @@ class LabLauncher:
         """Start ``argv`` in the root namespace through the lab: registered in its registry
         before it execs and dying with this thread's process (SIGKILL), so neither a
         SIGKILL of the owner nor ``aitb clean`` leaves it behind."""
+        role = popen_kwargs.pop("role", "starter")
         return self.lab.popen_host(list(argv), pdeathsig=signal.SIGKILL,
-                                   record={"role": "starter"}, **popen_kwargs)
+                                   record={"role": role}, **popen_kwargs)
+
+    def netns_file(self, node: str) -> str:
+        """``node``'s namespace file through the lab (``Lab.netns_file``)."""
+        return str(self.lab.netns_file(node))

@@ -80,6 +80,10 @@ class ReplayOptions:
     on_phase: Callable[[int, int, float], None] | None = None
     on_controller: Callable[[Any], None] | None = None
     health: Callable[[], list[tuple[str, str]]] | None = None
+    # "per_host": one agent process per host (agent.py); "shared": engines holding many
+    # hosts' sockets each (engine.py), ``engines`` of them (None: one per CPU)
+    traffic_engine: str = "per_host"
+    engines: int | None = None
 
     def agent_options(self) -> dict[str, Any]:
         """What agents need to know (JSON-ready)."""
@@ -119,6 +123,12 @@ def _check_inputs(schedule: Schedule, placement: Mapping[int, str],
     if options.start_mode not in ("kick", "sleep"):
         issues.append(SpecIssue(f"start_mode must be 'kick' or 'sleep', not "
                                 f"{options.start_mode!r}", key_path=["options", "start_mode"]))
+    if options.traffic_engine not in ("per_host", "shared"):
+        issues.append(SpecIssue(f"traffic_engine must be 'per_host' or 'shared', not "
+                                f"{options.traffic_engine!r}",
+                                key_path=["options", "traffic_engine"]))
+    if options.engines is not None and options.engines < 1:
+        issues.append(SpecIssue("engines must be at least 1", key_path=["options", "engines"]))
     if options.kick_bytes < 1:
         issues.append(SpecIssue("kick_bytes must be at least 1", key_path=["options",
                                                                            "kick_bytes"]))

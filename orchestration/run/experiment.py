@@ -244,6 +244,10 @@ class ExperimentSpec(SpecModel):
     delay_line_cpu: Annotated[int, Field(ge=0)] | None = None
     # the accelerator and network energy profiles analysis uses (models/energy.py)
     energy: EnergySelection = Field(default_factory=EnergySelection)
+    # who replays the workloads' traffic: one agent process per host (per_host), or
+    # engines holding many hosts' sockets each, one per CPU (shared; traffic_gen/engine.py,
+    # what it refuses: orchestration/run/engine_check.py); kind: app runs its own processes
+    traffic_engine: Literal["per_host", "shared"] = "per_host"
 
 
 def parse_experiment(data: Mapping[str, Any], source: str) -> ExperimentSpec:

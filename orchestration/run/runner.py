@@ -61,6 +61,7 @@ from orchestration.privacy.tls_cert import write_run_certificate
 from orchestration.privacy.tls_pairs import check_tls, uses_tls, workload_tls_pairs
 from orchestration.run.build import BuiltWorkload, build_entry
 from orchestration.run.concurrent import SerialLauncher, run_group, start_groups
+from orchestration.run.engine_check import check_shared_engine
 from orchestration.run.experiment import (
     EXPERIMENT_TOP,
     ExperimentSpec,
@@ -230,7 +231,7 @@ def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> Repl
         knobs=knobs, sites=sites, conns_per_peer=t.conns_per_peer, spin_s=200e-6,
         rt_priority=10, agent_start_timeout_s=max(float(to.agent_start), _agent_start_timeout_s()),
         transfer_timeout_s=float(to.transfer), phase_timeout_s=float(to.phase),
-        start_margin_s=plain(to.start_margin))
+        start_margin_s=plain(to.start_margin), traffic_engine=spec.traffic_engine)
 
 
 def _agent_start_timeout_s() -> float:
@@ -363,6 +364,10 @@ def prepare_spec(spec: ExperimentSpec, doc: Any, source: str, base: Path,
         issues += exc.issues
     if issues:
         raise with_lines(SpecError(issues), doc, source)
+    try:  # what the shared traffic engine cannot replay
+        check_shared_engine(spec, built, events, source)
+    except SpecError as exc:
+        raise with_lines(exc, doc, source) from None
     try:
         # sites exist; no UDP flow over TLS; workloads sharing hosts agree
         check_tls(spec.transport, plan, built, source, spec.workloads)

@@ -467,6 +467,11 @@ class Lab:
         """The namespace name of ``node`` (for ``ip netns exec``)."""
         return self.layout.node(node).netns
 
+    def netns_file(self, node: str) -> str:
+        """The file of ``node``'s network namespace (``/run/netns/NAME``), for a process
+        that enters it itself with setns(2) (traffic_gen.engine)."""
+        return netns.netns_path(self.netns_name(node))
+
     def node_io(self, node: str) -> NodeIO:
         """The namespace fd and rtnetlink socket of ``node``; raises LabError (exit code 2)
         naming the known nodes for an unknown one, or if its namespace does not exist."""
