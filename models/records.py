@@ -12,23 +12,57 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypeVar
 
 __all__ = ["SCHEMA_VERSION", "TcpInfo", "UdpStats", "FlowRecord", "CollectiveRecord",
            "BurstRecord", "RankOpRecord", "FailureRecord", "busbw_factor", "percentile",
-           "RecordError", "skew_summary", "RoundRecord", "SUMMARY_KEYS"]
+           "RecordError", "skew_summary", "RoundRecord", "SUMMARY", "SUMMARY_KEYS"]
 
 SCHEMA_VERSION = 1
-# The flat ``summary`` of a run's metrics.json, in order: what analysis.metrics.summary_of
-# writes (null when the run has no such data) and what a campaign's plots may show.
-SUMMARY_KEYS: tuple[str, ...] = (
-    "flows", "fct_s_p50", "fct_s_p95", "fct_s_p99", "fct_s_max", "slowdown_p50",
-    "slowdown_p99", "collectives", "cct_s_mean", "cct_s_p50", "cct_s_p99", "algbw_Bps_mean",
-    "busbw_Bps_mean", "iteration_time_s_mean", "retransmissions", "queue_drops",
-    "incast_loss_ratio", "goodput_bps", "jain_fairness", "straggler_spread_s_mean",
-    "straggler_inflation_mean", "rounds", "clients_dropped", "ttft_s_p50", "ttft_s_p99",
-    "dci_collective_time_s", "events", "events_not_recovered", "event_recovery_s_max",
-    "event_iteration_inflation_max", "mfu_mean", "network_wait_s_mean", "energy_j_mean")
+# The flat ``summary`` of a run's metrics.json, in order: key -> where its value is in
+# metrics.json, what analysis.metrics.summary_of writes (null when the run has no such data)
+# and what a campaign's plots may show. A new summary metric is one line here. The
+# where-language (analysis.metrics.summary_of): a dotted path ("fct.fct_s.p50"); "PATH#" a
+# count, null rather than 0; "PATH?WHEN" the value only where the count at WHEN is not 0;
+# "A|B" the first of A, B that is not null.
+SUMMARY: Mapping[str, str] = MappingProxyType({
+    "flows": "fct.flows#",
+    "fct_s_p50": "fct.fct_s.p50",
+    "fct_s_p95": "fct.fct_s.p95",
+    "fct_s_p99": "fct.fct_s.p99",
+    "fct_s_max": "fct.fct_s.max",
+    "slowdown_p50": "fct.slowdown.p50",
+    "slowdown_p99": "fct.slowdown.p99",
+    "collectives": "cct.collectives#",
+    "cct_s_mean": "cct.cct_s.mean",
+    "cct_s_p50": "cct.cct_s.p50",
+    "cct_s_p99": "cct.cct_s.p99",
+    "algbw_Bps_mean": "cct.algbw_Bps.mean",
+    "busbw_Bps_mean": "cct.busbw_Bps.mean",
+    "iteration_time_s_mean": "cct.main_iteration_time_s_mean",
+    "retransmissions": "retransmissions.records.total_retrans"
+                       "|retransmissions.captures.retransmissions",
+    "queue_drops": "utilization.queue_drops",
+    "incast_loss_ratio": "incast.loss_ratio",
+    "goodput_bps": "incast.goodput_bps_mean?incast.bursts|fct.goodput_bps_mean",
+    "jain_fairness": "fairness.jain_mean",
+    "straggler_spread_s_mean": "stragglers.spread_s.mean",
+    "straggler_inflation_mean": "stragglers.inflation.mean",
+    "rounds": "stragglers.rounds.rounds#",
+    "clients_dropped": "stragglers.rounds.clients_dropped?stragglers.rounds.rounds",
+    "ttft_s_p50": "requests.ttft_s.p50",
+    "ttft_s_p99": "requests.ttft_s.p99",
+    "dci_collective_time_s": "dci.collective_time_s",
+    "events": "events.events#",
+    "events_not_recovered": "events.not_recovered?events.events",
+    "event_recovery_s_max": "events.recovery_s_max",
+    "event_iteration_inflation_max": "events.iteration_inflation_max",
+    "mfu_mean": "energy.mfu_mean",
+    "network_wait_s_mean": "energy.network_wait_s_mean",
+    "energy_j_mean": "energy.energy_j_mean",
+})
+SUMMARY_KEYS: tuple[str, ...] = tuple(SUMMARY)
 T = TypeVar("T", bound="_Record")
 
 

@@ -27,7 +27,7 @@ from analysis.metrics.requests import request_metrics
 from analysis.metrics.retrans import flow_retrans, retrans_metrics
 from analysis.metrics.stragglers import round_metrics, straggler_metrics
 from analysis.tables import RunTables
-from models.records import SUMMARY_KEYS
+from models.records import SUMMARY, SUMMARY_KEYS
 
 __all__ = ["SCHEMA_VERSION", "SUMMARY_KEYS", "compute_metrics", "summary_of", "jsonable",
            "scale_section"]
@@ -50,61 +50,54 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def _count(n: int) -> int | None:
-    return n if n else None
+def _at(m: Any, path: str) -> Any:
+    """The value at dotted ``path`` in ``m``, None where a key is missing."""
+    for key in path.split("."):
+        if not isinstance(m, dict) or key not in m:
+            return None
+        m = m[key]
+    return m
 
 
-def _main_iteration_s(cct: dict[str, Any]) -> float | None:
-    main = cct.get("main_workload_index")
-    if main is None:
-        return cct["iteration_time_s"]["mean"]
-    return cct["iteration_time_s_by_workload"][str(main)]["mean"]
+def _count_at(m: dict[str, Any], path: str) -> int | None:
+    """The count at ``path`` (an int, or a list's length), None rather than 0."""
+    v = _at(m, path)
+    n = len(v) if isinstance(v, list) else v
+    return n or None
+
+
+def summary_value(m: dict[str, Any], where: str) -> Any:
+    """The value of one summary key in metrics dict ``m``, ``where`` in the language of
+    :data:`models.records.SUMMARY` ("PATH", "PATH#", "PATH?WHEN", "A|B")."""
+    for option in where.split("|"):
+        path, _, when = option.partition("?")
+        if when and not _count_at(m, when):
+            v = None
+        elif path.endswith("#"):
+            v = _count_at(m, path[:-1])
+        else:
+            v = _at(m, path)
+        if v is not None:
+            return v
+    return None
 
 
 def summary_of(m: dict[str, Any]) -> dict[str, float | int | None]:
-    """The flat ``summary`` of a metrics dict in SUMMARY_KEYS order.
+    """The flat ``summary`` of a metrics dict in SUMMARY_KEYS order, each key read where
+    :data:`models.records.SUMMARY` says (a new summary metric: one line there).
     ``retransmissions``: the records' TCP_INFO total, else the captures' count.
     ``goodput_bps``: the mean burst goodput at the receiver when the run has bursts
     (analysis.metrics.incast), else the mean per-flow goodput size_bytes * 8 / fct_s.
     ``queue_drops``: packets, root queues of every interface (analysis.metrics.links).
+    ``iteration_time_s_mean``: of the main workload's iterations (the one with the most
+    iteration time; analysis.metrics.collectives.cct_metrics), not of every workload's.
     ``events``, ``events_not_recovered``, ``event_recovery_s_max``,
     ``event_iteration_inflation_max``: of the ``events:`` timeline (analysis.metrics.events),
     null without one. ``mfu_mean``, ``network_wait_s_mean`` (accelerator-seconds) and
     ``energy_j_mean`` (J): per iteration, analysis.metrics.energy.
-    ``iteration_time_s_mean``: of the main workload's iterations (the one with the most
-    iteration time; analysis.metrics.collectives.cct_metrics), not of every workload's.
-    Counts (``flows``, ``collectives``, ``rounds``) are null rather than 0 when absent."""
-    fct, cct, inc = m["fct"], m["cct"], m["incast"]
-    st, rq, rt = m["stragglers"], m["requests"], m["retransmissions"]
-    retrans = (rt["records"] or {}).get("total_retrans")
-    if retrans is None and rt["captures"]:
-        retrans = rt["captures"]["retransmissions"]
-    out = {
-        "flows": _count(fct["flows"]), **{f"fct_s_{k}": fct["fct_s"][k] for k in (
-            "p50", "p95", "p99", "max")},
-        "slowdown_p50": fct["slowdown"]["p50"], "slowdown_p99": fct["slowdown"]["p99"],
-        "collectives": _count(cct["collectives"]), "cct_s_mean": cct["cct_s"]["mean"],
-        "cct_s_p50": cct["cct_s"]["p50"], "cct_s_p99": cct["cct_s"]["p99"],
-        "algbw_Bps_mean": cct["algbw_Bps"]["mean"], "busbw_Bps_mean": cct["busbw_Bps"]["mean"],
-        "iteration_time_s_mean": _main_iteration_s(cct), "retransmissions": retrans,
-        "queue_drops": m["utilization"]["queue_drops"], "incast_loss_ratio": inc["loss_ratio"],
-        "goodput_bps": inc["goodput_bps_mean"] if inc["bursts"] else fct.get("goodput_bps_mean"),
-        "jain_fairness": m["fairness"]["jain_mean"],
-        "straggler_spread_s_mean": st["spread_s"]["mean"],
-        "straggler_inflation_mean": st["inflation"]["mean"],
-        "rounds": _count(st["rounds"]["rounds"]),
-        "clients_dropped": st["rounds"]["clients_dropped"] if st["rounds"]["rounds"] else None,
-        "ttft_s_p50": rq["ttft_s"]["p50"], "ttft_s_p99": rq["ttft_s"]["p99"],
-        "dci_collective_time_s": m["dci"]["collective_time_s"],
-        "mfu_mean": m["energy"]["mfu_mean"],
-        "network_wait_s_mean": m["energy"]["network_wait_s_mean"],
-        "energy_j_mean": m["energy"]["energy_j_mean"]}
-    ev = m["events"]
-    out.update({"events": _count(ev["events"]),
-                "events_not_recovered": ev["not_recovered"] if ev["events"] else None,
-                "event_recovery_s_max": ev["recovery_s_max"],
-                "event_iteration_inflation_max": ev["iteration_inflation_max"]})
-    return {k: jsonable(out[k]) for k in SUMMARY_KEYS}
+    Counts (``flows``, ``collectives``, ``rounds``, ``events``) are null rather than 0 when
+    absent."""
+    return {k: jsonable(summary_value(m, where)) for k, where in SUMMARY.items()}
 
 
 def _goodput(flows: pd.DataFrame) -> float | None:

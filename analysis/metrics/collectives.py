@@ -99,8 +99,8 @@ def cct_metrics(collectives: pd.DataFrame, timeline: pd.DataFrame,
     -> distribution: iterations of different workloads are different things, a training step
     and an incast repeat) and ``main_workload_index``, the workload with the most iteration
     time in all (the job a summary's ``iteration_time_s_mean`` is about; None without
-    iterations). ``iters``: :func:`iteration_times` of the same inputs when the caller has it
-    already."""
+    iterations) with ``main_iteration_time_s_mean``, its iterations' mean (s). ``iters``:
+    :func:`iteration_times` of the same inputs when the caller has it already."""
     iters = iteration_times(timeline, collectives) if iters is None else iters
     by_workload = {int(w): g["iteration_time_s"] for w, g in iters.groupby("workload_index")}
     main = max(by_workload, key=lambda w: float(by_workload[w].sum())) if by_workload else None
@@ -112,6 +112,7 @@ def cct_metrics(collectives: pd.DataFrame, timeline: pd.DataFrame,
         "iteration_time_s": distribution(iters["iteration_time_s"]),
         "iteration_time_s_by_workload": {str(w): distribution(x) for w, x in by_workload.items()},
         "main_workload_index": main,
+        "main_iteration_time_s_mean": mean(by_workload[main]) if main is not None else None,
         "comm_exposed_s": distribution(iters["comm_exposed_s"].dropna()),
         "compute_share": distribution(iters["compute_share"].dropna())}
     if collectives.empty:

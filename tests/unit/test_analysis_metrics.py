@@ -190,8 +190,9 @@ def test_summary_iteration_time_is_the_main_workloads_not_a_mix():
     """Two training steps of 2 s (workload 0) and three incast repeats of 0.1 s (workload 1):
     the summary's iteration time is 2 s, the main workload's, not the mean 0.86 s of all five
     (which mixes a training step with an incast repeat)."""
-    from analysis.metrics import _main_iteration_s
+    from analysis.metrics import summary_value
     from analysis.metrics.collectives import cct_metrics
+    from models.records import SUMMARY
 
     rows = [{"rank": r, "workload_index": 0, "iteration": i, "kind": "collective",
              "t_start": 2.0 * i, "t_end": 2.0 * i + 2.0} for r in (0, 1) for i in (0, 1)]
@@ -201,4 +202,16 @@ def test_summary_iteration_time_is_the_main_workloads_not_a_mix():
     assert cct["main_workload_index"] == 0
     assert cct["iteration_time_s_by_workload"]["1"]["mean"] == pytest.approx(0.1)
     assert cct["iteration_time_s"]["mean"] == pytest.approx(4.3 / 5)
-    assert _main_iteration_s(cct) == pytest.approx(2.0)
+    assert summary_value({"cct": cct}, SUMMARY["iteration_time_s_mean"]) == pytest.approx(2.0)
+
+
+def test_summary_where_language():
+    """Counts are null rather than 0, a conditional value needs its count, alternatives
+    take the first value that is not null (models.records.SUMMARY)."""
+    from analysis.metrics import summary_value
+
+    m = {"a": {"n": 0, "xs": [1, 2], "v": 5.0, "none": None}, "b": {"v": 7}}
+    assert summary_value(m, "a.n#") is None and summary_value(m, "a.xs#") == 2
+    assert summary_value(m, "a.v?a.n") is None and summary_value(m, "a.v?a.xs") == 5.0
+    assert summary_value(m, "a.none|b.v") == 7 and summary_value(m, "a.v?a.n|b.v") == 7
+    assert summary_value(m, "a.missing.deeper") is None
