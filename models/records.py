@@ -25,8 +25,9 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "flows", "fct_s_p50", "fct_s_p95", "fct_s_p99", "fct_s_max", "slowdown_p50",
     "slowdown_p99", "collectives", "cct_s_mean", "cct_s_p50", "cct_s_p99", "algbw_Bps_mean",
     "busbw_Bps_mean", "iteration_time_s_mean", "retransmissions", "queue_drops",
-    "incast_loss_ratio", "goodput_bps", "jain_fairness", "straggler_spread_s_mean",
-    "straggler_inflation_mean", "rounds", "clients_dropped", "ttft_s_p50", "ttft_s_p99",
+    "incast_loss_ratio", "incast_finish_s_mean", "incast_finish_s_max", "goodput_bps",
+    "jain_fairness", "straggler_spread_s_mean", "straggler_inflation_mean", "rounds",
+    "clients_dropped", "ttft_s_p50", "ttft_s_p99",
     "dci_collective_time_s", "events", "events_not_recovered", "event_recovery_s_max",
     "event_iteration_inflation_max", "mfu_mean", "network_wait_s_mean", "energy_j_mean")
 T = TypeVar("T", bound="_Record")

@@ -60,6 +60,8 @@ def summary_of(m: dict[str, Any]) -> dict[str, float | int | None]:
     ``goodput_bps``: the mean burst goodput at the receiver when the run has bursts
     (analysis.metrics.incast), else the mean per-flow goodput size_bytes * 8 / fct_s.
     ``queue_drops``: packets, root queues of every interface (analysis.metrics.links).
+    ``incast_finish_s_mean`` and ``incast_finish_s_max``: the bursts' mean finish time and the
+    worst burst's (analysis.metrics.incast).
     ``events``, ``events_not_recovered``, ``event_recovery_s_max``,
     ``event_iteration_inflation_max``: of the ``events:`` timeline (analysis.metrics.events),
     null without one. ``mfu_mean``, ``network_wait_s_mean`` (accelerator-seconds) and
@@ -79,6 +81,8 @@ def summary_of(m: dict[str, Any]) -> dict[str, float | int | None]:
         "algbw_Bps_mean": cct["algbw_Bps"]["mean"], "busbw_Bps_mean": cct["busbw_Bps"]["mean"],
         "iteration_time_s_mean": cct["iteration_time_s"]["mean"], "retransmissions": retrans,
         "queue_drops": m["utilization"]["queue_drops"], "incast_loss_ratio": inc["loss_ratio"],
+        "incast_finish_s_mean": inc["finish_s_mean"],
+        "incast_finish_s_max": (inc["worst_burst"] or {}).get("finish_s"),
         "goodput_bps": inc["goodput_bps_mean"] if inc["bursts"] else fct.get("goodput_bps_mean"),
         "jain_fairness": m["fairness"]["jain_mean"],
         "straggler_spread_s_mean": st["spread_s"]["mean"],

@@ -11,15 +11,25 @@ section 2.3.1, taken at the switch queue):
 from the cumulative counters of the bottleneck interface's root qdisc
 (counters/qdisc.parquet; analysis.metrics.counters). The bottleneck is the link direction
 shared by every flow of the burst with the lowest configured rate, the last such on ties (the
-port into the receiver; models.paths). The window runs from the burst's planned start (or
-its earliest actual start) to the last byte of its last flow at the receiver, widened to the
-enclosing counter samples but never back into the previous burst's window at the same
-bottleneck (a sampling interval is counted once). The run's ratio is packet-weighted: sum of
-drops over sum of packets offered.
+port into the receiver; models.paths). The burst runs from its planned start (or its
+earliest actual start) to the last byte of its last flow at the receiver (its ``finish_s``).
 
-Goodput of a burst: bytes of its flows x 8 / window length (bit/s), the application
+Counts are exact or absent, never interpolated: they are the difference of two counter
+samples read at the burst's boundaries, one in the idle time before it (at or before its
+start, after the previous burst at that bottleneck ended) and one in the idle time after
+it (at or after its end, before the next burst there began). Between those two reads only
+this burst's packets crossed the port (its last byte had reached the receiver, the next
+burst's first had not left its sender). Where the sampler took no sample in such an idle
+time (it stalled, or bursts follow each other closer than its interval) the counts of the
+bursts on either side cannot be split: ``drops``, ``offered`` and ``loss`` are None and
+``counts`` says why. Other traffic through the same port in the window is counted too. The
+run's ratio is packet-weighted: sum of drops over sum of packets offered, over the bursts
+whose counts are known.
+
+Goodput of a burst: bytes of its flows x 8 / ``finish_s`` (bit/s), the application
 throughput at the receiver that collapses in incast (Chen et al. 2009, figure 1); the curve
-is its mean per number of senders.
+is its mean per number of senders. The worst burst is the one that took longest (the
+collapsed one, Vasudevan et al., SIGCOMM 2009): ``worst_burst``, beside the means.
 
 Without counter samples the ratio falls back to the whole workload's totals at that port from
 the runner's ``counters_end.json`` (``source``: ``counters_end``): exact only when the
@@ -30,9 +40,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from analysis.metrics.counters import root_qdiscs, snapshot_delta, window_delta
+from analysis.metrics.counters import root_qdiscs, snapshot_delta
 from analysis.metrics.stats import mean
 from models.paths import PathError, paths
 from models.plan import LabPlan
@@ -71,42 +82,78 @@ def _bursts(bursts: pd.DataFrame, flows: pd.DataFrame, plan: LabPlan | None,
     # a run without burst flows (e.g. 0-byte bursts record none) still gets its bursts listed
     fl = flows[flows["burst_id"].notna()] if "burst_id" in flows else pd.DataFrame(
         columns=["burst_id", "workload_index", "t_end", "size_bytes"])
-    ends: dict[str, float] = {}  # bottleneck -> end sample of its previous burst's window
     rows = list(bursts.itertuples(index=False))
-    out: list[dict[str, Any]] = [{} for _ in rows]
-    for i in sorted(range(len(rows)),  # in time order, so that windows never overlap
-                    key=lambda i: min([rows[i].planned_start, *rows[i].actual_start])):
-        b = rows[i]
+    out: list[dict[str, Any]] = []
+    for b in rows:
         wi = getattr(b, "workload_index", 0)
         mine = fl[(fl["burst_id"] == b.burst_id) & (fl.get("workload_index", 0) == wi)]
-        out[i] = _one_burst(b, wi, mine, plan, roots, ends)
+        out.append(_one_burst(b, wi, mine, plan))
+    by_port: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(out, key=lambda r: r["t_start"]):
+        if r["bottleneck"] is not None and r["t_end"] is not None:
+            by_port.setdefault(r["bottleneck"], []).append(r)
+    for port, seq in by_port.items():
+        node, ifname = port.split(":", 1)
+        series = roots[(roots["node"] == node) & (roots["ifname"] == ifname)] \
+            .sort_values("t_s") if not roots.empty else roots
+        for k, r in enumerate(seq):
+            prev_end = max((x["t_end"] for x in seq[:k]), default=None)
+            next_start = seq[k + 1]["t_start"] if k + 1 < len(seq) else None
+            _count(r, series, prev_end, next_start)
     return out
 
 
-def _one_burst(b: Any, wi: int, mine: pd.DataFrame, plan: LabPlan | None,
-               roots: pd.DataFrame, ends: dict[str, float]) -> dict[str, Any]:
+def _one_burst(b: Any, wi: int, mine: pd.DataFrame, plan: LabPlan | None) -> dict[str, Any]:
     t0 = min([b.planned_start, *b.actual_start])
     t1 = float(mine["t_end"].max()) if len(mine) and mine["t_end"].notna().any() else None
+    if len(mine) and mine["t_end"].isna().any():
+        t1 = None  # a flow never finished: the burst has no end
     row: dict[str, Any] = {
         "workload_index": int(wi), "burst_id": b.burst_id, "senders": len(b.sender_ranks),
-        "t_start": t0, "t_end": t1, "bytes": int(mine["size_bytes"].sum()),
-        "goodput_bps": None, "bottleneck": None, "drops": None, "offered": None, "loss": None}
+        "t_start": t0, "t_end": t1, "finish_s": None, "bytes": int(mine["size_bytes"].sum()),
+        "goodput_bps": None, "bottleneck": None, "drops": None, "offered": None, "loss": None,
+        "counts": "unknown: no counter samples"}
     if t1 is not None and t1 > t0:
+        row["finish_s"] = t1 - t0
         row["goodput_bps"] = row["bytes"] * 8 / (t1 - t0)
+    elif t1 is None:
+        row["counts"] = "unknown: a flow of the burst did not finish"
     port = bottleneck_of(plan, list(zip(mine["src_node"], mine["dst_ip"], strict=True))) \
         if plan is not None and len(mine) else None
     row["bottleneck"] = f"{port[0]}:{port[1]}" if port else None
-    if port is None or t1 is None or roots.empty:
-        return row
-    series = roots[(roots["node"] == port[0]) & (roots["ifname"] == port[1])].sort_values("t_s")
-    d = window_delta(series, t0, t1, ("packets", "drops", "backlog_packets"),
-                     not_before_s=ends.get(row["bottleneck"]))
-    if d is not None:
-        ends[row["bottleneck"]] = d["t_end_s"]
-        row["drops"], row["offered"] = d["drops"], d["packets"] + d["drops"] + d[
-            "backlog_packets"]
-        row["loss"] = incast_loss(d["drops"], d["packets"], d["backlog_packets"])
+    if port is None and t1 is not None:
+        row["counts"] = "unknown: the burst's flows share no shaped port"
     return row
+
+
+def _count(row: dict[str, Any], series: pd.DataFrame, prev_end: float | None,
+           next_start: float | None) -> None:
+    """Fill ``row``'s drops, offered and loss from the samples of its bottleneck read in the
+    idle time before and after it (module docstring), or say in ``counts`` why not."""
+    if series.empty:
+        return
+    t = series["t_s"].to_numpy(dtype=float)
+    before = (t <= row["t_start"]) & (t >= (prev_end if prev_end is not None else -np.inf))
+    after = (t >= row["t_end"]) & (t <= (next_start if next_start is not None else np.inf))
+    if not before.any() or not after.any():
+        side = "before" if not before.any() else "after"
+        lo, hi = ((prev_end if prev_end is not None else -np.inf, row["t_start"])
+                  if side == "before" else
+                  (row["t_end"], next_start if next_start is not None else np.inf))
+        below, above = t[t < lo], t[t > hi]
+        gap = f" (the sampler's gap there: {above.min() - below.max():.3f} s)" \
+            if len(below) and len(above) else ""
+        row["counts"] = (f"unknown: no counter sample in the idle time {side} the burst"
+                         f"{gap}, so its counts cannot be split from its neighbour's")
+        return
+    a = series.iloc[int(np.flatnonzero(before)[-1])]
+    b = series.iloc[int(np.flatnonzero(after)[0])]
+    d = {c: float(b[c] - a[c]) for c in ("packets", "drops", "backlog_packets")}
+    row["drops"] = d["drops"]
+    row["offered"] = d["packets"] + d["drops"] + d["backlog_packets"]
+    row["loss"] = incast_loss(d["drops"], d["packets"], d["backlog_packets"])
+    row["counts"] = "exact"
+    row["counts_window_s"] = [float(a["t_s"]), float(b["t_s"])]
 
 
 def _fallback(rows: list[dict[str, Any]], snaps: list[dict[str, Any]]) -> tuple[float, float]:
@@ -126,11 +173,16 @@ def incast_metrics(bursts: pd.DataFrame, flows: pd.DataFrame, plan: LabPlan | No
                    qdisc: pd.DataFrame, snaps: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``incast`` section of metrics.json: ``bursts`` (count), ``loss_ratio``,
     ``drops``, ``offered`` (packets), ``source`` (``counters`` or ``counters_end`` or None),
-    ``goodput_bps_mean``, ``per_burst`` rows and ``goodput_vs_senders``
-    ([{senders, bursts, goodput_bps_mean}]). Formulas: module docstring."""
+    ``bursts_counted`` (bursts with exact counts), ``goodput_bps_mean``, ``finish_s_mean``,
+    ``worst_burst`` (the row of the burst that took longest, None without finished ones),
+    ``per_burst`` rows (workload_index, burst_id, senders, t_start, t_end, finish_s, bytes,
+    goodput_bps, bottleneck, drops, offered, loss, ``counts``: ``"exact"`` or why
+    unknown) and ``goodput_vs_senders`` ([{senders, bursts, goodput_bps_mean}]). Formulas:
+    module docstring."""
     if bursts.empty:
         return {"bursts": 0, "loss_ratio": None, "drops": None, "offered": None,
-                "source": None, "goodput_bps_mean": None, "per_burst": [],
+                "source": None, "bursts_counted": 0, "goodput_bps_mean": None,
+                "finish_s_mean": None, "worst_burst": None, "per_burst": [],
                 "goodput_vs_senders": []}
     rows = _bursts(bursts, flows, plan, qdisc)
     measured = [r for r in rows if r["offered"] is not None]
@@ -141,10 +193,14 @@ def incast_metrics(bursts: pd.DataFrame, flows: pd.DataFrame, plan: LabPlan | No
         (drops, offered), source = _fallback(rows, snaps), "counters_end"
     curve = [{"senders": int(n), "bursts": len(g), "goodput_bps_mean": mean(
         r["goodput_bps"] for r in g)} for n, g in _by_senders(rows).items()]
+    finished = [r for r in rows if r["finish_s"] is not None]
+    worst = max(finished, key=lambda r: r["finish_s"], default=None)
     return {"bursts": len(rows), "loss_ratio": drops / offered if offered else None,
             "drops": drops if offered else None, "offered": offered or None,
-            "source": source if offered else None,
+            "source": source if offered else None, "bursts_counted": len(measured),
             "goodput_bps_mean": mean(r["goodput_bps"] for r in rows),
+            "finish_s_mean": mean(r["finish_s"] for r in finished),
+            "worst_burst": None if worst is None else dict(worst),
             "per_burst": rows, "goodput_vs_senders": curve}
 
 
