@@ -128,7 +128,10 @@ def rate_check(qdisc: pd.DataFrame | None, ref: DirectionRef
     never drained below its starting content was never empty, whatever arrived. Two
     backlogged end samples are not enough (the queue can empty in between, as in loss
     recovery), and the test does not look at the bytes the interval sent, so it selects no
-    interval for being slow or fast. Bytes are what HTB counts (IP packet plus the 14-byte
+    interval for being slow or fast. An interval whose two samples' timing errors
+    (``t_err_s``: half of each dump's duration) add up to more than :data:`RATE_TOLERANCE`
+    of it is left out too: a sampler stopped in the middle of a dump stamps counters read
+    a second later with the time it began. Bytes are what HTB counts (IP packet plus the 14-byte
     Ethernet header on a veth), so the measured rate compares directly with the configured
     HTB rate. ``not_exercised`` without a configured rate or with fewer than
     :data:`MIN_BACKLOGGED_INTERVALS` backlogged intervals; ``off`` when the rate differs by
@@ -145,9 +148,11 @@ def rate_check(qdisc: pd.DataFrame | None, ref: DirectionRef
     start_backlog = rows["backlog_bytes"].to_numpy(dtype=float)[:-1]
     want = expected_rates(t[:-1], t[1:], ref.configured.rate_bps, ref.effects)
     frames = RATE_GRANULARITY_FRAMES * (ref.mtu + ETH_HLEN)
+    err = rows["t_err_s"].to_numpy(dtype=float) if "t_err_s" in rows else np.zeros(len(t))
     with np.errstate(invalid="ignore"):
         busy = (dt > 0) & np.isfinite(want) & (
-            start_backlog > want / 8.0 * dt * (1 + RATE_TOLERANCE) + frames)
+            start_backlog > want / 8.0 * dt * (1 + RATE_TOLERANCE) + frames) & (
+            err[:-1] + err[1:] <= RATE_TOLERANCE * dt)
     if busy.sum() < MIN_BACKLOGGED_INTERVALS:
         return None, None, "not_exercised"
     busy_s = float(dt[busy].sum())

@@ -71,10 +71,11 @@ def rto_stalls(before: Mapping[str, Mapping[str, int]], after: Mapping[str, Mapp
 
 def sampler_gaps(t_s: Iterable[float], windows: Sequence[tuple[float, float]],
                  interval_s: float | None) -> dict[str, Any]:
-    """The counter sampler's largest gap between two samples (``t_s``: the sample times,
-    s) that overlaps the workloads' ``windows`` ((start, end) s); a ``reason`` when it is
-    :data:`SAMPLER_STALL_S` or more. ``{"interval_s", "gap_max_s", "gap_at_s"}`` (None
-    without two samples)."""
+    """The counter sampler's largest gap between two readings (``t_s``: when each reading
+    was complete, s: a row's ``t_s + t_err_s``, the end of its dump, so that a sampler
+    stopped in the middle of a dump shows the whole stop) that overlaps the workloads'
+    ``windows`` ((start, end) s); a ``reason`` when it is :data:`SAMPLER_STALL_S` or more.
+    ``{"interval_s", "gap_max_s", "gap_at_s"}`` (None without two samples)."""
     t = np.unique(np.asarray(list(t_s), dtype=float))
     out: dict[str, Any] = {"interval_s": interval_s, "gap_max_s": None, "gap_at_s": None}
     if len(t) < 2:

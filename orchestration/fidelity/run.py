@@ -205,8 +205,9 @@ class FidelityMonitor:
                    (f["src_node"], f["src_ip"], f["dst_node"], f["dst_ip"]) for f in flows
                    if f.get("src_ip") and f.get("dst_ip")))}
         if sampled.exists():
-            out["sampler"] = sampler_gaps(pd.read_parquet(sampled, columns=["t_s"])["t_s"],
-                                          windows, info.get("interval_s"))
+            rows = pd.read_parquet(sampled, columns=["t_s", "t_err_s"])
+            out["sampler"] = sampler_gaps(rows["t_s"] + rows["t_err_s"], windows,
+                                          info.get("interval_s"))
         return out
 
     def write(self, run_dir: Path, windows: list[tuple[float, float]] | None = None,

@@ -159,3 +159,17 @@ def test_a_scale_that_leaves_a_path_a_few_packets_is_warned_of():
     assert found["paths_few_packets"] == 1 and found["buffers_few_packets"] == 0
     assert "path h1 -> h2 BDP" in found["warning"]
     assert "warning" not in scaled_paths(plan, 1, pairs)
+
+
+def test_a_sample_read_across_a_stall_is_not_a_rate():
+    """The sampler stopped for 1.5 s in the middle of one dump: that sample's counters were
+    read 1.5 s after its stamp (its t_err_s says 0.75 s), so the intervals on either side of
+    it are left out instead of reading 150 times the rate."""
+    full = [int(12.5e6 * 0.01)] * 9
+    full[4] = int(12.5e6 * 1.51)
+    df = rows(full, [400_000_000] * 10).assign(t_err_s=0.0002)
+    df.loc[5, "t_err_s"] = 0.75
+    measured, _, status = rate_check(df, ref(Shaping(rate_bps=100_000_000)))
+    assert status == "ok" and round(measured / 1e6) == 100
+    assert rate_check(df.drop(columns="t_err_s"), ref(Shaping(rate_bps=100_000_000)))[2] \
+        == "off"
