@@ -15,16 +15,17 @@ port into the receiver; models.paths). The burst runs from its planned start (or
 earliest actual start) to the last byte of its last flow at the receiver (its ``finish_s``).
 
 Counts are exact or absent, never interpolated: they are the difference of two counter
-samples read at the burst's boundaries, one in the idle time before it (at or before its
-start, after the previous burst at that bottleneck ended) and one in the idle time after
-it (at or after its end, before the next burst there began). Between those two reads only
-this burst's packets crossed the port (its last byte had reached the receiver, the next
-burst's first had not left its sender). Where the sampler took no sample in such an idle
-time (it stalled, or bursts follow each other closer than its interval) the counts of the
-bursts on either side cannot be split: ``drops``, ``offered`` and ``loss`` are None and
-``counts`` says why. Other traffic through the same port in the window is counted too. The
-run's ratio is packet-weighted: sum of drops over sum of packets offered, over the bursts
-whose counts are known.
+samples read at the burst's boundaries, each in an idle time of its port: the last sample
+after the previous burst there ended and before this one began, and the first sample after
+this one ended and before the next began. Between those two reads only this burst's packets
+crossed the port (its first had not left its sender, its last byte had reached the
+receiver). Where the sampler took no sample
+in such an idle time (it stalled, or bursts follow each other closer than its interval) the
+bursts on either side are counted as one: their ``drops``, ``offered`` and ``loss`` are None
+and ``counts`` says why and gives their sum. Other traffic through the same port in the
+window is counted too. The run's ratio is packet-weighted: sum of drops over sum of packets
+offered, over every group of bursts between two reads (exact totals even where single
+bursts are not; traffic in the idle times between bursts is left out).
 
 Goodput of a burst: bytes of its flows x 8 / ``finish_s`` (bit/s), the application
 throughput at the receiver that collapses in incast (Chen et al. 2009, figure 1); the curve
@@ -77,7 +78,10 @@ def incast_loss(drops: float, dequeued: float, backlog_change: float) -> float |
 
 
 def _bursts(bursts: pd.DataFrame, flows: pd.DataFrame, plan: LabPlan | None,
-            qdisc: pd.DataFrame) -> list[dict[str, Any]]:
+            qdisc: pd.DataFrame, groups: list[dict[str, float]]) -> list[dict[str, Any]]:
+    """The per-burst rows; ``groups`` receives the counts of each run of bursts between two
+    boundary reads (one burst where the sampler read every idle time; several as a whole
+    where it missed one between them), whose sums are the run's exact totals."""
     roots = root_qdiscs(qdisc)
     # a run without burst flows (e.g. 0-byte bursts record none) still gets its bursts listed
     fl = flows[flows["burst_id"].notna()] if "burst_id" in flows else pd.DataFrame(
@@ -96,10 +100,8 @@ def _bursts(bursts: pd.DataFrame, flows: pd.DataFrame, plan: LabPlan | None,
         node, ifname = port.split(":", 1)
         series = roots[(roots["node"] == node) & (roots["ifname"] == ifname)] \
             .sort_values("t_s") if not roots.empty else roots
-        for k, r in enumerate(seq):
-            prev_end = max((x["t_end"] for x in seq[:k]), default=None)
-            next_start = seq[k + 1]["t_start"] if k + 1 < len(seq) else None
-            _count(r, series, prev_end, next_start)
+        if not series.empty:
+            groups += _count_port(seq, series)
     return out
 
 
@@ -126,34 +128,52 @@ def _one_burst(b: Any, wi: int, mine: pd.DataFrame, plan: LabPlan | None) -> dic
     return row
 
 
-def _count(row: dict[str, Any], series: pd.DataFrame, prev_end: float | None,
-           next_start: float | None) -> None:
-    """Fill ``row``'s drops, offered and loss from the samples of its bottleneck read in the
-    idle time before and after it (module docstring), or say in ``counts`` why not."""
-    if series.empty:
-        return
-    t = series["t_s"].to_numpy(dtype=float)
-    before = (t <= row["t_start"]) & (t >= (prev_end if prev_end is not None else -np.inf))
-    after = (t >= row["t_end"]) & (t <= (next_start if next_start is not None else np.inf))
-    if not before.any() or not after.any():
-        side = "before" if not before.any() else "after"
-        lo, hi = ((prev_end if prev_end is not None else -np.inf, row["t_start"])
-                  if side == "before" else
-                  (row["t_end"], next_start if next_start is not None else np.inf))
-        below, above = t[t < lo], t[t > hi]
-        gap = f" (the sampler's gap there: {above.min() - below.max():.3f} s)" \
-            if len(below) and len(above) else ""
-        row["counts"] = (f"unknown: no counter sample in the idle time {side} the burst"
-                         f"{gap}, so its counts cannot be split from its neighbour's")
-        return
-    a = series.iloc[int(np.flatnonzero(before)[-1])]
-    b = series.iloc[int(np.flatnonzero(after)[0])]
-    d = {c: float(b[c] - a[c]) for c in ("packets", "drops", "backlog_packets")}
-    row["drops"] = d["drops"]
-    row["offered"] = d["packets"] + d["drops"] + d["backlog_packets"]
-    row["loss"] = incast_loss(d["drops"], d["packets"], d["backlog_packets"])
-    row["counts"] = "exact"
-    row["counts_window_s"] = [float(a["t_s"]), float(b["t_s"])]
+def _boundaries(seq: list[dict[str, Any]], t: np.ndarray
+                ) -> list[tuple[int, int] | None]:
+    """Per idle time around the bursts ``seq`` (time order, one port): before the first,
+    between each two, after the last, the indexes of the first and the last sample in it
+    (the read that ends the burst before it and the one that begins the burst after it),
+    None where the sampler took none."""
+    ends = np.maximum.accumulate([r["t_end"] for r in seq])
+    out: list[tuple[int, int] | None] = []
+    for k in range(len(seq) + 1):
+        lo = ends[k - 1] if k else -np.inf
+        hi = seq[k]["t_start"] if k < len(seq) else np.inf
+        idx = np.flatnonzero((t >= lo) & (t <= hi))
+        out.append((int(idx[0]), int(idx[-1])) if len(idx) else None)
+    return out
+
+
+def _count_port(seq: list[dict[str, Any]], series: pd.DataFrame) -> list[dict[str, float]]:
+    """Fill the rows ``seq`` (one port, time order) from its samples ``series`` read at
+    the boundaries (module docstring); returns the counts of each group of bursts between
+    two boundary reads."""
+    reads = _boundaries(seq, series["t_s"].to_numpy(dtype=float))
+    groups, first = [], 0
+    for k in range(1, len(seq) + 1):
+        if reads[k] is None and k < len(seq):
+            continue  # no read between burst k-1 and k: they are counted as one
+        members, before, after = seq[first:k], reads[first], reads[k]
+        first = k
+        if before is None or after is None:
+            for r in members:
+                r["counts"] = ("unknown: no counter sample in the idle time "
+                               f"{'before' if before is None else 'after'} the burst")
+            continue
+        x, y = series.iloc[before[1]], series.iloc[after[0]]
+        d = {c: float(y[c] - x[c]) for c in ("packets", "drops", "backlog_packets")}
+        offered = d["packets"] + d["drops"] + d["backlog_packets"]
+        groups.append({"drops": d["drops"], "offered": offered})
+        if len(members) == 1:
+            members[0].update(drops=d["drops"], offered=offered, counts="exact",
+                              loss=incast_loss(d["drops"], d["packets"], d["backlog_packets"]),
+                              counts_window_s=[float(x["t_s"]), float(y["t_s"])])
+            continue
+        ids = f"{members[0]['burst_id']}..{members[-1]['burst_id']}"
+        for r in members:
+            r["counts"] = (f"unknown: the sampler read no idle time between bursts {ids} "
+                           f"(together: {d['drops']:g} drops of {offered:g} offered)")
+    return groups
 
 
 def _fallback(rows: list[dict[str, Any]], snaps: list[dict[str, Any]]) -> tuple[float, float]:
@@ -184,11 +204,12 @@ def incast_metrics(bursts: pd.DataFrame, flows: pd.DataFrame, plan: LabPlan | No
                 "source": None, "bursts_counted": 0, "goodput_bps_mean": None,
                 "finish_s_mean": None, "worst_burst": None, "per_burst": [],
                 "goodput_vs_senders": []}
-    rows = _bursts(bursts, flows, plan, qdisc)
+    groups: list[dict[str, float]] = []
+    rows = _bursts(bursts, flows, plan, qdisc, groups)
     measured = [r for r in rows if r["offered"] is not None]
-    if measured:
-        drops, offered, source = (sum(r["drops"] for r in measured),
-                                  sum(r["offered"] for r in measured), "counters")
+    if groups:
+        drops, offered, source = (sum(g["drops"] for g in groups),
+                                  sum(g["offered"] for g in groups), "counters")
     else:
         (drops, offered), source = _fallback(rows, snaps), "counters_end"
     curve = [{"senders": int(n), "bursts": len(g), "goodput_bps_mean": mean(

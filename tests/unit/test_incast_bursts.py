@@ -59,13 +59,22 @@ def test_each_burst_is_counted_between_idle_time_samples():
 
 def test_a_sampler_gap_over_the_idle_time_leaves_both_bursts_unknown():
     """No sample between 100.07 and 100.25: the idle time after burst 1 and before burst 2
-    has none, so their counts cannot be split; spreading the drops over the gap (what the
-    windows widened to the enclosing samples did) would have given burst 2's to burst 1."""
+    has none, so their counts cannot be split (spreading the drops over the gap, as the
+    windows widened to the enclosing samples did, gave burst 2's to burst 1); the two
+    together are still exact, and so are the run's totals."""
     times = [t for t in (99.99 + 0.01 * k for k in range(30)) if not 100.075 < t < 100.25]
     inc = incast_metrics(_bursts(), _flows(), PLAN, _qdisc(times), [])
     rows = inc["per_burst"]
     assert rows[0]["drops"] == 3 and rows[0]["counts"] == "exact"
     for r in rows[1:]:
         assert r["drops"] is None and r["loss"] is None
-        assert r["counts"].startswith("unknown: no counter sample in the idle time")
-    assert inc["bursts_counted"] == 1 and inc["drops"] == 3
+        assert r["counts"] == ("unknown: the sampler read no idle time between bursts "
+                               "b0.1..b0.2 (together: 15 drops of 203 offered)")
+    assert inc["bursts_counted"] == 1 and (inc["drops"], inc["offered"]) == (18, 303)
+
+
+def test_a_burst_after_the_last_sample_is_unknown():
+    times = [99.99 + 0.01 * k for k in range(22)]  # the sampler stopped at 100.2
+    rows = incast_metrics(_bursts(), _flows(), PLAN, _qdisc(times), [])["per_burst"]
+    assert [r["counts"] for r in rows[:2]] == ["exact", "exact"]
+    assert rows[2]["counts"] == "unknown: no counter sample in the idle time after the burst"
