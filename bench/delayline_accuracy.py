@@ -1,7 +1,13 @@
 """Accuracy and cost of the native delay line (NFQUEUE + aitb-delayline) under load.
 
-Two namespaces joined by a veth.  For each configured one-way delay (1, 10, 50, 200 ms) the
-A->B direction is delayed by a helper in B while iperf3 carries
+Two namespaces A and B joined by a link, twice, side by side in one run (``--holds``): the
+hold point of the lab's native line, a wire namespace between A and B (A's veth - bridge -
+B's veth, the helper holding what enters the bridge from A: ``wire``), against the old one,
+a veth straight from A to B and the helper in B's PREROUTING (``receiver``: after B's kernel
+stamped the arrival, so plain ping and B's captures missed the delay); every row runs on
+both and prints wire / receiver ratios, and plain ping's minimum RTT through 10 ms each way
+is printed for each (2 x 10 ms expected).  For each configured one-way delay (1, 10, 50,
+200 ms) the A->B direction is delayed by the helper while iperf3 carries
   udp1g:  ~1 Gbit/s of MTU-sized datagrams (iperf3 -u -b 1G -l 1472), and
   tcpgso: one unshaped iperf3 TCP flow (GSO/GRO super-packets, queued whole), and with
   ``--modes`` also
@@ -30,7 +36,7 @@ Then one TCP flow through HTB 1 Gbit/s with 50 ms each way (RTT 100 ms) and a BD
 window, against the bound 1 Gbit/s x 1448/1514 (payload per wire byte HTB counts).
 
 Run as root:  PYTHONPATH=. .venv/bin/python bench/delayline_accuracy.py [--seconds 5]
-Lab traffic only: 10.232.0.0/24 inside the two namespaces.
+Lab traffic only: 10.232.0.0/24 inside the namespaces.
 """
 
 from __future__ import annotations
@@ -67,19 +73,72 @@ def sh(ns: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
                           check=check)
 
 
+HOLDS = ("receiver", "wire")
+
+
 class Pair:
-    def __init__(self) -> None:
+    """A and B joined by one veth (``hold`` receiver: the line in B's PREROUTING) or by two
+    veths into a wire namespace W whose bridge joins them (``hold`` wire: the line in W's
+    PREROUTING, physdev-in the port A's veth enters by), as testbed/lab/layout.py's wires."""
+
+    def __init__(self, hold: str = "receiver") -> None:
+        self.hold = hold
         self.tag = secrets.token_hex(2)
         self.a, self.b = f"dlb-{self.tag}-a", f"dlb-{self.tag}-b"
+        self.w = f"dlb-{self.tag}-w"
         self.ia, self.ib = f"dlb{self.tag}a", f"dlb{self.tag}b"
+        self.wa, self.wb = f"dlw{self.tag}a", f"dlw{self.tag}b"
+
+    def names(self) -> tuple[str, ...]:
+        return (self.a, self.b, self.w) if self.hold == "wire" else (self.a, self.b)
+
+    def line_rule(self, qnum: int, into_b: bool = True, delete: bool = False
+                  ) -> tuple[str, list[str]]:
+        """(namespace, iptables argv) of the rule that queues what A sends to B (``into_b``)
+        or B to A on queue ``qnum``."""
+        if self.hold == "receiver":
+            ns, ifn = (self.b, self.ib) if into_b else (self.a, self.ia)
+            return ns, nfqueue_rule_argv(ifn, qnum, "bench", delete=delete)
+        port = self.wa if into_b else self.wb
+        return self.w, ["iptables", "-w", "-t", "mangle", "-D" if delete else "-A",
+                        "PREROUTING", "-m", "physdev", "--physdev-in", port, "-j", "NFQUEUE",
+                        "--queue-num", str(qnum)]
+
+    def wire_tx_dropped(self) -> int:
+        """Packets the wire's port towards B could not hand B (B's backlog full): released
+        by the line, lost after it; 0 without a wire."""
+        if self.hold != "wire":
+            return 0
+        with NetNS(self.w) as n:
+            (m,) = n.get_links(n.link_lookup(ifname=self.wb)[0])
+            return int(m.get_attr("IFLA_STATS64")["tx_dropped"])
+
+    def line_ns(self, into_b: bool = True) -> str:
+        return self.line_rule(0, into_b)[0]
 
     def up(self) -> None:
-        for ns in (self.a, self.b):
+        for ns in self.names():
             pr_netns.create(ns)
         with IPRoute() as ipr:
-            ipr.link("add", ifname=self.ia, kind="veth", peer=self.ib)
-            ipr.link("set", index=ipr.link_lookup(ifname=self.ia)[0], net_ns_fd=self.a)
-            ipr.link("set", index=ipr.link_lookup(ifname=self.ib)[0], net_ns_fd=self.b)
+            if self.hold == "wire":
+                for end, port, ns in ((self.ia, self.wa, self.a), (self.ib, self.wb, self.b)):
+                    ipr.link("add", ifname=end, kind="veth", peer=port)
+                    ipr.link("set", index=ipr.link_lookup(ifname=end)[0], net_ns_fd=ns)
+                    ipr.link("set", index=ipr.link_lookup(ifname=port)[0], net_ns_fd=self.w)
+            else:
+                ipr.link("add", ifname=self.ia, kind="veth", peer=self.ib)
+                ipr.link("set", index=ipr.link_lookup(ifname=self.ia)[0], net_ns_fd=self.a)
+                ipr.link("set", index=ipr.link_lookup(ifname=self.ib)[0], net_ns_fd=self.b)
+        if self.hold == "wire":
+            sh(self.w, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1",
+               "net.bridge.bridge-nf-call-ip6tables=1")
+            with NetNS(self.w) as n:
+                n.link("add", ifname="wbr", kind="bridge", br_stp_state=0,
+                       br_mcast_snooping=0)
+                br = n.link_lookup(ifname="wbr")[0]
+                for port in (self.wa, self.wb):
+                    n.link("set", index=n.link_lookup(ifname=port)[0], master=br, state="up")
+                n.link("set", index=br, state="up")
         for ns, ifn, ip in ((self.a, self.ia, A_IP), (self.b, self.ib, B_IP)):
             with NetNS(ns) as n:
                 idx = n.link_lookup(ifname=ifn)[0]
@@ -94,11 +153,18 @@ class Pair:
                f"net.ipv4.tcp_wmem=4096 131072 {TCP_BUF_MAX_BYTES}")
 
     def down(self) -> None:
-        for ns in (self.a, self.b):
+        for ns in self.names():
             try:
                 pr_netns.remove(ns)
             except OSError:
                 pass
+
+
+def rule(p: Pair, qnum: int, into_b: bool = True, delete: bool = False,
+         check: bool = True) -> None:
+    """Add (``delete``: remove) the line's rule of :meth:`Pair.line_rule`."""
+    ns, argv = p.line_rule(qnum, into_b, delete)
+    sh(ns, *argv, check=check)
 
 
 def iperf(p: Pair, args: list[str], seconds: float, server_ip: str = B_IP) -> dict:
@@ -132,7 +198,8 @@ def carry(p: Pair, mode: str, delay_s: float, seconds: float) -> dict:
     # --isolate: the lab's dedicated line CPU (testbed.lab.lab.Lab line_cpu): the helper pinned
     # to it, spinning before every release; both veths' receive processing on the others
     mask = all_cpus_mask(without=LINE_CPU) if LINE_CPU is not None else all_cpus_mask()
-    for ns, ifn in ((p.a, p.ia), (p.b, p.ib)):
+    wire = ((p.w, p.wa), (p.w, p.wb)) if p.hold == "wire" else ()
+    for ns, ifn in ((p.a, p.ia), (p.b, p.ib), *wire):
         sh(ns, "sh", "-c", f"echo {mask} > /sys/class/net/{ifn}/queues/rx-0/rps_cpus")
     if mode == "tcpwire1g":  # ... carried at 1 Gbit/s: HTB on A's egress, a BDP of buffer
         sh(p.a, "tc", "qdisc", "add", "dev", p.ia, "root", "handle", "1:", "htb", "default",
@@ -186,31 +253,35 @@ def run_case(p: Pair, tmp: Path, delay_s: float, mode: str, seconds: float, qnum
     log = tmp / f"pkt-{mode}-{delay_s}"
     q = QueueParams(qnum, delay_s=delay_s, maxlen_packets=maxlen_for_bdp(10e9, delay_s),
                     pktlog_path=str(log))
-    sh(p.b, *nfqueue_rule_argv(p.ib, qnum, "bench"))
-    h = Helper(p.b, [q], tmp / f"h{qnum}", rt_prio=RT_PRIO, cpu=LINE_CPU,
+    rule(p, qnum)
+    h = Helper(p.line_ns(), [q], tmp / f"h{qnum}", rt_prio=RT_PRIO, cpu=LINE_CPU,
                spin_dense=LINE_CPU is not None)
     h.start()
     while not h.stats_path.exists():
         if not h.alive():
             raise RuntimeError(h.stderr())
         time.sleep(0.02)
+    dropped_before = p.wire_tx_dropped()
     try:
         out = carry(p, mode, delay_s, seconds)
     finally:
         h.stop()
-        sh(p.b, *nfqueue_rule_argv(p.ib, qnum, "bench", delete=True))
+        rule(p, qnum, delete=True)
+    after_line = p.wire_tx_dropped() - dropped_before
     st = h.stats().queues[qnum]
     recs = [r for r in read_pktlog(log) if r[2]]
     err = sorted((r[2] - r[1]) / 1e3 for r in recs)  # us
     added = sorted((r[2] - r[0]) / 1e3 - delay_s * 1e6 for r in recs)
     gbit = st.in_bytes * 8 / 1e9
-    return {"delay_ms": delay_s * 1e3, "mode": mode, "gbps": received_gbps(out),
+    return {"delay_ms": delay_s * 1e3, "mode": mode, "hold": p.hold,
+            "gbps": received_gbps(out),
             "pkts": st.in_packets,
             "mean_pkt_B": st.in_bytes / max(1, st.in_packets),
             "err_p50_us": pct(err, .5), "err_p99_us": pct(err, .99),
             "err_max_us": err[-1] if err else 0,
             "added_minus_cfg_p99_us": pct(added, .99),
             "kdrop": st.kernel_queue_dropped + st.kernel_user_dropped,
+            "after_line_drop": after_line,
             "cpu_s": h.stats().cpu_s, "cpu_s_per_gbit": h.stats().cpu_s / gbit if gbit else 0,
             "send": h.stats().verdict_send, "uptime_s": h.stats().uptime_s}
 
@@ -224,10 +295,11 @@ def goodput_case(p: Pair, tmp: Path, seconds: float) -> dict:
        "limit", "12500000")  # a BDP of buffer at the bottleneck
     hs = []
     try:
-        for ns, ifn, qn in ((p.b, p.ib, 101), (p.a, p.ia, 102)):
-            sh(ns, *nfqueue_rule_argv(ifn, qn, "bench"))
-            h = Helper(ns, [QueueParams(qn, delay_s=0.050, maxlen_packets=maxlen_for_bdp(
-                1e9, 0.05, factor=4))], tmp / f"g{qn}", rt_prio=RT_PRIO)
+        for into_b, qn in ((True, 101), (False, 102)):
+            rule(p, qn, into_b)
+            h = Helper(p.line_ns(into_b), [QueueParams(qn, delay_s=0.050,
+                                                       maxlen_packets=maxlen_for_bdp(
+                1e9, 0.05, factor=4))], tmp / f"g{qn}-{p.hold}", rt_prio=RT_PRIO)
             h.start()
             hs.append(h)
         time.sleep(0.7)
@@ -237,8 +309,8 @@ def goodput_case(p: Pair, tmp: Path, seconds: float) -> dict:
     finally:
         for h in hs:
             h.stop()
-        for ns, ifn, qn in ((p.b, p.ib, 101), (p.a, p.ia, 102)):
-            sh(ns, *nfqueue_rule_argv(ifn, qn, "bench", delete=True), check=False)
+        for into_b, qn in ((True, 101), (False, 102)):
+            rule(p, qn, into_b, delete=True, check=False)
         sh(p.a, "tc", "qdisc", "del", "dev", p.ia, "root", check=False)
     end = out.get("end", {})
     bps = end.get("sum_received", {}).get("bits_per_second", 0.0)
@@ -250,11 +322,45 @@ def goodput_case(p: Pair, tmp: Path, seconds: float) -> dict:
                        for s in [s.get("sender", {})]]}
 
 
+def ping_min_ms(p: Pair, tmp: Path, qnum: int, delay_s: float = 0.010, count: int = 20
+                ) -> float:
+    """Plain ping's minimum RTT (the kernel's receive stamp, SO_TIMESTAMP) A -> B with
+    ``delay_s`` each way on ``p``'s hold point."""
+    hs = []
+    try:
+        for into_b, qn in ((True, qnum), (False, qnum + 1)):
+            rule(p, qn, into_b)
+            h = Helper(p.line_ns(into_b), [QueueParams(qn, delay_s=delay_s)],
+                       tmp / f"p{qn}-{p.hold}", rt_prio=RT_PRIO, spin_us=50)
+            h.start()
+            hs.append(h)
+        time.sleep(0.5)
+        out = sh(p.a, "ping", "-n", "-c", str(count), "-i", "0.05", "-W", "2", B_IP,
+                 check=False).stdout
+    finally:
+        for h in hs:
+            h.stop()
+        for into_b, qn in ((True, qnum), (False, qnum + 1)):
+            rule(p, qn, into_b, delete=True, check=False)
+    rtts = [float(x.split("=")[1]) for x in out.split() if x.startswith("time=")]
+    return min(rtts) if rtts else float("nan")
+
+
+def print_ratio(old: dict, new: dict) -> None:
+    def r(key: str) -> float:
+        return new[key] / old[key] if old[key] else float("nan")
+    print(f"{'':>10} wire / receiver: carried {r('gbps'):.2f}, release error p50 "
+          f"{r('err_p50_us'):.2f} p99 {r('err_p99_us'):.2f}, helper CPU-s per Gbit "
+          f"{r('cpu_s_per_gbit'):.2f}  (load {os.getloadavg()[0]:.1f})", flush=True)
+
+
 def print_row(r: dict, cpu: str) -> None:
-    print(f"{r['delay_ms']:>6.0f} ms {r['mode']:>9} {cpu:>6}  {r['gbps']:6.2f} Gbit/s  "
+    print(f"{r['delay_ms']:>6.0f} ms {r['mode']:>9} {r['hold']:>8} {cpu:>6}  "
+          f"{r['gbps']:6.2f} Gbit/s  "
           f"{r['pkts']:>8} pkts avg {r['mean_pkt_B']:>6.0f} B  release error "
           f"p50 {r['err_p50_us']:7.1f} us p99 {r['err_p99_us']:8.1f} us "
-          f"max {r['err_max_us']:8.1f} us  kernel drops {r['kdrop']:>6}  "
+          f"max {r['err_max_us']:8.1f} us  kernel drops {r['kdrop']:>6} "
+          f"after the line {r['after_line_drop']:>6}  "
           f"helper CPU {r['cpu_s']:5.2f} s = {r['cpu_s_per_gbit']:.3f} "
           f"CPU-s per Gbit carried", flush=True)
     sd = r["send"]
@@ -298,6 +404,10 @@ def main() -> int:
                          "CPUs); prints their ratio")
     ap.add_argument("--helper", type=Path, help="helper binary to use instead of the built one "
                     "(to compare two builds under the same load)")
+    ap.add_argument("--holds", default=",".join(HOLDS),
+                    help="comma-separated hold points, each row run on each side by side: "
+                         "receiver (B's PREROUTING, the old place), wire (a wire namespace "
+                         "between A and B, the lab's)")
     a = ap.parse_args()
     _use_helper(a.helper)
     global RT_PRIO, OMIT_S, ZEROCOPY
@@ -305,12 +415,17 @@ def main() -> int:
     OMIT_S = a.omit_s
     ZEROCOPY = a.zerocopy
     global LINE_CPU
-    p = Pair()
+    holds = a.holds.split(",")
+    if not holds or any(h not in HOLDS for h in holds):
+        ap.error(f"--holds: each of {', '.join(HOLDS)}")
+    pairs = [Pair(h) for h in holds]
     rows = []
+    print(f"load average at start {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="dlbench") as td:
         tmp = Path(td)
         try:
-            p.up()
+            for p in pairs:
+                p.up()
             qn = 1
             # --isolate: each row shared, then with the dedicated CPU, and their ratio
             cpus = [None, check_line_cpu(max(os.sched_getaffinity(0)), "--isolate: CPU")] \
@@ -320,7 +435,7 @@ def main() -> int:
                     LINE_CPU = cpu
                     saved = keep_off(cpu) if cpu is not None else None
                     try:
-                        gbps = received_gbps(carry(p, mode, 0.0, a.seconds))
+                        gbps = received_gbps(carry(pairs[0], mode, 0.0, a.seconds))
                     finally:
                         if saved is not None:
                             restore(saved)
@@ -328,38 +443,59 @@ def main() -> int:
                     print(f"  no line {mode:>9}  {gbps:6.2f} Gbit/s (what this machine "
                           f"carries without the line, ends on {where})", flush=True)
                 LINE_CPU = None
+            for p in pairs:
+                rtt = ping_min_ms(p, tmp, 900 + qn)
+                qn += 2
+                print(f"plain ping through 10 ms each way, hold {p.hold:>8}: minimum RTT "
+                      f"{rtt:.3f} ms (20 ms expected)", flush=True)
+            row = 0
             for d in (float(x) / 1e3 for x in a.delays_ms.split(",")):
                 for mode in a.modes.split(","):
-                    pair = []
-                    for cpu in cpus:
-                        LINE_CPU = cpu
-                        # as a lab does: iperf3 and this process's threads off that CPU
-                        saved = keep_off(cpu) if cpu is not None else None
-                        try:
-                            r = run_case(p, tmp, d, mode, a.seconds, qn)
-                        finally:
-                            if saved is not None:
-                                restore(saved)
-                        qn += 1
-                        rows.append(r)
-                        pair.append(r)
-                        print_row(r, "shared" if cpu is None else f"CPU {cpu}")
-                    if len(pair) == 2:
-                        sh_, iso = pair
-                        print(f"{'':>10} dedicated / shared: release error p50 "
-                              f"{iso['err_p50_us'] / sh_['err_p50_us']:.2f}, p99 "
-                              f"{iso['err_p99_us'] / sh_['err_p99_us']:.2f}, carried "
-                              f"{iso['gbps'] / sh_['gbps']:.2f}", flush=True)
+                    by_cpu: dict[object, dict[str, dict]] = {}
+                    row += 1  # every other row the other hold first: no order bias
+                    for p in pairs if row % 2 else pairs[::-1]:
+                        pair = []
+                        for cpu in cpus:
+                            LINE_CPU = cpu
+                            # as a lab does: iperf3 and this process's threads off that CPU
+                            saved = keep_off(cpu) if cpu is not None else None
+                            try:
+                                r = run_case(p, tmp, d, mode, a.seconds, qn)
+                            finally:
+                                if saved is not None:
+                                    restore(saved)
+                            qn += 1
+                            rows.append(r)
+                            pair.append(r)
+                            by_cpu.setdefault(cpu, {})[p.hold] = r
+                            print_row(r, "shared" if cpu is None else f"CPU {cpu}")
+                        if len(pair) == 2:
+                            sh_, iso = pair
+                            print(f"{'':>10} dedicated / shared: release error p50 "
+                                  f"{iso['err_p50_us'] / sh_['err_p50_us']:.2f}, p99 "
+                                  f"{iso['err_p99_us'] / sh_['err_p99_us']:.2f}, carried "
+                                  f"{iso['gbps'] / sh_['gbps']:.2f}", flush=True)
+                    for got in by_cpu.values():
+                        if len(got) == 2:
+                            print_ratio(got["receiver"], got["wire"])
             if a.skip_goodput:
                 return 0
-            g = goodput_case(p, tmp, max(8.0, 2 * a.seconds))
-            print("TCP through HTB 1 Gbit/s, 50 ms each way (RTT 100 ms), window autotuned "
-                  "(max 64 MB > BDP 12.5 MB): "
-                  f"{g['gbps']:.3f} Gbit/s vs bound {g['bound_gbps']:.3f} "
-                  f"({100 * g['gbps'] / g['bound_gbps']:.1f}%), retransmits {g['retransmits']}, "
-                  f"iperf3 min RTT {g['rtt_ms']} ms, helpers CPU {g['cpu_s']:.2f} s")
+            gs = {}
+            for p in pairs:
+                g = gs[p.hold] = goodput_case(p, tmp, max(8.0, 2 * a.seconds))
+                print(f"TCP through HTB 1 Gbit/s, 50 ms each way (RTT 100 ms), hold {p.hold}, "
+                      "window autotuned (max 64 MB > BDP 12.5 MB): "
+                      f"{g['gbps']:.3f} Gbit/s vs bound {g['bound_gbps']:.3f} "
+                      f"({100 * g['gbps'] / g['bound_gbps']:.1f}%), retransmits "
+                      f"{g['retransmits']}, iperf3 min RTT {g['rtt_ms']} ms, helpers CPU "
+                      f"{g['cpu_s']:.2f} s", flush=True)
+            if len(gs) == 2:
+                print(f"{'':>10} wire / receiver: goodput "
+                      f"{gs['wire']['gbps'] / gs['receiver']['gbps']:.3f}  "
+                      f"(load {os.getloadavg()[0]:.1f})", flush=True)
         finally:
-            p.down()
+            for p in pairs:
+                p.down()
     return 0
 
 

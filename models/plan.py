@@ -451,8 +451,9 @@ def plan_to_dict(plan: LabPlan) -> dict[str, Any]:
 
 def _shaping_from(d: Mapping[str, Any]) -> Shaping:
     d = dict(d)
-    if d.get("buffer") is not None:
-        d["buffer"] = BufferSize(**d["buffer"])
+    for key in ("buffer", "ecn_threshold"):
+        if d.get(key) is not None:
+            d[key] = BufferSize(**d[key])
     if d.get("loss_gemodel") is not None:
         d["loss_gemodel"] = GilbertElliott(**d["loss_gemodel"])
     return Shaping(**d)

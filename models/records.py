@@ -102,7 +102,13 @@ class TcpInfo(_Record):
     the data sat in a deep queue; ``total_retrans - dsack_dups`` estimates real losses.
     ``reord_seen``: reordering events the sender detected (``tcpi_reord_seen``, Linux >= 5.6:
     an out-of-order SACK or D-SACK, e.g. from packet spraying over unequal paths), the same
-    difference as the retransmission counters; 0 in records written before it was recorded."""
+    difference as the retransmission counters; 0 in records written before it was recorded.
+    ``delivered_ce``: packets of the connection the receiver reported as CE-marked
+    (``tcpi_delivered_ce``: with classic ECN, RFC 3168, the packets acknowledged by ACKs
+    carrying ECE; tcp_input.c ``tcp_count_delivered_ce``), the same difference; the
+    congestion marks of a bottleneck that marks (ECN) instead of dropping. ``ecn``: whether
+    the connection negotiated ECN (``tcpi_options`` TCPI_OPT_ECN); None in records written
+    before these two were recorded."""
 
     total_retrans: int
     bytes_retrans: int
@@ -116,6 +122,8 @@ class TcpInfo(_Record):
     dsack_dups: int = 0
     min_rtt_s: float | None = None
     reord_seen: int = 0
+    delivered_ce: int = 0
+    ecn: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

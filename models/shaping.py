@@ -61,6 +61,9 @@ class Shaping:
     aqm: ``fifo`` (tail drop), ``head_drop`` (drop the oldest), ``red`` or ``fq_codel`` where
       the kernel has them; ``ecn`` marks
       instead of dropping with red/fq_codel.
+    ecn_threshold: DCTCP's marking threshold K (packets or bytes) on a ``fifo`` buffer with
+      ``ecn``: an ECN-capable packet that finds more than K queued on arrival is marked CE
+      (testbed/tc/ecn_marker.py; needs a rate, the queue's drain). ``None``: no such marking.
     delay_s, jitter_s, jitter_distribution, delay_correlation_pct: the delay line (netem).
     jitter_reorder: ``False`` (default): jitter keeps the direction's FIFO order, a packet
       leaves no earlier than the one before it (as a real path, which jitters without
@@ -75,6 +78,7 @@ class Shaping:
     buffer: BufferSize | None = None
     aqm: Aqm = "fifo"
     ecn: bool = False
+    ecn_threshold: BufferSize | None = None
     delay_s: float = 0.0
     jitter_s: float = 0.0
     jitter_distribution: JitterDistribution = "normal"
@@ -104,8 +108,17 @@ class Shaping:
             raise UnitError("reorder needs a delay: netem reorders by sending some packets early")
         if self.aqm not in AQMS:
             raise UnitError(f"unknown aqm {self.aqm!r}; known: {', '.join(AQMS)}")
-        if self.ecn and self.aqm in ("fifo", "head_drop"):
-            raise UnitError(f"ecn needs an AQM that marks (red or fq_codel), not {self.aqm}")
+        if self.ecn_threshold is not None:
+            if not self.ecn:
+                raise UnitError("ecn_threshold (the queue that marks) needs ecn: true")
+            if self.aqm != "fifo":
+                raise UnitError(f"ecn_threshold marks on a fifo buffer; aqm {self.aqm} has "
+                                "its own marking or none")
+            if self.rate_bps is None:
+                raise UnitError("ecn_threshold needs a rate (the queue drains at it)")
+        elif self.ecn and self.aqm in ("fifo", "head_drop"):
+            raise UnitError(f"ecn needs an AQM that marks (red or fq_codel), or an "
+                            f"ecn_threshold (K) on a fifo, not {self.aqm} alone")
         if self.jitter_distribution not in JITTER_DISTRIBUTIONS:
             raise UnitError(f"unknown jitter distribution {self.jitter_distribution!r}; "
                             f"known: {', '.join(JITTER_DISTRIBUTIONS)}")

@@ -1,9 +1,11 @@
 """pydantic field types for unit strings in spec files ("16MiB", "5ms", "1Gbit"), the one set
 every file model uses (topologies/spec.py, the experiment and workload entries of
-orchestration/run/). Values are checked at validation time by the one unit parser,
-:mod:`models.units`, and kept as written (the builders parse them again where they need the
-number). Apart from models/units.py so that importing the parser does not import pydantic (the
-traffic agents start without it).
+orchestration/run/). Values are read at validation time by the one unit parser,
+:mod:`models.units`, into typed numbers that remember what was written (``RateBps``
+bit/s, ``DurationS`` s, ``SizeBytes`` bytes, ``LossPct`` percent, an ``int`` or ``float``
+each; a buffer is a ``BufferSize``): builders use them as numbers and never parse again;
+``str()`` and the models' serialisation give the text back. Apart from models/units.py so
+that importing the parser does not import pydantic (the traffic agents start without it).
 
 :class:`SpecModel` is the base of every model of a spec file (topology, workload, experiment,
 campaign, cluster): it refuses ``true``/``false`` wherever a number is expected. YAML booleans
@@ -19,12 +21,37 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
-from models.units import UnitError, parse_duration_s, parse_rate_bps, parse_size_bytes
+from models.units import (
+    BufferSize,
+    DurationS,
+    LossPct,
+    RateBps,
+    SizeBytes,
+    UnitError,
+    parse_buffer,
+    parse_duration_s,
+    parse_pct,
+    parse_rate_bps,
+    parse_size_bytes,
+    read_duration_s,
+    read_pct,
+    read_rate_bps,
+    read_size_bytes,
+)
 
 __all__ = ["Quantity", "Size", "Duration", "Rate", "Seed", "MAX_SEED", "unit_check",
+           "unit_read", "as_written",
            "described_unit", "SpecModel",
            "takes", "boolean_where_number", "BOOLEAN_NUMBER", "AT_KEY", "error_at"]
 
@@ -54,21 +81,56 @@ def unit_check(parse: Callable[[Any], object]) -> Callable[[Any], Any]:
 MAX_SEED = 2**32 - 1
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
-Size = Annotated[Quantity, AfterValidator(unit_check(parse_size_bytes))]
-Duration = Annotated[Quantity, AfterValidator(unit_check(parse_duration_s))]
-Rate = Annotated[Quantity, AfterValidator(unit_check(parse_rate_bps))]
+_TYPED = (RateBps, DurationS, SizeBytes, LossPct, BufferSize)
+
+
+def as_written(value: Any) -> Any:
+    """Serialise a typed quantity as the text it was read from (other values unchanged)."""
+    return str(value) if isinstance(value, _TYPED) else value
+
+
+def unit_read(read: Callable[[Any], object]) -> Callable[[Any], Any]:
+    """A pydantic validator function: ``read`` the value into its typed quantity (None
+    passes), a UnitError becoming the ValueError pydantic reports."""
+
+    def convert(value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return read(value)
+        except UnitError as exc:
+            raise ValueError(str(exc)) from None
+
+    return convert
+
+
+_WRITTEN = PlainSerializer(as_written)
+# Field types of spec models: read into RateBps / DurationS / SizeBytes at validation.
+Size = Annotated[Quantity, AfterValidator(unit_read(read_size_bytes)), _WRITTEN]
+Duration = Annotated[Quantity, AfterValidator(unit_read(read_duration_s)), _WRITTEN]
+Rate = Annotated[Quantity, AfterValidator(unit_read(read_rate_bps)), _WRITTEN]
+
+_READERS: dict[Callable[..., object], Callable[[Any], object]] = {
+    parse_rate_bps: read_rate_bps, parse_duration_s: read_duration_s,
+    parse_size_bytes: read_size_bytes, parse_pct: read_pct, parse_buffer: parse_buffer}
 
 
 def described_unit(parse: Callable[[str], object], description: str, example: str,
                    required: bool = False) -> Any:
-    """A string field (``None`` by default unless ``required``) checked by ``parse`` before
-    validation, with ``description`` and ``example`` for the JSON schema (topology files)."""
+    """A unit field (``None`` by default unless ``required``) written as a string, checked
+    by ``parse`` before validation (so a bare number gets the unit parser's "has no unit") and
+    held as the typed quantity ``parse``'s reader gives (``parse_rate_bps`` -> RateBps, ...;
+    ``parse_buffer`` -> BufferSize), with ``description`` and ``example`` for the JSON schema
+    (topology files). Serialised as written."""
+    read = unit_read(_READERS.get(parse, parse))
     if required:
-        return Annotated[str, BeforeValidator(unit_check(parse)),
-                         Field(description=description, examples=[example])]
+        return Annotated[str, BeforeValidator(unit_check(parse)), AfterValidator(read),
+                         _WRITTEN, Field(description=description, examples=[example])]
     return Annotated[
         str | None,
         BeforeValidator(unit_check(parse)),
+        AfterValidator(read),
+        _WRITTEN,
         Field(default=None, description=description, examples=[example]),
     ]
 
@@ -154,6 +216,10 @@ class SpecModel(BaseModel):
     ``models.specfile.issues_from_validation`` appends it, so the SpecIssue names file, the full
     key path and its line. (A model validator, not a field validator: pydantic forbids a
     field validator on the discriminator of a tagged union, e.g. ``kind``.)"""
+
+    # defaults go through the validators too, so a default "60s" is a DurationS like a value
+    # from the file
+    model_config = ConfigDict(validate_default=True)
 
     @model_validator(mode="before")
     @classmethod

@@ -34,6 +34,10 @@ from typing import TypeVar
 
 __all__ = [
     "UnitError",
+    "RateBps",
+    "DurationS",
+    "SizeBytes",
+    "LossPct",
     "BufferSize",
     "parse_rate_bps",
     "parse_duration_s",
@@ -43,6 +47,11 @@ __all__ = [
     "format_rate",
     "format_duration",
     "format_size",
+    "read_rate_bps",
+    "read_duration_s",
+    "read_size_bytes",
+    "read_pct",
+    "plain",
 ]
 
 UINT64_MAX = 2**64 - 1
@@ -59,6 +68,71 @@ _N = TypeVar("_N", int, float)
 
 class UnitError(ValueError):
     """A string could not be read as a quantity; the message says what was expected."""
+
+
+class _AsWritten:
+    """Mixin of the typed quantities: a number (bit/s, s, bytes, percent) that remembers the
+    string it was read from, which ``str()`` and the spec models' serialisation give back (so
+    messages and ``experiment.json`` show what the user wrote); ``repr()`` names the type."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.text!r})"
+
+    def __reduce__(self) -> tuple[type, tuple[object, str]]:
+        return type(self), (self._base(self), self.text)  # type: ignore[attr-defined]
+
+
+class RateBps(_AsWritten, int):
+    """A rate in bit/s read from a spec string (:func:`read_rate_bps`); an ``int``."""
+
+    _base = int
+
+    def __new__(cls, value: int, text: str | None = None) -> RateBps:
+        """``value`` read from ``text`` (None: the value formatted)."""
+        obj = int.__new__(cls, value)
+        obj.text = text if text is not None else format_rate(int(value))
+        return obj
+
+
+class SizeBytes(_AsWritten, int):
+    """A size in bytes read from a spec string (:func:`read_size_bytes`); an ``int``."""
+
+    _base = int
+
+    def __new__(cls, value: int, text: str | None = None) -> SizeBytes:
+        """``value`` read from ``text`` (None: the value formatted)."""
+        obj = int.__new__(cls, value)
+        obj.text = text if text is not None else format_size(int(value))
+        return obj
+
+
+class DurationS(_AsWritten, float):
+    """A duration in seconds read from a spec string (:func:`read_duration_s`); a ``float``."""
+
+    _base = float
+
+    def __new__(cls, value: float, text: str | None = None) -> DurationS:
+        """``value`` read from ``text`` (None: the value formatted)."""
+        obj = float.__new__(cls, value)
+        obj.text = text if text is not None else format_duration(float(value))
+        return obj
+
+
+class LossPct(_AsWritten, float):
+    """A percentage read from a spec string (:func:`read_pct`); a ``float`` in [0, 100]."""
+
+    _base = float
+
+    def __new__(cls, value: float, text: str | None = None) -> LossPct:
+        """``value`` read from ``text`` (None: the value formatted)."""
+        obj = float.__new__(cls, value)
+        obj.text = text if text is not None else f"{_trim(float(value))}%"
+        return obj
 
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)"
@@ -160,6 +234,8 @@ def parse_rate_bps(text: str) -> int:
     bit per second, a value above :data:`MAX_RATE_BPS`, or a ``*bps`` spelling (tc reads it as bytes
     per second; see the module docstring).
     """
+    if isinstance(text, RateBps):
+        return int(text)
     num, unit = _split(text, "a rate", "10Gbit")
     base = unit.removesuffix("/s")
     if base.endswith("bps"):
@@ -181,6 +257,8 @@ def parse_duration_s(text: str) -> float:
     Raises :class:`UnitError` for a missing or unknown unit, a negative duration or one above
     :data:`MAX_DURATION_S`.
     """
+    if isinstance(text, DurationS):
+        return float(text)
     num, unit = _split(text, "a duration", "5ms")
     if unit not in _TIME_UNITS:
         raise UnitError(
@@ -199,6 +277,8 @@ def parse_size_bytes(text: str) -> int:
     unknown unit, a negative size, a size that is not a whole number of bytes or one above
     :data:`MAX_SIZE_BYTES`.
     """
+    if isinstance(text, SizeBytes):
+        return int(text)
     num, unit = _split(text, "a size", "64KiB")
     if unit not in _SIZE_UNITS:
         raise UnitError(
@@ -215,6 +295,8 @@ def parse_pct(text: str) -> float:
 
     Raises :class:`UnitError` without a ``%`` sign or outside [0, 100].
     """
+    if isinstance(text, LossPct):
+        return float(text)
     num, unit = _split(text, "a percentage", "0.1%")
     if unit != "%":
         raise UnitError(f"percentage {text!r} needs a '%' sign, like '0.1%'")
@@ -237,12 +319,17 @@ class BufferSize:
         if value is not None and value <= 0:
             raise UnitError("a buffer must hold at least one packet or byte")
 
+    def __str__(self) -> str:
+        return f"{self.packets}p" if self.packets is not None else format_size(self.size_bytes or 0)
+
 
 def parse_buffer(text: str) -> BufferSize:
     """Read a buffer limit: ``"100p"``/``"100 packets"`` in packets, ``"256KiB"`` in bytes.
 
     Raises :class:`UnitError` for an unknown unit or a non-positive limit.
     """
+    if isinstance(text, BufferSize):
+        return text
     num, unit = _split(text, "a buffer", "100p or 256KiB")
     if unit in _PKT_UNITS:
         return BufferSize(packets=_whole(num, text, "buffer"))
@@ -280,3 +367,39 @@ def format_size(size_bytes: int) -> str:
             shown = round(value) if math.isclose(value, round(value)) else _trim(value)
             return f"{shown}{unit}"
     return f"{size_bytes}B"
+
+
+def read_rate_bps(text: object) -> RateBps:
+    """:func:`parse_rate_bps`, keeping ``text``: what spec models hold (models.unit_fields)."""
+    if isinstance(text, RateBps):
+        return text
+    return RateBps(parse_rate_bps(text), str(text))  # type: ignore[arg-type]
+
+
+def read_duration_s(text: object) -> DurationS:
+    """:func:`parse_duration_s`, keeping ``text``."""
+    if isinstance(text, DurationS):
+        return text
+    return DurationS(parse_duration_s(text), str(text))  # type: ignore[arg-type]
+
+
+def read_size_bytes(text: object) -> SizeBytes:
+    """:func:`parse_size_bytes`, keeping ``text``."""
+    if isinstance(text, SizeBytes):
+        return text
+    return SizeBytes(parse_size_bytes(text), str(text))  # type: ignore[arg-type]
+
+
+def read_pct(text: object) -> LossPct:
+    """:func:`parse_pct`, keeping ``text``."""
+    if isinstance(text, LossPct):
+        return text
+    return LossPct(parse_pct(text), str(text))  # type: ignore[arg-type]
+
+
+def plain(value: _N | None) -> _N | None:
+    """A typed quantity as the plain ``int`` or ``float`` it stands for (None passes): what
+    builders put into plans, programs and messages, so that ``f"{x} B"`` prints a number."""
+    if value is None or type(value) in (int, float):
+        return value
+    return int(value) if isinstance(value, int) else float(value)  # type: ignore[return-value]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from models.plan import NodePlan
-from models.units import parse_duration_s
 from topologies.container_keys import normal_binds
 from topologies.spec import NodeSettings, TopologySpec
 from topologies.validate import node_kind
@@ -54,7 +53,7 @@ def node_plans(spec: TopologySpec) -> dict[str, NodePlan]:
             forward=forward,
             ranks_per_host=_pick(layers, "ranks_per_host") if kind == "host" else None,
             load_balancing=lb,
-            flowlet_gap_s=parse_duration_s(gap) if lb == "flowlet" else None,
+            flowlet_gap_s=float(gap) if lb == "flowlet" else None,  # DurationS
             datapath=_pick(layers, "datapath") or "bridge",
             flows=tuple(_pick(layers, "flows") or ()),
             ovs_datapath=_pick(layers, "ovs_datapath") or "auto",

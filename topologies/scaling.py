@@ -1,4 +1,4 @@
-"""Scaled emulation: divide every rate and buffer of a plan by a
+"""Scaled emulation: divide every rate and buffer (and ECN marking threshold) of a plan by a
 factor and keep every delay, so a 100 Gbit/s DCI runs at 1 Gbit/s with the same ratio of
 serialization time to propagation time. Sizes of the workload are divided by the same factor
 (workloads.transform.scale_schedule), so a transfer takes as long as it would unscaled.
@@ -28,17 +28,19 @@ def _buffer(buf: BufferSize | None, factor: float, mtu: int) -> BufferSize | Non
 
 def _shaping(s: Shaping, factor: float, mtu: int) -> Shaping:
     rate = None if s.rate_bps is None else max(1, round(s.rate_bps / factor))
-    return dataclasses.replace(s, rate_bps=rate, buffer=_buffer(s.buffer, factor, mtu))
+    return dataclasses.replace(s, rate_bps=rate, buffer=_buffer(s.buffer, factor, mtu),
+                               ecn_threshold=_buffer(s.ecn_threshold, factor, mtu))
 
 
 def scale_changes(changes: dict[str, Any], factor: float, mtu: int) -> dict[str, Any]:
     """Shaping field ``changes`` (``rate_bps``, ``buffer``, ...) scaled like a plan's
-    shaping: rate and buffer divided by ``factor``, everything else kept."""
+    shaping: rate, buffer and ECN threshold divided by ``factor``, everything else kept."""
     out = dict(changes)
     if out.get("rate_bps") is not None:
         out["rate_bps"] = max(1, round(out["rate_bps"] / factor))
-    if "buffer" in out:
-        out["buffer"] = _buffer(out["buffer"], factor, mtu)
+    for key in ("buffer", "ecn_threshold"):
+        if key in out:
+            out[key] = _buffer(out[key], factor, mtu)
     return out
 
 

@@ -87,6 +87,7 @@ _CONVERT: Mapping[str, tuple[str, Any]] = {
     "buffer": ("buffer", parse_buffer),
     "aqm": ("aqm", str),
     "ecn": ("ecn", bool),
+    "ecn_threshold": ("ecn_threshold", parse_buffer),
 }
 
 

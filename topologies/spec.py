@@ -56,6 +56,9 @@ Rate = _unit(parse_rate_bps, "Line rate, decimal bits per second (tc spelling)."
 Duration = _unit(parse_duration_s, "A duration with a unit (s, ms, us, ns).", "5ms")
 Pct = _unit(parse_pct, "A percentage in [0%, 100%].", "0.1%")
 Buffer = _unit(parse_buffer, "Queue limit: packets ('100p') or bytes ('256KiB').", "100p")
+EcnThreshold = _unit(parse_buffer, "With ecn: true on a fifo buffer: DCTCP's marking threshold "
+                     "K, packets ('20p') or bytes ('30KB'). An ECN-capable packet that finds "
+                     "more than this queued when it arrives is marked CE.", "30KB")
 
 JitterDist = Literal[JITTER_DISTRIBUTIONS]  # type: ignore[valid-type]
 AqmName = Literal[AQMS]  # type: ignore[valid-type]
@@ -126,6 +129,7 @@ class ShapingSpec(_Strict):
     buffer: Buffer
     aqm: AqmName | None = None
     ecn: bool | None = None
+    ecn_threshold: EcnThreshold
     trace: TraceSpec | None = Field(default=None, description="Time-varying values from a "
                                     "trace file, over the values above.")
 

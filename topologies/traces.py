@@ -9,7 +9,7 @@ from pathlib import Path
 from models.errors import SpecError, SpecIssue
 from models.shaping import Shaping
 from models.trace import LinkTrace, TraceStep, read_trace
-from models.units import UnitError, parse_duration_s
+from models.units import UnitError
 from topologies.graph import Edge
 from topologies.shaping import link_trace_specs, trace_key_path
 from topologies.spec import ProfileSpec, TopologySpec, TraceSpec
@@ -39,7 +39,7 @@ def _one(spec: TraceSpec, edge: Edge, direction: str, base_dir: Path, where: tup
     of it is wrong, at ``where`` + ``file`` (a line of ``source``) when the file cannot be
     read at all (not found, not a regular file, too large, not UTF-8)."""
     path = Path(spec.file) if Path(spec.file).is_absolute() else base_dir / spec.file
-    window = parse_duration_s(spec.window) if spec.window is not None else None
+    window = float(spec.window) if spec.window is not None else None  # DurationS
     if window is not None and spec.format != "mahimahi":
         raise SpecError(SpecIssue("window applies to format: mahimahi only",
                                   key_path=(*where, "window")))

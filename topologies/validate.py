@@ -257,6 +257,8 @@ def check_spec(spec: TopologySpec, profiles: Mapping[str, ProfileSpec]) -> list[
     if link_default and link_default.profile and link_default.profile not in profiles:
         issues.append(_unknown_profile(link_default.profile, profiles,
                                        ("defaults", "link", "profile")))
-    if not spec.nodes:
-        issues.append(SpecIssue("the topology has no nodes", key_path=("nodes",)))
+    if not spec.nodes:  # at `generator:` where the file gives one (null) and no `nodes:`
+        given = getattr(spec, "model_fields_set", set())
+        at = ("generator",) if "generator" in given and "nodes" not in given else ("nodes",)
+        issues.append(SpecIssue("the topology has no nodes", key_path=at))
     return issues

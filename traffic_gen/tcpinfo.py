@@ -25,6 +25,7 @@ SYSCTLS = ("net.ipv4.tcp_congestion_control", "net.ipv4.tcp_ecn", "net.ipv4.tcp_
 
 _FMT = "=8B24I4Q6I4Q2I2Q2I"
 _SIZE = struct.calcsize(_FMT)  # 224
+TCPI_OPT_ECN = 8  # include/uapi/linux/tcp.h: ECN was negotiated at the handshake
 NO_RTT_SAMPLE = 0xFFFFFFFF  # tcpi_min_rtt before the first sample (minmax reset to ~0U, tcp.c)
 TCP_INFO_FIELDS = (
     "state ca_state retransmits probes backoff options wscale flags "
@@ -80,9 +81,10 @@ def tcp_info_delta(before: Mapping[str, int], after: Mapping[str, int],
                    congestion_control: str = "", size_bytes: int | None = None) -> TcpInfo:
     """A :class:`TcpInfo` for one transfer from the readings at the previous transfer's ack
     instant (``before``; the connection's baseline for its first one) and at this one's
-    (``after``): retransmission and reordering counters are their differences, gauges come
-    from ``after`` (rtt and rttvar converted from microseconds to seconds, delivery rate from
-    bytes/s to bit/s; the kernel's latest rate sample, never differenced).
+    (``after``): retransmission, reordering and CE counters are their differences, gauges
+    come from ``after`` (``ecn`` from its options; rtt and rttvar converted from microseconds
+    to seconds, delivery rate from bytes/s to bit/s; the kernel's latest rate sample, never
+    differenced).
 
     ``bytes_sent`` with ``size_bytes`` given: ``size_bytes`` (each new byte leaves once as new
     data; the kernel's ``tcpi_bytes_sent - tcpi_bytes_retrans``) plus the retransmitted bytes
@@ -106,6 +108,8 @@ def tcp_info_delta(before: Mapping[str, int], after: Mapping[str, int],
         dsack_dups=after["dsack_dups"] - before["dsack_dups"],
         min_rtt_s=after["min_rtt"] / 1e6 if 0 < after["min_rtt"] < NO_RTT_SAMPLE else None,
         reord_seen=after["reord_seen"] - before["reord_seen"],
+        delivered_ce=after["delivered_ce"] - before["delivered_ce"],
+        ecn=bool(after["options"] & TCPI_OPT_ECN),
     )
 
 

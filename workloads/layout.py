@@ -8,9 +8,13 @@ builds its groups the same way (aliyun/aicb utils/utils.py,
     rank = tp_rank + dp_rank * tp + pp_rank * tp * dp
 
 so tensor-parallel groups are consecutive ranks, data-parallel groups stride by ``tp`` and
-pipeline groups stride by ``tp * dp``. Expert-parallel groups lie inside the DP dimension
-(``ep`` adjacent to ``dp`` in the order): consecutive DP ranks ``ep`` at a time. Context
-parallelism is not modelled (cp = 1).
+pipeline groups stride by ``tp * dp``. Expert layers regroup the ``tp x dp`` ranks of a
+stage as ``etp x ep x edp`` in the order ``tp-ep-dp`` (Megatron's expert rank generator,
+``expert_tensor_parallel_size`` = etp, "MoE parallel folding"): the rank at index ``L`` of its
+stage is expert-TP rank ``L mod etp``, expert-parallel rank ``(L // etp) mod ep`` and
+expert-data-parallel rank ``L // (etp ep)``. With ``etp = tp`` (the default) the expert-TP
+groups are the TP groups and the expert-parallel groups lie inside the DP dimension:
+consecutive DP ranks ``ep`` at a time. Context parallelism is not modelled (cp = 1).
 """
 
 from __future__ import annotations
@@ -28,23 +32,44 @@ class LayoutError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """A ``tp x dp x pp`` grid of ranks with ``ep`` expert-parallel groups inside DP.
+    """A ``tp x dp x pp`` grid of ranks whose expert layers regroup each stage as
+    ``etp x ep x edp`` (module docstring; ``etp`` None: ``tp``).
 
-    Raises :class:`LayoutError` if a size is below 1 or ``ep`` does not divide ``dp``.
+    Raises :class:`LayoutError` if a size is below 1 or ``etp x ep`` does not divide
+    ``tp x dp`` (with ``etp = tp``: ``ep`` does not divide ``dp``).
     """
 
     tp: int = 1
     dp: int = 1
     pp: int = 1
     ep: int = 1
+    etp: int | None = None
 
     def __post_init__(self) -> None:
-        for key in ("tp", "dp", "pp", "ep"):
-            if getattr(self, key) < 1:
+        for key in ("tp", "dp", "pp", "ep", "etp"):
+            if (getattr(self, key) or 1) < 1:
                 raise LayoutError(f"{key} must be at least 1, got {getattr(self, key)}")
-        if self.dp % self.ep:
+        if self.expert_tp == self.tp and self.dp % self.ep:
             raise LayoutError(f"ep={self.ep} must divide dp={self.dp} (expert-parallel groups "
                               "lie inside the data-parallel dimension)")
+        if (self.tp * self.dp) % (self.expert_tp * self.ep):
+            raise LayoutError(f"etp*ep = {self.expert_tp}*{self.ep} must divide tp*dp = "
+                              f"{self.tp}*{self.dp} (the ranks of a stage)")
+
+    @property
+    def expert_tp(self) -> int:
+        """The experts' tensor-parallel size (``etp``, else ``tp``)."""
+        return self.etp or self.tp
+
+    @property
+    def edp(self) -> int:
+        """The expert-data-parallel size, ``tp dp / (etp ep)``."""
+        return self.tp * self.dp // (self.expert_tp * self.ep)
+
+    def expert_rank(self, etp_rank: int, ep_rank: int, edp_rank: int, pp_rank: int) -> int:
+        """The global rank at expert-layout position (etp, ep, edp) of stage ``pp_rank``."""
+        e = self.expert_tp
+        return pp_rank * self.tp * self.dp + etp_rank + ep_rank * e + edp_rank * e * self.ep
 
     @property
     def world_size(self) -> int:
@@ -73,7 +98,8 @@ class Layout:
         return tuple(range(base, base + self.tp * self.dp))
 
     def groups(self, kind: str) -> dict[str, Group]:
-        """Every group of ``kind`` (tp, dp, pp, ep, ep_tp, ep_dp, embedding, world) by name.
+        """Every group of ``kind`` (tp, dp, pp, ep, etp, ep_tp, ep_dp, embedding, world) by
+        name.
 
         Names are ``kind`` + index (``tp0``, ``dp5``...). Raises :class:`LayoutError` for an
         unknown kind.
@@ -89,19 +115,23 @@ class Layout:
             return [self.dp_group(t, p) for p in range(pp) for t in range(tp)]
         if kind == "pp":
             return [self.pp_group(t, d) for d in range(dp) for t in range(tp)]
+        x, edp, r = self.expert_tp, self.edp, self.expert_rank
         if kind == "ep":
-            return [tuple(self.rank(t, b * ep + e, p) for e in range(ep))
-                    for p in range(pp) for b in range(dp // ep) for t in range(tp)]
-        if kind == "ep_tp":  # the TP x EP block of an expert layer
-            return [tuple(self.rank(t, b * ep + e, p) for e in range(ep) for t in range(tp))
-                    for p in range(pp) for b in range(dp // ep)]
+            return [tuple(r(t, e, b, p) for e in range(ep))
+                    for p in range(pp) for b in range(edp) for t in range(x)]
+        if kind == "etp":  # the experts' TP groups (the TP groups when etp = tp)
+            return [tuple(r(t, e, b, p) for t in range(x))
+                    for p in range(pp) for b in range(edp) for e in range(ep)]
+        if kind == "ep_tp":  # the ETP x EP block of an expert layer
+            return [tuple(r(t, e, b, p) for e in range(ep) for t in range(x))
+                    for p in range(pp) for b in range(edp)]
         if kind == "ep_dp":
-            return [tuple(self.rank(t, b * ep + e, p) for b in range(dp // ep))
-                    for p in range(pp) for e in range(ep) for t in range(tp)]
+            return [tuple(r(t, e, b, p) for b in range(edp))
+                    for p in range(pp) for e in range(ep) for t in range(x)]
         if kind == "embedding":
             return [tuple(sorted({self.rank(t, d, 0), self.rank(t, d, pp - 1)}))
                     for d in range(dp) for t in range(tp)]
         if kind == "world":
             return [tuple(range(self.world_size))]
-        raise LayoutError(f"unknown group kind {kind!r}; known: tp, dp, pp, ep, ep_tp, "
+        raise LayoutError(f"unknown group kind {kind!r}; known: tp, dp, pp, ep, etp, ep_tp, "
                           "ep_dp, embedding, world")

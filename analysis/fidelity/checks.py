@@ -94,7 +94,9 @@ class LineCounts:
     netlink socket full: loss nobody configured), and its added delay (release - arrival:
     what packets got, FIFO order's wait included) p50/p99 in seconds over its lifetime (None:
     no packet); ``drawn_max_s``: the largest delay it drew (delay + jitter, before that wait;
-    None from a helper that does not report it)."""
+    None from a helper that does not report it); ``dropped_after``: packets it released that
+    the receiver's backlog refused (a line in the wire namespace, where the receiving veth
+    counts them on the wire's side: the port's ``tx_dropped``)."""
 
     in_packets: int
     dropped_model: int
@@ -102,6 +104,9 @@ class LineCounts:
     delay_p50_s: float | None
     delay_p99_s: float | None
     drawn_max_s: float | None = None
+    # released by the line, then refused by the receiver's backlog (the wire namespace's port
+    # towards it: its tx_dropped); already among in_packets
+    dropped_after: int = 0
 
 
 def _rows(df: pd.DataFrame | None, node: str, ifname: str, **match: str) -> pd.DataFrame:
@@ -244,7 +249,8 @@ def loss_check(qdisc: pd.DataFrame | None, links: pd.DataFrame | None,
     the sending veth's tx_dropped (a full per-CPU backlog: loss nobody configured). Packets
     offered: netem's packets + drops where there is a delay line, else the veth's tx_packets
     + tx_dropped. A native line (``ref.line``) counts instead of netem: its loss-model and
-    kernel drops, its packets in plus the kernel's drops. ``ok``: no drop at all for a
+    kernel drops and what the receiver's backlog refused after it (``dropped_after``), its
+    packets in plus the kernel's drops. ``ok``: no drop at all for a
     configured 0%, else the configured mean inside
     the 99.9% Wilson interval of the measured fraction (trials thinned by the mean burst
     length for Gilbert-Elliott loss). ``not_exercised`` when no packet was offered, or when
@@ -257,7 +263,7 @@ def loss_check(qdisc: pd.DataFrame | None, links: pd.DataFrame | None,
     drops, offered = _delta(veth, "tx_dropped"), _delta(veth, "tx_packets")
     offered += drops
     if ref.line is not None:  # the native line counts what it received and dropped
-        line_drops = ref.line.dropped_model + ref.line.dropped_kernel
+        line_drops = ref.line.dropped_model + ref.line.dropped_kernel + ref.line.dropped_after
         drops += line_drops
         offered = ref.line.in_packets + ref.line.dropped_kernel + _delta(veth, "tx_dropped")
     elif ref.netem_dev is not None:

@@ -36,7 +36,11 @@ Definitions:
   straggler factor (the records' ``slowdown``, mean over its ops) than the median rank's
   (None without factors). An unplanned straggler computed longer than it was given: its
   timed sleeps woke late on a loaded host. It stays named in ``per_iteration`` but never
-  makes a collective compute-bound;
+  makes a collective compute-bound. The same rule over each rank's compute just before a
+  collective (its compute ops since its previous communication op, by timeline
+  ``op_index``) names the compute straggler a collective's verdict weighs: a rank late at
+  a collective for its compute is not blamed at the next one, which it reached late for
+  another reason;
 * per-pair bandwidth (nccl-tests' sendrecv view): bytes a rank sent to another over the union
   of those transfers' intervals, in bytes/s (nccl-tests prints GB/s = 1e9 bytes/s).
 """
@@ -53,6 +57,7 @@ from analysis.dci import union_length
 from analysis.metrics.bound import KernelView, collective_bound
 from analysis.metrics.collectives import iteration_times
 from analysis.metrics.stragglers import collective_straggle
+from analysis.metrics.what_if import what_if_metrics
 from models.paths import PathError, PathWalker, dci_links
 from models.plan import LabPlan
 
@@ -170,7 +175,8 @@ def _transfer(f: dict[str, Any]) -> dict[str, Any]:
 
 def _collective_row(cid: str, w: int, flows: list[dict[str, Any]], links: _Links,
                     view: KernelView, record: dict[str, Any] | None,
-                    compute: dict[tuple[int, int], int | None]) -> dict[str, Any]:
+                    compute: dict[tuple[int, int], int | None],
+                    before: _ComputeBefore) -> dict[str, Any]:
     path = critical_path(flows)
     crit = max(path, key=lambda f: f["t_end"] - f["t_start"])
     straggle = None
@@ -182,8 +188,9 @@ def _collective_row(cid: str, w: int, flows: list[dict[str, Any]], links: _Links
         straggle["after_last_arrival_s"] = t_med - straggle["lag_s"]
         straggle["slowest_rank"] = None if i is None else int(list(record["ranks"])[i])
     it = int(crit["iteration"])
+    known, slow = before.rank(w, record) if record is not None else (False, None)
     verdict = collective_bound(path, view, links.peers, links.rtt_configured, straggle,
-                               compute.get((w, it)))
+                               slow if known else compute.get((w, it)))
     return {"collective_id": cid, "workload_index": w, "iteration": it,
             "op": record.get("op") if record else None,
             "group_kind": record.get("group_kind") if record else None,
@@ -194,8 +201,91 @@ def _collective_row(cid: str, w: int, flows: list[dict[str, Any]], links: _Links
             "critical_path": [_transfer(f) for f in path],
             "critical_transfer": _transfer(crit), "bound": verdict["bound"],
             "critical_link": verdict["critical_link"],
+            "secondary_bound": verdict["secondary_bound"],
+            "secondary_critical_link": verdict["secondary_critical_link"],
             "network_straggler_rank": int(crit["src_rank"]),
             "evidence": verdict["evidence"], "hops": verdict["hops"]}
+
+
+def model_inputs(f: dict[str, Any], links: _Links) -> dict[str, Any]:
+    """What analysis.metrics.what_if's transfer model needs of one transfer: ``src_rank``,
+    ``dst_rank``, ``step`` (the algorithm's step label, or None), ``t_start``, ``t_end``
+    (s, host clock), ``size_bytes``, ``fct_s``, ``rtt_s`` (TCP_INFO ``min_rtt_s``, else
+    ``rtt_s``, else None), ``rtt_s_configured`` (s, the path there and back) and
+    ``hops`` ([link, sending node, configured rate_bps or None, direction] of every link
+    direction on its path)."""
+    rtt = f.get("tcp_min_rtt_s")
+    if rtt is None or rtt != rtt or not rtt:
+        rtt = f.get("tcp_rtt_s")
+    rtt = None if rtt is None or rtt != rtt or not rtt else float(rtt)
+    return {"src_rank": int(f["src_rank"]), "dst_rank": int(f["dst_rank"]),
+            "step": f.get("step"), "t_start": f["t_start"], "t_end": f["t_end"],
+            "size_bytes": int(f["size_bytes"]), "fct_s": f["t_end"] - f["t_start"],
+            "rtt_s": rtt, "rtt_s_configured": links.rtt_configured(f),
+            "hops": [[h[0], h[1], h[3], f"{h[1]} -> {links.peers.get((h[0], h[1]), '?')}"]
+                     for h in links.hops(f)]}
+
+
+def _straggler_of(per: dict[int, float], factor: dict[int, float] | None) -> int | None:
+    """The rank of ``per`` (rank -> compute s) that computed more than the median rank by
+    COMPUTE_TOLERANCE and COMPUTE_MIN_S, unless ``factor`` (rank -> mean straggler factor,
+    None without) says it ran at no higher a factor than the median rank: None if none."""
+    if not per:
+        return None
+    med = float(statistics.median(per.values()))
+    slow = max(per, key=per.__getitem__)
+    top = per[slow]
+    if med <= 0 or top <= med * (1 + COMPUTE_TOLERANCE) or top - med <= COMPUTE_MIN_S:
+        return None
+    if factor is not None and not factor[slow] > statistics.median(factor.values()):
+        return None
+    return slow
+
+
+class _ComputeBefore:
+    """Per collective record, the rank that computed longest just before it (its compute
+    ops since its previous communication op of the iteration, timeline.jsonl ``op_index``
+    order), named by :func:`_straggler_of`: a rank that arrived late at one collective for
+    its compute is not blamed at the next, which it reached late for another reason."""
+
+    def __init__(self, timeline: pd.DataFrame) -> None:
+        self.rows: dict[tuple[int, int, int], list[tuple[int, str, float, float]]] = {}
+        need = ("kind", "op_index", "rank", "iteration", "t_start", "t_end")
+        self.known = not timeline.empty and all(c in timeline for c in need)
+        if not self.known:
+            return
+        t = timeline.assign(workload_index=timeline.get("workload_index", 0))
+        slow = t["slowdown"] if "slowdown" in t else pd.Series(float("nan"), t.index)
+        for (w, it, r, k, kind, a, b, f) in zip(
+                t["workload_index"].fillna(0).astype(int), t["iteration"].astype(int),
+                t["rank"].astype(int), t["op_index"].astype(int), t["kind"], t["t_start"],
+                t["t_end"], slow, strict=True):
+            self.rows.setdefault((w, it, r), []).append((k, str(kind), b - a, f))
+        for v in self.rows.values():
+            v.sort()
+
+    def rank(self, w: int, record: dict[str, Any]) -> tuple[bool, int | None]:
+        """(whether the timeline tells, the compute straggler before ``record``)."""
+        k = record.get("op_index")
+        if not self.known or k is None or k != k:
+            return False, None
+        per: dict[int, float] = {}
+        factors: dict[int, list[float]] = {}
+        for r in record["ranks"]:
+            before = [x for x in self.rows.get((w, int(record["iteration"]), int(r)), [])
+                      if x[0] < int(k)]
+            d, fs = 0.0, []
+            for _, kind, dur, f in reversed(before):
+                if kind != "compute":
+                    break
+                d += dur
+                fs.append(f)
+            per[int(r)] = d
+            factors[int(r)] = fs
+        factor = None
+        if all(fs and all(f == f for f in fs) for fs in factors.values()):
+            factor = {r: statistics.fmean(fs) for r, fs in factors.items()}
+        return True, _straggler_of(per, factor)
 
 
 def _compute_stragglers(timeline: pd.DataFrame) -> list[dict[str, Any]]:
@@ -261,7 +351,10 @@ def attribution_metrics(flows: pd.DataFrame, timeline: pd.DataFrame,
     configured rate, backlog, standing queue, drops), network straggler, ``evidence`` and
     ``hops``), ``per_iteration`` (the longest collective's bound, critical link and network
     straggler, and the compute straggler), ``per_workload`` (:func:`workload_verdicts`),
-    ``pairs`` (per-pair bandwidth). ``collectives`` (collectives.jsonl), ``counters``
+    ``what_if`` (the iteration time and CCTs were the critical link twice as fast, the
+    compute straggler at the median or the RTT halved: analysis.metrics.what_if, from
+    :func:`model_inputs` of every transfer), ``pairs`` (per-pair
+    bandwidth). ``collectives`` (collectives.jsonl), ``counters``
     (counters/{links,qdisc,tcp}.parquet) and ``fidelity`` (fidelity.json) feed the verdict;
     without them it rests on the records alone. Empty lists when the run has no such
     records."""
@@ -283,12 +376,19 @@ def attribution_metrics(flows: pd.DataFrame, timeline: pd.DataFrame,
         cid = f.get("collective_id")
         if isinstance(cid, str):
             coll[(int(f.get("workload_index", 0) or 0), cid)].append(f)
-    per_coll = [_collective_row(cid, w, fs, links, view, records.get((w, cid)), compute)
+    before = _ComputeBefore(timeline)
+    per_coll = [_collective_row(cid, w, fs, links, view, records.get((w, cid)), compute,
+                                before)
                 for (w, cid), fs in sorted(coll.items())]
+    inputs = {(w, cid): [model_inputs(f, links) for f in fs]
+              for (w, cid), fs in coll.items()}
+    iters = iteration_times(timeline, collectives if collectives is not None
+                            else pd.DataFrame())
+    per_workload = workload_verdicts(per_coll, iters)
     return {"links": link_table, "per_collective": per_coll,
             "per_iteration": _per_iteration(per_coll, compute_rows),
-            "per_workload": workload_verdicts(per_coll, iteration_times(
-                timeline, collectives if collectives is not None else pd.DataFrame())),
+            "per_workload": per_workload,
+            "what_if": what_if_metrics(per_coll, inputs, iters, compute_rows, per_workload),
             "pairs": pair_bandwidth(rows)}
 
 
@@ -308,7 +408,8 @@ def workload_verdicts(per_coll: list[dict[str, Any]], iters: pd.DataFrame
     the largest ``share`` of the total iteration time: union of its instances' intervals
     over it), ``example`` (the collective_id of the longest instance of that bound) and its
     ``evidence``, ``critical_link`` (where bound is link: the example's), ``busy_share_max``
-    (the highest busy share of any hop over every instance's critical path)."""
+    (the highest busy share of any hop over every instance's critical path), and its
+    second cause (:func:`_workload_secondary`)."""
     out = []
     by_w: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for c in per_coll:
@@ -324,6 +425,7 @@ def workload_verdicts(per_coll: list[dict[str, Any]], iters: pd.DataFrame
             groups[_group_name(c)].append((c["t_start"], c["t_end"]))
         times = {b: union_length(v) for b, v in spans.items()}
         bound = max(times, key=times.__getitem__)
+        second = _workload_secondary(cs, bound)
         name = max(groups, key=lambda g: union_length(groups[g]))
         mine = [c for c in cs if c["bound"] == bound]
         ex = max(mine, key=lambda c: c["t_end"] - c["t_start"])
@@ -337,8 +439,30 @@ def workload_verdicts(per_coll: list[dict[str, Any]], iters: pd.DataFrame
                                  "instances": len(groups[name])},
                     "example": ex["collective_id"], "evidence": ex["evidence"],
                     "critical_link": ex["critical_link"],
-                    "busy_share_max": max(busy) if busy else None})
+                    "busy_share_max": max(busy) if busy else None, **second})
     return out
+
+
+def _workload_secondary(cs: list[dict[str, Any]], bound: str) -> dict[str, Any]:
+    """A workload's second cause: of the bounds and secondary bounds of its collectives
+    other than ``bound`` (and host_cpu), the one whose collectives' intervals cover the
+    most time (union), with the evidence and critical link of its longest collective:
+    ``secondary_bound``, ``secondary_time_s``, ``secondary_example``,
+    ``secondary_evidence``, ``secondary_critical_link`` (None where there is none)."""
+    spans: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in cs:
+        for b in {c["bound"], c.get("secondary_bound")} - {bound, None, "host_cpu"}:
+            spans[b].append(c)
+    if not spans:
+        return {"secondary_bound": None, "secondary_time_s": None, "secondary_example": None,
+                "secondary_evidence": None, "secondary_critical_link": None}
+    times = {b: union_length([(c["t_start"], c["t_end"]) for c in v]) for b, v in spans.items()}
+    b = max(times, key=times.__getitem__)
+    ex = max(spans[b], key=lambda c: c["t_end"] - c["t_start"])
+    link = ex["critical_link"] if ex["bound"] == "link" else ex.get("secondary_critical_link")
+    return {"secondary_bound": b, "secondary_time_s": times[b],
+            "secondary_example": ex["collective_id"], "secondary_evidence": ex["evidence"],
+            "secondary_critical_link": link if b == "link" else None}
 
 
 def _per_iteration(per_coll: list[dict[str, Any]], compute: list[dict[str, Any]]

@@ -38,10 +38,12 @@ transfers that cross it stays under ``BUSY_QUEUE`` is blamed for nothing (its tr
 count as latency). Then ``bound`` is
 
 * ``compute`` when the rank that arrived last (analysis.metrics.stragglers: named only
-  beyond the start skew) is its iteration's compute straggler (more compute than the median
-  rank's, attribution.COMPUTE_TOLERANCE and COMPUTE_MIN_S, at a higher straggler factor
-  than the median rank's: a rank that overran the compute it was given waited on its
-  host, see analysis.metrics.attribution) and its arrival lag exceeds the
+  beyond the start skew) is the compute straggler of the compute just before the
+  collective (each rank's compute ops since its previous communication op: more compute
+  than the median rank's, attribution.COMPUTE_TOLERANCE and COMPUTE_MIN_S, at a higher
+  straggler factor than the median rank's: a rank that overran the compute it was given
+  waited on its host, see analysis.metrics.attribution; the iteration's compute straggler
+  where the records lack op indices) and its arrival lag exceeds the
   time the collective took after it arrived (the median rank's time in it, max rank end -
   median rank start, minus the lag: inflation above 2 in analysis.metrics.stragglers'
   terms): the others waited for its compute longer than for the network. (The
@@ -59,6 +61,16 @@ count as latency). Then ``bound`` is
   configured RTT explain less than ``LATENCY_EXPLAINS`` of the latency-class time: a 100 KB
   transfer on a path of microseconds that took 100 ms was not held by round trips;
 * else the network verdict.
+
+A second cause (``secondary_bound``, None without one): a slow rank and a slow port in one
+collective hold it one after the other, the others waiting first for the rank's compute
+(its arrival lag) and then for the port. Of compute (that lag, where the late rank is the
+compute straggler as above), link (the critical-path transfer time through a saturated
+direction, where a critical link was named before any override) and loss (through
+retransmissions), the one other than ``bound`` that held the most time is named when it
+held at least ``SECONDARY_SHARE`` of the collective (its arrival lag plus the time after
+the last arrival, else the critical path's transfer time), with ``secondary_critical_link``
+where it is link; ``evidence.secondary_s`` is its time. ``host_cpu`` is never secondary.
 
 The evidence of a ``latency`` verdict: the path RTT (TCP_INFO ``min_rtt_s``, median over the
 critical-path transfers; and the configured one, the one-way delays of the forward path
@@ -85,12 +97,13 @@ import pandas as pd
 from analysis.dci import union_length
 from analysis.metrics.counters import root_qdiscs
 
-__all__ = ["BOUNDS", "BUSY_LINK", "BUSY_QUEUE", "SHAPER_BUCKET_S", "STANDING_SHARE",
-           "STANDING_MIN_SAMPLES", "KernelView", "collective_bound"]
+__all__ = ["BOUNDS", "BUSY_LINK", "BUSY_QUEUE", "SECONDARY_SHARE", "SHAPER_BUCKET_S",
+           "STANDING_SHARE", "STANDING_MIN_SAMPLES", "KernelView", "collective_bound"]
 
 BOUNDS = ("link", "latency", "compute", "loss", "host_cpu")
 INITIAL_WINDOW_BYTES = 10 * 1448  # RFC 6928's initial window of 10 segments, 1448-byte MSS
 LATENCY_EXPLAINS = 0.5  # latency-bound needs its round trips to explain half the time
+SECONDARY_SHARE = 0.2  # a second cause is named where it held a fifth of the collective
 
 
 def slow_start_rounds(size_bytes: float) -> int:
@@ -157,6 +170,8 @@ class KernelView:
                     g["t_s"].to_numpy(float), g["snd_cwnd"].to_numpy(float))
         fid = fidelity if isinstance(fidelity, dict) else {}
         self.untrustworthy = fid.get("trustworthy") is False
+        self.cpu_busy_pct_p95 = (fid.get("cpu") or {}).get("busy_pct_p95") \
+            if isinstance(fid.get("cpu"), dict) else None
         self.rate_check = {(e.get("node"), e.get("ifname")): (e.get("checks") or {}).get("rate")
                            for e in fid.get("links") or [] if isinstance(e, dict)}
         self.hops = hops
@@ -284,15 +299,16 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
                      ) -> dict[str, Any]:
     """The verdict of one collective instance (module docstring): ``bound`` (one of
     :data:`BOUNDS`), ``critical_link`` (the saturated direction that held the critical path
-    longest, with its busy share and queue; only when ``bound`` is link), ``hops`` (every
+    longest, with its busy share and queue; only when ``bound`` is link),
+    ``secondary_bound`` and ``secondary_critical_link`` (a second cause, or None), ``hops`` (every
     link direction on the critical-path transfers' paths: configured rate, busy share,
     queue, fidelity rate check), and ``evidence``: time split (transfer time per class,
     arrival lag), and the RTT, round trips, window growth and retransmissions.
     ``path``: the critical-path transfers (flow dicts with tcp_* columns), first first;
     ``rtt_configured``: transfer -> configured path RTT (s) or None; ``straggle``:
     analysis.metrics.stragglers.collective_straggle of the instance plus ``ranks`` (None
-    without a collective record); ``compute_straggler``: the iteration's compute straggler
-    rank or None."""
+    without a collective record); ``compute_straggler``: the compute straggler rank of the
+    compute before the collective (else of its iteration) or None."""
     per_hop: dict[HopKey, list[dict[str, Any]]] = defaultdict(list)
     class_s = {"link": 0.0, "loss": 0.0, "latency": 0.0}
     saturated_s: dict[HopKey, float] = defaultdict(float)
@@ -352,9 +368,14 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
         # emulation (fidelity.json), not the path, held the transfers
         bound = "host_cpu"
     after = (straggle or {}).get("after_last_arrival_s")
-    if late is not None and late == compute_straggler and lag is not None \
-            and after is not None and lag > after:
+    waited = late is not None and late == compute_straggler and lag is not None \
+        and after is not None
+    if waited and lag > after:
         bound = "compute"
+    secondary, secondary_s = _secondary(bound, {
+        "compute": lag if waited else 0.0,
+        "link": class_s["link"] if critical is not None and starved is None else 0.0,
+        "loss": class_s["loss"]}, (lag or 0.0) + after if waited else transfer_s)
     crit = max(path, key=lambda f: f["t_end"] - f["t_start"])
     cwnd0, cwnd0_source = view.cwnd_at_start(crit)
     rtts = [x for x in (_num(f.get("tcp_min_rtt_s")) or _num(f.get("tcp_rtt_s"))
@@ -384,8 +405,24 @@ def collective_bound(path: list[dict[str, Any]], view: KernelView,
         "unshaped_path": unshaped,
         # round trips slow start needs at the configured RTT, summed over the critical path
         "round_trips_explain_s": explained}
+    evidence.update(secondary_s=secondary_s, cpu_busy_pct_p95=view.cpu_busy_pct_p95)
     return {"bound": bound, "critical_link": critical if bound == "link" else None,
+            "secondary_bound": secondary,
+            "secondary_critical_link": critical if secondary == "link" else None,
             "hops": hops, "evidence": evidence}
+
+
+def _secondary(bound: str, held_s: dict[str, float], total_s: float
+               ) -> tuple[str | None, float | None]:
+    """The second cause of a collective (module docstring): of compute (the late rank's
+    arrival lag), link (critical-path transfer time through a saturated direction) and
+    loss (through retransmissions), the one other than ``bound`` that held the most time,
+    if that is at least ``SECONDARY_SHARE`` of ``total_s``; else (None, None)."""
+    others = {k: v for k, v in held_s.items() if k != bound and v and v > 0}
+    if not others or total_s <= 0:
+        return None, None
+    k = max(others, key=others.__getitem__)
+    return (k, others[k]) if others[k] >= SECONDARY_SHARE * total_s else (None, None)
 
 
 def _int_or_none(v: Any) -> int | None:

@@ -94,15 +94,24 @@ def cct_metrics(collectives: pd.DataFrame, timeline: pd.DataFrame,
     CCT mean, busbw mean), ``per_collective`` (id, workload, iteration, op, size, cct_s,
     busbw_Bps; for the report's CCT-per-iteration plot), ``iterations`` (per workload and
     iteration: iteration_time_s, compute_s, comm_exposed_s, compute_share; module docstring)
-    and the distributions ``iteration_time_s``, ``comm_exposed_s`` and ``compute_share``.
-    ``iters``: :func:`iteration_times` of the same inputs when the caller has it already."""
+    and the distributions ``iteration_time_s`` (every iteration of every workload),
+    ``comm_exposed_s`` and ``compute_share``; ``iteration_time_s_by_workload`` (workload index
+    -> distribution: iterations of different workloads are different things, a training step
+    and an incast repeat) and ``main_workload_index``, the workload with the most iteration
+    time in all (the job a summary's ``iteration_time_s_mean`` is about; None without
+    iterations). ``iters``: :func:`iteration_times` of the same inputs when the caller has it
+    already."""
     iters = iteration_times(timeline, collectives) if iters is None else iters
+    by_workload = {int(w): g["iteration_time_s"] for w, g in iters.groupby("workload_index")}
+    main = max(by_workload, key=lambda w: float(by_workload[w].sum())) if by_workload else None
     out: dict[str, Any] = {
         "collectives": int(len(collectives)),
         "iterations": iters[["workload_index", "iteration", "iteration_time_s", "idle_s",
                              "compute_s", "comm_exposed_s", "compute_share"]
                             ].to_dict("records"),
         "iteration_time_s": distribution(iters["iteration_time_s"]),
+        "iteration_time_s_by_workload": {str(w): distribution(x) for w, x in by_workload.items()},
+        "main_workload_index": main,
         "comm_exposed_s": distribution(iters["comm_exposed_s"].dropna()),
         "compute_share": distribution(iters["compute_share"].dropna())}
     if collectives.empty:

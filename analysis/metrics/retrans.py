@@ -189,19 +189,24 @@ def flow_retrans(flow_table: pd.DataFrame, retrans: dict[str, Any]) -> pd.DataFr
 
 def retrans_metrics(flows: pd.DataFrame, captures: list[Path],
                     queue_drops: float | None = None) -> dict[str, Any]:
-    """The ``retransmissions`` section: ``records`` (total_retrans, dsack_dups, reord_seen:
-    sums over the TCP transfers; flows with
-    any; None without TCP records), ``captures`` (:func:`capture_retrans`, None without
-    capture files), ``summary_source`` and ``reconciliation`` (:func:`reconcile`, None
-    without captures; ``queue_drops`` as there)."""
+    """The ``retransmissions`` section: ``records`` (total_retrans, dsack_dups, reord_seen,
+    delivered_ce: sums over the TCP transfers, the last the packets their senders saw echoed
+    as CE-marked (ECN: the bottleneck's marks instead of drops); flows with any
+    retransmission, flows that negotiated ECN; None without TCP records), ``captures``
+    (:func:`capture_retrans`, None without capture files), ``summary_source`` and
+    ``reconciliation`` (:func:`reconcile`, None without captures; ``queue_drops`` as
+    there)."""
     rec = None
     if not flows.empty and "tcp_total_retrans" in flows:
         tr = flows["tcp_total_retrans"].dropna()
         dsack = flows["tcp_dsack_dups"].dropna() if "tcp_dsack_dups" in flows else tr * 0
         reord = flows["tcp_reord_seen"].dropna() if "tcp_reord_seen" in flows else tr * 0
+        ce = flows["tcp_delivered_ce"].dropna() if "tcp_delivered_ce" in flows else tr * 0
+        ecn = flows["tcp_ecn"].dropna() if "tcp_ecn" in flows else tr[tr < 0]
         rec = {"total_retrans": int(tr.sum()), "dsack_dups": int(dsack.sum()),
-               "reord_seen": int(reord.sum()),
-               "flows_with_retrans": int((tr > 0).sum()), "tcp_flows": int(len(tr))}
+               "reord_seen": int(reord.sum()), "delivered_ce": int(ce.sum()),
+               "flows_with_retrans": int((tr > 0).sum()), "tcp_flows": int(len(tr)),
+               "ecn_flows": int(ecn.astype(bool).sum())}
     cap = capture_retrans(captures) if captures else None
     out = {"records": rec, "captures": cap,
            "summary_source": "tcp_info" if rec else ("capture" if cap else None),

@@ -4,12 +4,12 @@ One section per workload of the manifest, built from the run's records and metri
 training and collectives (first what bound them, in words with the numbers: link, latency,
 compute, loss or the host's CPU, analysis.metrics.bound; then iteration time, compute vs
 exposed communication, DCI share, the critical link and the stragglers by compute and by
-network), incast (goodput against the
-number of senders, the last finisher and its retransmissions), federated learning (round
-time and the client whose upload ended last), inference (TTFT p50 and p99), and per event of
-the ``events:`` timeline that hit the workload what it hit, whether and when goodput
-recovered and the worst iteration's inflation (analysis.metrics.events). Numbers are in
-human units (:mod:`analysis.report.units`).
+network), incast (goodput against the number of senders, the slowest flow (longest FCT),
+its sender and retransmissions), federated learning (round time and the client whose
+upload ended last), inference (TTFT p50 and p99), and per event of the ``events:``
+timeline that hit the workload what it hit, whether and when goodput recovered and the
+worst iteration's inflation (analysis.metrics.events). Numbers are in human units
+(:mod:`analysis.report.units`).
 """
 
 from __future__ import annotations
@@ -63,47 +63,71 @@ def _no_link_above(busy: Any) -> str:
 
 def verdict(v: dict[str, Any]) -> str:
     """One workload's verdict (metrics.json ``attribution.per_workload`` row) in words with
-    its numbers: iteration time, the group of collectives that took most of it, and what
-    bound them (analysis.metrics.bound), e.g. "iteration 272 ms, 96% in DP all-reduces
-    across the DCI, latency-bound: 20.1 ms RTT, ~12 round trips while the window grew from
-    10 to 419 segments; no link above 27% of its rate"."""
+    its numbers: iteration time, the group of collectives that took most of it, what bound
+    them (analysis.metrics.bound) and, where there is one, the second cause, e.g.
+    "iteration 272 ms, 96% in DP all-reduces across the DCI, latency-bound: 20.1 ms RTT,
+    ~12 round trips while the window grew from 10 to 419 segments; no link above 27% of its
+    rate"."""
     e, d, b = v["evidence"], v["dominant"], v["bound"]
     head = (f"Iteration {duration(v['iteration_time_s'])}, {share(d['share'])} in "
             f"{d['group']}, ")
+    second = v.get("secondary_bound")
+    busy = None if second == "link" else v.get("busy_share_max")
+    out = head + _clause(b, e, v.get("critical_link"), busy, first=True)
+    if second:
+        out += "; also " + _clause(second, v.get("secondary_evidence") or {},
+                                   v.get("secondary_critical_link"), None, first=False)
+    return out + "."
+
+
+def _clause(b: str, e: dict[str, Any], lk: dict[str, Any] | None, busy: Any,
+            first: bool) -> str:
+    """One cause in words (:func:`verdict`): ``b`` the bound, ``e`` the evidence of a
+    collective it held, ``lk`` its critical link (bound link), ``busy`` the highest busy
+    share to name (None: not named); ``first``: the main cause (the full comparison)."""
     if b == "latency":
         cfg = e.get("rtt_s_configured")
         trips = e.get("round_trips")
-        return (head + f"latency-bound: {duration(e.get('rtt_s'))} RTT"
+        return (f"latency-bound: {duration(e.get('rtt_s'))} RTT"
                 + (f" ({duration(cfg)} configured)" if cfg else "")
                 + (f", ~{trips:.0f} round trips" if trips is not None else "")
-                + _window(e) + _no_link_above(v.get("busy_share_max")) + ".")
+                + _window(e) + _no_link_above(busy))
     if b == "link":
-        lk = v["critical_link"] or {}
+        lk = lk or {}
         q = (f", queue up to {size(lk.get('backlog_bytes_max'))}"
              + (" standing" if lk.get("standing_queue") else "")
              if lk.get("backlog_bytes_max") else ", no queue sampled")
         drops = f", {lk['drops']} drop(s)" if lk.get("drops") else ""
-        return (head + f"link-bound: {lk.get('direction')} ({lk.get('link')}) busy "
+        return (f"link-bound: {lk.get('direction')} ({lk.get('link')}) busy "
                 f"{share(lk.get('busy_share'))} of its {bits(lk.get('configured_bps'))}"
-                + q + drops + ".")
+                + q + drops)
     if b == "compute":
-        return (head + f"compute-bound: rank {e.get('late_rank')} (the iteration's compute "
-                f"straggler) arrived {duration(e.get('arrival_lag_s'))} after the median "
-                f"rank, longer than the collective took after it arrived "
-                f"({duration(e.get('after_last_arrival_s'))})"
-                + _no_link_above(v.get("busy_share_max")) + ".")
+        text = (f"compute-bound: rank {e.get('late_rank')} (it computed longest before it) "
+                f"arrived {duration(e.get('arrival_lag_s'))} after the median rank")
+        if not first:
+            return text
+        return (text + f", longer than the collective took after it arrived "
+                f"({duration(e.get('after_last_arrival_s'))})" + _no_link_above(busy))
     if b == "loss":
-        return (head + f"loss-bound: {e.get('retransmissions')} retransmission(s) on "
+        return (f"loss-bound: {e.get('retransmissions')} retransmission(s) on "
                 f"{e.get('transfers_retransmitting')} critical transfer(s), which took "
                 f"{duration(e.get('loss_s'))} of the critical path's "
                 f"{duration(e.get('transfer_s'))}; {duration(e.get('rtt_s'))} RTT"
-                + _no_link_above(v.get("busy_share_max")) + ".")
+                + _no_link_above(busy))
     if e.get("unshaped_path"):
-        return (head + "host-CPU-bound: no link on the critical path has a configured rate "
-                "or delay, so the hosts moving the packets set the pace, not a link.")
-    return (head + f"host-CPU-bound: the emulation did not deliver the configured rate of "
-            f"{e.get('rate_off_direction')} (fidelity.json: untrustworthy), so no link is to "
-            "blame.")
+        return ("host-CPU-bound: no link on the critical path has a configured rate or "
+                "delay, so the hosts moving the packets set the pace, not a link")
+    if e.get("rate_off_direction"):
+        return (f"host-CPU-bound: the emulation did not deliver the configured rate of "
+                f"{e.get('rate_off_direction')} (fidelity.json: untrustworthy), so no link is "
+                "to blame")
+    cpu = e.get("cpu_busy_pct_p95")
+    return ("host-CPU-bound: the host's CPU was saturated"
+            + (f" (busy {cpu:.0f}% at p95)" if cpu is not None else "")
+            + f" and round trips at the configured RTT explain "
+            f"{duration(e.get('round_trips_explain_s'))} of the critical path's "
+            f"{duration(e.get('latency_s'))} (fidelity.json: untrustworthy), so no link is to "
+            "blame" + _no_link_above(busy))
 
 
 def failure_words(f: dict[str, Any]) -> str:
@@ -188,11 +212,13 @@ def _incast(w: int, m: dict[str, Any], flows: pd.DataFrame) -> list[str]:
             f"{n}: {bits(g)}" for n, g in by_n.items()) + ".")
     f = _of(flows, w)
     if not f.empty and "burst_id" in f and f["t_end"].notna().any():
-        last = f.loc[f["t_end"].idxmax()]
-        start = f[f["burst_id"] == last["burst_id"]]["t_start"].min()
-        rt = last.get("tcp_total_retrans")
-        out.append(f"Last finisher: {last['src_node']} (rank {int(last['src_rank'])}), "
-                   f"{duration(last['t_end'] - start)} after its burst began"
+        done = f[f["t_end"].notna()]
+        slow = done.loc[(done["t_end"] - done["t_start"]).idxmax()]
+        start = f[f["burst_id"] == slow["burst_id"]]["t_start"].min()
+        rt = slow.get("tcp_total_retrans")
+        out.append(f"Slowest flow: {slow['src_node']} (rank {int(slow['src_rank'])}), FCT "
+                   f"{duration(slow['t_end'] - slow['t_start'])}, done "
+                   f"{duration(slow['t_end'] - start)} after its burst began"
                    + (f", {int(rt)} retransmission(s) (TCP_INFO)." if pd.notna(rt) else "."))
     return out
 

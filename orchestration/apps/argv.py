@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from models.errors import SpecError, SpecIssue
 from models.paths import host_addresses, peer_addresses
 from models.plan import LabPlan
-from models.units import parse_duration_s
 from orchestration.apps.entries import AppEntry
 
 __all__ = ["PLACEHOLDERS", "AppRank", "AppPlan", "build_app", "fill"]
@@ -150,5 +149,5 @@ def build_app(e: AppEntry, index: int, plan: LabPlan, source: str) -> AppPlan:
                   for r, n in enumerate(e.nodes))
     if issues:
         raise SpecError(issues)
-    return AppPlan(e.name or "app", ranks, parse_duration_s(e.timeout),
+    return AppPlan(e.name or "app", ranks, float(e.timeout),
                    {n: plan.node(n).image for n in e.nodes})

@@ -108,13 +108,18 @@ def _pcts(prefix: str, xs: list[float], qs: Iterable[int]) -> dict[str, float | 
 
 
 def _iteration_times(timeline: list[dict[str, Any]]) -> list[float]:
-    """Per (workload, iteration): last rank op end - first rank op start (s)."""
+    """Per iteration of the main workload (the one with the most iteration time, as
+    analysis.metrics.collectives.cct_metrics picks it): last rank op end - first rank op
+    start (s)."""
     spans: dict[tuple[int, int], list[float]] = {}
     for r in timeline:
         key = (r.get("workload_index", 0), r["iteration"])
         lo, hi = spans.get(key, [math.inf, -math.inf])
         spans[key] = [min(lo, r["t_start"]), max(hi, r["t_end"])]
-    return [hi - lo for lo, hi in spans.values()]
+    per: dict[int, list[float]] = {}
+    for (w, _it), (lo, hi) in spans.items():
+        per.setdefault(w, []).append(hi - lo)
+    return max(per.values(), key=sum) if per else []
 
 
 def records_summary(run_dir: Path) -> dict[str, float | None]:

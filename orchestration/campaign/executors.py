@@ -58,13 +58,8 @@ from models.owned import make_owned_dir, owned_tempdir
 from orchestration.campaign.copyback import mark_results, pack, sees_results, unpack
 from orchestration.campaign.load import Campaign
 from orchestration.campaign.point import RunReport, RunTask
-from orchestration.campaign.runner import (
-    CampaignInterrupted,
-    CampaignResult,
-    Progress,
-    record,
-)
-from orchestration.campaign.state import CampaignState, wait_for_writer
+from orchestration.campaign.runner import CampaignInterrupted
+from orchestration.campaign.state import CampaignResult, CampaignState, Progress
 from orchestration.campaign.sweep import Run
 
 __all__ = ["AUTH_VARS", "EXECUTORS", "RayAuth", "RayExecutor", "WorkerReply", "connect",
@@ -391,10 +386,7 @@ class RayExecutor:
 
     def _task(self, c: Campaign, run: Run, state: CampaignState) -> RunTask:
         """A fresh run id for ``run``, marked running in the state file."""
-        run_id = f"rep{run.rep}-{secrets.token_hex(3)}"
-        point_dir = state.root / run.point.id
-        name = c.prepared[run.point.id].spec.name
-        state.start(run.key, point_dir / name / run_id, run.seed)
+        point_dir, run_id = state.begin(run, c.prepared[run.point.id].spec.name)
         return RunTask(str(Path(c.src.source).resolve()), run.key, run.point.id, run.seed,
                        run_id, str(point_dir.resolve()))
 
@@ -404,30 +396,20 @@ class RayExecutor:
         try:
             reply: WorkerReply = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:  # our code raised on the worker
-            record(state, result, run.key, False, str(exc.cause or exc)[-2000:], progress)
+            state.end(result, run.key, False, str(exc.cause or exc)[-2000:], progress)
             return
         except ray.exceptions.RayError as exc:  # the worker or its machine died
             if attempt < self.attempts:
-                _forget(state, run.key)
+                state.forget(run.key)
                 progress(f"run {run.key}: worker lost ({type(exc).__name__}); redoing it")
                 queue.appendleft((run, attempt + 1))
                 return
-            record(state, result, run.key, False, f"worker lost: {exc}", progress)
+            state.end(result, run.key, False, f"worker lost: {exc}", progress)
             return
         if reply.archive is not None:
             unpack(reply.archive, Path(task.point_dir), reply.report.run_dir)
         if reply.report.interrupted:
             raise CampaignInterrupted(f"run {run.key} was interrupted on its worker; run the "
                                       "same command again to resume (that run is redone)")
-        record(state, result, run.key, reply.report.ok, reply.report.error, progress)
+        state.end(result, run.key, reply.report.ok, reply.report.error, progress)
 
-
-def _forget(state: CampaignState, key: str) -> None:
-    """Delete what a lost run left of its run directory (marked when it was handed out) once
-    its point process, which gets SIGTERM with its worker and tears its lab down, has ended
-    (state.wait_for_writer); forget the run."""
-    path = state.run_dir(key) or state.root / key
-    wait_for_writer(path)
-    shutil.rmtree(path, ignore_errors=True)
-    state.data["runs"].pop(key, None)
-    state.save()

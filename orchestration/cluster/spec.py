@@ -33,7 +33,6 @@ from pydantic import ConfigDict, Field, StrictBool, ValidationError
 
 from models.errors import SpecError, SpecIssue
 from models.unit_fields import Duration, SpecModel
-from models.units import parse_duration_s
 
 __all__ = ["Machine", "ClusterSpec", "parse_cluster", "cluster_issues",
            "key_problems"]
@@ -78,12 +77,12 @@ class ClusterSpec(SpecModel):
     @property
     def probe_interval_s(self) -> float:
         """``probe_interval`` in seconds."""
-        return parse_duration_s(self.probe_interval)
+        return float(self.probe_interval)  # read with the spec: DurationS
 
     @property
     def probe_timeout_s(self) -> float:
         """``probe_timeout`` in seconds."""
-        return parse_duration_s(self.probe_timeout)
+        return float(self.probe_timeout)
 
 
 def parse_cluster(data: Any, source: str) -> ClusterSpec:

@@ -258,10 +258,12 @@ def line_counts(before: dict[str, dict[str, Any]], after: dict[str, dict[str, An
     hist = a.get("added_delay") or {}
     n = int(hist.get("n", 0))
     drawn = a.get("drawn_delay") or {}
+    after_line = max(0, int(after[key].get("after_line_dropped") or 0)
+                     - int((before.get(key) or {}).get("after_line_dropped") or 0))
     return LineCounts(diff("in_packets"), diff("dropped_loss", "dropped_ge"),
                       diff("kernel_queue_dropped", "kernel_user_dropped"),
                       hist["p50_us"] / 1e6 if n else None, hist["p99_us"] / 1e6 if n else None,
-                      drawn["max_us"] / 1e6 if int(drawn.get("n", 0)) else None)
+                      drawn["max_us"] / 1e6 if int(drawn.get("n", 0)) else None, after_line)
 
 
 def helper_cpu(after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

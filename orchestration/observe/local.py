@@ -22,7 +22,6 @@ from typing import Any
 from models.errors import LabError, SpecError, SpecIssue
 from models.plan import LabPlan
 from models.specfile import with_lines
-from models.units import parse_duration_s, parse_size_bytes
 from testbed.capture.points import CapturePoint, select_interfaces
 from testbed.capture.tcpdump import Capture, CaptureConfig
 from testbed.counters import CounterSampler, SamplerConfig
@@ -52,15 +51,15 @@ def observe_config(spec: Any, source: str, doc: Any, plan: LabPlan) -> ObserveCo
             raise with_lines(SpecError([SpecIssue(i.message, file=source, key_path=i.key_path)
                                         for i in exc.issues]), doc, source) from None
     cap = CaptureConfig(snaplen_bytes=c.snaplen,
-                        rotate_size_bytes=parse_size_bytes(c.rotate_size), files=c.files)
+                        rotate_size_bytes=int(c.rotate_size), files=c.files)
     live = spec.alto.live
     if live and not k.enabled:
         raise with_lines(SpecError(SpecIssue(
             "live cost maps are computed from the counters: enable counters (counters: "
             "{enabled: true}) or drop alto.live", file=source, key_path=("alto", "live"))),
             doc, source)
-    counters = SamplerConfig(interval_s=parse_duration_s(k.interval), tcp=k.tcp,
-                             live_every_s=parse_duration_s(spec.alto.refresh) if live
+    counters = SamplerConfig(interval_s=float(k.interval), tcp=k.tcp,
+                             live_every_s=float(spec.alto.refresh) if live
                              else None) if k.enabled else None
     return ObserveConfig(tuple(points), cap, counters)
 

@@ -63,8 +63,8 @@ from models.energy import EnergySelection, check_selection
 from models.errors import SpecError, SpecIssue
 from models.events import EVENT_KINDS
 from models.specfile import MAX_CONNS_PER_PEER, issues_from_validation, with_lines
-from models.unit_fields import Duration, Quantity, Seed, Size, SpecModel
-from models.units import parse_duration_s
+from models.unit_fields import Duration, Seed, Size, SpecModel
+from models.units import DurationS
 from orchestration.cluster.spec import ClusterSpec
 from orchestration.events.spec import EventEntry
 from orchestration.run.kinds import KIND_NAMES, WorkloadEntry
@@ -103,10 +103,9 @@ class TopologyRef(SpecModel):
 RTO_MIN_MAX_S = 120.0  # TCP_RTO_MAX, include/net/tcp.h: a larger minimum means nothing
 
 
-def _rto_min_ok(value: Quantity) -> Quantity:
-    seconds = parse_duration_s(value)
-    if not 0.001 <= seconds <= RTO_MIN_MAX_S:
-        raise ValueError(f"rto_min {value!r} must lie in 1ms..{RTO_MIN_MAX_S:g}s (the kernel "
+def _rto_min_ok(value: DurationS) -> DurationS:
+    if not 0.001 <= value <= RTO_MIN_MAX_S:
+        raise ValueError(f"rto_min '{value}' must lie in 1ms..{RTO_MIN_MAX_S:g}s (the kernel "
                          "keeps whole milliseconds, at most TCP_RTO_MAX)")
     return value
 
@@ -164,17 +163,15 @@ MAX_SNAPLEN = 262144  # libpcap's MAXIMUM_SNAPLEN
 MIN_INTERVAL_S = 0.001  # below this the sampler can only fall behind (bench/counter_sampler.py)
 
 
-def _interval_ok(value: Quantity) -> Quantity:
-    seconds = parse_duration_s(value)
-    if not MIN_INTERVAL_S <= seconds <= 60:
-        raise ValueError(f"interval {value!r} must lie in 1ms..60s")
+def _interval_ok(value: DurationS) -> DurationS:
+    if not MIN_INTERVAL_S <= value <= 60:
+        raise ValueError(f"interval '{value}' must lie in 1ms..60s")
     return value
 
 
-def _refresh_ok(value: Quantity) -> Quantity:
-    seconds = parse_duration_s(value)
-    if not 0.05 <= seconds <= 60:
-        raise ValueError(f"refresh {value!r} must lie in 50ms..60s")
+def _refresh_ok(value: DurationS) -> DurationS:
+    if not 0.05 <= value <= 60:
+        raise ValueError(f"refresh '{value}' must lie in 50ms..60s")
     return value
 
 

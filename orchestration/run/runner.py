@@ -41,7 +41,7 @@ from models.rundir import (
 )
 from models.schedule import Gather
 from models.specfile import Ref, line_of, resolve_ref, with_lines
-from models.units import UnitError, parse_duration_s, parse_size_bytes
+from models.units import plain
 from orchestration.alto.files import write_alto
 from orchestration.alto.live import live_alto
 from orchestration.alto.serve import server_node, serving_alto
@@ -218,31 +218,19 @@ def _with_topology_cluster(spec: ExperimentSpec, base: Path, source: str, doc: A
 def _options(spec: ExperimentSpec, source: str, doc: Any, plan: LabPlan) -> ReplayOptions:
     t = spec.transport
 
-    def unit(key: tuple[str, ...], parse: Callable[[str], Any], text: str | None) -> Any:
-        if text is None:
-            return None
-        try:
-            return parse(text)
-        except UnitError as exc:
-            raise spec_issue(source, doc, key, str(exc)) from None
-
     knobs = TcpKnobs(congestion_control=t.tcp_congestion_control, nodelay=t.nodelay,
-                     sndbuf_bytes=unit(("transport", "sndbuf"), parse_size_bytes, t.sndbuf),
-                     rcvbuf_bytes=unit(("transport", "rcvbuf"), parse_size_bytes, t.rcvbuf))
+                     sndbuf_bytes=plain(t.sndbuf), rcvbuf_bytes=plain(t.rcvbuf))
     sites = {h: site for site, hosts in sites_of_plan(plan).items() for h in hosts}
     # aitb run runs as root: the starters (traffic_gen.burst_starter) spin the last 200 us before a
     # burst's instant at SCHED_FIFO 10 and write every flow's first segment then
     # (bench/start_skew.py); inside the stock-kernel VM under software emulation (TCG) an
     # agent's Python start alone took over 20 s with a few agents sharing 2 emulated CPUs
-    agent_start = unit(("timeouts", "agent_start"), parse_duration_s, spec.timeouts.agent_start)
+    to = spec.timeouts  # DurationS values, read with the spec
     return ReplayOptions(
         knobs=knobs, sites=sites, conns_per_peer=t.conns_per_peer, spin_s=200e-6,
-        rt_priority=10, agent_start_timeout_s=max(agent_start, _agent_start_timeout_s()),
-        transfer_timeout_s=unit(("timeouts", "transfer"), parse_duration_s,
-                                spec.timeouts.transfer),
-        phase_timeout_s=unit(("timeouts", "phase"), parse_duration_s, spec.timeouts.phase),
-        start_margin_s=unit(("timeouts", "start_margin"), parse_duration_s,
-                            spec.timeouts.start_margin))
+        rt_priority=10, agent_start_timeout_s=max(float(to.agent_start), _agent_start_timeout_s()),
+        transfer_timeout_s=float(to.transfer), phase_timeout_s=float(to.phase),
+        start_margin_s=plain(to.start_margin))
 
 
 def _agent_start_timeout_s() -> float:
@@ -742,7 +730,7 @@ def _local_lab_run(prep: Prepared, run_dir: Path, lab_id: str, manifest: dict[st
         with observing(prep.observe, lab, run_dir, manifest, progress), \
                 serving_alto(prep.spec.alto, lab, prep.plan, run_dir, manifest, progress), \
                 live_alto(prep.spec.alto, prep.plan, run_dir, manifest,
-                          parse_duration_s(prep.spec.alto.refresh), progress):
+                          float(prep.spec.alto.refresh), progress):
             try:
                 with playing_traces(lab, run_dir, manifest, progress,
                                     prep.events) as player:

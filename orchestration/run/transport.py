@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from models.plan import LabPlan, NodePlan
-from models.units import parse_duration_s
+from models.units import plain
 from orchestration.run.experiment import TransportSpec
 
 __all__ = ["ECN_SYSCTL", "CC_SYSCTL", "ecn_value", "apply_host_transport",
@@ -40,7 +40,7 @@ def apply_host_transport(plan: LabPlan, t: TransportSpec) -> LabPlan:
     """``plan`` with ``t.rto_min`` (as ``rto_min_s``, seconds) and ``t.ecn`` (as the
     ``net.ipv4.tcp_ecn`` sysctl, overriding a topology's own) on every host; other nodes and
     unset knobs unchanged. ``t`` is validated already (range of rto_min: TransportSpec)."""
-    rto_min_s = None if t.rto_min is None else parse_duration_s(t.rto_min)
+    rto_min_s = plain(t.rto_min)  # read with the spec: DurationS
     ecn = ecn_value(t.ecn)
     if rto_min_s is None and ecn is None:
         return plan

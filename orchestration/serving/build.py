@@ -10,7 +10,6 @@ from models.paths import PathError
 from models.plan import LabPlan
 from models.schedule import Schedule, ScheduleError
 from models.specfile import MAX_FLOWS, MAX_REQUEST_MESSAGES, MAX_REQUESTS
-from models.units import parse_duration_s, parse_rate_bps, parse_size_bytes
 from orchestration.serving.entries import BackgroundEntry, InferenceEntry
 from workloads.background import (
     BackgroundParams,
@@ -48,7 +47,7 @@ def _check_requests(w: _Where, e: InferenceEntry) -> None:
     each) before any arrival is drawn."""
     a = e.arrivals
     if a.process == "poisson":
-        n = len(e.clients) * float(a.rate_per_s or 0) * parse_duration_s(a.duration)
+        n = len(e.clients) * float(a.rate_per_s or 0) * a.duration
         what = (f"{len(e.clients)} clients x {a.rate_per_s:g}/s x {a.duration} = about "
                 f"{n:.0f} requests")
     else:
@@ -67,13 +66,13 @@ def _arrivals(w: _Where, plan: LabPlan, e: InferenceEntry, seed: int) -> list[Ar
     a = e.arrivals
     if a.process == "poisson":
         return poisson_arrivals(e.clients, float(a.rate_per_s or 0),
-                                parse_duration_s(a.duration), seed)  # type: ignore[arg-type]
+                                float(a.duration), seed)  # type: ignore[arg-type]
     out = []
     for i, r in enumerate(a.requests or []):
         if r.client not in e.clients:
             raise w.error("arrivals", "requests", i, "client",
                           message=f"{r.client!r} is not among clients ({', '.join(e.clients)})")
-        out.append(Arrival(parse_duration_s(r.at), r.client, r.session))
+        out.append(Arrival(float(r.at), r.client, r.session))
     return out
 
 
@@ -96,7 +95,7 @@ def _memory(w: _Where, e: InferenceEntry, context_bytes: int) -> dict[str, int] 
         if server not in e.servers:
             raise w.error(*key, message=f"{server!r} is not among servers "
                                         f"({', '.join(e.servers)})")
-        out[server] = parse_size_bytes(size)
+        out[server] = int(size)
         if out[server] < max(context_bytes, 1):
             raise w.error(*key, message=f"{size} cannot hold one context of "
                                         f"{context_bytes} B (context_size, else the bootstrap "
@@ -108,14 +107,13 @@ def _inference(w: _Where, plan: LabPlan, e: InferenceEntry,
                seed: int) -> tuple[Schedule, list[str]]:
     for key in ("clients", "servers", "holders"):
         _known_hosts(w, plan, key, getattr(e, key))
-    boot_bytes = parse_size_bytes(e.bootstrap.size) if e.bootstrap else 0
-    context_bytes = parse_size_bytes(e.context_size) if e.context_size is not None \
-        else boot_bytes
+    boot_bytes = int(e.bootstrap.size) if e.bootstrap else 0
+    context_bytes = int(e.context_size) if e.context_size is not None else boot_bytes
     p = InferenceParams(
-        prompt_bytes=parse_size_bytes(e.prompt), tokens=e.tokens,
-        token_bytes=parse_size_bytes(e.token_size), token_rate_per_s=e.token_rate_per_s,
+        prompt_bytes=int(e.prompt), tokens=e.tokens,
+        token_bytes=int(e.token_size), token_rate_per_s=e.token_rate_per_s,
         policy=e.policy, session_requests=e.session_requests,
-        prefill_s=parse_duration_s(e.prefill),
+        prefill_s=float(e.prefill),
         bootstrap_bytes=boot_bytes,
         layers=tuple(e.bootstrap.layers) if e.bootstrap else (1.0,),
         cats_weights=(cw.delay, cw.load, cw.bootstrap, cw.memory) if (cw := e.cats_weights)
@@ -164,7 +162,7 @@ def _link_rate_bps(w: _Where, plan: LabPlan, e: BackgroundEntry) -> float:
                                       "directions; load one direction")
     rate = link.egress(directions.pop()).rate_bps
     if e.rate is not None:
-        return float(parse_rate_bps(e.rate))
+        return float(e.rate)
     if rate is None:
         raise w.error("rate", message=f"link {e.link} is not rate-limited: give rate")
     return float(rate)
@@ -176,7 +174,7 @@ def _background(w: _Where, plan: LabPlan, e: BackgroundEntry, seed: int,
         _known_hosts(w, plan, key, getattr(e, key))
     rate = _link_rate_bps(w, plan, e)  # the plan is already scaled: sizes get the same factor
     hosts = list(dict.fromkeys([*e.senders, *e.receivers]))
-    p = BackgroundParams(e.distribution, e.load, rate, parse_duration_s(e.duration),
+    p = BackgroundParams(e.distribution, e.load, rate, float(e.duration),
                          e.size_scale * scale, seed)
     flows = arrival_rate_per_s(p.load, rate, load_cdf(p.distribution, p.size_scale).mean_bytes
                                ) * p.duration_s  # expected: checked before any is drawn

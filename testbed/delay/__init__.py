@@ -2,7 +2,8 @@
 
 The delay line holds each packet of one link direction for its delay and applies the
 impairments (jitter, loss, reorder, duplicate, corrupt) of :class:`models.shaping.Shaping`,
-after the bottleneck buffer, on the receiving side. Two backends: ``netem``
+after the bottleneck buffer: netem on the receiving side, the native line between the two
+ends (the lab's wire namespace, :mod:`testbed.delay.nfqueue.labline`). Two backends: ``netem``
 (:mod:`testbed.delay.netem`: netem on an IFB fed by an ingress redirect) and ``native``
 (:mod:`testbed.delay.native`: the user-space NFQUEUE delay line of :mod:`testbed.delay.nfqueue`,
 for kernels without netem).

@@ -1,14 +1,15 @@
 """The ``native`` delay line: aitb's NFQUEUE helper (:mod:`testbed.delay.nfqueue`), for kernels
 without sch_netem.
 
-Per namespace that holds a line (:mod:`testbed.delay.nfqueue.labline` says which), one helper
-process serves all its queues; iptables/ip6tables rules in that namespace's mangle table hand
-the packets to it. Nothing is made in the root namespace: the rules go with the lab's
-namespaces, the helpers are registered (pid and start time) the moment they exist, ended by
-pid at teardown (``aitb clean`` finds them in the registry) and killed by PR_SET_PDEATHSIG
-when their controller ends. The helper is started from the thread that brings the lab up
-(PDEATHSIG fires when the parent *thread* ends) and enters its namespace itself
-(``--netns /proc/self/fd/N``), so containers' and plain namespaces work alike.
+Per namespace that holds a line (:mod:`testbed.delay.nfqueue.labline` says which: the lab's
+wire namespace for most, :func:`wired_links`), one helper process serves all its queues;
+iptables/ip6tables rules in that namespace's mangle table hand the packets to it. Nothing is
+made in the root namespace: the rules go with the lab's namespaces, the helpers are registered
+(pid and start time) the moment they exist, ended by pid at teardown (``aitb clean`` finds them
+in the registry) and killed by PR_SET_PDEATHSIG when their controller ends. The helper is
+started from the thread that brings the lab up (PDEATHSIG fires when the parent *thread* ends)
+and enters its namespace itself (``--netns /proc/self/fd/N``), so containers' and plain
+namespaces work alike.
 
 Without ``--queue-bypass`` the kernel drops what no helper takes: a dead helper is a dead
 link, never an undelayed one; :func:`check_alive` names link and direction.
@@ -22,6 +23,7 @@ SIGHUP and its acknowledgement work as from the process that brought the lab up.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from models.errors import LabError
 from testbed.delay.nfqueue.labline import (
+    WIRE_NODE,
     LinePlace,
     by_node,
     places,
@@ -41,6 +44,7 @@ from testbed.delay.nfqueue.labline import (
     problems,
     queue_params,
     restore_text,
+    wants_wire,
 )
 from testbed.delay.nfqueue.rules import QueueParams, helper_argv, params_file_text
 from testbed.delay.nfqueue.stats import HelperStats, read_stats
@@ -49,14 +53,14 @@ from testbed.ns import netns, sysctl
 from testbed.ns.procs import end_process
 
 if TYPE_CHECKING:
-    from models.plan import LinkPlan
+    from models.plan import LabPlan, LinkPlan
     from models.shaping import Shaping
     from testbed.lab.handle import LabHandle
     from testbed.tc.objects import DirectionRecipe, TcObject
 
 __all__ = ["NAME", "CAPABILITIES", "ingress", "apply", "verify", "teardown", "stats",
            "check_alive", "dead_lines", "DeadLine", "check_plan", "check_change", "update",
-           "detach", "NICE", "RT_PRIO", "SPIN_US", "STATS_INTERVAL_MS"]
+           "detach", "wired_links", "NICE", "RT_PRIO", "SPIN_US", "STATS_INTERVAL_MS"]
 
 NAME = "native"
 CAPABILITIES: tuple[str, ...] = ()  # iptables NFQUEUE + the helper: testbed.delay.nfqueue.choose
@@ -74,6 +78,7 @@ SPIN_US = 50.0
 NICE = 0
 STATS_INTERVAL_MS = 1000
 STOP_GRACE_S = 5.0
+_RTM_GETLINK = 18  # linux/rtnetlink.h (testbed.ns.links imports the layout, which imports us)
 _BRIDGE_NF_ON = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
 
 
@@ -96,6 +101,7 @@ class _State:
     helpers: dict[str, _Helper] = field(default_factory=dict)
     started: bool = False
     stopped: bool = False
+    after_line: dict[str, int] = field(default_factory=dict)  # wire port -> tx_dropped, last read
 
 
 _STATE: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
@@ -113,6 +119,24 @@ def ingress(shaping: Shaping, mtu: int, rx: tuple[str, str], ifb: str
 
 def _native_keys(lab: LabHandle) -> list[tuple[str, str]]:
     return [k for k, r in lab.layout.recipes.items() if r.delay_line == NAME]
+
+
+def _places(lab: LabHandle) -> list[LinePlace]:
+    return places(lab.plan, _native_keys(lab), lab.layout.wires)
+
+
+def wired_links(plan: LabPlan, layout: Any) -> list[str]:
+    """The links of ``plan`` (a resolved LabPlan) to run through the lab's wire namespace
+    (``layout``: its testbed.lab.layout.Layout): every link with a direction whose native
+    line would otherwise hold packets in its receiver's PREROUTING
+    (:func:`testbed.delay.nfqueue.labline.wants_wire`), after that kernel stamped their
+    arrival for captures and SO_TIMESTAMP. Pure."""
+    links = {lk.name: lk for lk in plan.links}
+    out: list[str] = []
+    for (name, d), r in layout.recipes.items():
+        if r.delay_line == NAME and name not in out and wants_wire(plan, links[name], d):
+            out.append(name)
+    return out
 
 
 def _shaping(lab: LabHandle, link: str, direction: str) -> tuple[Shaping, int]:
@@ -186,7 +210,7 @@ def _stderr(h: _Helper) -> str:
 def _start_all(lab: LabHandle) -> None:
     st = _state(lab)
     st.started = True
-    lines = places(lab.plan, _native_keys(lab))
+    lines = _places(lab)
     kinds = {n.name: (n.kind, n.datapath) for n in lab.plan.nodes}
     for node, ls in by_node(lines).items():
         tag = f"delayline-{node}"
@@ -197,7 +221,7 @@ def _start_all(lab: LabHandle) -> None:
         _start_helper(lab, h)  # registered before the next one starts
     for h in st.helpers.values():
         _wait_bound(h)
-        if any(p.physdev for p in h.lines) and kinds[h.node] == ("switch", "bridge"):
+        if any(p.physdev for p in h.lines) and kinds.get(h.node) == ("switch", "bridge"):
             sysctl.apply_all([(lab.node_io(h.node).fd, h.node,
                                {k: "1" for k in _BRIDGE_NF_ON}, {})])
         text = restore_text(h.lines, lab.run_id)
@@ -308,7 +332,7 @@ def _adopt(lab: LabHandle) -> None:
     st.started = True
     recs = {r["node"]: r for r in lab.registry.records()
             if r.get("kind") == "process" and r.get("role") == "delay-line" and r.get("pid")}
-    for node, ls in by_node(places(lab.plan, _native_keys(lab))).items():
+    for node, ls in by_node(_places(lab)).items():
         rec = recs.get(node)
         if rec is None:
             continue
@@ -419,10 +443,15 @@ def detach(lab: LabHandle) -> None:
 def stats(lab: LabHandle, fresh: bool = True) -> dict[str, dict[str, Any]]:
     """Per line ``"<link>/<direction>"``: node, hook, interface, the helper's pid, CPU
     seconds and its queue's counters and added-delay percentiles (microseconds;
-    :class:`testbed.delay.nfqueue.stats.QueueStats`). ``fresh``: ask running helpers for a new
+    :class:`testbed.delay.nfqueue.stats.QueueStats`), and ``after_line_dropped``: packets
+    it released that the receiving veth's backlog refused (the wire port's tx_dropped, since
+    the lab came up; 0 for a line outside the wire). ``fresh``: ask running helpers for a new
     snapshot first (SIGUSR1). After :func:`teardown`: the helpers' final stats."""
     out: dict[str, dict[str, Any]] = {}
-    for h in _state(lab).helpers.values():
+    st = _state(lab)
+    if not st.stopped:
+        _read_after_line(lab)
+    for h in st.helpers.values():
         snap = h.final or _snapshot(h, fresh)
         for p in h.lines:
             q = snap.queues.get(p.queue_num) if snap else None
@@ -435,8 +464,33 @@ def stats(lab: LabHandle, fresh: bool = True) -> dict[str, dict[str, Any]]:
                 # microseconds inside each verdict sendto (the kernel re-injecting)
                 "helper_verdict_send": dataclasses.asdict(snap.verdict_send)
                 if snap and snap.verdict_send else None,
-                "queue": q.raw if q else None}
+                "queue": q.raw if q else None,
+                # released, then refused by the receiver's backlog (the wire's port towards it)
+                "after_line_dropped": st.after_line.get(_exit_port(lab, p), 0)
+                if p.hook == "wire" else 0}
     return out
+
+
+def _exit_port(lab: LabHandle, p: LinePlace) -> str:
+    return lab.layout.wires[p.link].port_to(p.direction)
+
+
+def _read_after_line(lab: LabHandle) -> None:
+    """Read the tx_dropped of every wire port (a released packet the receiving veth's backlog
+    refused is counted there, on the wire's side) into the lab's state; nothing for a lab
+    without a wire or whose wire is not open here. Reads netlink under the lab's lock."""
+    if not lab.layout.wires or WIRE_NODE not in lab.io:
+        return
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+    from testbed.ns.nl import dump
+    lock = getattr(lab, "netlink_lock", None) or contextlib.nullcontext()
+    with lock:
+        msgs = dump(lab.io[WIRE_NODE].sock, ifinfmsg(), _RTM_GETLINK, f"node {WIRE_NODE}")
+    for m in msgs:
+        stats = m.get_attr("IFLA_STATS64")
+        if stats is not None:
+            _state(lab).after_line[m.get_attr("IFLA_IFNAME")] = int(stats["tx_dropped"])
 
 
 def _snapshot(h: _Helper, fresh: bool) -> HelperStats | None:
@@ -467,6 +521,10 @@ def teardown(lab: LabHandle, recipe: DirectionRecipe) -> list[str]:
     st = _state(lab)
     if st.stopped:
         return []
+    try:
+        _read_after_line(lab)  # the last count, for stats() after the wire is gone
+    except Exception:  # noqa: BLE001 - a count lost, teardown goes on
+        pass
     st.stopped = True
     out: list[str] = []
     for h in st.helpers.values():

@@ -31,6 +31,7 @@ class LabHandle(Protocol):
     ovs_controller: str | None
     ovs_datapaths: dict[str, str]
     line_cpu: int | None  # a CPU for the native delay line alone (testbed.lab.lab.Lab)
+    ecn_markers: dict[tuple[str, str], Any]  # (link, direction) -> testbed.tc.ecn_marker
 
     def node_io(self, node: str) -> Any:
         """The open namespace fd and netlink socket of ``node`` (testbed.lab.realise.NodeIO)."""

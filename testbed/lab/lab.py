@@ -32,7 +32,7 @@ from testbed.delay.nfqueue import choose, linecpu
 from testbed.host import kernel
 from testbed.lab import realise, signals, verify
 from testbed.lab.clean import TeardownReport, raise_failures, teardown
-from testbed.lab.layout import Layout, make_layout
+from testbed.lab.layout import WIRE_NODE, Layout, make_layout
 from testbed.lab.realise import NodeIO
 from testbed.lab.registry import DEFAULT_STATE_DIR, Registry, pid_start_time, unknown_name
 from testbed.live import faults, reshape
@@ -41,6 +41,7 @@ from testbed.ovs import datapath as ovs_datapath
 from testbed.ovs import lab as ovs_lab
 from testbed.ovs import settle as ovs_settle
 from testbed.routing import frr, load_balance, source_routing
+from testbed.tc import ecn_marker
 from testbed.tc.objects import DirectionRecipe
 
 __all__ = ["Lab", "new_run_id", "missing_kernel_features"]
@@ -96,6 +97,14 @@ class Lab:
     ran), see :mod:`testbed.containers.hosts`.
     """
 
+    # where a native delay line holds packets whose receiver's PREROUTING it would otherwise
+    # use: "wire", in the lab's wire namespace between the link's two ends (every end's
+    # capture and receive stamp then sees the link as a cable: departure at the sender,
+    # arrival after the delay at the receiver); "receiver": in the receiver's PREROUTING,
+    # after its kernel stamped the packet's arrival (bench/delayline_accuracy.py compares
+    # them; the mininet backend, whose links Mininet makes, keeps it)
+    line_hold = "wire"
+
     def __init__(self, plan: LabPlan, run_id: str | None = None,
                  state_dir: Path = DEFAULT_STATE_DIR, wire_packets: bool | None = None,
                  line_cpu: int | None = None) -> None:
@@ -104,7 +113,7 @@ class Lab:
         self._line_cpu_saved: dict[int, set[int]] | None = None  # threads' affinity before
         self.run_id = run_id or new_run_id()
         self.registry = Registry(state_dir, self.run_id)
-        self.layout: Layout = make_layout(plan, self.run_id, wire_packets)
+        self.layout: Layout = self._make_layout(plan, wire_packets)
         self.io: dict[str, NodeIO] = {}
         self.children: dict[int, subprocess.Popen[Any]] = {}
         self.timings: dict[str, float] = {}
@@ -130,6 +139,7 @@ class Lab:
         # changes shaping from its thread while the runner reads counters (inspect.describe)
         self.netlink_lock = threading.RLock()
         self.down_links: set[str] = set()  # links set down by testbed/live/faults.py, not yet up
+        self.ecn_markers: dict[tuple[str, str], Any] = {}  # testbed/tc/ecn_marker.py
         self.frr: dict[str, Any] = {}  # router -> its FRR daemons (testbed/routing/frr.py)
 
     # lifecycle -------------------------------------------------------------------------
@@ -207,28 +217,35 @@ class Lab:
     def _build(self) -> None:
         t = time.perf_counter()
         names = [self.layout.nodes[n.name].netns for n in self.plan.nodes]
-        self.registry.append({"kind": "netns", "node": n.name, "name": nm}
-                             for n, nm in zip(self.plan.nodes, names, strict=True))
+        wire = self.layout.nodes.get(WIRE_NODE)
+        self.registry.append([{"kind": "netns", "node": n.name, "name": nm}
+                              for n, nm in zip(self.plan.nodes, names, strict=True)]
+                             + ([{"kind": "netns", "node": WIRE_NODE, "name": wire.netns}]
+                                if wire else []))
         made: dict[str, tuple[int, Any]] = {}
         boxes = [n for n in self.plan.nodes if n.image]  # container hosts
         try:
             netns.create_many([self.layout.nodes[n.name].netns for n in self.plan.nodes
-                               if not n.image], out=made)
+                               if not n.image] + ([wire.netns] if wire else []), out=made)
             if boxes:
                 containers.start_containers(boxes, self.layout, self.registry, self.children,
                                             made)
         finally:
-            by_ns = {self.layout.nodes[n.name].netns: n.name for n in self.plan.nodes}
+            by_ns = {lay.netns: name for name, lay in self.layout.nodes.items()}
             self.io.update({by_ns[nm]: NodeIO(fd, s) for nm, (fd, s) in made.items()})
         t = self._step("namespaces", t)
         ipv6 = sysctl.lab_uses_ipv6(self.plan)
         sysctl.apply_all([(self.io[n.name].fd, n.name,
                            *sysctl.node_sysctls(n, ipv6, self.line_cpu))
-                          for n in self.plan.nodes])
+                          for n in self.plan.nodes]
+                         + ([(self.io[WIRE_NODE].fd, WIRE_NODE,
+                              *sysctl.wire_sysctls(self.line_cpu))] if wire else []))
         t = self._step("sysctls", t)
         self.registry.append({"kind": "ifb", "node": r.rx_node, "ifname": r.ifb}
                              for r in self.layout.recipes.values() if r.ifb)
         realise.create_links(self.plan, self.layout, self.io)
+        if wire:
+            realise.configure_wire(self.layout, self.io[WIRE_NODE])
         t = self._step("links", t)
         self._start_ovs()  # before tc: OVS resets the qdiscs of a port it adds
         t = time.perf_counter()
@@ -241,6 +258,7 @@ class Lab:
         self._wait_stp()
         self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
         self._apply_delay_lines()
+        ecn_marker.apply(self)
         self.verify()
         t = self._step("verify", t)
         if self.plan.routing is not None:
@@ -286,8 +304,17 @@ class Lab:
         plan = choose.resolve_here(self.plan)
         if plan is not self.plan:
             self.plan = plan
-            self.layout = make_layout(plan, self.run_id, self.layout.wire_packets)
+            self.layout = self._make_layout(plan, self.layout.wire_packets)
         native.check_plan(self)
+
+    def _make_layout(self, plan: LabPlan, wire_packets: bool | None) -> Layout:
+        """The layout of ``plan``; with :attr:`line_hold` ``wire``, every link with a
+        native line that would sit in a receiver's PREROUTING runs through the wire
+        namespace (:func:`testbed.delay.native.wired_links`)."""
+        layout = make_layout(plan, self.run_id, wire_packets)
+        if self.line_hold == "wire":
+            layout.add_wires(plan, native.wired_links(plan, layout))
+        return layout
 
     def delay_lines(self) -> dict[str, dict[str, Any]]:
         """``"<link>/<direction>"`` -> ``{"backend": netem|native, ...}`` for every direction
@@ -393,6 +420,7 @@ class Lab:
     def _teardown(self) -> TeardownReport:
         t = time.perf_counter()
         failures = self._teardown_delay_lines()
+        ecn_marker.close_all(self)
         self.release()
         report = teardown(self.registry, self.children, self.keep_owner)
         report.failures[:0] = failures

@@ -9,18 +9,20 @@ is free.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from models.errors import LabError
 from models.plan import LabPlan, LinkPlan
 from models.shaping import Shaping
+from testbed.delay.nfqueue.labline import WIRE_NODE, WireLink
 from testbed.lab.registry import unknown_name
 from testbed.tc.objects import DirectionRecipe, TcObject
 from testbed.tc.qdiscs.tbf import counts_packets
 from testbed.tc.recipe import direction_recipe
 
 __all__ = ["NodeLayout", "Layout", "make_layout", "needs_wire_packets", "netns_name",
-           "DIRECTIONS", "BRIDGE", "owner_alias", "recipe_for"]
+           "DIRECTIONS", "BRIDGE", "owner_alias", "recipe_for", "WIRE_NODE", "WireLink"]
 
 FIRST_IFINDEX = 100
 BRIDGE = "br0"
@@ -66,6 +68,9 @@ class Layout:
     wire_packets: bool = True
     # (link name, direction) -> delay-line backend (testbed.delay); absent: netem
     lines: dict[tuple[str, str], str] = field(default_factory=dict)
+    # link name -> its ports in the wire namespace (testbed.lab.lab.Lab.add_wires); empty: every
+    # link is one veth between its two ends
+    wires: dict[str, WireLink] = field(default_factory=dict)
     _by_node: dict[str, list[DirectionRecipe]] | None = None
 
     def set_recipe(self, key: tuple[str, str], recipe: DirectionRecipe) -> None:
@@ -86,6 +91,24 @@ class Layout:
     def tc_objects(self, node: str) -> list[TcObject]:
         """Every tc object that lives on ``node``, in creation order."""
         return [o for r in self.recipes_of(node) for o in r.objects() if o.node == node]
+
+    def add_wires(self, plan: LabPlan, links: Iterable[str]) -> None:
+        """Run ``links`` (names, of ``plan``) through the wire namespace (node
+        :data:`WIRE_NODE`, made here): per link a bridge ``wb<i>`` and ports ``w<i>a``,
+        ``w<i>b`` (i: the link's place in the plan), at fixed ifindexes as any node's."""
+        names = set(links)
+        if not names:
+            return
+        wire = self.nodes.setdefault(WIRE_NODE, NodeLayout(WIRE_NODE, "wire", netns_name(
+            self.run_id, WIRE_NODE)))
+        self._by_node = None
+        for i, lk in enumerate(plan.links):
+            if lk.name not in names or lk.name in self.wires:
+                continue
+            w = WireLink(lk.name, f"wb{i}", f"w{i}a", f"w{i}b")
+            for ifname in (w.bridge, w.a_port, w.b_port):
+                wire.index[ifname] = FIRST_IFINDEX + len(wire.index)
+            self.wires[lk.name] = w
 
     def node(self, name: str) -> NodeLayout:
         """The node ``name``; raises LabError listing the known nodes if absent."""

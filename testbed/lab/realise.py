@@ -13,8 +13,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from models.plan import LabPlan, LinkPlan, NodePlan
-from testbed.lab.layout import BRIDGE, IFB_INDEX_BASE, Layout, NodeLayout, owner_alias
-from testbed.ns.links import RTM_NEWLINK, bridge_msg, ifb_msg, setlink_msg, veth_msg
+from testbed.lab.layout import (
+    BRIDGE,
+    IFB_INDEX_BASE,
+    WIRE_NODE,
+    Layout,
+    NodeLayout,
+    owner_alias,
+)
+from testbed.ns.links import (
+    RTM_NEWLINK,
+    bridge_msg,
+    ifb_msg,
+    setlink_msg,
+    veth_msg,
+    wire_bridge_msg,
+    wire_veth_msg,
+)
 from testbed.ns.nl import F_CREATE, F_EXCL, F_REPLACE, Batch
 from testbed.routing.routes import (
     RTM_NEWADDR,
@@ -26,8 +41,8 @@ from testbed.routing.routes import (
 from testbed.tc.msgs import tc_message
 from testbed.tc.objects import DirectionRecipe, TcObject
 
-__all__ = ["NodeIO", "create_links", "configure_node", "add_tc", "ifbs_of", "links_by_node",
-           "add_ifb"]
+__all__ = ["NodeIO", "create_links", "configure_wire", "configure_node", "add_tc", "ifbs_of",
+           "links_by_node", "add_ifb"]
 
 NEW = F_CREATE | F_EXCL
 
@@ -41,19 +56,47 @@ class NodeIO:
 
 
 def create_links(plan: LabPlan, layout: Layout, io: dict[str, NodeIO]) -> None:
-    """Create every switch bridge and veth pair, batched per node. Raises LabError."""
+    """Create every switch bridge and veth pair, batched per node; a link through the wire
+    namespace (``layout.wires``) as two veths, each end's to its wire port. Raises
+    LabError."""
     batches = {n.name: Batch(io[n.name].sock, f"node {n.name}") for n in plan.nodes}
     for n in plan.nodes:
         if n.kind == "switch" and n.datapath == "bridge":
             batches[n.name].add(bridge_msg(layout.nodes[n.name].ifindex(BRIDGE), n.stp),
                                 RTM_NEWLINK, NEW, f"node {n.name}: create bridge {BRIDGE}")
     for link in plan.links:
+        if link.name in layout.wires:
+            for end in (link.a, link.b):
+                batches[end.node].add(
+                    wire_veth_msg(link, end, layout, io[WIRE_NODE].fd), RTM_NEWLINK, NEW,
+                    f"link {link.name}: create veth {end.node}:{end.ifname} - wire")
+            continue
         batches[link.a.node].add(
             veth_msg(link, layout, io[link.b.node].fd), RTM_NEWLINK, NEW,
             f"link {link.name}: create veth {link.a.node}:{link.a.ifname} - "
             f"{link.b.node}:{link.b.ifname}")
     for b in batches.values():
         b.commit()
+
+
+def configure_wire(layout: Layout, io: NodeIO) -> None:
+    """The wire namespace after the links exist: per wired link its bridge, both ports in
+    it, all up with the owner alias; one batch. Raises LabError listing what the kernel
+    refused."""
+    wire = layout.nodes[WIRE_NODE]
+    alias = owner_alias(layout.run_id)
+    batch = Batch(io.sock, f"node {WIRE_NODE}")
+    batch.add(setlink_msg(1, alias), RTM_NEWLINK, 0, "wire: set lo up")
+    for w in layout.wires.values():
+        br = wire.ifindex(w.bridge)
+        batch.add(wire_bridge_msg(br, w.bridge), RTM_NEWLINK, NEW,
+                  f"wire of link {w.link}: create bridge {w.bridge}")
+        for port in (w.a_port, w.b_port):
+            batch.add(setlink_msg(wire.ifindex(port), alias, br), RTM_NEWLINK, 0,
+                      f"wire of link {w.link}: set {port} up in {w.bridge}")
+        batch.add(setlink_msg(br, alias), RTM_NEWLINK, 0,
+                  f"wire of link {w.link}: set {w.bridge} up")
+    batch.commit()
 
 
 def ifbs_of(layout: Layout, node: str) -> Iterator[DirectionRecipe]:

@@ -6,14 +6,28 @@ Why one end: a veth end set down takes the carrier of its peer with it (``veth_c
 the link carries nothing either way from the kernel's ack on, and the peer's node stops using
 it by the lab's sysctls (:func:`testbed.ns.sysctl.skips_carrierless_routes`: its next hops
 without carrier are skipped, ``ignore_routes_with_linkdown``; a switch's bridge disables the
-port). Setting the peer down as well cost a second request that waited, in the kernel, for
+port). What the peer's node does about the carrier loss is the kernel's linkwatch work,
+deferred, and for a veth whose two ends have the same ifindex (the lab's fixed indexes often
+do) batched with other link events at most once a second: the peer kept sending into the
+dead link for up to a second (bench/link_down.py). So the down also processes each peer's
+carrier loss in the same step (:class:`testbed.ns.carrier.CarrierSync`, ``ETHTOOL_GLINK`` on
+the peer: the kernel's own linkwatch work for that device, done in the request): when
+:meth:`LinkChange.apply` returns, no packet is sent into the link from either end
+(``sync_carrier=False`` leaves it to the kernel's worker, for the bench's comparison). An up
+does the same for both ends' returning carrier (the linkdown flags go in the call, so the
+read-back below rarely waits).
+Setting the peer down as well cost a second request that waited, in the kernel, for
 an RCU grace period which the peer's carrier change had just begun (traced here with the
 scheduler's tracepoints: 0.03-4 ms asleep in that request, none in the first;
 bench/event_timing.py). Both ends are set down where the peer's node would keep using a link
 without carrier (its own sysctls turn ``ignore_routes_with_linkdown`` off). The end set down
 is the one on the action's node (a ``node_down``), else the one on the node with the most of
 the change's links (a partition of a node's uplinks: one request), else end a. Up sets both
-ends up (the one that stayed up: no change, 0.03-0.06 ms), whatever set them down.
+ends up (the one that stayed up: no change, 0.03-0.06 ms), whatever set them down. A link
+that runs through the lab's wire namespace (its native delay line's place,
+testbed/lab/layout.py ``wires``) is two veths, end - port - bridge - port - end: down also
+sets the wire port facing each end that stays up down, so that end loses its carrier at
+the same instant; up sets both ports up (:func:`wire_ports`).
 
 Why the routes need restoring: when an interface goes down, the kernel deletes every IPv4
 route with a single next hop through it (``fib_sync_down_dev``, net/ipv4/fib_semantics.c) and
@@ -39,7 +53,10 @@ does it before waiting for an event): the interface and route messages are encod
 (once per distinct message, :meth:`testbed.ns.nl.Batch.add_cached`; pyroute2 took ~0.1 ms per
 message), so that :meth:`LinkChange.apply` only sends one buffer per node and collects the
 acks. What remains at the instant is the kernel's own work (~0.15-0.25 ms per veth end set
-down or up here: bench/event_timing.py).
+down or up here: bench/event_timing.py) and, for a down, the peers' carrier work done in the
+call (its sockets, one per peer node, are made at prepare time; the work itself waits for an
+RCU grace period: apply p50 1.1 -> 4.2 ms with FRR, 3.2 -> 6.5 ms static, on a machine at
+load average 12-21, bench/link_down.py).
 """
 
 from __future__ import annotations
@@ -55,6 +72,8 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from models.errors import LabError
 from models.plan import Endpoint, LinkPlan, Route
+from testbed.delay.nfqueue.labline import WIRE_NODE
+from testbed.ns.carrier import CarrierSync
 from testbed.ns.links import RTM_NEWLINK, updown_msg
 from testbed.ns.nl import F_CREATE, F_REPLACE, Batch, dump
 from testbed.ns.sysctl import skips_carrierless_routes
@@ -70,7 +89,7 @@ from testbed.routing.routes import (
 
 Lab = Any  # testbed.lab.lab.Lab, which calls this module (no import back: no cycle)
 
-__all__ = ["set_links", "prepare_links", "down_ends", "LinkChange", "restore_routes",
+__all__ = ["set_links", "prepare_links", "down_ends", "wire_ports", "LinkChange", "restore_routes",
            "RTNH_F_DEAD", "RTNH_F_LINKDOWN"]
 
 RTNH_F_DEAD, RTNH_F_LINKDOWN = 1, 16  # include/uapi/linux/rtnetlink.h
@@ -96,14 +115,29 @@ class LinkChange:
     links the lab will have then; re-made at :meth:`apply` if another change came in
     between). :meth:`apply` then only sends and collects acks; one apply per change."""
 
-    def __init__(self, lab: Lab, links: list[LinkPlan], up: bool, node: str | None = None
-                 ) -> None:
+    def __init__(self, lab: Lab, links: list[LinkPlan], up: bool, node: str | None = None,
+                 sync_carrier: bool = True) -> None:
         self.lab, self.links, self.up = lab, links, up
         ends = [ep for lk in links for ep in (lk.a, lk.b)] if up else down_ends(lab, links,
                                                                                 node)
+        # the ends whose carrier changes without their own flags changing, processed by the
+        # kernel in apply: down, the peers of the ends set down (they lose the carrier); up,
+        # every end (each gets its carrier back when both are up)
+        self.carrier: list[tuple[CarrierSync, str]] = []
+        if sync_carrier:
+            syncs: dict[str, CarrierSync] = {}
+            for lk in links:
+                for ep, peer in ((lk.a, lk.b), (lk.b, lk.a)):
+                    if up or (peer in ends and ep not in ends):
+                        if ep.node not in syncs:
+                            syncs[ep.node] = CarrierSync(lab.node_io(ep.node).fd,
+                                                         f"node {ep.node}")
+                        self.carrier.append((syncs[ep.node], ep.ifname))
         by_node: dict[str, list[int]] = {}
         for ep in ends:
             by_node.setdefault(ep.node, []).append(lab.layout.node(ep.node).ifindex(ep.ifname))
+        for port in wire_ports(lab, links, ends, up):
+            by_node.setdefault(WIRE_NODE, []).append(lab.layout.node(WIRE_NODE).ifindex(port))
         word = "up" if up else "down"
         self.batches = []
         for name, indexes in by_node.items():
@@ -128,8 +162,14 @@ class LinkChange:
         self.applied = True
         lab, links = self.lab, self.links
         with lab.netlink_lock:
-            for batch in self.batches:
-                batch.commit()
+            try:
+                for batch in self.batches:
+                    batch.commit()
+                for sync, ifname in self.carrier:  # the carrier changes, now
+                    sync.sync(ifname)
+            finally:
+                for sync in {id(s): s for s, _ in self.carrier}.values():
+                    sync.close()
             if self.up:
                 lab.down_links.difference_update(lk.name for lk in links)
             else:
@@ -139,6 +179,23 @@ class LinkChange:
                 routes = self.routes if frozenset(lab.down_links) == self.down_after else None
                 done["routes"] = _restore(lab, links, done, routes)
         return done
+
+
+def wire_ports(lab: Lab, links: Sequence[LinkPlan], ends: Sequence[Endpoint], up: bool
+               ) -> list[str]:
+    """The wire namespace's ports to set with ``ends`` (testbed/lab/layout.py ``wires``: a
+    link through it is two veths, end - port - bridge - port - end): on up, both ports of
+    each such link; on down, the port facing each end that stays up, so that it loses its
+    carrier as the peer of a direct veth would. Pure (reads ``lab.layout``)."""
+    out: list[str] = []
+    for lk in links:
+        w = lab.layout.wires.get(lk.name)
+        if w is None:
+            continue
+        for ep in (lk.a, lk.b):
+            if up or not any(e is ep for e in ends):
+                out.append(w.port_of(lk, ep.node, ep.ifname))
+    return out
 
 
 def down_ends(lab: Lab, links: Sequence[LinkPlan], node: str | None = None
@@ -167,13 +224,13 @@ def down_ends(lab: Lab, links: Sequence[LinkPlan], node: str | None = None
     return out
 
 
-def prepare_links(lab: Lab, names: Sequence[str], up: bool, node: str | None = None
-                  ) -> LinkChange:
+def prepare_links(lab: Lab, names: Sequence[str], up: bool, node: str | None = None,
+                  sync_carrier: bool = True) -> LinkChange:
     """The change that takes every link in ``names`` down (one end each, :func:`down_ends`;
     ``node``: the node whose links these are, a ``node_down``'s) or ``up`` (both ends), ready
     to :meth:`LinkChange.apply` (nothing is sent yet). Raises LabError naming an unknown
     link."""
-    return LinkChange(lab, _links(lab, names), up, node)
+    return LinkChange(lab, _links(lab, names), up, node, sync_carrier)
 
 
 def set_links(lab: Lab, names: Sequence[str], up: bool, node: str | None = None

@@ -30,6 +30,7 @@ from testbed.lab.layout import (
 from testbed.lab.realise import add_ifb, add_tc
 from testbed.ns.links import RTM_GETLINK
 from testbed.ns.nl import F_CREATE, F_EXCL, Batch, dump
+from testbed.tc import ecn_marker
 from testbed.tc.msgs import RTM_DELQDISC, TC_H_INGRESS, TC_H_ROOT, TcMsg
 from testbed.tc.objects import DirectionRecipe, TcObject
 
@@ -118,6 +119,7 @@ def set_shaping(lab: LabHandle, link_name: str, direction: str, shaping: Shaping
     ingress = _ingress(lab, old, new, link.mtu)  # new delay line before the sender changes
     ingress.commit()
     _egress(lab, old, new).commit()
+    ecn_marker.reshaped(lab, new_link, direction, shaping)  # its rate, K; a rebuilt root
     if read_back:
         (lab.registry.dir / "plan.json").write_text(json.dumps(plan_to_dict(lab.plan)))
         lab.verify([new.tx_node, new.rx_node])

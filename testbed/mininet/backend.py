@@ -45,6 +45,7 @@ from testbed.ns.links import RTM_GETLINK, RTM_NEWLINK, bridge_msg
 from testbed.ns.nl import F_CREATE, F_EXCL, Batch, dump
 from testbed.ovs import settle as ovs_settle
 from testbed.routing import load_balance, source_routing
+from testbed.tc import ecn_marker
 
 __all__ = ["MininetLab"]
 
@@ -65,6 +66,7 @@ class MininetLab(Lab):
     """
 
     backend = "mininet"
+    line_hold = "receiver"  # Mininet makes the links: no wire namespace between their ends
 
     def __init__(self, plan: LabPlan, run_id: str | None = None,
                  state_dir: Path = DEFAULT_STATE_DIR, wire_packets: bool | None = None,
@@ -123,6 +125,7 @@ class MininetLab(Lab):
         self._wait_stp()
         self.ovs_restored = ovs_settle.settle(self)  # vswitchd may reset ingress qdiscs
         self._apply_delay_lines()  # native: helpers enter the Mininet nodes' namespaces
+        ecn_marker.apply(self)  # ECN marking at a threshold, as in the native backend
         self.verify()
         self._step("verify", t)
 
@@ -208,6 +211,7 @@ class MininetLab(Lab):
     def _teardown(self) -> TeardownReport:
         t = time.perf_counter()
         failures = self._teardown_delay_lines()
+        ecn_marker.close_all(self)
         self.release()
         if self.net is not None:
             for node in [*self.net.hosts, *self.net.switches, *self.net.controllers]:

@@ -20,11 +20,11 @@ from typing import Any
 
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-from models.plan import LinkPlan
-from testbed.lab.layout import BRIDGE, Layout
+from models.plan import Endpoint, LinkPlan
+from testbed.lab.layout import BRIDGE, WIRE_NODE, Layout
 
-__all__ = ["veth_msg", "setlink_msg", "updown_msg", "bridge_msg", "ifb_msg", "RTM_NEWLINK",
-           "RTM_GETLINK", "IFF_UP", "link_state"]
+__all__ = ["veth_msg", "wire_veth_msg", "wire_bridge_msg", "setlink_msg", "updown_msg",
+           "bridge_msg", "ifb_msg", "RTM_NEWLINK", "RTM_GETLINK", "IFF_UP", "link_state"]
 
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 IFF_UP = 0x1
@@ -54,6 +54,38 @@ def veth_msg(link: LinkPlan, layout: Layout, peer_fd: int) -> ifinfmsg:
     return _ifmsg(a.ifindex(link.a.ifname), True, [
         ["IFLA_IFNAME", link.a.ifname], ["IFLA_MTU", link.mtu], *gso,
         *_mac(link.a.mac), ["IFLA_LINKINFO", info]])
+
+
+def wire_veth_msg(link: LinkPlan, end: Endpoint, layout: Layout, wire_fd: int) -> ifinfmsg:
+    """Create the veth of ``end`` (an endpoint of ``link``, which runs through the wire
+    namespace: ``layout.wires``): ``end``'s interface here (up), its peer, the wire port of
+    that end, in the wire namespace ``wire_fd`` (down; brought up with its bridge)."""
+    here, wire = layout.nodes[end.node], layout.nodes[WIRE_NODE]
+    port = layout.wires[link.name].port_of(link, end.node, end.ifname)
+    gso = [["IFLA_GSO_MAX_SEGS", 1]] if layout.wire_packets else []
+    peer = {"index": wire.ifindex(port), "flags": 0, "change": 0, "attrs": [
+        ["IFLA_IFNAME", port], ["IFLA_NET_NS_FD", wire_fd], ["IFLA_MTU", link.mtu], *gso]}
+    info = {"attrs": [["IFLA_INFO_KIND", "veth"],
+                      ["IFLA_INFO_DATA", {"attrs": [["VETH_INFO_PEER", peer]]}]]}
+    return _ifmsg(here.ifindex(end.ifname), True, [
+        ["IFLA_IFNAME", end.ifname], ["IFLA_MTU", link.mtu], *gso, *_mac(end.mac),
+        ["IFLA_LINKINFO", info]])
+
+
+# link-local groups a wire bridge forwards (01:80:c2:00:00:0X, bit X): all the kernel allows
+# (it never forwards 0-2: STP, pause, LACP, BR_GROUPFWD_RESTRICTED; with STP off it forwards
+# STP's BPDUs anyway), so that LLDP and 802.1X cross a link as they would a cable
+WIRE_GROUP_FWD_MASK = 0xFFF8
+
+
+def wire_bridge_msg(index: int, name: str) -> ifinfmsg:
+    """Create a wire bridge ``name`` (down): no STP, no multicast snooping (IPv6 neighbour
+    discovery and MLD must cross it as a cable's would), link-local groups forwarded
+    (:data:`WIRE_GROUP_FWD_MASK`)."""
+    data = [["IFLA_BR_STP_STATE", 0], ["IFLA_BR_MCAST_SNOOPING", 0],
+            ["IFLA_BR_GROUP_FWD_MASK", WIRE_GROUP_FWD_MASK]]
+    info = {"attrs": [["IFLA_INFO_KIND", "bridge"], ["IFLA_INFO_DATA", {"attrs": data}]]}
+    return _ifmsg(index, False, [["IFLA_IFNAME", name], ["IFLA_LINKINFO", info]])
 
 
 def _mac(mac: str | None) -> list[list[Any]]:

@@ -122,6 +122,20 @@ def node_sysctls(node: NodePlan, ipv6: bool, line_cpu: int | None = None
     return req, opt
 
 
+def wire_sysctls(line_cpu: int | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """(required, optional) sysctls of the lab's wire namespace (testbed/lab/layout.py
+    ``add_wires``): its bridges hand IPv4 and IPv6 packets to iptables (br_netfilter), where
+    the native delay line's rules take them; RPS as on the nodes (:func:`node_sysctls`); no
+    IPv6 of its own (its bridges and ports have no address to announce)."""
+    req = {k: "1" for k in _BRIDGE_NF}
+    opt = {f"net.ipv6.conf.{which}.disable_ipv6": "1" for which in ("all", "default")}
+    if line_cpu is None:
+        opt[RPS_DEFAULT_MASK] = all_cpus_mask()
+    else:
+        req[RPS_DEFAULT_MASK] = all_cpus_mask(without=line_cpu)
+    return req, opt
+
+
 def skips_carrierless_routes(node: NodePlan) -> bool:
     """Whether ``node`` stops using a link that only lost its carrier (its far end went
     down), as testbed/live/faults.py relies on when it sets one end of a link down: a switch's

@@ -136,11 +136,20 @@ def test_a_host_route_lost_with_its_link_is_restored_and_read_back_on_up(labs):
         assert ping(lab, "h1", "198.18.2.1")
 
 
-def test_a_link_down_sets_one_end_down_and_neither_node_routes_over_it(labs):
+@pytest.mark.parametrize("line", ["none", "native"])
+def test_a_link_down_sets_one_end_down_and_neither_node_routes_over_it(labs, line):
     """r1-r2 down: r1's end (end a) set down, r2's loses the carrier; r1's routes through it
-    go (the kernel's), r2's stay flagged linkdown and are skipped: neither node has a usable
-    route over the link. Up: both ends up, r2 routes over it again."""
-    with labs(ecmp_diamond()) as lab:
+    go (the kernel's), r2's stay flagged linkdown and are skipped as soon as set_links
+    returns: neither node has a usable route over the link. Up: both ends up, r2 routes over
+    it again. The same with a native delay line on the link, which then runs through the wire
+    namespace (two veths and a bridge): r2's end loses its carrier all the same."""
+    plan = ecmp_diamond(r1_r2=Shaping(delay_s=0.002) if line == "native" else None)
+    if line == "native":
+        plan = dataclasses.replace(plan, links=tuple(
+            dataclasses.replace(lk, delay_line="native") if lk.name == "r1-r2" else lk
+            for lk in plan.links))
+    with labs(plan) as lab:
+        assert ("r1-r2" in lab.layout.wires) == (line == "native")
         assert route_to(lab, "r2", "198.18.8.1") == "e1"  # h1's subnet, only via r1
         done = lab.set_links(["r1-r2"], False)
         assert done == {"links": ["r1-r2"]} and lab.down_links == {"r1-r2"}
@@ -148,9 +157,9 @@ def test_a_link_down_sets_one_end_down_and_neither_node_routes_over_it(labs):
         assert link_flags(lab, "r2", "e1") == (True, False)  # up, without carrier
         assert len(static_routes(lab, "r1")["198.18.9.0/30"]) == 2  # multipath: hop dead
         assert route_to(lab, "r1", "198.18.3.2") is None  # r1's connected route went
-        assert "198.18.8.0/30" in static_routes(lab, "r2")  # kept, flagged linkdown (by
-        # the kernel's linkwatch, a moment after the ack)...
-        assert eventually(lambda: route_to(lab, "r2", "198.18.8.1") is None)  # ...skipped
+        assert "198.18.8.0/30" in static_routes(lab, "r2")  # kept, flagged linkdown (the
+        # carrier loss processed before set_links returned)...
+        assert route_to(lab, "r2", "198.18.8.1") is None  # ...and skipped already
         assert route_to(lab, "r2", "198.18.3.1") is None
         lab.set_links(["r1-r2"], True)
         assert link_flags(lab, "r1", "e1") == (True, True)
@@ -287,3 +296,85 @@ def test_a_degrade_event_changes_the_native_delay_line_and_its_duration_restores
     assert before and during and after
     assert min(before) >= 10 and min(during) >= 40 and min(after) >= 10
     assert min(after) < 40  # back to the plan's delay
+
+
+# datagrams to port 9 of argv[1] at ~argv[2] a second from 64 sockets (64 source ports: both
+# DCIs get some); ended by the lab's teardown, by pid
+UDP_STREAM = ("import socket, sys, time\nsocks = [socket.socket(socket.AF_INET, "
+              "socket.SOCK_DGRAM) for _ in range(64)]\nk = 0\nwhile True:\n"
+              "    try:\n        socks[k % 64].sendto(b'x' * 200, (sys.argv[1], 9))\n"
+              "    except OSError:\n        pass\n    k += 1\n"
+              "    time.sleep(1 / float(sys.argv[2]))\n")
+ETH_P_ALL, SO_TIMESTAMPNS = 3, 35  # linux/if_ether.h, asm-generic/socket.h
+
+
+def tap(lab, node: str, ifname: str):
+    """An AF_PACKET socket on ``node``'s ``ifname``: a kernel-stamped copy of every frame the
+    interface's driver is given (after the qdisc). Unlike a netlink read of its counters it
+    leaves the kernel's link state alone."""
+    import socket
+
+    from testbed.ns.netns import run_in
+
+    def make():
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        s.bind((ifname, 0))
+        s.setblocking(False)
+        return s
+    return run_in(lab.node_io(node).fd, make)
+
+
+def stream_sent(sock) -> list[float]:
+    """Kernel stamps (s since the epoch) of the UDP stream's datagrams sent out since the
+    last call (IPv4, UDP, destination port 9; outgoing frames only)."""
+    import socket
+    import struct
+    out = []
+    while True:
+        try:
+            data, anc, _, addr = sock.recvmsg(64, 256)
+        except BlockingIOError:
+            return out
+        if (addr[2] == socket.PACKET_OUTGOING and data[12:14] == b"\x08\x00"
+                and data[23] == 17 and data[36:38] == b"\x00\x09"):
+            sec, nsec = struct.unpack("qq", anc[0][2][:16])
+            out.append(sec + nsec * 1e-9)
+
+
+def test_a_dci_down_is_sent_nothing_from_the_far_end_once_link_down_returns(labs):
+    """examples/dci_failover.yaml's lab, a UDP stream from DC2 to DC1 over both DCIs: DCI 1
+    goes down (DC1's end set down, DC2's losing the carrier). DC2's border router sends no
+    datagram into it after set_links returned (the kernel's own down: its carrier loss was
+    processed in the call, not by the linkwatch work up to a second later, for the two ends
+    have the same ifindex: a non-urgent event), and the stream goes on over DCI 2."""
+    from conftest import ROOT
+
+    from orchestration.run.runner import prepare
+    from testbed.live.faults import down_ends
+
+    plan = prepare(ROOT / "examples" / "dci_failover.yaml").plan
+    with labs(plan) as lab:
+        dci = next(lk for lk in lab.plan.links if lk.name == "dc1-b1-dc2-b1")
+        (down,) = down_ends(lab, [dci])
+        far = dci.b if down is dci.a else dci.a
+        other = next(lk for lk in lab.plan.links if lk.name == "dc1-b1-dc2-b1-2")
+        far_other = other.endpoint(far.node)
+        into, survivor = tap(lab, far.node, far.ifname), tap(lab, far.node, far_other.ifname)
+        try:
+            lab.popen("dc2-l1-h1", [sys.executable, "-c", UDP_STREAM,
+                                    str(plan.address_of("dc1-l1-h1")), "5000"],
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            assert eventually(lambda: len(stream_sent(into)) > 10)  # the tap sees the stream
+            lab.set_links([dci.name], False)
+            returned = time.time()
+            time.sleep(1.1)  # the linkwatch work waits up to a second for such an event
+            late = [t - returned for t in stream_sent(into) if t > returned]
+            assert late == [], f"{len(late)} datagrams sent into the DCI after it went down"
+            assert [t for t in stream_sent(survivor) if t > returned]  # over DCI 2
+            lab.set_links([dci.name], True)
+            assert eventually(lambda: len(stream_sent(into)) > 10)  # used again
+        finally:
+            into.close()
+            survivor.close()

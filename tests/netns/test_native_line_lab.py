@@ -1,8 +1,8 @@
 """The native delay line inside a Lab: placement, registration, live change, teardown.
 
 Host kernel (no netem needed). RTTs are read with ``ping -U`` (user-space send/receive
-times): plain ping's kernel receive timestamp is taken before PREROUTING, where the line in
-the pinger's own namespace holds the reply.
+times); plain ping's kernel receive stamp agrees since the line holds packets in the wire
+namespace, before the receiver stamps them (tests/netns/test_delay_timestamps.py).
 """
 
 from __future__ import annotations
@@ -49,10 +49,13 @@ def test_native_line_delays_both_ways_and_leaves_nothing(labs):
     # early); the upper bound only tells "held once" from "held twice" (+10 ms): CI is a
     # loaded 2-core box where wake-ups come ms late
     assert 15.0 <= rtt < 25.0
-    assert {r["node"] for r in recs} == {"r1", "h1"}  # h1->r1 held at r1, r1->h1 at h1
-    assert lines["h1-r1/a_to_b"] == {"backend": "native", "node": "r1", "hook": "in",
-                                     "dev": "e1"}
-    assert lines["h1-r1/b_to_a"]["node"] == "h1"
+    # both directions held by one helper in the wire namespace, each entering it by the
+    # port of its sender's end (h1-r1 is the plan's first link: ports w0a, w0b)
+    assert {r["node"] for r in recs} == {"_wire"}
+    assert lines["h1-r1/a_to_b"] == {"backend": "native", "node": "_wire", "hook": "wire",
+                                     "dev": "w0a"}
+    assert lines["h1-r1/b_to_a"] == {"backend": "native", "node": "_wire", "hook": "wire",
+                                     "dev": "w0b"}
     assert [lk["delay_line"] for lk in saved["links"]] == ["native", "native"]
 
 
@@ -113,13 +116,14 @@ def test_a_dedicated_line_cpu_pins_the_helpers_and_steers_receive_work_away(labs
         policies = {os.sched_getscheduler(pid) for pid in pids}
         argvs = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in pids]
         masks = {}
-        for node, ifname in (("h1", "eth0"), ("r1", "e1"), ("r1", "e2"), ("h2", "eth0")):
+        for node, ifname in (("h1", "eth0"), ("r1", "e1"), ("r1", "e2"), ("h2", "eth0"),
+                             ("_wire", "w0a"), ("_wire", "w0b")):
             # a fresh sysfs of the node's namespace (ip netns exec mounts one)
             masks[node, ifname] = int(subprocess.run(
                 ["ip", "netns", "exec", lab.netns_name(node), "cat",
                  f"/sys/class/net/{ifname}/queues/rx-0/rps_cpus"], capture_output=True,
                 text=True, check=True).stdout.strip().replace(",", ""), 16)
-    assert len(pids) == 2 and all(aff == {cpu} for aff in pinned.values()), pinned
+    assert len(pids) == 1 and all(aff == {cpu} for aff in pinned.values()), pinned  # wire
     assert policies == {os.SCHED_FIFO}
     assert all(b"--spin-dense" in a and a[a.index(b"--cpu") + 1] == str(cpu).encode()
                for a in argvs)
@@ -174,8 +178,8 @@ def test_lines_into_a_switch_delay_and_sit_where_the_switch_lets_them(labs, data
     # 10 ms each way, never less; below 30 ms: no line held twice (a loaded CI box makes
     # wake-ups ms late, OVS's user-space datapath adds a thread hop per packet)
     assert 20.0 <= rtt < 30.0
-    if datapath == "bridge":  # physdev on the bridge port
-        assert (into_switch["node"], into_switch["hook"]) == ("s1", "in")
+    if datapath == "bridge":  # in the wire, before the switch's port
+        assert (into_switch["node"], into_switch["hook"]) == ("_wire", "wire")
     else:  # OVS takes frames before netfilter: the sender holds them
         assert (into_switch["node"], into_switch["hook"], into_switch["dev"]) == \
             ("h1", "out", "eth0")
@@ -217,7 +221,7 @@ def test_deploy_leaves_the_native_line_running_and_destroy_ends_it(tmp_path):
         if cpu:  # the deployed lab keeps its helpers on that CPU
             helpers = [r["pid"] for r in Registry(tmp_path / "state", rid).records()
                        if r.get("role") == "delay-line"]
-            assert deployed["delay_line_cpu"] == usable[-1] and len(helpers) == 2  # a, b
+            assert deployed["delay_line_cpu"] == usable[-1] and len(helpers) == 1  # wire
             assert all(os.sched_getaffinity(pid) == {usable[-1]} for pid in helpers)
         ping = subprocess.run(["ip", "netns", "exec", f"aitb-{rid}-a", "ping", "-U", "-c", "3",
                                "-i", "0.1", "-W", "2", dst], capture_output=True,
@@ -311,7 +315,7 @@ def test_a_killed_controller_takes_its_helpers_and_aitb_clean_removes_the_rest(t
     owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert owner.stdout.readline().strip() == "up"
     helpers = [r for r in Registry(state, "k1ll3d").records() if r.get("role") == "delay-line"]
-    assert len(helpers) == 2 and all(pid_alive(r["pid"], r["start"]) for r in helpers)
+    assert len(helpers) == 1 and all(pid_alive(r["pid"], r["start"]) for r in helpers)
     owner.send_signal(signal.SIGKILL)
     owner.wait()
     deadline = time.monotonic() + 10  # bound only: PDEATHSIG is delivered at once

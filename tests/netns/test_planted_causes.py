@@ -1,7 +1,7 @@
 """Each thing the analysis can say bound a collective, planted in a real run: metrics.json's
 ``attribution.per_collective[].bound`` (and ``critical_link`` where a link did) and the
-report's first line for the workload must name it. Small labs, short runs, three in all
-(one per lab, each cause a workload of its own, run one after the other):
+report's first line for the workload must name it. Small labs, short runs (causes that
+can share a lab are workloads of one run, one after the other):
 
 * the default experiment (``aitb run`` with no file): DP all-reduces across a 20 ms DCI that
   no link is near the rate of: latency;
@@ -11,7 +11,11 @@ report's first line for the workload must name it. Small labs, short runs, three
 * a rank that computes four times as long as the others: compute;
 * a lossy link: loss;
 * a link set down mid-run (``events:``): the transfers that fail are told with that link and
-  event, in the failure records and the report, not blamed on the rank at their other end.
+  event, in the failure records and the report, not blamed on the rank at their other end;
+* a saturated CPU (busy loops on every core while a ring runs on links no host here can
+  fill): host_cpu, told by the CPU, with no link blamed;
+* two causes at once, a slow port and a slow rank in one ring: both named, ``bound`` and
+  ``secondary_bound``, in metrics.json and in the verdict's words.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ import html
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,6 +188,16 @@ def test_the_default_experiment_is_latency_bound(tmp_path, state_env):
     assert "in DP all-reduces across the DCI" in line and "round trips" in line
     # the picture marks no critical link: none was link-bound
     assert "critical link" not in _picture(run_dir)
+    # what if: round trips held it, so half the RTT shortens the iteration; the report's
+    # table has the row
+    (wi,) = [r for r in m["attribution"]["what_if"]["per_workload"]
+             if r["workload_index"] == 0]
+    assert wi["rtt_half"]["inputs"]["rtt_s_configured"] == pytest.approx(0.020)
+    assert wi["rtt_half"]["iteration_time_s"] < wi["iteration_time_s"]
+    assert wi["rtt_half"]["speedup"] > 1
+    report = (run_dir / "report.html").read_text()
+    table = report[report.index('id="what-if-table"'):]
+    assert f"; {duration(0.020)} configured)" in table[:table.index("</table>")]
     _assert_energy(m, manifest, (run_dir / "report.html").read_text())
 
 
@@ -264,7 +281,7 @@ def test_a_slow_rank_is_compute_bound(host_causes):
             assert (c["evidence"]["late_rank"], c["evidence"]["compute_straggler_rank"]) == (
                 2, 2)
     line = _verdict_line(m, lines, 0)
-    assert "compute-bound: rank 2 (the iteration's compute straggler) arrived " in line
+    assert "compute-bound: rank 2 (it computed longest before it) arrived " in line
 
 
 def test_a_lossy_link_is_loss_bound(host_causes):
@@ -305,3 +322,66 @@ def test_a_link_down_mid_run_is_named_by_the_failures_it_caused(env):
     failed = lines[0][0]
     assert failed.startswith("This workload FAILED: ")
     assert "link h2-s1 down on its path (events[0])" in failed, failed
+
+
+def test_two_causes_at_once_are_both_named(env):
+    """h2's uplink at a quarter of the others' rate and rank 3 computing six times as long
+    (100 ms later than the others) before each all-reduce: the port holds the collective
+    about 200 ms after the last arrival, the rank about 100 ms before it. Both are named,
+    the longer one first."""
+    lab = _lab("two-causes", {"s1": {"h1": "", "h2": "a_to_b: {rate: 25Mbit}", "h3": "",
+                                     "h4": ""}}, "{rate: 100Mbit, buffer: 300p}")
+    run_dir = _run_dir(env, "two-causes", lab, [_ring(
+        ["h1", "h2", "h3", "h4"], "400KiB", ", compute: 20ms, stragglers: {fixed: {3: 6.0}}")])
+    m, lines = _results(run_dir)
+    # the port's verdict, or the emulating host's where fidelity found the CPU starved and
+    # that port's rate missed (the slow-port test's rule); the rank's, in either order
+    port = {"link", "host_cpu"} if _untrustworthy(run_dir) else {"link"}
+    (v,) = [r for r in m["attribution"]["per_workload"] if r["workload_index"] == 0]
+    causes = {v["bound"], v["secondary_bound"]}
+    assert "compute" in causes and causes - {"compute"} <= port, causes
+    rank = v["evidence"] if v["bound"] == "compute" else v["secondary_evidence"]
+    assert rank["late_rank"] == rank["compute_straggler_rank"] == 3
+    for c in m["attribution"]["per_collective"]:
+        if c["bound"] == "link" or c["secondary_bound"] == "link":
+            lk = c["critical_link"] or c["secondary_critical_link"]
+            assert (lk["link"], lk["direction"]) == ("h2-s1", "h2 -> s1"), lk
+    line = _verdict_line(m, lines)
+    assert "compute-bound: rank 3 (it computed longest before it) arrived " in line, line
+    assert "; also " in line
+    if "link" in causes:
+        assert "link-bound: h2 -> s1 (h2-s1) busy " in line, line
+
+
+@pytest.fixture
+def busy_cpus():
+    """A busy loop per core for the test's length, at the lowest priority (the lab's
+    processes still run first, so the run ends in seconds, but every core reads busy),
+    ended by its pid afterwards."""
+    hogs = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 1)]
+    try:
+        yield hogs
+    finally:
+        for p in hogs:
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=10)
+
+
+def test_a_saturated_cpu_is_host_cpu_not_a_link(env, busy_cpus):
+    """A ring on 10 Gbit/s links without delay while busy loops hold every core: fidelity
+    finds the CPU saturated, no link is near its rate (the hosts cannot fill 10 Gbit/s) and
+    round trips explain nothing, so every collective is host_cpu and the words say the
+    CPU."""
+    lab = _lab("busy-cpu", {"s1": {"h1": "", "h2": "", "h3": "", "h4": ""}},
+               "{rate: 10Gbit, buffer: 5000p}")
+    run_dir = _run_dir(env, "busy-cpu", lab, [_ring(["h1", "h2", "h3", "h4"], "2MiB")])
+    fid = json.loads((run_dir / "fidelity.json").read_text())
+    assert fid["trustworthy"] is False and fid["cpu"]["saturated"] is True, fid["cpu"]
+    m, lines = _results(run_dir)
+    assert set(_bounds(m)) == {"host_cpu"}, _bounds(m)
+    assert all(c["critical_link"] is None and c["secondary_critical_link"] is None
+               for c in m["attribution"]["per_collective"])
+    line = _verdict_line(m, lines)
+    assert "host-CPU-bound: the host's CPU was saturated (busy " in line, line
+    assert "None" not in line

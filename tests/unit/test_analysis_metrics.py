@@ -184,3 +184,21 @@ def test_iteration_split_into_compute_and_exposed_communication():
     assert row["compute_s"] == pytest.approx(1.0)
     assert row["comm_exposed_s"] == pytest.approx(0.5)
     assert row["compute_share"] == pytest.approx(2 / 3)
+
+
+def test_summary_iteration_time_is_the_main_workloads_not_a_mix():
+    """Two training steps of 2 s (workload 0) and three incast repeats of 0.1 s (workload 1):
+    the summary's iteration time is 2 s, the main workload's, not the mean 0.86 s of all five
+    (which mixes a training step with an incast repeat)."""
+    from analysis.metrics import _main_iteration_s
+    from analysis.metrics.collectives import cct_metrics
+
+    rows = [{"rank": r, "workload_index": 0, "iteration": i, "kind": "collective",
+             "t_start": 2.0 * i, "t_end": 2.0 * i + 2.0} for r in (0, 1) for i in (0, 1)]
+    rows += [{"rank": r, "workload_index": 1, "iteration": i, "kind": "collective",
+              "t_start": 10 + i, "t_end": 10.1 + i} for r in (0, 1) for i in range(3)]
+    cct = cct_metrics(pd.DataFrame(), pd.DataFrame(rows))
+    assert cct["main_workload_index"] == 0
+    assert cct["iteration_time_s_by_workload"]["1"]["mean"] == pytest.approx(0.1)
+    assert cct["iteration_time_s"]["mean"] == pytest.approx(4.3 / 5)
+    assert _main_iteration_s(cct) == pytest.approx(2.0)

@@ -163,3 +163,111 @@ def test_a_failure_is_told_with_the_link_down_on_its_path():
         "raise timeouts.transfer in the experiment or shrink the transfer",
         "link h2-s1 down on its path (events[0])")
     assert failure_words({"detail": detail, "extra": {}}) == detail
+
+
+def test_compute_is_named_only_for_the_rank_that_computed_longer_before_that_collective():
+    """Two all-reduces in one iteration: rank 2 computes four times as long (its straggler
+    factor) before the first, nothing before the second, which it reaches 30 ms late for
+    another reason. Only the first is compute-bound; a rank without a factor or a measured
+    compute excess before a collective is never its compute straggler."""
+    plan = _plan()
+    first = _ring(plan, chunk=10_000, t0=0.04)
+    end = max(f["t_end"] for f in first)
+    second = [{**f, "collective_id": "c0.2"} for f in _ring(plan, chunk=10_000,
+                                                            t0=end + 0.03)]
+    t_end = max(f["t_end"] for f in second)
+    colls = pd.DataFrame([
+        {"collective_id": "c0.1", "workload_index": 0, "iteration": 0, "op_index": 1,
+         "op": "all_reduce", "group_kind": "world", "ranks": [0, 1, 2, 3],
+         "rank_t_start": [0.01, 0.01, 0.04, 0.01], "rank_t_end": [end] * 4},
+        {"collective_id": "c0.2", "workload_index": 0, "iteration": 0, "op_index": 2,
+         "op": "all_reduce", "group_kind": "world", "ranks": [0, 1, 2, 3],
+         "rank_t_start": [end, end, end + 0.03, end], "rank_t_end": [t_end] * 4}])
+    rows = []
+    for r in range(4):
+        arrive = 0.04 if r == 2 else 0.01
+        rows += [{"op_index": 0, "kind": "compute", "t_start": 0.0, "t_end": arrive,
+                  "slowdown": 4.0 if r == 2 else 1.0},
+                 {"op_index": 1, "kind": "collective", "t_start": arrive, "t_end": end,
+                  "slowdown": 1.0},
+                 {"op_index": 2, "kind": "collective", "t_start": end + (0.03 if r == 2
+                                                                         else 0.0),
+                  "t_end": t_end, "slowdown": 1.0}]
+        for row in rows[-3:]:
+            row.update(rank=r, iteration=0, workload_index=0)
+    timeline = pd.DataFrame(rows)
+    a = attribution_metrics(pd.DataFrame(first + second), timeline, plan, collectives=colls)
+    assert _bounds(a) == ["compute", "latency"]
+    assert [c["evidence"]["compute_straggler_rank"] for c in a["per_collective"]] == [2, None]
+    # the same compute without the factor behind it (rank 2 overran its sleeps): neither
+    even = timeline.assign(slowdown=1.0)
+    a = attribution_metrics(pd.DataFrame(first + second), even, plan, collectives=colls)
+    assert _bounds(a) == ["latency", "latency"]
+
+
+def test_a_slow_rank_and_a_slow_port_are_both_named():
+    """Rank 3 computes 90 ms longer (its straggler factor) before a ring whose tx2 uplink
+    runs at a quarter of the others' rate: the port holds the collective longer (192 ms
+    after the last arrival) and the rank's lag is a second cause (90 ms, a third of it)."""
+    from analysis.report.narrative import verdict
+
+    plan = _plan()
+    flows = pd.DataFrame(_ring(plan, t0=0.1))
+    t_end = float(flows["t_end"].max())
+    colls = pd.DataFrame([{"collective_id": "c0.1", "workload_index": 0, "iteration": 0,
+                           "op_index": 1, "op": "all_reduce", "group_kind": "world",
+                           "ranks": [0, 1, 2, 3], "rank_t_start": [0.01, 0.01, 0.01, 0.1],
+                           "rank_t_end": [t_end] * 4}])
+    timeline = pd.DataFrame([{"rank": r, "iteration": 0, "op_index": 0, "kind": "compute",
+                              "t_start": 0.0, "t_end": 0.1 if r == 3 else 0.01,
+                              "workload_index": 0, "slowdown": 10.0 if r == 3 else 1.0}
+                             for r in range(4)])
+    a = attribution_metrics(flows, timeline, plan, collectives=colls)
+    (c,) = a["per_collective"]
+    assert (c["bound"], c["secondary_bound"]) == ("link", "compute")
+    assert c["critical_link"]["direction"] == "tx2 -> s1"
+    assert c["secondary_critical_link"] is None
+    assert c["evidence"]["secondary_s"] == pytest.approx(0.09)
+    (w,) = a["per_workload"]
+    assert (w["bound"], w["secondary_bound"]) == ("link", "compute")
+    assert w["secondary_evidence"]["late_rank"] == 3
+    words = verdict(w)
+    assert "link-bound: tx2 -> s1 (tx2-s1) busy " in words
+    assert "; also compute-bound: rank 3 (it computed longest before it) arrived 90 ms " \
+        "after the median rank." in words
+    # the rank on time: one cause
+    even = colls.assign(rank_t_start=[[0.1] * 4])
+    a = attribution_metrics(flows, timeline.assign(t_end=0.1), plan, collectives=even)
+    assert a["per_collective"][0]["secondary_bound"] is None
+    assert a["per_workload"][0]["secondary_bound"] is None
+    # the rank's lag longer than the port's time: compute first, the port second
+    slow = colls.assign(rank_t_start=[[0.01, 0.01, 0.01, 0.5]])
+    late = timeline.assign(t_end=[0.01, 0.01, 0.01, 0.5])
+    shifted = flows.assign(t_start=flows["t_start"] + 0.4, t_end=flows["t_end"] + 0.4)
+    a = attribution_metrics(shifted, late, plan, collectives=slow.assign(
+        rank_t_end=[[t_end + 0.4] * 4]))
+    (c,) = a["per_collective"]
+    assert (c["bound"], c["secondary_bound"]) == ("compute", "link")
+    assert c["critical_link"] is None
+    assert c["secondary_critical_link"]["direction"] == "tx2 -> s1"
+    (w,) = a["per_workload"]
+    assert "; also link-bound: tx2 -> s1 (tx2-s1) busy " in verdict(w)
+
+
+def test_a_starved_host_is_told_by_its_cpu_not_a_rate_it_did_not_miss():
+    """Transfers at a tenth of the links' rate on a path with no delay, the run's CPU
+    saturated: host_cpu, and the words say the CPU, not a direction's rate."""
+    from analysis.report.narrative import verdict
+
+    plan = _plan()
+    flows = _slow_transfers(plan, tcp_total_retrans=0, tcp_dsack_dups=0,
+                            tcp_min_rtt_s=0.0001, tcp_snd_cwnd=40)
+    fid = {"trustworthy": False, "cpu": {"busy_pct_p95": 99.0, "saturated": True},
+           "links": []}
+    a = attribution_metrics(flows, pd.DataFrame(), plan, fidelity=fid)
+    assert set(_bounds(a)) == {"host_cpu"}
+    (w,) = a["per_workload"]
+    words = verdict(w)
+    assert "host-CPU-bound: the host's CPU was saturated (busy 99% at p95) and round " \
+        "trips at the configured RTT explain " in words
+    assert "None" not in words and w["critical_link"] is None

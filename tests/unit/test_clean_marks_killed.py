@@ -59,7 +59,7 @@ def test_clean_marks_a_dead_owners_run_killed(tmp_path):
 
 
 def test_resume_removes_the_lab_of_the_discarded_run(tmp_path, monkeypatch):
-    from orchestration.campaign.runner import remove_labs_of
+    from orchestration.campaign.state import remove_labs_of
     from testbed.lab.registry import Registry
 
     state, run_dir = tmp_path / "state", tmp_path / "results" / "c" / "p0-r0"

@@ -286,6 +286,10 @@ def test_loss_on_a_native_line_counts_its_model_and_kernel_drops():
     clean = Shaping(delay_s=0.01)
     got, status = loss_check(None, None, _native(clean, (990, 0, 10, 0.01, 0.01)))
     assert status == "off" and got == pytest.approx(1.0)
+    # released by a line in the wire, refused by the receiver's backlog: loss too, of packets
+    # the line already counted in
+    got, status = loss_check(None, None, _native(clean, (1000, 0, 0, 0.01, 0.01, None, 10)))
+    assert status == "off" and got == pytest.approx(1.0)
 
 
 def test_a_verdict_names_the_checks_that_were_not_exercised():

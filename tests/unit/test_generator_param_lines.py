@@ -89,7 +89,7 @@ def test_an_experiments_unknown_generator_and_parameter_are_named(tmp_path):
     issues = _issues(lambda: prepare(path))
     assert [(i.file, i.key_path, i.line) for i in issues] == [
         (str(path), ("topology", "generator"), 3)]
-    assert "unknown generator 'fat_trie'" in issues[0].message
+    assert "unknown generator 'fat_trie' (did you mean 'fat_tree'?)" in issues[0].message
 
 
 def test_an_unknown_profile_parameter_is_reported_once_at_its_key(tmp_path):

@@ -13,7 +13,10 @@ iteration and the multiset of message sizes. Excluded, and why:
   AICB commit (HEAD's MockedMegatron gives 1,747,804,160, the 2024-07-31 one 1,682,268,160);
   aitb's Megatron count (Narayanan et al. eq. 2) gives 1,617,525,760, 0.73 % more. So sizes are
   compared exactly with the model's ``parameters`` set to the file's count, and the derived
-  count is checked to within 1 % (the width covers the 0.73 % gap, nothing wider).
+  count is checked to within 1 % (the width covers the 0.73 % gap, nothing wider). With a
+  vocabulary of 32000 (the word embedding the SimAI file's ``embedding_norm`` all-reduces)
+  instead of 50257, aitb's count is the file's exactly
+  (tests/unit/test_training_validation.py compares that job).
 """
 
 import csv

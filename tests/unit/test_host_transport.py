@@ -38,7 +38,7 @@ def _spec(transport: dict):
 
 def test_rto_min_and_ecn_parse():
     t = _spec({"rto_min": "50ms", "ecn": "server"}).transport
-    assert (t.rto_min, t.ecn) == ("50ms", "server")
+    assert (t.rto_min, str(t.rto_min), t.ecn) == (0.05, "50ms", "server")
     assert _spec({"ecn": False}).transport.ecn is False
     assert _spec({}).transport.rto_min is None
 

@@ -21,7 +21,7 @@ from workloads.training import Parallelism, TransformerModel, training_schedule
 from workloads.training.flops import split_params
 
 MODEL = TransformerModel(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32,
-                         ffn_hidden_size=256, vocab_size=1024, num_experts=8, moe_topk=2)
+                         ffn_hidden_size=256, vocab_size=1024, num_experts=8, moe_router_topk=2)
 
 
 def _step_syncs(ep):

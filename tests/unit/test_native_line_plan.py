@@ -169,3 +169,50 @@ def test_a_byte_buffer_below_two_gso_packets_moves_the_line_as_a_packet_buffer_d
         got = labline.places(p, [("h-r", "a_to_b"), ("h-r", "b_to_a")])
         assert [(g.node, g.hook) for g in got] == [("r", "in"), ("r" if hook == "out" else "h",
                                                                  hook)]
+
+
+def test_a_lab_runs_every_link_whose_line_would_sit_in_a_receivers_prerouting_through_the_wire():
+    """The lab's layout puts such links in the wire namespace (ports w<i>a, w<i>b, bridge
+    wb<i>: i the link's place in the plan); their lines hold packets there, entering by the
+    sender's port; a line on an OVS sender's side stays where it is."""
+    from testbed.delay import native
+    from testbed.lab.layout import make_layout
+
+    plan = _plan({"h": ("host", "bridge"), "s": ("switch", "bridge"), "o": ("switch", "ovs"),
+                  "r": ("router", "bridge")}, [("h", "s"), ("r", "o")])
+    plan = dataclasses.replace(plan, links=tuple(dataclasses.replace(lk, delay_line="native")
+                                                 for lk in plan.links))
+    layout = make_layout(plan, "ab12cd")
+    wired = native.wired_links(plan, layout)
+    assert wired == ["h-s", "r-o"]  # r-o's direction o -> r would sit in r's PREROUTING
+    layout.add_wires(plan, wired)
+    assert layout.wires["h-s"] == labline.WireLink("h-s", "wb0", "w0a", "w0b")
+    wire = layout.node(labline.WIRE_NODE)
+    assert wire.netns == "aitb-ab12cd-_wire" and wire.ifindex("w1b") == 105
+    got = labline.places(plan, [("h-s", "a_to_b"), ("h-s", "b_to_a"), ("r-o", "a_to_b"),
+                                ("r-o", "b_to_a")], layout.wires)
+    assert [(p.node, p.hook, p.dev, p.physdev, p.queue_num) for p in got] == [
+        ("_wire", "wire", "w0a", True, 0),  # entering the wire from h's end
+        ("_wire", "wire", "w0b", True, 1),
+        ("r", "out", "too", False, 0),      # into OVS: still the sender's POSTROUTING -o
+        ("_wire", "wire", "w1b", True, 2),
+    ]
+    assert labline.restore_text(got[:1], "ab12cd") == (
+        "*mangle\n-A PREROUTING -m physdev --physdev-in w0a -m comment --comment aitb:ab12cd "
+        "-j NFQUEUE --queue-num 0\nCOMMIT\n")
+
+
+def test_a_link_down_through_the_wire_also_sets_the_port_facing_the_end_that_stays_up():
+    from types import SimpleNamespace
+
+    from testbed.lab.layout import make_layout
+    from testbed.live.faults import wire_ports
+
+    plan = _plan({"h": ("host", "bridge"), "g": ("host", "bridge")}, [("h", "g")])
+    layout = make_layout(plan, "ab12cd")
+    layout.add_wires(plan, ["h-g"])
+    lab = SimpleNamespace(layout=layout)
+    lk = plan.links[0]
+    assert wire_ports(lab, [lk], [lk.a], up=False) == ["w0b"]  # g keeps IFF_UP, loses carrier
+    assert wire_ports(lab, [lk], [lk.a, lk.b], up=False) == []
+    assert wire_ports(lab, [lk], [lk.a, lk.b], up=True) == ["w0a", "w0b"]

@@ -58,7 +58,10 @@ def test_sections_state_results_in_words():
         {"workload_index": 1, "burst_id": "b0.0", "src_node": "tx2", "src_rank": 2,
          "t_start": 10.0, "t_end": 10.03, "tcp_total_retrans": 4, "dst_node": "rx"},
         {"workload_index": 1, "burst_id": "b0.0", "src_node": "tx1", "src_rank": 1,
-         "t_start": 10.0, "t_end": 10.01, "tcp_total_retrans": 0, "dst_node": "rx"}])
+         "t_start": 10.0, "t_end": 10.01, "tcp_total_retrans": 0, "dst_node": "rx"},
+        # started late and finished last, but quickly: not the slowest flow
+        {"workload_index": 1, "burst_id": "b0.0", "src_node": "tx3", "src_rank": 3,
+         "t_start": 10.03, "t_end": 10.035, "tcp_total_retrans": 0, "dst_node": "rx"}])
     requests = pd.DataFrame({"workload_index": [2] * 4, "ttft_s": [0.1, 0.1, 0.1, 0.5]})
     manifest = {"workloads": [{"index": 0, "name": "train"}, {"index": 1, "name": "incast"},
                               {"index": 2, "name": "serve"}]}
@@ -67,8 +70,8 @@ def test_sections_state_results_in_words():
     assert "iteration time 2 s" in text[0] and "exposed communication 1.5 s" in text[0]
     assert "25% of the iteration time" in text[0]  # DCI share 0.5 s of 2 s
     assert "goodput 900 Mbit/s" in text[1]
-    assert "Last finisher: tx2 (rank 2), 30 ms after its burst began, 4 retransmission" in \
-        text[1]
+    assert ("Slowest flow: tx2 (rank 2), FCT 30 ms, done 30 ms after its burst began, "
+            "4 retransmission") in text[1]
     assert "time to first token 100 ms p50" in text[2] and "488 ms p99" in text[2]
 
 

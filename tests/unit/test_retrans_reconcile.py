@@ -31,6 +31,13 @@ def test_agreeing_counts_and_summary_source():
     assert reconcile(_flows(), cap)["agree"] is True
     m = retrans_metrics(_flows(), [])
     assert m["summary_source"] == "tcp_info" and m["reconciliation"] is None
+    assert (m["records"]["delivered_ce"], m["records"]["ecn_flows"]) == (0, 0)  # older records
+
+
+def test_ce_marks_are_summed_over_the_transfers_of_ecn_flows():
+    flows = _flows().assign(tcp_delivered_ce=[3, 4, 0], tcp_ecn=[True, True, None])
+    rec = retrans_metrics(flows, [])["records"]
+    assert (rec["delivered_ce"], rec["ecn_flows"]) == (7, 2)
 
 
 def _cap(n, nbytes=0, ooo=0, spurious=0):

@@ -31,9 +31,22 @@ def test_tp_all_reduces_two_forward_two_backward_per_layer():
 
 def test_sequence_parallel_replaces_all_reduce_by_gather_scatter_pairs():
     t = _t(training_schedule(SMALL, Parallelism(tp=2, dp=1, sequence_parallel=True)))
-    # AICB MockedMegatron: fwd col AG + row RS, bwd row AG + col AG + col RS; per block
-    assert t[("all_gather", "tp")]["count"] == 4 * 2 * 3
-    assert t[("reduce_scatter", "tp")]["count"] == 4 * 2 * 2
+    # per block: fwd col AG + row RS, bwd row AG + col AG (input again, for the weight
+    # gradient) + col RS (Megatron's LinearWithGradAccumulationAndAsyncCommunication);
+    # the embedding (learned positions) all-reduces its output, splits it locally and
+    # all-gathers the gradient in backward; the column-parallel output layer gathers its
+    # input forward and backward and reduce-scatters its input gradient
+    comm = 2 * 128 * 1 * 256
+    assert t[("all_gather", "tp")]["count"] == 4 * 2 * 3 + 2 + 1
+    assert t[("reduce_scatter", "tp")]["count"] == 4 * 2 * 2 + 1
+    # all-reduces: the embedding's, cross entropy, NaN check, layer-norm gradients
+    assert t[("all_reduce", "tp")]["sizes_bytes"] == [4, 128 * 4,
+                                                      4 * (4 * 6 * 256 + 2 * 256), comm]
+    rope = SMALL.model_copy(update={"position_embedding_type": "rope"})
+    r = _t(training_schedule(rope, Parallelism(tp=2, dp=1, sequence_parallel=True)))
+    # rotary: Megatron's reduce_scatter_embeddings, the embedding's all-reduce a reduce-scatter
+    assert r[("reduce_scatter", "tp")]["count"] == 4 * 2 * 2 + 2
+    assert comm not in r[("all_reduce", "tp")]["sizes_bytes"]
 
 
 def test_compute_time_matches_narayanan_flops():
@@ -80,12 +93,17 @@ def test_zero_stages_change_the_dp_traffic():
     grad = z0[("all_reduce", "dp")]["sizes_bytes"][-1]
     assert z1[("reduce_scatter", "dp")]["total_bytes"] == grad
     assert z1[("all_gather", "dp")]["total_bytes"] == grad // 2
-    assert z3[("all_gather", "dp")]["count"] == 4 * 2 * 2  # per block, forward and backward
-    assert z3[("reduce_scatter", "dp")]["count"] == 4 * 2
+    # per block forward and backward, plus the embedding and the output layer (tied: the
+    # word embedding gathered for both) forward and backward
+    assert z3[("all_gather", "dp")]["count"] == 4 * 2 * 2 + 2 * 2
+    # every parameter's gradient reduce-scattered once: 2 blocks per layer, the output
+    # layer's final norm, the embeddings (the tied word embedding after its last use)
+    assert z3[("reduce_scatter", "dp")]["count"] == 4 * 2 + 2
+    assert z3[("reduce_scatter", "dp")]["total_bytes"] == grad
 
 
 def test_moe_all_to_all_on_expert_groups():
-    moe = SMALL.model_copy(update={"num_experts": 4, "moe_topk": 2})
+    moe = SMALL.model_copy(update={"num_experts": 4, "moe_router_topk": 2})
     s = training_schedule(moe, Parallelism(tp=2, dp=4, ep=2, sequence_parallel=True))
     t = _t(s)
     assert t[("all_to_all", "ep")]["group_size"] == 2
@@ -104,3 +122,18 @@ def test_invalid_layouts_name_the_key(model, par, key, needle):
     with pytest.raises(SpecError, match=needle) as exc:
         training_schedule(model, par, file="job.yaml")
     assert any(i.where() == f"job.yaml: {key}" for i in exc.value.issues)
+
+
+def test_llama_shapes_give_the_published_parameter_count():
+    """Llama-7B (Touvron et al. 2023): 32 layers, h 4096, ffn 11008 SwiGLU, RMSNorm, no
+    biases, rotary positions, vocabulary 32000, untied output: 6,738,415,616 parameters,
+    the count of the released checkpoint."""
+    from workloads.training.flops import params_per_tp_rank
+    llama = TransformerModel(num_layers=32, hidden_size=4096, num_attention_heads=32,
+                             seq_length=2048, ffn_hidden_size=11008, vocab_size=32000,
+                             swiglu=True, normalization="RMSNorm", add_bias_linear=False,
+                             position_embedding_type="rope", untie_embeddings=True)
+    assert params_per_tp_rank(llama, 1) == 6_738_415_616
+    s = training_schedule(llama, Parallelism(dp=2, zero_stage=3))
+    rs = sum(op.size_bytes for op in s.ops if getattr(op, "op", "") == "reduce_scatter")
+    assert rs == 4 * 6_738_415_616  # every gradient reduce-scattered once (fp32)

@@ -79,3 +79,27 @@ def test_buffers():
     assert parse_buffer("256KiB") == BufferSize(size_bytes=262144)
     with pytest.raises(UnitError):
         parse_buffer("0p")
+
+
+def test_spec_fields_hold_numbers_read_once_and_serialise_as_written():
+    """A unit field of a spec model is read at validation into a typed number (what builders
+    use without parsing again), defaults included; it prints and serialises as written, and
+    survives pickling (campaign executors ship specs to workers)."""
+    import pickle
+
+    from models.units import DurationS, RateBps, SizeBytes, read_rate_bps
+    from orchestration.run.experiment import TimeoutSpec, TransportSpec
+    from topologies.spec import LinkSpec
+
+    t = TimeoutSpec(transfer="1.5s")
+    assert isinstance(t.transfer, DurationS) and t.transfer == 1.5 and str(t.transfer) == "1.5s"
+    assert isinstance(t.phase, DurationS) and t.phase == 600.0  # a default, read the same way
+    assert t.model_dump(mode="json")["transfer"] == "1.5s"
+    tr = TransportSpec(sndbuf="64KiB")
+    assert isinstance(tr.sndbuf, SizeBytes) and tr.sndbuf == 65536
+    link = LinkSpec.model_validate({"endpoints": ["a", "b"], "rate": "2.5Gbit"})
+    assert isinstance(link.rate, RateBps) and link.rate == 2_500_000_000
+    assert link.model_dump(exclude_none=True)["rate"] == "2.5Gbit"
+    back = pickle.loads(pickle.dumps(read_rate_bps("10Gbit")))
+    assert (back, str(back), type(back)) == (10**10, "10Gbit", RateBps)
+    assert parse_rate_bps(read_rate_bps("1Mbit")) == 10**6  # a typed value is not parsed again

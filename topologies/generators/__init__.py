@@ -4,6 +4,7 @@ adding one line to :data:`GENERATORS`."""
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import typing
 from collections.abc import Callable, Mapping
@@ -73,8 +74,11 @@ def build_spec(name: str, params: Mapping[str, Any], source: str = "<generator>"
     """
     gen = GENERATORS.get(name)
     if gen is None:
-        raise SpecError(SpecIssue(f"unknown generator {name!r}; known: {', '.join(GENERATORS)}",
-                                  file=source, key_path=("generator", "name")))
+        close = difflib.get_close_matches(str(name), list(GENERATORS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SpecError(SpecIssue(f"unknown generator {name!r}{hint}; known: "
+                                  f"{', '.join(GENERATORS)}", file=source,
+                                  key_path=("generator", "name")))
     hints = _hints(gen)  # true/false where a number is wanted (pydantic would take 1/0)
     found = {k: f for k, v in params.items()
              if (f := boolean_where_number(hints.get(k, Any), v)) is not None}

@@ -34,7 +34,7 @@ from workloads.training.pipeline import bubble_fraction, merge_stages, stage_seq
 __all__ = ["TransformerModel", "Parallelism", "Accelerator", "Recompute", "training_schedule",
            "ideal_iteration", "check_training", "check_recompute"]
 
-_KINDS = ("tp", "dp", "pp", "ep", "ep_dp", "embedding")
+_KINDS = ("tp", "dp", "pp", "ep", "etp", "ep_tp", "ep_dp", "embedding")
 
 
 def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None = None, *,
@@ -57,17 +57,18 @@ def training_schedule(m: TransformerModel, p: Parallelism, a: Accelerator | None
     if issues:
         raise SpecError(issues)
     a = a or Accelerator()
-    layout = Layout(tp=p.tp, dp=p.data_parallel, pp=p.pp, ep=p.ep)
+    layout = Layout(tp=p.tp, dp=p.data_parallel, pp=p.pp, ep=p.ep, etp=p.etp)
     b = StageBuilder(m, p, a, r)
     steps = merge_stages([stage_sequence(b, s) for s in range(p.pp)])
     groups = {n: g for k in _KINDS if _used(k, m, p) for n, g in layout.groups(k).items()}
     by_stage = _groups_by_stage(layout, groups)
     ops = tuple(op for s, st in steps for op in _expand(layout, by_stage, s, st, b))
+    dense, expert = split_params(m, p.tp, p.ep, p.expert_tp)
     meta = {"model": m.name, "tp": p.tp, "dp": layout.dp, "pp": p.pp, "ep": p.ep,
-            "zero_stage": p.zero_stage, "sequence_parallel": p.sequence_parallel,
+            "etp": p.expert_tp, "zero_stage": p.zero,
+            "sequence_parallel": p.sequence_parallel,
             "microbatches": p.microbatches, "params_per_tp_rank": params_per_tp_rank(m, p.tp),
-            "dense_params_per_rank": split_params(m, p.tp, p.ep)[0],
-            "expert_params_per_rank": split_params(m, p.tp, p.ep)[1],
+            "dense_params_per_rank": dense, "expert_params_per_rank": expert,
             "stage_params_per_tp_rank": [stage_params(m, p.tp, p.pp, i) for i in range(p.pp)],
             "recompute": r.granularity, "untie_embeddings": m.untie_embeddings,
             "scatter_gather_pp": p.scatter_gather_pp,
@@ -84,8 +85,10 @@ def _bubble(p: Parallelism) -> float:
 
 
 def _used(kind: str, m: TransformerModel, p: Parallelism) -> bool:
+    moe, x = m.num_experts > 0, p.expert_tp
     return {"tp": p.tp > 1, "dp": p.data_parallel > 1, "pp": p.pp > 1, "ep": p.ep > 1,
-            "ep_dp": m.num_experts > 0 and p.data_parallel // p.ep > 1,
+            "etp": moe and x > 1 and x != p.tp, "ep_tp": moe and x * p.ep > 1,
+            "ep_dp": moe and p.tp * p.data_parallel // (x * p.ep) > 1,
             "embedding": p.pp > 1 and not m.untie_embeddings}[kind]
 
 

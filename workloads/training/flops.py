@@ -51,8 +51,10 @@ from workloads.training.params import Parallelism, TransformerModel
 
 __all__ = ["padded_vocab", "attention_fwd_flops", "mlp_fwd_flops", "logits_fwd_flops",
            "layer_params", "params_per_tp_rank", "iteration_model_flops", "tp_comm_bytes",
-           "expert_mlp_params", "split_params", "moe_a2a_bytes", "stage_params",
-           "stage_split_params", "word_embedding_params"]
+           "expert_mlp_params", "split_params", "moe_a2a_bytes", "moe_dispatch_tokens",
+           "stage_params", "stage_split_params", "word_embedding_params", "attention_block_params",
+           "mlp_block_params", "sequence_parallel_params", "norm_params",
+           "position_embedding_params"]
 
 
 def padded_vocab(m: TransformerModel, tp: int) -> int:
@@ -69,9 +71,10 @@ def attention_fwd_flops(m: TransformerModel, mbs: int) -> float:
 
 
 def mlp_fwd_flops(m: TransformerModel, mbs: int) -> float:
-    """Forward FLOPs of one MLP block: 4 B s h ffn, times ``moe_topk`` for an MoE layer."""
-    k = m.moe_topk if m.num_experts else 1
-    return 4 * mbs * m.seq_length * m.hidden_size * m.ffn * k
+    """Forward FLOPs of one MLP block: 4 B s h ffn (6 B s h ffn with ``swiglu``: three
+    matrices), times ``moe_router_topk`` for an MoE layer."""
+    k = m.moe_router_topk if m.num_experts else 1
+    return (6 if m.swiglu else 4) * mbs * m.seq_length * m.hidden_size * m.ffn * k
 
 
 def logits_fwd_flops(m: TransformerModel, mbs: int, tp: int = 1) -> float:
@@ -79,26 +82,66 @@ def logits_fwd_flops(m: TransformerModel, mbs: int, tp: int = 1) -> float:
     return 2 * mbs * m.seq_length * m.hidden_size * padded_vocab(m, tp)
 
 
+def norm_params(m: TransformerModel) -> int:
+    """Parameters of one normalisation layer: 2h (LayerNorm: weight and bias) or h
+    (RMSNorm: weight only)."""
+    return m.hidden_size * (1 if m.normalization == "RMSNorm" else 2)
+
+
 def layer_params(m: TransformerModel, tp: int) -> int:
-    """Parameters of one transformer layer held by one TP rank (experts: all of them)."""
-    h, f = m.hidden_size, m.ffn
+    """Parameters of one transformer layer held by one TP rank (experts: all of them):
+    attention_block_params + the pre-MLP norm + the MLP (or every expert's,
+    expert_mlp_params); the router (h x E) is counted by the callers that need it."""
     experts = max(m.num_experts, 1)
-    attn = (4 * h * h + 3 * h) // tp + h + 4 * h
-    mlp = experts * ((2 * h * f + f) // tp + h)
-    return attn + mlp
+    return attention_block_params(m, tp) + norm_params(m) + experts * expert_mlp_params(m, tp)
+
+
+def attention_block_params(m: TransformerModel, tp: int) -> int:
+    """Parameters of one layer's input norm and attention held by one TP rank:
+    ``(4 h^2 + 3 h) / tp + h + norm`` (QKV and projection weights and the QKV bias sharded,
+    the projection bias and the norm replicated); without ``add_bias_linear`` no biases."""
+    h, bias = m.hidden_size, int(m.add_bias_linear)
+    return (4 * h * h + 3 * h * bias) // tp + h * bias + norm_params(m)
+
+
+def mlp_block_params(m: TransformerModel, tp: int) -> int:
+    """Parameters of one layer's pre-MLP norm and dense MLP held by one TP rank:
+    norm + expert_mlp_params; with attention_block_params, layer_params."""
+    return norm_params(m) + expert_mlp_params(m, tp)
+
+
+def sequence_parallel_params(m: TransformerModel, pp: int, stage: int) -> int:
+    """Parameters of pipeline ``stage`` whose gradients Megatron all-reduces over TP with
+    sequence parallelism (``finalize_model_grads``, ``_allreduce_layernorm_grads``: every
+    parameter marked ``sequence_parallel``): per layer the two layer norms (4h) and the
+    row-parallel biases (attention projection h, and the MLP's second bias h for a dense
+    layer, or the router's h x E for an MoE layer, whose experts compute on gathered
+    tokens), plus the final layer norm (2h) on the last stage. Replicated over TP, so the
+    same on every TP rank."""
+    h, bias = m.hidden_size, int(m.add_bias_linear)
+    per_layer = 2 * norm_params(m) + h * bias + (h * m.num_experts if m.num_experts
+                                                  else h * bias)
+    return m.num_layers // pp * per_layer + (norm_params(m) if stage == pp - 1 else 0)
 
 
 def expert_mlp_params(m: TransformerModel, tp: int) -> int:
-    """Parameters of one expert (one MLP) held by one TP rank: ``(2 h ffn + ffn) / tp + h``."""
-    return (2 * m.hidden_size * m.ffn + m.ffn) // tp + m.hidden_size
+    """Parameters of one MLP (or expert) held by one TP rank: ``(2 h ffn + ffn) / tp + h``
+    (fc1 weight and bias sharded, fc2 weight sharded, its bias replicated); with
+    ``swiglu`` fc1 is 2 ffn wide (gate and up projection, Shazeer 2020), ``3 h ffn``
+    weights; without ``add_bias_linear`` no biases."""
+    h, f, bias = m.hidden_size, m.ffn, int(m.add_bias_linear)
+    fc1 = 2 * f if m.swiglu else f
+    return (h * fc1 + f * h + fc1 * bias) // tp + h * bias
 
 
-def split_params(m: TransformerModel, tp: int, ep: int) -> tuple[int, int]:
+def split_params(m: TransformerModel, tp: int, ep: int,
+                 etp: int | None = None) -> tuple[int, int]:
     """(dense, expert) parameters one rank holds over all stages (module docstring): expert
-    = layers x (E / ep) x expert_mlp_params, dense = the rest of params_per_tp_rank minus
-    all E experts plus the router (h x E per layer). Without experts: (params, 0). When the
-    model states ``parameters``, both parts are scaled so that dense + E x (expert / (E /
-    ep)) matches it (the shapes give the split, the statement the total)."""
+    = layers x (E / ep) x expert_mlp_params sharded over ``etp`` (default ``tp``), dense =
+    the rest of params_per_tp_rank minus all E experts plus the router (h x E per layer).
+    Without experts: (params, 0). When the model states ``parameters``, both parts are
+    scaled by params_per_tp_rank / derived (the shapes give the split, the statement the
+    total)."""
     total = params_per_tp_rank(m, tp)
     if not m.num_experts:
         return total, 0
@@ -106,13 +149,39 @@ def split_params(m: TransformerModel, tp: int, ep: int) -> tuple[int, int]:
     derived = _derived_params(m, tp)
     dense = derived - experts_all + m.num_layers * m.hidden_size * m.num_experts
     scale = total / derived
-    return round(dense * scale), round(experts_all // ep * scale)
+    mine = m.num_layers * (m.num_experts // ep) * expert_mlp_params(m, etp or tp)
+    return round(dense * scale), round(mine * scale)
+
+
+def moe_dispatch_tokens(m: TransformerModel, mbs: int, tp: int) -> int:
+    """Token copies one rank dispatches per MoE layer and micro-batch (Megatron-LM
+    megatron/core/transformer/moe/moe_utils.py ``get_capacity``,
+    ``topk_softmax_with_capacity``; routing assumed uniform): the rank holds T = mbs x seq /
+    tp tokens (its sequence shard; MoE with tp > 1 needs sequence parallelism) and routes
+    each to ``k = moe_router_topk`` experts, T k copies. With ``moe_capacity_factor`` c each
+    of the E experts takes at most C = ceil(T k / E x c) of them (the rest are dropped):
+    min(T k, E C); with ``moe_pad_expert_input_to_capacity`` exactly E C."""
+    tokens = mbs * m.seq_length // tp * m.moe_router_topk
+    if m.moe_capacity_factor is None:
+        return tokens
+    e = m.num_experts
+    cap = math.ceil(tokens / e * m.moe_capacity_factor)
+    return e * cap if m.moe_pad_expert_input_to_capacity else min(tokens, e * cap)
 
 
 def moe_a2a_bytes(m: TransformerModel, mbs: int, tp: int) -> int:
-    """Bytes one rank sends in a dispatch (or combine) all-to-all: tokens x topk x hidden x
-    activation_bytes / tp (module docstring)."""
-    return tp_comm_bytes(m, mbs) * m.moe_topk // tp
+    """Bytes of one rank's dispatch (or combine) all-to-all buffer:
+    moe_dispatch_tokens x hidden x activation_bytes (AICB ``MOEMLP``: seq x hidden x mbs x
+    topk / tp x 2, the same without a capacity factor). The experts' TP group then gathers
+    etp of these buffers."""
+    return moe_dispatch_tokens(m, mbs, tp) * m.hidden_size * m.activation_bytes
+
+
+def position_embedding_params(m: TransformerModel) -> int:
+    """Learned absolute position embeddings, ``seq x h`` (replicated over TP); none with
+    ``position_embedding_type: rope`` (rotary embeddings have no parameters)."""
+    return m.seq_length * m.hidden_size if m.position_embedding_type == "learned_absolute" \
+        else 0
 
 
 def word_embedding_params(m: TransformerModel, tp: int) -> int:
@@ -124,9 +193,9 @@ def _derived_stage(m: TransformerModel, tp: int, pp: int, stage: int) -> int:
     """Derived parameters of one TP rank of ``stage`` (module docstring, ``stage_params``)."""
     n = m.num_layers // pp * layer_params(m, tp)
     if stage == 0:
-        n += word_embedding_params(m, tp) + m.seq_length * m.hidden_size
+        n += word_embedding_params(m, tp) + position_embedding_params(m)
     if stage == pp - 1:
-        n += 2 * m.hidden_size  # final layer norm
+        n += norm_params(m)  # final norm
         if pp > 1 or m.untie_embeddings:  # the tied copy, or the untied output weight
             n += word_embedding_params(m, tp)
     return n
@@ -153,19 +222,20 @@ def stage_params(m: TransformerModel, tp: int, pp: int, stage: int) -> int:
 
 
 def stage_split_params(m: TransformerModel, tp: int, ep: int, pp: int,
-                       stage: int) -> tuple[int, int]:
+                       stage: int, etp: int | None = None) -> tuple[int, int]:
     """(dense, expert) parameters one rank of ``stage`` holds (split_params for one stage):
-    expert = the stage's layers x (E / ep) x expert_mlp_params, dense = the rest of
-    stage_params minus all E experts plus the router (h x E per layer); both scaled as
-    stage_params. Without experts: (stage_params, 0)."""
+    expert = the stage's layers x (E / ep) x expert_mlp_params sharded over ``etp``
+    (default ``tp``), dense = the rest of stage_params minus all E experts plus the router
+    (h x E per layer); both scaled as stage_params. Without experts: (stage_params, 0)."""
     if not m.num_experts:
         return stage_params(m, tp, pp, stage), 0
     layers = m.num_layers // pp
     experts_all = layers * m.num_experts * expert_mlp_params(m, tp)
     dense = _derived_stage(m, tp, pp, stage) - experts_all + layers * m.hidden_size \
         * m.num_experts
+    mine = layers * (m.num_experts // ep) * expert_mlp_params(m, etp or tp)
     total, derived = params_per_tp_rank(m, tp), _derived_params(m, tp)
-    return _scaled(dense, total, derived), _scaled(experts_all // ep, total, derived)
+    return _scaled(dense, total, derived), _scaled(mine, total, derived)
 
 
 def params_per_tp_rank(m: TransformerModel, tp: int) -> int:

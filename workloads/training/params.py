@@ -30,14 +30,24 @@ class TransformerModel(SpecModel):
     """A GPT-style decoder (Megatron naming). ``ffn_hidden_size`` defaults to 4 x hidden.
     ``parameters``: the total parameter count, when known, overrides the count derived from
     the shapes (workloads.training.flops.params_per_tp_rank). ``num_experts`` > 0 makes every
-    MLP a mixture of experts with ``moe_topk`` experts per token. Bytes: activations and
+    MLP a mixture of experts with ``moe_router_topk`` experts per token (Megatron-LM's
+    ``--num-experts``, ``--moe-router-topk``); ``moe_capacity_factor`` (Megatron's
+    ``--moe-expert-capacity-factor``) caps each expert at ceil(tokens x topk / experts x
+    factor) tokens of each rank and drops the rest, and ``moe_pad_expert_input_to_capacity``
+    (``--moe-pad-expert-input-to-capacity``) pads every expert to exactly that many (sizes:
+    workloads.training.flops.moe_dispatch_tokens). Bytes: activations and
     parameters as exchanged (bf16: 2), gradients as reduced (AICB: fp32, 4); ``grad_dtype``
     (fp32 | bf16 | fp16) names the gradients' type instead of ``grad_bytes`` (Megatron reduces
     fp32 gradients with ``--accumulate-allreduce-grads-in-fp32``, the default under bf16,
     else the training type); giving both with different sizes is an error (check_training).
     ``untie_embeddings``: Megatron's ``--untie-embeddings-and-output-weights``; by default the
     output layer shares the input word embedding (tied), so with pipeline stages the first
-    and the last stage each hold a copy, synchronised by the embedding-group all-reduce."""
+    and the last stage each hold a copy, synchronised by the embedding-group all-reduce.
+    Shapes beyond GPT's, as Megatron's flags: ``swiglu`` (``--swiglu``: a gated MLP of three
+    ffn x h matrices), ``normalization`` (``--normalization``: LayerNorm, or RMSNorm with
+    no bias), ``add_bias_linear`` (false: ``--disable-bias-linear``),
+    ``position_embedding_type`` (``--position-embedding-type``: learned_absolute, or rope
+    without parameters); Llama is swiglu, RMSNorm, no biases, rope, untied."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -51,12 +61,18 @@ class TransformerModel(SpecModel):
     make_vocab_size_divisible_by: PositiveInt = 128
     parameters: PositiveInt | None = None
     num_experts: int = Field(0, ge=0, le=MAX_RANKS)
-    moe_topk: PositiveInt = 1
+    moe_router_topk: PositiveInt = 1
+    moe_capacity_factor: float | None = Field(None, gt=0, le=MAX_RANKS)
+    moe_pad_expert_input_to_capacity: bool = False
     activation_bytes: PositiveInt = 2
     param_bytes: PositiveInt = 2
     grad_bytes: PositiveInt = 4
     grad_dtype: Literal["fp32", "bf16", "fp16"] | None = None
     untie_embeddings: bool = False
+    swiglu: bool = False
+    normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
+    add_bias_linear: bool = True
+    position_embedding_type: Literal["learned_absolute", "rope"] = "learned_absolute"
 
     @property
     def grad_value_bytes(self) -> int:
@@ -72,10 +88,23 @@ class TransformerModel(SpecModel):
 
 class Parallelism(SpecModel):
     """The layout: ``tp``, ``pp``, ``ep`` sizes; ``dp`` or ``world_size`` (the other is
-    derived; both given must agree). ``zero_stage`` 0: DP all-reduce of gradients; 1 and 2:
-    reduce-scatter of gradients plus all-gather of parameters (Megatron's distributed
-    optimizer, DeepSpeed ZeRO-1/2); 3: parameters gathered per layer in forward and backward,
-    gradients reduce-scattered per layer (ZeRO-3). Micro-batches: ``num_microbatches`` or
+    derived; both given must agree). ``etp``: the experts' tensor-parallel size (Megatron's
+    ``--expert-tensor-parallel-size``, default ``tp``): an MoE layer's ranks of one stage
+    are regrouped as etp x ep x edp (workloads.layout), etp x ep dividing tp x dp.
+    ``zero_stage`` 0: DP all-reduce of gradients once per iteration; 1:
+    reduce-scatter of gradients once per iteration plus all-gather of the updated parameters
+    (Megatron's distributed optimizer; the ZeRO paper's 2 Psi, Rajbhandari et al. 2020, sec.
+    7.2.1); 2: the same, the gradients reduce-scattered in every micro-batch's backward
+    (DeepSpeed ZeRO-2 keeps only its gradient shard); 3: parameters gathered per block in
+    every pass that uses them, gradients reduce-scattered per block (ZeRO-3, sec. 7.2.2).
+    DeepSpeed refuses stages 2 and 3 with pipeline stages, so aitb does; stage 3 also with
+    experts, which it does not model. ``use_distributed_optimizer``: Megatron's
+    ``--use-distributed-optimizer``, the same as ``zero_stage: 1``. ``sequence_parallel``:
+    Megatron's ``--sequence-parallel`` (Korthikanti et al. 2022): each TP all-reduce of an
+    activation becomes an all-gather and a reduce-scatter, pipeline hand-offs carry seq / tp
+    of the sequence (workloads.training.megatron); needs tp dividing seq_length; required
+    for experts with tp > 1. Micro-batches:
+    ``num_microbatches`` or
     ``global_batch_size`` (= num_microbatches x micro_batch_size x dp); default one.
     ``scatter_gather_pp``: Megatron-LM's scatter/gather of pipeline tensors (on unless
     ``--no-scatter-gather-tensors-in-pipeline`` in Megatron's original p2p code; Narayanan et
@@ -98,7 +127,9 @@ class Parallelism(SpecModel):
     dp: Ranks | None = None
     world_size: Ranks | None = None
     ep: Ranks = 1
+    etp: Ranks | None = None
     zero_stage: Literal[0, 1, 2, 3] = 0
+    use_distributed_optimizer: bool = False
     sequence_parallel: bool = False
     scatter_gather_pp: bool = False
     virtual_pipeline_stages: Layers = 1
@@ -112,6 +143,16 @@ class Parallelism(SpecModel):
         if self.dp is not None:
             return self.dp
         return max(1, (self.world_size or self.tp * self.pp) // (self.tp * self.pp))
+
+    @property
+    def expert_tp(self) -> int:
+        """The experts' tensor-parallel size: ``etp``, else ``tp``."""
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def zero(self) -> int:
+        """The ZeRO stage in effect: ``zero_stage``, or 1 with ``use_distributed_optimizer``."""
+        return max(self.zero_stage, 1 if self.use_distributed_optimizer else 0)
 
     @property
     def microbatches(self) -> int:
@@ -200,12 +241,8 @@ def check_training(m: TransformerModel, p: Parallelism, *, file: str | None = No
     if p.world_size is not None and p.dp is None:
         _divides(issues, (*lay, "world_size"), p.tp * p.pp, "tp*pp", p.world_size,
                  "world_size", file)
-    _divides(issues, (*lay, "ep"), p.ep, "ep", p.data_parallel, "dp", file)
-    if m.num_experts:
-        _divides(issues, (*lay, "ep"), p.ep, "ep", m.num_experts, "num_experts", file)
-    elif p.ep > 1:
-        issues.append(SpecIssue("ep > 1 needs a mixture-of-experts model (num_experts > 0)",
-                                file=file, key_path=(*mod, "num_experts")))
+    _check_experts(issues, m, p, lay, mod, file)
+    _check_zero(issues, m, p, lay, file)
     if p.num_microbatches is not None and p.global_batch_size is not None:
         issues.append(SpecIssue("give num_microbatches or global_batch_size, not both",
                                 file=file, key_path=(*lay, "global_batch_size")))
@@ -223,6 +260,9 @@ def check_training(m: TransformerModel, p: Parallelism, *, file: str | None = No
                      "num_layers", file)
             _divides(issues, key, p.pp, "pp", p.microbatches, "micro-batches (interleaved "
                      "1F1B)", file)
+    if p.sequence_parallel and p.tp > 1:  # Megatron splits the sequence over TP
+        _divides(issues, (*lay, "sequence_parallel"), p.tp, "tp", m.seq_length, "seq_length",
+                 file)
     if p.scatter_gather_pp and p.sequence_parallel:
         issues.append(SpecIssue("scatter_gather_pp does not combine with sequence_parallel "
                                 "(Megatron then sends each TP rank's sequence shard)",
@@ -234,6 +274,63 @@ def check_training(m: TransformerModel, p: Parallelism, *, file: str | None = No
                                 "one of them", file=file, key_path=(*mod, "grad_dtype")))
     _check_totals(issues, m, p, lay, file)
     return issues
+
+
+def _check_experts(issues: list[SpecIssue], m: TransformerModel, p: Parallelism, lay: tuple,
+                   mod: tuple, file: str | None) -> None:
+    """Expert parallelism as Megatron-LM's argument checks: ep and etp only with experts, ep
+    dividing num_experts, etp x ep dividing the tp x dp ranks of a stage (the expert layout
+    regroups them), etp dividing ffn_hidden_size, sequence parallelism with MoE and tp > 1
+    ("When using MoE and tensor parallelism, sequence parallelism must be used"), the
+    capacity keys only with experts."""
+    if not m.num_experts:
+        for bad, what in ((p.ep > 1, "ep > 1"),
+                          (p.etp is not None and p.etp != p.tp, "etp != tp")):
+            if bad:
+                issues.append(SpecIssue(f"{what} needs a mixture-of-experts model "
+                                        "(num_experts > 0)", file=file,
+                                        key_path=(*mod, "num_experts")))
+        for key in ("moe_capacity_factor", "moe_pad_expert_input_to_capacity"):
+            if key in m.model_fields_set and getattr(m, key):
+                issues.append(SpecIssue(f"{key} needs a mixture-of-experts model "
+                                        "(num_experts > 0)", file=file, key_path=(*mod, key)))
+        return
+    _divides(issues, (*lay, "ep"), p.ep, "ep", m.num_experts, "num_experts", file)
+    _divides(issues, (*lay, "etp"), p.expert_tp, "etp", m.ffn, "ffn_hidden_size", file)
+    _divides(issues, (*lay, "etp" if p.etp is not None else "ep"), p.expert_tp * p.ep,
+             "etp*ep", p.tp * p.data_parallel, "tp*dp", file)
+    if m.moe_router_topk > m.num_experts:
+        issues.append(SpecIssue(f"moe_router_topk {m.moe_router_topk} is more than the "
+                                f"{m.num_experts} experts", file=file,
+                                key_path=(*mod, "moe_router_topk")))
+    if p.tp > 1 and not p.sequence_parallel:
+        issues.append(SpecIssue("a mixture-of-experts model with tp > 1 needs "
+                                "sequence_parallel: true (as Megatron-LM requires)", file=file,
+                                key_path=(*lay, "sequence_parallel")))
+    if m.moe_pad_expert_input_to_capacity and m.moe_capacity_factor is None:
+        issues.append(SpecIssue("moe_pad_expert_input_to_capacity needs moe_capacity_factor",
+                                file=file, key_path=(*mod, "moe_pad_expert_input_to_capacity")))
+
+
+def _check_zero(issues: list[SpecIssue], m: TransformerModel, p: Parallelism, lay: tuple,
+                file: str | None) -> None:
+    """ZeRO: ``use_distributed_optimizer`` is stage 1 (refused beside another stage);
+    stages 2 and 3 not with pipeline stages (DeepSpeed's pipeline engine asserts "ZeRO-2 and
+    ZeRO-3 are incompatible with pipeline parallelism"), stage 3 not with experts (not
+    modelled)."""
+    if p.use_distributed_optimizer and p.zero_stage not in (0, 1):
+        issues.append(SpecIssue(f"use_distributed_optimizer is ZeRO stage 1 but zero_stage is "
+                                f"{p.zero_stage}: give one of them", file=file,
+                                key_path=(*lay, "use_distributed_optimizer")))
+    if p.zero_stage in (2, 3) and p.pp > 1:
+        issues.append(SpecIssue(f"zero_stage {p.zero_stage} does not combine with pp > 1 "
+                                "(DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3; "
+                                "Megatron's distributed optimizer is zero_stage 1)",
+                                file=file, key_path=(*lay, "zero_stage")))
+    if p.zero_stage == 3 and m.num_experts:
+        issues.append(SpecIssue("zero_stage 3 with a mixture-of-experts model is not "
+                                "modelled; use zero_stage 1 or 2", file=file,
+                                key_path=(*lay, "zero_stage")))
 
 
 def check_recompute(r: Recompute, m: TransformerModel, p: Parallelism, *,

@@ -11,7 +11,7 @@ from models.plan import LabPlan
 from models.schedule import COLLECTIVES, Collective, Compute, Group, Op, Schedule
 from models.specfile import MAX_ITERATIONS, MAX_RANKS
 from models.unit_fields import Duration, Size
-from models.units import parse_duration_s, parse_size_bytes
+from models.units import plain
 from orchestration.run.kinds.common import (
     BuiltWorkload,
     Common,
@@ -56,15 +56,14 @@ def _schedule(ctx: Ctx, plan: LabPlan, e: CollectiveEntry) -> tuple[Schedule, li
     world = e.ranks or len(hosts)
     if world < 2:
         raise ctx.error("hosts", "a collective needs at least 2 ranks")
-    size = ctx.unit("size", parse_size_bytes, e.size)
-    chunk = ctx.unit("chunk", parse_size_bytes, e.chunk) if e.chunk else None
+    size, chunk = int(e.size), plain(e.chunk)  # read with the spec: SizeBytes
     known = REGISTRY.get(e.op, {})
     if e.algorithm is not None and e.algorithm not in known:
         raise ctx.error("algorithm", f"unknown algorithm {e.algorithm!r} for {e.op}; known: "
                                      f"{', '.join(known)}")
     ops: list[Op] = []
     if e.compute:
-        ops.append(Compute(ctx.unit("compute", parse_duration_s, e.compute), label="compute"))
+        ops.append(Compute(float(e.compute), label="compute"))
     ops.append(Collective(e.op, "world", size, e.algorithm, chunk, label=e.op))  # type: ignore[arg-type]
     group = Group("world", "world", tuple(range(world)))
     name = e.name or f"{e.op}-{e.algorithm or 'default'}"

@@ -12,7 +12,7 @@ from models.plan import LabPlan
 from models.schedule import Schedule
 from models.specfile import MAX_FLOWS, MAX_REPEATS
 from models.unit_fields import Duration, Rate, Size
-from models.units import parse_duration_s, parse_rate_bps, parse_size_bytes
+from models.units import plain
 from orchestration.run.kinds.common import (
     BuiltWorkload,
     Common,
@@ -59,8 +59,7 @@ def _rank_of(ctx: Ctx, hosts: list[str], key: str, host: str | None) -> int:
 
 def _schedule(ctx: Ctx, plan: LabPlan, e: PatternEntry) -> tuple[Schedule, list[str]]:
     hosts = world_hosts(ctx, plan, e.hosts)
-    size = ctx.unit("size", parse_size_bytes, e.size)
-    rate = ctx.unit("rate", parse_rate_bps, e.rate) if e.rate else None
+    size, rate = int(e.size), plain(e.rate)  # read with the spec: SizeBytes, RateBps
     if e.protocol == "udp" and rate is None:
         raise ctx.error("rate", "UDP flows need a pacing rate, like '100mbit'")
     ranks = list(range(len(hosts)))
@@ -68,7 +67,7 @@ def _schedule(ctx: Ctx, plan: LabPlan, e: PatternEntry) -> tuple[Schedule, list[
     common: dict[str, Any] = {"protocol": e.protocol, "rate_bps": rate}
     if e.kind == "incast":
         recv = _rank_of(ctx, hosts, "receiver", e.receiver)
-        gap = ctx.unit("gap", parse_duration_s, e.gap) if e.gap else 0.0
+        gap = float(e.gap or 0.0)
         ops = patterns.incast([r for r in ranks if r != recv], recv, size, e.repeats, gap,
                               **common)
     elif e.kind == "one_to_many":

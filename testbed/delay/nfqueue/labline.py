@@ -2,7 +2,14 @@
 
 One link direction with a delay line = one NFQUEUE queue in one namespace:
 
-- normally the *receiving* node's: ``mangle PREROUTING -i IF`` (hosts, routers), or for a
+- normally the lab's *wire* namespace (:data:`WIRE_NODE`; a :class:`testbed.lab.lab.Lab`
+  runs such a link through it, :class:`WireLink`): ``mangle PREROUTING -m physdev
+  --physdev-in PORT`` on the bridge port the sender's end feeds. Every receive stamp (AF_PACKET
+  taps, SO_TIMESTAMP) is taken in ``__netif_receive_skb``, before netfilter, so a line in the
+  receiver's own PREROUTING would hold packets its kernel had already stamped as arrived; in
+  the wire it holds them after the sender stamped their departure and before the receiver
+  stamps their arrival. A lab without a wire (``Lab.line_hold`` ``receiver``: the Mininet
+  backend) keeps the receiving node's ``mangle PREROUTING -i IF`` (hosts, routers), or for a
   Linux-bridge switch port ``-m physdev --physdev-in PORT`` (br_netfilter; the lab turns
   ``bridge-nf-call-iptables``/``ip6tables`` on in that namespace only);
 - when the receiver is an OVS switch (its datapath, kernel or user-space, takes frames before
@@ -21,9 +28,11 @@ One link direction with a delay line = one NFQUEUE queue in one namespace:
   count against TCP small queues (``tcp_limit_output_bytes``) until they leave the host, so a
   line on the host's own egress would throttle its TCP flows to a few packets per delay. (A
   router's own TCP, BGP, is throttled the same way on such a link: at BGP's volumes that
-  costs nothing; BFD, OSPF, ARP and ND are not TCP.) A capture on the sending interface
-  of such a direction sees its packets after the delay (elsewhere both ends see them before
-  it), so an RTT measured from that capture point includes this direction's delay.
+  costs nothing; BFD, OSPF, ARP and ND are not TCP; the wire namespace is not such a host:
+  a packet's socket charge ends when the wire receives it.) A capture on the sending
+  interface of such a direction sees its packets after the delay (in the wire, the sender's
+  capture sees them when they leave), so an RTT measured from that capture point includes
+  this direction's delay.
 
 A line before the sender's queue (``hook`` ``out``) holds what the sender offers, not what
 the link's rate lets through, so its queue length is sized from :data:`UNSHAPED_LINE_RATE_BPS`
@@ -48,7 +57,8 @@ from models.units import format_duration
 from testbed.delay.nfqueue.rules import QueueParams, maxlen_for_bdp
 from testbed.tc.qdiscs.tbf import segmented
 
-__all__ = ["LinePlace", "place", "places", "queue_params", "problems", "plan_problems",
+__all__ = ["LinePlace", "place", "places", "wants_wire", "WIRE_NODE", "WireLink",
+           "queue_params", "problems", "plan_problems",
            "FORWARDERS",
            "trace_problems", "restore_text",
            "MAX_HELD_BYTES", "UNSHAPED_LINE_RATE_BPS", "REFUSED_KEYS"]
@@ -76,11 +86,42 @@ REFUSED_KEYS = {
                              "independently)",
 }
 
+# the lab's wire namespace (aitb-<run_id>-_wire, a node of testbed.lab.layout's): it holds the
+# native delay lines between the two ends of a link; "_" cannot start a node name
+# (models.plan.NAME_RE), so it never meets one
+WIRE_NODE = "_wire"
+
+
+@dataclass(frozen=True)
+class WireLink:
+    """A link that runs through the wire namespace: ``a_port`` (the peer of the link's ``a``
+    end) and ``b_port`` (the ``b`` end's) joined by bridge ``bridge``, all in namespace
+    :data:`WIRE_NODE`; a native delay line holds what enters the bridge from one port before
+    it leaves by the other."""
+
+    link: str
+    bridge: str
+    a_port: str
+    b_port: str
+
+    def port_from(self, direction: str) -> str:
+        """The port packets of ``direction`` (a_to_b, b_to_a) enter the wire by."""
+        return self.a_port if direction == "a_to_b" else self.b_port
+
+    def port_to(self, direction: str) -> str:
+        """The port packets of ``direction`` leave the wire by (towards the receiver)."""
+        return self.b_port if direction == "a_to_b" else self.a_port
+
+    def port_of(self, link: LinkPlan, node: str, ifname: str) -> str:
+        """The wire port peered with endpoint (``node``, ``ifname``) of ``link``."""
+        return self.a_port if (link.a.node, link.a.ifname) == (node, ifname) else self.b_port
+
 
 @dataclass(frozen=True, slots=True)
 class LinePlace:
     """Where the line of (``link``, ``direction``) sits: namespace of ``node``, ``hook``
-    ``in`` (PREROUTING, arriving on ``dev``) or ``out`` (POSTROUTING, leaving on ``dev``),
+    ``wire`` (the wire namespace's PREROUTING, entering its bridge by port ``dev``), ``in``
+    (PREROUTING, arriving on ``dev``) or ``out`` (POSTROUTING, leaving on ``dev``),
     ``physdev`` when ``dev`` is a Linux bridge port; ``queue_num`` in that namespace."""
 
     link: str
@@ -97,15 +138,20 @@ def _ends(link: LinkPlan, direction: str) -> tuple[tuple[str, str], tuple[str, s
     return (a, b) if direction == "a_to_b" else (b, a)
 
 
-def place(plan: LabPlan, link: LinkPlan, direction: str) -> LinePlace:
-    """The place of one direction's line (queue number 0). Raises LabError naming the link
-    when both ends are OVS switches."""
+def place(plan: LabPlan, link: LinkPlan, direction: str, wire_port: str | None = None
+          ) -> LinePlace:
+    """The place of one direction's line (queue number 0). ``wire_port``: the port this
+    direction enters the wire namespace by, when the link runs through it
+    (``Layout.wires``): the line holds packets there instead of in the receiver's
+    PREROUTING. Raises LabError naming the link when both ends are OVS switches."""
     (tx, tx_dev), (rx, rx_dev) = _ends(link, direction)
     kind = {n.name: (n.kind, n.datapath) for n in plan.nodes}
     if segmented(getattr(link, direction), link.mtu) and kind[tx][0] in FORWARDERS \
             and kind[tx] != ("switch", "ovs"):
         return LinePlace(link.name, direction, tx, "out", tx_dev, kind[tx][0] == "switch")
     if kind[rx] != ("switch", "ovs"):
+        if wire_port is not None:
+            return LinePlace(link.name, direction, WIRE_NODE, "wire", wire_port, True)
         return LinePlace(link.name, direction, rx, "in", rx_dev, kind[rx][0] == "switch")
     if kind[tx] != ("switch", "ovs"):
         return LinePlace(link.name, direction, tx, "out", tx_dev, kind[tx][0] == "switch")
@@ -115,14 +161,28 @@ def place(plan: LabPlan, link: LinkPlan, direction: str) -> LinePlace:
                    "Linux-bridge end, or use delay_line: netem (on a kernel with netem)")
 
 
-def places(plan: LabPlan, wanted: Iterable[tuple[str, str]]) -> list[LinePlace]:
+def wants_wire(plan: LabPlan, link: LinkPlan, direction: str) -> bool:
+    """Whether the line of (``link``, ``direction``) would sit in the receiver's PREROUTING
+    (``hook`` ``in``), the place a wire namespace replaces. False for a link
+    :func:`place` refuses. Pure."""
+    try:
+        return place(plan, link, direction).hook == "in"
+    except LabError:
+        return False
+
+
+def places(plan: LabPlan, wanted: Iterable[tuple[str, str]],
+           wires: Mapping[str, WireLink] | None = None) -> list[LinePlace]:
     """Places of the ``wanted`` (link name, direction) pairs, queue numbers 0, 1, ... per
-    namespace in the order given. Raises LabError as :func:`place`."""
+    namespace in the order given; ``wires``: the links that run through the wire namespace
+    (``Layout.wires``). Raises LabError as :func:`place`."""
     links = {lk.name: lk for lk in plan.links}
     out: list[LinePlace] = []
     used: dict[str, int] = {}
+    wires = wires or {}
     for name, d in wanted:
-        p = place(plan, links[name], d)
+        w = wires.get(name)
+        p = place(plan, links[name], d, w.port_from(d) if w else None)
         num = used.get(p.node, 0)
         used[p.node] = num + 1
         out.append(LinePlace(p.link, p.direction, p.node, p.hook, p.dev, p.physdev, num))
@@ -242,13 +302,14 @@ def _maxlen(shaping: Shaping, mtu: int, before_queue: bool) -> int:
 
 
 def _rule(p: LinePlace, run_id: str) -> str:
-    chain = "PREROUTING" if p.hook == "in" else "POSTROUTING"
+    out = p.hook == "out"
+    chain = "POSTROUTING" if out else "PREROUTING"
     if p.physdev:
-        match = f"-m physdev --physdev-{p.hook} {p.dev}"
-        if p.hook == "out":
+        match = f"-m physdev --physdev-{'out' if out else 'in'} {p.dev}"
+        if out:
             match += " --physdev-is-bridged"
     else:
-        match = f"{'-i' if p.hook == 'in' else '-o'} {p.dev}"
+        match = f"{'-o' if out else '-i'} {p.dev}"
     return (f"-A {chain} {match} -m comment --comment aitb:{run_id} "
             f"-j NFQUEUE --queue-num {p.queue_num}\n")
 
