@@ -9,6 +9,7 @@ A backlogged HTB should dequeue at its rate: the ratio should be within RATE_TOL
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import threading
@@ -49,7 +50,7 @@ def measure(rate_bps: int, seconds: float) -> tuple[float | None, str, int]:
         srv.wait(timeout=10)
         (ref,) = [r for r in direction_refs(plan, lab.layout) if r.direction == "a->b"]
     df = pd.DataFrame(rows, columns=list(QDISC_COLUMNS))
-    measured, status = rate_check(df, ref)
+    measured, _, status = rate_check(df, ref)
     return measured, status, len(df[(df.node == "h1") & (df.kind == "htb")])
 
 
@@ -57,6 +58,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=3.0)
     args = ap.parse_args()
+    print(f"load average {os.getloadavg()}", flush=True)
     for rate in (10**7, 10**8, 5 * 10**8):
         measured, status, n = measure(rate, args.seconds)
         ratio = "-" if measured is None else f"{measured / rate:.3f}"

@@ -45,6 +45,8 @@ SUMMARY: Mapping[str, str] = MappingProxyType({
                        "|retransmissions.captures.retransmissions",
     "queue_drops": "utilization.queue_drops",
     "incast_loss_ratio": "incast.loss_ratio",
+    "incast_finish_s_mean": "incast.finish_s_mean",
+    "incast_finish_s_max": "incast.worst_burst.finish_s",
     "goodput_bps": "incast.goodput_bps_mean?incast.bursts|fct.goodput_bps_mean",
     "jain_fairness": "fairness.jain_mean",
     "straggler_spread_s_mean": "stragglers.spread_s.mean",

@@ -19,13 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.fidelity.effects import DirectionEffects, expected_rates
 from models.shaping import Shaping
 
 __all__ = ["DirectionRef", "LineCounts", "expected_rtt_s", "rtt_tolerance_s", "rate_check",
            "loss_check", "rtt_check", "delay_check", "precise_tolerance_s",
            "PRECISE_ABS_TOLERANCE_S", "PRECISE_REL_TOLERANCE", "RATE_TOLERANCE",
            "MIN_BACKLOGGED_INTERVALS", "LOSS_Z", "rate_tolerance", "RATE_GRANULARITY_FRAMES",
-           "RTT_ABS_TOLERANCE_S", "RTT_REL_TOLERANCE", "PROBE_IP_BYTES", "probe_wait_s"]
+           "RTT_ABS_TOLERANCE_S", "RTT_REL_TOLERANCE", "PROBE_IP_BYTES", "probe_wait_s",
+           "host_drops_check", "interface_drops"]
 
 # A backlogged HTB class dequeues at its rate on average (tokens pile up only while the queue
 # is empty). 10% covers the sampler's timing error (its t_s is read once per sample, while
@@ -81,6 +83,8 @@ class DirectionRef:
     line: LineCounts | None = None  # the native delay line's own counts (None: netem/none)
     precise: bool = False  # host kernel, no software emulation: the tighter tolerances
     mtu: int = 1500  # the link's IP MTU: a frame is mtu + ETH_HLEN bytes (rate granularity)
+    tx_host: bool = False
+    effects: DirectionEffects | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,31 +118,54 @@ def _rows(df: pd.DataFrame | None, node: str, ifname: str, **match: str) -> pd.D
     return df[keep].sort_values("t_s")
 
 
-def rate_check(qdisc: pd.DataFrame | None, ref: DirectionRef) -> tuple[float | None, str]:
-    """Dequeue rate (bit/s) of the HTB root (handle ``1:``) on the sending interface during
-    the sampling intervals whose both ends saw a backlog, against ``configured.rate_bps``.
+def rate_check(qdisc: pd.DataFrame | None, ref: DirectionRef
+               ) -> tuple[float | None, float | None, str]:
+    """Dequeue rate (bit/s) of the HTB root (handle ``1:``) on the sending interface over
+    the sampling intervals the queue was backlogged throughout, against the rate in force
+    then (the plan's, or the one an ``events:`` action set: :func:`expected_rates`).
 
-    Bytes are what HTB counts (IP packet plus the 14-byte Ethernet header on a veth), so the
-    measured rate compares directly with the configured HTB rate. ``not_exercised`` without a
-    configured rate or with fewer than :data:`MIN_BACKLOGGED_INTERVALS` backlogged intervals;
-    ``off`` when the rate differs by more than :func:`rate_tolerance` (relative):
-    :data:`RATE_TOLERANCE` plus the packet granularity of the backlogged runs.
+    Returns ``(measured bit/s, expected bit/s, status)``; expected is the time-weighted rate
+    in force over the intervals measured.
+
+    An interval counts as backlogged throughout when the backlog at its start held more
+    bytes than the class may send in it (the rate in force x its length x (1 +
+    :data:`RATE_TOLERANCE`) plus :data:`RATE_GRANULARITY_FRAMES` frames): a FIFO that is
+    never drained below its starting content was never empty, whatever arrived. Two
+    backlogged end samples are not enough (the queue can empty in between, as in loss
+    recovery), and the test does not look at the bytes the interval sent, so it selects no
+    interval for being slow or fast. An interval whose two samples' timing errors
+    (``t_err_s``: half of each dump's duration) add up to more than :data:`RATE_TOLERANCE`
+    of it is left out too: a sampler stopped in the middle of a dump stamps counters read
+    a second later with the time it began. Bytes are what HTB counts (IP packet plus the 14-byte
+    Ethernet header on a veth), so the measured rate compares directly with the configured
+    HTB rate. ``not_exercised`` without a configured rate or with fewer than
+    :data:`MIN_BACKLOGGED_INTERVALS` backlogged intervals; ``off`` when the rate differs by
+    more than :func:`rate_tolerance` (relative): :data:`RATE_TOLERANCE` plus the packet
+    granularity of the backlogged runs.
     """
-    rate = ref.configured.rate_bps
     rows = _rows(qdisc, ref.tx_node, ref.tx_dev, kind="htb")
     rows = rows[rows["handle"].isin(("1:", "1:0"))] if len(rows) else rows
-    if rate is None or len(rows) < 2:
-        return None, "not_exercised"
-    queued = ((rows["backlog_bytes"] > 0) | (rows["backlog_packets"] > 0)).to_numpy()
-    busy = queued[1:] & queued[:-1]
-    dt = np.diff(rows["t_s"].to_numpy(dtype=float))[busy]
-    dbytes = np.diff(rows["bytes"].to_numpy(dtype=np.int64))[busy]
-    if busy.sum() < MIN_BACKLOGGED_INTERVALS or dt.sum() <= 0:
-        return None, "not_exercised"
+    if len(rows) < 2:
+        return None, None, "not_exercised"
+    t = rows["t_s"].to_numpy(dtype=float)
+    dt = np.diff(t)
+    dbytes = np.diff(rows["bytes"].to_numpy(dtype=np.int64)).astype(float)
+    start_backlog = rows["backlog_bytes"].to_numpy(dtype=float)[:-1]
+    want = expected_rates(t[:-1], t[1:], ref.configured.rate_bps, ref.effects)
+    frames = RATE_GRANULARITY_FRAMES * (ref.mtu + ETH_HLEN)
+    err = rows["t_err_s"].to_numpy(dtype=float) if "t_err_s" in rows else np.zeros(len(t))
+    with np.errstate(invalid="ignore"):
+        busy = (dt > 0) & np.isfinite(want) & (
+            start_backlog > want / 8.0 * dt * (1 + RATE_TOLERANCE) + frames) & (
+            err[:-1] + err[1:] <= RATE_TOLERANCE * dt)
+    if busy.sum() < MIN_BACKLOGGED_INTERVALS:
+        return None, None, "not_exercised"
+    busy_s = float(dt[busy].sum())
     runs = int(np.count_nonzero(busy[1:] & ~busy[:-1]) + busy[0])  # contiguous busy stretches
-    measured = 8.0 * float(dbytes.sum()) / float(dt.sum())
-    tol = rate_tolerance(rate, float(dt.sum()), runs, ref.mtu)
-    return measured, "ok" if abs(measured / rate - 1.0) <= tol else "off"
+    measured = 8.0 * float(dbytes[busy].sum()) / busy_s
+    expected = float((want[busy] * dt[busy]).sum()) / busy_s
+    tol = rate_tolerance(expected, busy_s, runs, ref.mtu)
+    return measured, expected, "ok" if abs(measured / expected - 1.0) <= tol else "off"
 
 
 def rate_tolerance(rate_bps: float, busy_s: float, runs: int, mtu: int = 1500) -> float:
@@ -149,6 +176,42 @@ def rate_tolerance(rate_bps: float, busy_s: float, runs: int, mtu: int = 1500) -
     runs +81% (that little backlog cannot tell the rate better)."""
     slack_bits = runs * RATE_GRANULARITY_FRAMES * (mtu + ETH_HLEN) * 8
     return RATE_TOLERANCE + slack_bits / (rate_bps * busy_s)
+
+
+def interface_drops(qdisc: pd.DataFrame | None, node: str, ifname: str
+                    ) -> tuple[int, int]:
+    """(packets dropped, packets sent) by the egress queue of ``node``'s ``ifname`` between
+    its first and last counter sample: drops of its segmenter (a tbf that cuts GSO packets
+    into frames before a small buffer counts every frame the buffer drops, where the root HTB
+    sees one packet: net/sched/sch_tbf.c tbf_segment) where it has one, else of its root
+    HTB (which counts its leaf's drops, net/sched/sch_htb.c htb_enqueue); packets: the root
+    HTB's dequeues. (0, 0) without samples."""
+    htb = _rows(qdisc, node, ifname, kind="htb")
+    htb = htb[htb["handle"].isin(("1:", "1:0"))] if len(htb) else htb
+    seg = _rows(qdisc, node, ifname, kind="tbf")
+    drops = _delta(seg, "drops") if len(seg) else _delta(htb, "drops")
+    return drops, _delta(htb, "packets")
+
+
+def host_drops_check(qdisc: pd.DataFrame | None, ref: DirectionRef
+                     ) -> tuple[int | None, str | None]:
+    """Drops at a host's own egress queue (``ref.tx_host``): ``(drops, status)``, status
+    ``ok`` (none), ``off`` (any) or ``not_exercised`` (nothing sent); ``(None, None)`` for a
+    direction a switch or router sends on (the check does not apply).
+
+    A real host's NIC queue does not drop its own TCP segments: TCP Small Queues let a
+    socket hold only a couple of packets in the qdisc (net/ipv4/tcp_output.c,
+    tcp_small_queue_check) and a full device queue stops the qdisc, not the socket. A
+    scaled host port whose buffer is a few frames is smaller than what TSQ lets in (two GSO
+    packets of up to 64 KiB), so it drops; the local drop makes TCP wait (no retransmission
+    counted, the probe timer at RTO scale) where the unscaled host would not: the run is then
+    slower than the network it emulates for a reason that network does not have."""
+    if not ref.tx_host:
+        return None, None
+    drops, sent = interface_drops(qdisc, ref.tx_node, ref.tx_dev)
+    if sent + drops <= 0:
+        return None, "not_exercised"
+    return drops, "off" if drops > 0 else "ok"
 
 
 def _delta(rows: pd.DataFrame, col: str) -> int:
@@ -190,8 +253,12 @@ def loss_check(qdisc: pd.DataFrame | None, links: pd.DataFrame | None,
     packets in plus the kernel's drops. ``ok``: no drop at all for a
     configured 0%, else the configured mean inside
     the 99.9% Wilson interval of the measured fraction (trials thinned by the mean burst
-    length for Gilbert-Elliott loss). ``not_exercised`` when no packet was offered.
+    length for Gilbert-Elliott loss). ``not_exercised`` when no packet was offered, or when
+    an ``events:`` action set the direction's loss or took its link down (``ref.effects``):
+    those losses were planned, and the counters cannot tell them from the others.
     """
+    if ref.effects is not None and ref.effects.loss_set:
+        return None, "not_exercised"  # an event set its loss or took it down: planned loss
     veth = _rows(links, ref.tx_node, ref.tx_dev)
     drops, offered = _delta(veth, "tx_dropped"), _delta(veth, "tx_packets")
     offered += drops
@@ -273,8 +340,11 @@ def delay_check(ref: DirectionRef) -> tuple[float | None, str]:
     until the one ahead of it has left, so when packets come faster than the jitter's spread
     the median rises towards the largest draws (docs/delay-line.md): there the upper bound is
     the largest delay the line drew (``drawn_max_s``) plus the tolerance, since a FIFO release
-    is the largest target of the packets up to it and never exceeds the largest draw."""
-    if ref.line is None or ref.line.delay_p50_s is None:
+    is the largest target of the packets up to it and never exceeds the largest draw.
+    ``not_exercised`` too when an ``events:`` action changed the delay (the line's median then
+    mixes both values)."""
+    if ref.line is None or ref.line.delay_p50_s is None or (
+            ref.effects is not None and ref.effects.delay_set):
         return None, "not_exercised"
     want = ref.configured.delay_s
     tol = precise_tolerance_s(want) if ref.precise else \

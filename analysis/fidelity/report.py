@@ -14,6 +14,7 @@ from analysis.fidelity.checks import (
     configured_loss_pct,
     delay_check,
     expected_rtt_s,
+    host_drops_check,
     loss_check,
     rate_check,
     rtt_check,
@@ -25,7 +26,8 @@ __all__ = ["CPU_SATURATED_PCT", "cpu_summary", "direction_entry", "fidelity_repo
            "CHECK_NAMES"]
 
 # the per-direction checks in the order the verdict names them, with their names in words
-CHECK_NAMES = {"rate": "rate", "rtt": "RTT", "delay": "delay-line delay", "loss": "loss"}
+CHECK_NAMES = {"rate": "rate", "rtt": "RTT", "delay": "delay-line delay", "loss": "loss",
+               "host_drops": "host egress drops"}
 
 # Host CPU busy share (all cores, psutil.cpu_percent over ~100 ms windows) at or above which
 # a window counts as saturated. HTB's watchdog timers, netem's delay line and the agents'
@@ -77,19 +79,24 @@ def direction_entry(ref: DirectionRef, qdisc: pd.DataFrame | None, links: pd.Dat
                     rtt_s: float | None) -> dict[str, Any]:
     """One entry of ``links`` in fidelity.json for ``ref``: configured, measured, checks, ok
     (no check ``off``). ``rtt_s``: the probed minimum RTT of the link (None: not probed)."""
-    rate, rate_status = rate_check(qdisc, ref)
+    rate, rate_want, rate_status = rate_check(qdisc, ref)
     loss, loss_status = loss_check(qdisc, links, ref)
     delay, delay_status = delay_check(ref)
+    host_drops, host_status = host_drops_check(qdisc, ref)
     checks = {"rate": rate_status, "rtt": rtt_check(rtt_s, ref), "loss": loss_status}
     if ref.line is not None:
         checks["delay"] = delay_status
+    if host_status is not None:
+        checks["host_drops"] = host_status
     s = ref.configured
     return {"link": ref.link, "node": ref.tx_node, "ifname": ref.tx_dev,
             "direction": ref.direction,
             "configured": {"rate_bps": s.rate_bps, "delay_s": s.delay_s,
                            "loss_pct": configured_loss_pct(s)},
             "measured": {"rate_bps": None if rate is None else round(rate),
+                         "rate_expected_bps": None if rate_want is None else round(rate_want),
                          "rtt_s": rtt_s, "loss_pct": loss,
+                         **({} if host_status is None else {"host_drops": host_drops}),
                          **({} if ref.line is None else {
                              "line_delay_p50_s": delay, "line_delay_p99_s": ref.line.delay_p99_s,
                              "line_in_packets": ref.line.in_packets,
@@ -97,7 +104,17 @@ def direction_entry(ref: DirectionRef, qdisc: pd.DataFrame | None, links: pd.Dat
                              "line_dropped_kernel": ref.line.dropped_kernel})},
             "delay_line": "native" if ref.line is not None else
             ("netem" if ref.netem_dev is not None else None),
+            "events_set": _events_set(ref),
             "checks": checks, "ok": "off" not in checks.values()}
+
+
+def _events_set(ref: DirectionRef) -> list[str]:
+    """What the run's ``events:`` set on this direction (so its checks used those values)."""
+    e = ref.effects
+    if e is None:
+        return []
+    return [w for w, on in (("rate", bool(e.rate_changes)), ("down", bool(e.down)),
+                            ("loss", e.loss_set), ("delay", e.delay_set)) if on]
 
 
 def _reasons(entry: Mapping[str, Any], ref: DirectionRef) -> list[str]:
@@ -105,8 +122,9 @@ def _reasons(entry: Mapping[str, Any], ref: DirectionRef) -> list[str]:
     got, want, checks = entry["measured"], entry["configured"], entry["checks"]
     out = []
     if checks["rate"] == "off":
+        source = "in force (events changed it)" if entry.get("events_set") else "configured"
         out.append(f"{where}: rate {got['rate_bps'] / 1e6:.3f} Mbit/s measured while "
-                   f"backlogged, {want['rate_bps'] / 1e6:.3f} Mbit/s configured")
+                   f"backlogged throughout, {got['rate_expected_bps'] / 1e6:.3f} Mbit/s {source}")
     if checks["rtt"] == "off":
         low, high = rtt_tolerance_s(ref.configured, ref.reverse, ref.precise)
         out.append(f"{where}: RTT {got['rtt_s'] * 1e3:.3f} ms measured, "
@@ -116,6 +134,11 @@ def _reasons(entry: Mapping[str, Any], ref: DirectionRef) -> list[str]:
         out.append(f"{where}: the native delay line's median added delay "
                    f"{got['line_delay_p50_s'] * 1e3:.3f} ms, {ref.configured.delay_s * 1e3:.3f} ms "
                    "configured")
+    if checks.get("host_drops") == "off":
+        out.append(f"{where}: {got['host_drops']} packets dropped at the host's own egress "
+                   "queue (a real host's NIC queue does not drop its TCP segments: the scaled "
+                   "buffer is smaller than what TCP Small Queues let in; TCP waits where the "
+                   "unscaled network would not)")
     if checks["loss"] == "off":
         out.append(f"{where}: loss {got['loss_pct']:.4g}% measured, "
                    f"{want['loss_pct']:.4g}% configured")
@@ -165,12 +188,19 @@ def coverage_words(coverage: Mapping[str, Any], most: int = 3) -> tuple[str, str
 
 def fidelity_report(refs: Sequence[DirectionRef], qdisc: pd.DataFrame | None,
                     links: pd.DataFrame | None, rtts: Mapping[str, float | None],
-                    cpu: Mapping[str, Any]) -> dict[str, Any]:
+                    cpu: Mapping[str, Any], run_checks: Mapping[str, Mapping[str, Any]]
+                    | None = None) -> dict[str, Any]:
     """The fidelity.json document: one entry per direction of ``refs`` (``rtts``: link name
     -> probed minimum RTT in seconds or None), the CPU summary (:func:`cpu_summary`),
     ``trustworthy`` (no check off and CPU not saturated; None when nothing was assessed: no
-    CPU samples, or shaped links none of whose checks could run), the ``reasons`` and the
-    ``coverage`` (:func:`check_coverage`: which checks ran on which directions)."""
+    CPU samples, or shaped links none of whose checks could run), the ``reasons``, the
+    ``warnings`` and the ``coverage`` (:func:`check_coverage`: which checks ran on which
+    directions).
+
+    ``run_checks``: checks of the whole run (analysis/fidelity/run_checks.py: stalls, the
+    counter sampler, scaled BDPs), name -> a dict with its figures and optionally
+    ``reason`` (a finding that makes the run untrustworthy) and ``warning`` (one that
+    does not); each is kept under its name without those two keys."""
     entries, reasons = [], []
     for ref in refs:
         entry = direction_entry(ref, qdisc, links, rtts.get(ref.link))
@@ -180,13 +210,21 @@ def fidelity_report(refs: Sequence[DirectionRef], qdisc: pd.DataFrame | None,
         reasons.append(f"host CPU saturated: 95th percentile of busy share "
                        f"{cpu['busy_pct_p95']:.0f}% >= {cpu['threshold_pct']:.0f}%: emulated "
                        "rates and delays stretch when dequeues wait for a CPU")
+    warnings, extra = [], {}
+    for name, found in (run_checks or {}).items():
+        extra[name] = {k: v for k, v in found.items() if k not in ("reason", "warning")}
+        if found.get("reason"):
+            reasons.append(found["reason"])
+        if found.get("warning"):
+            warnings.append(found["warning"])
     exercised = any(v == "ok" for e in entries for v in e["checks"].values())
     coverage = check_coverage(entries)
+    doc = {"links": entries, "cpu": dict(cpu), **extra, "warnings": warnings,
+           "coverage": coverage}
     if not reasons and (cpu.get("busy_pct_p95") is None or (entries and not exercised)):
         # nothing was measured (interrupted before the workloads, no CPU samples, or no check
         # could run): no verdict rather than a clean bill of health
-        return {"links": entries, "cpu": dict(cpu), "trustworthy": None,
+        return {**doc, "trustworthy": None,
                 "reasons": ["not assessed: no CPU samples while workloads ran, or no shaped "
-                            "link direction could be checked"], "coverage": coverage}
-    return {"links": entries, "cpu": dict(cpu), "trustworthy": not reasons,
-            "reasons": reasons, "coverage": coverage}
+                            "link direction could be checked"]}
+    return {**doc, "trustworthy": not reasons, "reasons": reasons}

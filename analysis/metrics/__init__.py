@@ -91,6 +91,8 @@ def summary_of(m: dict[str, Any]) -> dict[str, float | int | None]:
     ``queue_drops``: packets, root queues of every interface (analysis.metrics.links).
     ``iteration_time_s_mean``: of the main workload's iterations (the one with the most
     iteration time; analysis.metrics.collectives.cct_metrics), not of every workload's.
+    ``incast_finish_s_mean`` and ``incast_finish_s_max``: the bursts' mean finish time and the
+    worst burst's (analysis.metrics.incast).
     ``events``, ``events_not_recovered``, ``event_recovery_s_max``,
     ``event_iteration_inflation_max``: of the ``events:`` timeline (analysis.metrics.events),
     null without one. ``mfu_mean``, ``network_wait_s_mean`` (accelerator-seconds) and

@@ -205,6 +205,7 @@ def _incast(w: int, m: dict[str, Any], flows: pd.DataFrame) -> list[str]:
     out = [f"{len(b)} burst(s) of {int(b['senders'].max())} sender(s) into "
            f"{b['bottleneck'].iloc[0] or 'the receiver'}: goodput {bits(b['goodput_bps'].mean())}"
            f" mean, loss {share(m['incast']['loss_ratio'])} of packets offered."]
+    out += _worst_burst(b)
     by_n = b.groupby("senders")["goodput_bps"].mean()
     if len(by_n) > 1:
         out.append("Goodput by senders: " + ", ".join(
@@ -219,6 +220,35 @@ def _incast(w: int, m: dict[str, Any], flows: pd.DataFrame) -> list[str]:
                    f"{duration(slow['t_end'] - slow['t_start'])}, done "
                    f"{duration(slow['t_end'] - start)} after its burst began"
                    + (f", {int(rt)} retransmission(s) (TCP_INFO)." if pd.notna(rt) else "."))
+    return out
+
+
+def _worst_burst(b: pd.DataFrame) -> list[str]:
+    """The burst that took longest (the collapsed one an incast study is after) beside the
+    mean, and the distribution of the bursts' finish times (each one up to 12 bursts, else
+    quantiles)."""
+    if "finish_s" not in b or b["finish_s"].isna().all():
+        return []
+    done = b[b["finish_s"].notna()]
+    worst = done.loc[done["finish_s"].idxmax()]
+    drops = worst.get("drops")
+    what = (f"{int(drops)} drop(s)" if pd.notna(drops) else
+            f"drops {str(worst.get('counts') or 'unknown')}")
+    out = [f"Worst burst {worst['burst_id']}: finished in {duration(worst['finish_s'])} "
+           f"(mean {duration(done['finish_s'].mean())}), goodput {bits(worst['goodput_bps'])}, "
+           f"{what}."]
+    times = done["finish_s"].to_numpy()
+    if len(times) <= 12:
+        dist = ", ".join(duration(x) for x in times)
+        out.append(f"Burst finish times in order: {dist}.")
+    else:
+        q = done["finish_s"].quantile([0.1, 0.5, 0.9])
+        out.append(f"Burst finish times: p10 {duration(q[0.1])}, p50 {duration(q[0.5])}, "
+                   f"p90 {duration(q[0.9])}, max {duration(times.max())}.")
+    unknown = int((b["counts"] != "exact").sum()) if "counts" in b else 0
+    if unknown:
+        out.append(f"Drops of {unknown} burst(s) unknown, not estimated (the per-burst rows "
+                   "say why).")
     return out
 
 

@@ -115,13 +115,15 @@ def cluster_fidelity(parts: Mapping[str, Mapping[str, Any]], cluster: Mapping[st
     ``machine``), ``cpu`` (the busiest machine's summary, ``saturated`` if any is; each
     machine's under ``cpu.machines``), ``cluster`` (the clock and underlay checks, the
     underlay's round trips), ``reasons`` (each part's, naming its machine, and the cluster
-    checks') and ``trustworthy``: False when a part is untrustworthy or a cluster check is
+    checks'), ``warnings`` (each part's, naming its machine) and ``trustworthy``: False
+    when a part is untrustworthy or a cluster check is
     off; else None when a part was not assessed or a machine sent no part; else True.
     ``parts``: machine -> its fidelity.json; ``cluster``: the manifest's ``cluster``
     block; ``cut_rtts``: cut link -> its end-to-end RTT entry (module docstring)."""
-    links, reasons, verdicts = [], [], []
+    links, reasons, verdicts, warnings = [], [], [], []
     cpus: dict[str, Any] = {}
     for m, doc in parts.items():
+        warnings += [f"machine {m}: {w}" for w in doc.get("warnings") or []]
         links += [{**e, "machine": m} for e in doc["links"]]
         cpus[m] = doc["cpu"]
         verdicts.append(doc["trustworthy"])
@@ -146,6 +148,7 @@ def cluster_fidelity(parts: Mapping[str, Mapping[str, Any]], cluster: Mapping[st
     cpu = {**busiest, "saturated": any(c.get("saturated") for c in cpus.values()),
            "machines": cpus}
     return {"links": links, "cpu": cpu, "trustworthy": trustworthy, "reasons": reasons,
+            "warnings": warnings,
             "cluster": {"clock": clock, "underlay": dict(cluster.get("underlay", {})),
                         "cut_links": under, "end_to_end": e2e}}
 

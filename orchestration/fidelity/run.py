@@ -32,12 +32,16 @@ from analysis.fidelity import (
     samples_in_windows,
     traffic_windows,
 )
+from analysis.fidelity.checks import configured_loss_pct, interface_drops
+from analysis.fidelity.effects import event_effects
+from analysis.fidelity.run_checks import rto_stalls, sampler_gaps, scaled_paths
 from models.errors import LabError
 from models.plan import LabPlan
 from models.rundir import read_jsonl, write_json_atomic
 from testbed.counters.cpuload import CpuSampler
 from testbed.counters.rttprobe import EchoProbe, probe_rtts
 from testbed.counters.snapshot import LINK_COLUMNS, QDISC_COLUMNS, snapshot
+from testbed.counters.tcpstats import tcp_ext
 from testbed.delay import native
 from testbed.host.capabilities import in_vm
 from testbed.lab.lab import Lab
@@ -68,7 +72,7 @@ def direction_refs(plan: LabPlan, layout: Layout) -> list[DirectionRef]:
             r = layout.recipes[(lk.name, d)]
             refs.append(DirectionRef(lk.name, _ARROW[d], r.tx_node, r.tx_dev, r.rx_node,
                                      r.rx_dev, r.ifb, shaping, getattr(lk, other),
-                                     mtu=lk.mtu))
+                                     mtu=lk.mtu, tx_host=plan.node(r.tx_node).kind == "host"))
     return refs
 
 
@@ -108,6 +112,9 @@ class FidelityMonitor:
         self.lines_before: dict[str, dict[str, Any]] = {}
         self.lines_after: dict[str, dict[str, Any]] = {}
         self.dead_lines: list[native.DeadLine] = []  # after(): lines whose helper had died
+        self.hosts = [n.name for n in plan.nodes if n.kind == "host"]
+        self.tcp_before: dict[str, dict[str, int]] = {}  # TcpExt counters per host
+        self.tcp_after: dict[str, dict[str, int]] = {}
 
     def _snap(self) -> None:
         q, ln = snapshot(self.lab)
@@ -119,6 +126,7 @@ class FidelityMonitor:
         sampler. Raises LabError naming node and interface if a probe socket fails."""
         self._snap()
         self.lines_before = native.stats(self.lab)
+        self.tcp_before = tcp_ext(self.lab, self.hosts)
         probes = echo_probes(self.plan)
         if probes:
             worst = max(expected_rtt_s(lk.a_to_b, lk.b_to_a) for lk in self.plan.links)
@@ -133,17 +141,22 @@ class FidelityMonitor:
         native line's helper died (its direction dropped everything since)."""
         self.cpu_samples = self.cpu.stop()
         self._snap()
+        self.tcp_after = tcp_ext(self.lab, self.hosts)
         self.lines_after = native.stats(self.lab)
         self.dead_lines = native.dead_lines(self.lab)
         if self.dead_lines:
             raise LabError("; ".join(d.why for d in self.dead_lines))
 
-    def report(self, run_dir: Path, windows: list[tuple[float, float]] | None = None
+    def report(self, run_dir: Path, windows: list[tuple[float, float]] | None = None,
+               t0_unix_s: float | None = None, scale: float | None = None
                ) -> dict[str, Any]:
         """The fidelity.json document (shape: analysis/fidelity/report.py) of this run; CPU
         samples count while the workloads' ops ran (``windows``, (start s, end s) on this
         machine's clock; by default those of ``timeline.jsonl``), not while agents
-        started."""
+        started. ``t0_unix_s``: the run's t0 that ``events.jsonl`` times count from, and
+        ``scale``: the experiment's scale (both by default from ``manifest.json``): each
+        direction is judged against the values the events set, and a scale that shrank
+        paths to a few packets is warned of (analysis/fidelity/run_checks.py)."""
         counters = run_dir / "counters"
         qdisc = _frame(self.qdisc_rows, QDISC_COLUMNS, counters / "qdisc.parquet")
         links = _frame(self.link_rows, LINK_COLUMNS, counters / "links.parquet")
@@ -151,11 +164,19 @@ class FidelityMonitor:
             windows = traffic_windows(read_jsonl(run_dir / "timeline.jsonl"))
         busy = samples_in_windows(self.cpu_samples, self.cpu.interval_s, windows)
         precise = in_vm() is None  # a host kernel, not software emulation
+        manifest = _manifest(run_dir)
+        t0 = t0_unix_s if t0_unix_s is not None else (manifest.get("events") or {}).get(
+            "t0_unix_s")
+        effects = event_effects(read_jsonl(run_dir / "events.jsonl"), t0) \
+            if t0 is not None and (run_dir / "events.jsonl").exists() else {}
         refs = [dataclasses.replace(r, precise=precise, line=line_counts(
-            self.lines_before, self.lines_after, r)) for r in self.refs]
+            self.lines_before, self.lines_after, r), effects=effects.get((r.link, r.direction)))
+            for r in self.refs]
         cpu = cpu_summary(busy)
         cpu["without_cpu"] = self.cpu.without  # the delay line's own CPU, busy by design
-        doc = fidelity_report(refs, qdisc, links, self.rtts, cpu)
+        doc = fidelity_report(refs, qdisc, links, self.rtts, cpu, self._run_checks(
+            run_dir, refs, qdisc, windows, scale if scale is not None
+            else float(manifest.get("scale") or 1)))
         doc["delay_line_helpers"] = helper_cpu(self.lines_after)
         doc["capture"] = capture_completeness(run_dir)
         if self.dead_lines:  # its direction dropped everything since: no check can pass
@@ -167,13 +188,36 @@ class FidelityMonitor:
             doc["reasons"] = [*doc["reasons"], *(d.why for d in self.dead_lines)]
         return doc
 
-    def write(self, run_dir: Path, windows: list[tuple[float, float]] | None = None
-              ) -> dict[str, Any]:
+    def _run_checks(self, run_dir: Path, refs: list[DirectionRef], qdisc: pd.DataFrame,
+                    windows: list[tuple[float, float]], scale: float
+                    ) -> dict[str, dict[str, Any]]:
+        """The whole-run checks of analysis/fidelity/run_checks.py on this run's data."""
+        network_drops = sum(interface_drops(qdisc, r.tx_node, r.tx_dev)[0]
+                            for r in refs if not r.tx_host)
+        planned = any(configured_loss_pct(r.configured) > 0
+                      or (r.effects is not None and r.effects.loss_set) for r in refs)
+        sampled = run_dir / "counters" / "qdisc.parquet"
+        info = _json(run_dir / "counters" / "sampler.json")
+        flows = read_jsonl(run_dir / "flows.jsonl") if (run_dir / "flows.jsonl").exists() \
+            else []
+        out = {"stalls": rto_stalls(self.tcp_before, self.tcp_after,
+                                    network_drops=network_drops, planned_loss=planned),
+               "scaling": scaled_paths(self.plan, scale, (
+                   (f["src_node"], f["src_ip"], f["dst_node"], f["dst_ip"]) for f in flows
+                   if f.get("src_ip") and f.get("dst_ip")))}
+        if sampled.exists():
+            rows = pd.read_parquet(sampled, columns=["t_s", "t_err_s"])
+            out["sampler"] = sampler_gaps(rows["t_s"] + rows["t_err_s"], windows,
+                                          info.get("interval_s"))
+        return out
+
+    def write(self, run_dir: Path, windows: list[tuple[float, float]] | None = None,
+              t0_unix_s: float | None = None, scale: float | None = None) -> dict[str, Any]:
         """Write ``run_dir/fidelity.json`` (:meth:`report`) atomically and return it; with
         native delay lines also ``run_dir/counters/delayline.json`` (their counters when the
         workloads ended: per ``"<link>/<direction>"``, see
         :func:`testbed.delay.native.stats`)."""
-        doc = self.report(run_dir, windows)
+        doc = self.report(run_dir, windows, t0_unix_s, scale)
         write_json_atomic(run_dir / "fidelity.json", doc)
         if self.lines_after:  # counters/ exists only when the sampler ran
             (run_dir / "counters").mkdir(parents=True, exist_ok=True)
@@ -207,6 +251,19 @@ def capture_completeness(run_dir: Path) -> dict[str, Any] | None:
             "complete": None if drops is None else drops == 0,
             "interfaces_with_drops": [f"{r['node']}:{r['ifname']}" for r in rows
                                       if r.get("packets_dropped_by_kernel")]}
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _manifest(run_dir: Path) -> dict[str, Any]:
+    """The run's manifest.json as written so far ({} without one)."""
+    return _json(run_dir / "manifest.json")
 
 
 def _queue(stats: dict[str, dict[str, Any]], key: str) -> dict[str, Any]:

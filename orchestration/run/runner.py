@@ -550,7 +550,9 @@ def _replay_all(prep: Prepared, lab: Lab | ClusterLab, run_dir: Path, lab_id: st
 def _fidelity(monitor: FidelityMonitor, run_dir: Path, manifest: dict[str, Any],
               outcome: RunOutcome, progress: Progress) -> None:
     """fidelity.json, and its verdict in the manifest and the outcome."""
-    _verdict(monitor.write(run_dir), manifest, outcome, progress)
+    _verdict(monitor.write(run_dir, t0_unix_s=(manifest.get("events") or {}).get("t0_unix_s"),
+                           scale=float(manifest.get("scale") or 1)),
+             manifest, outcome, progress)
 
 
 def _verdict(doc: dict[str, Any], manifest: dict[str, Any], outcome: RunOutcome,

@@ -29,28 +29,31 @@ def ref(shaping, reverse=None, netem=None, precise=False):
                         reverse or Shaping(), precise=precise)
 
 
-def htb_rows(rate_Bps, backlog, dt=0.01, node="a", t0=1000.0, burst_Bps=None):
-    """One HTB root row per sample; bytes grow at rate_Bps while backlogged, else burst_Bps."""
+def htb_rows(rate_Bps, backlog, dt=0.01, node="a", t0=1000.0, burst_Bps=None,
+             backlog_bytes=400_000):
+    """One HTB root row per sample; bytes grow at rate_Bps over an interval that begins
+    backlogged (``backlog_bytes`` queued: more than the interval can send), else at
+    burst_Bps."""
     rows, sent = [], 0
     for i, q in enumerate(backlog):
         if i:
-            sent += int((rate_Bps if q and backlog[i - 1] else (burst_Bps or 0)) * dt)
+            sent += int((rate_Bps if backlog[i - 1] else (burst_Bps or 0)) * dt)
         rows.append([t0 + i * dt, node, "eth0", "htb", "1:", "root", sent, sent // 1514, 0, 0,
-                     0, 3000 * q, 2 * q])
+                     0, backlog_bytes * q, 2 * q])
     return pd.DataFrame(rows, columns=QCOLS)
 
 
 def test_rate_ok_counts_only_backlogged_intervals():
     # 100 Mbit/s while queued; an unqueued interval sending at 3x (an HTB burst) is ignored
     df = htb_rows(12.5e6, [0, 1, 1, 1, 1, 1, 0, 1, 1, 0], burst_Bps=37.5e6)
-    measured, status = rate_check(df, ref(Shaping(rate_bps=100_000_000)))
-    assert status == "ok"
+    measured, expected, status = rate_check(df, ref(Shaping(rate_bps=100_000_000)))
+    assert (status, round(expected)) == ("ok", 100_000_000)
     assert measured == pytest.approx(100e6, rel=1e-3)  # integer bytes per sample
 
 
 def test_rate_off_when_short_of_configured():
     df = htb_rows(0.8 * 12.5e6, [1] * 10)
-    measured, status = rate_check(df, ref(Shaping(rate_bps=100_000_000)))
+    measured, _, status = rate_check(df, ref(Shaping(rate_bps=100_000_000)))
     assert (status, round(measured / 1e6)) == ("off", 80)
 
 
@@ -73,35 +76,35 @@ def packet_rows(rate_bps, runs, dt=0.01, frame=1514, phase_s=0.011):
 
 def test_rate_at_1_mbit_allows_for_whole_packets_per_short_run():
     """At 1 Mbit/s a 1514-byte frame takes 12 ms, more than a 10 ms sample: three runs of
-    three backlogged intervals see 2 frames each (3028 B of the 3750 B the rate sends in
-    30 ms), 0.81 x the rate measured from a link that is right (the newcomer's 0.789)."""
+    four intervals that begin backlogged see 3 frames each (4542 B of the 5000 B the rate
+    sends in 40 ms), 0.91 x the rate measured from a link that is right."""
     df = packet_rows(1e6, [4, 4, 4])
-    measured, status = rate_check(df, ref(Shaping(rate_bps=10**6)))
-    assert measured == pytest.approx(1e6 * 3028 / 3750, rel=1e-3)
+    measured, _, status = rate_check(df, ref(Shaping(rate_bps=10**6)))
+    assert measured == pytest.approx(9 * 1514 * 8 / 0.12, rel=1e-3)
     assert status == "ok"
 
 
 def test_a_wrong_rate_on_a_slow_link_is_still_caught():
     """One long backlogged run: the granularity is 2 frames in 2 s, 1.2%; half the rate is
     off, the right rate ok."""
-    assert rate_check(packet_rows(0.5e6, [201]), ref(Shaping(rate_bps=10**6)))[1] == "off"
-    measured, status = rate_check(packet_rows(1e6, [201]), ref(Shaping(rate_bps=10**6)))
+    assert rate_check(packet_rows(0.5e6, [201]), ref(Shaping(rate_bps=10**6)))[2] == "off"
+    measured, _, status = rate_check(packet_rows(1e6, [201]), ref(Shaping(rate_bps=10**6)))
     assert (status, round(measured / 1e4)) == ("ok", 100)
 
 
 def test_rate_not_exercised_without_backlog_or_rate():
-    df = htb_rows(12.5e6, [0, 1, 0, 1, 1, 0, 0])  # one backlogged interval only
-    assert rate_check(df, ref(Shaping(rate_bps=100_000_000))) == (None, "not_exercised")
-    assert rate_check(htb_rows(12.5e6, [1] * 5), ref(Shaping(delay_s=0.01)))[1] \
+    df = htb_rows(12.5e6, [0, 1, 0, 0, 1, 0, 0])  # two backlogged intervals only
+    assert rate_check(df, ref(Shaping(rate_bps=100_000_000))) == (None, None, "not_exercised")
+    assert rate_check(htb_rows(12.5e6, [1] * 5), ref(Shaping(delay_s=0.01)))[2] \
         == "not_exercised"
-    assert rate_check(None, ref(Shaping(rate_bps=10**8)))[1] == "not_exercised"
+    assert rate_check(None, ref(Shaping(rate_bps=10**8)))[2] == "not_exercised"
 
 
 def test_rate_ignores_other_nodes_and_classes():
     mine = htb_rows(12.5e6, [1] * 6)
     other = htb_rows(1e6, [1] * 6, node="b")
     cls = mine.assign(handle="1:1", parent="1:", bytes=mine["bytes"] * 7)
-    _, status = rate_check(pd.concat([other, cls, mine]), ref(Shaping(rate_bps=10**8)))
+    _, _, status = rate_check(pd.concat([other, cls, mine]), ref(Shaping(rate_bps=10**8)))
     assert status == "ok"
 
 
@@ -208,7 +211,7 @@ def test_report_untrustworthy_with_reasons():
     assert any("rate 50.000 Mbit/s" in x for x in doc["reasons"])
     assert any("CPU saturated" in x for x in doc["reasons"])
     assert set(entry) == {"link", "node", "ifname", "direction", "configured", "measured",
-                          "delay_line", "checks", "ok"}
+                          "delay_line", "events_set", "checks", "ok"}
     assert not math.isnan(entry["measured"]["rate_bps"])
 
 
