@@ -6,7 +6,8 @@ Usage (root): .venv/bin/python bench/soak.py [--runs 200] [--seed 1] [--kills 8]
     [--hog-threads 2] [--window 25] [--work DIR] [--keep]
 
 The campaign (written to ``WORK/soak.yaml``): a 3-host single switch at 200 Mbit/s with a
-ring all-reduce of 2 MiB x 4 iterations (a few seconds a run), one point per run
+ring all-reduce of 1 MiB x 4 iterations (a few seconds a run; no capture, counters every
+20 ms), one point per run
 (``zip`` over the events' keys, one repetition): per run a seeded random link down and up on
 one link, a rate degrade (a rate change for 0.4 s) on another, and a straggler rank with a
 random factor. It runs with ``AITB_STATE_DIR=WORK/state`` so that every registry the soak's
@@ -16,8 +17,9 @@ Kills: ``--kills`` times, at seeded random runs, a seeded random delay (0.2 to 3
 run started, the campaign process gets SIGINT, SIGTERM or SIGKILL (in turn), by its pid;
 exit codes must be 130, 143 and death by SIGKILL; then the same command resumes it.
 CPU hog: ``--hog-threads`` busy-loop processes (started and ended by pid) run while the
-count of completed runs is in the second quarter of each window (``--window`` runs); the
-intervals they ran are recorded (wall clock).
+count of completed runs is ``--hog-runs`` counts from a quarter into each window (``--window``
+runs): the run under way when it starts and when it stops is partly starved, those between
+wholly; the intervals it ran are recorded (wall clock).
 
 Printed per window of ``--window`` completed runs (and once per hour of wall time): the
 campaign process's open file descriptors and RSS (/proc/PID/fd, /proc/PID/status VmRSS), the
@@ -79,9 +81,11 @@ workloads:
     name: ar
     op: all_reduce
     algorithm: ring
-    size: 2MiB
+    size: 1MiB
     iterations: 4
     compute: 5ms
+capture: {enabled: false}
+counters: {interval: 20ms}
 events:
   - {at: 0.1s, kind: link_down, link: h1-s1}
   - {at: 0.3s, kind: link_up, link: h1-s1}
@@ -288,6 +292,7 @@ class Soak:
     failed_keys: set[str] = field(default_factory=set)
     pids: list[int] = field(default_factory=list)  # campaign processes, in order
     t0: float = 0.0
+    hog_runs: int = 2
     proc: subprocess.Popen | None = None
 
     @property
@@ -372,9 +377,10 @@ class Soak:
         return fig
 
     def hog_wanted(self, done: int) -> bool:
-        """The hog runs while ``done`` is in the second quarter of its window."""
+        """The hog runs while ``done`` is ``hog_runs`` counts from a quarter into its
+        window."""
         pos = done % self.window
-        return self.window // 4 <= pos < max(self.window // 2, self.window // 4 + 1)
+        return self.window // 4 <= pos < self.window // 4 + self.hog_runs
 
     def kill(self, sig_name: str, st: dict[str, Any]) -> KillRecord:
         """Wait until a run is under way, a random delay more, then signal the campaign."""
@@ -495,8 +501,9 @@ def plan_kills(runs: int, kills: int, rng: random.Random) -> dict[int, str]:
 
 
 def run(runs: int = 200, seed: int = 1, kills: int | None = None, hog_threads: int | None = None,
-        window: int = 25, work: Path | None = None, keep: bool = False,
-        time_budget_s: float = 4 * 3600.0, out: Any = sys.stdout) -> dict[str, Any]:
+        window: int = 25, hog_runs: int | None = None, work: Path | None = None,
+        keep: bool = False, time_budget_s: float = 4 * 3600.0, out: Any = sys.stdout
+        ) -> dict[str, Any]:
     """Run the soak (needs root); returns its figures (``windows``, ``kills``, ``leaks``,
     ``leak_detail``, ``trustworthy_while_starved``, ``runs`` by status, ...). Leaves
     nothing behind unless ``keep`` (then the work folder stays; namespaces never do)."""
@@ -512,7 +519,8 @@ def run(runs: int = 200, seed: int = 1, kills: int | None = None, hog_threads: i
     (work / "soak.yaml").write_text(campaign_text(runs, rng))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    soak = Soak(work, runs, window, hog, plan_kills(runs, kills, rng), rng, out=out)
+    soak = Soak(work, runs, window, hog, plan_kills(runs, kills, rng), rng, out=out,
+                hog_runs=max(1, window // 10) if hog_runs is None else hog_runs)
     soak.print(f"soak: {runs} runs, {kills} kills, hog {hog.threads} process(es), window "
                f"{window}, work {work}, load {tuple(round(x, 2) for x in os.getloadavg())}")
     try:
@@ -621,13 +629,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hog-threads", type=int, default=None,
                     help="busy-loop processes of the CPU hog (default: CPU count; 0: none)")
     ap.add_argument("--window", type=int, default=25, help="completed runs per window line")
+    ap.add_argument("--hog-runs", type=int, default=None, help="runs per window under the "
+                    "hog, from a quarter into the window (default window // 10, at least 1)")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a new "
                     "temporary one, removed at the end)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--time-budget-s", type=float, default=4 * 3600.0)
     args = ap.parse_args(argv)
     out = run(runs=args.runs, seed=args.seed, kills=args.kills, hog_threads=args.hog_threads,
-              window=args.window, work=args.work, keep=args.keep,
+              window=args.window, hog_runs=args.hog_runs, work=args.work, keep=args.keep,
               time_budget_s=args.time_budget_s)
     return 0 if out["leaks"] == 0 and out["trustworthy_while_starved"] == 0 else 1
 
