@@ -293,6 +293,8 @@ class Soak:
     pids: list[int] = field(default_factory=list)  # campaign processes, in order
     t0: float = 0.0
     hog_runs: int = 2
+    # per campaign pid: (completed runs, open fds, VmRSS KiB) at every completed run
+    samples: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
 
     @property
@@ -409,14 +411,17 @@ class Soak:
         rec.rc_ok = rec.rc == EXPECTED_RC[sig_name]
         st = self.state()
         self.note_ids(st)
-        entry = st["runs"].get(key or "", {})
-        rec.run_dir = entry.get("run_dir") if entry.get("status") != "ok" else None
+        # the run under way when the signal came (maybe the one after ``key``)
+        rec.run_key = next((k for k, e in st["runs"].items() if e["status"] == "running"),
+                           None)
+        rec.run_dir = st["runs"][rec.run_key]["run_dir"] if rec.run_key else None
         if rec.run_dir:
             with contextlib.suppress(OSError, json.JSONDecodeError):
                 rec.status = json.loads((self.results / CAMPAIGN_NAME / rec.run_dir
                                          / "manifest.json").read_text()).get("status")
         self.kills.append(rec)
-        self.print(f"kill {len(self.kills)}: {sig_name} {rec.delay_s} s into run {key}: "
+        self.print(f"kill {len(self.kills)}: {sig_name} {rec.delay_s} s after run {key} "
+                   f"started, in run {rec.run_key}: "
                    f"exit {rec.rc} ({'as expected' if rec.rc_ok else 'WRONG'}), "
                    f"its manifest status {rec.status}")
         return rec
@@ -428,10 +433,16 @@ class Soak:
         since = {"ok_dirs": set(), "failed": set(), "disk": 0, "t": self.t0}
         next_window, next_hour = self.window, self.t0 + 3600
         self.start()
+        last_done = -1
         while True:
             st = self.state()
             self.note_ids(st)
             done = sum(1 for e in st["runs"].values() if e["status"] == "ok")
+            if done != last_done and self.proc.poll() is None:
+                fds, rss = proc_figures(self.proc.pid)
+                if fds is not None and rss is not None:
+                    self.samples.setdefault(self.proc.pid, []).append((done, fds, rss))
+                last_done = done
             (self.hog.start if self.hog_wanted(done) and done < self.runs else self.hog.stop)()
             if done >= next_window:
                 self.figures(st, since, str(next_window))
@@ -493,17 +504,18 @@ def starvation(run_dir: Path, intervals: list[list[float]]) -> str:
     return "no"
 
 
-def plan_kills(runs: int, kills: int, rng: random.Random) -> dict[int, str]:
+def plan_kills(runs: int, kills: int, rng: random.Random,
+               signals: tuple[str, ...] = SIGNALS) -> dict[int, str]:
     """Completed-run counts (distinct, in 1..runs-1) after which the next run is killed,
-    signals in turn SIGINT, SIGTERM, SIGKILL."""
+    with ``signals`` in turn (default SIGINT, SIGTERM, SIGKILL)."""
     at = sorted(rng.sample(range(1, max(runs, 2)), min(kills, max(runs - 1, 1))))
-    return {n: SIGNALS[i % len(SIGNALS)] for i, n in enumerate(at)}
+    return {n: signals[i % len(signals)] for i, n in enumerate(at)}
 
 
 def run(runs: int = 200, seed: int = 1, kills: int | None = None, hog_threads: int | None = None,
         window: int = 25, hog_runs: int | None = None, work: Path | None = None,
-        keep: bool = False, time_budget_s: float = 4 * 3600.0, out: Any = sys.stdout
-        ) -> dict[str, Any]:
+        keep: bool = False, time_budget_s: float = 4 * 3600.0, out: Any = sys.stdout,
+        signals: tuple[str, ...] = SIGNALS) -> dict[str, Any]:
     """Run the soak (needs root); returns its figures (``windows``, ``kills``, ``leaks``,
     ``leak_detail``, ``trustworthy_while_starved``, ``runs`` by status, ...). Leaves
     nothing behind unless ``keep`` (then the work folder stays; namespaces never do)."""
@@ -519,7 +531,7 @@ def run(runs: int = 200, seed: int = 1, kills: int | None = None, hog_threads: i
     (work / "soak.yaml").write_text(campaign_text(runs, rng))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    soak = Soak(work, runs, window, hog, plan_kills(runs, kills, rng), rng, out=out,
+    soak = Soak(work, runs, window, hog, plan_kills(runs, kills, rng, signals), rng, out=out,
                 hog_runs=max(1, window // 10) if hog_runs is None else hog_runs)
     soak.print(f"soak: {runs} runs, {kills} kills, hog {hog.threads} process(es), window "
                f"{window}, work {work}, load {tuple(round(x, 2) for x in os.getloadavg())}")
@@ -554,13 +566,16 @@ def summarize(soak: Soak, st: dict[str, Any], rc: int | None, last: dict[str, An
     for e in entries.values():
         by_status[e["status"]] = by_status.get(e["status"], 0) + 1
     starved = {"starved": 0, "partly": 0, "no": 0, "unknown": 0}
-    tws, tw_partly, untrust, manifest_wrong = [], 0, 0, []
+    tws, tw_partly, untrust, manifest_wrong, no_events = [], 0, 0, [], []
     for key, e in entries.items():
         run_dir = root / e["run_dir"]
         try:
-            status = json.loads((run_dir / "manifest.json").read_text()).get("status")
+            manifest = json.loads((run_dir / "manifest.json").read_text())
         except (OSError, json.JSONDecodeError):
-            status = None
+            manifest = {}
+        status = manifest.get("status")
+        if status == "ok" and not (manifest.get("events") or {}).get("applied"):
+            no_events.append(key)
         if status != e["status"] and not (e["status"] == "failed" and status == "failed"):
             manifest_wrong.append(f"{key}: state {e['status']}, manifest {status}")
         if e["status"] != "ok":
@@ -577,8 +592,14 @@ def summarize(soak: Soak, st: dict[str, Any], rc: int | None, last: dict[str, An
     left = orphans(soak.hog.pids())
     undiscarded = [k.run_dir for k in soak.kills if k.run_dir
                    and (root / k.run_dir).exists()]
-    fds = [w["fds"] for w in soak.windows if w["fds"] is not None]
-    rss = [w["rss_kib"] for w in soak.windows if w["rss_kib"] is not None]
+    fds = [f for per in soak.samples.values() for _n, f, _r in per]
+    rss = [r for per in soak.samples.values() for _n, _f, r in per]
+    # growth within one campaign process: last sample against the first after its first run
+    # (imports and the first lab are done by then)
+    fd_growth = max((per[-1][1] - per[min(1, len(per) - 1)][1]
+                     for per in soak.samples.values()), default=0)
+    rss_growth = max((per[-1][2] - per[min(1, len(per) - 1)][2]
+                      for per in soak.samples.values()), default=0)
     return {
         "runs_planned": soak.runs, "campaign_rc": rc, "runs": by_status,
         "failed_seen": len(soak.failed_keys), "untrustworthy": untrust,
@@ -590,8 +611,12 @@ def summarize(soak: Soak, st: dict[str, Any], rc: int | None, last: dict[str, An
         "leaks": len(ns) + len(ifs) + len(regs) + len(left) + len(undiscarded),
         "leak_detail": {"netns": ns, "ifaces": ifs, "registries": regs,
                         "processes": [_cmdline(p) for p in left], "undiscarded": undiscarded},
+        "runs_without_events": no_events,
         "fds_min_max": [min(fds, default=None), max(fds, default=None)],
+        "fd_growth_max": fd_growth,
         "rss_kib_min_max": [min(rss, default=None), max(rss, default=None)],
+        "rss_growth_kib_max": rss_growth,
+        "samples_per_process": {pid: len(v) for pid, v in soak.samples.items()},
         "campaign_pids": soak.pids, "hog_intervals": len(soak.hog.intervals),
         "lab_ids": len(soak.ids), "wall_s": round(time.time() - soak.t0, 1),
         "disk_bytes": du_bytes(soak.results), "windows": soak.windows, "end": last,
