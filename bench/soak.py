@@ -28,11 +28,15 @@ namespace interfaces with the soak's owner alias (``aitb:<lab id>``), registry e
 the soak's state dir, processes of the campaign's tree and processes left (orphans reparented
 to this script, which is the child subreaper, other than the hog), disk used per run in the
 window (bytes under the results folder), runs ok / failed / untrustworthy in the window, and
-runs per hour. At the end (the campaign finished): leaks = namespaces + interfaces + registry
-entries + processes left + killed runs whose directory was not discarded on resume; a run is
-starved when its traffic window (first op start to last op end, timeline.jsonl) lies entirely
-inside an interval where the hog ran; trustworthy-while-starved counts starved runs whose
-fidelity.json says ``trustworthy: true``. The last line::
+runs per hour. Besides, at every completed run: the fewest descriptors the campaign process held
+since the run before completed (polled every 0.1 s; between two labs, so what a run did not give
+back) and its RSS; ``fd_growth_max`` and ``rss_growth_kib_max`` are the growth within one
+campaign process from its second completed run to its last. At the end (the campaign
+finished): leaks = namespaces + interfaces + registry entries + processes left + killed runs
+whose directory was not discarded on resume; a run is starved when its traffic window (first
+op start to last op end, timeline.jsonl) lies entirely inside an interval where the hog ran;
+trustworthy-while-starved counts starved runs whose fidelity.json says ``trustworthy: true``.
+The last line::
 
     verdict: leaks: N, trustworthy-while-starved: N
 
@@ -293,7 +297,9 @@ class Soak:
     pids: list[int] = field(default_factory=list)  # campaign processes, in order
     t0: float = 0.0
     hog_runs: int = 2
-    # per campaign pid: (completed runs, open fds, VmRSS KiB) at every completed run
+    # per campaign pid, at every completed run: (completed runs, the fewest open descriptors
+    # polled since the run before completed (between two labs: what a run did not give back),
+    # VmRSS KiB)
     samples: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
 
@@ -433,16 +439,17 @@ class Soak:
         since = {"ok_dirs": set(), "failed": set(), "disk": 0, "t": self.t0}
         next_window, next_hour = self.window, self.t0 + 3600
         self.start()
-        last_done = -1
+        last_done, low_fds = -1, None  # fewest descriptors seen since the last completion
         while True:
             st = self.state()
             self.note_ids(st)
             done = sum(1 for e in st["runs"].values() if e["status"] == "ok")
-            if done != last_done and self.proc.poll() is None:
-                fds, rss = proc_figures(self.proc.pid)
-                if fds is not None and rss is not None:
-                    self.samples.setdefault(self.proc.pid, []).append((done, fds, rss))
-                last_done = done
+            fds, rss = proc_figures(self.proc.pid if self.proc.poll() is None else None)
+            if fds is not None:
+                low_fds = fds if low_fds is None else min(low_fds, fds)
+            if done != last_done and low_fds is not None and rss is not None:
+                self.samples.setdefault(self.proc.pid, []).append((done, low_fds, rss))
+                last_done, low_fds = done, None
             (self.hog.start if self.hog_wanted(done) and done < self.runs else self.hog.stop)()
             if done >= next_window:
                 self.figures(st, since, str(next_window))
@@ -455,6 +462,7 @@ class Soak:
                 del self.kill_at[done]
                 self.kill(sig, st)
                 self.start()  # resume: the same command
+                low_fds = None
                 continue
             rc = self.proc.poll()
             if rc is not None:
@@ -616,7 +624,7 @@ def summarize(soak: Soak, st: dict[str, Any], rc: int | None, last: dict[str, An
         "fd_growth_max": fd_growth,
         "rss_kib_min_max": [min(rss, default=None), max(rss, default=None)],
         "rss_growth_kib_max": rss_growth,
-        "samples_per_process": {pid: len(v) for pid, v in soak.samples.items()},
+        "fds_per_process": {pid: [f for _n, f, _r in v] for pid, v in soak.samples.items()},
         "campaign_pids": soak.pids, "hog_intervals": len(soak.hog.intervals),
         "lab_ids": len(soak.ids), "wall_s": round(time.time() - soak.t0, 1),
         "disk_bytes": du_bytes(soak.results), "windows": soak.windows, "end": last,
