@@ -14,7 +14,8 @@ from typing import Literal, get_args
 
 from models.units import BufferSize, UnitError
 
-__all__ = ["GilbertElliott", "Shaping", "JitterDistribution", "Aqm", "AQMS", "JITTER_DISTRIBUTIONS"]
+__all__ = ["GilbertElliott", "Shaping", "JitterDistribution", "Aqm", "AQMS", "JITTER_DISTRIBUTIONS",
+           "refused_key"]
 
 # each name list is spelled once, in its Literal; the tuples are read from it
 JitterDistribution = Literal["uniform", "normal", "pareto", "paretonormal"]
@@ -49,6 +50,21 @@ class GilbertElliott:
             return self.good_loss_pct
         pi_bad = self.p_pct / (self.p_pct + self.r_pct)
         return pi_bad * self.bad_loss_pct + (1 - pi_bad) * self.good_loss_pct
+
+
+def _refused(key: str, message: str) -> UnitError:
+    """A UnitError for a direction's settings, naming the file key (``rate``, ``jitter``,
+    ``ecn``...) whose value the check refused (:func:`refused_key`), so that a file reader can
+    point at the layer that set it."""
+    exc = UnitError(message)
+    exc.shaping_key = key  # type: ignore[attr-defined]
+    return exc
+
+
+def refused_key(exc: UnitError) -> str | None:
+    """The file key a :class:`Shaping` check refused (``ecn`` for ecn without a marking AQM),
+    or None when ``exc`` came from elsewhere."""
+    return getattr(exc, "shaping_key", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,36 +108,43 @@ class Shaping:
 
     def __post_init__(self) -> None:
         if self.rate_bps is not None and not 0 < self.rate_bps < 2**64:
-            raise UnitError(f"rate_bps {self.rate_bps} must be between 1 and 2**64-1")
+            raise _refused("rate", f"rate_bps {self.rate_bps} must be between 1 and 2**64-1")
         if self.delay_s < 0 or self.jitter_s < 0:
-            raise UnitError("delay and jitter cannot be negative")
+            raise _refused("delay" if self.delay_s < 0 else "jitter",
+                           "delay and jitter cannot be negative")
         for name in ("loss_pct", "reorder_pct", "duplicate_pct", "corrupt_pct",
                      "delay_correlation_pct"):
             value = getattr(self, name)
             if not 0 <= value <= 100:
-                raise UnitError(f"{name} {value} is outside 0% to 100%")
+                raise _refused(name.removesuffix("_pct"),
+                               f"{name} {value} is outside 0% to 100%")
         if self.loss_pct and self.loss_gemodel is not None:
-            raise UnitError("give either random loss or a Gilbert-Elliott model, not both")
+            raise _refused("loss_gemodel", "give either random loss or a Gilbert-Elliott model, "
+                           "not both")
         if self.jitter_s > self.delay_s:
-            raise UnitError(f"jitter {self.jitter_s}s exceeds delay {self.delay_s}s")
+            raise _refused("jitter", f"jitter {self.jitter_s}s exceeds delay {self.delay_s}s")
         if self.reorder_pct and self.delay_s == 0:
-            raise UnitError("reorder needs a delay: netem reorders by sending some packets early")
+            raise _refused("reorder", "reorder needs a delay: netem reorders by sending some "
+                           "packets early")
         if self.aqm not in AQMS:
-            raise UnitError(f"unknown aqm {self.aqm!r}; known: {', '.join(AQMS)}")
+            raise _refused("aqm", f"unknown aqm {self.aqm!r}; known: {', '.join(AQMS)}")
         if self.ecn_threshold is not None:
             if not self.ecn:
-                raise UnitError("ecn_threshold (the queue that marks) needs ecn: true")
+                raise _refused("ecn_threshold", "ecn_threshold (the queue that marks) needs "
+                               "ecn: true")
             if self.aqm != "fifo":
-                raise UnitError(f"ecn_threshold marks on a fifo buffer; aqm {self.aqm} has "
-                                "its own marking or none")
+                raise _refused("ecn_threshold", f"ecn_threshold marks on a fifo buffer; aqm "
+                               f"{self.aqm} has its own marking or none")
             if self.rate_bps is None:
-                raise UnitError("ecn_threshold needs a rate (the queue drains at it)")
+                raise _refused("ecn_threshold", "ecn_threshold needs a rate (the queue drains "
+                               "at it)")
         elif self.ecn and self.aqm in ("fifo", "head_drop"):
-            raise UnitError(f"ecn needs an AQM that marks (red or fq_codel), or an "
-                            f"ecn_threshold (K) on a fifo, not {self.aqm} alone")
+            raise _refused("ecn", f"ecn needs an AQM that marks (red or fq_codel), or an "
+                           f"ecn_threshold (K) on a fifo, not {self.aqm} alone")
         if self.jitter_distribution not in JITTER_DISTRIBUTIONS:
-            raise UnitError(f"unknown jitter distribution {self.jitter_distribution!r}; "
-                            f"known: {', '.join(JITTER_DISTRIBUTIONS)}")
+            raise _refused("jitter_distribution", f"unknown jitter distribution "
+                           f"{self.jitter_distribution!r}; "
+                           f"known: {', '.join(JITTER_DISTRIBUTIONS)}")
 
     @property
     def needs_netem(self) -> bool:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 from models.errors import SpecIssue
 from models.shaping import Shaping
 from models.units import UnitError
-from topologies.shaping import link_shaping
+from topologies.shaping import LinkShapingError, link_shaping, setting_key_path
 from topologies.spec import ProfileSpec, TopologySpec
 from topologies.validate import split_endpoint
 
@@ -90,9 +90,19 @@ def build_edges(spec: TopologySpec, profiles: Mapping[str, ProfileSpec]
     edges, issues = [], []
     default = spec.defaults.link
     names = _link_names(spec)
+    shared: dict[tuple[tuple[str | int, ...], str], list[str]] = {}  # a profile's or default's
     for i, (link, (a_if, b_if)) in enumerate(zip(spec.links, _ifnames(spec), strict=True)):
         try:
             a_to_b, b_to_a = link_shaping(link, profiles, default)
+        except LinkShapingError as exc:
+            path = ("links", i) if exc.key is None else setting_key_path(
+                link, i, profiles, default, exc.direction, exc.key)  # type: ignore[arg-type]
+            if path[0] == "links":
+                issues.append(SpecIssue(str(exc), key_path=path))
+            else:  # the layer that set the key refused, once for every link it reaches
+                what = str(exc).split(": ", 1)[-1]
+                shared.setdefault((path, what), []).append(f"{names[i]} {exc.direction}")
+            continue
         except UnitError as exc:
             issues.append(SpecIssue(str(exc), key_path=("links", i)))
             continue
@@ -102,6 +112,11 @@ def build_edges(spec: TopologySpec, profiles: Mapping[str, ProfileSpec]
             cost=link.cost or (default.cost if default and default.cost else DEFAULT_COST),
             mtu=link.mtu or (default.mtu if default and default.mtu else DEFAULT_MTU),
             a_to_b=a_to_b, b_to_a=b_to_a))
+    for (path, what), where in shared.items():
+        more = f" and {len(where) - 2} more" if len(where) > 2 else ""
+        links = "link" if len(where) == 1 else "links"
+        issues.append(SpecIssue(f"{what} (on {links} {', '.join(where[:2])}{more})",
+                                key_path=path))
     dup = _duplicate_names(names)
     issues += [SpecIssue(f"link name {n!r} is used twice", key_path=("links", i, "name"))
                for i, n in dup]

@@ -10,7 +10,7 @@ from topologies.container_keys import normal_binds
 from topologies.spec import NodeSettings, TopologySpec
 from topologies.validate import node_kind
 
-__all__ = ["node_plans"]
+__all__ = ["node_plans", "setting_key_path"]
 
 
 def _pick(layers: list[NodeSettings | None], key: str) -> Any:
@@ -30,6 +30,23 @@ def _merged_map(layers: list[NodeSettings | None], key: str) -> dict[str, str]:
         values = getattr(layer, key, None) if layer is not None else None
         out.update({k: str(v) for k, v in (values or {}).items()})
     return out
+
+
+def setting_key_path(spec: TopologySpec, name: str, key: str) -> tuple[str, ...]:
+    """Key path of the setting ``key`` node ``name`` takes (precedence as in
+    :func:`node_plans`): ``("nodes", name, key)``, ``("groups", group, key)`` or
+    ``("defaults", kind, key)``, whichever layer sets it first; the node's own path if
+    none does."""
+    node = spec.nodes[name]
+    layers: list[tuple[tuple[str, ...], NodeSettings | None]] = [
+        (("nodes", name), node),
+        (("groups", str(node.group)), spec.groups.get(node.group) if node.group else None),
+        (("defaults", str(node_kind(spec, name))),
+         getattr(spec.defaults, str(node_kind(spec, name)), None))]
+    for where, layer in layers:
+        if layer is not None and getattr(layer, key, None) is not None:
+            return (*where, key)
+    return ("nodes", name, key)
 
 
 def node_plans(spec: TopologySpec) -> dict[str, NodePlan]:

@@ -16,7 +16,7 @@ from models.units import parse_duration_s
 from topologies.addressing import Segment, allocate, check_segments, find_segments
 from topologies.generators import expand
 from topologies.graph import Edge, Port, build_edges
-from topologies.nodes import node_plans
+from topologies.nodes import node_plans, setting_key_path
 from topologies.profiles import known_profiles
 from topologies.routing import RoutingResult, compute_routes
 from topologies.spec import FrrSpec, TopologySpec
@@ -85,26 +85,36 @@ def _unreachable(plan_nodes: dict[str, NodePlan], segments: list[Segment],
     return out
 
 
-def _rank_nic_issues(nodes: dict[str, NodePlan], edges: list[Edge]) -> list[SpecIssue]:
-    """Hosts whose ranks_per_host exceeds their NICs (links), or that forward."""
+def _rank_nic_issues(spec: TopologySpec, nodes: dict[str, NodePlan], edges: list[Edge]
+                     ) -> list[SpecIssue]:
+    """Hosts whose ranks_per_host exceeds their NICs (links), or that forward; each at the
+    key that set it (the node's own, its group's or ``defaults.host``), one issue per key
+    and problem naming the hosts."""
     nics: dict[str, int] = {}
     for e in edges:
         for port in (e.a, e.b):
             nics[port.node] = nics.get(port.node, 0) + 1
-    out = []
+    found: dict[tuple[tuple[str, ...], str], list[str]] = {}
     for name, p in nodes.items():
         if p.ranks_per_host is None:
             continue
-        where = ("nodes", name, "ranks_per_host")
+        where = setting_key_path(spec, name, "ranks_per_host")
         if p.forward:
-            out.append(SpecIssue(f"node {name}: ranks_per_host binds ranks to NICs, but the "
-                                 "node forwards (forward: true gives it one traffic address)",
-                                 key_path=where))
+            what = ("ranks_per_host binds ranks to NICs, but the node forwards (forward: "
+                    "true gives it one traffic address)")
         elif p.ranks_per_host > nics.get(name, 0):
-            out.append(SpecIssue(f"node {name}: ranks_per_host {p.ranks_per_host} needs as "
-                                 f"many NICs, and the node has {nics.get(name, 0)} link(s); "
-                                 f"use at most {nics.get(name, 0)} or link it more",
-                                 key_path=where))
+            n = nics.get(name, 0)
+            what = (f"ranks_per_host {p.ranks_per_host} needs as many NICs, and {{}} "
+                    f"{n} link(s); use at most {n} or link it more")
+        else:
+            continue
+        found.setdefault((where, what), []).append(name)
+    out = []
+    for (where, what), names in found.items():
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        label = "node" if len(names) == 1 else "nodes"
+        what = what.format("the node has" if len(names) == 1 else "each has")
+        out.append(SpecIssue(f"{label} {', '.join(names[:3])}{more}: {what}", key_path=where))
     return out
 
 
@@ -190,7 +200,7 @@ def resolve(spec: TopologySpec, source: str = "<spec>", base_dir: Path | None = 
     stage.check(issues)
     edges, issues = build_edges(spec, profiles)
     stage.check(issues)
-    stage.check(_rank_nic_issues(nodes, edges))
+    stage.check(_rank_nic_issues(spec, nodes, edges))
     traces, issues = link_traces(spec, profiles, edges, base_dir or Path(source).parent, source)
     stage.check(issues)
     kinds = {n: p.kind for n, p in nodes.items()}

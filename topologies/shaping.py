@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from models.shaping import GilbertElliott, Shaping
+from models.shaping import GilbertElliott, Shaping, refused_key
 from models.units import (
     UnitError,
     parse_buffer,
@@ -22,7 +22,7 @@ from models.units import (
 from topologies.spec import LinkDefaults, LinkSpec, ProfileSpec, ShapingSpec
 
 __all__ = ["Direction", "merged", "to_shaping", "link_shaping", "link_trace_specs",
-           "trace_key_path"]
+           "trace_key_path", "setting_key_path", "LinkShapingError"]
 
 Direction = Literal["a_to_b", "b_to_a"]
 _FIELDS = tuple(ShapingSpec.model_fields)
@@ -97,8 +97,30 @@ def to_shaping(keys: Mapping[str, Any]) -> Shaping:
     Raises :class:`UnitError` when a value cannot be read or the combination is invalid
     (jitter above delay, ecn with fifo, reorder without delay, loss and loss_gemodel both).
     """
-    return Shaping(**{_CONVERT[k][0]: _CONVERT[k][1](v) for k, v in keys.items()
-                      if k != "trace"})  # a trace is read by topologies.traces
+    fields = {}
+    for k, v in keys.items():
+        if k == "trace":  # a trace is read by topologies.traces
+            continue
+        try:
+            fields[_CONVERT[k][0]] = _CONVERT[k][1](v)
+        except UnitError as exc:
+            raise _with_key(UnitError(str(exc)), k) from None
+    return Shaping(**fields)
+
+
+def _with_key(exc: UnitError, key: str) -> UnitError:
+    exc.shaping_key = key  # type: ignore[attr-defined]  # as models.shaping's checks do
+    return exc
+
+
+class LinkShapingError(UnitError):
+    """A direction of a link whose merged settings are refused: the message names the
+    direction; ``direction`` and ``key`` (the file key refused, or None) say which."""
+
+    def __init__(self, message: str, direction: str, key: str | None) -> None:
+        super().__init__(message)
+        self.direction = direction
+        self.key = key
 
 
 def to_changes(keys: Mapping[str, Any]) -> dict[str, Any]:
@@ -136,6 +158,16 @@ def trace_key_path(link: LinkSpec, index: int, profiles: Mapping[str, ProfileSpe
     ``link`` (at ``links[index]``): the most specific layer of :func:`layers` that sets one,
     e.g. ``("links", 3, "a_to_b", "trace")``, ``("profiles", "wan", "up", "trace")`` or
     ``("defaults", "link", "trace")`` (``("links", index, direction, "trace")`` if none)."""
+    return setting_key_path(link, index, profiles, default, direction, "trace")
+
+
+def setting_key_path(link: LinkSpec, index: int, profiles: Mapping[str, ProfileSpec],
+                     default: LinkDefaults | None, direction: Direction, key: str
+                     ) -> tuple[str | int, ...]:
+    """Key path of shaping key ``key`` (``ecn``, ``jitter``...) as merged for ``direction``
+    of ``link`` (at ``links[index]``): the most specific layer of :func:`layers` that sets
+    it, e.g. ``("profiles", "wan", "ecn")``, ``("defaults", "link", "ecn")`` or
+    ``("links", 3, "a_to_b", "ecn")`` (``("links", index, direction, key)`` if none)."""
     side = "up" if direction == "a_to_b" else "down"
 
     def profile_layers(name: str | None) -> list[tuple[tuple[str | int, ...], Any]]:
@@ -150,9 +182,9 @@ def trace_key_path(link: LinkSpec, index: int, profiles: Mapping[str, ProfileSpe
              (("links", index, direction), link.a_to_b if direction == "a_to_b" else link.b_to_a)]
     path: tuple[str | int, ...] = ("links", index, direction)
     for where, layer in stack:
-        if layer is not None and getattr(layer, "trace", None) is not None:
+        if layer is not None and getattr(layer, key, None) is not None:
             path = where
-    return (*path, "trace")
+    return (*path, key)
 
 
 def link_shaping(link: LinkSpec, profiles: Mapping[str, ProfileSpec],
@@ -160,7 +192,8 @@ def link_shaping(link: LinkSpec, profiles: Mapping[str, ProfileSpec],
     """Both directions of ``link`` resolved: ``(a_to_b, b_to_a)``.
 
     ``profiles`` must contain every profile named (checked beforehand). Raises
-    :class:`UnitError` whose message names the direction that is invalid.
+    :class:`LinkShapingError` (a UnitError) whose message names the direction that is
+    invalid, with the file key refused (``key``).
     """
     profile = profiles.get(link.profile) if link.profile else None
     dprofile = profiles.get(default.profile) if default and default.profile else None
@@ -172,5 +205,6 @@ def link_shaping(link: LinkSpec, profiles: Mapping[str, ProfileSpec],
             out.append(to_shaping(merged(stack)))
         except UnitError as exc:
             src, dst = (a, b) if direction == "a_to_b" else (b, a)
-            raise UnitError(f"{direction} ({src} -> {dst}): {exc}") from None
+            raise LinkShapingError(f"{direction} ({src} -> {dst}): {exc}", direction,
+                                   refused_key(exc)) from None
     return out[0], out[1]

@@ -38,9 +38,14 @@ class Executor(Protocol):
 
 
 class CampaignInterrupted(AitbError):
-    """SIGINT/SIGTERM during a campaign: the current run was discarded-to-be; exit 130."""
+    """SIGINT/SIGTERM during a campaign: the current run was discarded-to-be; exit 128 +
+    the signal (130, 143), as ``aitb run`` does."""
 
     exit_code = 130
+
+    def __init__(self, message: str, exit_code: int = 130) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _fingerprint(c: Campaign) -> str:
@@ -54,7 +59,8 @@ def _one_run(c: Campaign, run: Run, state: CampaignState, result: CampaignResult
     outcome = run_point(c, run.point, run.seed, point_dir, run_id, progress)
     if interrupted(outcome):
         raise CampaignInterrupted(f"interrupted during run {run.key}; run the same command "
-                                  "again to resume (that run is redone)")
+                                  "again to resume (that run is redone)",
+                                  outcome.exit_code or 130)
     state.end(result, run.key, outcome.ok, outcome.error, progress)
 
 
@@ -79,9 +85,9 @@ def run_campaign(c: Campaign, results: Path, progress: Progress = lambda _m: Non
                     _one_run(c, run, state, result, progress)
             else:
                 executor.run(c, todo, state, result, progress)
-        except (KeyboardInterrupt, LabInterrupted):  # the latter: before a run's manifest
-            raise CampaignInterrupted("interrupted; run the same command again to "
-                                      "resume") from None
+        except (KeyboardInterrupt, LabInterrupted) as exc:  # the latter: before a manifest
+            raise CampaignInterrupted("interrupted; run the same command again to resume",
+                                      getattr(exc, "exit_code", 130)) from None
         finish(c, state, result)
     return result
 

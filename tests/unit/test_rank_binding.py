@@ -85,3 +85,39 @@ def test_a_server_listed_more_often_than_its_nics_is_refused_naming_the_workload
     (issue,) = info.value.issues
     assert tuple(issue.key_path) == ("workloads", 0, "placement")
     assert "host s1 takes 2 ranks" in issue.message
+
+
+GENERATED = """\
+name: e
+topology:
+  inline:
+    name: t
+    generator: {name: single_switch, params: {hosts: 3}}
+    defaults:
+      host:
+        ranks_per_host: 2
+workloads:
+  - {kind: collective, op: all_reduce, size: 1MiB}
+"""
+
+
+def test_ranks_per_host_from_defaults_is_reported_at_defaults_not_the_generator(tmp_path):
+    # every generated host takes the key from defaults.host: one issue at that key and its
+    # line in the experiment, naming the hosts, not one per host against the generator
+    path = tmp_path / "exp.yaml"
+    path.write_text(GENERATED)
+    with pytest.raises(SpecError) as info:
+        prepare(path)
+    (issue,) = info.value.issues
+    assert issue.to_dict()["key"] == "topology.inline.defaults.host.ranks_per_host"
+    assert issue.line == 8 and issue.file == str(path)
+    assert "nodes h1, h2, h3: ranks_per_host 2 needs as many NICs, and each has 1 link(s)" \
+        in issue.message
+
+
+def test_ranks_per_host_from_a_group_is_reported_at_the_group(tmp_path):
+    text = TWO_NICS.replace("ranks_per_host: RPH", "group: servers").replace(
+        "    links:", "    groups:\n      servers: {ranks_per_host: 3}\n    links:")
+    issue = find_issue(issues(tmp_path, text), "groups.servers.ranks_per_host",
+                       "node s: ranks_per_host 3 needs as many NICs, and the node has 2")
+    assert issue.line == 8  # the group's line

@@ -35,7 +35,7 @@ def lab(body: str, nodes: str = GOOD_NODES) -> str:
     ("links:\n  - endpoints: [h1, s1]\n    loss: 101%\n  - endpoints: [h2, s1]\n",
      "links[0].loss", "outside 0% to 100%"),
     ("links:\n  - endpoints: [h1, s1]\n    delay: 1ms\n    jitter: 2ms\n"
-     "  - endpoints: [h2, s1]\n", "links[0]", "jitter"),
+     "  - endpoints: [h2, s1]\n", "links[0].jitter", "jitter"),
     ("links:\n  - endpoints: [h1, s1]\n    profile: nope\n  - endpoints: [h2, s1]\n",
      "links[0].profile", "known profiles: campus-uplink"),
     ("links:\n  - endpoints: [h1, s1]\n    rate: 10Gbps\n  - endpoints: [h2, s1]\n",
@@ -45,7 +45,8 @@ def lab(body: str, nodes: str = GOOD_NODES) -> str:
     ("links:\n  - endpoints: [h1, s1]\n    mtu: 20\n  - endpoints: [h2, s1]\n",
      "links[0].mtu", "greater than or equal to 68"),
     ("links:\n  - endpoints: [h1, s1]\n", "nodes.h2", "host has no links"),
-    ("links:\n  - endpoints: [h1, h2]\n    a_to_b: {ecn: true}\n", "links[0]", "ecn"),
+    ("links:\n  - endpoints: [h1, h2]\n    a_to_b: {ecn: true}\n", "links[0].a_to_b.ecn",
+     "ecn"),
 ])
 def test_bad_link(tmp_path, body, key, needle):
     found = issues(tmp_path, lab(body))
@@ -229,3 +230,42 @@ def test_each_kind_of_file_says_what_it_expected(tmp_path):
                        (import_clab, "a containerlab topology")):
         with pytest.raises(SpecError, match=f"expected {what}: a mapping"):
             load(path)
+
+
+GENERATED_ECN = """\
+name: t
+generator: {name: single_switch, params: {hosts: 3, link: host}}
+defaults:
+  link: {DEFAULT}
+profiles:
+  host:
+    rate: 1Gbit
+    PROFILE
+"""
+
+
+@pytest.mark.parametrize("profile,default,key,line", [
+    ("ecn: true", "{rate: 1Gbit}", "profiles.host.ecn", 8),       # the profile's own key
+    ("up: {ecn: true}", "{rate: 1Gbit}", "profiles.host.up.ecn", 8),
+    ("buffer: 100p", "{ecn: true}", "defaults.link.ecn", 4),     # below the profile
+])
+def test_a_shaping_key_refused_on_generated_links_is_reported_where_it_was_set(
+        tmp_path, profile, default, key, line):
+    # ecn without a marking AQM, set by a profile (or defaults.link) that generated links use:
+    # one issue at that key and its line, naming the links it reaches, not one per link
+    # against the generator
+    text = GENERATED_ECN.replace("PROFILE", profile).replace("{DEFAULT}", default)
+    found = issues(tmp_path, text)
+    assert len(found) == 1, found
+    issue = find_issue(found, key, "ecn needs an AQM that marks")
+    assert issue.line == line and issue.file.endswith("lab.yaml")
+    assert "h1-s1" in issue.message and "1 more" in issue.message
+
+
+def test_a_shaping_key_of_the_link_itself_stays_at_the_link(tmp_path):
+    # the link's own key wins over its profile's: reported there, not at the profile
+    text = lab("profiles:\n  p: {ecn: true, aqm: red}\nlinks:\n"
+               "  - endpoints: [h1, s1]\n    profile: p\n    aqm: fifo\n"
+               "  - endpoints: [h2, s1]\n")
+    found = issues(tmp_path, text)
+    find_issue(found, "profiles.p.ecn", "not fifo")
