@@ -48,6 +48,7 @@ from traffic_gen.tcpinfo import (
     _FMT,
     NO_RTT_SAMPLE,
     TCP_INFO_FIELDS,
+    TCPI_OPT_ECN,
     TcpKnobs,
     apply_knobs,
     namespace_sysctls,
@@ -151,9 +152,10 @@ class Loop:
 
 _INFO = struct.Struct(_FMT)
 (_ACKED, _UNACKED, _NOTSENT, _TOTAL_RETRANS, _BYTES_RETRANS, _LOST, _RTT, _RTTVAR, _CWND,
- _RATE, _DSACK, _MIN_RTT, _REORD) = (TCP_INFO_FIELDS.index(k) for k in (
+ _RATE, _DSACK, _MIN_RTT, _REORD, _CE, _OPTIONS) = (TCP_INFO_FIELDS.index(k) for k in (
     "bytes_acked", "unacked", "notsent_bytes", "total_retrans", "bytes_retrans", "lost", "rtt",
-    "rttvar", "snd_cwnd", "delivery_rate", "dsack_dups", "min_rtt", "reord_seen"))
+    "rttvar", "snd_cwnd", "delivery_rate", "dsack_dups", "min_rtt", "reord_seen",
+    "delivered_ce", "options"))
 
 
 def tcp_info_tuple(sock: socket.socket) -> tuple[int, ...]:
@@ -205,7 +207,8 @@ class Acks:
             tcp = (info[_TOTAL_RETRANS] - b[_TOTAL_RETRANS], retrans, size + retrans,
                    info[_LOST], info[_RTT] / 1e6, info[_RTTVAR] / 1e6, info[_CWND],
                    info[_RATE] * 8, self.cc, info[_DSACK] - b[_DSACK],
-                   mr / 1e6 if 0 < mr < NO_RTT_SAMPLE else None, info[_REORD] - b[_REORD])
+                   mr / 1e6 if 0 < mr < NO_RTT_SAMPLE else None, info[_REORD] - b[_REORD],
+                   info[_CE] - b[_CE], bool(info[_OPTIONS] & TCPI_OPT_ECN))
             self.emit(("s", *rec, tcp, end <= acked, now, acked))
             self.last = info
         if not self.open:
@@ -216,7 +219,7 @@ class Acks:
 
 TCP_KEYS = ("total_retrans", "bytes_retrans", "bytes_sent", "lost", "rtt_s", "rttvar_s",
             "snd_cwnd", "delivery_rate_bps", "congestion_control", "dsack_dups", "min_rtt_s",
-            "reord_seen")
+            "reord_seen", "delivered_ce", "ecn")
 """The ``tcp`` of a send half (models.records.TcpInfo's fields, as tcpinfo.tcp_info_delta)."""
 
 
