@@ -55,3 +55,24 @@ workloads:
 """)
     err = refused_run(path, tmp_path)
     assert "sanity bound of 10Tbit" in err and "e.yaml:7" in err, err
+
+
+@pytest.mark.parametrize("stragglers,key,bound", [
+    ("{lognormal_sigma: 1e300}", "stragglers.lognormal_sigma", "3"),
+    ("{fixed: {1: 1e9}}", "stragglers.fixed[1]", "1000"),
+])
+def test_a_straggler_past_its_bound_is_refused_with_file_key_and_line(tmp_path, stragglers,
+                                                                     key, bound):
+    """A sigma of 1e300 overflowed exp() in the draw (a traceback the schema fuzz found)."""
+    path = tmp_path / "e.yaml"
+    path.write_text(f"""name: t
+topology: {{generator: single_switch, params: {{hosts: 2}}}}
+workloads:
+  - kind: collective
+    op: all_reduce
+    size: 1MiB
+    compute: 1ms
+    stragglers: {stragglers}
+""")
+    err = refused_run(path, tmp_path)
+    assert f"e.yaml:8: workloads[0].{key}" in err and bound in err, err

@@ -42,13 +42,22 @@ class PlacementSpec(SpecModel):
     block: Annotated[int, Field(gt=0, le=MAX_RANKS)] = 1
 
 
+# Sanity bounds, past which a value is a typo, not a straggler: a factor of 1000 makes a
+# 1 ms compute op a second; a lognormal sigma of 3 already draws factors of 20 at one sigma
+# and 8000 at three (and 1e300 overflowed exp() in the draw).
+MAX_STRAGGLER_FACTOR = 1000.0
+MAX_LOGNORMAL_SIGMA = 3.0
+
+
 class StragglerSpecModel(SpecModel):
-    """Slow workers: ``fixed`` rank -> compute slowdown factor (> 0), and/or a lognormal
-    factor per rank and compute op with ``lognormal_sigma`` (models.stragglers)."""
+    """Slow workers: ``fixed`` rank -> compute slowdown factor (> 0, at most
+    :data:`MAX_STRAGGLER_FACTOR`), and/or a lognormal factor per rank and compute op with
+    ``lognormal_sigma`` (0 to :data:`MAX_LOGNORMAL_SIGMA`; models.stragglers)."""
 
     model_config = _Forbid
-    fixed: dict[int, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
-    lognormal_sigma: Annotated[float, Field(ge=0)] | None = None
+    fixed: dict[int, Annotated[float, Field(gt=0, le=MAX_STRAGGLER_FACTOR)]] = Field(
+        default_factory=dict)
+    lognormal_sigma: Annotated[float, Field(ge=0, le=MAX_LOGNORMAL_SIGMA)] | None = None
 
 
 class DataSpec(SpecModel):
