@@ -131,6 +131,8 @@ def check_file(path: str | Path, *, ref: Ref | None = None, limit: int = MAX_FIL
 
 
 def _open_regular(p: Path, ref: Ref | None, limit: int) -> int:
+    if "\0" in str(p):  # os.open raises ValueError: no file name holds a NUL character
+        raise _refusal(p, ref, "the file name holds a NUL character")
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except FileNotFoundError:

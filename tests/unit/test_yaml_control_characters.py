@@ -53,3 +53,16 @@ def test_a_control_character_in_a_node_value_is_named_at_its_key(tmp_path):
     assert got == {("defaults.host.sysctls.net.ipv4.tcp_no_metrics_save", 3),
                    ("nodes.h1.image", 5)}, got
     assert all("control characters" in i.message for i in err.value.issues)
+
+
+def test_a_nul_in_an_experiments_topology_file_name_is_refused_at_its_key(tmp_path):
+    """An escaped NUL ("a\\0b", valid YAML) in a file key reached os.open, whose ValueError
+    was a traceback (the schema fuzz found it)."""
+    path = tmp_path / "e.yaml"
+    path.write_text('name: t\ntopology: {file: "a\\0b.yaml"}\n'
+                    'workloads:\n  - {kind: incast, receiver: h1, size: 1MiB}\n')
+    with pytest.raises(SpecError) as err:
+        prepare(path)
+    [issue] = err.value.issues
+    assert issue.file == str(path) and issue.line == 2 and "NUL" in issue.message, issue
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
