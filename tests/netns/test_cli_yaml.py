@@ -32,6 +32,8 @@ def test_deploy_each_example_or_say_why_not(labs, path):
         assert run_namespaces(rid) == []
         return
     assert out.returncode == 0, out.stderr
-    assert len(run_namespaces(rid)) == len(plan.nodes)
+    # a namespace per node, and the wire namespace where native delay lines hold packets
+    names = {n.removeprefix(f"aitb-{rid}-") for n in run_namespaces(rid)}
+    assert names - {"_wire"} == {n.name for n in plan.nodes}, names
     subprocess.run([sys.executable, "-m", "orchestration.cli", "topo", "destroy", rid], env=env,
                    check=True, timeout=120)
