@@ -73,9 +73,22 @@ class UnitError(ValueError):
 class _AsWritten:
     """Mixin of the typed quantities: a number (bit/s, s, bytes, percent) that remembers the
     string it was read from, which ``str()`` and the spec models' serialisation give back (so
-    messages and ``experiment.json`` show what the user wrote); ``repr()`` names the type."""
+    messages and ``experiment.json`` show what the user wrote); ``repr()`` names the type.
+    A subclass names its number type (``_base``) and how a value without text is written
+    (``_written``)."""
 
     text: str
+    _base: type
+
+    def __new__(cls, value: float, text: str | None = None) -> _AsWritten:
+        """``value`` read from ``text`` (None: the value formatted)."""
+        obj = cls._base.__new__(cls, value)
+        obj.text = text if text is not None else cls._written(cls._base(value))
+        return obj
+
+    @staticmethod
+    def _written(value: float) -> str:
+        raise NotImplementedError
 
     def __str__(self) -> str:
         return self.text
@@ -84,55 +97,35 @@ class _AsWritten:
         return f"{type(self).__name__}({self.text!r})"
 
     def __reduce__(self) -> tuple[type, tuple[object, str]]:
-        return type(self), (self._base(self), self.text)  # type: ignore[attr-defined]
+        return type(self), (self._base(self), self.text)
 
 
 class RateBps(_AsWritten, int):
     """A rate in bit/s read from a spec string (:func:`read_rate_bps`); an ``int``."""
 
     _base = int
-
-    def __new__(cls, value: int, text: str | None = None) -> RateBps:
-        """``value`` read from ``text`` (None: the value formatted)."""
-        obj = int.__new__(cls, value)
-        obj.text = text if text is not None else format_rate(int(value))
-        return obj
+    _written = staticmethod(lambda v: format_rate(v))
 
 
 class SizeBytes(_AsWritten, int):
     """A size in bytes read from a spec string (:func:`read_size_bytes`); an ``int``."""
 
     _base = int
-
-    def __new__(cls, value: int, text: str | None = None) -> SizeBytes:
-        """``value`` read from ``text`` (None: the value formatted)."""
-        obj = int.__new__(cls, value)
-        obj.text = text if text is not None else format_size(int(value))
-        return obj
+    _written = staticmethod(lambda v: format_size(v))
 
 
 class DurationS(_AsWritten, float):
     """A duration in seconds read from a spec string (:func:`read_duration_s`); a ``float``."""
 
     _base = float
-
-    def __new__(cls, value: float, text: str | None = None) -> DurationS:
-        """``value`` read from ``text`` (None: the value formatted)."""
-        obj = float.__new__(cls, value)
-        obj.text = text if text is not None else format_duration(float(value))
-        return obj
+    _written = staticmethod(lambda v: format_duration(v))
 
 
 class LossPct(_AsWritten, float):
     """A percentage read from a spec string (:func:`read_pct`); a ``float`` in [0, 100]."""
 
     _base = float
-
-    def __new__(cls, value: float, text: str | None = None) -> LossPct:
-        """``value`` read from ``text`` (None: the value formatted)."""
-        obj = float.__new__(cls, value)
-        obj.text = text if text is not None else f"{_trim(float(value))}%"
-        return obj
+    _written = staticmethod(lambda v: f"{_trim(v)}%")
 
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)"
